@@ -1,0 +1,17 @@
+"""Model zoo, SavedModel export/load and preprocessing shared by BAM, ROAR and faithfulness.
+
+    import models
+    model = models.build("small_cnn", num_classes=10, input_shape=(64, 64, 3))
+    models.export(model, "/tmp/small_cnn")
+    loaded = models.load("/tmp/small_cnn")   # loaded(images) -> logits, differentiable
+"""
+from models.errors import MissingPathError, RecordError, ShapeError, UserError
+from models.export import LoadedModel, export, load, weights_digest
+from models.zoo import (FEATURE_LAYER, REGISTRY, build, feature_layer_name,
+                        features_and_logits_model, spec)
+
+__all__ = [
+    "FEATURE_LAYER", "REGISTRY", "LoadedModel", "MissingPathError", "RecordError", "ShapeError",
+    "UserError", "build", "export", "feature_layer_name", "features_and_logits_model", "load",
+    "spec", "weights_digest",
+]

@@ -1,0 +1,37 @@
+"""User-facing errors and the wrapper that turns them into one clear line at the command line.
+
+Library code raises a `UserError` subclass whose message names the file, record, flag or value at
+fault and says what to do. Binaries wrap their `main` with `run_main`, so such an error prints as a
+single `error: ...` line with exit status 2 instead of a traceback from deep inside TensorFlow.
+"""
+import sys
+
+
+class UserError(ValueError):
+    """A problem with the caller's input (a path, a flag, a file's content), not a bug."""
+
+
+class MissingPathError(UserError, FileNotFoundError):
+    """A file or directory the caller named does not exist."""
+
+
+class ShapeError(UserError):
+    """An array or model has a shape that does not fit what was asked."""
+
+
+class RecordError(UserError):
+    """A TFRecord file or record is corrupt or does not follow the expected schema."""
+
+
+def run_main(main):
+    """Runs an absl `main(argv)`, printing a `UserError` as one line and exiting with status 2."""
+    from absl import app
+
+    def guarded(argv):
+        try:
+            return main(argv)
+        except UserError as error:
+            print(f"error: {error}", file=sys.stderr)
+            sys.exit(2)
+
+    app.run(guarded)

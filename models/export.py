@@ -1,0 +1,152 @@
+"""Export a Keras model as a SavedModel that a notebook can load and differentiate.
+
+`export(model, path)` writes a SavedModel with two endpoints, both taking float32 NHWC images of
+the model's input size and any batch size:
+
+* `serve` (also the `serving_default` signature): images -> logits `[N, classes]`;
+* `features_and_logits`: images -> `{"features": [N, h, w, k], "logits": [N, classes]}`, the
+  Grad-CAM feature map (`models.feature_layer_name`) and the logits of the same forward pass.
+
+Beside it, `assets.extra/model_info.json` records the model's name, input shape, classes, feature
+layer, input space (`preprocessing`) and a content-derived `model_id`. The SavedModel is written
+under a temporary name and renamed when complete, so an interrupted export never looks finished.
+
+`load(path)` returns a `LoadedModel`: call it on images for logits (differentiable under
+`tf.GradientTape`), or use `.features_and_logits(images)`.
+"""
+import hashlib
+import json
+import os
+import shutil
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from models import zoo
+from models.errors import MissingPathError, UserError
+from models.preprocessing import check_images, input_space
+
+INFO_PATH = os.path.join("assets.extra", "model_info.json")
+FORMAT = "attribution-benchmarks/savedmodel/v1"
+
+
+def weights_digest(model):
+    """A short SHA-256 digest of all of `model`'s weights, in order: equal weights, equal digest."""
+    digest = hashlib.sha256()
+    for weight in model.weights:
+        digest.update(np.ascontiguousarray(keras.ops.convert_to_numpy(weight)).tobytes())
+    return digest.hexdigest()[:12]
+
+
+def _model_info(model, preprocessing, feature_layer, model_id, extra):
+    if len(model.inputs) != 1 or len(model.inputs[0].shape) != 4:
+        raise UserError(f"model {model.name!r} must take one NHWC image input to be exported")
+    if len(model.outputs[0].shape) != 2:
+        raise UserError(f"model {model.name!r} must output [N, classes] logits to be exported")
+    if preprocessing is None:
+        preprocessing = zoo.REGISTRY[model.name].preprocessing if model.name in zoo.REGISTRY \
+            else "pixels01"
+    input_space(preprocessing)  # validates the name
+    feature_layer = feature_layer or zoo.feature_layer_name(model)
+    features_model = zoo.features_and_logits_model(model, feature_layer)
+    return features_model, {
+        "format": FORMAT,
+        "name": model.name,
+        "model_id": model_id or f"{model.name}-{weights_digest(model)}",
+        "input_shape": [int(d) for d in model.inputs[0].shape[1:]],
+        "num_classes": int(model.outputs[0].shape[-1]),
+        "feature_layer": feature_layer,
+        "feature_shape": [int(d) for d in features_model.outputs[0].shape[1:]],
+        "preprocessing": preprocessing,
+        "tensorflow_version": tf.__version__,
+        "keras_version": keras.__version__,
+        "extra": dict(extra or {}),
+    }
+
+
+def export(model, path, *, preprocessing=None, feature_layer=None, model_id=None, extra=None,
+           overwrite=False):
+    """Writes `model` as a SavedModel at `path` (see the module docstring); returns the info dict.
+
+    `preprocessing` names the model's input space (default: the registry's for zoo models, else
+    "pixels01"); `extra` is any JSON-serialisable metadata (e.g. training accuracy).
+    """
+    path = os.fspath(path)
+    if os.path.exists(path) and not overwrite:
+        raise UserError(f"{path} already exists; pass overwrite=True or choose another path")
+    features_model, info = _model_info(model, preprocessing, feature_layer, model_id, extra)
+    signature = [tf.TensorSpec([None, *info["input_shape"]], tf.float32, name="images")]
+
+    archive = keras.export.ExportArchive()
+    archive.track(model)
+    archive.add_endpoint("serve", lambda images: model(images, training=False),
+                         input_signature=signature)
+    archive.add_endpoint(
+        "features_and_logits",
+        lambda images: dict(zip(("features", "logits"), features_model(images, training=False))),
+        input_signature=signature)
+
+    temporary = f"{path}.tmp-{os.getpid()}"
+    shutil.rmtree(temporary, ignore_errors=True)
+    archive.write_out(temporary, verbose=False)
+    os.makedirs(os.path.join(temporary, "assets.extra"), exist_ok=True)
+    with open(os.path.join(temporary, INFO_PATH), "w", encoding="utf-8") as handle:
+        json.dump(info, handle, indent=2, sort_keys=True)
+    if os.path.exists(path):
+        shutil.rmtree(path)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    os.rename(temporary, path)
+    return info
+
+
+class LoadedModel:
+    """A model exported by `export`, reloaded: images -> logits, plus the Grad-CAM feature map.
+
+    Attributes: `name`, `model_id`, `input_shape` (H, W, C), `num_classes`, `feature_layer`,
+    `preprocessing`, `info` (the whole model_info.json) and `path`.
+    """
+
+    def __init__(self, path):
+        path = os.fspath(path)
+        if not os.path.isdir(path):
+            raise MissingPathError(f"model directory {path} does not exist; export a model there "
+                                   "with models.export or pass the right --model_path")
+        info_file = os.path.join(path, INFO_PATH)
+        if not os.path.isfile(os.path.join(path, "saved_model.pb")) or not os.path.isfile(info_file):
+            raise UserError(f"{path} is not a model exported by models.export (no saved_model.pb "
+                            f"or {INFO_PATH}); re-export it")
+        with open(info_file, encoding="utf-8") as handle:
+            self.info = json.load(handle)
+        self.path = path
+        self.name = self.info["name"]
+        self.model_id = self.info["model_id"]
+        self.input_shape = tuple(self.info["input_shape"])
+        self.num_classes = self.info["num_classes"]
+        self.feature_layer = self.info["feature_layer"]
+        self.preprocessing = self.info["preprocessing"]
+        self._saved = tf.saved_model.load(path)
+
+    def _check(self, images):
+        images = tf.convert_to_tensor(images, tf.float32)
+        check_images(images, self.input_shape, what=f"images for model {self.path}")
+        return images
+
+    def __call__(self, images, training=False):
+        """Logits `[N, classes]` for preprocessed images `[N, H, W, C]` (always inference mode)."""
+        del training  # An exported model always runs in inference mode.
+        return self._saved.serve(self._check(images))
+
+    def features_and_logits(self, images):
+        """(feature map `[N, h, w, k]`, logits `[N, classes]`) from one forward pass."""
+        outputs = self._saved.features_and_logits(self._check(images))
+        return outputs["features"], outputs["logits"]
+
+    def __repr__(self):
+        return (f"LoadedModel({self.path!r}, name={self.name!r}, input_shape={self.input_shape}, "
+                f"num_classes={self.num_classes})")
+
+
+def load(path):
+    """Loads a SavedModel written by `export` as a `LoadedModel`."""
+    return LoadedModel(path)

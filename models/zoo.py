@@ -1,0 +1,230 @@
+"""The model registry: `build(name, num_classes, input_shape, **options)` returns a Keras 3 model.
+
+Conventions shared by every registered model:
+
+* Input: float32 NHWC images already in the model's input space (`spec(name).preprocessing`,
+  see `models.preprocessing`); output: float32 **logits** (no softmax).
+* Grad-CAM feature layer: every model has an identity layer named `FEATURE_LAYER`
+  ("gradcam_features") on its last convolutional block; `feature_layer_name(model)` finds it, and
+  for models built elsewhere falls back to the last layer with a 4-D output.
+* Models built on `keras.applications` ImageNet weights (`keras_resnet50`, `vgg16`) take RGB
+  mean-subtracted input (`caffe_rgb`, as BAM) and flip to Keras' BGR inside the model, so every
+  gradient stays RGB.
+"""
+import inspect
+from dataclasses import dataclass
+from typing import Callable
+
+import keras
+from keras import layers
+
+from models import resnet_v15
+from models.errors import UserError
+
+FEATURE_LAYER = "gradcam_features"
+
+
+@keras.saving.register_keras_serializable(package="models")
+class RgbToBgr(layers.Layer):
+    """Reverses the channel axis: RGB mean-subtracted input -> Keras "caffe" BGR input."""
+
+    def call(self, inputs):
+        return inputs[..., ::-1]
+
+
+def _head(features, num_classes):
+    """Global average pooling, then a linear layer giving float32 logits."""
+    x = layers.GlobalAveragePooling2D(name="avg_pool")(features)
+    return layers.Dense(num_classes, dtype="float32", name="predictions")(x)
+
+
+def _build_resnet50(num_classes, input_shape, weight_decay=1e-4):
+    inputs = keras.Input(input_shape, name="images")
+    trunk = resnet_v15.resnet50_v15_features(inputs, weight_decay=weight_decay)
+    features = layers.Identity(name=FEATURE_LAYER)(trunk)
+    logits = resnet_v15.logits_head(features, num_classes, weight_decay=weight_decay)
+    return keras.Model(inputs, logits, name="resnet50")
+
+
+def _default_include_top(weights, num_classes, include_top):
+    if include_top is None:
+        return weights is not None and num_classes == 1000
+    return include_top
+
+
+def _build_keras_application(app, feature_name, top_layers, model_name, num_classes, input_shape,
+                             weights, include_top):
+    include_top = _default_include_top(weights, num_classes, include_top)
+    inputs = keras.Input(input_shape, name="images")
+    bgr = RgbToBgr(name="rgb_to_bgr")(inputs)
+    try:
+        base = app(include_top=include_top, weights=weights, input_tensor=bgr,
+                   input_shape=tuple(input_shape), classes=num_classes,
+                   classifier_activation=None)
+    except ValueError as error:
+        raise UserError(f"{model_name}: {error}") from None
+    features = layers.Identity(name=FEATURE_LAYER)(base.get_layer(feature_name).output)
+    if include_top:
+        # Reuse Keras' own (possibly pretrained) top on the renamed feature tensor.
+        x = features
+        for name in top_layers:
+            x = base.get_layer(name)(x)
+        logits = x
+    else:
+        logits = _head(features, num_classes)
+    return keras.Model(inputs, logits, name=model_name)
+
+
+def _build_keras_resnet50(num_classes, input_shape, weights=None, include_top=None):
+    """keras.applications.ResNet50 (v1). `weights`: None, "imagenet" or a weights-file path.
+
+    `include_top` defaults to True only for 1000 classes with weights, keeping Keras' pretrained
+    classifier; otherwise the head is a new average-pool + Dense.
+    """
+    return _build_keras_application(
+        keras.applications.ResNet50, "conv5_block3_out", ("avg_pool", "predictions"),
+        "keras_resnet50", num_classes, input_shape, weights, include_top)
+
+
+def _build_vgg16(num_classes, input_shape, weights=None, include_top=None):
+    """keras.applications.VGG16; the feature layer follows `block5_pool` (as IDSDS' torchvision).
+
+    With `include_top` (default for 1000 classes with weights) the head is Keras' flatten + two
+    4096-unit layers + classifier (224x224 input); otherwise average-pool + Dense.
+    """
+    return _build_keras_application(
+        keras.applications.VGG16, "block5_pool", ("flatten", "fc1", "fc2", "predictions"),
+        "vgg16", num_classes, input_shape, weights, include_top)
+
+
+def _build_small_cnn(num_classes, input_shape, width=16):
+    """A plain CNN for 32-128 px inputs: conv-ReLU stages with max-pooling, no batch norm.
+
+    Stages of (width, 2*width, 4*width) filters; features at 1/4 of the input resolution.
+    """
+    inputs = keras.Input(input_shape, name="images")
+    x = inputs
+    for stage, filters in enumerate((width, 2 * width, 4 * width), start=1):
+        if stage > 1:
+            x = layers.MaxPooling2D(2, name=f"block{stage}_pool")(x)
+        x = layers.Conv2D(filters, 3, padding="same", activation="relu",
+                          name=f"block{stage}_conv1")(x)
+        x = layers.Conv2D(filters, 3, padding="same", activation="relu",
+                          name=f"block{stage}_conv2")(x)
+    features = layers.Identity(name=FEATURE_LAYER)(x)
+    return keras.Model(inputs, _head(features, num_classes), name="small_cnn")
+
+
+def _basic_block(x, filters, stride, name):
+    shortcut = x
+    if stride != 1 or x.shape[-1] != filters:
+        shortcut = layers.Conv2D(filters, 1, strides=stride, use_bias=False,
+                                 name=f"{name}_0_conv")(x)
+        shortcut = layers.BatchNormalization(name=f"{name}_0_bn")(shortcut)
+    y = layers.Conv2D(filters, 3, strides=stride, padding="same", use_bias=False,
+                      name=f"{name}_1_conv")(x)
+    y = layers.ReLU(name=f"{name}_1_relu")(layers.BatchNormalization(name=f"{name}_1_bn")(y))
+    y = layers.Conv2D(filters, 3, padding="same", use_bias=False, name=f"{name}_2_conv")(y)
+    y = layers.BatchNormalization(name=f"{name}_2_bn")(y)
+    return layers.ReLU(name=f"{name}_out")(layers.Add(name=f"{name}_add")([shortcut, y]))
+
+
+def _build_small_resnet(num_classes, input_shape, width=16):
+    """A small residual net for 32-128 px inputs: stem + three stages of one basic block each.
+
+    Stages of (width, 2*width, 4*width) filters with strides (1, 2, 2); features at 1/4 of the
+    input resolution.
+    """
+    inputs = keras.Input(input_shape, name="images")
+    x = layers.Conv2D(width, 3, padding="same", use_bias=False, name="stem_conv")(inputs)
+    x = layers.ReLU(name="stem_relu")(layers.BatchNormalization(name="stem_bn")(x))
+    for stage, (filters, stride) in enumerate(
+            zip((width, 2 * width, 4 * width), (1, 2, 2)), start=1):
+        x = _basic_block(x, filters, stride, f"stage{stage}_block1")
+    features = layers.Identity(name=FEATURE_LAYER)(x)
+    return keras.Model(inputs, _head(features, num_classes), name="small_resnet")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A registered model: its builder, input space, smallest input side and required channels."""
+
+    name: str
+    builder: Callable
+    preprocessing: str
+    min_size: int
+    summary: str
+    channels: int = None  # None: any channel count
+
+
+REGISTRY = {spec.name: spec for spec in (
+    ModelSpec("resnet50", _build_resnet50, "imagenet", 32,
+              "ResNet-50 v1.5 as ROAR trained it (logits, zero-gamma last BN)"),
+    ModelSpec("keras_resnet50", _build_keras_resnet50, "caffe_rgb", 32,
+              "keras.applications.ResNet50 (v1), weights None / 'imagenet' / file", channels=3),
+    ModelSpec("vgg16", _build_vgg16, "caffe_rgb", 32,
+              "keras.applications.VGG16, weights None / 'imagenet' / file", channels=3),
+    ModelSpec("small_cnn", _build_small_cnn, "caffe_rgb", 8,
+              "plain CNN (6 conv layers, no BN) for 32-128 px inputs"),
+    ModelSpec("small_resnet", _build_small_resnet, "caffe_rgb", 8,
+              "small residual net (3 basic blocks, BN) for 32-128 px inputs"),
+)}
+
+
+def spec(name):
+    """Returns the `ModelSpec` of a registered model, or a clear error listing the names."""
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise UserError(
+            f"unknown model {name!r}; choose one of {', '.join(sorted(REGISTRY))}") from None
+
+
+def build(name, num_classes, input_shape, **options):
+    """Builds the registered model `name` with `num_classes` logits for `input_shape` (H, W, C).
+
+    `options` are the builder's keyword arguments (e.g. `weights=` for keras_resnet50 and vgg16,
+    `width=` for the small models, `weight_decay=` for resnet50).
+    """
+    model_spec = spec(name)
+    shape = tuple(input_shape)
+    if len(shape) != 3 or not all(isinstance(d, int) and d > 0 for d in shape):
+        raise UserError(f"input_shape must be (height, width, channels) of positive ints; "
+                        f"got {input_shape!r}")
+    if min(shape[:2]) < model_spec.min_size:
+        raise UserError(f"{name} needs inputs of at least {model_spec.min_size}x"
+                        f"{model_spec.min_size} pixels; got {shape[0]}x{shape[1]}")
+    if model_spec.channels is not None and shape[2] != model_spec.channels:
+        raise UserError(f"{name} takes {model_spec.channels}-channel input; got {shape[2]} channels")
+    if not isinstance(num_classes, int) or num_classes < 2:
+        raise UserError(f"num_classes must be an int >= 2; got {num_classes!r}")
+    accepted = inspect.signature(model_spec.builder).parameters
+    unknown = sorted(set(options) - set(accepted))
+    if unknown:
+        allowed = [p for p in accepted if p not in ("num_classes", "input_shape")]
+        raise UserError(f"{name} has no option {', '.join(unknown)}; its options are "
+                        f"{', '.join(allowed) or 'none'}")
+    return model_spec.builder(num_classes, shape, **options)
+
+
+def feature_layer_name(model):
+    """The name of `model`'s Grad-CAM feature layer (see the module docstring)."""
+    names = [layer.name for layer in model.layers]
+    if FEATURE_LAYER in names:
+        return FEATURE_LAYER
+    for layer in reversed(model.layers):
+        output = getattr(layer, "output", None)
+        if output is not None and len(output.shape) == 4:
+            return layer.name
+    raise UserError(f"model {model.name!r} has no layer with a 4-D output to use for Grad-CAM")
+
+
+def features_and_logits_model(model, layer_name=None):
+    """A Keras model mapping images to (feature map, logits) in one forward pass."""
+    layer_name = layer_name or feature_layer_name(model)
+    try:
+        features = model.get_layer(layer_name).output
+    except ValueError:
+        raise UserError(f"model {model.name!r} has no layer named {layer_name!r}") from None
+    return keras.Model(model.inputs, [features, model.outputs[0]],
+                       name=f"{model.name}_features_and_logits")

@@ -1,0 +1,28 @@
+"""Install the attribution-benchmark packages (bam, roar, faithfulness, saliency_gen, models)."""
+from setuptools import find_packages, setup
+
+setup(
+    name="attribution-benchmarks",
+    version="0.1.0",
+    description=(
+        "TensorFlow 2 / Keras 3 reimplementation of the BAM, ROAR/KAR/ROAD and "
+        "deletion-style faithfulness benchmarks for saliency methods."
+    ),
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=find_packages(include=["bam*", "roar*", "faithfulness*", "saliency_gen*", "models*"]),
+    install_requires=[
+        "tensorflow>=2.16",
+        "tensorflow-datasets",
+        "saliency==0.2.1",
+        "numpy",
+        "absl-py",
+        "pillow",
+        "scipy",
+        "tqdm",
+        "matplotlib",
+        "pycocotools",
+    ],
+    extras_require={"test": ["pytest"]},
+)
