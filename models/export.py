@@ -17,7 +17,6 @@ under a temporary name and renamed when complete, so an interrupted export never
 import hashlib
 import json
 import os
-import shutil
 
 import keras
 import numpy as np
@@ -25,6 +24,7 @@ import tensorflow as tf
 
 from models import zoo
 from models.errors import MissingPathError, UserError
+from models.files import atomic_output
 from models.preprocessing import check_images, input_space
 
 INFO_PATH = os.path.join("assets.extra", "model_info.json")
@@ -34,8 +34,8 @@ FORMAT = "attribution-benchmarks/savedmodel/v1"
 def weights_digest(model):
     """A short SHA-256 digest of all of `model`'s weights, in order: equal weights, equal digest."""
     digest = hashlib.sha256()
-    for weight in model.weights:
-        digest.update(np.ascontiguousarray(keras.ops.convert_to_numpy(weight)).tobytes())
+    for weight in model.get_weights():
+        digest.update(np.ascontiguousarray(weight).tobytes())
     return digest.hexdigest()[:12]
 
 
@@ -87,16 +87,11 @@ def export(model, path, *, preprocessing=None, feature_layer=None, model_id=None
         lambda images: dict(zip(("features", "logits"), features_model(images, training=False))),
         input_signature=signature)
 
-    temporary = f"{path}.tmp-{os.getpid()}"
-    shutil.rmtree(temporary, ignore_errors=True)
-    archive.write_out(temporary, verbose=False)
-    os.makedirs(os.path.join(temporary, "assets.extra"), exist_ok=True)
-    with open(os.path.join(temporary, INFO_PATH), "w", encoding="utf-8") as handle:
-        json.dump(info, handle, indent=2, sort_keys=True)
-    if os.path.exists(path):
-        shutil.rmtree(path)
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    os.rename(temporary, path)
+    with atomic_output(path) as temporary:
+        archive.write_out(temporary, verbose=False)
+        os.makedirs(os.path.join(temporary, "assets.extra"), exist_ok=True)
+        with open(os.path.join(temporary, INFO_PATH), "w", encoding="utf-8") as handle:
+            json.dump(info, handle, indent=2, sort_keys=True)
     return info
 
 

@@ -92,11 +92,11 @@ def input_space(name):
 # BAM: PIL open -> RGB -> bilinear resize (BAM upsamples 128 -> 224) -> float32 - RGB mean.
 
 
-def load_bam_pixels(source, size):
+def load_bam_pixels(source, size=None):
     """Reads an image (path or PIL image) as uint8 RGB [size, size, 3], resized with PIL bilinear.
 
     This is BAM's geometry: PIL, not `tf.image.resize`, so the numbers match the original. An
-    image already `size` x `size` is returned unchanged.
+    image already `size` x `size`, or any image when `size` is None, is returned unchanged.
     """
     try:
         image = source if isinstance(source, Image.Image) else Image.open(source)
@@ -105,7 +105,7 @@ def load_bam_pixels(source, size):
         raise UserError(f"image file {source} does not exist") from None
     except OSError as error:
         raise UserError(f"cannot read image {source}: {error}") from None
-    if image.size != (size, size):
+    if size is not None and image.size != (size, size):
         image = image.resize((size, size), Image.BILINEAR)
     return np.asarray(image, dtype=np.uint8)
 

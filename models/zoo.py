@@ -226,5 +226,5 @@ def features_and_logits_model(model, layer_name=None):
         features = model.get_layer(layer_name).output
     except ValueError:
         raise UserError(f"model {model.name!r} has no layer named {layer_name!r}") from None
-    return keras.Model(model.inputs, [features, model.outputs[0]],
+    return keras.Model(model.input, [features, model.output],
                        name=f"{model.name}_features_and_logits")

@@ -1,0 +1,183 @@
+"""Model zoo: gradient round trip through SavedModel export for every model, structure, errors."""
+import json
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras
+import models
+from models import resnet_v15
+
+SIZE = 32
+
+
+def _input_gradient(call, images, class_index):
+    images = tf.convert_to_tensor(images)
+    with tf.GradientTape() as tape:
+        tape.watch(images)
+        score = tf.reduce_sum(call(images)[:, class_index])
+    return tape.gradient(score, images).numpy()
+
+
+@pytest.mark.parametrize("name", sorted(models.REGISTRY))
+def test_gradient_round_trip_through_export(name, tmp_path):
+    model = models.build(name, 5, (SIZE, SIZE, 3))
+    images = np.random.default_rng(0).normal(0, 40, (3, SIZE, SIZE, 3)).astype(np.float32)
+    path = tmp_path / name
+    info = models.export(model, path)
+    loaded = models.load(path)
+
+    live = _input_gradient(lambda x: model(x, training=False), images, 2)
+    reloaded = _input_gradient(loaded, images, 2)
+    assert np.abs(live).max() > 0, "a zero gradient would make the comparison vacuous"
+    np.testing.assert_allclose(reloaded, live, rtol=1e-5, atol=1e-6 * np.abs(live).max())
+
+    features, logits = loaded.features_and_logits(images)
+    live_features, live_logits = models.features_and_logits_model(model)(images, training=False)
+    np.testing.assert_allclose(features.numpy(), live_features.numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(logits.numpy(), live_logits.numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(loaded(images).numpy(), live_logits.numpy(), rtol=1e-5, atol=1e-5)
+
+    assert loaded.name == name and info["name"] == name
+    assert loaded.input_shape == (SIZE, SIZE, 3) and loaded.num_classes == 5
+    assert loaded.feature_layer == models.FEATURE_LAYER
+    assert loaded.preprocessing == models.spec(name).preprocessing
+    assert loaded.model_id == f"{name}-{models.weights_digest(model)}"
+    assert features.shape[0] == 3 and len(features.shape) == 4
+
+
+def test_default_signature_maps_images_to_logits(tmp_path):
+    model = models.build("small_cnn", 4, (SIZE, SIZE, 3))
+    models.export(model, tmp_path / "m")
+    raw = tf.saved_model.load(str(tmp_path / "m"))
+    images = np.ones((2, SIZE, SIZE, 3), np.float32)
+    (output,) = raw.signatures["serving_default"](images=tf.constant(images)).values()
+    np.testing.assert_allclose(output.numpy(), model(images).numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_resnet50_is_v1_5_as_roar_trained_it():
+    model = models.build("resnet50", 1000, (224, 224, 3))
+    trainable = sum(int(np.prod(w.shape)) for w in model.trainable_weights)
+    assert trainable == 25_557_032  # TF official ResNet-50 v1.5 (no conv biases)
+    # The stride sits on the 3x3 convolution, not the first 1x1 (v1.5).
+    assert model.get_layer("conv3_block1_1_conv").strides == (1, 1)
+    assert model.get_layer("conv3_block1_2_conv").strides == (2, 2)
+    assert model.get_layer("conv3_block1_0_conv").strides == (2, 2)
+    assert all(not layer.use_bias for layer in model.layers
+               if isinstance(layer, keras.layers.Conv2D))
+    last_bn = model.get_layer("conv4_block2_3_bn")
+    assert np.all(keras.ops.convert_to_numpy(last_bn.gamma) == 0)
+    assert np.all(keras.ops.convert_to_numpy(model.get_layer("conv4_block2_2_bn").gamma) == 1)
+    assert last_bn.epsilon == 1e-5 and last_bn.momentum == 0.9
+    assert model.get_layer("pool1_pool").padding == "same"
+    for name in ("conv2_block3_out", "conv3_block4_out", "conv4_block6_out", "conv5_block3_out"):
+        model.get_layer(name)  # BAM's block_layer1..4
+    assert model.get_layer("predictions").activation.__name__ == "linear"
+
+
+def test_resnet50_fixed_padding_matches_explicit_computation():
+    inputs = keras.Input((9, 9, 1))
+    outputs = resnet_v15._conv(inputs, 1, 3, 2, "probe", None)
+    layer = keras.Model(inputs, outputs)
+    layer.get_layer("probe_conv").set_weights([np.ones((3, 3, 1, 1), np.float32)])
+    image = np.arange(81, dtype=np.float32).reshape(1, 9, 9, 1)
+    padded = np.pad(image[0, :, :, 0], ((1, 1), (1, 1)))  # (k-1)//2 = 1 before, 1 after
+    expected = np.array([[padded[r:r + 3, c:c + 3].sum() for c in range(0, 9, 2)]
+                         for r in range(0, 9, 2)])
+    np.testing.assert_allclose(layer(image)[0, :, :, 0], expected)
+
+
+def test_keras_applications_flip_rgb_to_bgr_inside_the_model():
+    model = models.build("keras_resnet50", 3, (SIZE, SIZE, 3))
+    flip = model.get_layer("rgb_to_bgr")
+    x = np.arange(2 * SIZE * SIZE * 3, dtype=np.float32).reshape(2, SIZE, SIZE, 3)
+    np.testing.assert_array_equal(flip(x).numpy(), x[..., ::-1])
+
+
+def test_keras_resnet50_loads_local_weights_file(tmp_path):
+    reference = keras.applications.ResNet50(include_top=False, weights=None,
+                                            input_shape=(SIZE, SIZE, 3))
+    path = str(tmp_path / "resnet50_notop.weights.h5")
+    reference.save_weights(path)
+    model = models.build("keras_resnet50", 7, (SIZE, SIZE, 3), weights=path)
+    for name in ("conv1_conv", "conv4_block3_2_conv", "conv5_block3_3_bn"):
+        for ours, theirs in zip(model.get_layer(name).get_weights(),
+                                reference.get_layer(name).get_weights()):
+            np.testing.assert_array_equal(ours, theirs)
+    assert model.output_shape == (None, 7)
+
+
+def test_pretrained_1000_class_head_is_kept(tmp_path):
+    reference = keras.applications.ResNet50(weights=None, input_shape=(SIZE, SIZE, 3),
+                                            classifier_activation=None)
+    path = str(tmp_path / "resnet50_full.weights.h5")
+    reference.save_weights(path)
+    model = models.build("keras_resnet50", 1000, (SIZE, SIZE, 3), weights=path)
+    images = np.random.default_rng(1).normal(0, 30, (2, SIZE, SIZE, 3)).astype(np.float32)
+    np.testing.assert_allclose(model(images).numpy(), reference(images[..., ::-1]).numpy(),
+                               rtol=1e-4, atol=1e-4)
+
+
+def test_feature_layer_falls_back_to_last_4d_layer():
+    inputs = keras.Input((16, 16, 3))
+    x = keras.layers.Conv2D(4, 3, name="first")(inputs)
+    x = keras.layers.Conv2D(4, 3, name="last_conv")(x)
+    outputs = keras.layers.Dense(2)(keras.layers.Flatten()(x))
+    model = keras.Model(inputs, outputs)
+    assert models.feature_layer_name(model) == "last_conv"
+    assert models.feature_layer_name(models.build("small_cnn", 2, (SIZE, SIZE, 3))) == \
+        "gradcam_features"
+
+
+def test_weights_digest_tracks_weights():
+    first = models.build("small_cnn", 3, (SIZE, SIZE, 3))
+    second = models.build("small_cnn", 3, (SIZE, SIZE, 3))
+    second.set_weights(first.get_weights())
+    assert models.weights_digest(first) == models.weights_digest(second)
+    weights = second.get_weights()
+    weights[0] = weights[0] + 1.0
+    second.set_weights(weights)
+    assert models.weights_digest(first) != models.weights_digest(second)
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: models.build("resnet51", 10, (32, 32, 3)), "unknown model 'resnet51'; choose one of"),
+    (lambda: models.build("small_cnn", 10, (32, 32)), "input_shape must be (height, width, channels)"),
+    (lambda: models.build("vgg16", 10, (16, 16, 3)), "vgg16 needs inputs of at least 32x32"),
+    (lambda: models.build("vgg16", 10, (32, 32, 1)), "vgg16 takes 3-channel input; got 1"),
+    (lambda: models.build("small_cnn", 1, (32, 32, 3)), "num_classes must be an int >= 2"),
+    (lambda: models.build("small_cnn", 3, (32, 32, 3), weights="imagenet"),
+     "small_cnn has no option weights; its options are width"),
+    (lambda: models.load("/nonexistent/model"), "model directory /nonexistent/model does not exist"),
+])
+def test_clear_one_line_errors(call, message):
+    with pytest.raises(models.UserError) as error:
+        call()
+    assert message in str(error.value)
+    assert "\n" not in str(error.value)
+
+
+def test_load_rejects_foreign_directory_and_wrong_shapes(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(models.UserError, match="is not a model exported by models.export"):
+        models.load(tmp_path / "empty")
+    model = models.build("small_cnn", 3, (SIZE, SIZE, 3))
+    models.export(model, tmp_path / "m")
+    with pytest.raises(models.UserError, match="already exists"):
+        models.export(model, tmp_path / "m")
+    loaded = models.load(tmp_path / "m")
+    with pytest.raises(models.ShapeError, match=r"have shape \(2, 16, 16, 3\); expected \[N, 32, 32, 3\]"):
+        loaded(np.zeros((2, 16, 16, 3), np.float32))
+
+
+def test_export_is_atomic(tmp_path, monkeypatch):
+    model = models.build("small_cnn", 3, (SIZE, SIZE, 3))
+
+    def killed(*args, **kwargs):  # dies after the SavedModel is written, before the info file
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(json, "dump", killed)
+    with pytest.raises(KeyboardInterrupt):
+        models.export(model, tmp_path / "m")
+    assert list(tmp_path.iterdir()) == []
