@@ -180,13 +180,15 @@ def write_records(path, examples):
     """Writes `examples` to the TFRecord file `path` under a temporary name, renaming it when done.
 
     An interrupted write leaves only `<path>.tmp-<pid>`, never a file that looks finished.
+    Records are serialised with sorted map keys, so the same examples give the same bytes in
+    every process (protobuf's default map order follows a per-process hash seed).
     Returns the number of records written.
     """
     count = 0
     with atomic_output(path) as temporary:
         with tf.io.TFRecordWriter(temporary) as writer:
             for example in examples:
-                writer.write(example.SerializeToString())
+                writer.write(example.SerializeToString(deterministic=True))
                 count += 1
     return count
 

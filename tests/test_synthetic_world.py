@@ -219,7 +219,7 @@ def test_interrupted_build_leaves_nothing_that_looks_finished(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_script_builds_and_reports_errors_in_one_line(tmp_path):
+def test_script_builds_the_same_bytes_and_reports_errors_in_one_line(tmp_path):
     script = os.path.join(REPO, "scripts", "construct_synthetic_bam.py")
     run = lambda *args: subprocess.run([sys.executable, script, *args],  # noqa: E731
                                        capture_output=True, text=True, timeout=300)
@@ -227,6 +227,9 @@ def test_script_builds_and_reports_errors_in_one_line(tmp_path):
     done = run(f"--output_dir={out}", "--seed=1", "--train_per_pair=1", "--val_per_pair=1")
     assert done.returncode == 0, done.stderr
     assert "built" in done.stdout and os.path.isfile(os.path.join(out, "world.json"))
+    # Another process builds the same bytes, records included (no per-process hash order).
+    synthetic.build_world(str(tmp_path / "here"), seed=1, train_per_pair=1, val_per_pair=1)
+    assert _digests(out) == _digests(str(tmp_path / "here"))
     clash = run(f"--output_dir={out}", "--seed=2", "--train_per_pair=1", "--val_per_pair=1")
     assert clash.returncode == 2
     errors = [line for line in clash.stderr.splitlines() if line.startswith("error:")]
