@@ -72,7 +72,7 @@ def train_classifier(data_dir, dataset_name, model_name="small_cnn", input_size=
                                    y), num_parallel_calls=tf.data.AUTOTUNE)
                 .batch(batch_size).prefetch(tf.data.AUTOTUNE))
     started = time.time()
-    history = model.fit(pipeline, epochs=epochs, verbose=verbose,
+    history = model.fit(pipeline, epochs=epochs, verbose=verbose, shuffle=False,  # shuffled above
                         callbacks=[_TimeLimit(max_seconds)])
     train_seconds = time.time() - started
     val_inputs = space.from_uint8(val_x)
