@@ -13,6 +13,7 @@ scene class exist for i < T + V; i < T is train and i >= T is val (the real data
 V = 100). The directory is built under a temporary name and renamed when complete; `world.json`
 describes it.
 """
+import collections
 import io
 import json
 import math
@@ -420,6 +421,11 @@ def _write(path, data):
         handle.write(data)
 
 
+# One composite: its file name, labels, instance index, box (r0, c0, r1, c1), split and JPEG bytes.
+_Composite = collections.namedtuple(
+    "_Composite", "name object_label scene_label index box is_val jpeg")
+
+
 class _Layout:
     """Paths of the world's folders under a root."""
 
@@ -453,7 +459,7 @@ def _render_instances(seed, index, image_size):
 
 def _composites(layout, seed, image_size, num_train, num_instances, progress):
     """Writes every composite, scene-only image and cut-out; returns the per-image metadata."""
-    images = []  # (name, object label, scene label, index, box, is_val, jpeg bytes)
+    images = []
     crop_masks = {}
     for index in range(num_instances):
         crops, scenes = _render_instances(seed, index, image_size)
@@ -480,20 +486,22 @@ def _composites(layout, seed, image_size, num_train, num_instances, progress):
                 for target in targets:
                     _write(target, data)
                 _write(only, scene_bytes[s])
-                images.append((name, o, s, index, box, is_val, data))
+                images.append(_Composite(name, o, s, index, box, is_val, data))
         progress(index + 1, num_instances)
     return images, crop_masks
 
 
 def _write_metadata(layout, images, crop_masks, num_train, num_val):
     """val.txt, val_loc.txt, val_mask and loc.txt of obj, scene and scene_only."""
-    val = [image for image in images if image[5]]
+    val = [image for image in images if image.is_val]
     val_masks = [crop_masks[o, index] for o in range(len(OBJECT_CLASSES))
                  for index in range(num_train, num_train + num_val)]
-    for folder, label_of in (("obj", 1), ("scene", 2), ("scene_only", 2)):
-        dataset.write_labels(layout(folder, "val.txt"), [(im[0], im[label_of]) for im in val])
-        dataset.write_locations(layout(folder, "val_loc.txt"), [(im[0], im[4]) for im in val])
-        dataset.write_locations(layout(folder, "loc.txt"), [(im[0], im[4]) for im in images])
+    for folder, label_of in (("obj", "object_label"), ("scene", "scene_label"),
+                             ("scene_only", "scene_label")):
+        dataset.write_labels(layout(folder, "val.txt"),
+                             [(im.name, getattr(im, label_of)) for im in val])
+        dataset.write_locations(layout(folder, "val_loc.txt"), [(im.name, im.box) for im in val])
+        dataset.write_locations(layout(folder, "loc.txt"), [(im.name, im.box) for im in images])
         dataset.save_masks(layout(folder, "val_mask"), val_masks)
     for o, obj in enumerate(OBJECT_CLASSES):
         dataset.save_masks(layout("coco", "segments", obj, "val_mask"),
@@ -506,15 +514,14 @@ def _write_dog_sets(layout, images, crop_masks, num_train, num_val):
     dog_masks = [crop_masks[dog, index] for index in range(num_train, num_train + num_val)]
     for folder, source, scene in (("dog_bedroom", "scene", dataset.BEDROOM),
                                   ("bamboo_forest", "scene_only", dataset.BAMBOO_FOREST)):
-        chosen = sorted((im for im in images
-                         if im[5] and im[1] == dog and im[2] == SCENE_LABEL[scene]),
-                        key=lambda im: im[0])
+        chosen = sorted((im for im in images if im.is_val and im.object_label == dog
+                         and im.scene_label == SCENE_LABEL[scene]), key=lambda im: im.name)
         if len(chosen) != num_val:
             raise AssertionError(f"{folder} has {len(chosen)} images; expected {num_val}")
         for im in chosen:
-            shutil.copyfile(layout(source, "val", im[0]), layout(folder, "val", im[0]))
-        dataset.write_labels(layout(folder, "val.txt"), [(im[0], im[2]) for im in chosen])
-        dataset.write_locations(layout(folder, "val_loc.txt"), [(im[0], im[4]) for im in chosen])
+            shutil.copyfile(layout(source, "val", im.name), layout(folder, "val", im.name))
+        dataset.write_labels(layout(folder, "val.txt"), [(im.name, im.scene_label) for im in chosen])
+        dataset.write_locations(layout(folder, "val_loc.txt"), [(im.name, im.box) for im in chosen])
         dataset.save_masks(layout(folder, "val_mask"), dog_masks)
 
 
@@ -553,20 +560,22 @@ def _write_records(layout, images, crop_masks, image_size, seed):
     from saliency_gen import records  # TensorFlow is only needed for this step
 
     shards = {}
-    train = [im for im in images if not im[5]]
+    train = [im for im in images if not im.is_val]
     order = np.random.default_rng([seed, 7]).permutation(len(train))
     splits = {"train": [train[k] for k in order],
-              "validation": sorted((im for im in images if im[5]), key=lambda im: im[0])}
+              "validation": sorted((im for im in images if im.is_val), key=lambda im: im.name)}
     for split, members in splits.items():
         count = max(1, math.ceil(len(members) / RECORDS_PER_SHARD))
         for shard in range(count):
             chunk = members[shard::count]
             path = layout("records", f"{split}-{shard:05d}-of-{count:05d}.tfrecord")
             examples = (records.image_example(
-                data, o, filename=name, image_format="jpeg", height=image_size, width=image_size,
-                scene_label=s, box=np.asarray(box, float)[[0, 1, 2, 3]] / image_size,
-                mask=dataset.mask_in_frame(crop_masks[o, index], box, image_size))
-                for name, o, s, index, box, _, data in chunk)
+                im.jpeg, im.object_label, filename=im.name, image_format="jpeg",
+                height=image_size, width=image_size, scene_label=im.scene_label,
+                box=np.asarray(im.box, float) / image_size,  # (ymin, xmin, ymax, xmax)
+                mask=dataset.mask_in_frame(crop_masks[im.object_label, im.index], im.box,
+                                           image_size))
+                for im in chunk)
             records.write_records(path, examples)
         shards[split] = count
     return shards
@@ -623,7 +632,7 @@ def build_world(output_dir, seed=0, image_size=64, train_per_pair=100, val_per_p
         _write_dog_sets(layout, images, crop_masks, train_per_pair, val_per_pair)
         _write_tcav_sets(layout, seed)
         shards = _write_records(layout, images, crop_masks, image_size, seed)
-        num_val = sum(1 for im in images if im[5])
+        num_val = sum(1 for im in images if im.is_val)
         info = dict(config, object_classes=list(OBJECT_CLASSES), scene_classes=list(SCENE_CLASSES),
                     num_train_images=len(images) - num_val, num_val_images=num_val,
                     record_shards=shards)

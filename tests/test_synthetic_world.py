@@ -122,7 +122,7 @@ def test_boxes_follow_the_pasting_rule_and_match_their_masks(tiny_world):
         r0, c0, r1, c1 = box
         assert 0 <= r0 and r1 <= S - 1 and 0 <= c0 and c1 <= S - 1  # U{0..S-new-1}
     dog_masks = dataset.load_masks(os.path.join(root, "dog_bedroom", "val_mask"))
-    for k, (name, box) in enumerate(
+    for k, (_, box) in enumerate(
             dataset.read_locations(os.path.join(root, "bamboo_forest", "val_loc.txt"))):
         np.testing.assert_array_equal(dog_masks[k], masks[OBJECT_LABEL["dog"] * V + k])
         assert _box_matches_mask(box, dog_masks[k])
