@@ -1,11 +1,17 @@
 """Export a Keras model as a SavedModel that a notebook can load and differentiate.
 
-`export(model, path)` writes a SavedModel with two endpoints, both taking float32 NHWC images of
-the model's input size and any batch size:
+`export(model, path)` writes a SavedModel whose endpoints take float32 NHWC images of the model's
+input size and any batch size:
 
 * `serve` (also the `serving_default` signature): images -> logits `[N, classes]`;
 * `features_and_logits`: images -> `{"features": [N, h, w, k], "logits": [N, classes]}`, the
-  Grad-CAM feature map (`models.feature_layer_name`) and the logits of the same forward pass.
+  Grad-CAM feature map (`models.feature_layer_name`) and the logits of the same forward pass;
+* `cam`: (images, int32 targets `[N]`) -> features, logits and `gradients`, the gradient of each
+  image's target logit with respect to its feature map (what every CAM method needs);
+* `guided`: images -> logits through guided ReLUs (`models.guided`), so input gradients of it are
+  guided-backprop maps; absent (`has_guided` False) when the model has a ReLU it cannot gate.
+
+A model whose last layer applies a softmax is exported without it: endpoints give logits.
 
 Beside it, `assets.extra/model_info.json` records the model's name, input shape, classes, feature
 layer, input space (`preprocessing`) and a content-derived `model_id`. The SavedModel is written
@@ -22,6 +28,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from models import guided as guided_views
 from models import zoo
 from models.errors import MissingPathError, UserError
 from models.files import atomic_output
@@ -75,17 +82,36 @@ def export(model, path, *, preprocessing=None, feature_layer=None, model_id=None
     path = os.fspath(path)
     if os.path.exists(path) and not overwrite:
         raise UserError(f"{path} already exists; pass overwrite=True or choose another path")
+    model = guided_views.logits_model(model)
     features_model, info = _model_info(model, preprocessing, feature_layer, model_id, extra)
-    signature = [tf.TensorSpec([None, *info["input_shape"]], tf.float32, name="images")]
+    image_spec = tf.TensorSpec([None, *info["input_shape"]], tf.float32, name="images")
+    target_spec = tf.TensorSpec([None], tf.int32, name="targets")
+
+    def cam(images, targets):
+        with tf.GradientTape() as tape:
+            features, logits = features_model(images, training=False)
+            score = tf.reduce_sum(tf.gather(logits, targets, batch_dims=1))
+        return {"features": features, "logits": logits,
+                "gradients": tape.gradient(score, features)}
 
     archive = keras.export.ExportArchive()
     archive.track(model)
     archive.add_endpoint("serve", lambda images: model(images, training=False),
-                         input_signature=signature)
+                         input_signature=[image_spec])
     archive.add_endpoint(
         "features_and_logits",
         lambda images: dict(zip(("features", "logits"), features_model(images, training=False))),
-        input_signature=signature)
+        input_signature=[image_spec])
+    archive.add_endpoint("cam", cam, input_signature=[image_spec, target_spec])
+    try:
+        guided = guided_views.guided_model(model)
+    except UserError as error:
+        info["guided_unavailable"] = str(error)
+    else:
+        archive.track(guided)
+        archive.add_endpoint("guided", lambda images: guided(images, training=False),
+                             input_signature=[image_spec])
+    info["has_guided"] = "guided_unavailable" not in info
 
     with atomic_output(path) as temporary:
         archive.write_out(temporary, verbose=False)
@@ -136,6 +162,18 @@ class LoadedModel:
         """(feature map `[N, h, w, k]`, logits `[N, classes]`) from one forward pass."""
         outputs = self._saved.features_and_logits(self._check(images))
         return outputs["features"], outputs["logits"]
+
+    def cam(self, images, targets):
+        """(features, logits, d logit[target] / d features) for CAM methods."""
+        outputs = self._saved.cam(self._check(images), tf.cast(targets, tf.int32))
+        return outputs["features"], outputs["logits"], outputs["gradients"]
+
+    def guided(self, images):
+        """Logits through guided ReLUs: their input gradient is the guided-backprop map."""
+        if not self.info.get("has_guided"):
+            raise UserError(f"model {self.path} has no guided-backprop endpoint: "
+                            f"{self.info.get('guided_unavailable', 're-export it')}")
+        return self._saved.guided(self._check(images))
 
     def __repr__(self):
         return (f"LoadedModel({self.path!r}, name={self.name!r}, input_shape={self.input_shape}, "

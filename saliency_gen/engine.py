@@ -1,0 +1,239 @@
+"""The batched attribution engine: `attribute(model, images, method, targets=None, ...)`.
+
+One work item is (image n, noise sample j, path step i). Items are flattened row-major into one
+stream and cut into chunks of exactly `batch_size` (the last chunk is padded with a valid item
+whose share is dropped). One `tf.function` per (model, method, input shape, batch size) runs a
+`tf.while_loop` over the chunks of a group of images: per chunk it gathers the images, adds the
+noise of each (image, sample), evaluates the method's per-item share (`methods.Plan`) and
+scatter-adds it into a per-(image, sample) accumulator. The noise wrappers then reduce over the
+samples: SmoothGrad = mean, SmoothGrad^2 = mean of squares, VarGrad = population variance
+(float64, clamped at 0).
+
+Noise is stateless, keyed on (seed, method, image id, sample), never on chunk position, and the
+explained class is computed once per image on the clean input; so results do not depend on
+`batch_size` and no image influences another. Images are processed in groups whose accumulators
+fit in `memory_bytes`; that loop is over groups of many images, not over images.
+"""
+import weakref
+import zlib
+
+import numpy as np
+import tensorflow as tf
+
+from models.errors import ShapeError, UserError
+from saliency_gen import adapters, methods, names
+
+_RUNNERS = weakref.WeakKeyDictionary()  # model -> {key: compiled runner}
+
+
+def _method_code(spec, seed):
+    return zlib.crc32(f"{seed}:{spec.name}".encode()) & 0x7FFFFFFF
+
+
+def _noise(ids, samples, method_code, shape):
+    """Standard normal noise [B, H, W, C], one stateless stream per (image id, sample)."""
+    seeds = tf.stack([ids, method_code * (1 << 20) + tf.cast(samples, tf.int64)], axis=1)
+    return tf.map_fn(lambda seed: tf.random.stateless_normal(shape, seed), seeds,
+                     fn_output_signature=tf.float32)
+
+
+class _Runner:
+    """The compiled stream for one (model, method, shape, batch size)."""
+
+    def __init__(self, adapter, spec, shape, batch_size, preprocessing, seed):
+        self.spec = spec
+        self.plan = methods.build_plan(spec, adapter, shape, preprocessing, seed)
+        samples, steps = spec.nsamples, self.plan.steps
+        code = _method_code(spec, seed)
+        contribution = self.plan.contribution
+        height, width, channels = shape
+        chunk = int(batch_size)
+
+        @tf.function(input_signature=[
+            tf.TensorSpec([None, height, width, channels], tf.float32),
+            tf.TensorSpec([None], tf.int32), tf.TensorSpec([None], tf.int64),
+            tf.TensorSpec([None], tf.float32),
+            tf.TensorSpec([None, height, width, channels], tf.float32)])
+        def run(images, targets, ids, sigmas, aux):
+            group = tf.shape(images)[0]
+            total = group * samples * steps
+            slots = group * samples
+            chunks = (total + chunk - 1) // chunk
+
+            def body(index, accumulator):
+                item = index * chunk + tf.range(chunk)
+                valid = item < total
+                item = tf.where(valid, item, 0)
+                image = item // (samples * steps)
+                sample = (item // steps) % samples
+                step = item % steps
+                x = tf.gather(images, image)
+                if samples > 1:
+                    noise = _noise(tf.gather(ids, image), sample, code, [height, width, channels])
+                    x = x + noise * tf.gather(sigmas, image)[:, None, None, None]
+                share = contribution(x, tf.gather(targets, image), step,
+                                     tf.gather(aux, tf.minimum(image, tf.shape(aux)[0] - 1)))
+                slot = tf.where(valid, image * samples + sample, slots)
+                return index + 1, tf.tensor_scatter_nd_add(accumulator, slot[:, None], share)
+
+            accumulator = tf.zeros([slots + 1, height, width, channels])
+            _, accumulator = tf.while_loop(lambda index, _: index < chunks, body,
+                                           [tf.constant(0), accumulator])
+            return accumulator[:slots]
+
+        self.run = run
+
+
+def _runner(adapter, model, spec, shape, batch_size, preprocessing, seed):
+    key = (spec, shape, batch_size, preprocessing, seed if _seed_matters(spec) else None)
+    try:
+        cache = _RUNNERS.setdefault(model, {})
+    except TypeError:  # not weak-referenceable: no caching
+        cache = {}
+    if key not in cache:
+        cache[key] = _Runner(adapter, spec, shape, batch_size, preprocessing, seed)
+    return cache[key]
+
+
+def _seed_matters(spec):
+    options = spec.options
+    return spec.wrapper is not None or spec.base == "rise" or options.get("baseline") == "uniform"
+
+
+def _sigmas(images, spec):
+    if spec.wrapper is None:
+        return np.zeros(len(images), np.float32)
+    options = spec.options
+    if options["noise"] == "absolute":
+        return np.full(len(images), options["stdev"], np.float32)
+    spread = images.reshape(len(images), -1)
+    return (options["stdev_spread"] * (spread.max(axis=1) - spread.min(axis=1))).astype(np.float32)
+
+
+def _reduce_samples(accumulated, spec):
+    if spec.wrapper is None:
+        return accumulated
+    grouped = accumulated.reshape(-1, spec.nsamples, *accumulated.shape[1:]).astype(np.float64)
+    if spec.wrapper == "smoothgrad":
+        return grouped.mean(axis=1)
+    if spec.wrapper == "smoothgrad_sq":
+        return np.square(grouped).mean(axis=1)
+    mean = grouped.mean(axis=1, keepdims=True)
+    return np.maximum(np.square(grouped - mean).mean(axis=1), 0.0)
+
+
+def postprocess(maps, transform="raw", reduce="none"):
+    """The separate post-processing step: transform (raw/abs/relu/square), then channel sum."""
+    maps = np.asarray(maps, np.float32)
+    if transform == "abs":
+        maps = np.abs(maps)
+    elif transform == "relu":
+        maps = np.maximum(maps, 0)
+    elif transform == "square":
+        maps = np.square(maps)
+    if reduce == "sum":
+        maps = maps.sum(axis=-1, keepdims=True)
+    return maps
+
+
+def predict(model, images, batch_size=64):
+    """Logits [N, classes] of `model` on `images`, in batches (inference mode)."""
+    adapter = adapters.adapt(model)
+    images = np.asarray(images, np.float32)
+    outputs = [np.asarray(adapter.logits(tf.constant(images[start:start + batch_size])))
+               for start in range(0, len(images), batch_size)]
+    return np.concatenate(outputs) if outputs else np.zeros((0, adapter.num_classes), np.float32)
+
+
+def _random_maps(images, ids, seed):
+    keys = tf.stack([tf.fill([len(ids)], tf.constant(int(seed) ^ 0x5A17, tf.int64)),
+                     tf.constant(ids, tf.int64)], axis=1)
+    shape = images.shape[1:]
+    return tf.map_fn(lambda key: tf.random.stateless_uniform(shape, key), keys,
+                     fn_output_signature=tf.float32).numpy()
+
+
+def _model_preprocessing(model, adapter):
+    from models import zoo
+
+    if adapter is None:
+        return None
+    if isinstance(adapter, adapters.LoadedAdapter):
+        return adapter.loaded.preprocessing
+    spec = zoo.REGISTRY.get(adapter.name)
+    return spec.preprocessing if spec else None
+
+
+def attribute(model, images, method, targets=None, *, batch_size=64, seed=0, ids=None,
+              preprocessing=None, feature_layer=None, memory_bytes=1 << 28, **params):
+    """Attributions of `model` on `images` [N, H, W, C] (model input space): float32 maps.
+
+    `method` is any name in `saliency_gen.METHODS`: a base method ("integrated_gradients"), a
+    wrapped one ("smoothgrad_sq(integrated_gradients)") or a scheme name ("roar:IG_SG_2",
+    "bam:GC", "idsds:IG-U"). `params` override the method's parameters (e.g. `steps=`,
+    `nsamples=`, `baseline=`, `transform=`, `reduce=`). `targets=None` explains each image's
+    predicted class. `ids` are int64 keys per image for the noise (default: positions).
+    `preprocessing` names the input space for pixel-space baselines ("black"); it defaults to
+    the model's. Output: [N, H, W, C] raw signed maps (CAM and RISE maps upsampled and repeated
+    over C), or [N, H, W, 1] with `reduce="sum"`.
+    """
+    spec = names.resolve(method, **params)
+    images = np.asarray(images, np.float32)
+    if images.ndim != 4:
+        raise ShapeError(f"images have shape {images.shape}; expected [N, H, W, C]")
+    count = len(images)
+    ids = np.arange(count, dtype=np.int64) if ids is None else np.asarray(ids, np.int64)
+    if ids.shape != (count,):
+        raise ShapeError(f"ids have shape {ids.shape}; expected [{count}]")
+    if batch_size < 1:
+        raise UserError(f"batch_size must be at least 1; got {batch_size}")
+    if spec.base == "random":
+        if spec.wrapper:
+            raise UserError("the random control takes no noise wrapper")
+        maps = _random_maps(images, ids, seed)
+        return _finish(maps, images, spec)
+    needs_model = spec.base != "sobel"
+    adapter = adapters.adapt(model, feature_layer) if needs_model else None
+    if adapter is not None and images.shape[1:] != tuple(adapter.input_shape):
+        raise ShapeError(f"images have shape {images.shape}; the model takes "
+                         f"[N, {', '.join(map(str, adapter.input_shape))}]")
+    if count == 0:
+        return np.zeros(images.shape if spec.reduce == "none" else (*images.shape[:3], 1),
+                        np.float32)
+    preprocessing = (preprocessing or _model_preprocessing(model, adapter)
+                     or names.scheme_preprocessing(method))
+    if needs_model:
+        if targets is None:
+            targets = np.argmax(predict(adapter, images, batch_size), axis=1)
+        targets = np.asarray(targets).astype(np.int64).reshape(-1)
+        if targets.shape != (count,):
+            raise ShapeError(f"targets have shape {targets.shape}; expected [{count}]")
+        if targets.min() < 0 or targets.max() >= adapter.num_classes:
+            raise UserError(f"a target class is outside [0, {adapter.num_classes}) for this model")
+    else:
+        targets = np.zeros(count, np.int64)
+    runner = _runner(adapter, model, spec, images.shape[1:], int(batch_size), preprocessing, seed)
+    aux = runner.plan.aux if runner.plan.aux is not None else np.zeros(images.shape[1:], np.float32)
+    aux = aux[None] if aux.ndim == 3 else aux
+    if aux.shape[0] not in (1, count):
+        raise ShapeError(f"a per-image baseline needs {count} images; got {aux.shape[0]}")
+    sigmas = _sigmas(images, spec)
+    per_image = spec.nsamples * int(np.prod(images.shape[1:])) * 4
+    group = max(1, min(count, memory_bytes // per_image))
+    results = []
+    for start in range(0, count, group):  # groups of many images, bounded by memory
+        stop = min(start + group, count)
+        batch_aux = aux if aux.shape[0] == 1 else aux[start:stop]
+        accumulated = runner.run(tf.constant(images[start:stop]),
+                                 tf.constant(targets[start:stop], tf.int32),
+                                 tf.constant(ids[start:stop]),
+                                 tf.constant(sigmas[start:stop]), tf.constant(batch_aux))
+        results.append(_reduce_samples(accumulated.numpy(), spec))
+    return _finish(np.concatenate(results), images, spec)
+
+
+def _finish(maps, images, spec):
+    maps = np.asarray(maps, np.float32)
+    if spec.times_input:
+        maps = maps * images
+    return postprocess(maps, spec.transform, spec.reduce)

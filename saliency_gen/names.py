@@ -1,0 +1,154 @@
+"""Every method name the benchmarks use, resolved to one `MethodSpec` (saliency_methods.md §3).
+
+Accepted forms:
+
+* a base method: `gradient`, `integrated_gradients`, `grad_cam`, ... (`methods.BASE_METHODS`);
+* a noise wrapper over any base: `smoothgrad(gradient)`, `smoothgrad_sq(integrated_gradients)`,
+  `vargrad(guided_backprop)`;
+* a scheme name with its prefix: ROAR generator codes and record keys (`roar:IG_SG_2`,
+  `roar:ig_smooth_2`), BAM abbreviations (`bam:IG-SG`, `bam:GC`) and IDSDS names (`idsds:IG-U`,
+  `idsds:Grad-CAMpp abs`). Scheme names carry their scheme's settings (baselines, quadrature,
+  noise, CAM normalisation, preprocessing); keyword parameters override them.
+"""
+from models.errors import UserError
+from saliency_gen.methods import BASE_METHODS, WRAPPERS, make_spec
+
+# ROAR (saliency_data_gen): logits, J = 25, spread 0.15, IG 25 pair_linspace, black baseline.
+_ROAR_IG = {"baseline": "black"}
+ROAR = {  # generator code: (record key, base, wrapper, params)
+    "SH": ("gradient_image", "gradient", None, {}),
+    "SH_SG": ("gradient_smooth", "gradient", "smoothgrad", {}),
+    "SH_SG_2": ("gradient_smooth_2", "gradient", "smoothgrad_sq", {}),
+    "SH_V": ("gradient_vargrad", "gradient", "vargrad", {}),
+    "IG": ("ig_image", "integrated_gradients", None, _ROAR_IG),
+    "IG_SG": ("ig_smooth", "integrated_gradients", "smoothgrad", _ROAR_IG),
+    "IG_SG_2": ("ig_smooth_2", "integrated_gradients", "smoothgrad_sq", _ROAR_IG),
+    "IG_V": ("IG_vargrad", "integrated_gradients", "vargrad", _ROAR_IG),
+    "GB": ("gb_image", "guided_backprop", None, {}),
+    "GB_SG": ("gb_smooth", "guided_backprop", "smoothgrad", {}),
+    "GB_SG_2": ("gb_smooth_2", "guided_backprop", "smoothgrad_sq", {}),
+    "GB_V": ("GB_vargrad", "guided_backprop", "vargrad", {}),
+    "SOBEL": ("sobel", "sobel", None, {}),
+}
+ROAR_KEYS = {code: entry[0] for code, entry in ROAR.items()}
+
+# BAM (bam/attributions.py): mean-subtracted RGB input, "SG" means SmoothGrad^2.
+_BAM_IG = {"baseline": "black"}
+_BAM_GC = {"cam_normalise": "max", "cam_upsample": "tf1_bilinear"}
+BAM = {  # abbreviation: (base, wrapper, params, times_input)
+    "VG": ("gradient", None, {}, False),
+    "SG": ("gradient", "smoothgrad_sq", {}, False),
+    "GB": ("guided_backprop", None, {}, False),
+    "GB-SG": ("guided_backprop", "smoothgrad_sq", {}, False),
+    "IG": ("integrated_gradients", None, _BAM_IG, False),
+    "IG-SG": ("integrated_gradients", "smoothgrad_sq", _BAM_IG, False),
+    "GC": ("grad_cam", None, _BAM_GC, False),
+    "GC-SG": ("grad_cam", "smoothgrad_sq", _BAM_GC, False),
+    "GGC": ("guided_grad_cam", None, {"cam_upsample": "tf1_bilinear"}, False),
+    "GxI": ("grad_x_input", None, {}, False),
+    "SG-GxI": ("gradient", "smoothgrad_sq", {}, True),
+}
+
+# IDSDS (evaluate.py): ground-truth targets (pass targets=labels), channel sum, Captum noise
+# tunnel J = 4 with absolute sigma 1.0, IG Gauss-Legendre 50 points.
+_IDSDS_SG = {"nsamples": 4, "noise": "absolute", "stdev": 1.0}
+_IDSDS_IG = {"rule": "gausslegendre", "steps": 50}
+_IDSDS_CAM = {"cam_normalise": "minmax", "cam_upsample": "bilinear"}
+_IDSDS_RISE = {"n_masks": 1000, "cells": 8, "p1": 0.1}
+IDSDS = {  # name: (base, wrapper, params)
+    "IxG": ("grad_x_input", None, {}),
+    "IxG-SG": ("grad_x_input", "smoothgrad", _IDSDS_SG),
+    "IG": ("integrated_gradients", None, _IDSDS_IG),
+    "IG-U": ("integrated_gradients", None, dict(_IDSDS_IG, baseline="uniform")),
+    "IG-SG": ("integrated_gradients", "smoothgrad", dict(_IDSDS_IG, **_IDSDS_SG)),
+    "IG-SG-SQ": ("integrated_gradients", "smoothgrad_sq", dict(_IDSDS_IG, **_IDSDS_SG)),
+    "RISE": ("rise", None, _IDSDS_RISE),
+    "RISE-U": ("rise", None, dict(_IDSDS_RISE, baseline="uniform")),
+    "Grad-CAM": ("grad_cam", None, _IDSDS_CAM),
+    "XG-CAM": ("xgrad_cam", None, _IDSDS_CAM),
+    "Layer-CAM": ("layer_cam", None, _IDSDS_CAM),
+    "Grad-CAMpp": ("grad_cam_pp", None, dict(_IDSDS_CAM, alpha="torchcam")),
+}
+IDSDS_ABS = ("IxG", "IxG-SG", "IG", "IG-U", "IG-SG", "IG-SG-SQ", "RISE", "RISE-U")
+
+
+def _all_names():
+    listed = list(BASE_METHODS)
+    listed += [f"{wrapper}({base})" for wrapper in WRAPPERS for base in BASE_METHODS
+               if base != "random"]
+    listed += [f"roar:{code}" for code in ROAR] + [f"roar:{key}" for key, *_ in ROAR.values()]
+    listed += [f"bam:{name}" for name in BAM]
+    listed += [f"idsds:{name}" for name in IDSDS] + [f"idsds:{name} abs" for name in IDSDS_ABS]
+    return tuple(listed)
+
+
+METHODS = _all_names()
+
+
+def _scheme_entry(scheme, name, params):
+    """(base, wrapper, defaults, extras) of a scheme name."""
+    if scheme == "roar":
+        code = name if name in ROAR else next(
+            (c for c, entry in ROAR.items() if entry[0] == name), None)
+        if code is None:
+            raise UserError(f"unknown ROAR method {name!r}; codes: {', '.join(ROAR)}")
+        _, base, wrapper, defaults = ROAR[code]
+        defaults = dict(defaults)
+        if params.pop("legacy_ig_sg_sq_baseline", False) and code == "IG_SG_2":
+            defaults["baseline"] = "zeros"  # the original passed no baseline for IG_SG_2
+        return base, wrapper, defaults, {"preprocessing": "imagenet"}
+    if scheme == "bam":
+        if name not in BAM:
+            raise UserError(f"unknown BAM method {name!r}; names: {', '.join(BAM)}")
+        base, wrapper, defaults, times_input = BAM[name]
+        return base, wrapper, dict(defaults), {"times_input": times_input,
+                                               "preprocessing": "caffe_rgb"}
+    if scheme == "idsds":
+        transform = "raw"
+        if name.endswith(" abs"):
+            name, transform = name[:-4], "abs"
+            if name not in IDSDS_ABS:
+                raise UserError(f"IDSDS has no abs variant of {name!r}")
+        if name not in IDSDS:
+            raise UserError(f"unknown IDSDS method {name!r}; names: {', '.join(IDSDS)}")
+        base, wrapper, defaults = IDSDS[name]
+        return base, wrapper, dict(defaults), {"transform": transform, "reduce": "sum"}
+    raise UserError(f"unknown naming scheme {scheme!r}; use roar:, bam: or idsds:")
+
+
+def resolve(method, **params):
+    """The `MethodSpec` for a method name (see the module docstring) and parameter overrides.
+
+    Besides method parameters, `params` may hold `transform`, `reduce` and `times_input`.
+    Scheme names also carry a `preprocessing` (returned as `spec_preprocessing(method)`).
+    """
+    if not isinstance(method, str) or not method:
+        raise UserError(f"method must be a name; got {method!r}")
+    params = dict(params)
+    extras = {}
+    if ":" in method:
+        scheme, name = method.split(":", 1)
+        base, wrapper, defaults, extras = _scheme_entry(scheme.lower(), name, params)
+        params = dict(defaults, **params)
+    elif "(" in method and method.endswith(")"):
+        wrapper, base = method[:-1].split("(", 1)
+        if wrapper not in WRAPPERS:
+            raise UserError(f"unknown noise wrapper {wrapper!r} in {method!r}; choose one of "
+                            f"{', '.join(WRAPPERS)}")
+    else:
+        base, wrapper = method, None
+        if base not in BASE_METHODS:
+            raise UserError(f"unknown method {method!r}; use a base method "
+                            f"({', '.join(BASE_METHODS)}), wrapper(base) or a scheme name "
+                            "(roar:IG_SG_2, bam:GC, idsds:IG-U); saliency_gen.METHODS lists all")
+    post = {key: params.pop(key, extras.get(key, default)) for key, default in
+            (("transform", "raw"), ("reduce", "none"), ("times_input", False))}
+    return make_spec(base, wrapper, **post, **params)
+
+
+def scheme_preprocessing(method):
+    """The input space a scheme name implies (ROAR: imagenet, BAM: caffe_rgb), else None."""
+    if isinstance(method, str) and ":" in method:
+        scheme = method.split(":", 1)[0].lower()
+        return {"roar": "imagenet", "bam": "caffe_rgb"}.get(scheme)
+    return None
