@@ -9,7 +9,7 @@ scatter-adds it into a per-(image, sample) accumulator. The noise wrappers then 
 samples: SmoothGrad = mean, SmoothGrad^2 = mean of squares, VarGrad = population variance
 (float64, clamped at 0).
 
-Noise is stateless, keyed on (seed, method, image id, sample), never on chunk position, and the
+Noise is stateless, keyed on (seed, base method, image id, sample), never on chunk position, and the
 explained class is computed once per image on the clean input; so results do not depend on
 `batch_size` and no image influences another. Images are processed in groups whose accumulators
 fit in `memory_bytes`; that loop is over groups of many images, not over images.
@@ -27,7 +27,9 @@ _RUNNERS = weakref.WeakKeyDictionary()  # model -> {key: compiled runner}
 
 
 def _method_code(spec, seed):
-    return zlib.crc32(f"{seed}:{spec.name}".encode()) & 0x7FFFFFFF
+    """The noise key of a method: seed and base method, so that SmoothGrad, SmoothGrad^2 and
+    VarGrad of one base use the same samples (VarGrad = SG^2 - SG^2 exactly)."""
+    return zlib.crc32(f"{seed}:{spec.base}".encode()) & 0x7FFFFFFF
 
 
 def _noise(ids, samples, method_code, shape):

@@ -102,9 +102,30 @@ def make_spec(base, wrapper=None, transform="raw", reduce="none", times_input=Fa
     return MethodSpec(base, wrapper, frozen, transform, reduce, times_input)
 
 
+class FrozenArray:
+    """A read-only array parameter (e.g. a baseline image), hashable by shape and bytes."""
+
+    def __init__(self, array):
+        self.array = np.array(array, np.float32)
+        self.array.setflags(write=False)
+        self._key = (self.array.shape, self.array.tobytes())
+
+    def __hash__(self):
+        return hash(self._key)
+
+    def __eq__(self, other):
+        return isinstance(other, FrozenArray) and self._key == other._key
+
+    def __repr__(self):
+        return f"FrozenArray(shape={self.array.shape})"
+
+
 def _freeze(value):
-    if isinstance(value, (list, np.ndarray)):
-        return tuple(np.asarray(value).tolist())
+    if isinstance(value, (np.ndarray, tf.Tensor)) or (
+            isinstance(value, list) and value and isinstance(value[0], (list, np.ndarray))):
+        return FrozenArray(value)
+    if isinstance(value, list):
+        return tuple(value)
     return value
 
 
@@ -179,7 +200,8 @@ def baseline_image(baseline, shape, preprocessing, seed, low_high=(-1.0, 1.0)):
             return rng.uniform(low, high, shape).astype(np.float32)
         raise UserError(f"unknown baseline {baseline!r}; choose zeros, mean, black, uniform or "
                         "pass an array")
-    array = np.asarray(baseline, np.float32)
+    array = baseline.array if isinstance(baseline, FrozenArray) else np.asarray(baseline,
+                                                                                 np.float32)
     if array.shape[-3:] != tuple(shape):
         raise UserError(f"baseline has shape {array.shape}; expected [H, W, C] = {tuple(shape)} "
                         "or [N, H, W, C]")
