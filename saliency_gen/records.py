@@ -57,7 +57,10 @@ SALIENCY_FIELDS = {
     "saliency/model_id": ("bytes", False, 1),
     "saliency/meta": ("bytes", False, 1),
 }
-MAP_DTYPES = ("float16", "float32")
+MAP_DTYPES = ("rank8", "float16", "float32")
+# rank8 bucket cuts, in percent of elements: ROAR's integer percentages plus finer top ranks.
+RANK8_CUT_PERCENTS = tuple(sorted({float(q) for q in range(1, 100)}
+                                  | {q + 0.5 for q in range(28)}))
 CHANNEL_CONVENTIONS = ("none", "sum", "sum_sq")
 LEGACY_MAP_SHAPE = (224, 224, 3)
 
@@ -118,9 +121,47 @@ def image_example(encoded, label, *, filename=None, image_format=None, height=No
     return tf.train.Example(features=tf.train.Features(feature=feature))
 
 
-def encode_map(saliency, dtype="float16"):
-    """Serialises a [H, W, C] map as (bytes, scale): float16 divides by max|map| first, so small
-    gradients do not flush to zero (scale 1 for an all-zero map); float32 is stored as is."""
+def ranking_cut(percent, count):
+    """How many of `count` features the top `percent` % are: ROAR's `int(percent / 100 * count)`."""
+    return int(float(percent) / 100.0 * count)
+
+
+def rank8_encode(saliency):
+    """One byte per element: sign bit + 7-bit bucket of |value| by rank (see `encode_map`)."""
+    flat = np.asarray(saliency, np.float32).ravel()
+    order = np.argsort(-np.abs(flat), kind="stable")  # descending |e|, lower index first on ties
+    ranks = np.empty(flat.size, np.int64)
+    ranks[order] = np.arange(flat.size)
+    cuts = np.array([ranking_cut(p, flat.size) for p in RANK8_CUT_PERCENTS])
+    magnitude = 127 - np.searchsorted(cuts, ranks, side="right")
+    return (((flat < 0).astype(np.uint8) << 7) | magnitude.astype(np.uint8)).reshape(
+        np.shape(saliency))
+
+
+def rank8_decode(codes):
+    """Rank proxies in [-1, 1] from rank8 codes (numpy or tf): sign and bucket, order only."""
+    if isinstance(codes, tf.Tensor):
+        codes = tf.cast(codes, tf.int32)
+        magnitude = tf.cast(codes % 128 + 1, tf.float32) / 128.0
+        return tf.where(codes >= 128, -magnitude, magnitude)
+    codes = np.asarray(codes).astype(np.int32)
+    magnitude = (codes % 128 + 1).astype(np.float32) / 128.0
+    return np.where(codes >= 128, -magnitude, magnitude)
+
+
+def encode_map(saliency, dtype="rank8"):
+    """Serialises a [H, W, C] map as (bytes, scale) in one of three formats:
+
+    * rank8 (default): one byte per element, a quarter of float32. The top bit is the sign, the
+      other 7 bits the bucket of |value| by rank (stable: the lower flat index first on ties, as
+      ROAR's top_k). Bucket cuts lie exactly at ROAR's cut ranks `int(q / 100 * N)` for every
+      integer percentage q (plus half percentages in the top 28%), so the top-q% set by |value|
+      (ROAR's default squared ranking) is exact at every integer percentage. Decoded values are
+      rank proxies in [-1, 1]; `scale` = max|map| for reference only.
+    * float16: divided by max|map| first (scale = max|map|, 1 for an all-zero map), so small
+      gradients do not flush to zero; half of float32.
+    * float32: stored as is (scale 1).
+    """
     saliency = np.asarray(saliency, np.float32)
     if saliency.ndim != 3:
         raise UserError(f"a saliency map must be [H, W, C]; got shape {saliency.shape}")
@@ -129,18 +170,26 @@ def encode_map(saliency, dtype="float16"):
                         "input before writing it")
     if dtype not in MAP_DTYPES:
         raise UserError(f"unknown map dtype {dtype!r}; choose one of {', '.join(MAP_DTYPES)}")
-    scale = 1.0
+    peak = float(np.max(np.abs(saliency))) if saliency.size else 0.0
+    if dtype == "rank8":
+        return rank8_encode(saliency).tobytes(), peak
     if dtype == "float16":
-        peak = float(np.max(np.abs(saliency)))
         scale = peak if peak > 0 else 1.0
-        stored = (saliency / np.float32(scale)).astype(np.float16)
-    else:
-        stored = saliency
-    return tf.io.serialize_tensor(stored).numpy(), scale
+        return tf.io.serialize_tensor((saliency / np.float32(scale)).astype(np.float16)).numpy(), \
+            scale
+    return tf.io.serialize_tensor(saliency).numpy(), 1.0
+
+
+def decode_map(stored, dtype, shape, scale=1.0):
+    """The float32 map (or rank proxies for rank8) from `encode_map`'s bytes (numpy)."""
+    if dtype == "rank8":
+        return rank8_decode(np.frombuffer(stored, np.uint8).reshape(shape))
+    values = tf.io.parse_tensor(stored, tf.as_dtype(dtype)).numpy().astype(np.float32)
+    return values.reshape(shape) * np.float32(scale)
 
 
 def saliency_example(raw_image, label, maps, *, prediction_class=-1, height=0, width=0,
-                     example_key="", model_id="", meta=None, dtype="float16", channels="none"):
+                     example_key="", model_id="", meta=None, dtype="rank8", channels="none"):
     """A v2 saliency record holding the encoded image once and one map per record key.
 
     `maps` = {record key: [H, W, C] array}; `channels` = "none" (C = 3, per element) or "sum" /
@@ -350,7 +399,8 @@ def parse_saliency_record(serialized, key, dtype, map_shape, default_key=""):
     """Parses a saliency record (v2 or the original ROAR layout) for the map under `key`.
 
     Returns {"raw_image", "label", "prediction_class", "example_key", "height", "width",
-    "saliency"} with `saliency` float32 [map_shape], already multiplied by its scale. `dtype` and
+    "saliency"} with `saliency` float32 [map_shape], already multiplied by its scale (rank8: rank
+    proxies in [-1, 1], see `encode_map`). `dtype` and
     `map_shape` are the stored map's (`peek_saliency_format` reads them from a file's first
     record). A legacy record (no `saliency/<key>`) is its float list reshaped to `map_shape`, with
     prediction -1 and `default_key` as its key.
@@ -370,6 +420,8 @@ def parse_saliency_record(serialized, key, dtype, map_shape, default_key=""):
     stored = parsed[f"saliency/{key}"]
 
     def v2_map():
+        if dtype == "rank8":
+            return tf.reshape(rank8_decode(tf.io.decode_raw(stored, tf.uint8)), map_shape)
         values = tf.io.parse_tensor(stored, out_type=tf.as_dtype(dtype))
         values = tf.cast(values, tf.float32) * parsed[f"saliency/{key}/scale"]
         return tf.reshape(values, map_shape)

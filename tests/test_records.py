@@ -47,7 +47,7 @@ def test_float16_maps_keep_tiny_gradients_and_their_ranking():
         R.encode_map(saliency, "int8")
 
 
-@pytest.mark.parametrize("dtype", ["float16", "float32"])
+@pytest.mark.parametrize("dtype", ["rank8", "float16", "float32"])
 def test_saliency_record_round_trip_v2_and_legacy(tmp_path, dtype):
     rng = np.random.default_rng(1)
     first, second = rng.normal(size=(2, 4, 4, 3)).astype(np.float32)
@@ -64,8 +64,15 @@ def test_saliency_record_round_trip_v2_and_legacy(tmp_path, dtype):
     dataset = R.keyed_records([path]).map(lambda key, record: R.parse_saliency_record(
         record, "ig_image", stored_dtype, shape, default_key=key))
     v2, old = list(dataset)
-    tolerance = 1e-3 if dtype == "float16" else 0
-    np.testing.assert_allclose(v2["saliency"].numpy(), first, atol=tolerance * np.abs(first).max())
+    if dtype == "rank8":
+        encoded, scale = R.encode_map(first, "rank8")
+        np.testing.assert_array_equal(v2["saliency"].numpy(),
+                                      R.decode_map(encoded, "rank8", first.shape))
+        np.testing.assert_array_equal(np.sign(v2["saliency"].numpy()), np.sign(first))
+    else:
+        tolerance = 1e-3 if dtype == "float16" else 0
+        np.testing.assert_allclose(v2["saliency"].numpy(), first,
+                                   atol=tolerance * np.abs(first).max())
     assert v2["prediction_class"].numpy() == 5 and v2["example_key"].numpy() == b"k0"
     assert (v2["height"].numpy(), v2["width"].numpy()) == (40, 50)
     np.testing.assert_array_equal(old["saliency"].numpy(), second)
@@ -178,3 +185,27 @@ def test_list_files_is_sorted(tmp_path):
         (tmp_path / name).write_bytes(b"")
     assert [p.rsplit("/", 1)[1] for p in R.list_files(str(tmp_path / "*"))] == \
         ["a-00000", "b-00000", "b-00001"]
+
+
+def _top_k(scores, k):
+    """ROAR's selection: the k largest scores, the lower flat index first on ties."""
+    return set(np.argsort(-scores.ravel(), kind="stable")[:k].tolist())
+
+
+def test_rank8_is_a_quarter_of_float32_and_exact_for_roar_at_every_integer_percent():
+    rng = np.random.default_rng(4)
+    saliency = rng.standard_t(3, size=(224, 224, 3)).astype(np.float32) * 1e-4
+    saliency[:20] = 0.0  # ties: a block of zeros
+    saliency[50:60] = np.float32(2e-4)  # ties: equal non-zero values
+    encoded, scale = R.encode_map(saliency, "rank8")
+    assert len(encoded) == saliency.size == 602_112 // 4
+    assert scale == pytest.approx(np.abs(saliency).max())
+    decoded = R.decode_map(encoded, "rank8", saliency.shape)
+    np.testing.assert_array_equal(np.sign(decoded)[saliency != 0], np.sign(saliency)[saliency != 0])
+    for percent in range(1, 100):
+        k = R.ranking_cut(percent, saliency.size)
+        assert _top_k(np.abs(decoded), k) == _top_k(np.abs(saliency), k), percent
+    assert [R.ranking_cut(q, 150_528) for q in (10, 30, 50, 70, 90)] == \
+        [15_052, 45_158, 75_264, 105_369, 135_475]
+    assert [R.ranking_cut(q, 50_176) for q in (10, 30, 50, 70, 90)] == \
+        [5_017, 15_052, 25_088, 35_123, 45_158]
