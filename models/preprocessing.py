@@ -119,10 +119,21 @@ def load_bam_image(source, size=224):
 # ImageNet style (ROAR): decode to [0, 1] floats, bicubic resize of the shorter side, centre crop.
 
 
-def decode_image(encoded):
-    """Decodes JPEG/PNG/GIF/BMP bytes to float32 RGB in [0, 1], always 3 channels (tf op)."""
-    image = tf.io.decode_image(encoded, channels=3, expand_animations=False)
-    return tf.image.convert_image_dtype(image, tf.float32)
+def decode_image(encoded, accurate=True):
+    """Decodes JPEG/PNG/GIF/BMP bytes to float32 RGB in [0, 1], always 3 channels (tf op).
+
+    `accurate=True` decodes JPEGs with the accurate integer IDCT, which gives exactly PIL's pixels
+    (so an image is the same in BAM, which reads with PIL, and in TF pipelines); False uses TF's
+    default fast IDCT (up to 4 levels different), as the original ROAR generator did.
+    """
+    def exact_jpeg():
+        return tf.io.decode_jpeg(encoded, channels=3, dct_method="INTEGER_ACCURATE")
+
+    def any_format():
+        return tf.io.decode_image(encoded, channels=3, expand_animations=False)
+
+    image = tf.cond(tf.io.is_jpeg(encoded), exact_jpeg, any_format) if accurate else any_format()
+    return tf.image.convert_image_dtype(tf.ensure_shape(image, [None, None, 3]), tf.float32)
 
 
 def _resize_bicubic(image, height, width, legacy):

@@ -66,6 +66,19 @@ def test_decode_image_always_gives_three_channels(mode):
     assert 0.0 <= decoded.min() and decoded.max() <= 1.0
 
 
+def test_jpeg_decoding_matches_pil_unless_legacy(tmp_path):
+    rng = np.random.default_rng(6)
+    smooth = np.cumsum(rng.integers(-9, 10, (48, 40, 3)), axis=1) % 256
+    path = tmp_path / "image.jpg"
+    Image.fromarray(smooth.astype(np.uint8)).save(path, "JPEG")
+    data = tf.constant(path.read_bytes())
+    pil = P.load_bam_pixels(str(path))
+    accurate = np.round(P.decode_image(data).numpy() * 255).astype(np.uint8)
+    np.testing.assert_array_equal(accurate, pil)
+    fast = np.round(P.decode_image(data, accurate=False).numpy() * 255).astype(np.uint8)
+    assert np.any(fast != pil)
+
+
 def test_center_crop_is_roar_crop_224():
     image = np.random.default_rng(3).uniform(0, 1, (300, 400, 3)).astype(np.float32)
     cropped = P.center_crop(image).numpy()

@@ -1,0 +1,124 @@
+"""The saliency-record generator: outputs, resume, sharding, clear errors."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras
+import models
+import saliency_gen
+from models.preprocessing import input_space, load_bam_pixels
+from saliency_gen import generate, records
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def exported(tiny_world, tmp_path_factory):
+    keras.utils.set_random_seed(0)
+    model = models.build("small_cnn", 10, (64, 64, 3), width=4)
+    path = str(tmp_path_factory.mktemp("model") / "obj")
+    models.export(model, path)
+    return path, model
+
+
+def test_generator_writes_one_shard_per_input_and_resumes(tiny_world, exported, tmp_path):
+    root, _ = tiny_world
+    model_path, model = exported
+    pattern = os.path.join(root, "records", "validation-*")
+    out = str(tmp_path / "maps")
+    result = generate.generate(pattern, model_path, ["roar:SH", "bam:GC"], out,
+                               batch_size=7, chunk_size=16, progress_bar=False)
+    assert result["images"] == 2 * 300 and result["skipped"] == 0
+    shard = "validation-00000-of-00001.tfrecord"
+    for folder, key in (("SH", "gradient_image"), ("bam_GC", "bam_GC")):
+        path = os.path.join(out, folder, shard)
+        assert records.check_file(path, "saliency", key=key) == 300
+    path = os.path.join(out, "SH", shard)
+    dtype, shape, legacy = records.peek_saliency_format(path, "gradient_image")
+    assert (dtype, shape, legacy) == ("rank8", (64, 64, 3), False)
+    parsed = list(records.keyed_records([path]).map(lambda k, r: records.parse_saliency_record(
+        r, "gradient_image", dtype, shape, default_key=k)).take(3))
+    names = [p["example_key"].numpy().decode() for p in parsed]
+    assert names == sorted(names) and names[0].endswith(".jpg")
+    # The stored map is the engine's map of the same input, ranked exactly.
+    pixels = np.stack([load_bam_pixels(os.path.join(root, "obj", "val", n)) for n in names])
+    images = input_space("caffe_rgb").from_uint8(pixels)
+    expected = saliency_gen.attribute(model, images, "roar:SH")
+    for n, p in enumerate(parsed):
+        stored = p["saliency"].numpy()
+        assert p["prediction_class"].numpy() == np.argmax(model(images[n:n + 1]))
+        top = np.argsort(-np.abs(expected[n]).ravel(), kind="stable")[:1228]
+        assert set(np.argsort(-np.abs(stored).ravel(), kind="stable")[:1228]) == set(top)
+        assert p["label"].numpy() == records.parse_image_record(
+            next(iter(tf.data.TFRecordDataset(pattern.replace("*", "00000-of-00001.tfrecord"))
+                      .skip(n)))).get("label").numpy()
+    again = generate.generate(pattern, model_path, ["roar:SH", "bam:GC"], out,
+                              progress_bar=False)
+    assert again["images"] == 0 and again["skipped"] == 1
+    # An unfinished shard (only its temporary file) is redone.
+    os.remove(os.path.join(out, "SH", shard))
+    (tmp_path / "maps" / "SH" / f"{shard}.tmp-999").write_bytes(b"partial")
+    redo = generate.generate(pattern, model_path, ["roar:SH", "bam:GC"], out, progress_bar=False)
+    assert redo["images"] == 300 and os.path.exists(os.path.join(out, "SH", shard))
+
+
+def test_sharding_splits_input_files(tiny_world, exported, tmp_path):
+    root, _ = tiny_world
+    model_path, _ = exported
+    pattern = os.path.join(root, "records", "*.tfrecord")  # train and validation shards
+    first = generate.generate(pattern, model_path, ["gradient"], str(tmp_path), num_shards=2,
+                              shard_index=0, progress_bar=False)
+    second = generate.generate(pattern, model_path, ["gradient"], str(tmp_path), num_shards=2,
+                               shard_index=1, progress_bar=False)
+    assert first["written"] == second["written"] == 1
+    assert sorted(os.listdir(tmp_path / "gradient")) == [
+        "train-00000-of-00001.tfrecord", "validation-00000-of-00001.tfrecord"]
+    with pytest.raises(models.UserError, match=r"--shard_index=2 must be in \[0, --num_shards=2\)"):
+        generate.generate(pattern, model_path, ["gradient"], str(tmp_path), num_shards=2,
+                          shard_index=2)
+
+
+def test_labels_the_model_cannot_predict_are_a_clear_error(tiny_world, tmp_path):
+    root, _ = tiny_world
+    small = models.build("small_cnn", 5, (64, 64, 3), width=4)
+    models.export(small, tmp_path / "five")
+    with pytest.raises(models.RecordError, match=r"validation-00000-of-00001.tfrecord: record "
+                                                 r"\d+: label \d is outside the model's 5 classes"):
+        generate.generate(os.path.join(root, "records", "validation-*"), str(tmp_path / "five"),
+                          ["gradient"], str(tmp_path / "out"), progress_bar=False)
+    assert not os.path.exists(tmp_path / "out" / "gradient" / "validation-00000-of-00001.tfrecord")
+
+
+def test_binary_reports_errors_in_one_line(tiny_world, exported, tmp_path):
+    root, _ = tiny_world
+    model_path, _ = exported
+    corrupt = tmp_path / "bad.tfrecord"
+    data = open(os.path.join(root, "records", "validation-00000-of-00001.tfrecord"), "rb").read()
+    corrupt.write_bytes(data[:5000])
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "saliency_gen.generate", *args], cwd=REPO,
+                              capture_output=True, text=True, timeout=300)
+
+    cases = [
+        ([f"--input_pattern={corrupt}", f"--model_path={model_path}",
+          f"--output_dir={tmp_path / 'o'}"], "bad.tfrecord: record"),
+        ([f"--input_pattern={corrupt}", f"--model_path={model_path}",
+          f"--output_dir={tmp_path / 'o'}", "--saliency_method=deep_taylor"],
+         "unknown method 'deep_taylor'"),
+        ([f"--input_pattern={tmp_path}/none-*", f"--model_path={model_path}",
+          f"--output_dir={tmp_path / 'o'}"], "no files match --input_pattern="),
+    ]
+    for args, message in cases:
+        done = run(*args)
+        errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+        assert done.returncode == 2 and len(errors) == 1 and message in errors[0], done.stderr
+        assert "Traceback" not in done.stderr
+    done = run(f"--input_pattern={root}/records/validation-*", f"--model_path={model_path}",
+               f"--output_dir={tmp_path / 'ok'}", "--saliency_method=sobel", "--dtype=float16")
+    assert done.returncode == 0, done.stderr
+    assert "images/s" in done.stdout.splitlines()[-1]
