@@ -5,9 +5,9 @@ stream and cut into chunks of exactly `batch_size` (the last chunk is padded wit
 whose share is dropped). One `tf.function` per (model, method, input shape, batch size) runs a
 `tf.while_loop` over the chunks of a group of images: per chunk it gathers the images, adds the
 noise of each (image, sample), evaluates the method's per-item share (`methods.Plan`) and
-scatter-adds it into a per-(image, sample) accumulator. The noise wrappers then reduce over the
-samples: SmoothGrad = mean, SmoothGrad^2 = mean of squares, VarGrad = population variance
-(float64, clamped at 0).
+scatter-adds it into the group's accumulators (see `_Runner`). The noise wrappers reduce over the
+samples inside the function: SmoothGrad = mean, SmoothGrad^2 = mean of squares, VarGrad =
+population variance (float64, clamped at 0).
 
 Noise is stateless, keyed on (seed, base method, image id, sample), never on chunk position, and the
 explained class is computed once per image on the clean input; so results do not depend on
@@ -32,20 +32,29 @@ def _method_code(spec, seed):
     return zlib.crc32(f"{seed}:{spec.base}".encode()) & 0x7FFFFFFF
 
 
-def _noise(ids, samples, method_code, shape):
-    """Standard normal noise [B, H, W, C], one stateless stream per (image id, sample)."""
-    seeds = tf.stack([ids, method_code * (1 << 20) + tf.cast(samples, tf.int64)], axis=1)
-    return tf.map_fn(lambda seed: tf.random.stateless_normal(shape, seed), seeds,
+def _group_noise(ids, samples, method_code, shape):
+    """Standard normal noise [G, J, H, W, C]: one stateless stream per (method, image id), from
+    which sample j is the j-th slice; so it never depends on chunking or batch mates."""
+    seeds = tf.stack([ids, tf.fill(tf.shape(ids), tf.cast(method_code, tf.int64))], axis=1)
+    return tf.map_fn(lambda seed: tf.random.stateless_normal([samples, *shape], seed), seeds,
                      fn_output_signature=tf.float32)
 
 
 class _Runner:
-    """The compiled stream for one (model, method, shape, batch size)."""
+    """The compiled stream for one (model, method, shape, chunk size).
+
+    Accumulators: without a wrapper, one map per image. With a wrapper over a one-item method,
+    per-image float64 sums of the sample maps and of their squares (the J sample maps are never
+    stored). With a wrapper over a multi-step method (IG), one float32 map per (image, sample),
+    reduced over samples at the end of the group. All reductions happen inside the function.
+    """
 
     def __init__(self, adapter, spec, shape, batch_size, preprocessing, seed):
         self.spec = spec
         self.plan = methods.build_plan(spec, adapter, shape, preprocessing, seed)
         samples, steps = spec.nsamples, self.plan.steps
+        wrapper = spec.wrapper
+        per_sample_slots = wrapper is not None and steps > 1
         code = _method_code(spec, seed)
         contribution = self.plan.contribution
         height, width, channels = shape
@@ -59,10 +68,14 @@ class _Runner:
         def run(images, targets, ids, sigmas, aux):
             group = tf.shape(images)[0]
             total = group * samples * steps
-            slots = group * samples
             chunks = (total + chunk - 1) // chunk
+            if wrapper is not None:
+                noise = _group_noise(ids, samples, code, [height, width, channels])
+                noise = noise * sigmas[:, None, None, None, None]
+            slots = group * samples if per_sample_slots else group
+            dtype = tf.float64 if wrapper is not None and not per_sample_slots else tf.float32
 
-            def body(index, accumulator):
+            def body(index, total_sum, total_squares):
                 item = index * chunk + tf.range(chunk)
                 valid = item < total
                 item = tf.where(valid, item, 0)
@@ -70,18 +83,39 @@ class _Runner:
                 sample = (item // steps) % samples
                 step = item % steps
                 x = tf.gather(images, image)
-                if samples > 1:
-                    noise = _noise(tf.gather(ids, image), sample, code, [height, width, channels])
-                    x = x + noise * tf.gather(sigmas, image)[:, None, None, None]
+                if wrapper is not None:
+                    x = x + tf.gather_nd(noise, tf.stack([image, sample], axis=1))
                 share = contribution(x, tf.gather(targets, image), step,
                                      tf.gather(aux, tf.minimum(image, tf.shape(aux)[0] - 1)))
-                slot = tf.where(valid, image * samples + sample, slots)
-                return index + 1, tf.tensor_scatter_nd_add(accumulator, slot[:, None], share)
+                slot = image * samples + sample if per_sample_slots else image
+                slot = tf.where(valid, slot, slots)[:, None]  # padding goes to a dropped slot
+                share = tf.cast(share, dtype)
+                total_sum = tf.tensor_scatter_nd_add(total_sum, slot, share)
+                if dtype == tf.float64:
+                    total_squares = tf.tensor_scatter_nd_add(total_squares, slot,
+                                                             tf.square(share))
+                return index + 1, total_sum, total_squares
 
-            accumulator = tf.zeros([slots + 1, height, width, channels])
-            _, accumulator = tf.while_loop(lambda index, _: index < chunks, body,
-                                           [tf.constant(0), accumulator])
-            return accumulator[:slots]
+            zeros = tf.zeros([slots + 1, height, width, channels], dtype)
+            squares = zeros if dtype == tf.float64 else tf.zeros([1, 1, 1, 1], dtype)
+            _, total_sum, total_squares = tf.while_loop(
+                lambda index, *_: index < chunks, body, [tf.constant(0), zeros, squares])
+            total_sum = total_sum[:slots]
+            if wrapper is None:
+                return total_sum
+            if per_sample_slots:
+                maps = tf.reshape(tf.cast(total_sum, tf.float64),
+                                  [group, samples, height, width, channels])
+                mean = tf.reduce_mean(maps, axis=1)
+                mean_square = tf.reduce_mean(tf.square(maps), axis=1)
+            else:
+                mean = total_sum / samples
+                mean_square = total_squares[:slots] / samples
+            if wrapper == "smoothgrad":
+                return tf.cast(mean, tf.float32)
+            if wrapper == "smoothgrad_sq":
+                return tf.cast(mean_square, tf.float32)
+            return tf.cast(tf.maximum(mean_square - tf.square(mean), 0.0), tf.float32)
 
         self.run = run
 
@@ -110,18 +144,6 @@ def _sigmas(images, spec):
         return np.full(len(images), options["stdev"], np.float32)
     spread = images.reshape(len(images), -1)
     return (options["stdev_spread"] * (spread.max(axis=1) - spread.min(axis=1))).astype(np.float32)
-
-
-def _reduce_samples(accumulated, spec):
-    if spec.wrapper is None:
-        return accumulated
-    grouped = accumulated.reshape(-1, spec.nsamples, *accumulated.shape[1:]).astype(np.float64)
-    if spec.wrapper == "smoothgrad":
-        return grouped.mean(axis=1)
-    if spec.wrapper == "smoothgrad_sq":
-        return np.square(grouped).mean(axis=1)
-    mean = grouped.mean(axis=1, keepdims=True)
-    return np.maximum(np.square(grouped - mean).mean(axis=1), 0.0)
 
 
 def postprocess(maps, transform="raw", reduce="none"):
@@ -214,14 +236,17 @@ def attribute(model, images, method, targets=None, *, batch_size=64, seed=0, ids
             raise UserError(f"a target class is outside [0, {adapter.num_classes}) for this model")
     else:
         targets = np.zeros(count, np.int64)
-    runner = _runner(adapter, model, spec, images.shape[1:], int(batch_size), preprocessing, seed)
+    sigmas = _sigmas(images, spec)
+    per_image = spec.nsamples * int(np.prod(images.shape[1:])) * 4
+    group = max(1, min(count, memory_bytes // per_image))
+    # A chunk never exceeds the items of a group, so small jobs are not padded.
+    plan_steps = methods.plan_steps(spec, images.shape[1:])
+    chunk = int(min(batch_size, group * spec.nsamples * plan_steps))
+    runner = _runner(adapter, model, spec, images.shape[1:], chunk, preprocessing, seed)
     aux = runner.plan.aux if runner.plan.aux is not None else np.zeros(images.shape[1:], np.float32)
     aux = aux[None] if aux.ndim == 3 else aux
     if aux.shape[0] not in (1, count):
         raise ShapeError(f"a per-image baseline needs {count} images; got {aux.shape[0]}")
-    sigmas = _sigmas(images, spec)
-    per_image = spec.nsamples * int(np.prod(images.shape[1:])) * 4
-    group = max(1, min(count, memory_bytes // per_image))
     results = []
     for start in range(0, count, group):  # groups of many images, bounded by memory
         stop = min(start + group, count)
@@ -230,7 +255,7 @@ def attribute(model, images, method, targets=None, *, batch_size=64, seed=0, ids
                                  tf.constant(targets[start:stop], tf.int32),
                                  tf.constant(ids[start:stop]),
                                  tf.constant(sigmas[start:stop]), tf.constant(batch_aux))
-        results.append(_reduce_samples(accumulated.numpy(), spec))
+        results.append(accumulated.numpy())
     return _finish(np.concatenate(results), images, spec)
 
 

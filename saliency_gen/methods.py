@@ -274,6 +274,21 @@ class Plan:
     aux: np.ndarray = None  # per-run [H, W, C] or per-image [N, H, W, C] (baselines)
 
 
+def plan_steps(spec, shape):
+    """Items per (image, sample) of `spec.base`, without building its plan."""
+    options = spec.options
+    if spec.base == "integrated_gradients":
+        return int(options["steps"])
+    if spec.base == "rise":
+        return int(options["n_masks"])
+    if spec.base == "occlusion":
+        height, width, _ = shape
+        size, stride = int(options["size"]), int(options["stride"])
+        return 1 + len(range(0, height - size + 1, stride)) * len(range(0, width - size + 1,
+                                                                          stride))
+    return 1
+
+
 def _input_gradient(function, x, targets):
     with tf.GradientTape() as tape:
         tape.watch(x)
