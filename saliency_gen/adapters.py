@@ -29,18 +29,23 @@ class KerasAdapter:
         self._features_model = None
         self._guided = None
 
+    def prepare(self, guided=False, cam=False):
+        """Builds the guided and CAM views eagerly (never while a tf.function traces)."""
+        if guided and self._guided is None:
+            self._guided = guided_views.guided_model(self.model)
+        if cam and self._features_model is None:
+            self._features_model = models.features_and_logits_model(self.model,
+                                                                     self._feature_layer)
+
     def logits(self, x):
         return self.model(x, training=False)
 
     def guided_logits(self, x):
-        if self._guided is None:
-            self._guided = guided_views.guided_model(self.model)
+        self.prepare(guided=True)
         return self._guided(x, training=False)
 
     def cam(self, x, targets):
-        if self._features_model is None:
-            self._features_model = models.features_and_logits_model(self.model,
-                                                                     self._feature_layer)
+        self.prepare(cam=True)
         with tf.GradientTape() as tape:
             features, logits = self._features_model(x, training=False)
             score = tf.reduce_sum(tf.gather(logits, targets, batch_dims=1))
@@ -58,6 +63,11 @@ class LoadedAdapter:
         self.input_shape = loaded.input_shape
         self.num_classes = loaded.num_classes
         self.name = loaded.name
+
+    def prepare(self, guided=False, cam=False):
+        """Nothing to build: the exported endpoints exist (`guided` may be absent)."""
+        if guided and not self.loaded.info.get("has_guided"):
+            self.loaded.guided  # noqa: B018 - raises the clear error early
 
     def logits(self, x):
         return self.loaded(x)

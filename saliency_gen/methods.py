@@ -305,6 +305,9 @@ def build_plan(spec, adapter, shape, preprocessing, seed):
     height, width, channels = shape
     p = spec.options
     base = spec.base
+    if adapter is not None:
+        adapter.prepare(guided=base in ("guided_backprop", "guided_grad_cam"),
+                        cam=base in CAM_METHODS or base == "guided_grad_cam")
 
     if base in ("gradient", "grad_x_input"):
         def gradient(x, targets, step, aux):

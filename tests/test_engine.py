@@ -297,6 +297,14 @@ def test_guided_backprop_matches_gradient_override_map_and_differs_from_gradient
     assert not np.allclose(ours, plain, atol=1e-3 * np.abs(plain).max())
 
 
+def test_compiled_models_work_for_guided_and_cam_methods():
+    model = _cnn()
+    model.compile(keras.optimizers.Adam(1e-3), "mse")  # clone_model serialises the optimizer
+    images = _images(2) * 30
+    assert np.abs(saliency_gen.attribute(model, images, "guided_backprop")).max() > 0
+    assert saliency_gen.attribute(model, images, "guided_grad_cam").shape == images.shape
+
+
 def test_exported_model_gives_the_same_maps(tmp_path):
     model = _cnn()
     models.export(model, tmp_path / "m")

@@ -1,0 +1,96 @@
+"""Measures how well compact saliency maps (rank8, float16) keep the rankings ROAR and ROAD use.
+
+    python scripts/measure_compact_maps.py [--world_dir=/tmp/bam_world --num_images=1000]
+
+Builds (or reuses) the default synthetic world, trains small_cnn on object labels for one epoch,
+computes maps for --num_images validation images per method, stores each map as rank8 and as
+float16 through the record codec, decodes it, and compares the selected sets with those of the
+float32 map at ROAR's ratios (10..90%):
+
+* element |e| (ROAR's default: squared values, per channel element);
+* element signed (`--squared_value=false`);
+* pixel sum of squares (ROAR `--ranking_unit=pixel`);
+* pixel signed sum (ROAD).
+
+Selection is ROAR's: the top k = int(q * N) scores, the lower flat index first on ties. Prints the
+mean and minimum IoU over images and ratios, and the map bytes per element.
+"""
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numpy as np  # noqa: E402
+from absl import flags  # noqa: E402
+
+import saliency_gen  # noqa: E402
+from bam import dataset, synthetic, train  # noqa: E402
+from models.errors import run_main  # noqa: E402
+from models.preprocessing import INPUT_SPACES, load_bam_pixels  # noqa: E402
+from saliency_gen import records  # noqa: E402
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("world_dir", "/tmp/bam_world", "Synthetic world (built if missing).")
+flags.DEFINE_integer("num_images", 1000, "Validation images per method.")
+flags.DEFINE_string("methods", "gradient,integrated_gradients,guided_backprop,"
+                    "smoothgrad_sq(gradient),vargrad(gradient)", "Methods to measure.")
+
+PERCENTS = (10, 20, 30, 40, 50, 60, 70, 80, 90)
+
+
+def _selected(scores, k):
+    return np.argsort(-scores.ravel(), kind="stable")[:k]
+
+
+def _iou(first, second):
+    first, second = set(first.tolist()), set(second.tolist())
+    return len(first & second) / max(1, len(first | second))
+
+
+RANKINGS = {
+    "element |e|": lambda m: np.abs(m),
+    "element signed": lambda m: m,
+    "pixel sum of squares": lambda m: np.square(m).sum(-1),
+    "pixel signed sum": lambda m: m.sum(-1),
+}
+
+
+def agreement(maps, dtype):
+    """{ranking: (mean IoU, min IoU)} of decoded `dtype` maps against the float32 maps."""
+    scores = {name: [] for name in RANKINGS}
+    for saliency in maps:
+        encoded, scale = records.encode_map(saliency, dtype)
+        decoded = records.decode_map(encoded, dtype, saliency.shape, scale)
+        for name, rank in RANKINGS.items():
+            truth, approx = rank(saliency), rank(decoded)
+            for percent in PERCENTS:
+                k = records.ranking_cut(percent, truth.size)
+                scores[name].append(_iou(_selected(truth, k), _selected(approx, k)))
+    return {name: (float(np.mean(v)), float(np.min(v))) for name, v in scores.items()}
+
+
+def main(argv):
+    del argv
+    synthetic.build_world(FLAGS.world_dir, seed=0)
+    model, report = train.train_classifier(FLAGS.world_dir, "obj", "small_cnn", epochs=1)
+    listing = dataset.val_listing(os.path.join(FLAGS.world_dir, "obj"))[:FLAGS.num_images]
+    pixels = np.stack([load_bam_pixels(path) for path, _ in listing])
+    images = INPUT_SPACES["caffe_rgb"].from_uint8(pixels)
+    print(f"small_cnn, 1 epoch (val accuracy {report['val_accuracy']:.3f}); {len(images)} "
+          f"images of {images.shape[1]}x{images.shape[2]}; IoU of ROAR's selected sets vs "
+          f"float32 at {PERCENTS[0]}..{PERCENTS[-1]}%: mean / min over images and ratios")
+    print(f"{'method':<26}{'dtype':<9}" + "".join(f"{name:>24}" for name in RANKINGS))
+    for method in FLAGS.methods.split(","):
+        maps = saliency_gen.attribute(model, images, method, batch_size=128)
+        for dtype in ("rank8", "float16"):
+            result = agreement(maps, dtype)
+            cells = "".join(f"{mean:>16.5f} / {low:.3f}" for mean, low in result.values())
+            print(f"{method:<26}{dtype:<9}{cells}")
+    size = int(np.prod(images.shape[1:]))
+    print(f"\nbytes per element: rank8 1 ({size} per map, a quarter of float32), float16 2, "
+          "float32 4")
+
+
+if __name__ == "__main__":
+    run_main(main)
