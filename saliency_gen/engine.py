@@ -21,7 +21,7 @@ import numpy as np
 import tensorflow as tf
 
 from models.errors import ShapeError, UserError
-from saliency_gen import adapters, methods, names
+from saliency_gen import adapters, methods, names, smooth_cam
 
 _RUNNERS = weakref.WeakKeyDictionary()  # model -> {key: compiled runner}
 
@@ -120,20 +120,26 @@ class _Runner:
         self.run = run
 
 
-def _runner(adapter, model, spec, shape, batch_size, preprocessing, seed):
-    key = (spec, shape, batch_size, preprocessing, seed if _seed_matters(spec) else None)
+def _cached(model, key, build):
     try:
         cache = _RUNNERS.setdefault(model, {})
     except TypeError:  # not weak-referenceable: no caching
         cache = {}
     if key not in cache:
-        cache[key] = _Runner(adapter, spec, shape, batch_size, preprocessing, seed)
+        cache[key] = build()
     return cache[key]
+
+
+def _runner(adapter, model, spec, shape, batch_size, preprocessing, seed):
+    key = (spec, shape, batch_size, preprocessing, seed if _seed_matters(spec) else None)
+    return _cached(model, key,
+                   lambda: _Runner(adapter, spec, shape, batch_size, preprocessing, seed))
 
 
 def _seed_matters(spec):
     options = spec.options
-    return spec.wrapper is not None or spec.base == "rise" or options.get("baseline") == "uniform"
+    return (spec.wrapper is not None or spec.base in ("rise", "sg_grad_cam_pp")
+            or options.get("baseline") == "uniform")
 
 
 def _sigmas(images, spec):
@@ -201,6 +207,12 @@ def attribute(model, images, method, targets=None, *, batch_size=64, seed=0, ids
     the model's. Output: [N, H, W, C] raw signed maps (CAM and RISE maps upsampled and repeated
     over C), or [N, H, W, 1] with `reduce="sum"`.
     """
+    if method in names.PRODUCTS:
+        first, second = (attribute(model, images, part, targets, batch_size=batch_size,
+                                   seed=seed, ids=ids, preprocessing=preprocessing,
+                                   feature_layer=feature_layer, memory_bytes=memory_bytes,
+                                   **params) for part in names.PRODUCTS[method])
+        return first * second
     spec = names.resolve(method, **params)
     images = np.asarray(images, np.float32)
     if images.ndim != 4:
@@ -236,9 +248,20 @@ def attribute(model, images, method, targets=None, *, batch_size=64, seed=0, ids
             raise UserError(f"a target class is outside [0, {adapter.num_classes}) for this model")
     else:
         targets = np.zeros(count, np.int64)
-    sigmas = _sigmas(images, spec)
-    per_image = spec.nsamples * int(np.prod(images.shape[1:])) * 4
+    samples = int(spec.options.get("nsamples", 1)) if spec.base == "sg_grad_cam_pp" \
+        else spec.nsamples
+    per_image = samples * int(np.prod(images.shape[1:])) * 4
     group = max(1, min(count, memory_bytes // per_image))
+    if spec.base == "sg_grad_cam_pp":
+        chunk = int(min(batch_size, group * (samples + 1)))
+        run = _cached(model, (spec, images.shape[1:], chunk, seed), lambda: smooth_cam.build_runner(
+            adapter, spec, images.shape[1:], chunk, _group_noise, _method_code(spec, seed)))
+        maps = [run(tf.constant(images[start:start + group]),
+                    tf.constant(targets[start:start + group], tf.int32),
+                    tf.constant(ids[start:start + group])).numpy()
+                for start in range(0, count, group)]  # groups of many images
+        return _finish(np.concatenate(maps), images, spec)
+    sigmas = _sigmas(images, spec)
     # A chunk never exceeds the items of a group, so small jobs are not padded.
     plan_steps = methods.plan_steps(spec, images.shape[1:])
     chunk = int(min(batch_size, group * spec.nsamples * plan_steps))

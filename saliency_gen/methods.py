@@ -26,8 +26,9 @@ from models.errors import UserError
 from models.preprocessing import input_space
 
 BASE_METHODS = ("gradient", "grad_x_input", "integrated_gradients", "guided_backprop",
-                "grad_cam", "grad_cam_pp", "xgrad_cam", "layer_cam", "guided_grad_cam", "rise",
-                "occlusion", "sobel", "random")
+                "grad_cam", "grad_cam_pp", "xgrad_cam", "layer_cam", "guided_grad_cam",
+                "sg_grad_cam_pp", "rise", "occlusion", "sobel", "random")
+UNWRAPPABLE = ("random", "sg_grad_cam_pp")  # no noise wrapper: a control, already smoothed
 WRAPPERS = ("smoothgrad", "smoothgrad_sq", "vargrad")
 CAM_METHODS = ("grad_cam", "grad_cam_pp", "xgrad_cam", "layer_cam")
 
@@ -43,6 +44,8 @@ BASE_PARAMS = {
     "xgrad_cam": {"cam_normalise": "none", "cam_upsample": "bilinear"},
     "layer_cam": {"cam_normalise": "none", "cam_upsample": "bilinear"},
     "guided_grad_cam": {"cam_upsample": "bilinear"},
+    "sg_grad_cam_pp": {"nsamples": 4, "stdev": 0.3, "variant": "mean", "cam_normalise": "none",
+                       "cam_upsample": "bilinear"},
     "rise": {"n_masks": 6000, "cells": 8, "p1": 0.1, "baseline": "zeros",
              "baseline_range": (-1.0, 1.0)},
     "occlusion": {"size": 15, "stride": 1, "value": 0.0},
@@ -86,6 +89,8 @@ def make_spec(base, wrapper=None, transform="raw", reduce="none", times_input=Fa
         raise UserError(f"unknown method {base!r}; see saliency_gen.METHODS for every name")
     if wrapper is not None and wrapper not in WRAPPERS:
         raise UserError(f"unknown noise wrapper {wrapper!r}; choose one of {', '.join(WRAPPERS)}")
+    if wrapper is not None and base in UNWRAPPABLE:
+        raise UserError(f"{base} takes no noise wrapper")
     accepted = dict(BASE_PARAMS[base], **(WRAPPER_PARAMS if wrapper else {}))
     unknown = sorted(set(params) - set(accepted))
     if unknown:
@@ -142,6 +147,9 @@ def _check_params(base, p):
                         f"{', '.join(CAM_UPSAMPLINGS)}")
     if "alpha" in p and p["alpha"] not in ("paper", "torchcam"):
         raise UserError(f"unknown grad_cam_pp alpha {p['alpha']!r}; choose paper or torchcam")
+    if "variant" in p and p["variant"] not in ("mean", "torchcam"):
+        raise UserError(f"unknown sg_grad_cam_pp variant {p['variant']!r}; choose mean or "
+                        "torchcam")
     if "noise" in p and p["noise"] not in ("spread", "absolute"):
         raise UserError(f"unknown noise {p['noise']!r}; choose spread or absolute")
     if "nsamples" in p and int(p["nsamples"]) < 1:

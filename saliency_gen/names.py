@@ -11,7 +11,7 @@ Accepted forms:
   noise, CAM normalisation, preprocessing); keyword parameters override them.
 """
 from models.errors import UserError
-from saliency_gen.methods import BASE_METHODS, WRAPPERS, make_spec
+from saliency_gen.methods import BASE_METHODS, UNWRAPPABLE, WRAPPERS, make_spec
 
 # ROAR (saliency_data_gen): logits, J = 25, spread 0.15, IG 25 pair_linspace, black baseline.
 _ROAR_IG = {"baseline": "black"}
@@ -48,6 +48,8 @@ BAM = {  # abbreviation: (base, wrapper, params, times_input)
     "GxI": ("grad_x_input", None, {}, False),
     "SG-GxI": ("gradient", "smoothgrad_sq", {}, True),
 }
+# Maps that are the product of two others (computed separately, multiplied element-wise).
+PRODUCTS = {"bam:GGC-SG": ("bam:GB-SG", "bam:GC-SG")}
 
 # IDSDS (evaluate.py): ground-truth targets (pass targets=labels), channel sum, Captum noise
 # tunnel J = 4 with absolute sigma 1.0, IG Gauss-Legendre 50 points.
@@ -68,6 +70,7 @@ IDSDS = {  # name: (base, wrapper, params)
     "XG-CAM": ("xgrad_cam", None, _IDSDS_CAM),
     "Layer-CAM": ("layer_cam", None, _IDSDS_CAM),
     "Grad-CAMpp": ("grad_cam_pp", None, dict(_IDSDS_CAM, alpha="torchcam")),
+    "SG-CAMpp": ("sg_grad_cam_pp", None, dict(_IDSDS_CAM, variant="torchcam")),
 }
 IDSDS_ABS = ("IxG", "IxG-SG", "IG", "IG-U", "IG-SG", "IG-SG-SQ", "RISE", "RISE-U")
 
@@ -75,9 +78,9 @@ IDSDS_ABS = ("IxG", "IxG-SG", "IG", "IG-U", "IG-SG", "IG-SG-SQ", "RISE", "RISE-U
 def _all_names():
     listed = list(BASE_METHODS)
     listed += [f"{wrapper}({base})" for wrapper in WRAPPERS for base in BASE_METHODS
-               if base != "random"]
+               if base not in UNWRAPPABLE]
     listed += [f"roar:{code}" for code in ROAR] + [f"roar:{key}" for key, *_ in ROAR.values()]
-    listed += [f"bam:{name}" for name in BAM]
+    listed += [f"bam:{name}" for name in BAM] + list(PRODUCTS)
     listed += [f"idsds:{name}" for name in IDSDS] + [f"idsds:{name} abs" for name in IDSDS_ABS]
     return tuple(listed)
 

@@ -156,8 +156,8 @@ def main(argv):
     rows = []
     for label, method, per_image, params in METHODS:
         engine_seconds, ceiling_seconds = interleaved(
-            lambda: saliency_gen.attribute(model, images, method, targets, batch_size=best_batch,
-                                           **params),
+            lambda method=method, params=params: saliency_gen.attribute(
+                model, images, method, targets, batch_size=best_batch, **params),
             ceiling_run, FLAGS.repeats)
         engine = len(images) / engine_seconds
         limit = ceiling_count / ceiling_seconds / per_image

@@ -169,6 +169,34 @@ def test_guided_grad_cam_is_guided_backprop_times_normalised_cam():
     np.testing.assert_allclose(product, guided * cam, rtol=1e-5, atol=1e-9)
 
 
+def test_sg_grad_cam_pp_closed_form_on_a_gap_head():
+    model = _cnn(size=16)
+    images = _images(2) * 30
+    targets = np.array([1, 3])
+    features = models.features_and_logits_model(model)(images)[0].numpy().astype(np.float64)
+    kernel = model.get_layer("predictions").get_weights()[0].astype(np.float64)
+    gradient = kernel[:, targets].T[:, None, None, :] / 16  # GAP over 4x4: input-independent
+    alpha = gradient ** 2 / (2 * gradient ** 2 + features.sum(axis=(1, 2), keepdims=True)
+                             * gradient ** 3 + 1e-8)
+    weights = 16 * alpha * np.maximum(gradient, 0)  # sum over the 4x4 positions of a constant
+    expected = np.maximum((weights * features).sum(-1), 0)
+    ours = saliency_gen.attribute(model, images, "sg_grad_cam_pp", targets, nsamples=5,
+                                  cam_upsample="nearest")
+    np.testing.assert_allclose(ours[:, ::4, ::4, 0], expected, rtol=1e-4, atol=1e-6)
+    torchcam = saliency_gen.attribute(model, images, "sg_grad_cam_pp", targets, nsamples=5,
+                                      cam_upsample="nearest", variant="torchcam")
+    assert not np.allclose(torchcam, ours)  # activations of the last noisy sample
+
+
+def test_bam_ggc_sg_is_the_product_of_its_smoothed_parts():
+    model = _cnn(size=16)
+    images = _images(2) * 30
+    product = saliency_gen.attribute(model, images, "bam:GGC-SG", nsamples=3)
+    parts = [saliency_gen.attribute(model, images, name, nsamples=3)
+             for name in ("bam:GB-SG", "bam:GC-SG")]
+    np.testing.assert_allclose(product, parts[0] * parts[1], rtol=1e-6)
+
+
 def test_sobel_equals_scipy():
     images = _images(2, size=12)
     result = saliency_gen.attribute(None, images, "sobel")
@@ -218,6 +246,7 @@ INVARIANCE = [
     ("vargrad(gradient)", {"nsamples": 6}), ("smoothgrad(guided_backprop)", {"nsamples": 3}),
     ("grad_cam_pp", {}), ("guided_grad_cam", {}), ("occlusion", {"size": 6, "stride": 5}),
     ("rise", {"n_masks": 9, "cells": 4}), ("smoothgrad_sq(layer_cam)", {"nsamples": 3}),
+    ("sg_grad_cam_pp", {"nsamples": 3, "variant": "torchcam"}),
 ]
 
 
