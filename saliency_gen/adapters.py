@@ -65,9 +65,10 @@ class LoadedAdapter:
         self.name = loaded.name
 
     def prepare(self, guided=False, cam=False):
-        """Nothing to build: the exported endpoints exist (`guided` may be absent)."""
+        """Nothing to build; fails early if guided backprop is asked of a model without it."""
         if guided and not self.loaded.info.get("has_guided"):
-            self.loaded.guided  # noqa: B018 - raises the clear error early
+            raise UserError(f"model {self.loaded.path} has no guided-backprop endpoint: "
+                            f"{self.loaded.info.get('guided_unavailable', 're-export it')}")
 
     def logits(self, x):
         return self.loaded(x)

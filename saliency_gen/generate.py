@@ -128,8 +128,9 @@ def explain_shard(path, output_path, loaded, methods_list, options, progress):
         return records.write_records(output_path, examples())
     except tf.errors.OpError as error:
         detail = str(error).strip().splitlines()[0]
-        raise RecordError(f"{path}: cannot decode an image ({detail}); re-create the shard") \
-            from None
+        raise RecordError(f"{path}: cannot decode an image or fit it to the model's input "
+                          f"{loaded.input_shape} ({detail}); check --geometry or re-create the "
+                          "shard") from None
 
 
 def generate(input_pattern, model_path, methods_list, output_dir, *, batch_size=32,

@@ -345,6 +345,11 @@ def test_exported_model_gives_the_same_maps(tmp_path):
         np.testing.assert_allclose(reloaded, live, rtol=1e-5, atol=1e-6 * np.abs(live).max(),
                                    err_msg=method)
     assert loaded.info["has_guided"]
+    without = models.load(tmp_path / "m")
+    without.info["has_guided"] = False  # as for a model whose ReLUs cannot be gated
+    without.info["guided_unavailable"] = "layer 'x' is a leaky ReLU"
+    with pytest.raises(models.UserError, match="has no guided-backprop endpoint: layer 'x'"):
+        saliency_gen.attribute(without, images, "guided_backprop")
 
 
 def test_softmax_models_are_explained_through_their_logits():
