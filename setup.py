@@ -23,6 +23,7 @@ setup(
         "tqdm",
         "matplotlib",
         "pycocotools",
+        "scikit-image",
     ],
     extras_require={"test": ["pytest"]},
 )
