@@ -78,5 +78,8 @@ def test_pair_only_methods_run_through_the_bridge(setup):
     assert guided_ig.shape == (1, 16, 16, 3) and np.isfinite(guided_ig).all()
     blur_ig = pair.pair_attribute(model, images[:1], "blur_ig", targets[:1], steps=10)
     assert blur_ig.shape == (1, 16, 16, 3) and np.abs(blur_ig).max() > 0
+    xrai = pair.pair_attribute(model, images[:1], "xrai", targets[:1], batch_size=10,
+                               extra_parameters=core.XRAIParameters(steps=10))
+    assert xrai.shape == (1, 16, 16, 3) and np.all(xrai[..., 0] == xrai[..., 2])
     with pytest.raises(models.UserError, match="BlurIG with sqrt=True is wrong"):
         pair.pair_attribute(model, images[:1], "blur_ig", sqrt=True, batch_size=4)
