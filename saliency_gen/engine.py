@@ -218,6 +218,10 @@ def attribute(model, images, method, targets=None, *, batch_size=64, seed=0, ids
     if images.ndim != 4:
         raise ShapeError(f"images have shape {images.shape}; expected [N, H, W, C]")
     count = len(images)
+    finite = np.isfinite(images.reshape(count, -1)).all(axis=1)
+    if not finite.all():
+        raise UserError(f"image {int(np.flatnonzero(~finite)[0])} contains NaN or infinite "
+                        "values; fix the input before explaining it")
     ids = np.arange(count, dtype=np.int64) if ids is None else np.asarray(ids, np.int64)
     if ids.shape != (count,):
         raise ShapeError(f"ids have shape {ids.shape}; expected [{count}]")

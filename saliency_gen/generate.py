@@ -52,10 +52,7 @@ flags.DEFINE_bool("overwrite", False, "Recompute finished output shards.")
 def method_directory(method):
     """The folder of a method's shards: the ROAR code for roar: names, else a safe name."""
     if method.lower().startswith("roar:"):
-        name = method.split(":", 1)[1]
-        code = name if name in names.ROAR else next(
-            (c for c, entry in names.ROAR.items() if entry[0] == name), name)
-        return code
+        return names.roar_code(method.split(":", 1)[1])
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", method).strip("_")
 
 
@@ -115,12 +112,15 @@ def explain_shard(path, output_path, loaded, methods_list, options, progress):
                 loaded, images, method, targets, batch_size=options["chunk_size"],
                 seed=options["seed"], ids=ids) for method in methods_list}
             for n, key in enumerate(keys):
-                yield records.saliency_example(
-                    encoded[n].numpy(), int(labels[n]),
-                    {name: values[n] for name, values in maps.items()},
-                    prediction_class=int(predictions[n]), height=int(heights[n]),
-                    width=int(widths[n]), example_key=key, model_id=loaded.model_id,
-                    meta=options["meta"], dtype=options["dtype"])
+                try:
+                    yield records.saliency_example(
+                        encoded[n].numpy(), int(labels[n]),
+                        {name: values[n] for name, values in maps.items()},
+                        prediction_class=int(predictions[n]), height=int(heights[n]),
+                        width=int(widths[n]), example_key=key, model_id=loaded.model_id,
+                        meta=options["meta"], dtype=options["dtype"])
+                except UserError as error:
+                    raise RecordError(f"{path}: record {start + n} ({key}): {error}") from None
             start += len(keys)
             progress(len(keys))
 

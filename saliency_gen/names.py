@@ -88,13 +88,20 @@ def _all_names():
 METHODS = _all_names()
 
 
+def roar_code(name):
+    """The ROAR generator code of a code or record key (`ig_smooth_2` -> `IG_SG_2`)."""
+    if name in ROAR:
+        return name
+    for code, entry in ROAR.items():
+        if entry[0] == name:
+            return code
+    raise UserError(f"unknown ROAR method {name!r}; codes: {', '.join(ROAR)}")
+
+
 def _scheme_entry(scheme, name, params):
     """(base, wrapper, defaults, extras) of a scheme name."""
     if scheme == "roar":
-        code = name if name in ROAR else next(
-            (c for c, entry in ROAR.items() if entry[0] == name), None)
-        if code is None:
-            raise UserError(f"unknown ROAR method {name!r}; codes: {', '.join(ROAR)}")
+        code = roar_code(name)
         _, base, wrapper, defaults = ROAR[code]
         defaults = dict(defaults)
         if params.pop("legacy_ig_sg_sq_baseline", False) and code == "IG_SG_2":

@@ -410,6 +410,10 @@ def test_black_baselines_follow_the_input_space():
     (lambda m, x: saliency_gen.attribute(m, x, "idsds:Foo"), "unknown IDSDS method 'Foo'"),
     (lambda m, x: saliency_gen.attribute(m, x, "smoothgrad_cube(gradient)"),
      "unknown noise wrapper 'smoothgrad_cube'"),
+    (lambda m, x: saliency_gen.attribute(m, np.where(np.arange(2)[:, None, None, None] == 1,
+                                                      np.nan, x), "gradient"),
+     "image 1 contains NaN or infinite values"),
+    (lambda m, x: saliency_gen.attribute(m, x, "roar:IG_SG_3"), "unknown ROAR method 'IG_SG_3'"),
 ])
 def test_clear_errors(call, message):
     inputs = keras.Input((16, 16, 3))
