@@ -1,19 +1,25 @@
 """Training BAM classifiers on a dataset in BAM's layout (obj, scene, scene_only, ...).
 
+    python -m bam.train --dataset=obj --data_dir=data/bam_synthetic --model_dir=models_dir
+
 `train_classifier` reads `<data_dir>/<dataset>/train/<class>/*` and `val/` + `val.txt`, applies
 BAM preprocessing (PIL bilinear resize to the model input, mean-subtracted RGB), trains a model
 from `models` with Adam, and reports validation accuracy. Images are decoded once into memory
 (fine for the synthetic world; the real dataset needs a streaming reader).
 """
+import json
 import os
 import time
 
 import keras
 import numpy as np
 import tensorflow as tf
+from absl import flags
 
 import models
 from bam import dataset
+from models.errors import UserError, run_main
+from models.files import atomic_output
 from models.preprocessing import INPUT_SPACES, load_bam_pixels
 
 
@@ -84,3 +90,51 @@ def train_classifier(data_dir, dataset_name, model_name="small_cnn", input_size=
         "epochs_run": len(history.history["loss"]), "train_seconds": train_seconds,
         "decode_seconds": decode_seconds, "seed": seed,
     }
+
+
+def train_and_export(data_dir, dataset_name, model_dir, **options):
+    """Trains on `<data_dir>/<dataset_name>`, exports `<model_dir>/<dataset_name>` (SavedModel)
+    and writes the report beside it as `<model_dir>/<dataset_name>.json`; returns the report."""
+    model, report = train_classifier(data_dir, dataset_name, **options)
+    path = os.path.join(model_dir, dataset_name)
+    info = models.export(model, path, preprocessing="caffe_rgb", extra=report, overwrite=True)
+    report = dict(report, model_path=path, model_id=info["model_id"])
+    with atomic_output(os.path.join(model_dir, f"{dataset_name}.json")) as temporary:
+        with open(temporary, "w", encoding="utf-8") as handle:
+            json.dump(report, handle, indent=2, sort_keys=True)
+    return report
+
+
+def define_flags():
+    """The binary's flags (defined only when it runs)."""
+    flags.DEFINE_string("dataset", "obj", "Dataset folder to train on: obj, scene, scene_only, "
+                        "sceneK.")
+    flags.DEFINE_string("data_dir", None, "BAM data root (holds obj/, scene/, ...).")
+    flags.DEFINE_string("model_dir", None, "Where to export the model (<model_dir>/<dataset>).")
+    flags.DEFINE_string("model", "small_cnn", "Registered model (models.REGISTRY).")
+    flags.DEFINE_integer("input_size", None, "Model input side (default: the images' size).")
+    flags.DEFINE_integer("epochs", 3, "Training epochs.")
+    flags.DEFINE_integer("batch_size", 64, "Training batch size.")
+    flags.DEFINE_float("learning_rate", 1e-3, "Adam learning rate.")
+    flags.DEFINE_float("max_seconds", None, "Stop training after this wall-clock budget.")
+    flags.DEFINE_integer("seed", 0, "Seed of initialisation and data order.")
+
+
+def main(argv):
+    del argv
+    for name in ("data_dir", "model_dir"):
+        if not getattr(flags.FLAGS, name):
+            raise UserError(f"--{name} is required")
+    f = flags.FLAGS
+    report = train_and_export(f.data_dir, f.dataset, f.model_dir, model_name=f.model,
+                              input_size=f.input_size, epochs=f.epochs, batch_size=f.batch_size,
+                              learning_rate=f.learning_rate, seed=f.seed,
+                              max_seconds=f.max_seconds, verbose=1)
+    print(f"{f.dataset}: val accuracy {report['val_accuracy']:.4f} on {report['num_val']} images "
+          f"after {report['epochs_run']} epochs ({report['train_seconds']:.0f} s); exported to "
+          f"{report['model_path']}")
+
+
+if __name__ == "__main__":
+    define_flags()
+    run_main(main)

@@ -27,26 +27,30 @@ from models.preprocessing import CROP_VERSION, center_crop, decode_image, input_
 from saliency_gen import engine, names, records
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("input_pattern", None, "Glob of the image TFRecord shards to explain.")
-flags.DEFINE_string("model_path", None, "Model directory written by models.export.")
-flags.DEFINE_string("saliency_method", "roar:SH_SG",
-                    "Method name(s), comma-separated (see saliency_gen.METHODS).")
-flags.DEFINE_string("output_dir", None, "Root directory of the saliency records.")
-flags.DEFINE_integer("batch_size", 32, "Images read and explained per step.")
-flags.DEFINE_integer("chunk_size", 64, "Rows per gradient evaluation (results do not depend on it).")
-flags.DEFINE_integer("num_shards", 1, "Split the input shards over this many tasks.")
-flags.DEFINE_integer("shard_index", 0, "This task's index in [0, num_shards).")
-flags.DEFINE_integer("seed", 0, "Seed of every random choice (noise, baselines, masks).")
-flags.DEFINE_enum("dtype", "rank8", records.MAP_DTYPES,
-                  "Stored map format: rank8 (1 byte per element, exact ROAR ranking at integer "
-                  "percentages), float16 or float32 (full precision).")
-flags.DEFINE_enum("geometry", "auto", ["auto", "center_crop", "none"],
-                  "How images reach the model's input size: center_crop (ROAR's crop_224), "
-                  "none (images already have it) or auto (none when they do, else center_crop).")
-flags.DEFINE_integer("label_offset", 0, "Added to every stored label (ImageNet TF-slim: -1).")
-flags.DEFINE_enum("explain", "prediction", ["prediction", "label"],
-                  "Explain the model's predicted class (ROAR, BAM) or the label (IDSDS).")
-flags.DEFINE_bool("overwrite", False, "Recompute finished output shards.")
+
+
+def define_flags():
+    """The binary's flags (defined only when it runs, so importing this module defines none)."""
+    flags.DEFINE_string("input_pattern", None, "Glob of the image TFRecord shards to explain.")
+    flags.DEFINE_string("model_path", None, "Model directory written by models.export.")
+    flags.DEFINE_string("saliency_method", "roar:SH_SG",
+                        "Method name(s), comma-separated (see saliency_gen.METHODS).")
+    flags.DEFINE_string("output_dir", None, "Root directory of the saliency records.")
+    flags.DEFINE_integer("batch_size", 32, "Images read and explained per step.")
+    flags.DEFINE_integer("chunk_size", 64, "Rows per gradient evaluation (results do not depend on it).")
+    flags.DEFINE_integer("num_shards", 1, "Split the input shards over this many tasks.")
+    flags.DEFINE_integer("shard_index", 0, "This task's index in [0, num_shards).")
+    flags.DEFINE_integer("seed", 0, "Seed of every random choice (noise, baselines, masks).")
+    flags.DEFINE_enum("dtype", "rank8", records.MAP_DTYPES,
+                      "Stored map format: rank8 (1 byte per element, exact ROAR ranking at integer "
+                      "percentages), float16 or float32 (full precision).")
+    flags.DEFINE_enum("geometry", "auto", ["auto", "center_crop", "none"],
+                      "How images reach the model's input size: center_crop (ROAR's crop_224), "
+                      "none (images already have it) or auto (none when they do, else center_crop).")
+    flags.DEFINE_integer("label_offset", 0, "Added to every stored label (ImageNet TF-slim: -1).")
+    flags.DEFINE_enum("explain", "prediction", ["prediction", "label"],
+                      "Explain the model's predicted class (ROAR, BAM) or the label (IDSDS).")
+    flags.DEFINE_bool("overwrite", False, "Recompute finished output shards.")
 
 
 def method_directory(method):
@@ -196,4 +200,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    define_flags()
     run_main(main)

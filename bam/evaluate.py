@@ -1,0 +1,98 @@
+"""Region scores of BAM's methods for a (model, data set) pair, from scratch.
+
+`load_val_set(data_dir, name)` reads a set's sorted val listing, labels, boxes and masks (BAM's
+index rules); `score_pair(model, val_set, indices, methods)` explains the sampled images with
+`saliency_gen` (each image's own prediction, SmoothGrad noise keyed by the file stem, so the same
+image gets the same noise in every set) and returns predictions and g values per method.
+"""
+import os
+import zlib
+from dataclasses import dataclass
+
+import numpy as np
+
+import models
+import saliency_gen
+from bam import dataset, region
+from models.errors import UserError
+from models.preprocessing import INPUT_SPACES, load_bam_pixels
+
+
+@dataclass
+class ValSet:
+    """A BAM evaluation set: sorted val files with labels, boxes and crop masks."""
+
+    name: str
+    paths: list
+    labels: np.ndarray
+    boxes: list
+    masks: list
+    image_size: int
+
+    @property
+    def stems(self):
+        return [os.path.splitext(os.path.basename(p))[0] for p in self.paths]
+
+
+def _mask_indices(names, num_masks):
+    """BAM's mask index rule: in obj/scene/scene_only, image <o>-<s>-<i> uses mask
+    label(o) * V + (i - T) (V masks per class, T the first val index); in the derived sets
+    (as many masks as images) the k-th image uses mask k."""
+    if num_masks == len(names):
+        return list(range(len(names)))
+    parsed = [dataset.parse_image_name(n) for n in names]
+    first = min(index for _, _, index in parsed)
+    per_class = num_masks // len(dataset.OBJECT_CLASSES)
+    return [dataset.OBJECT_LABEL[obj] * per_class + index - first for obj, _, index in parsed]
+
+
+def load_val_set(data_dir, name):
+    """Reads `<data_dir>/<name>` (val/, val.txt, val_loc.txt, val_mask)."""
+    root = os.path.join(data_dir, name)
+    if not os.path.isdir(root):
+        raise UserError(f"{root} does not exist; build the dataset (or the delta patch) first")
+    labels = dataset.read_labels(os.path.join(root, "val.txt"))
+    locations = dict(dataset.read_locations(os.path.join(root, "val_loc.txt")))
+    masks = dataset.load_masks(os.path.join(root, "val_mask"))
+    files = dataset.sorted_files(os.path.join(root, "val"))
+    names = [n for n, _ in labels]
+    if names != files:
+        raise UserError(f"{root}/val.txt does not list exactly the sorted files of {root}/val")
+    missing = [n for n in names if n not in locations]
+    if missing:
+        raise UserError(f"{root}/val_loc.txt has no box for {missing[0]}")
+    first = load_bam_pixels(os.path.join(root, "val", names[0]))
+    indices = _mask_indices(names, len(masks))
+    if max(indices) >= len(masks):
+        raise UserError(f"{root}/val_mask holds {len(masks)} masks; the val images need "
+                        f"{max(indices) + 1}")
+    chosen_masks = [masks[k] for k in indices]
+    return ValSet(name, [os.path.join(root, "val", n) for n in names],
+                  np.array([label for _, label in labels]), [locations[n] for n in names],
+                  chosen_masks, first.shape[0])
+
+
+def stem_ids(stems):
+    """Noise keys: CRC32 of the image's `<obj>-<scene>-<nnnn>` stem, identical across sets."""
+    return np.array([zlib.crc32(stem.split("_")[0].encode()) for stem in stems], np.int64)
+
+
+def score_pair(model, val_set, indices, methods, noise_seed=0, batch_size=64):
+    """(predictions [n], {method: g [n]}, {method: constant-map count}) on `indices`."""
+    input_size = (model.input_shape[0] if isinstance(model, models.LoadedModel)
+                  else model.input_shape[1])
+    pixels = np.stack([load_bam_pixels(val_set.paths[i], input_size) for i in indices])
+    images = INPUT_SPACES["caffe_rgb"].from_uint8(pixels)
+    predictions = np.argmax(saliency_gen.predict(model, images, batch_size), axis=1)
+    names = [val_set.stems[i] for i in indices]
+    frames = region.object_masks([val_set.masks[i] for i in indices],
+                                 [val_set.boxes[i] for i in indices], val_set.image_size,
+                                 input_size, names)
+    ids = stem_ids(names)
+    scores, constants = {}, {}
+    for method in methods:
+        maps = saliency_gen.attribute(model, images, f"bam:{method}", predictions,
+                                      batch_size=batch_size, seed=noise_seed, ids=ids)
+        scores[method], constant = region.region_scores(maps, frames)
+        constants[method] = int(constant.sum())
+    return predictions, scores, constants
