@@ -23,7 +23,7 @@ def test_readme_starts_with_two_setup_commands_and_ci_runs_the_second():
     assert len(blocks) == 2 and all("\n" not in block for block in blocks)
     install_and_run, install_and_test = blocks
     assert "pip install -e ." in install_and_run
-    assert "construct_synthetic_bam.py" in install_and_run
+    assert "python -m bam.metrics" in install_and_run
     assert 'pip install -e ".[test]"' in install_and_test and "pytest" in install_and_test
     ci_commands = [line for line in _read(".ci", "run").splitlines()
                    if line.strip() and not line.startswith("#")]

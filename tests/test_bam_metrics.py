@@ -1,0 +1,167 @@
+"""BAM metrics: region scores on hand-made maps, metric known answers, the pipeline sign check,
+and the bam.metrics binary end to end on a small synthetic world."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import models
+from bam import delta_patch, evaluate, region, scores, synthetic, train
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+# ----------------------------------------------------------------------------------------------
+# Region scores g on hand-made maps.
+
+
+def _mask_frame(size=32, box=(4, 6, 20, 26)):
+    mask = np.zeros((8, 10), np.uint8)
+    mask[1:7, 2:9] = 1
+    return [mask], [box], region.object_masks([mask], [box], size, size)
+
+
+def test_a_map_lighting_only_the_object_scores_one():
+    _, _, frames = _mask_frame()
+    maps = np.repeat(frames[..., None].astype(np.float32), 3, -1) * 0.7
+    g, constant = region.region_scores(maps, frames)
+    assert g[0] == pytest.approx(1.0) and not constant[0]
+    assert frames.sum() > 0.01 * frames.size
+
+
+def test_constant_and_negative_maps_score_zero():
+    _, _, frames = _mask_frame()
+    g, constant = region.region_scores(np.full((1, 32, 32, 3), 3.0, np.float32), frames)
+    assert g[0] == 0.0 and constant[0]  # the original divided by zero here
+    negative = np.where(frames[..., None] > 0, -5.0, 1.0).repeat(3, -1).astype(np.float32)
+    g, _ = region.region_scores(negative, frames)
+    assert g[0] == 0.0  # only the positive part counts, never the absolute value
+
+
+def test_percentile_normalisation_and_box_scaling():
+    rng = np.random.default_rng(0)
+    maps = rng.uniform(0, 1, (2, 32, 32, 1)).astype(np.float32)
+    normalised, _ = region.normalise_maps(maps)
+    flat = maps[0, ..., 0].ravel()
+    expected = np.clip((maps[0, ..., 0] - flat.min()) / (np.percentile(flat, 99) - flat.min()),
+                       0, 1)
+    np.testing.assert_allclose(normalised[0], expected, rtol=1e-5)
+    from bam import dataset
+    assert dataset.scale_box((10, 3, 51, 127), 128, 224) == (17, 5, 89, 222)
+
+
+def test_empty_mask_is_a_named_error():
+    with pytest.raises(models.UserError, match="dog-bedroom-0901: its object mask is empty"):
+        region.object_masks([np.zeros((5, 5), np.uint8)], [(0, 0, 10, 10)], 32, 32,
+                            ["dog-bedroom-0901"])
+
+
+# ----------------------------------------------------------------------------------------------
+# Metric known answers on constructed g values and maps.
+
+
+def test_oracle_maps_give_the_maximal_mcs_and_random_maps_about_zero():
+    rng = np.random.default_rng(1)
+    masks, boxes, frames = [], [], []
+    for _ in range(40):
+        r0, c0 = rng.integers(0, 12, 2)
+        box = (int(r0), int(c0), int(r0) + 16, int(c0) + 18)
+        mask = (rng.uniform(size=(12, 12)) > 0.3).astype(np.uint8)
+        masks.append(mask)
+        boxes.append(box)
+    frames = region.object_masks(masks, boxes, 32, 32)
+    oracle = np.repeat(frames[..., None].astype(np.float32), 3, -1)
+    g_obj, _ = region.region_scores(oracle, frames)
+    g_scene, _ = region.region_scores(np.zeros_like(oracle), frames)
+    assert scores.metric_value("MCS", g_obj, g_scene) == pytest.approx(1.0)
+    noise = [region.region_scores(rng.uniform(-1, 1, oracle.shape).astype(np.float32),
+                                  frames)[0] for _ in range(2)]
+    assert abs(scores.metric_value("MCS", *noise)) < 0.05
+
+
+def test_idr_and_iir_use_strict_and_relative_thresholds():
+    assert scores.metric_value("IDR", [0.5, 0.4, 0.3], [0.4, 0.4, 0.5]) == pytest.approx(1 / 3)
+    g1 = np.array([0.5, 0.5, 0.0, 0.2])
+    g2 = np.array([0.54, 0.55, 0.0, 0.2])
+    # |0.04| < 0.05 counts; |0.05| < 0.05 does not; g = 0 never counts; equal non-zero counts.
+    assert scores.metric_value("IIR", g1, g2) == pytest.approx(2 / 4)
+    with pytest.raises(models.UserError, match="IIR: no image is classified correctly by both"):
+        scores.metric_value("IIR", [], [])
+
+
+def test_sampling_is_the_originals_and_bounded():
+    import random
+    random.seed(4)
+    assert scores.sample_indices(100, 7, 4) == sorted(random.sample(range(100), 7))
+    with pytest.raises(models.UserError, match="--num_imgs=101 exceeds the 100 images"):
+        scores.sample_indices(100, 101, 0)
+    assert list(scores.correct_set([1, 2, 3], [1, 0, 3], [5, 5, 5], [5, 5, 4])) == [0]
+
+
+# ----------------------------------------------------------------------------------------------
+# The pipeline on a small trained world.
+
+
+@pytest.fixture(scope="module")
+def trained_world(tmp_path_factory):
+    root = tmp_path_factory.mktemp("bam")
+    data_dir, model_dir = str(root / "data"), str(root / "models")
+    synthetic.build_world(data_dir, seed=1, image_size=64, train_per_pair=30, val_per_pair=10)
+    reports = {name: train.train_and_export(data_dir, name, model_dir, epochs=6, seed=0)
+               for name in ("obj", "scene", "scene_only")}
+    delta_patch.construct_patches(data_dir, models.load(os.path.join(model_dir, "scene_only")),
+                                  num_steps=50)
+    return data_dir, model_dir, reports
+
+
+def test_object_model_attributes_more_to_the_object_than_the_scene_model(trained_world):
+    """The original pipeline test's sign check, for GC and VG."""
+    data_dir, model_dir, reports = trained_world
+    assert reports["obj"]["val_accuracy"] > 0.5 and reports["scene"]["val_accuracy"] > 0.9
+    results = __import__("bam.metrics", fromlist=["compute"]).compute(
+        data_dir, model_dir, ["MCS"], ["GC", "VG"], num_imgs=40, seed=0)
+    for method in ("GC", "VG"):
+        value, used, sampled, _ = results["MCS"][method]
+        assert used >= 10 and sampled == 40
+        assert value > 0.05, (method, value)
+
+
+def test_patch_set_is_complete_and_lossless(trained_world):
+    data_dir, model_dir, _ = trained_world
+    patch = evaluate.load_val_set(data_dir, "bamboo_forest_patch")
+    source = evaluate.load_val_set(data_dir, "bamboo_forest")
+    assert [s.split(".")[0] for s in patch.stems] == source.stems
+    assert patch.boxes == source.boxes and list(patch.labels) == [0] * len(source.paths)
+    with open(os.path.join(data_dir, "bamboo_forest_patch", "patch_stats.csv")) as handle:
+        rows = handle.read().splitlines()
+    assert len(rows) == 1 + len(source.paths)
+    from PIL import Image
+    original = np.asarray(Image.open(source.paths[0]).convert("RGB"), np.int16)
+    patched = np.asarray(Image.open(patch.paths[0]), np.int16)
+    frame = region.object_masks([source.masks[0]], [source.boxes[0]], 64, 64)[0]
+    changed = np.any(patched != original, axis=-1)
+    assert changed.any() and not changed[frame == 0].any()  # only masked pixels change
+
+
+def test_metrics_binary_writes_json_and_csv(trained_world, tmp_path):
+    data_dir, model_dir, _ = trained_world
+    output = tmp_path / "out.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "bam.metrics", f"--data_dir={data_dir}", f"--model_dir={model_dir}",
+         "--metrics=MCS,IDR,IIR", "--methods=GC,VG", "--num_imgs=10", f"--output={output}"],
+        cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    values = json.loads(output.read_text())
+    assert set(values) == {"MCS", "IDR", "IIR"} and set(values["MCS"]) == {"GC", "VG"}
+    assert all(np.isfinite(v) for rows in values.values() for v in rows.values())
+    assert "Results for IIR:" in done.stdout and "GradCam," in done.stdout
+    assert (tmp_path / "out.csv").read_text().startswith("metric,method,value,images_used")
+    bad = subprocess.run(
+        [sys.executable, "-m", "bam.metrics", f"--data_dir={tmp_path}/none",
+         f"--model_dir={model_dir}", "--num_imgs=10"],
+        cwd=REPO, capture_output=True, text=True, timeout=300)
+    errors = [line for line in bad.stderr.splitlines() if line.startswith("error:")]
+    assert bad.returncode == 2 and len(errors) == 1 and "does not exist" in errors[0]
