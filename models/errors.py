@@ -24,10 +24,16 @@ class RecordError(UserError):
 
 
 def run_main(main):
-    """Runs an absl `main(argv)`, printing a `UserError` as one line and exiting with status 2."""
-    from absl import app
+    """Runs an absl `main(argv)`, printing a `UserError` as one line and exiting with status 2.
+
+    Log messages below WARNING (TensorFlow's SavedModel chatter) are hidden unless --verbosity
+    is given.
+    """
+    from absl import app, flags, logging
 
     def guarded(argv):
+        if not flags.FLAGS["verbosity"].present:
+            logging.set_verbosity(logging.WARNING)
         try:
             return main(argv)
         except UserError as error:
