@@ -14,3 +14,11 @@ def test_time_budget_stops_training(tiny_world):
     root, _ = tiny_world
     _, report = train.train_classifier(root, "obj", "small_cnn", epochs=50, max_seconds=0.01)
     assert report["epochs_run"] == 1
+
+
+def test_same_seed_same_weights(tiny_world):
+    root, _ = tiny_world
+    first, _ = train.train_classifier(root, "obj", "small_cnn", epochs=1, seed=3)
+    second, _ = train.train_classifier(root, "obj", "small_cnn", epochs=1, seed=3)
+    for a, b in zip(first.get_weights(), second.get_weights()):
+        assert (a == b).all()
