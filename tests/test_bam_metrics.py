@@ -122,11 +122,12 @@ def test_object_model_attributes_more_to_the_object_than_the_scene_model(trained
     data_dir, model_dir, reports = trained_world
     assert reports["obj"]["val_accuracy"] > 0.5 and reports["scene"]["val_accuracy"] > 0.9
     results = __import__("bam.metrics", fromlist=["compute"]).compute(
-        data_dir, model_dir, ["MCS"], ["GC", "VG"], num_imgs=40, seed=0)
+        data_dir, model_dir, ["MCS"], ["GC", "VG"], num_imgs=100, seed=0)
     for method in ("GC", "VG"):
         value, used, sampled, _ = results["MCS"][method]
-        assert used >= 10 and sampled == 40
-        assert value > 0.05, (method, value)
+        assert used >= 40 and sampled == 100
+        assert value > 0, (method, value)  # the original test's sign check
+    assert results["MCS"]["GC"][0] > results["MCS"]["VG"][0]  # GC has the highest MCS (paper)
 
 
 def test_patch_set_is_complete_and_lossless(trained_world):
