@@ -96,3 +96,59 @@ def score_pair(model, val_set, indices, methods, noise_seed=0, batch_size=64):
         scores[method], constant = region.region_scores(maps, frames)
         constants[method] = int(constant.sum())
     return predictions, scores, constants
+
+
+def _load_array(path, what):
+    if not os.path.isfile(path):
+        raise UserError(f"{path} does not exist; --maps_dir needs {what}")
+    try:
+        return np.load(path, mmap_mode="r")
+    except (ValueError, OSError) as error:
+        raise UserError(f"{path} is not a .npy array: {error}") from None
+
+
+def available_maps(maps_dir, pair_name):
+    """The method names (file stems) of `<maps_dir>/<pair_name>/*.npy`, predictions excluded."""
+    folder = os.path.join(maps_dir, pair_name)
+    if not os.path.isdir(folder):
+        raise UserError(f"{folder} does not exist; --maps_dir needs one folder per "
+                        "<model>-<data> pair (e.g. obj-obj, scene-scene)")
+    return sorted(os.path.splitext(n)[0] for n in os.listdir(folder)
+                  if n.endswith(".npy") and n != "predictions.npy")
+
+
+def score_saved_maps(maps_dir, pair_name, val_set, indices, methods, input_size):
+    """Like `score_pair`, from maps computed elsewhere (`--maps_dir`, docs/bam.md).
+
+    `<maps_dir>/<pair_name>/<method>.npy` holds [num_val, H, W] or [num_val, H, W, C] maps in
+    the order of the set's sorted val.txt; `predictions.npy` the model's labels [num_val]. Maps
+    at another resolution than `input_size` are resized bilinearly (per channel) to it.
+    """
+    import tensorflow as tf
+
+    folder = os.path.join(maps_dir, pair_name)
+    count = len(val_set.paths)
+    predictions = _load_array(os.path.join(folder, "predictions.npy"), "the model's predictions")
+    if predictions.shape != (count,):
+        raise UserError(f"{folder}/predictions.npy has shape {predictions.shape}; expected "
+                        f"({count},), one label per image of {val_set.name}")
+    names = [val_set.stems[i] for i in indices]
+    frames = region.object_masks([val_set.masks[i] for i in indices],
+                                 [val_set.boxes[i] for i in indices], val_set.image_size,
+                                 input_size, names)
+    scores, constants = {}, {}
+    for method in methods:
+        path = os.path.join(folder, f"{method}.npy")
+        maps = _load_array(path, f"the maps of method {method}")
+        if maps.ndim not in (3, 4) or maps.shape[0] != count:
+            raise UserError(f"{path} has shape {maps.shape}; expected [{count}, H, W] or "
+                            f"[{count}, H, W, C] in the order of {val_set.name}/val.txt")
+        chosen = np.asarray(maps[np.asarray(indices)], np.float32)
+        chosen = chosen[..., None] if chosen.ndim == 3 else chosen
+        if not np.isfinite(chosen).all():
+            raise UserError(f"{path}: a sampled map contains NaN or infinite values")
+        if chosen.shape[1:3] != (input_size, input_size):
+            chosen = tf.image.resize(chosen, [input_size, input_size], method="bilinear").numpy()
+        scores[method], constant = region.region_scores(chosen, frames)
+        constants[method] = int(constant.sum())
+    return np.asarray(predictions[np.asarray(indices)]), scores, constants

@@ -29,13 +29,17 @@ FLAGS = flags.FLAGS
 
 
 def compute(data_dir, model_dir, metric_names, methods, num_imgs=10, seed=0, noise_seed=0,
-            batch_size=64, progress=None):
-    """{metric: {method: (value, correct count, sampled count, constant maps)}}."""
+            batch_size=64, progress=None, maps_dir=None, input_size=None):
+    """{metric: {method: (value, correct count, sampled count, constant maps)}}.
+
+    From scratch with the models in `model_dir`, or, with `maps_dir`, from saved maps
+    (`evaluate.score_saved_maps`; `input_size` defaults to the images' size).
+    """
     unknown = [m for m in metric_names if m not in scores.PAIRS]
     if unknown:
         raise UserError(f"unknown metric {unknown[0]!r}; choose from {', '.join(scores.METRICS)}")
     bad = [m for m in methods if m not in scores.METHODS]
-    if bad:
+    if bad and maps_dir is None:
         raise UserError(f"unknown BAM method {bad[0]!r}; choose from {', '.join(scores.METHODS)}")
     loaded, sets, cache = {}, {}, {}
 
@@ -60,7 +64,13 @@ def compute(data_dir, model_dir, metric_names, methods, num_imgs=10, seed=0, noi
         outputs = []
         for model_name, data_set in ((m1, first), (m2, second)):
             key = (model_name, data_set.name, tuple(indices))
-            if key not in cache:  # (scene, scene) serves MCS and IDR
+            if key in cache:  # (scene, scene) serves MCS and IDR
+                pass
+            elif maps_dir is not None:
+                cache[key] = evaluate.score_saved_maps(
+                    maps_dir, f"{model_name}-{data_set.name}", data_set, indices, methods,
+                    input_size or data_set.image_size)
+            else:
                 cache[key] = evaluate.score_pair(model(model_name), data_set, indices, methods,
                                                  noise_seed, batch_size)
             outputs.append(cache[key])
@@ -90,6 +100,10 @@ def define_flags():
     flags.DEFINE_integer("batch_size", 64, "Rows per gradient evaluation.")
     flags.DEFINE_string("cache_dir", None, "Cache of the synthetic setup (default: ~/.cache/...).")
     flags.DEFINE_integer("epochs", 3, "Training epochs of the synthetic models.")
+    flags.DEFINE_string("maps_dir", None, "Score saved maps instead of computing them: "
+                        "<maps_dir>/<model>-<data>/<method>.npy and predictions.npy.")
+    flags.DEFINE_integer("input_size", None, "With --maps_dir: the resolution maps are scored "
+                         "at (other sizes are resized); default: the images' size.")
 
 
 def _write_outputs(path, results):
@@ -116,24 +130,34 @@ def main(argv):
     if FLAGS.scratch is False:
         raise UserError("--scratch=0 (precomputed attributions) is not implemented yet; "
                         "use --scratch=1")
-    if (FLAGS.data_dir is None) != (FLAGS.model_dir is None):
-        raise UserError("pass both --data_dir and --model_dir, or neither (synthetic world)")
     data_dir, model_dir = FLAGS.data_dir, FLAGS.model_dir
-    if data_dir is None:
+    methods = FLAGS.methods
+    if FLAGS.maps_dir:
+        if data_dir is None:
+            raise UserError("--maps_dir needs --data_dir (the images' boxes, masks and labels)")
+        if not FLAGS["methods"].present:  # every saved method, BAM's first in reporting order
+            (m1, d1), _ = scores.PAIRS[FLAGS.metrics[0]]
+            saved = evaluate.available_maps(FLAGS.maps_dir, f"{m1}-{d1}")
+            methods = [m for m in scores.METHODS if m in saved] + [
+                m for m in saved if m not in scores.METHODS]
+    elif (data_dir is None) != (model_dir is None):
+        raise UserError("pass both --data_dir and --model_dir, or neither (synthetic world)")
+    elif data_dir is None:
         data_dir, model_dir = synthetic_setup.prepare(FLAGS.cache_dir, epochs=FLAGS.epochs)
     with tqdm(total=2 * len(FLAGS.metrics), desc="BAM metrics", unit="pair",
               disable=None) as bar:
-        results = compute(data_dir, model_dir, FLAGS.metrics, FLAGS.methods, FLAGS.num_imgs,
+        results = compute(data_dir, model_dir, FLAGS.metrics, methods, FLAGS.num_imgs,
                           FLAGS.seed, FLAGS.noise_seed, FLAGS.batch_size,
-                          progress=lambda: bar.update(1))
+                          progress=lambda: bar.update(1), maps_dir=FLAGS.maps_dir,
+                          input_size=FLAGS.input_size)
     for metric, rows in results.items():
         print(f"Results for {metric}:")
         for method, (value, *_rest) in rows.items():
-            print(f"{scores.ORIGINAL_NAMES[method]},{value}")
-    print(f"\n{'metric':<6}" + "".join(f"{m:>9}" for m in FLAGS.methods) + f"{'images':>9}")
+            print(f"{scores.ORIGINAL_NAMES.get(method, method)},{value}")
+    print(f"\n{'metric':<6}" + "".join(f"{m:>9}" for m in methods) + f"{'images':>9}")
     for metric, rows in results.items():
         used = next(iter(rows.values()))
-        print(f"{metric:<6}" + "".join(f"{rows[m][0]:>9.4f}" for m in FLAGS.methods)
+        print(f"{metric:<6}" + "".join(f"{rows[m][0]:>9.4f}" for m in methods)
               + f"{f'{used[1]}/{used[2]}':>9}")
     constant = {(metric, m): row[3] for metric, rows in results.items()
                 for m, row in rows.items() if row[3]}

@@ -166,3 +166,29 @@ def test_metrics_binary_writes_json_and_csv(trained_world, tmp_path):
         cwd=REPO, capture_output=True, text=True, timeout=300)
     errors = [line for line in bad.stderr.splitlines() if line.startswith("error:")]
     assert bad.returncode == 2 and len(errors) == 1 and "does not exist" in errors[0]
+
+
+def test_saved_maps_are_scored_without_models(trained_world, tmp_path):
+    """--maps_dir: oracle maps from elsewhere (any library) give MCS = 1 and IIR's known answer."""
+    data_dir, _, _ = trained_world
+    maps_dir = tmp_path / "maps"
+    for model_name, data_name in (("obj", "obj"), ("scene", "scene")):
+        val_set = evaluate.load_val_set(data_dir, data_name)
+        folder = maps_dir / f"{model_name}-{data_name}"
+        folder.mkdir(parents=True)
+        if model_name == "obj":  # the object lit at the model's 64 px, as [N, H, W]
+            maps = region.object_masks(val_set.masks, val_set.boxes, 64, 64).astype(np.float32)
+        else:  # nothing lit, at 32 px: resized to 64 px
+            maps = np.zeros((len(val_set.paths), 32, 32, 3), np.float32)
+        np.save(folder / "oracle.npy", maps)
+        np.save(folder / "predictions.npy", val_set.labels)  # every image "correct"
+    results = __import__("bam.metrics", fromlist=["compute"]).compute(
+        data_dir, None, ["MCS"], ["oracle"], num_imgs=20, maps_dir=str(maps_dir))
+    value, used, sampled, constant = results["MCS"]["oracle"]
+    assert used == sampled == 20 and constant == 20  # the scene maps are all zero
+    assert value == pytest.approx(1.0, abs=1e-6)  # the maximal MCS
+    np.save(maps_dir / "obj-obj" / "predictions.npy", np.zeros(3))
+    with pytest.raises(models.UserError, match=r"obj-obj/predictions.npy has shape \(3,\); "
+                                               r"expected \(1000,\)"):
+        __import__("bam.metrics", fromlist=["compute"]).compute(
+            data_dir, None, ["MCS"], ["oracle"], num_imgs=20, maps_dir=str(maps_dir))
