@@ -152,3 +152,51 @@ def score_saved_maps(maps_dir, pair_name, val_set, indices, methods, input_size)
         scores[method], constant = region.region_scores(chosen, frames)
         constants[method] = int(constant.sum())
     return np.asarray(predictions[np.asarray(indices)]), scores, constants
+
+
+# Method index of BAM's 12-vector of g values (bam.md §5).
+METHOD_INDEX = {"VG": 0, "SG": 1, "GB": 2, "GB-SG": 3, "IG": 4, "IG-SG": 5, "GC": 6, "GC-SG": 7,
+                "GGC": 8, "GGC-SG": 9, "GxI": 10, "SG-GxI": 11}
+
+
+def _image_key(stem):
+    """The `<obj>-<scene>-<nnnn>` part of a stem (original patches append `_<L2>`)."""
+    return "-".join(stem.split("-")[:2] + [stem.split("-")[2].split("_")[0]]) \
+        if stem.count("-") >= 2 else stem
+
+
+def score_precomputed(attr_dir, pair_name, val_set, indices, methods):
+    """Like `score_pair`, from the original precomputed layout (`--scratch=0`, bam.md §10).
+
+    `<attr_dir>/<pair_name>/<stem>_<pred>` is .npy content without suffix: 12 g values in
+    method-index order. Files are matched to images by the `<obj>-<scene>-<nnnn>` stem (never by
+    position, fix D6); the prediction is the text after the last `_`.
+    """
+    folder = os.path.join(attr_dir, pair_name)
+    if not os.path.isdir(folder):
+        raise UserError(f"{folder} does not exist; --scratch=0 reads <attr_dir>/<model>-<data>/")
+    unknown = [m for m in methods if m not in METHOD_INDEX]
+    if unknown:
+        raise UserError(f"precomputed g vectors hold no method {unknown[0]!r}")
+    files = {}
+    for name in sorted(os.listdir(folder)):
+        stem, _, prediction = name.rpartition("_")
+        if stem and prediction.lstrip("-").isdigit():
+            files[_image_key(stem)] = (os.path.join(folder, name), int(prediction))
+    predictions, vectors = [], []
+    for i in indices:
+        key = _image_key(val_set.stems[i])
+        if key not in files:
+            raise UserError(f"{folder} has no g vector for image {val_set.stems[i]}")
+        path, prediction = files[key]
+        try:
+            vector = np.load(path, allow_pickle=False).astype(np.float64).ravel()
+        except (ValueError, OSError) as error:
+            raise UserError(f"{path} is not a .npy g vector: {error}") from None
+        if vector.shape != (12,) or not np.isfinite(vector).all():
+            raise UserError(f"{path} holds {vector.shape} values; expected 12 finite g values")
+        predictions.append(prediction)
+        vectors.append(vector)
+    vectors = np.array(vectors).reshape(len(indices), 12)
+    return (np.array(predictions), {m: vectors[:, METHOD_INDEX[m]] for m in methods},
+            {m: 0 for m in methods})

@@ -29,11 +29,12 @@ FLAGS = flags.FLAGS
 
 
 def compute(data_dir, model_dir, metric_names, methods, num_imgs=10, seed=0, noise_seed=0,
-            batch_size=64, progress=None, maps_dir=None, input_size=None):
+            batch_size=64, progress=None, maps_dir=None, input_size=None, attr_dir=None):
     """{metric: {method: (value, correct count, sampled count, constant maps)}}.
 
-    From scratch with the models in `model_dir`, or, with `maps_dir`, from saved maps
-    (`evaluate.score_saved_maps`; `input_size` defaults to the images' size).
+    From scratch with the models in `model_dir`; with `maps_dir`, from saved maps
+    (`evaluate.score_saved_maps`; `input_size` defaults to the images' size); with `attr_dir`,
+    from the original precomputed g vectors on all images (`num_imgs` and `seed` unused).
     """
     unknown = [m for m in metric_names if m not in scores.PAIRS]
     if unknown:
@@ -60,12 +61,16 @@ def compute(data_dir, model_dir, metric_names, methods, num_imgs=10, seed=0, noi
         if len(first.paths) != len(second.paths):
             raise UserError(f"{metric}: {d1} has {len(first.paths)} val images but {d2} has "
                             f"{len(second.paths)}; they must pair one to one")
-        indices = scores.sample_indices(len(first.paths), num_imgs, seed)
+        indices = (list(range(len(first.paths))) if attr_dir is not None
+                   else scores.sample_indices(len(first.paths), num_imgs, seed))
         outputs = []
         for model_name, data_set in ((m1, first), (m2, second)):
             key = (model_name, data_set.name, tuple(indices))
             if key in cache:  # (scene, scene) serves MCS and IDR
                 pass
+            elif attr_dir is not None:
+                cache[key] = evaluate.score_precomputed(
+                    attr_dir, f"{model_name}-{data_set.name}", data_set, indices, methods)
             elif maps_dir is not None:
                 cache[key] = evaluate.score_saved_maps(
                     maps_dir, f"{model_name}-{data_set.name}", data_set, indices, methods,
@@ -90,7 +95,10 @@ def define_flags():
     flags.DEFINE_list("metrics", ["MCS", "IDR", "IIR"], "Metrics to compute.")
     flags.DEFINE_integer("num_imgs", 10, "Images sampled per metric.")
     flags.DEFINE_integer("seed", 0, "Seed of the image sample (Python random, as the original).")
-    flags.DEFINE_bool("scratch", True, "Compute attributions from scratch (the only mode yet).")
+    flags.DEFINE_bool("scratch", True, "True: compute attributions; False: read the original "
+                      "precomputed g vectors from --attr_dir (all images).")
+    flags.DEFINE_string("attr_dir", "attr_reprod", "With --scratch=0: the precomputed layout "
+                        "<attr_dir>/<model>-<data>/<stem>_<pred>.")
     flags.DEFINE_integer("num_threads", 50, "Accepted for compatibility; not used.")
     flags.DEFINE_list("methods", list(scores.METHODS), "BAM methods, in reporting order.")
     flags.DEFINE_string("data_dir", None, "BAM data root (default: the synthetic world).")
@@ -127,15 +135,15 @@ def _write_outputs(path, results):
 def main(argv):
     del argv
     started = time.time()
-    if FLAGS.scratch is False:
-        raise UserError("--scratch=0 (precomputed attributions) is not implemented yet; "
-                        "use --scratch=1")
     data_dir, model_dir = FLAGS.data_dir, FLAGS.model_dir
     methods = FLAGS.methods
-    if FLAGS.maps_dir:
+    attr_dir = None if FLAGS.scratch else FLAGS.attr_dir
+    if attr_dir is not None and data_dir is None:
+        raise UserError("--scratch=0 needs --data_dir (the images' labels and names)")
+    if FLAGS.maps_dir or attr_dir is not None:
         if data_dir is None:
             raise UserError("--maps_dir needs --data_dir (the images' boxes, masks and labels)")
-        if not FLAGS["methods"].present:  # every saved method, BAM's first in reporting order
+        if FLAGS.maps_dir and not FLAGS["methods"].present:  # all saved, BAM's first
             (m1, d1), _ = scores.PAIRS[FLAGS.metrics[0]]
             saved = evaluate.available_maps(FLAGS.maps_dir, f"{m1}-{d1}")
             methods = [m for m in scores.METHODS if m in saved] + [
@@ -149,7 +157,7 @@ def main(argv):
         results = compute(data_dir, model_dir, FLAGS.metrics, methods, FLAGS.num_imgs,
                           FLAGS.seed, FLAGS.noise_seed, FLAGS.batch_size,
                           progress=lambda: bar.update(1), maps_dir=FLAGS.maps_dir,
-                          input_size=FLAGS.input_size)
+                          input_size=FLAGS.input_size, attr_dir=attr_dir)
     for metric, rows in results.items():
         print(f"Results for {metric}:")
         for method, (value, *_rest) in rows.items():

@@ -192,3 +192,29 @@ def test_saved_maps_are_scored_without_models(trained_world, tmp_path):
                                                r"expected \(1000,\)"):
         __import__("bam.metrics", fromlist=["compute"]).compute(
             data_dir, None, ["MCS"], ["oracle"], num_imgs=20, maps_dir=str(maps_dir))
+
+
+def test_precomputed_g_vectors_are_matched_by_stem(tiny_world, tmp_path):
+    """--scratch=0: the original attr_reprod layout, every image, matched by file stem (D6)."""
+    from bam import metrics
+    root, _ = tiny_world
+    attr = tmp_path / "attr_reprod"
+    for pair, g_gc in (("obj-obj", 0.6), ("scene-scene", 0.1)):
+        val_set = evaluate.load_val_set(root, pair.split("-")[1])
+        (attr / pair).mkdir(parents=True)
+        for stem, label in zip(val_set.stems[::-1], val_set.labels[::-1]):  # any write order
+            vector = np.zeros(12)
+            vector[evaluate.METHOD_INDEX["GC"]] = g_gc
+            vector[evaluate.METHOD_INDEX["VG"]] = 0.3
+            with open(attr / pair / f"{stem}_{label}", "wb") as handle:
+                np.save(handle, vector)
+    with open(attr / "obj-obj" / "zebra-track-9999_9", "wb") as handle:  # a stale file
+        np.save(handle, np.ones(12))
+    results = metrics.compute(root, None, ["MCS"], ["GC", "VG"], attr_dir=str(attr))
+    assert results["MCS"]["GC"][0] == pytest.approx(0.5)
+    assert results["MCS"]["VG"][0] == pytest.approx(0.0)
+    assert results["MCS"]["GC"][1:3] == (300, 300)  # all images, num_imgs ignored
+    os.remove(attr / "scene-scene" / f"{evaluate.load_val_set(root, 'scene').stems[5]}_"
+                                     f"{evaluate.load_val_set(root, 'scene').labels[5]}")
+    with pytest.raises(models.UserError, match="scene-scene has no g vector for image backpack-bedroom-0004"):
+        metrics.compute(root, None, ["MCS"], ["GC"], attr_dir=str(attr))
