@@ -16,6 +16,7 @@ from PIL import Image
 
 from models.errors import MissingPathError, UserError
 from models.files import atomic_output
+from models.preprocessing import load_bam_pixels
 
 OBJECT_CLASSES = ("backpack", "bird", "dog", "elephant", "kite", "pizza", "stop_sign", "toilet",
                   "truck", "zebra")
@@ -156,6 +157,11 @@ def mask_in_frame(mask, box, frame_size):
 
 # ----------------------------------------------------------------------------------------------
 # Listings.
+
+
+def load_pixels(paths, size=None):
+    """uint8 [N, size, size, 3] of the images at `paths`, BAM geometry (PIL bilinear)."""
+    return np.stack([load_bam_pixels(path, size) for path in paths])
 
 
 def sorted_files(directory, suffixes=(".jpg", ".jpeg", ".png")):

@@ -25,8 +25,9 @@ from bam import dataset, region
 from bam.evaluate import load_val_set
 from models.errors import UserError
 from models.files import atomic_output
-from models.preprocessing import BAM_RGB_MEAN, INPUT_SPACES, load_bam_pixels
+from models.preprocessing import BAM_RGB_MEAN, INPUT_SPACES
 from saliency_gen import adapters
+from saliency_gen.engine import predict
 
 LOW, HIGH = -103.94, 131.32
 
@@ -73,8 +74,8 @@ def construct_patches(data_dir, model, *, num_steps=300, step_size=500.0, alpha=
     missing = [p for p in composites if not os.path.isfile(p)]
     if missing:
         raise UserError(f"{missing[0]} does not exist: the patch starts from scene/val composites")
-    x = space.from_uint8(np.stack([load_bam_pixels(p, input_size) for p in source.paths]))
-    start = space.from_uint8(np.stack([load_bam_pixels(p, input_size) for p in composites]))
+    x = space.from_uint8(dataset.load_pixels(source.paths, input_size))
+    start = space.from_uint8(dataset.load_pixels(composites, input_size))
     masks = region.object_masks(source.masks, source.boxes, source.image_size, input_size, stems)
     masks = np.repeat(masks[..., None].astype(np.float32), 3, axis=-1)
     optimise = _optimiser(adapter.logits, num_steps, step_size, alpha, beta)
@@ -85,12 +86,8 @@ def construct_patches(data_dir, model, *, num_steps=300, step_size=500.0, alpha=
     patched = x + delta
     pixels = to_uint8(patched)
 
-    def logits(images):
-        return np.concatenate([adapter.logits(tf.constant(images[i:i + 64])).numpy()
-                               for i in range(0, len(images), 64)])
-
-    clean_logits, patched_logits = logits(x), logits(patched)
-    reloaded_logits = logits(space.from_uint8(pixels))
+    clean_logits, patched_logits = predict(adapter, x), predict(adapter, patched)
+    reloaded_logits = predict(adapter, space.from_uint8(pixels))
     names = [f"{stem}.png" for stem in stems]
     root = os.path.join(data_dir, output_name)
     with atomic_output(root) as temporary:

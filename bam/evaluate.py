@@ -81,7 +81,7 @@ def score_pair(model, val_set, indices, methods, noise_seed=0, batch_size=64):
     """(predictions [n], {method: g [n]}, {method: constant-map count}) on `indices`."""
     input_size = (model.input_shape[0] if isinstance(model, models.LoadedModel)
                   else model.input_shape[1])
-    pixels = np.stack([load_bam_pixels(val_set.paths[i], input_size) for i in indices])
+    pixels = dataset.load_pixels([val_set.paths[i] for i in indices], input_size)
     images = INPUT_SPACES["caffe_rgb"].from_uint8(pixels)
     predictions = np.argmax(saliency_gen.predict(model, images, batch_size), axis=1)
     names = [val_set.stems[i] for i in indices]

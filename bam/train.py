@@ -23,11 +23,6 @@ from models.files import atomic_output
 from models.preprocessing import INPUT_SPACES, load_bam_pixels
 
 
-def load_split(paths, size):
-    """uint8 [N, size, size, 3] of the images at `paths`, BAM geometry (PIL bilinear)."""
-    return np.stack([load_bam_pixels(path, size) for path in paths])
-
-
 class _TimeLimit(keras.callbacks.Callback):
     """Stops training at the end of the batch on which `seconds` have passed."""
 
@@ -62,8 +57,8 @@ def train_classifier(data_dir, dataset_name, model_name="small_cnn", input_size=
         input_size = load_bam_pixels(train[0][0]).shape[0]
     space = INPUT_SPACES["caffe_rgb"]
     started = time.time()
-    train_x = load_split([path for path, _ in train], input_size)
-    val_x = load_split([path for path, _ in val], input_size)
+    train_x = dataset.load_pixels([path for path, _ in train], input_size)
+    val_x = dataset.load_pixels([path for path, _ in val], input_size)
     decode_seconds = time.time() - started
     train_y = np.array([label for _, label in train], np.int64)
     val_y = np.array([label for _, label in val], np.int64)

@@ -88,11 +88,8 @@ def export(model, path, *, preprocessing=None, feature_layer=None, model_id=None
     target_spec = tf.TensorSpec([None], tf.int32, name="targets")
 
     def cam(images, targets):
-        with tf.GradientTape() as tape:
-            features, logits = features_model(images, training=False)
-            score = tf.reduce_sum(tf.gather(logits, targets, batch_dims=1))
-        return {"features": features, "logits": logits,
-                "gradients": tape.gradient(score, features)}
+        return dict(zip(("features", "logits", "gradients"),
+                        zoo.cam_outputs(features_model, images, targets)))
 
     archive = keras.export.ExportArchive()
     archive.track(model)

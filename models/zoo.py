@@ -219,6 +219,16 @@ def feature_layer_name(model):
     raise UserError(f"model {model.name!r} has no layer with a 4-D output to use for Grad-CAM")
 
 
+def cam_outputs(features_model, images, targets):
+    """(features, logits, d logit[target] / d features) from a `features_and_logits_model`."""
+    import tensorflow as tf
+
+    with tf.GradientTape() as tape:
+        features, logits = features_model(images, training=False)
+        score = tf.reduce_sum(tf.gather(logits, targets, batch_dims=1))
+    return features, logits, tape.gradient(score, features)
+
+
 def features_and_logits_model(model, layer_name=None):
     """A Keras model mapping images to (feature map, logits) in one forward pass."""
     layer_name = layer_name or feature_layer_name(model)

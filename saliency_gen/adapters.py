@@ -8,10 +8,9 @@ An adapter exposes, as tf-traceable callables on NHWC float32 batches:
 
 Models are always called in inference mode.
 """
-import tensorflow as tf
-
 import models
 from models import guided as guided_views
+from models import zoo
 from models.errors import UserError
 
 
@@ -46,10 +45,7 @@ class KerasAdapter:
 
     def cam(self, x, targets):
         self.prepare(cam=True)
-        with tf.GradientTape() as tape:
-            features, logits = self._features_model(x, training=False)
-            score = tf.reduce_sum(tf.gather(logits, targets, batch_dims=1))
-        return features, logits, tape.gradient(score, features)
+        return zoo.cam_outputs(self._features_model, x, targets)
 
 
 class LoadedAdapter:

@@ -183,7 +183,7 @@ def _random_maps(images, ids, seed):
                      fn_output_signature=tf.float32).numpy()
 
 
-def _model_preprocessing(model, adapter):
+def _model_preprocessing(adapter):
     from models import zoo
 
     if adapter is None:
@@ -227,9 +227,7 @@ def attribute(model, images, method, targets=None, *, batch_size=64, seed=0, ids
         raise ShapeError(f"ids have shape {ids.shape}; expected [{count}]")
     if batch_size < 1:
         raise UserError(f"batch_size must be at least 1; got {batch_size}")
-    if spec.base == "random":
-        if spec.wrapper:
-            raise UserError("the random control takes no noise wrapper")
+    if spec.base == "random":  # names.resolve refuses a noise wrapper on it
         maps = _random_maps(images, ids, seed)
         return _finish(maps, images, spec)
     needs_model = spec.base != "sobel"
@@ -240,7 +238,7 @@ def attribute(model, images, method, targets=None, *, batch_size=64, seed=0, ids
     if count == 0:
         return np.zeros(images.shape if spec.reduce == "none" else (*images.shape[:3], 1),
                         np.float32)
-    preprocessing = (preprocessing or _model_preprocessing(model, adapter)
+    preprocessing = (preprocessing or _model_preprocessing(adapter)
                      or names.scheme_preprocessing(method))
     if needs_model:
         if targets is None:
@@ -252,8 +250,7 @@ def attribute(model, images, method, targets=None, *, batch_size=64, seed=0, ids
             raise UserError(f"a target class is outside [0, {adapter.num_classes}) for this model")
     else:
         targets = np.zeros(count, np.int64)
-    samples = int(spec.options.get("nsamples", 1)) if spec.base == "sg_grad_cam_pp" \
-        else spec.nsamples
+    samples = spec.nsamples
     per_image = samples * int(np.prod(images.shape[1:])) * 4
     group = max(1, min(count, memory_bytes // per_image))
     if spec.base == "sg_grad_cam_pp":

@@ -80,7 +80,8 @@ class MethodSpec:
 
     @property
     def nsamples(self):
-        return int(self.options["nsamples"]) if self.wrapper else 1
+        """Noise samples per image: the wrapper's (or sg_grad_cam_pp's own), else 1."""
+        return int(self.options.get("nsamples", 1))
 
 
 def make_spec(base, wrapper=None, transform="raw", reduce="none", times_input=False, **params):

@@ -65,6 +65,7 @@ def as_call_model_function(model, feature_layer=None):
             output[core.INPUT_OUTPUT_GRADIENTS] = gradients.numpy()
             output[core.OUTPUT_LAYER_VALUES] = logits.numpy()[:, _class_of(call_model_args)]
         if keys & {core.CONVOLUTION_LAYER_VALUES, core.CONVOLUTION_OUTPUT_GRADIENTS}:
+            adapter.prepare(cam=True)  # build the features view eagerly, not while tracing
             features, _, gradients = cam(x, target)
             output[core.CONVOLUTION_LAYER_VALUES] = features.numpy()
             output[core.CONVOLUTION_OUTPUT_GRADIENTS] = gradients.numpy()

@@ -27,7 +27,7 @@ from absl import flags  # noqa: E402
 import saliency_gen  # noqa: E402
 from bam import dataset, synthetic, train  # noqa: E402
 from models.errors import run_main  # noqa: E402
-from models.preprocessing import INPUT_SPACES, load_bam_pixels  # noqa: E402
+from models.preprocessing import INPUT_SPACES  # noqa: E402
 from saliency_gen import records  # noqa: E402
 
 FLAGS = flags.FLAGS
@@ -75,7 +75,7 @@ def main(argv):
     synthetic.build_world(FLAGS.world_dir, seed=0)
     model, report = train.train_classifier(FLAGS.world_dir, "obj", "small_cnn", epochs=1)
     listing = dataset.val_listing(os.path.join(FLAGS.world_dir, "obj"))[:FLAGS.num_images]
-    pixels = np.stack([load_bam_pixels(path) for path, _ in listing])
+    pixels = dataset.load_pixels([path for path, _ in listing])
     images = INPUT_SPACES["caffe_rgb"].from_uint8(pixels)
     print(f"small_cnn, 1 epoch (val accuracy {report['val_accuracy']:.3f}); {len(images)} "
           f"images of {images.shape[1]}x{images.shape[2]}; IoU of ROAR's selected sets vs "
