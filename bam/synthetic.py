@@ -13,27 +13,22 @@ scene class exist for i < T + V; i < T is train and i >= T is val (the real data
 V = 100). The directory is built under a temporary name and renamed when complete; `world.json`
 describes it.
 """
-import collections
-import io
 import json
 import math
 import os
-import random
-import shutil
 import time
 
 import numpy as np
 from PIL import Image, ImageDraw
 
-from bam import compositing, dataset
-from bam.dataset import OBJECT_CLASSES, OBJECT_LABEL, SCENE_CLASSES, SCENE_LABEL
+from bam import compositing, construction, dataset
+from bam.dataset import OBJECT_CLASSES, SCENE_CLASSES
 from models.errors import UserError
 from models.files import atomic_output
 
 FORMAT = "bam-synthetic/v1"
 OBJECT_STREAM, SCENE_STREAM = 1001, 1002  # distinct from the placement seeds [seed, o, s, i]
 RECORDS_PER_SHARD = 2500
-TCAV_SET_SIZE = 100
 
 
 # ----------------------------------------------------------------------------------------------
@@ -404,161 +399,33 @@ def render_scene(name, rng, size):
 # The world.
 
 
-def _encode_jpeg(image):
-    buffer = io.BytesIO()
-    image.save(buffer, "JPEG")  # PIL defaults (quality 75), as the original
-    return buffer.getvalue()
+def _instance_renderer(layout, seed, image_size, crop_masks):
+    """`instance(i)` for `construction.write_composites`: draws the 10 objects and 10 scenes of
+    instance i, writes the cut-out PNGs and keeps every crop mask in `crop_masks[o, i]`."""
 
-
-def _encode_png(image):
-    buffer = io.BytesIO()
-    image.save(buffer, "PNG")
-    return buffer.getvalue()
-
-
-def _write(path, data):
-    with open(path, "wb") as handle:
-        handle.write(data)
-
-
-# One composite: its file name, labels, instance index, box (r0, c0, r1, c1), split and JPEG bytes.
-_Composite = collections.namedtuple(
-    "_Composite", "name object_label scene_label index box is_val jpeg")
-
-
-class _Layout:
-    """Paths of the world's folders under a root."""
-
-    def __init__(self, root):
-        self.root = root
-
-    def __call__(self, *parts):
-        return os.path.join(self.root, *parts)
-
-    def make_dirs(self):
-        for obj in OBJECT_CLASSES:
-            os.makedirs(self("obj", "train", obj))
-            os.makedirs(self("coco", "segments", obj))
-        for scene in SCENE_CLASSES:
-            os.makedirs(self("scene", "train", scene))
-            os.makedirs(self("scene_only", "train", scene))
-        for name in ("obj", "scene", "scene_only", "dog_bedroom", "bamboo_forest"):
-            os.makedirs(self(name, "val"), exist_ok=True)
-        os.makedirs(self("records"))
-
-
-def _render_instances(seed, index, image_size):
-    """The 10 object crops and 10 scene images of instance `index`."""
-    crops = [render_object(obj, np.random.default_rng([seed, OBJECT_STREAM, label, index]))
-             for label, obj in enumerate(OBJECT_CLASSES)]
-    scenes = [render_scene(scene, np.random.default_rng([seed, SCENE_STREAM, label, index]),
-                           image_size)
-              for label, scene in enumerate(SCENE_CLASSES)]
-    return crops, scenes
-
-
-def _composites(layout, seed, image_size, num_train, num_instances, progress):
-    """Writes every composite, scene-only image and cut-out; returns the per-image metadata."""
-    images = []
-    crop_masks = {}
-    for index in range(num_instances):
-        crops, scenes = _render_instances(seed, index, image_size)
-        is_val = index >= num_train
-        scene_bytes = [_encode_jpeg(scene) for scene in scenes]
-        for o, (obj, (rgb, mask)) in enumerate(zip(OBJECT_CLASSES, crops)):
+    def instance(index):
+        cutouts = []
+        for label, obj in enumerate(OBJECT_CLASSES):
+            rng = np.random.default_rng([seed, OBJECT_STREAM, label, index])
+            rgb, mask = render_object(obj, rng)
             cutout = compositing.cutout_from_crop(rgb, mask)
-            _write(layout("coco", "segments", obj, f"{obj}_{index:06d}.png"), _encode_png(cutout))
-            crop_masks[o, index] = mask
-            for s, scene_name in enumerate(SCENE_CLASSES):
-                placement = compositing.draw_placement(
-                    compositing.placement_rng(seed, o, s, index), image_size,
-                    rgb.shape[1], rgb.shape[0])
-                composite, box = compositing.paste(scenes[s], cutout, placement)
-                name = dataset.image_name(obj, scene_name, index)
-                data = _encode_jpeg(composite)
-                if is_val:
-                    targets = [layout("obj", "val", name), layout("scene", "val", name)]
-                    only = layout("scene_only", "val", name)
-                else:
-                    targets = [layout("obj", "train", obj, name),
-                               layout("scene", "train", scene_name, name)]
-                    only = layout("scene_only", "train", scene_name, name)
-                for target in targets:
-                    _write(target, data)
-                _write(only, scene_bytes[s])
-                images.append(_Composite(name, o, s, index, box, is_val, data))
-        progress(index + 1, num_instances)
-    return images, crop_masks
+            construction.write_bytes(layout("coco", "segments", obj, f"{obj}_{index:06d}.png"),
+                                     construction.encode_png(cutout))
+            crop_masks[label, index] = mask
+            cutouts.append(cutout)
+        scenes = [render_scene(scene, np.random.default_rng([seed, SCENE_STREAM, label, index]),
+                               image_size)
+                  for label, scene in enumerate(SCENE_CLASSES)]
+        return cutouts, scenes
 
-
-def _write_metadata(layout, images, crop_masks, num_train, num_val):
-    """val.txt, val_loc.txt, val_mask and loc.txt of obj, scene and scene_only."""
-    val = [image for image in images if image.is_val]
-    val_masks = [crop_masks[o, index] for o in range(len(OBJECT_CLASSES))
-                 for index in range(num_train, num_train + num_val)]
-    for folder, label_of in (("obj", "object_label"), ("scene", "scene_label"),
-                             ("scene_only", "scene_label")):
-        dataset.write_labels(layout(folder, "val.txt"),
-                             [(im.name, getattr(im, label_of)) for im in val])
-        dataset.write_locations(layout(folder, "val_loc.txt"), [(im.name, im.box) for im in val])
-        dataset.write_locations(layout(folder, "loc.txt"), [(im.name, im.box) for im in images])
-        dataset.save_masks(layout(folder, "val_mask"), val_masks)
-    for o, obj in enumerate(OBJECT_CLASSES):
-        dataset.save_masks(layout("coco", "segments", obj, "val_mask"),
-                           [crop_masks[o, index] for index in range(num_train, num_train + num_val)])
-
-
-def _write_dog_sets(layout, images, crop_masks, num_train, num_val):
-    """dog_bedroom (composites, label bedroom) and bamboo_forest (scene only, label 0)."""
-    dog = OBJECT_LABEL[dataset.DOG]
-    dog_masks = [crop_masks[dog, index] for index in range(num_train, num_train + num_val)]
-    for folder, source, scene in (("dog_bedroom", "scene", dataset.BEDROOM),
-                                  ("bamboo_forest", "scene_only", dataset.BAMBOO_FOREST)):
-        chosen = sorted((im for im in images if im.is_val and im.object_label == dog
-                         and im.scene_label == SCENE_LABEL[scene]), key=lambda im: im.name)
-        if len(chosen) != num_val:
-            raise AssertionError(f"{folder} has {len(chosen)} images; expected {num_val}")
-        for im in chosen:
-            shutil.copyfile(layout(source, "val", im.name), layout(folder, "val", im.name))
-        dataset.write_labels(layout(folder, "val.txt"), [(im.name, im.scene_label) for im in chosen])
-        dataset.write_locations(layout(folder, "val_loc.txt"), [(im.name, im.box) for im in chosen])
-        dataset.save_masks(layout(folder, "val_mask"), dog_masks)
-
-
-def _write_tcav_sets(layout, seed):
-    """The TCAV folders of bam.md §2.9, drawn with `random.Random(seed)` from sorted listings."""
-    draw = random.Random(seed)
-    scene_val = dataset.sorted_files(layout("scene", "val"))
-    only_val = dataset.sorted_files(layout("scene_only", "val"))
-    dog_images = [name for name in scene_val if name.startswith(f"{dataset.DOG}-")]
-    dog_scene = draw.sample(dog_images, min(TCAV_SET_SIZE, len(dog_images)))
-    randoms = draw.sample(only_val, min(2 * TCAV_SET_SIZE, len(only_val)))
-    half = len(randoms) // 2
-    counterpart = draw.sample(only_val, min(TCAV_SET_SIZE, len(only_val)))
-    sets = {
-        "dog_bedroom": [("dog_bedroom", name) for name in
-                        dataset.sorted_files(layout("dog_bedroom", "val"))],
-        "dog_scene": [("scene", name) for name in dog_scene],
-        "random500_0": [("scene_only", name) for name in randoms[:half]],
-        "random500_1": [("scene_only", name) for name in randoms[half:]],
-        "random_counter_part": [("scene_only", name) for name in counterpart],
-    }
-    for folder, members in sets.items():
-        os.makedirs(layout("tcav", folder))
-        for source, name in members:
-            source_dir = layout(source, "val")
-            shutil.copyfile(os.path.join(source_dir, name), layout("tcav", folder, name))
-    rename = {dataset.DOG: "dog_bedroom", dataset.BEDROOM: "dog_bedroom"}
-    dataset.write_lines(layout("tcav", "obj_categories.txt"),
-                        [f"{rename.get(n, n)} {label}" for label, n in enumerate(OBJECT_CLASSES)])
-    dataset.write_lines(layout("tcav", "scene_categories.txt"),
-                        [f"{rename.get(n, n)} {label}" for label, n in enumerate(SCENE_CLASSES)])
+    return instance
 
 
 def _write_records(layout, images, crop_masks, image_size, seed):
     """Image TFRecords of the composites: train shards in a seeded order, validation sorted."""
     from saliency_gen import records  # TensorFlow is only needed for this step
 
+    os.makedirs(layout("records"))
     shards = {}
     train = [im for im in images if not im.is_val]
     order = np.random.default_rng([seed, 7]).permutation(len(train))
@@ -624,13 +491,21 @@ def build_world(output_dir, seed=0, image_size=64, train_per_pair=100, val_per_p
     started = time.time()
     num_instances = train_per_pair + val_per_pair
     with atomic_output(output_dir) as root:
-        layout = _Layout(root)
-        layout.make_dirs()
-        images, crop_masks = _composites(layout, seed, image_size, train_per_pair, num_instances,
-                                         progress)
-        _write_metadata(layout, images, crop_masks, train_per_pair, val_per_pair)
-        _write_dog_sets(layout, images, crop_masks, train_per_pair, val_per_pair)
-        _write_tcav_sets(layout, seed)
+        layout = construction.Layout(root)
+        for obj in OBJECT_CLASSES:
+            os.makedirs(layout("coco", "segments", obj))
+        crop_masks = {}
+        images = construction.write_composites(
+            layout, _instance_renderer(layout, seed, image_size, crop_masks), seed, image_size,
+            train_per_pair, num_instances, progress, keep_jpeg=True)
+        val_indices = range(train_per_pair, num_instances)
+        val_masks = [[crop_masks[o, index] for index in val_indices]
+                     for o in range(len(OBJECT_CLASSES))]
+        for obj, masks in zip(OBJECT_CLASSES, val_masks):
+            dataset.save_masks(layout("coco", "segments", obj, "val_mask"), masks)
+        construction.write_split_metadata(layout, images, val_masks)
+        construction.write_dog_sets(layout, val_per_pair)
+        construction.write_tcav_sets(layout, seed)
         shards = _write_records(layout, images, crop_masks, image_size, seed)
         num_val = sum(1 for im in images if im.is_val)
         info = dict(config, object_classes=list(OBJECT_CLASSES), scene_classes=list(SCENE_CLASSES),

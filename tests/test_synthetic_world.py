@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from bam import compositing, dataset, synthetic
+from bam import compositing, construction, dataset, synthetic
 from bam.dataset import OBJECT_CLASSES, OBJECT_LABEL, SCENE_CLASSES, SCENE_LABEL
 from saliency_gen import records
 from tests.conftest import TINY_WORLD
@@ -241,4 +241,4 @@ def test_jpegs_are_pil_default_quality():
     image = synthetic.render_scene("bedroom", np.random.default_rng(5), S)
     buffer = io.BytesIO()
     image.save(buffer, "JPEG", quality=75)
-    assert synthetic._encode_jpeg(image) == buffer.getvalue()
+    assert construction.encode_jpeg(image) == buffer.getvalue()
