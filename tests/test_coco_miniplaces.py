@@ -1,0 +1,389 @@
+"""The real BAM build (MSCOCO + MiniPlaces) on a tiny fabricated COCO instances file and a
+MiniPlaces-style folder in the real formats: extraction rules, skips, layout, determinism,
+index rules, relative sets, resumption and errors."""
+import hashlib
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from PIL import Image
+from pycocotools import mask as mask_utils
+
+from bam import coco_miniplaces, compositing, construction, dataset
+from bam.dataset import OBJECT_CLASSES, OBJECT_LABEL, SCENE_CLASSES, SCENE_LABEL
+from models.errors import UserError
+
+N, V = 5, 2  # images per class, of which val
+T = N - V
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+COCO_NAME = {obj: obj.replace("_", " ") for obj in OBJECT_CLASSES}
+CATEGORY_ID = {obj: 10 + 3 * label for label, obj in enumerate(OBJECT_CLASSES)}
+DECOY_ID = 1  # a "person" category, and a "stop_sign" one that must not be picked (fix D1)
+
+
+def _polygon(x, y, w, h):
+    """A diamond inside the box, as a COCO polygon (area about half the box)."""
+    return [[x + w / 2, y, x + w, y + h / 2, x + w / 2, y + h, x, y + h / 2]]
+
+
+def _fabricate_coco(root):
+    """COCO 2017 layout: per class 7 usable images (ids descending in file order, so ascending
+    iteration matters) and, for the dog, one image per skip reason. Returns the annotations."""
+    rng = np.random.default_rng(0)
+    os.makedirs(os.path.join(root, "train2017"))
+    os.makedirs(os.path.join(root, "annotations"))
+    images, annotations = [], []
+    next_ann = [1000]
+
+    def add_image(image_id, width=48, height=40, mode="RGB"):
+        name = f"{image_id:012d}.jpg"
+        pixels = rng.integers(20, 250, (height, width, 3), dtype=np.uint8)
+        image = Image.fromarray(pixels, "RGB")
+        if mode != "RGB":
+            image = image.convert(mode)
+        image.save(os.path.join(root, "train2017", name), quality=95)
+        images.append({"id": image_id, "file_name": name, "width": width, "height": height})
+
+    def add_ann(image_id, cat, box, area=None, crowd=False, size=(40, 48)):
+        x, y, w, h = box
+        ann = {"id": next_ann[0], "image_id": image_id, "category_id": cat, "bbox": list(box),
+               "iscrowd": int(crowd), "area": w * h / 2 if area is None else area}
+        if crowd:
+            full = np.zeros(size, np.uint8)
+            full[int(y):int(y + h), int(x):int(x + w)] = 1
+            rle = mask_utils.encode(np.asfortranarray(full))
+            ann["segmentation"] = {"size": rle["size"], "counts": rle["counts"].decode("ascii")}
+        else:
+            ann["segmentation"] = _polygon(*box)
+        next_ann[0] += 1
+        annotations.append(ann)
+        return ann
+
+    for label, obj in enumerate(OBJECT_CLASSES):
+        cat = CATEGORY_ID[obj]
+        for k in range(7):
+            image_id = 100000 * (label + 1) - k  # later files have lower ids
+            add_image(image_id)
+            add_ann(image_id, cat, (4, 5, 20 + k, 16))  # smaller one first
+            add_ann(image_id, cat, (2.6, 3.4, 30.5 + k, 24.2), crowd=(k == 1))  # the largest
+            add_ann(image_id, DECOY_ID, (0, 0, 47, 39))  # larger, other category
+    dog = CATEGORY_ID["dog"]
+    add_image(5, mode="L")  # grayscale: non_rgb
+    add_ann(5, dog, (2, 2, 30, 30))
+    add_image(6)  # largest area 0
+    add_ann(6, dog, (2, 2, 30, 30), area=0)
+    add_image(7)  # bbox thinner than a pixel: empty crop
+    add_ann(7, dog, (3.2, 2, 0.5, 30))
+    add_image(8)  # mask outside its bbox: no mask pixels in the crop
+    ann = add_ann(8, dog, (30, 20, 10, 10))
+    ann["segmentation"] = _polygon(2, 2, 10, 10)
+    categories = [{"id": DECOY_ID, "name": "person", "supercategory": "person"},
+                  {"id": 99, "name": "stop_sign", "supercategory": "decoy"}]
+    categories += [{"id": CATEGORY_ID[obj], "name": COCO_NAME[obj], "supercategory": "thing"}
+                   for obj in OBJECT_CLASSES]
+    content = {"info": {}, "licenses": [], "images": images, "annotations": annotations,
+               "categories": categories}
+    with open(os.path.join(root, "annotations", "instances_train2017.json"), "w") as handle:
+        json.dump(content, handle)
+    return content
+
+
+def _fabricate_miniplaces(root, count=N + 1, size=128):
+    for label, scene in enumerate(SCENE_CLASSES):
+        folder = os.path.join(root, "images", "train",
+                              *coco_miniplaces.MINIPLACES_CATEGORIES[scene].split("/"))
+        os.makedirs(folder)
+        for n in range(count):
+            ramp = np.linspace(0, 200, size, dtype=np.float32)
+            pixels = np.stack([ramp[:, None] + 0 * ramp, 0 * ramp[:, None] + ramp,
+                               np.full((size, size), 10.0 * label + n)], -1)
+            Image.fromarray(pixels.astype(np.uint8)).save(
+                os.path.join(folder, f"{n + 1:08d}.jpg"))
+
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory):
+    root = tmp_path_factory.mktemp("sources")
+    content = _fabricate_coco(str(root / "coco"))
+    _fabricate_miniplaces(str(root / "miniplaces"))
+    return str(root / "coco"), str(root / "miniplaces"), content
+
+
+@pytest.fixture(scope="module")
+def built(sources, tmp_path_factory):
+    coco_dir, miniplaces_dir, _ = sources
+    output = str(tmp_path_factory.mktemp("bam") / "data")
+    info = coco_miniplaces.build_dataset(coco_dir, miniplaces_dir, output, seed=0,
+                                         images_per_class=N, val_per_class=V)
+    return output, info
+
+
+def _digests(root):
+    result = {}
+    for folder, _, files in os.walk(root):
+        for name in files:
+            path = os.path.join(folder, name)
+            with open(path, "rb") as handle:
+                result[os.path.relpath(path, root)] = hashlib.sha256(handle.read()).hexdigest()
+    return result
+
+
+def _sources(root, obj):
+    with open(os.path.join(root, "coco", "segments", obj, "sources.txt")) as handle:
+        return [line.split() for line in handle.read().splitlines()]
+
+
+def test_cutouts_follow_the_extraction_rules(sources, built):
+    _, _, content = sources
+    root, info = built
+    anns = {ann["id"]: ann for ann in content["annotations"]}
+    for label, obj in enumerate(OBJECT_CLASSES):
+        rows = _sources(root, obj)
+        # Ascending ids: the 5 lowest of 7 usable images, listed by file name.
+        lowest = sorted(100000 * (label + 1) - k for k in range(7))[:N]
+        assert [int(image_id) for _, image_id, _ in rows] == lowest
+        for png, image_id, ann_id in rows:
+            ann = anns[int(ann_id)]
+            # The chosen annotation has the class's category (never the decoy "stop_sign" or
+            # the larger "person"), and it is the largest of its category (crowd included).
+            assert ann["category_id"] == CATEGORY_ID[obj]
+            assert ann["bbox"][0] == 2.6 and png == f"{int(image_id):012d}.png"
+            width = int(2.6 + ann["bbox"][2]) - 2
+            with Image.open(os.path.join(root, "coco", "segments", obj, png)) as cutout:
+                assert cutout.mode == "RGBA" and cutout.size == (width, int(3.4 + 24.2) - 3)
+        report = info["extraction"][obj]
+        assert report["category_id"] == CATEGORY_ID[obj] and report["accepted"] == N
+    assert info["extraction"]["stop_sign"]["coco_name"] == "stop sign"
+    assert info["extraction"]["dog"]["skipped"] == {"non_rgb": 1, "area_0": 1, "empty_crop": 1,
+                                                    "empty_mask": 1}
+    assert info["extraction"]["bird"]["skipped"] == dict.fromkeys(coco_miniplaces.SKIP_REASONS, 0)
+
+
+def test_cutout_pixels_are_the_masked_crop(sources, built):
+    coco_dir, _, content = sources
+    root, _ = built
+    coco = coco_miniplaces.load_coco(os.path.join(coco_dir, "annotations",
+                                                  "instances_train2017.json"))
+    png, image_id, ann_id = _sources(root, "kite")[0]
+    ann = coco.loadAnns([int(ann_id)])[0]
+    with Image.open(os.path.join(coco_dir, "train2017", f"{int(image_id):012d}.jpg")) as image:
+        rgb = np.asarray(image)
+    x, y, w, h = ann["bbox"]
+    crop = (slice(int(y), int(y + h)), slice(int(x), int(x + w)))
+    mask = coco.annToMask(ann)[crop]
+    expected = rgb[crop] * mask[..., None]
+    with Image.open(os.path.join(root, "coco", "segments", "kite", png)) as cutout:
+        rgba = np.asarray(cutout)
+    np.testing.assert_array_equal(rgba[..., :3], expected)
+    np.testing.assert_array_equal(rgba[..., 3], np.where(expected.any(-1), 255, 0))
+    assert 0 < mask.sum() < mask.size
+
+
+def test_layout_counts_and_metadata(built):
+    root, info = built
+    path = lambda *parts: os.path.join(root, *parts)  # noqa: E401, E731
+    for obj in OBJECT_CLASSES:
+        assert len(dataset.sorted_files(path("obj", "train", obj))) == 10 * T
+        assert len(dataset.sorted_files(path("coco", "segments", obj), (".png",))) == N
+        assert len(dataset.load_masks(path("coco", "segments", obj, "val_mask"))) == V
+    for scene in SCENE_CLASSES:
+        for folder in ("scene", "scene_only"):
+            assert len(dataset.sorted_files(path(folder, "train", scene))) == 10 * T
+    for folder, label_of in (("obj", 0), ("scene", 1), ("scene_only", 1)):
+        labels = dataset.read_labels(path(folder, "val.txt"))
+        assert len(labels) == 100 * V and len(dataset.load_masks(path(folder, "val_mask"))) == 10 * V
+        assert len(dataset.read_locations(path(folder, "loc.txt"))) == 100 * N
+        for j, (name, label) in enumerate(labels):
+            parts = dataset.parse_image_name(name)
+            o, s, i = OBJECT_LABEL[parts[0]], SCENE_LABEL[parts[1]], parts[2]
+            assert j == o * 10 * V + s * V + (i - T)  # global val index (bam.md §2.7)
+            assert label == (o, s)[label_of]
+    for folder in ("dog_bedroom", "bamboo_forest"):
+        assert len(dataset.read_labels(path(folder, "val.txt"))) == V
+    assert sorted(os.listdir(path("tcav"))) == sorted(
+        ["dog_bedroom", "dog_scene", "random500_0", "random500_1", "random_counter_part",
+         "obj_categories.txt", "scene_categories.txt"])
+    assert info["num_train_images"] == 100 * T and info["num_val_images"] == 100 * V
+    assert not os.path.exists(path(coco_miniplaces.STAGING))
+    with open(path(coco_miniplaces.INFO_FILE)) as handle:
+        assert json.load(handle)["seed"] == 0
+
+
+def test_boxes_and_masks_match_their_images(sources, built):
+    root, _ = built
+    masks = dataset.load_masks(os.path.join(root, "obj", "val_mask"))
+    boxes = dict(dataset.read_locations(os.path.join(root, "obj", "val_loc.txt")))
+    segments = {obj: dataset.load_masks(os.path.join(root, "coco", "segments", obj, "val_mask"))
+                for obj in OBJECT_CLASSES}
+    for name, (r0, c0, r1, c1) in boxes.items():
+        obj, scene, i = dataset.parse_image_name(name)
+        mask = masks[OBJECT_LABEL[obj] * V + (i - T)]  # mask index rule
+        np.testing.assert_array_equal(mask, segments[obj][i - T])
+        h, w = mask.shape
+        # The longer relative side drew the size; the other keeps the aspect, floored.
+        if w > h:
+            assert r1 - r0 == (c1 - c0) * h // w
+        else:
+            assert c1 - c0 == (r1 - r0) * w // h
+        assert 73 <= max(r1 - r0, c1 - c0) <= 89 and r1 < 128 and c1 < 128
+        # Each composite differs from its scene only inside its box.
+        composite = np.asarray(Image.open(os.path.join(root, "scene", "val", name)), float)
+        plain = np.asarray(Image.open(os.path.join(root, "scene_only", "val", name)), float)
+        outside = np.ones((128, 128), bool)
+        outside[max(0, r0 - 8):r1 + 8, max(0, c0 - 8):c1 + 8] = False
+        assert np.abs(composite - plain)[outside].max() <= 24  # JPEG ringing only
+        assert np.abs(composite - plain)[r0:r1, c0:c1].mean() > 10
+
+
+def test_scene_only_images_are_the_miniplaces_scenes(sources, built):
+    _, miniplaces_dir, _ = sources
+    root, _ = built
+    scene_path = os.path.join(miniplaces_dir, "images", "train", "t", "track", "outdoor",
+                              f"{T + 1:08d}.jpg")  # the (T+1)-th file is scene image T
+    with Image.open(scene_path) as image:
+        expected = construction.encode_jpeg(image.convert("RGB"))
+    with open(os.path.join(root, "scene_only", "val", f"zebra-track-{T:04d}.jpg"), "rb") as f:
+        assert f.read() == expected
+
+
+def test_relative_sets(built):
+    root, info = built
+    assert info["relative_sets"]["scene3"] == ["bedroom", "bamboo_forest", "bowling_alley"]
+    for k in (1, 3, 10):
+        base = os.path.join(root, f"scene{k}")
+        with open(os.path.join(base, "dog_classes.txt")) as handle:
+            dog_classes = handle.read().splitlines()
+        assert dog_classes == list(construction.RELATIVE_DOG_ORDER[:k])
+        labels = dataset.read_labels(os.path.join(base, "val.txt"))
+        assert len(labels) == 10 * V == len(dataset.load_masks(os.path.join(base, "val_mask")))
+        assert all(name.startswith("dog-") and label == SCENE_LABEL[name.split("-")[1]]
+                   for name, label in labels)
+        for scene in SCENE_CLASSES:
+            names = dataset.sorted_files(os.path.join(base, "train", scene))
+            assert names == [f"dog-{scene}-{i:04d}.jpg" for i in range(T)]
+            source = "scene" if scene in dog_classes else "scene_only"
+            for name in (names[0], f"dog-{scene}-{T:04d}.jpg"):
+                split = ("train", scene) if name in names else ("val",)
+                with open(os.path.join(base, *split, name), "rb") as mine, \
+                        open(os.path.join(root, source, *split, name), "rb") as theirs:
+                    assert mine.read() == theirs.read()
+
+
+def test_same_seed_same_bytes_and_another_seed_moves_objects(sources, built, tmp_path):
+    coco_dir, miniplaces_dir, _ = sources
+    root, _ = built
+    again = coco_miniplaces.build_dataset(coco_dir, miniplaces_dir, str(tmp_path / "again"),
+                                          seed=0, images_per_class=N, val_per_class=V)
+    first, second = _digests(root), _digests(str(tmp_path / "again"))
+    first.pop(coco_miniplaces.INFO_FILE), second.pop(coco_miniplaces.INFO_FILE)
+    assert len(first) > 2000 and first == second and not again["reused"]
+    reused = coco_miniplaces.build_dataset(coco_dir, miniplaces_dir, str(tmp_path / "again"),
+                                           seed=0, images_per_class=N, val_per_class=V)
+    assert reused["reused"]
+    with pytest.raises(UserError, match="other parameters"):
+        coco_miniplaces.build_dataset(coco_dir, miniplaces_dir, str(tmp_path / "again"),
+                                      seed=1, images_per_class=N, val_per_class=V)
+    other = coco_miniplaces.build_dataset(coco_dir, miniplaces_dir, str(tmp_path / "again"),
+                                          seed=1, images_per_class=N, val_per_class=V,
+                                          overwrite=True)
+    assert not other["reused"]
+    moved = _digests(str(tmp_path / "again"))
+    assert all(moved[key] == first[key] for key in first if key.startswith("coco"))
+    assert moved["obj/val_loc.txt"] != first["obj/val_loc.txt"]
+
+
+def test_interrupted_build_resumes_without_redoing_finished_stages(sources, built, tmp_path,
+                                                                   monkeypatch):
+    coco_dir, miniplaces_dir, _ = sources
+    output = str(tmp_path / "data")
+    original = construction.write_relative_set
+
+    def fail_at_scene4(layout, k):
+        if k == 4:
+            raise KeyboardInterrupt
+        original(layout, k)
+
+    monkeypatch.setattr(construction, "write_relative_set", fail_at_scene4)
+    with pytest.raises(KeyboardInterrupt):
+        coco_miniplaces.build_dataset(coco_dir, miniplaces_dir, output, images_per_class=N,
+                                      val_per_class=V)
+    assert not os.path.exists(os.path.join(output, coco_miniplaces.INFO_FILE))
+    assert not os.path.exists(os.path.join(output, "obj"))  # nothing looks finished
+    monkeypatch.setattr(construction, "write_relative_set", original)
+
+    def no_coco(*args):
+        raise AssertionError("finished cut-out stages must not run again")
+
+    monkeypatch.setattr(coco_miniplaces, "load_coco", no_coco)
+    monkeypatch.setattr(construction, "write_composites", no_coco)
+    coco_miniplaces.build_dataset(coco_dir, miniplaces_dir, output, images_per_class=N,
+                                  val_per_class=V)
+    assert _digests(output).keys() == _digests(built[0]).keys()
+
+
+def test_bad_sources_give_clear_errors(sources, tmp_path):
+    coco_dir, miniplaces_dir, content = sources
+    out = str(tmp_path / "out")
+    _fabricate_miniplaces(str(tmp_path / "more"), count=8)
+    with pytest.raises(UserError, match=r"only 7 usable COCO images for 'backpack'.*8 are"):
+        coco_miniplaces.build_dataset(coco_dir, str(tmp_path / "more"), out, images_per_class=8,
+                                      val_per_class=2)
+    with pytest.raises(UserError, match="holds 6 images; 7 are needed"):
+        coco_miniplaces.build_dataset(coco_dir, miniplaces_dir, out + "1", images_per_class=7,
+                                      val_per_class=2)
+    broken = tmp_path / "coco"
+    (broken / "annotations").mkdir(parents=True)
+    (broken / "train2017").mkdir()
+    twice = dict(content, categories=content["categories"] + [
+        {"id": 77, "name": "stop sign", "supercategory": "x"}])
+    (broken / "annotations" / "instances_train2017.json").write_text(json.dumps(twice))
+    with pytest.raises(UserError, match="'stop sign'.*matches 2 category ids"):
+        coco_miniplaces.build_dataset(str(broken), miniplaces_dir, str(tmp_path / "o2"),
+                                      images_per_class=N, val_per_class=V)
+    (broken / "annotations" / "instances_train2017.json").write_text("{not json")
+    with pytest.raises(UserError, match="is not a COCO instances file"):
+        coco_miniplaces.build_dataset(str(broken), miniplaces_dir, str(tmp_path / "o3"),
+                                      images_per_class=N, val_per_class=V)
+    small = tmp_path / "small"
+    _fabricate_miniplaces(str(small), size=64)
+    with pytest.raises(UserError, match=r"00000001.jpg is 64x64; MiniPlaces scenes are 128x128"):
+        coco_miniplaces.build_dataset(coco_dir, str(small), str(tmp_path / "o4"),
+                                      images_per_class=N, val_per_class=V)
+    occupied = tmp_path / "occupied"
+    (occupied / "obj").mkdir(parents=True)
+    with pytest.raises(UserError, match="obj already exists"):
+        coco_miniplaces.build_dataset(coco_dir, miniplaces_dir, str(occupied),
+                                      images_per_class=N, val_per_class=V)
+
+
+def test_script_runs_and_reports_errors_in_one_line(sources, tmp_path):
+    coco_dir, miniplaces_dir, _ = sources
+    script = os.path.join(REPO, "scripts", "construct_bam_dataset.py")
+    result = subprocess.run(
+        [sys.executable, script, f"--coco_dir={coco_dir}", f"--miniplaces_dir={miniplaces_dir}",
+         f"--output_dir={tmp_path / 'data'}", f"--images_per_class={N}", f"--val_per_class={V}"],
+        capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    assert "stop_sign" in result.stdout and "built" in result.stdout
+    assert os.path.isfile(tmp_path / "data" / "scene10" / "dog_classes.txt")
+    result = subprocess.run(
+        [sys.executable, script, f"--coco_dir={tmp_path / 'nowhere'}",
+         f"--miniplaces_dir={miniplaces_dir}", f"--output_dir={tmp_path / 'other'}"],
+        capture_output=True, text=True, check=False)
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert "instances_train2017.json does not exist" in result.stderr
+
+
+def test_pasting_matches_the_rule_for_one_image(built):
+    root, _ = built
+    boxes = dict(dataset.read_locations(os.path.join(root, "obj", "loc.txt")))
+    png = dataset.sorted_files(os.path.join(root, "coco", "segments", "truck"), (".png",))[1]
+    with Image.open(os.path.join(root, "coco", "segments", "truck", png)) as cutout:
+        size = cutout.size
+    placement = compositing.draw_placement(
+        compositing.placement_rng(0, OBJECT_LABEL["truck"], SCENE_LABEL["runway"], 1), 128, *size)
+    new_w, new_h, row, col = placement
+    assert boxes["truck-runway-0001.jpg"] == (row, col, row + new_h, col + new_w)
