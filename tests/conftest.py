@@ -1,4 +1,5 @@
-"""Shared fixtures: quiet TensorFlow, a tiny synthetic BAM world built once per session."""
+"""Shared fixtures: quiet TensorFlow, a tiny synthetic BAM world and a tiny real-format BAM build
+(fabricated MSCOCO + MiniPlaces), each built once per session."""
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -16,3 +17,28 @@ def tiny_world(tmp_path_factory):
     root = str(tmp_path_factory.mktemp("world") / "bam")
     info = synthetic.build_world(root, **TINY_WORLD)
     return root, info
+
+
+@pytest.fixture(scope="session")
+def real_sources(tmp_path_factory):
+    """(coco_dir, miniplaces_dir, COCO content) fabricated in the real formats."""
+    from tests import fabricated
+
+    root = tmp_path_factory.mktemp("sources")
+    content = fabricated.fabricate_coco(str(root / "coco"))
+    fabricated.fabricate_miniplaces(str(root / "miniplaces"))
+    return str(root / "coco"), str(root / "miniplaces"), content
+
+
+@pytest.fixture(scope="session")
+def real_bam(real_sources, tmp_path_factory):
+    """(data_dir, info) of the real BAM build on the fabricated sources, seed 0."""
+    from bam import coco_miniplaces
+    from tests import fabricated
+
+    coco_dir, miniplaces_dir, _ = real_sources
+    output = str(tmp_path_factory.mktemp("bam") / "data")
+    info = coco_miniplaces.build_dataset(coco_dir, miniplaces_dir, output, seed=0,
+                                         images_per_class=fabricated.N,
+                                         val_per_class=fabricated.V)
+    return output, info

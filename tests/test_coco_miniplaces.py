@@ -10,115 +10,14 @@ import sys
 import numpy as np
 import pytest
 from PIL import Image
-from pycocotools import mask as mask_utils
 
 from bam import coco_miniplaces, compositing, construction, dataset
 from bam.dataset import OBJECT_CLASSES, OBJECT_LABEL, SCENE_CLASSES, SCENE_LABEL
 from models.errors import UserError
+from tests import fabricated
+from tests.fabricated import CATEGORY_ID, N, T, V
 
-N, V = 5, 2  # images per class, of which val
-T = N - V
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-COCO_NAME = {obj: obj.replace("_", " ") for obj in OBJECT_CLASSES}
-CATEGORY_ID = {obj: 10 + 3 * label for label, obj in enumerate(OBJECT_CLASSES)}
-DECOY_ID = 1  # a "person" category, and a "stop_sign" one that must not be picked (fix D1)
-
-
-def _polygon(x, y, w, h):
-    """A diamond inside the box, as a COCO polygon (area about half the box)."""
-    return [[x + w / 2, y, x + w, y + h / 2, x + w / 2, y + h, x, y + h / 2]]
-
-
-def _fabricate_coco(root):
-    """COCO 2017 layout: per class 7 usable images (ids descending in file order, so ascending
-    iteration matters) and, for the dog, one image per skip reason. Returns the annotations."""
-    rng = np.random.default_rng(0)
-    os.makedirs(os.path.join(root, "train2017"))
-    os.makedirs(os.path.join(root, "annotations"))
-    images, annotations = [], []
-    next_ann = [1000]
-
-    def add_image(image_id, width=48, height=40, mode="RGB"):
-        name = f"{image_id:012d}.jpg"
-        pixels = rng.integers(20, 250, (height, width, 3), dtype=np.uint8)
-        image = Image.fromarray(pixels, "RGB")
-        if mode != "RGB":
-            image = image.convert(mode)
-        image.save(os.path.join(root, "train2017", name), quality=95)
-        images.append({"id": image_id, "file_name": name, "width": width, "height": height})
-
-    def add_ann(image_id, cat, box, area=None, crowd=False, size=(40, 48)):
-        x, y, w, h = box
-        ann = {"id": next_ann[0], "image_id": image_id, "category_id": cat, "bbox": list(box),
-               "iscrowd": int(crowd), "area": w * h / 2 if area is None else area}
-        if crowd:
-            full = np.zeros(size, np.uint8)
-            full[int(y):int(y + h), int(x):int(x + w)] = 1
-            rle = mask_utils.encode(np.asfortranarray(full))
-            ann["segmentation"] = {"size": rle["size"], "counts": rle["counts"].decode("ascii")}
-        else:
-            ann["segmentation"] = _polygon(*box)
-        next_ann[0] += 1
-        annotations.append(ann)
-        return ann
-
-    for label, obj in enumerate(OBJECT_CLASSES):
-        cat = CATEGORY_ID[obj]
-        for k in range(7):
-            image_id = 100000 * (label + 1) - k  # later files have lower ids
-            add_image(image_id)
-            add_ann(image_id, cat, (4, 5, 20 + k, 16))  # smaller one first
-            add_ann(image_id, cat, (2.6, 3.4, 30.5 + k, 24.2), crowd=(k == 1))  # the largest
-            add_ann(image_id, DECOY_ID, (0, 0, 47, 39))  # larger, other category
-    dog = CATEGORY_ID["dog"]
-    add_image(5, mode="L")  # grayscale: non_rgb
-    add_ann(5, dog, (2, 2, 30, 30))
-    add_image(6)  # largest area 0
-    add_ann(6, dog, (2, 2, 30, 30), area=0)
-    add_image(7)  # bbox thinner than a pixel: empty crop
-    add_ann(7, dog, (3.2, 2, 0.5, 30))
-    add_image(8)  # mask outside its bbox: no mask pixels in the crop
-    ann = add_ann(8, dog, (30, 20, 10, 10))
-    ann["segmentation"] = _polygon(2, 2, 10, 10)
-    categories = [{"id": DECOY_ID, "name": "person", "supercategory": "person"},
-                  {"id": 99, "name": "stop_sign", "supercategory": "decoy"}]
-    categories += [{"id": CATEGORY_ID[obj], "name": COCO_NAME[obj], "supercategory": "thing"}
-                   for obj in OBJECT_CLASSES]
-    content = {"info": {}, "licenses": [], "images": images, "annotations": annotations,
-               "categories": categories}
-    with open(os.path.join(root, "annotations", "instances_train2017.json"), "w") as handle:
-        json.dump(content, handle)
-    return content
-
-
-def _fabricate_miniplaces(root, count=N + 1, size=128):
-    for label, scene in enumerate(SCENE_CLASSES):
-        folder = os.path.join(root, "images", "train",
-                              *coco_miniplaces.MINIPLACES_CATEGORIES[scene].split("/"))
-        os.makedirs(folder)
-        for n in range(count):
-            ramp = np.linspace(0, 200, size, dtype=np.float32)
-            pixels = np.stack([ramp[:, None] + 0 * ramp, 0 * ramp[:, None] + ramp,
-                               np.full((size, size), 10.0 * label + n)], -1)
-            Image.fromarray(pixels.astype(np.uint8)).save(
-                os.path.join(folder, f"{n + 1:08d}.jpg"))
-
-
-@pytest.fixture(scope="module")
-def sources(tmp_path_factory):
-    root = tmp_path_factory.mktemp("sources")
-    content = _fabricate_coco(str(root / "coco"))
-    _fabricate_miniplaces(str(root / "miniplaces"))
-    return str(root / "coco"), str(root / "miniplaces"), content
-
-
-@pytest.fixture(scope="module")
-def built(sources, tmp_path_factory):
-    coco_dir, miniplaces_dir, _ = sources
-    output = str(tmp_path_factory.mktemp("bam") / "data")
-    info = coco_miniplaces.build_dataset(coco_dir, miniplaces_dir, output, seed=0,
-                                         images_per_class=N, val_per_class=V)
-    return output, info
 
 
 def _digests(root):
@@ -136,9 +35,9 @@ def _sources(root, obj):
         return [line.split() for line in handle.read().splitlines()]
 
 
-def test_cutouts_follow_the_extraction_rules(sources, built):
-    _, _, content = sources
-    root, info = built
+def test_cutouts_follow_the_extraction_rules(real_sources, real_bam):
+    _, _, content = real_sources
+    root, info = real_bam
     anns = {ann["id"]: ann for ann in content["annotations"]}
     for label, obj in enumerate(OBJECT_CLASSES):
         rows = _sources(root, obj)
@@ -162,9 +61,9 @@ def test_cutouts_follow_the_extraction_rules(sources, built):
     assert info["extraction"]["bird"]["skipped"] == dict.fromkeys(coco_miniplaces.SKIP_REASONS, 0)
 
 
-def test_cutout_pixels_are_the_masked_crop(sources, built):
-    coco_dir, _, content = sources
-    root, _ = built
+def test_cutout_pixels_are_the_masked_crop(real_sources, real_bam):
+    coco_dir, _, content = real_sources
+    root, _ = real_bam
     coco = coco_miniplaces.load_coco(os.path.join(coco_dir, "annotations",
                                                   "instances_train2017.json"))
     png, image_id, ann_id = _sources(root, "kite")[0]
@@ -182,8 +81,8 @@ def test_cutout_pixels_are_the_masked_crop(sources, built):
     assert 0 < mask.sum() < mask.size
 
 
-def test_layout_counts_and_metadata(built):
-    root, info = built
+def test_layout_counts_and_metadata(real_bam):
+    root, info = real_bam
     path = lambda *parts: os.path.join(root, *parts)  # noqa: E401, E731
     for obj in OBJECT_CLASSES:
         assert len(dataset.sorted_files(path("obj", "train", obj))) == 10 * T
@@ -194,7 +93,8 @@ def test_layout_counts_and_metadata(built):
             assert len(dataset.sorted_files(path(folder, "train", scene))) == 10 * T
     for folder, label_of in (("obj", 0), ("scene", 1), ("scene_only", 1)):
         labels = dataset.read_labels(path(folder, "val.txt"))
-        assert len(labels) == 100 * V and len(dataset.load_masks(path(folder, "val_mask"))) == 10 * V
+        assert len(labels) == 100 * V
+        assert len(dataset.load_masks(path(folder, "val_mask"))) == 10 * V
         assert len(dataset.read_locations(path(folder, "loc.txt"))) == 100 * N
         for j, (name, label) in enumerate(labels):
             parts = dataset.parse_image_name(name)
@@ -212,8 +112,8 @@ def test_layout_counts_and_metadata(built):
         assert json.load(handle)["seed"] == 0
 
 
-def test_boxes_and_masks_match_their_images(sources, built):
-    root, _ = built
+def test_boxes_and_masks_match_their_images(real_sources, real_bam):
+    root, _ = real_bam
     masks = dataset.load_masks(os.path.join(root, "obj", "val_mask"))
     boxes = dict(dataset.read_locations(os.path.join(root, "obj", "val_loc.txt")))
     segments = {obj: dataset.load_masks(os.path.join(root, "coco", "segments", obj, "val_mask"))
@@ -238,9 +138,9 @@ def test_boxes_and_masks_match_their_images(sources, built):
         assert np.abs(composite - plain)[r0:r1, c0:c1].mean() > 10
 
 
-def test_scene_only_images_are_the_miniplaces_scenes(sources, built):
-    _, miniplaces_dir, _ = sources
-    root, _ = built
+def test_scene_only_images_are_the_miniplaces_scenes(real_sources, real_bam):
+    _, miniplaces_dir, _ = real_sources
+    root, _ = real_bam
     scene_path = os.path.join(miniplaces_dir, "images", "train", "t", "track", "outdoor",
                               f"{T + 1:08d}.jpg")  # the (T+1)-th file is scene image T
     with Image.open(scene_path) as image:
@@ -249,8 +149,8 @@ def test_scene_only_images_are_the_miniplaces_scenes(sources, built):
         assert f.read() == expected
 
 
-def test_relative_sets(built):
-    root, info = built
+def test_relative_sets(real_bam):
+    root, info = real_bam
     assert info["relative_sets"]["scene3"] == ["bedroom", "bamboo_forest", "bowling_alley"]
     for k in (1, 3, 10):
         base = os.path.join(root, f"scene{k}")
@@ -272,9 +172,9 @@ def test_relative_sets(built):
                     assert mine.read() == theirs.read()
 
 
-def test_same_seed_same_bytes_and_another_seed_moves_objects(sources, built, tmp_path):
-    coco_dir, miniplaces_dir, _ = sources
-    root, _ = built
+def test_same_seed_same_bytes_and_another_seed_moves_objects(real_sources, real_bam, tmp_path):
+    coco_dir, miniplaces_dir, _ = real_sources
+    root, _ = real_bam
     again = coco_miniplaces.build_dataset(coco_dir, miniplaces_dir, str(tmp_path / "again"),
                                           seed=0, images_per_class=N, val_per_class=V)
     first, second = _digests(root), _digests(str(tmp_path / "again"))
@@ -295,9 +195,9 @@ def test_same_seed_same_bytes_and_another_seed_moves_objects(sources, built, tmp
     assert moved["obj/val_loc.txt"] != first["obj/val_loc.txt"]
 
 
-def test_interrupted_build_resumes_without_redoing_finished_stages(sources, built, tmp_path,
-                                                                   monkeypatch):
-    coco_dir, miniplaces_dir, _ = sources
+def test_interrupted_build_resumes_without_redoing_finished_stages(real_sources, real_bam,
+                                                                   tmp_path, monkeypatch):
+    coco_dir, miniplaces_dir, _ = real_sources
     output = str(tmp_path / "data")
     original = construction.write_relative_set
 
@@ -321,13 +221,13 @@ def test_interrupted_build_resumes_without_redoing_finished_stages(sources, buil
     monkeypatch.setattr(construction, "write_composites", no_coco)
     coco_miniplaces.build_dataset(coco_dir, miniplaces_dir, output, images_per_class=N,
                                   val_per_class=V)
-    assert _digests(output).keys() == _digests(built[0]).keys()
+    assert _digests(output).keys() == _digests(real_bam[0]).keys()
 
 
-def test_bad_sources_give_clear_errors(sources, tmp_path):
-    coco_dir, miniplaces_dir, content = sources
+def test_bad_sources_give_clear_errors(real_sources, tmp_path):
+    coco_dir, miniplaces_dir, content = real_sources
     out = str(tmp_path / "out")
-    _fabricate_miniplaces(str(tmp_path / "more"), count=8)
+    fabricated.fabricate_miniplaces(str(tmp_path / "more"), count=8)
     with pytest.raises(UserError, match=r"only 7 usable COCO images for 'backpack'.*8 are"):
         coco_miniplaces.build_dataset(coco_dir, str(tmp_path / "more"), out, images_per_class=8,
                                       val_per_class=2)
@@ -348,7 +248,7 @@ def test_bad_sources_give_clear_errors(sources, tmp_path):
         coco_miniplaces.build_dataset(str(broken), miniplaces_dir, str(tmp_path / "o3"),
                                       images_per_class=N, val_per_class=V)
     small = tmp_path / "small"
-    _fabricate_miniplaces(str(small), size=64)
+    fabricated.fabricate_miniplaces(str(small), size=64)
     with pytest.raises(UserError, match=r"00000001.jpg is 64x64; MiniPlaces scenes are 128x128"):
         coco_miniplaces.build_dataset(coco_dir, str(small), str(tmp_path / "o4"),
                                       images_per_class=N, val_per_class=V)
@@ -359,8 +259,8 @@ def test_bad_sources_give_clear_errors(sources, tmp_path):
                                       images_per_class=N, val_per_class=V)
 
 
-def test_script_runs_and_reports_errors_in_one_line(sources, tmp_path):
-    coco_dir, miniplaces_dir, _ = sources
+def test_script_runs_and_reports_errors_in_one_line(real_sources, tmp_path):
+    coco_dir, miniplaces_dir, _ = real_sources
     script = os.path.join(REPO, "scripts", "construct_bam_dataset.py")
     result = subprocess.run(
         [sys.executable, script, f"--coco_dir={coco_dir}", f"--miniplaces_dir={miniplaces_dir}",
@@ -377,8 +277,8 @@ def test_script_runs_and_reports_errors_in_one_line(sources, tmp_path):
     assert "instances_train2017.json does not exist" in result.stderr
 
 
-def test_pasting_matches_the_rule_for_one_image(built):
-    root, _ = built
+def test_pasting_matches_the_rule_for_one_image(real_bam):
+    root, _ = real_bam
     boxes = dict(dataset.read_locations(os.path.join(root, "obj", "loc.txt")))
     png = dataset.sorted_files(os.path.join(root, "coco", "segments", "truck"), (".png",))[1]
     with Image.open(os.path.join(root, "coco", "segments", "truck", png)) as cutout:
