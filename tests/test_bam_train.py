@@ -1,5 +1,20 @@
-"""BAM training helper: learns the synthetic world's scenes and honours its time budget."""
+"""BAM training: learns the synthetic world's scenes, honours its time budget, streams large sets
+with the same batches, resumes after a kill, and fine-tunes ResNet-50 on real-format data."""
+import json
+import os
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import models
 from bam import train
+from models.errors import UserError
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_small_cnn_learns_scene_labels_of_the_tiny_world(tiny_world):
@@ -22,3 +37,93 @@ def test_same_seed_same_weights(tiny_world):
     second, _ = train.train_classifier(root, "obj", "small_cnn", epochs=1, seed=3)
     for a, b in zip(first.get_weights(), second.get_weights()):
         assert (a == b).all()
+
+
+def test_streaming_pipeline_feeds_the_same_batches_as_memory(tiny_world):
+    root, _ = tiny_world
+    memory, memory_report = train.train_classifier(root, "obj", "small_cnn", epochs=2, seed=5,
+                                                   pipeline="memory")
+    stream, stream_report = train.train_classifier(root, "obj", "small_cnn", epochs=2, seed=5,
+                                                   pipeline="stream")
+    assert (memory_report["pipeline"], stream_report["pipeline"]) == ("memory", "stream")
+    for a, b in zip(memory.get_weights(), stream.get_weights()):
+        np.testing.assert_array_equal(a, b)
+    assert memory_report["val_accuracy"] == stream_report["val_accuracy"]
+
+
+def test_auto_pipeline_streams_large_sets():
+    assert train.choose_pipeline("auto", 10000, 64) == "memory"
+    assert train.choose_pipeline("auto", 90000, 224) == "stream"  # 13.5 GB decoded
+    with pytest.raises(UserError, match="--pipeline must be one of"):
+        train.choose_pipeline("disk", 1, 1)
+
+
+class _Interrupt(keras.callbacks.Callback):
+    def on_epoch_end(self, epoch, logs=None):
+        if epoch == 0:
+            raise KeyboardInterrupt
+
+
+def test_killed_training_resumes_at_the_last_finished_epoch(tiny_world, tmp_path):
+    root, _ = tiny_world
+    backup = str(tmp_path / "obj.backup")
+    with pytest.raises(KeyboardInterrupt):
+        train.train_classifier(root, "obj", "small_cnn", epochs=3, seed=1, backup_dir=backup,
+                               callbacks=[_Interrupt()])
+    assert os.path.isfile(os.path.join(backup, "training_metadata.json"))
+    _, report = train.train_classifier(root, "obj", "small_cnn", epochs=3, seed=1,
+                                       backup_dir=backup)
+    assert report["resumed_from_epoch"] == 1 and report["epochs_run"] == 3
+    # Another configuration never resumes from this backup.
+    _, report = train.train_classifier(root, "obj", "small_cnn", epochs=2, seed=1,
+                                       backup_dir=backup)
+    assert report["resumed_from_epoch"] == 0 and report["epochs_run"] == 2
+
+
+def test_presets_and_weights_flags(tiny_world, real_bam, tmp_path):
+    assert train.detect_preset(tiny_world[0]) == "synthetic"
+    assert train.detect_preset(real_bam[0]) == "real"
+    options = train.resolved_options({"model": None, "weights": None}, "real")
+    assert options["model_name"] == "keras_resnet50" and options["weights"] == "imagenet"
+    assert options["input_size"] == 224 and options["learning_rate"] == 1e-4
+    options = train.resolved_options({"weights": "none"}, "real")
+    assert "weights" not in options
+    assert "weights" not in train.resolved_options({}, "synthetic")
+    with pytest.raises(UserError, match="neither 'imagenet' nor an existing file"):
+        train.resolved_options({"weights": str(tmp_path / "missing.h5")}, "real")
+    with pytest.raises(UserError, match="applies to keras_resnet50 and vgg16, not small_cnn"):
+        train.resolved_options({"weights": "imagenet"}, "synthetic")
+
+
+def test_binary_fine_tunes_from_a_weights_file_on_real_format_data(real_bam, tmp_path):
+    # The real preset's path (keras.applications weights file, streaming, export) with VGG16,
+    # whose training step traces in seconds; keras_resnet50 takes the same path but its first
+    # step alone traces for about 27 s on 2 cores.
+    data_dir, _ = real_bam
+    weights = str(tmp_path / "vgg16_notop.weights.h5")
+    keras.applications.VGG16(include_top=False, weights=None,
+                             input_shape=(32, 32, 3)).save_weights(weights)
+    model_dir = tmp_path / "models"
+    command = [sys.executable, "-m", "bam.train", "--dataset=scene3", f"--data_dir={data_dir}",
+               f"--model_dir={model_dir}", "--model=vgg16", f"--weights={weights}",
+               "--input_size=32",
+               "--epochs=1", "--batch_size=16", "--pipeline=stream"]
+    result = subprocess.run(command, capture_output=True, text=True, cwd=REPO, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "with the real preset" in result.stdout
+    with open(model_dir / "scene3.json") as handle:
+        report = json.load(handle)
+    assert report["model"] == "vgg16" and report["pipeline"] == "stream"
+    assert report["num_train"] == 30 and report["num_val"] == 20
+    assert report["model_options"] == {"weights": weights}
+    assert not os.path.exists(model_dir / "scene3.backup")
+    loaded = models.load(str(model_dir / "scene3"))
+    image = tf.constant(np.random.default_rng(0).normal(size=(1, 32, 32, 3)), tf.float32)
+    with tf.GradientTape() as tape:
+        tape.watch(image)
+        logit = loaded(image)[0, 1]
+    assert float(tf.reduce_sum(tf.abs(tape.gradient(logit, image)))) > 0
+    result = subprocess.run(command + ["--weights=imagenet", "--model=small_cnn"],
+                            capture_output=True, text=True, cwd=REPO, check=False)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "applies to keras_resnet50 and vgg16" in result.stderr
