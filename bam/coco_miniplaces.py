@@ -272,12 +272,10 @@ def build_dataset(coco_dir, miniplaces_dir, output_dir="data", seed=0, images_pe
     info_path = os.path.join(output_dir, INFO_FILE)
     staging = os.path.join(output_dir, STAGING)
     existing = _read_json(info_path)
-    if existing is not None and not overwrite:
-        if {key: existing.get(key) for key in config} == config:
-            return dict(existing, reused=True)
-        raise UserError(f"{output_dir} holds a BAM dataset built with other parameters "
-                        f"({ {key: existing.get(key) for key in config} }); choose another "
-                        "--output_dir or pass --overwrite")
+    if not overwrite:
+        reused = construction.check_reusable(existing, config, output_dir, "a BAM dataset")
+        if reused:
+            return reused
     if overwrite:
         _remove(staging)
         _remove(info_path)

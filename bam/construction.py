@@ -20,6 +20,7 @@ from PIL import Image
 
 from bam import compositing, dataset
 from bam.dataset import OBJECT_CLASSES, SCENE_CLASSES, SCENE_LABEL
+from models.errors import UserError
 
 TCAV_SET_SIZE = 100
 
@@ -59,6 +60,18 @@ def encode_png(image):
 def write_bytes(path, data):
     with open(path, "wb") as handle:
         handle.write(data)
+
+
+def check_reusable(existing, config, output_dir, what):
+    """`existing` (a finished build's info, or None) marked reused if its parameters equal
+    `config`; None if there is none; a UserError naming `output_dir` if they differ."""
+    if existing is None:
+        return None
+    found = {key: existing.get(key) for key in config}
+    if found == config:
+        return dict(existing, reused=True)
+    raise UserError(f"{output_dir} holds {what} with other parameters ({found}); choose "
+                    "another --output_dir or pass --overwrite")
 
 
 def link_or_copy(source, target):

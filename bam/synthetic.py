@@ -478,12 +478,10 @@ def build_world(output_dir, seed=0, image_size=64, train_per_pair=100, val_per_p
     if train_per_pair + val_per_pair > 10000:
         raise UserError("train_per_pair + val_per_pair must be at most 10000 (4-digit names)")
     existing = read_world_info(output_dir)
-    if existing is not None and not overwrite:
-        if {k: existing.get(k) for k in config} == config:
-            return dict(existing, reused=True)
-        raise UserError(f"{output_dir} holds a synthetic world with other parameters "
-                        f"({ {k: existing.get(k) for k in config} }); choose another "
-                        "--output_dir or pass --overwrite")
+    if not overwrite:
+        reused = construction.check_reusable(existing, config, output_dir, "a synthetic world")
+        if reused:
+            return reused
     if existing is None and os.path.isdir(output_dir) and os.listdir(output_dir) and not overwrite:
         raise UserError(f"{output_dir} exists and is not a synthetic BAM world; choose an empty "
                         "or new --output_dir, or pass --overwrite")

@@ -1,5 +1,6 @@
 """Shared fixtures: quiet TensorFlow, a tiny synthetic BAM world and a tiny real-format BAM build
 (fabricated MSCOCO + MiniPlaces), each built once per session."""
+import hashlib
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -8,6 +9,17 @@ import pytest  # noqa: E402
 
 # A world small enough to build in seconds, large enough for every folder to be populated.
 TINY_WORLD = {"seed": 3, "image_size": 64, "train_per_pair": 2, "val_per_pair": 3}
+
+
+def tree_digests(root):
+    """{relative path: sha256} of every file under `root` (byte-identity checks)."""
+    result = {}
+    for folder, _, files in os.walk(root):
+        for name in files:
+            path = os.path.join(folder, name)
+            with open(path, "rb") as handle:
+                result[os.path.relpath(path, root)] = hashlib.sha256(handle.read()).hexdigest()
+    return result
 
 
 @pytest.fixture(scope="session")

@@ -1,7 +1,6 @@
 """The real BAM build (MSCOCO + MiniPlaces) on a tiny fabricated COCO instances file and a
 MiniPlaces-style folder in the real formats: extraction rules, skips, layout, determinism,
 index rules, relative sets, resumption and errors."""
-import hashlib
 import json
 import os
 import subprocess
@@ -15,19 +14,10 @@ from bam import coco_miniplaces, compositing, construction, dataset
 from bam.dataset import OBJECT_CLASSES, OBJECT_LABEL, SCENE_CLASSES, SCENE_LABEL
 from models.errors import UserError
 from tests import fabricated
+from tests.conftest import tree_digests
 from tests.fabricated import CATEGORY_ID, N, T, V
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _digests(root):
-    result = {}
-    for folder, _, files in os.walk(root):
-        for name in files:
-            path = os.path.join(folder, name)
-            with open(path, "rb") as handle:
-                result[os.path.relpath(path, root)] = hashlib.sha256(handle.read()).hexdigest()
-    return result
 
 
 def _sources(root, obj):
@@ -177,7 +167,7 @@ def test_same_seed_same_bytes_and_another_seed_moves_objects(real_sources, real_
     root, _ = real_bam
     again = coco_miniplaces.build_dataset(coco_dir, miniplaces_dir, str(tmp_path / "again"),
                                           seed=0, images_per_class=N, val_per_class=V)
-    first, second = _digests(root), _digests(str(tmp_path / "again"))
+    first, second = tree_digests(root), tree_digests(str(tmp_path / "again"))
     first.pop(coco_miniplaces.INFO_FILE), second.pop(coco_miniplaces.INFO_FILE)
     assert len(first) > 2000 and first == second and not again["reused"]
     reused = coco_miniplaces.build_dataset(coco_dir, miniplaces_dir, str(tmp_path / "again"),
@@ -190,7 +180,7 @@ def test_same_seed_same_bytes_and_another_seed_moves_objects(real_sources, real_
                                           seed=1, images_per_class=N, val_per_class=V,
                                           overwrite=True)
     assert not other["reused"]
-    moved = _digests(str(tmp_path / "again"))
+    moved = tree_digests(str(tmp_path / "again"))
     assert all(moved[key] == first[key] for key in first if key.startswith("coco"))
     assert moved["obj/val_loc.txt"] != first["obj/val_loc.txt"]
 
@@ -221,7 +211,7 @@ def test_interrupted_build_resumes_without_redoing_finished_stages(real_sources,
     monkeypatch.setattr(construction, "write_composites", no_coco)
     coco_miniplaces.build_dataset(coco_dir, miniplaces_dir, output, images_per_class=N,
                                   val_per_class=V)
-    assert _digests(output).keys() == _digests(real_bam[0]).keys()
+    assert tree_digests(output).keys() == tree_digests(real_bam[0]).keys()
 
 
 def test_bad_sources_give_clear_errors(real_sources, tmp_path):

@@ -1,5 +1,4 @@
 """The synthetic BAM world: determinism, bam.md layout, label files, index rules, masks and boxes."""
-import hashlib
 import io
 import math
 import os
@@ -14,31 +13,21 @@ from PIL import Image
 from bam import compositing, construction, dataset, synthetic
 from bam.dataset import OBJECT_CLASSES, OBJECT_LABEL, SCENE_CLASSES, SCENE_LABEL
 from saliency_gen import records
-from tests.conftest import TINY_WORLD
+from tests.conftest import TINY_WORLD, tree_digests
 
 T, V, S = TINY_WORLD["train_per_pair"], TINY_WORLD["val_per_pair"], TINY_WORLD["image_size"]
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _digests(root):
-    result = {}
-    for folder, _, files in os.walk(root):
-        for name in files:
-            path = os.path.join(folder, name)
-            with open(path, "rb") as handle:
-                result[os.path.relpath(path, root)] = hashlib.sha256(handle.read()).hexdigest()
-    return result
 
 
 def test_same_seed_gives_byte_identical_world(tiny_world, tmp_path):
     root, _ = tiny_world
     again = synthetic.build_world(str(tmp_path / "again"), **TINY_WORLD)
     assert not again["reused"]
-    first, second = _digests(root), _digests(str(tmp_path / "again"))
+    first, second = tree_digests(root), tree_digests(str(tmp_path / "again"))
     assert len(first) > 1000 and first == second
     other = synthetic.build_world(str(tmp_path / "other"), **dict(TINY_WORLD, seed=4))
     assert other["num_val_images"] == 100 * V
-    changed = _digests(str(tmp_path / "other"))
+    changed = tree_digests(str(tmp_path / "other"))
     untouched = {key for key in first if not key.startswith("tcav")}  # TCAV draws depend on seed
     assert untouched <= changed.keys()
     same = [key for key in untouched if first[key] == changed[key]]
@@ -229,7 +218,7 @@ def test_script_builds_the_same_bytes_and_reports_errors_in_one_line(tmp_path):
     assert "built" in done.stdout and os.path.isfile(os.path.join(out, "world.json"))
     # Another process builds the same bytes, records included (no per-process hash order).
     synthetic.build_world(str(tmp_path / "here"), seed=1, train_per_pair=1, val_per_pair=1)
-    assert _digests(out) == _digests(str(tmp_path / "here"))
+    assert tree_digests(out) == tree_digests(str(tmp_path / "here"))
     clash = run(f"--output_dir={out}", "--seed=2", "--train_per_pair=1", "--val_per_pair=1")
     assert clash.returncode == 2
     errors = [line for line in clash.stderr.splitlines() if line.startswith("error:")]
