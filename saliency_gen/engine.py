@@ -118,6 +118,11 @@ class _Runner:
             return tf.cast(tf.maximum(mean_square - tf.square(mean), 0.0), tf.float32)
 
         self.run = run
+        # One runner (and one trace) per method and model is by design; TensorFlow's "frequent
+        # retracing" warning would fire on every run of more than five methods. Keras silences
+        # it for its own functions the same way.
+        if hasattr(run, "_omit_frequent_tracing_warning"):
+            run._omit_frequent_tracing_warning = True
 
 
 def _cached(model, key, build):
