@@ -1,0 +1,128 @@
+"""ROAR / KAR / ROAD masks from saliency maps (roar.md §3, §6.1), as batched TensorFlow ops.
+
+    replaced = feature_mask(saliency, ratio=0.5, keep_information=False)   # ROAR, top 50%
+    images = replace(images, replaced, "mean")
+
+* `ratio` r is always the fraction of features *replaced*: ROAR replaces the top r, KAR
+  (`keep_information`) keeps the top 1 - r and replaces the rest. Counts are ROAR's
+  `int(q / 100 * N)` with q an integer percentage (`records.ranking_cut`), so r = 0.3 gives the
+  original's 45,158 of 150,528 elements.
+* Ranking unit: `element` (original: every channel entry on its own) or `pixel` (sum over
+  channels; a selected pixel loses all channels).
+* Scores: e^2 (`squared`, the original's default) or e; rescaled to [0, 1] per map, as the
+  original. Ties: `index` takes the lower flat index first (the original's `top_k`); `jitter`
+  adds 1e-4 N(0, 1) drawn once per seed and shared by every image (ROAD).
+* Fill: `mean` (a per-channel constant: the normalisation mean, ImageNet's by default, as the
+  original for every dataset), `zero`, or `noisy_linear` (ROAD, pixel unit only).
+
+Control maps: `random_scores` (a uniform score per feature keyed by (seed, example key), so the
+same image gets the same mask in every epoch and run; or per read with an epoch) and
+`oracle_scores` (the object mask of the record, for calibration).
+"""
+import tensorflow as tf
+
+from roar import imputation
+from saliency_gen.records import ranking_cut
+
+UNITS = ("element", "pixel")
+TIE_BREAKS = ("index", "jitter")
+FILLS = ("mean", "zero", "noisy_linear")
+JITTER = 1e-4
+
+
+def percent(ratio):
+    """`ratio` as an integer percentage (ROAR's thresholds are whole percents)."""
+    value = round(float(ratio) * 100)
+    if abs(value - float(ratio) * 100) > 1e-6 or not 0 <= value <= 100:
+        raise ValueError(f"ratio must be a multiple of 0.01 in [0, 1]; got {ratio}")
+    return value
+
+
+def feature_scores(saliency, unit="element", squared=True, tie_break="index", seed=0):
+    """[N, F] ranking scores of maps [N, H, W, C] (F = H*W*C per element, H*W per pixel)."""
+    if unit not in UNITS:
+        raise ValueError(f"ranking unit must be one of {UNITS}; got {unit!r}")
+    if tie_break not in TIE_BREAKS:
+        raise ValueError(f"tie break must be one of {TIE_BREAKS}; got {tie_break!r}")
+    saliency = tf.cast(saliency, tf.float32)
+    scores = tf.square(saliency) if squared else saliency
+    if unit == "pixel":
+        scores = tf.reduce_sum(scores, axis=-1)
+    flat = tf.reshape(scores, [tf.shape(scores)[0], -1])
+    low = tf.reduce_min(flat, axis=1, keepdims=True)
+    spread = tf.reduce_max(flat, axis=1, keepdims=True) - low
+    if tie_break == "index":  # the original: / max(spread, 1e-5), then + 1e-5
+        return (flat - low) / tf.maximum(spread, 1e-5) + 1e-5
+    jitter = tf.random.stateless_normal(tf.shape(flat)[1:], [seed, 7919])  # one field per seed
+    return (flat - low) / (spread + 1e-5) + JITTER * jitter[None]
+
+
+def top_mask(scores, count):
+    """bool [N, F]: the `count` highest scores of each row, the lower index first on ties."""
+    count = int(count)
+    num_features = scores.shape[-1]
+    if count <= 0:
+        return tf.zeros_like(scores, tf.bool)
+    if count >= num_features:
+        return tf.ones_like(scores, tf.bool)
+    indices = tf.math.top_k(scores, k=count).indices  # ties: lower index first, as ROAR
+    rows = tf.broadcast_to(tf.range(tf.shape(indices)[0])[:, None], tf.shape(indices))
+    positions = tf.stack([rows, indices], axis=-1)
+    return tf.scatter_nd(positions, tf.ones(tf.shape(indices), tf.int32), tf.shape(scores)) > 0
+
+
+def feature_mask(saliency, ratio, keep_information=False, unit="element", squared=True,
+                 tie_break="index", seed=0):
+    """bool mask of the replaced features: [N, H, W, C] (element) or [N, H, W] (pixel)."""
+    q = percent(ratio)
+    scores = feature_scores(saliency, unit, squared, tie_break, seed)
+    num_features = scores.shape[-1]
+    if keep_information:
+        replaced = tf.logical_not(top_mask(scores, ranking_cut(100 - q, num_features)))
+    else:
+        replaced = top_mask(scores, ranking_cut(q, num_features))
+    shape = tf.shape(saliency) if unit == "element" else tf.shape(saliency)[:3]
+    return tf.reshape(replaced, shape)
+
+
+def replace(images, replaced, fill="mean", mean=imputation.IMAGENET_MEAN, noise_std=0.01,
+            seed=0, keys=None, **solver_options):
+    """`images` [N, H, W, C] with the `replaced` features filled.
+
+    `replaced` is [N, H, W, C] (element) or [N, H, W] (pixel). `mean` is the fill of "mean"
+    (in the images' units); "noisy_linear" needs a pixel mask and passes `noise_std`, `seed`,
+    `keys` and `solver_options` to `imputation.noisy_linear_impute`.
+    """
+    if fill not in FILLS:
+        raise ValueError(f"fill must be one of {FILLS}; got {fill!r}")
+    images = tf.convert_to_tensor(images, tf.float32)
+    if fill == "noisy_linear":
+        if replaced.shape.rank != 3:
+            raise ValueError("noisy_linear imputation needs a pixel mask (--ranking_unit=pixel)")
+        return imputation.noisy_linear_impute(images, replaced, noise_std=noise_std, seed=seed,
+                                              keys=keys, fallback=mean, **solver_options)
+    if replaced.shape.rank == 3:
+        replaced = replaced[..., None]
+    value = tf.constant(mean, tf.float32) if fill == "mean" else tf.constant(0.0)
+    return tf.where(replaced, value, images)
+
+
+def key_seeds(keys, seed, epoch=None):
+    """Per-example stateless seeds [N, 2] from string keys, the run seed and an optional epoch."""
+    hashed = tf.strings.to_hash_bucket_fast(keys, 2**62)
+    salt = tf.cast(seed, tf.int64) * 1000003 + (0 if epoch is None else tf.cast(epoch, tf.int64))
+    return tf.stack([tf.fill(tf.shape(hashed), salt), hashed], axis=-1)
+
+
+def random_scores(keys, shape, seed=0, epoch=None):
+    """Uniform random maps [N, *shape], one per example key: the same key, seed (and epoch) give
+    the same map whatever the batch. `epoch=None` is the fixed default; an epoch id gives the
+    original's re-drawn-per-read control."""
+    return tf.map_fn(lambda pair: tf.random.stateless_uniform(shape, pair),
+                     key_seeds(keys, seed, epoch), fn_output_signature=tf.float32)
+
+
+def oracle_scores(object_masks, channels=3):
+    """Maps [N, H, W, channels] that are 1 on the object and 0 elsewhere (calibration)."""
+    values = tf.cast(object_masks, tf.float32)[..., None]
+    return tf.tile(values, [1, 1, 1, channels])
