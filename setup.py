@@ -21,6 +21,7 @@ setup(
         "pillow",
         "scipy",
         "tqdm",
+        "tensorboard",
         "matplotlib",
         "pycocotools",
         "scikit-image",

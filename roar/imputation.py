@@ -19,7 +19,7 @@ a time (ROAD's own method): the reference for tests and the benchmark.
 import numpy as np
 import tensorflow as tf
 
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
+from models.preprocessing import IMAGENET_MEAN
 EDGE, DIAGONAL = 1.0 / 6.0, 1.0 / 12.0
 STENCIL = np.array([[DIAGONAL, EDGE, DIAGONAL], [EDGE, 0.0, EDGE], [DIAGONAL, EDGE, DIAGONAL]])
 
@@ -57,15 +57,19 @@ def _solve(images, removed, tol, max_iters):
     rz = dot(residual, z)
 
     def relative(res):
-        return tf.reduce_max(tf.sqrt(dot(res, res)) / scale)
+        return tf.sqrt(dot(res, res)) / scale
 
     def cond(i, u, residual, p, rz):
-        return tf.logical_and(i < max_iters, relative(residual) > tol)
+        return tf.logical_and(i < max_iters, tf.reduce_max(relative(residual)) > tol)
 
     def body(i, u, residual, p, rz):
+        # Converged (image, channel) pairs are frozen, so an image's result does not depend on
+        # how long its batch mates need.
+        active = relative(residual) > tol
         ap = apply(p)
         pap = dot(p, ap)
-        alpha = tf.where(pap > 0, rz / tf.where(pap > 0, pap, tf.ones_like(pap)),
+        usable = tf.logical_and(active, pap > 0)
+        alpha = tf.where(usable, rz / tf.where(usable, pap, tf.ones_like(pap)),
                          tf.zeros_like(pap))
         u = u + alpha * p
         residual = residual - alpha * ap
@@ -73,11 +77,12 @@ def _solve(images, removed, tol, max_iters):
         rz_new = dot(residual, z)
         beta = tf.where(rz > 0, rz_new / tf.where(rz > 0, rz, tf.ones_like(rz)),
                         tf.zeros_like(rz))
-        return i + 1, u, residual, z + beta * p, rz_new
+        p = tf.where(active, z + beta * p, p)
+        return i + 1, u, residual, p, tf.where(active, rz_new, rz)
 
     iterations, u, residual, _, _ = tf.while_loop(
         cond, body, [tf.constant(0), u, residual, p, rz])
-    return u, iterations, relative(residual)
+    return u, iterations, tf.reduce_max(relative(residual))
 
 
 def noisy_linear_impute(images, removed, noise_std=0.0, seed=0, keys=None, tol=1e-5,

@@ -19,6 +19,7 @@ Control maps: `random_scores` (a uniform score per feature keyed by (seed, examp
 same image gets the same mask in every epoch and run; or per read with an epoch) and
 `oracle_scores` (the object mask of the record, for calibration).
 """
+import numpy as np
 import tensorflow as tf
 
 from roar import imputation
@@ -48,13 +49,30 @@ def feature_scores(saliency, unit="element", squared=True, tie_break="index", se
     scores = tf.square(saliency) if squared else saliency
     if unit == "pixel":
         scores = tf.reduce_sum(scores, axis=-1)
-    flat = tf.reshape(scores, [tf.shape(scores)[0], -1])
+    features = 1
+    for dimension in scores.shape[1:]:
+        features *= int(dimension)  # static, so counts are Python ints even in tf.data
+    flat = tf.reshape(scores, [-1, features])
     low = tf.reduce_min(flat, axis=1, keepdims=True)
     spread = tf.reduce_max(flat, axis=1, keepdims=True) - low
     if tie_break == "index":  # the original: / max(spread, 1e-5), then + 1e-5
         return (flat - low) / tf.maximum(spread, 1e-5) + 1e-5
     jitter = tf.random.stateless_normal(tf.shape(flat)[1:], [seed, 7919])  # one field per seed
     return (flat - low) / (spread + 1e-5) + JITTER * jitter[None]
+
+
+def _top_rows(scores, count):
+    """numpy: bool rows with the `count` largest values, the lower index first on ties.
+
+    The same set as `tf.math.top_k` (the original's op), found by a linear-time partition
+    instead of a sort: everything above the count-th largest value, then the tied values at
+    it in index order."""
+    num_features = scores.shape[1]
+    kth = np.partition(scores, num_features - count, axis=1)[:, num_features - count, None]
+    above = scores > kth
+    ties = scores == kth
+    needed = count - above.sum(axis=1, keepdims=True)
+    return above | (ties & (np.cumsum(ties, axis=1) <= needed))
 
 
 def top_mask(scores, count):
@@ -65,10 +83,9 @@ def top_mask(scores, count):
         return tf.zeros_like(scores, tf.bool)
     if count >= num_features:
         return tf.ones_like(scores, tf.bool)
-    indices = tf.math.top_k(scores, k=count).indices  # ties: lower index first, as ROAR
-    rows = tf.broadcast_to(tf.range(tf.shape(indices)[0])[:, None], tf.shape(indices))
-    positions = tf.stack([rows, indices], axis=-1)
-    return tf.scatter_nd(positions, tf.ones(tf.shape(indices), tf.int32), tf.shape(scores)) > 0
+    selected = tf.numpy_function(lambda values: _top_rows(values, count), [scores], tf.bool,
+                                 stateful=False)
+    return tf.ensure_shape(selected, scores.shape)
 
 
 def feature_mask(saliency, ratio, keep_information=False, unit="element", squared=True,

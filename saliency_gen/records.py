@@ -457,11 +457,13 @@ def peek_saliency_format(path, key, legacy_shape=LEGACY_MAP_SHAPE):
     raise RecordError(f"{path}: holds no records")
 
 
+def keyed_shard(path):
+    """A dataset of (default example key "<file name>:<index>", serialized record) of one file."""
+    name = tf.strings.split(path, os.sep)[-1]
+    return tf.data.TFRecordDataset(path).enumerate().map(
+        lambda index, record: (name + ":" + tf.strings.as_string(index), record))
+
+
 def keyed_records(files):
     """A dataset of (default example key "<file name>:<index>", serialized record), in file order."""
-    def records_of(path):
-        name = tf.strings.split(path, os.sep)[-1]
-        return tf.data.TFRecordDataset(path).enumerate().map(
-            lambda index, record: (name + ":" + tf.strings.as_string(index), record))
-
-    return tf.data.Dataset.from_tensor_slices(list(files)).flat_map(records_of)
+    return tf.data.Dataset.from_tensor_slices(list(files)).flat_map(keyed_shard)

@@ -187,3 +187,25 @@ def test_imputation_noise_is_keyed_per_example():
     imputed = batch.numpy()[:, 4:12, 4:12] - 0.5
     assert 0.008 < imputed.std() < 0.012 and not np.array_equal(imputed[0], imputed[1])
     np.testing.assert_array_equal(batch.numpy()[:, :4], images[:, :4])
+
+
+def test_top_mask_is_the_top_k_set_with_ties():
+    rng = np.random.default_rng(5)
+    scores = np.round(rng.uniform(size=(6, 300)), 1).astype(np.float32)  # many ties
+    for count in (1, 7, 150, 299):
+        indices = tf.math.top_k(scores, k=count).indices.numpy()
+        expected = np.zeros_like(scores, bool)
+        np.put_along_axis(expected, indices, True, axis=1)
+        np.testing.assert_array_equal(masking.top_mask(tf.constant(scores), count).numpy(),
+                                      expected)
+
+
+def test_imputation_of_an_image_does_not_depend_on_its_batch_mates():
+    rng = np.random.default_rng(1)
+    images = rng.uniform(size=(2, 32, 32, 3)).astype(np.float32)
+    holes = np.zeros((2, 32, 32), bool)
+    holes[0, 10:12, 10:12] = True  # converges in a few iterations
+    holes[1, 2:30, 2:30] = True  # needs many
+    together = imputation.noisy_linear_impute(images, holes).numpy()
+    alone = imputation.noisy_linear_impute(images[:1], holes[:1]).numpy()
+    np.testing.assert_array_equal(together[0], alone[0])

@@ -1,0 +1,184 @@
+"""ROAR's masked input pipelines on tf.data (roar.md §3, §4.4).
+
+    config = MaskConfig(ratio=0.5, keep_information=False)          # ROAR, 50% removed
+    train = masked_dataset(files, "saliency", config, training=True, map_key="gradient_smooth_2")
+
+Per example, inside the pipeline (train and test alike): parse (saliency records, v2 or the
+original layout, or plain image records for the random / oracle / raw controls) -> decode to
+[0, 1] pixels -> fit the map's geometry (`none`, or ROAR's crop_224) -> scores (the stored map,
+a keyed random map, or the record's object mask) -> the mask (`roar.masking`) -> fill -> train
+augmentation (random flip) -> normalisation with ImageNet's mean and std. Records are read with a
+parallel interleave and a parallel map, shuffled (train), batched and prefetched; with a seed
+the order is deterministic.
+
+The example key (the image file name, else `<shard>:<index>`) keys every random choice, so a
+mask never depends on read order, batching or sharding.
+"""
+import dataclasses
+import os
+
+import tensorflow as tf
+
+from models.errors import RecordError, UserError
+from models.preprocessing import INPUT_SPACES, center_crop, decode_image
+from roar import masking
+from saliency_gen import records
+
+SOURCES = ("saliency", "images")
+CONTROLS = ("random", "oracle", "none")  # maps that need no saliency records
+SHUFFLE_BUFFER = 1024
+
+
+@dataclasses.dataclass(frozen=True)
+class MaskConfig:
+    """How features are ranked, selected and replaced (roar.md §3, §6.1)."""
+
+    ratio: float = 0.0
+    keep_information: bool = False
+    ranking: str = "element"
+    squared: bool = True
+    tie_break: str = "index"
+    fill: str = "mean"
+    road_noise: float = 0.01
+    cg_tol: float = 1e-5
+    cg_max_iters: int = 2000
+    seed: int = 0
+
+    def check(self):
+        masking.percent(self.ratio)
+        if self.ranking not in masking.UNITS:
+            raise UserError(f"--ranking must be one of {', '.join(masking.UNITS)}")
+        if self.tie_break not in masking.TIE_BREAKS:
+            raise UserError(f"--tie_break must be one of {', '.join(masking.TIE_BREAKS)}")
+        if self.fill not in masking.FILLS:
+            raise UserError(f"--fill must be one of {', '.join(masking.FILLS)}")
+        if self.fill == "noisy_linear" and self.ranking != "pixel":
+            raise UserError("--fill=noisy_linear (ROAD) needs --ranking=pixel")
+        return self
+
+
+def _fit(image, size, geometry):
+    if geometry == "center_crop":
+        return center_crop(image, crop_size=size)
+    return tf.ensure_shape(image, [size, size, 3])
+
+
+def _example_reader(source, map_key, map_format, size, geometry, label_offset, control):
+    """A function (default key, serialized) -> (key, pixels [S, S, 3], label, scores map)."""
+    if source == "saliency":
+        dtype, shape, _ = map_format
+
+        def read(default_key, serialized):
+            parsed = records.parse_saliency_record(serialized, map_key, dtype, shape, default_key)
+            pixels = _fit(decode_image(parsed["raw_image"]), size, geometry)
+            return parsed["example_key"], pixels, parsed["label"], parsed["saliency"]
+        return read
+
+    def read_image(default_key, serialized):
+        parsed = records.parse_image_record(serialized)
+        key = tf.where(tf.strings.length(parsed["filename"]) > 0, parsed["filename"], default_key)
+        pixels = _fit(decode_image(parsed["encoded"]), size, geometry)
+        label = parsed["label"] + label_offset
+        if control == "oracle":
+            mask = tf.cast(records.decode_mask(parsed["mask_png"]), tf.float32)[..., None]
+            mask = _fit(tf.tile(mask, [1, 1, 3]), size, geometry)
+            return key, pixels, label, tf.cast(mask > 0.5, tf.float32)
+        return key, pixels, label, tf.zeros([size, size, 3])
+    return read_image
+
+
+def _batch_masker(config, control, size):
+    """A function (keys [B], pixels [B, S, S, 3], scores [B, S, S, 3]) -> masked pixels.
+
+    Masks are computed for a batch at once; every example's mask depends only on its own map and
+    key (top_k per row; ROAD's solver freezes converged images)."""
+    def mask(keys, pixels, scores):
+        if control == "none" or (config.ratio == 0 and not config.keep_information):
+            return pixels
+        if control == "random":
+            scores = masking.random_scores(keys, (size, size, 3), config.seed)
+        replaced = masking.feature_mask(scores, config.ratio, config.keep_information,
+                                        config.ranking, config.squared, config.tie_break,
+                                        config.seed)
+        seeds = None
+        if config.fill == "noisy_linear":
+            seeds = masking.key_seeds(keys, config.seed)[:, 1]
+        return masking.replace(pixels, replaced, config.fill, noise_std=config.road_noise,
+                               seed=config.seed, keys=seeds, tol=config.cg_tol,
+                               max_iters=config.cg_max_iters)
+    return mask
+
+
+def list_shards(pattern, what):
+    """Sorted files matching `pattern` (a glob or a directory), or a one-line error."""
+    if os.path.isdir(pattern):
+        pattern = os.path.join(pattern, "*")
+    return records.list_files(pattern, what)
+
+
+def masked_dataset(files, source, config, *, training, batch_size, map_key=None, size=None,
+                   geometry="none", label_offset=0, control=None, seed=0, space="imagenet",
+                   drop_remainder=None, with_keys=False):
+    """A batched dataset of (normalised image, label) with every example masked.
+
+    `source` "saliency" reads saliency records with the map `map_key`; "images" reads image
+    records and takes its map from `control`: "random" (keyed uniform scores), "oracle" (the
+    record's object mask) or "none" (no masking: the clean reference). `size` is the model's
+    input side (default: the stored map's); `geometry` "none" (images already at `size`) or
+    "center_crop" (ROAR's crop_224 at 224). Training shuffles files and records with `seed` and
+    flips images; evaluation keeps file order and every example (`drop_remainder` False).
+    """
+    config.check()
+    files = sorted(files)
+    if not files:
+        raise UserError("no input files")
+    if source not in SOURCES:
+        raise UserError(f"source must be one of {SOURCES}; got {source!r}")
+    map_format = None
+    if source == "saliency":
+        if not map_key:
+            raise UserError("reading saliency records needs the map's record key "
+                            "(--saliency_method)")
+        map_format = records.peek_saliency_format(files[0], map_key)
+        size = size or map_format[1][0]
+        if map_format[1] != (size, size, 3) and geometry == "none":
+            raise RecordError(f"{files[0]}: map {map_key} has shape {map_format[1]}; the model "
+                              f"takes {size}x{size}x3")
+        control = "saliency"
+    elif control not in CONTROLS:
+        raise UserError(f"image records need a control map: one of {CONTROLS}")
+    if size is None:
+        raise UserError("the model input size is needed to read image records")
+    normalise = INPUT_SPACES[space].from_pixels
+    read = _example_reader(source, map_key, map_format, size, geometry, label_offset, control)
+    mask = _batch_masker(config, control, size)
+
+    def mask_batch(keys, pixels, labels, scores):
+        return keys, mask(keys, pixels, scores), labels
+
+    def finish(keys, pixels, labels):
+        if training:  # per example, keyed: the same flip whatever the batch
+            pixels = tf.image.stateless_random_flip_left_right(
+                pixels, masking.key_seeds(keys[None], seed)[0])
+        outputs = (normalise(pixels), labels)
+        return (keys,) + outputs if with_keys else outputs
+
+    names = tf.data.Dataset.from_tensor_slices(files)
+    if training:
+        names = names.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
+    data = names.interleave(records.keyed_shard, cycle_length=min(len(files), 8),
+                            num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    if training:
+        data = data.shuffle(SHUFFLE_BUFFER, seed=seed, reshuffle_each_iteration=True)
+    data = (data.map(read, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+            .batch(batch_size)
+            .map(mask_batch, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+            .unbatch()
+            .map(finish, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True))
+    drop = training if drop_remainder is None else drop_remainder
+    return data.batch(batch_size, drop_remainder=drop).prefetch(tf.data.AUTOTUNE)
+
+
+def count_records(files):
+    """The number of records in `files` (evaluation asserts it scored all of them)."""
+    return sum(1 for path in files for _ in tf.data.TFRecordDataset(path))
