@@ -59,7 +59,9 @@ class _Painter:
 
     def _box(self, box):
         x0, y0, x1, y1 = box
-        return [x0 * self.width, y0 * self.height, x1 * self.width - 1, y1 * self.height - 1]
+        left, top = x0 * self.width, y0 * self.height
+        # At small image sizes a thin part can be under a pixel wide: draw it one pixel wide.
+        return [left, top, max(left, x1 * self.width - 1), max(top, y1 * self.height - 1)]
 
     def _do(self, method, shape, colour, solid, **kwargs):
         getattr(self.draw, method)(shape, fill=colour, **kwargs)

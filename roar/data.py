@@ -63,7 +63,8 @@ def _fit(image, size, geometry):
     return tf.ensure_shape(image, [size, size, 3])
 
 
-def _example_reader(source, map_key, map_format, size, geometry, label_offset, control):
+def _example_reader(source, map_key, map_format, size, geometry, label_offset, control,
+                    mask_seed):
     """A function (default key, serialized) -> (key, pixels [S, S, 3], label, scores map)."""
     if source == "saliency":
         dtype, shape, _ = map_format
@@ -83,6 +84,9 @@ def _example_reader(source, map_key, map_format, size, geometry, label_offset, c
             mask = tf.cast(records.decode_mask(parsed["mask_png"]), tf.float32)[..., None]
             mask = _fit(tf.tile(mask, [1, 1, 3]), size, geometry)
             return key, pixels, label, tf.cast(mask > 0.5, tf.float32)
+        if control == "random":  # keyed by the example: the same map in every epoch and run
+            seeds = masking.key_seeds(key[None], mask_seed)[0]
+            return key, pixels, label, tf.random.stateless_uniform((size, size, 3), seeds)
         return key, pixels, label, tf.zeros([size, size, 3])
     return read_image
 
@@ -95,8 +99,6 @@ def _batch_masker(config, control, size):
     def mask(keys, pixels, scores):
         if control == "none" or (config.ratio == 0 and not config.keep_information):
             return pixels
-        if control == "random":
-            scores = masking.random_scores(keys, (size, size, 3), config.seed)
         replaced = masking.feature_mask(scores, config.ratio, config.keep_information,
                                         config.ranking, config.squared, config.tie_break,
                                         config.seed)
@@ -107,6 +109,17 @@ def _batch_masker(config, control, size):
                                seed=config.seed, keys=seeds, tol=config.cg_tol,
                                max_iters=config.cg_max_iters)
     return mask
+
+
+def _first_image_side(path):
+    """The side of the (square) image in the first record of `path`."""
+    for _, serialized in records.keyed_shard(path).take(1):
+        shape = decode_image(records.parse_image_record(serialized)["encoded"]).shape
+        if shape[0] != shape[1]:
+            raise RecordError(f"{path}: images are {shape[1]}x{shape[0]}; pass --image_size and "
+                              "--geometry=center_crop")
+        return int(shape[0])
+    raise RecordError(f"{path}: holds no records")
 
 
 def list_shards(pattern, what):
@@ -148,9 +161,12 @@ def masked_dataset(files, source, config, *, training, batch_size, map_key=None,
     elif control not in CONTROLS:
         raise UserError(f"image records need a control map: one of {CONTROLS}")
     if size is None:
-        raise UserError("the model input size is needed to read image records")
+        if geometry != "none":
+            raise UserError("--image_size is needed with --geometry=center_crop")
+        size = _first_image_side(files[0])
     normalise = INPUT_SPACES[space].from_pixels
-    read = _example_reader(source, map_key, map_format, size, geometry, label_offset, control)
+    read = _example_reader(source, map_key, map_format, size, geometry, label_offset, control,
+                           config.seed)
     mask = _batch_masker(config, control, size)
 
     def mask_batch(keys, pixels, labels, scores):

@@ -147,7 +147,7 @@ def train_and_evaluate(train_data, eval_data, *, num_classes, num_train, num_eva
                              *callbacks])
     except tf.errors.OpError as error:
         raise UserError(f"training failed while reading the data: "
-                        f"{error.message.strip().splitlines()[-1]}") from None
+                        f"{error.message.strip().splitlines()[0]}") from None
     train_seconds = time.time() - started
     scores = model.evaluate(eval_data.map(_one_hot(num_classes)), verbose=0, return_dict=True)
     counted = sum(int(images.shape[0]) for images, _ in eval_data)
@@ -257,7 +257,7 @@ def main(argv):
     from roar import synthetic_setup
 
     f = flags.FLAGS
-    synthetic = f.data_dir is None
+    synthetic = f.data_dir is None or f.dataset_name == "synthetic"  # small-model defaults
     transformation = f.transformation
     if transformation != "raw_image" and f.ratio is None:
         raise UserError("--ratio is required (the fraction of features replaced)")
@@ -271,8 +271,8 @@ def main(argv):
         control = "oracle" if method == "oracle" else None
     dataset_name = f.dataset_name or ("synthetic" if synthetic else "imagenet")
     num_classes = f.num_classes or DATASETS[dataset_name]
-    size = f.image_size or (synthetic_setup.IMAGE_SIZE if synthetic else None)
-    if synthetic:
+    size = f.image_size or (synthetic_setup.IMAGE_SIZE if f.data_dir is None else None)
+    if f.data_dir is None:
         setup = synthetic_setup.prepare(seed=0, method=method if control is None else None)
         data_dir = setup["saliency"] if control is None else setup["records"]
     else:

@@ -231,3 +231,9 @@ def test_jpegs_are_pil_default_quality():
     buffer = io.BytesIO()
     image.save(buffer, "JPEG", quality=75)
     assert construction.encode_jpeg(image) == buffer.getvalue()
+
+
+def test_the_smallest_world_builds(tmp_path):
+    info = synthetic.build_world(str(tmp_path / "w32"), seed=0, image_size=32, train_per_pair=1,
+                                 val_per_pair=1)
+    assert info["num_val_images"] == 100 and info["image_size"] == 32

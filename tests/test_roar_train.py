@@ -1,0 +1,139 @@
+"""ROAR / KAR retraining on the synthetic world: the known-answer experiment (oracle, random and
+KAR controls), the masked pipeline's determinism and coverage, saliency records as input, and
+the training binary."""
+import glob
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from bam import synthetic
+from roar import data, masking, train
+from saliency_gen import generate, records
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SIZE, T, V = 32, 50, 10  # 5,000 train and 1,000 test images of 32 x 32
+RECIPE = train.Recipe(**dict(train.SYNTHETIC_RECIPE, epochs=5.0), decay_multipliers=(0.1,))
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("roar") / "world")
+    synthetic.build_world(root, seed=1, image_size=SIZE, train_per_pair=T, val_per_pair=V)
+    return {split: sorted(glob.glob(os.path.join(root, "records", f"{split}-*")))
+            for split in ("train", "validation")}
+
+
+def _run(world, tmp_path, name, control, ratio, keep=False):
+    config = data.MaskConfig(ratio=ratio, keep_information=keep)
+    common = dict(size=SIZE, control=control, seed=0)
+    return train.train_and_evaluate(
+        data.masked_dataset(world["train"], "images", config, training=True,
+                            batch_size=RECIPE.batch_size, **common),
+        data.masked_dataset(world["validation"], "images", config, training=False,
+                            batch_size=256, **common),
+        num_classes=10, num_train=100 * T, num_eval=100 * V, size=SIZE,
+        output_dir=str(tmp_path / name), recipe=RECIPE, verbose=0)
+
+
+@pytest.fixture(scope="module")
+def known_answers(world, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("runs")
+    runs = {"clean": ("none", 0.0, False), "oracle90": ("oracle", 0.9, False),
+            "random50": ("random", 0.5, False), "kar_oracle30": ("oracle", 0.7, True),
+            "kar_random30": ("random", 0.7, True)}
+    return {name: _run(world, tmp, name, *args) for name, args in runs.items()}, tmp
+
+
+def test_known_answers_of_the_controls(known_answers):
+    results, _ = known_answers
+    top1 = {name: result["top1"] for name, result in results.items()}
+    assert all(result["n_eval"] == 100 * V for result in results.values())
+    assert top1["clean"] > 0.6, top1
+    # The oracle removes the whole object (90% of the image): back to chance (0.1).
+    assert abs(top1["oracle90"] - 0.1) <= 0.15, top1
+    # Half the pixels at random: retraining keeps most of the accuracy.
+    assert top1["random50"] > 0.7 * top1["clean"], top1
+    # Keeping the oracle's top 30% (the object) beats keeping a random 30% by far.
+    assert top1["kar_oracle30"] > top1["kar_random30"] + 0.25, top1
+
+
+def test_metrics_json_and_export(known_answers):
+    results, tmp = known_answers
+    with open(tmp / "random50" / "metrics.json") as handle:
+        stored = json.load(handle)
+    assert stored["top1"] == results["random50"]["top1"] and stored["n_eval"] == 1000
+    assert 0 <= stored["top1"] <= stored["top5"] <= 1
+    assert os.path.isdir(tmp / "random50" / "model") and os.path.isdir(tmp / "random50" / "logs")
+    assert not os.path.exists(tmp / "random50" / "backup")
+
+
+def test_pipeline_is_deterministic_and_evaluation_covers_every_image_in_order(world):
+    config = data.MaskConfig(ratio=0.3)
+
+    def first_batch(seed):
+        ds = data.masked_dataset(world["train"], "images", config, training=True, batch_size=16,
+                                 size=SIZE, control="random", seed=seed, with_keys=True)
+        keys, images, _ = next(iter(ds))
+        return keys.numpy(), images.numpy()
+
+    keys, images = first_batch(0)
+    again_keys, again_images = first_batch(0)
+    np.testing.assert_array_equal(images, again_images)
+    assert list(keys) == list(again_keys) and list(keys) != list(first_batch(1)[0])
+    ds = data.masked_dataset(world["validation"], "images", config, training=False,
+                             batch_size=300, size=SIZE, control="random", with_keys=True)
+    keys = np.concatenate([k.numpy() for k, _, _ in ds])
+    assert len(keys) == 1000 and len(set(keys)) == 1000  # the last batch (100) is kept
+    expected = [k for _, k in records.keyed_records(world["validation"]).map(
+        lambda key, serialized: (0, records.parse_image_record(serialized)["filename"]))
+        .as_numpy_iterator()]
+    assert list(keys) == expected
+
+
+def test_random_masks_are_fixed_per_image_across_reads(world):
+    config = data.MaskConfig(ratio=0.5)
+    ds = data.masked_dataset(world["validation"], "images", config, training=False,
+                             batch_size=50, size=SIZE, control="random")
+    first, second = next(iter(ds))[0].numpy(), next(iter(ds))[0].numpy()
+    np.testing.assert_array_equal(first == 0, second == 0)
+    assert (first == 0).reshape(50, -1).sum(1).tolist() == [int(0.5 * SIZE * SIZE * 3)] * 50
+
+
+def test_saliency_records_drive_the_masks(world, known_answers, tmp_path):
+    _, tmp = known_answers
+    generate.generate(world["validation"][0], str(tmp / "clean" / "model"), ["roar:SH"],
+                      str(tmp_path), dtype="float16", progress_bar=False)
+    shards = sorted(glob.glob(str(tmp_path / "SH" / "*")))
+    config = data.MaskConfig(ratio=0.3)
+    ds = data.masked_dataset(shards, "saliency", config, training=False, batch_size=64,
+                             map_key="gradient_image")
+    images = next(iter(ds))[0].numpy()
+    dtype, shape, _ = records.peek_saliency_format(shards[0], "gradient_image")
+    maps = np.stack([records.parse_saliency_record(serialized, "gradient_image", dtype,
+                                                   shape)["saliency"].numpy()
+                     for _, serialized in records.keyed_records(shards).take(64)])
+    expected = masking.feature_mask(maps, 0.3).numpy()
+    np.testing.assert_array_equal(images == 0, expected)
+
+
+def test_binary_trains_a_random_baseline_and_reports_errors(world, tmp_path):
+    records_dir = os.path.dirname(world["train"][0])
+    command = [sys.executable, "-m", "roar.train", "--ratio=0.5",
+               "--transformation=random_baseline", f"--data_dir={records_dir}",
+               "--dataset_name=synthetic", "--epochs=1", f"--output_dir={tmp_path}"]
+    result = subprocess.run(command, capture_output=True, text=True, cwd=REPO, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    found = glob.glob(str(tmp_path / "random_baseline" / "0.50" / "random" / "remove" / "*" /
+                          "seed_0" / "metrics.json"))
+    assert len(found) == 1
+    with open(found[0]) as handle:
+        metrics = json.load(handle)
+    assert metrics["n_eval"] == 1000 and metrics["flags"]["ratio"] == 0.5
+    result = subprocess.run(command[:3] + command[4:], capture_output=True, text=True, cwd=REPO,
+                            check=False)
+    assert result.returncode == 2 and "--ratio is required" in result.stderr
+    assert "Traceback" not in result.stderr
