@@ -300,6 +300,7 @@ def main(argv):
     record = {name: getattr(f, name) for name in f}  # every flag, for metrics.json
     record = {k: v for k, v in record.items() if isinstance(v, (int, float, str, bool, list,
                                                                   type(None)))}
+    record.update(saliency_method=method, ratio=ratio)  # resolved defaults
     result = train_and_evaluate(
         train_data, eval_data, num_classes=num_classes,
         num_train=data.count_records(train_files), num_eval=data.count_records(eval_files),

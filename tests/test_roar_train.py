@@ -137,3 +137,49 @@ def test_binary_trains_a_random_baseline_and_reports_errors(world, tmp_path):
                             check=False)
     assert result.returncode == 2 and "--ratio is required" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_road_curve_without_retraining(world, known_answers):
+    results, tmp = known_answers
+    import models
+    from roar import road
+
+    model = models.load(str(tmp / "clean" / "model"))
+    config = data.MaskConfig(ranking="pixel", squared=False, tie_break="jitter",
+                             fill="noisy_linear")
+    rows = road.evaluate_curve(model, world["validation"], "images", config,
+                               ratios=[0.0, 0.3, 0.9], control="oracle", batch_size=250,
+                               size=SIZE)
+    by = {(row["order"], row["p"]): row for row in rows}
+    assert all(row["n"] == 1000 for row in rows)
+    assert by["morf", 0.0]["accuracy"] == pytest.approx(results["clean"]["top1"], abs=1e-6)
+    assert by["lerf", 0.3]["fraction_removed"] == 0.7 and by["morf", 0.9]["fraction_removed"] == 0.9
+    # Removing the object (MoRF with the oracle) hurts far more than removing background.
+    assert by["morf", 0.9]["accuracy"] < by["lerf", 0.3]["accuracy"] - 0.2
+    assert 0 < by["morf", 0.9]["true_class_probability"] < 1
+
+
+def test_report_summarises_runs_with_mean_and_sd(tmp_path):
+    from roar import report, reporting, sweep
+
+    for seed, top1 in ((0, 0.5), (1, 0.7)):
+        folder = tmp_path / f"run{seed}"
+        folder.mkdir()
+        (folder / "metrics.json").write_text(json.dumps({
+            "top1": top1, "top5": 0.9, "n_eval": 10, "seed": seed,
+            "flags": {"transformation": "modified_image", "saliency_method": "gradient_image",
+                      "keep_information": False, "ratio": 0.5}}))
+    rows = report.collect(str(tmp_path))
+    summary = reporting.summarise(rows, ["method", "mode", "fraction_removed"], "top1")
+    assert summary == [{"method": "gradient_image", "mode": "ROAR", "fraction_removed": 0.5,
+                        "mean": pytest.approx(0.6), "std": pytest.approx(0.1414, abs=1e-4),
+                        "n": 2}]
+    stem = str(tmp_path / "out" / "report")
+    reporting.write_outputs(stem, rows, summary, ["method", "mode", "mean ± sd", "n"],
+                            "fraction_removed", ["method", "mode"], "top-1", "test")
+    assert "0.6000 ± 0.1414" in open(stem + ".md").read()
+    assert open(stem + ".png", "rb").read(4) == b"\x89PNG"
+    runs = sweep.planned_runs(["random", "SH"], ["0.1", "0.9"], ["0", "1"], ["roar", "kar"])
+    assert len(runs) == 16 and runs[0] == ("random", 0.1, 0, False)
+    arguments, transformation = sweep.run_arguments("random", 0.1, 0, False, "out")
+    assert transformation == "random_baseline" and "--keep_information=False" in arguments

@@ -1,0 +1,63 @@
+"""`python -m roar.report`: mean and standard deviation of every ROAR / KAR cell of a sweep.
+
+    python -m roar.report --output_dir=roar_runs
+
+Reads every `metrics.json` under `--output_dir` and writes `<output>.csv` (one row per run),
+`<output>.md` (mean ± sd of top-1 per method, mode and fraction removed) and `<output>.png`
+(top-1 against the fraction removed, one line per method and mode; the random baseline dashed),
+in the style of the ROAR paper's figure.
+"""
+import glob
+import json
+import os
+
+from absl import flags
+
+from models.errors import UserError, run_main
+from roar import reporting
+
+
+def define_flags():
+    flags.DEFINE_string("output_dir", "roar_runs", "Root of the run folders.")
+    flags.DEFINE_string("output", None, "Output stem (default: <output_dir>/roar_report).")
+
+
+def collect(output_dir):
+    """One row per finished run: method, mode, fraction_removed, seed, top1, top5, n_eval."""
+    rows = []
+    for path in sorted(glob.glob(os.path.join(output_dir, "**", "metrics.json"),
+                                 recursive=True)):
+        with open(path, encoding="utf-8") as handle:
+            metrics = json.load(handle)
+        run_flags = metrics.get("flags", {})
+        transformation = run_flags.get("transformation", "modified_image")
+        method = {"random_baseline": "random", "raw_image": "clean"}.get(
+            transformation, run_flags.get("saliency_method") or "unknown")
+        rows.append({"method": method,
+                     "mode": "KAR" if run_flags.get("keep_information") else "ROAR",
+                     "fraction_removed": float(run_flags.get("ratio") or 0.0),
+                     "seed": metrics.get("seed"), "top1": metrics["top1"],
+                     "top5": metrics["top5"], "n_eval": metrics["n_eval"], "path": path})
+    return rows
+
+
+def main(argv):
+    del argv
+    f = flags.FLAGS
+    rows = collect(f.output_dir)
+    if not rows:
+        raise UserError(f"no metrics.json under {f.output_dir}; run python -m roar.sweep first")
+    summary = reporting.summarise(rows, ["method", "mode", "fraction_removed"], "top1")
+    stem = f.output or os.path.join(f.output_dir, "roar_report")
+    reporting.write_outputs(stem, rows, summary,
+                            ["method", "mode", "fraction_removed", "mean ± sd", "n"],
+                            "fraction_removed", ["method", "mode"], "top-1 test accuracy",
+                            "ROAR / KAR: accuracy after retraining")
+    print(reporting.markdown_table(summary, ["method", "mode", "fraction_removed", "mean ± sd",
+                                             "n"]))
+    print(f"wrote {stem}.csv, .md and .png")
+
+
+if __name__ == "__main__":
+    define_flags()
+    run_main(main)

@@ -1,0 +1,78 @@
+"""`python -m roar.sweep`: ROAR / KAR runs over ratios x methods x seeds, resumable.
+
+    python -m roar.sweep --methods=gradient_image,random --ratios=0.1,0.5,0.9 --seeds=0,1 \\
+        --modes=roar,kar --output_dir=roar_runs [--train_flags="--epochs=2"]
+
+Each run is `python -m roar.train` in its own process with the run's flags plus
+`--train_flags`; a run whose `metrics.json` exists is skipped, so a killed sweep resumes where it
+stopped. `random` means `--transformation=random_baseline`. Then `python -m roar.report`.
+"""
+import os
+import shlex
+import subprocess
+import sys
+
+from absl import flags
+from tqdm import tqdm
+
+from models.errors import UserError, run_main
+from roar import train
+
+
+def define_flags():
+    flags.DEFINE_list("methods", ["gradient_image", "random"], "Record keys (or generator "
+                      "codes), 'oracle' or 'random'.")
+    flags.DEFINE_list("ratios", ["0.1", "0.3", "0.5", "0.7", "0.9"], "Fractions replaced.")
+    flags.DEFINE_list("seeds", ["0"], "Training seeds (the paper: 5 per cell).")
+    flags.DEFINE_list("modes", ["roar"], "roar (remove the top) and/or kar (keep the top).")
+    flags.DEFINE_string("output_dir", "roar_runs", "Root of the run folders.")
+    flags.DEFINE_string("train_flags", "", "Further flags for every roar.train run.")
+
+
+def planned_runs(methods, ratios, seeds, modes):
+    """[(method, ratio, seed, keep)] in a stable order."""
+    for mode in modes:
+        if mode not in ("roar", "kar"):
+            raise UserError(f"--modes takes roar and kar; got {mode!r}")
+    return [(method, float(ratio), int(seed), mode == "kar")
+            for mode in modes for method in methods for ratio in ratios for seed in seeds]
+
+
+def run_arguments(method, ratio, seed, keep, output_dir):
+    transformation = "random_baseline" if method == "random" else "modified_image"
+    arguments = [f"--ratio={ratio}", f"--seed={seed}", f"--output_dir={output_dir}",
+                 f"--transformation={transformation}", f"--keep_information={keep}"]
+    if method != "random":
+        arguments.append(f"--saliency_method={method}")
+    return arguments, transformation
+
+
+def main(argv):
+    del argv
+    f = flags.FLAGS
+    runs = planned_runs(f.methods, f.ratios, f.seeds, f.modes)
+    extra = shlex.split(f.train_flags)
+    done = 0
+    with tqdm(total=len(runs), unit="run", desc="ROAR sweep") as bar:
+        for method, ratio, seed, keep in runs:
+            arguments, transformation = run_arguments(method, ratio, seed, keep, f.output_dir)
+            options = dict(arg[2:].split("=", 1) for arg in extra if "=" in arg)
+            folder = train.run_directory(
+                f.output_dir, transformation, ratio, "random" if method == "random" else
+                method, keep, options.get("ranking", "element"), options.get("fill", "mean"),
+                seed)
+            if not os.path.isfile(os.path.join(folder, "metrics.json")):
+                command = [sys.executable, "-m", "roar.train", *arguments, *extra]
+                result = subprocess.run(command, check=False)
+                if result.returncode != 0:
+                    raise UserError(f"run failed ({' '.join(command[2:])}); fix it and re-run "
+                                    "the sweep: finished runs are kept")
+                done += 1
+            bar.update(1)
+    print(f"{done} runs trained, {len(runs) - done} already finished; now run "
+          f"python -m roar.report --output_dir={f.output_dir}")
+
+
+if __name__ == "__main__":
+    define_flags()
+    run_main(main)
