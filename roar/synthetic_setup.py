@@ -46,19 +46,12 @@ def prepare(cache_dir=None, seed=0, method="gradient_image", log=print):
         return result
     clean_dir = os.path.join(cache_dir, "clean")
     if not os.path.isfile(os.path.join(clean_dir, "metrics.json")):
-        config = data.MaskConfig()
         files = {split: data.list_shards(os.path.join(records_dir, f"{split}-*"), split)
                  for split in ("train", "validation")}
         recipe = train.Recipe(**train.SYNTHETIC_RECIPE, decay_multipliers=(0.1,))
-        common = dict(size=IMAGE_SIZE, control="none", seed=seed)
-        metrics = train.train_and_evaluate(
-            data.masked_dataset(files["train"], "images", config, training=True,
-                                batch_size=recipe.batch_size, **common),
-            data.masked_dataset(files["validation"], "images", config, training=False,
-                                batch_size=256, **common),
-            num_classes=10, num_train=data.count_records(files["train"]),
-            num_eval=data.count_records(files["validation"]), size=IMAGE_SIZE,
-            output_dir=clean_dir, recipe=recipe, seed=seed, verbose=0)
+        metrics = train.run_masked(files["train"], files["validation"], data.MaskConfig(),
+                                   output_dir=clean_dir, recipe=recipe, control="none",
+                                   size=IMAGE_SIZE, seed=seed)
         log(f"trained the clean model: top-1 {metrics['top1']:.3f}")
     key = method_key(method)
     code = names.roar_code(key)

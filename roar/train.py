@@ -167,6 +167,26 @@ def train_and_evaluate(train_data, eval_data, *, num_classes, num_train, num_eva
     return result
 
 
+def run_masked(train_files, eval_files, config, *, output_dir, recipe=Recipe(),
+               source="images", control=None, map_key=None, size=None, geometry="none",
+               label_offset=0, num_classes=10, model_name="small_cnn", strategy="default",
+               seed=0, eval_batch_size=256, verbose=0, flags_record=None):
+    """One ROAR / KAR run on record files: the masked train and test pipelines (`roar.data`)
+    with the same masking, then `train_and_evaluate`; returns the metrics."""
+    common = dict(map_key=map_key, size=size, geometry=geometry, label_offset=label_offset,
+                  control=control, seed=seed)
+    train_data = data.masked_dataset(train_files, source, config, training=True,
+                                     batch_size=recipe.batch_size, **common)
+    eval_data = data.masked_dataset(eval_files, source, config, training=False,
+                                    batch_size=eval_batch_size, **common)
+    return train_and_evaluate(
+        train_data, eval_data, num_classes=num_classes,
+        num_train=data.count_records(train_files), num_eval=data.count_records(eval_files),
+        size=train_data.element_spec[0].shape[1], output_dir=output_dir,
+        model_name=model_name, recipe=recipe, strategy=strategy, seed=seed, verbose=verbose,
+        flags_record=flags_record)
+
+
 # ----------------------------------------------------------------------------------------------
 # The binary.
 
@@ -285,15 +305,6 @@ def main(argv):
     train_files = data.list_shards(os.path.join(data_dir, f.train_pattern), "--train_pattern")
     eval_files = data.list_shards(os.path.join(data_dir, f.eval_pattern), "--eval_pattern")
     source = "images" if control else "saliency"
-    common = dict(map_key=synthetic_setup.method_key(method) if source == "saliency" else None,
-                  size=size,
-                  geometry=f.geometry, label_offset=f.label_offset, control=control,
-                  seed=f.seed)
-    train_data = data.masked_dataset(train_files, source, config, training=True,
-                                     batch_size=recipe.batch_size, **common)
-    eval_data = data.masked_dataset(eval_files, source, config, training=False,
-                                    batch_size=f.eval_batch_size, **common)
-    size = train_data.element_spec[0].shape[1]
     output = run_directory(f.output_dir, transformation, ratio, method, f.keep_information,
                            f.ranking, f.fill, f.seed)
     print(f"ROAR run -> {output}")
@@ -301,12 +312,13 @@ def main(argv):
     record = {k: v for k, v in record.items() if isinstance(v, (int, float, str, bool, list,
                                                                   type(None)))}
     record.update(saliency_method=method, ratio=ratio)  # resolved defaults
-    result = train_and_evaluate(
-        train_data, eval_data, num_classes=num_classes,
-        num_train=data.count_records(train_files), num_eval=data.count_records(eval_files),
-        size=size, output_dir=output, model_name=f.model or ("small_cnn" if synthetic
-                                                              else "resnet50"),
-        recipe=recipe, strategy=f.strategy, seed=f.seed, flags_record=record)
+    result = run_masked(
+        train_files, eval_files, config, output_dir=output, recipe=recipe, source=source,
+        control=control,
+        map_key=synthetic_setup.method_key(method) if source == "saliency" else None,
+        size=size, geometry=f.geometry, label_offset=f.label_offset, num_classes=num_classes,
+        model_name=f.model or ("small_cnn" if synthetic else "resnet50"), strategy=f.strategy,
+        seed=f.seed, eval_batch_size=f.eval_batch_size, verbose=1, flags_record=record)
     print(f"top-1 {result['top1']:.4f}  top-5 {result['top5']:.4f}  on {result['n_eval']} test "
           f"images ({'KAR' if f.keep_information else 'ROAR'}, {method}, ratio {ratio}); "
           f"wrote {os.path.join(output, 'metrics.json')}")

@@ -55,15 +55,9 @@ def main(argv):
         for name, (control, ratio, keep, ranking, fill) in RUNS.items():
             config = data.MaskConfig(ratio=ratio, keep_information=keep, ranking=ranking,
                                      fill=fill)
-            common = dict(size=size, control=control, seed=0)
-            result = train.train_and_evaluate(
-                data.masked_dataset(files["train"], "images", config, training=True,
-                                    batch_size=recipe.batch_size, **common),
-                data.masked_dataset(files["validation"], "images", config, training=False,
-                                    batch_size=256, **common),
-                num_classes=10, num_train=100 * t, num_eval=100 * v, size=size,
-                output_dir=os.path.join(scratch, "runs", str(len(name))), recipe=recipe,
-                verbose=0)
+            result = train.run_masked(
+                files["train"], files["validation"], config, control=control, size=size,
+                recipe=recipe, output_dir=os.path.join(scratch, "runs", str(len(name))))
             print(f"| {name} | {result['top1']:.3f} |", flush=True)
 
 

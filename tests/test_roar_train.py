@@ -28,15 +28,10 @@ def world(tmp_path_factory):
 
 
 def _run(world, tmp_path, name, control, ratio, keep=False):
-    config = data.MaskConfig(ratio=ratio, keep_information=keep)
-    common = dict(size=SIZE, control=control, seed=0)
-    return train.train_and_evaluate(
-        data.masked_dataset(world["train"], "images", config, training=True,
-                            batch_size=RECIPE.batch_size, **common),
-        data.masked_dataset(world["validation"], "images", config, training=False,
-                            batch_size=256, **common),
-        num_classes=10, num_train=100 * T, num_eval=100 * V, size=SIZE,
-        output_dir=str(tmp_path / name), recipe=RECIPE, verbose=0)
+    return train.run_masked(world["train"], world["validation"],
+                            data.MaskConfig(ratio=ratio, keep_information=keep),
+                            output_dir=str(tmp_path / name), recipe=RECIPE, control=control,
+                            size=SIZE)
 
 
 @pytest.fixture(scope="module")
