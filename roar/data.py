@@ -27,6 +27,7 @@ from saliency_gen import records
 SOURCES = ("saliency", "images")
 CONTROLS = ("random", "oracle", "none")  # maps that need no saliency records
 SHUFFLE_BUFFER = 1024
+RANDOM_MASKS = ("fixed", "per_read")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,18 +65,22 @@ def _fit(image, size, geometry):
 
 
 def _example_reader(source, map_key, map_format, size, geometry, label_offset, control,
-                    mask_seed):
-    """A function (default key, serialized) -> (key, pixels [S, S, 3], label, scores map)."""
+                    mask_seed, per_read):
+    """A function (default key, serialized, epoch) -> (key, pixels [S, S, 3], label, scores).
+
+    `epoch` only matters for the random map with `per_read`: then the map is re-drawn per
+    epoch (keyed by seed, example and epoch), else it is keyed by seed and example only."""
     if source == "saliency":
         dtype, shape, _ = map_format
 
-        def read(default_key, serialized):
+        def read(default_key, serialized, epoch):
+            del epoch
             parsed = records.parse_saliency_record(serialized, map_key, dtype, shape, default_key)
             pixels = _fit(decode_image(parsed["raw_image"]), size, geometry)
             return parsed["example_key"], pixels, parsed["label"], parsed["saliency"]
         return read
 
-    def read_image(default_key, serialized):
+    def read_image(default_key, serialized, epoch):
         parsed = records.parse_image_record(serialized)
         key = tf.where(tf.strings.length(parsed["filename"]) > 0, parsed["filename"], default_key)
         pixels = _fit(decode_image(parsed["encoded"]), size, geometry)
@@ -84,8 +89,8 @@ def _example_reader(source, map_key, map_format, size, geometry, label_offset, c
             mask = tf.cast(records.decode_mask(parsed["mask_png"]), tf.float32)[..., None]
             mask = _fit(tf.tile(mask, [1, 1, 3]), size, geometry)
             return key, pixels, label, tf.cast(mask > 0.5, tf.float32)
-        if control == "random":  # keyed by the example: the same map in every epoch and run
-            seeds = masking.key_seeds(key[None], mask_seed)[0]
+        if control == "random":  # keyed by the example (and the epoch when per_read)
+            seeds = masking.key_seeds(key[None], mask_seed, epoch if per_read else None)[0]
             return key, pixels, label, tf.random.stateless_uniform((size, size, 3), seeds)
         return key, pixels, label, tf.zeros([size, size, 3])
     return read_image
@@ -131,7 +136,7 @@ def list_shards(pattern, what):
 
 def masked_dataset(files, source, config, *, training, batch_size, map_key=None, size=None,
                    geometry="none", label_offset=0, control=None, seed=0, space="imagenet",
-                   drop_remainder=None, with_keys=False):
+                   drop_remainder=None, with_keys=False, random_mask="fixed"):
     """A batched dataset of (normalised image, label) with every example masked.
 
     `source` "saliency" reads saliency records with the map `map_key`; "images" reads image
@@ -140,7 +145,13 @@ def masked_dataset(files, source, config, *, training, batch_size, map_key=None,
     input side (default: the stored map's); `geometry` "none" (images already at `size`) or
     "center_crop" (ROAR's crop_224 at 224). Training shuffles files and records with `seed` and
     flips images; evaluation keeps file order and every example (`drop_remainder` False).
+    `random_mask` "fixed" keys the random map by example; "per_read" re-draws it every training
+    epoch (the original's behaviour; evaluation uses the fixed draw). A per_read training
+    dataset is infinite (it counts its epochs).
     """
+    if random_mask not in RANDOM_MASKS:
+        raise UserError(f"--random_mask must be one of {', '.join(RANDOM_MASKS)}")
+    per_read = random_mask == "per_read" and training
     config.check()
     files = sorted(files)
     if not files:
@@ -166,7 +177,7 @@ def masked_dataset(files, source, config, *, training, batch_size, map_key=None,
         size = _first_image_side(files[0])
     normalise = INPUT_SPACES[space].from_pixels
     read = _example_reader(source, map_key, map_format, size, geometry, label_offset, control,
-                           config.seed)
+                           config.seed, per_read)
     mask = _batch_masker(config, control, size)
 
     def mask_batch(keys, pixels, labels, scores):
@@ -179,13 +190,22 @@ def masked_dataset(files, source, config, *, training, batch_size, map_key=None,
         outputs = (normalise(pixels), labels)
         return (keys,) + outputs if with_keys else outputs
 
-    names = tf.data.Dataset.from_tensor_slices(files)
-    if training:
-        names = names.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
-    data = names.interleave(records.keyed_shard, cycle_length=min(len(files), 8),
-                            num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    if training:
-        data = data.shuffle(SHUFFLE_BUFFER, seed=seed, reshuffle_each_iteration=True)
+    def epoch_records(epoch):
+        """The records of one pass, shuffled for training with a seed that varies by epoch."""
+        names = tf.data.Dataset.from_tensor_slices(files)
+        order_seed = tf.cast(seed, tf.int64) * 1000003 + epoch
+        if training:
+            names = names.shuffle(len(files), seed=order_seed)
+        passed = names.interleave(records.keyed_shard, cycle_length=min(len(files), 8),
+                                  num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        if training:
+            passed = passed.shuffle(SHUFFLE_BUFFER, seed=order_seed)
+        return passed.map(lambda key, serialized: (key, serialized, epoch))
+
+    if per_read:
+        data = tf.data.Dataset.counter().flat_map(epoch_records)
+    else:
+        data = epoch_records(tf.constant(0, tf.int64))  # its shuffles redraw on every pass
     data = (data.map(read, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
             .batch(batch_size)
             .map(mask_batch, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)

@@ -170,13 +170,14 @@ def train_and_evaluate(train_data, eval_data, *, num_classes, num_train, num_eva
 def run_masked(train_files, eval_files, config, *, output_dir, recipe=Recipe(),
                source="images", control=None, map_key=None, size=None, geometry="none",
                label_offset=0, num_classes=10, model_name="small_cnn", strategy="default",
-               seed=0, eval_batch_size=256, verbose=0, flags_record=None):
+               seed=0, eval_batch_size=256, verbose=0, flags_record=None, random_mask="fixed"):
     """One ROAR / KAR run on record files: the masked train and test pipelines (`roar.data`)
     with the same masking, then `train_and_evaluate`; returns the metrics."""
     common = dict(map_key=map_key, size=size, geometry=geometry, label_offset=label_offset,
                   control=control, seed=seed)
     train_data = data.masked_dataset(train_files, source, config, training=True,
-                                     batch_size=recipe.batch_size, **common)
+                                     batch_size=recipe.batch_size, random_mask=random_mask,
+                                     **common)
     eval_data = data.masked_dataset(eval_files, source, config, training=False,
                                     batch_size=eval_batch_size, **common)
     return train_and_evaluate(
@@ -204,6 +205,9 @@ def define_flags():
                         "(e.g. gradient_smooth_2 or SH_SG_2), or 'oracle' (the records' object "
                         "masks). Default: gradient_image on the synthetic world, else "
                         "ig_smooth_2.")
+    flags.DEFINE_enum("random_mask", "fixed", ["fixed", "per_read"],
+                      "Random baseline: one map per image (default), or re-drawn every epoch "
+                      "as the original (evaluation then uses the fixed draw).")
     flags.DEFINE_bool("keep_information", False, "KAR: keep the top features, replace the rest.")
     flags.DEFINE_enum("fill", "mean", ["mean", "zero", "noisy_linear"],
                       "Replacement: ImageNet's mean colour (original), zero, or ROAD's noisy "
@@ -318,7 +322,8 @@ def main(argv):
         map_key=synthetic_setup.method_key(method) if source == "saliency" else None,
         size=size, geometry=f.geometry, label_offset=f.label_offset, num_classes=num_classes,
         model_name=f.model or ("small_cnn" if synthetic else "resnet50"), strategy=f.strategy,
-        seed=f.seed, eval_batch_size=f.eval_batch_size, verbose=1, flags_record=record)
+        seed=f.seed, eval_batch_size=f.eval_batch_size, verbose=1, flags_record=record,
+        random_mask=f.random_mask)
     print(f"top-1 {result['top1']:.4f}  top-5 {result['top5']:.4f}  on {result['n_eval']} test "
           f"images ({'KAR' if f.keep_information else 'ROAR'}, {method}, ratio {ratio}); "
           f"wrote {os.path.join(output, 'metrics.json')}")

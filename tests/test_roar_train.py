@@ -178,3 +178,24 @@ def test_report_summarises_runs_with_mean_and_sd(tmp_path):
     assert len(runs) == 16 and runs[0] == ("random", 0.1, 0, False)
     arguments, transformation = sweep.run_arguments("random", 0.1, 0, False, "out")
     assert transformation == "random_baseline" and "--keep_information=False" in arguments
+
+
+def test_per_read_random_masks_change_every_epoch_and_fixed_ones_do_not(world):
+    config = data.MaskConfig(ratio=0.5)
+    patterns = {}
+    for mode in ("fixed", "per_read"):
+        ds = data.masked_dataset(world["validation"], "images", config, training=True,
+                                 batch_size=1000, size=SIZE, control="random", random_mask=mode,
+                                 with_keys=True)
+        if mode == "fixed":
+            ds = ds.repeat()
+        epochs = []
+        for keys, images, _ in ds.take(2):
+            order = np.argsort(keys.numpy())
+            epochs.append((keys.numpy()[order], images.numpy()[order] == 0))
+        patterns[mode] = epochs
+    for mode, ((keys0, zeros0), (keys1, zeros1)) in patterns.items():
+        np.testing.assert_array_equal(keys0, keys1)  # each epoch holds every image once
+        assert zeros0.reshape(1000, -1).sum(1).min() == int(0.5 * SIZE * SIZE * 3)
+    assert np.array_equal(patterns["fixed"][0][1], patterns["fixed"][1][1])
+    assert not np.array_equal(patterns["per_read"][0][1], patterns["per_read"][1][1])
