@@ -223,6 +223,13 @@ def define_flags():
     flags.DEFINE_string("data_dir", None, "Folder of the method's saliency records, or of image "
                         "records for random/oracle/raw runs. Default: the built-in synthetic "
                         "world (set up once in a cache it names).")
+    flags.DEFINE_string("tfds_name", None, "Read a tensorflow-datasets dataset instead: its "
+                        "splits are converted once to image records in <output_dir>/tfds/<name>"
+                        " (for random, oracle-free and raw runs, or to generate saliency records "
+                        "from).")
+    flags.DEFINE_string("tfds_train_split", "train", "tensorflow-datasets training split.")
+    flags.DEFINE_string("tfds_eval_split", "test", "tensorflow-datasets test split.")
+    flags.DEFINE_string("tfds_data_dir", None, "tensorflow-datasets data directory.")
     flags.DEFINE_string("train_pattern", "train-*", "Training shards in --data_dir.")
     flags.DEFINE_string("eval_pattern", "validation-*", "Test shards in --data_dir.")
     flags.DEFINE_enum("dataset_name", None, list(DATASETS), "Sets --num_classes (default: "
@@ -281,7 +288,8 @@ def main(argv):
     from roar import synthetic_setup
 
     f = flags.FLAGS
-    synthetic = f.data_dir is None or f.dataset_name == "synthetic"  # small-model defaults
+    # The small-model defaults apply to the synthetic world.
+    synthetic = (f.data_dir is None and not f.tfds_name) or f.dataset_name == "synthetic"
     transformation = f.transformation
     if transformation != "raw_image" and f.ratio is None:
         raise UserError("--ratio is required (the fraction of features replaced)")
@@ -295,8 +303,20 @@ def main(argv):
         control = "oracle" if method == "oracle" else None
     dataset_name = f.dataset_name or ("synthetic" if synthetic else "imagenet")
     num_classes = f.num_classes or DATASETS[dataset_name]
-    size = f.image_size or (synthetic_setup.IMAGE_SIZE if f.data_dir is None else None)
-    if f.data_dir is None:
+    size = f.image_size or (synthetic_setup.IMAGE_SIZE if f.data_dir is None and not f.tfds_name
+                            else None)
+    if f.tfds_name:
+        from roar import tfds_source
+
+        data_dir = os.path.join(f.output_dir, "tfds", f.tfds_name)
+        for split, prefix in ((f.tfds_train_split, "train"), (f.tfds_eval_split, "validation")):
+            tfds_source.tfds_to_records(f.tfds_name, split, data_dir, prefix, f.tfds_data_dir)
+        num_classes = f.num_classes or tfds_source.tfds_num_classes(f.tfds_name,
+                                                                    f.tfds_data_dir)
+        if control is None:
+            raise UserError(f"--tfds_name gives images only; generate saliency records from "
+                            f"{data_dir} with saliency_gen.generate and pass --data_dir")
+    elif f.data_dir is None:
         setup = synthetic_setup.prepare(seed=0, method=method if control is None else None)
         data_dir = setup["saliency"] if control is None else setup["records"]
     else:

@@ -194,8 +194,25 @@ def test_per_read_random_masks_change_every_epoch_and_fixed_ones_do_not(world):
             order = np.argsort(keys.numpy())
             epochs.append((keys.numpy()[order], images.numpy()[order] == 0))
         patterns[mode] = epochs
-    for mode, ((keys0, zeros0), (keys1, zeros1)) in patterns.items():
+    for (keys0, zeros0), (keys1, _) in patterns.values():
         np.testing.assert_array_equal(keys0, keys1)  # each epoch holds every image once
         assert zeros0.reshape(1000, -1).sum(1).min() == int(0.5 * SIZE * SIZE * 3)
     assert np.array_equal(patterns["fixed"][0][1], patterns["fixed"][1][1])
     assert not np.array_equal(patterns["per_read"][0][1], patterns["per_read"][1][1])
+
+
+def test_a_tensorflow_datasets_split_becomes_masked_records(tmp_path):
+    tfds = pytest.importorskip("tensorflow_datasets")
+    from roar import tfds_source
+
+    with tfds.testing.mock_data(num_examples=12):  # no download: generated examples
+        files = tfds_source.tfds_to_records("cifar10", "test", str(tmp_path), "validation")
+        again = tfds_source.tfds_to_records("cifar10", "test", str(tmp_path), "validation")
+        assert tfds_source.tfds_num_classes("cifar10") == 10
+    assert files == again and len(files) == 1
+    ds = data.masked_dataset(files, "images", data.MaskConfig(ratio=0.5), training=False,
+                             batch_size=12, control="random", with_keys=True)
+    keys, images, labels = next(iter(ds))
+    assert images.shape == (12, 32, 32, 3) and keys.numpy()[0].startswith(b"cifar10-test")
+    assert (images.numpy() == 0).reshape(12, -1).sum(1).tolist() == [1536] * 12
+    assert labels.numpy().min() >= 0 and labels.numpy().max() < 10
