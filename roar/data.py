@@ -190,22 +190,19 @@ def masked_dataset(files, source, config, *, training, batch_size, map_key=None,
         outputs = (normalise(pixels), labels)
         return (keys,) + outputs if with_keys else outputs
 
-    def epoch_records(epoch):
-        """The records of one pass, shuffled for training with a seed that varies by epoch."""
-        names = tf.data.Dataset.from_tensor_slices(files)
-        order_seed = tf.cast(seed, tf.int64) * 1000003 + epoch
-        if training:
-            names = names.shuffle(len(files), seed=order_seed)
-        passed = names.interleave(records.keyed_shard, cycle_length=min(len(files), 8),
-                                  num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-        if training:
-            passed = passed.shuffle(SHUFFLE_BUFFER, seed=order_seed)
-        return passed.map(lambda key, serialized: (key, serialized, epoch))
-
-    if per_read:
-        data = tf.data.Dataset.counter().flat_map(epoch_records)
+    names = tf.data.Dataset.from_tensor_slices(files)
+    if training:
+        names = names.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
+    data = names.interleave(records.keyed_shard, cycle_length=min(len(files), 8),
+                            num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    if training:
+        data = data.shuffle(SHUFFLE_BUFFER, seed=seed, reshuffle_each_iteration=True)
+    if per_read:  # every pass holds each record once, so position // count is the epoch
+        count = count_records(files)
+        data = data.repeat().enumerate().map(
+            lambda position, item: (item[0], item[1], position // count))
     else:
-        data = epoch_records(tf.constant(0, tf.int64))  # its shuffles redraw on every pass
+        data = data.map(lambda key, serialized: (key, serialized, tf.constant(0, tf.int64)))
     data = (data.map(read, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
             .batch(batch_size)
             .map(mask_batch, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)

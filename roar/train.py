@@ -141,7 +141,7 @@ def train_and_evaluate(train_data, eval_data, *, num_classes, num_train, num_eva
     started = time.time()
     try:
         model.fit(train_data.map(_one_hot(num_classes)).repeat(), epochs=epochs,
-                  steps_per_epoch=steps_per_epoch, verbose=verbose,
+                  steps_per_epoch=steps_per_epoch, verbose=verbose, shuffle=False,
                   callbacks=[keras.callbacks.BackupAndRestore(backup),
                              keras.callbacks.TensorBoard(os.path.join(output_dir, "logs")),
                              *callbacks])

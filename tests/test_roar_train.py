@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+import keras
 import numpy as np
 import pytest
 
@@ -216,3 +217,45 @@ def test_a_tensorflow_datasets_split_becomes_masked_records(tmp_path):
     assert images.shape == (12, 32, 32, 3) and keys.numpy()[0].startswith(b"cifar10-test")
     assert (images.numpy() == 0).reshape(12, -1).sum(1).tolist() == [1536] * 12
     assert labels.numpy().min() >= 0 and labels.numpy().max() < 10
+
+
+class _Interrupt(keras.callbacks.Callback):
+    def on_epoch_end(self, epoch, logs=None):
+        if epoch == 0:
+            raise KeyboardInterrupt
+
+
+def test_a_killed_run_resumes_from_its_backup(world, tmp_path):
+    recipe = train.Recipe(**dict(train.SYNTHETIC_RECIPE, epochs=2.0), decay_multipliers=(0.1,))
+    config = data.MaskConfig(ratio=0.3)
+    files = world["validation"]  # small: 1,000 images
+    with pytest.raises(KeyboardInterrupt):
+        train.train_and_evaluate(
+            data.masked_dataset(files, "images", config, training=True, batch_size=64,
+                                control="random"),
+            data.masked_dataset(files, "images", config, training=False, batch_size=250,
+                                control="random"),
+            num_classes=10, num_train=1000, num_eval=1000, size=SIZE,
+            output_dir=str(tmp_path), recipe=recipe, verbose=0, callbacks=[_Interrupt()])
+    with open(tmp_path / "backup" / "training_metadata.json") as handle:
+        assert json.load(handle)["epoch"] == 1
+    assert not os.path.exists(tmp_path / "metrics.json")  # nothing looks finished
+    result = train.run_masked(files, files, config, output_dir=str(tmp_path), recipe=recipe,
+                              control="random")
+    assert result["n_eval"] == 1000 and not os.path.exists(tmp_path / "backup")
+
+
+def test_road_binary_writes_table_json_csv_and_plot(world, known_answers, tmp_path):
+    _, tmp = known_answers
+    records_dir = os.path.dirname(world["validation"][0])
+    output = tmp_path / "road"
+    result = subprocess.run(
+        [sys.executable, "-m", "roar.road", f"--ckpt_path={tmp / 'clean' / 'model'}",
+         f"--data_dir={records_dir}", "--saliency_method=oracle", "--ratios=0.5",
+         f"--output={output}"], capture_output=True, text=True, cwd=REPO, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "morf p=0.50 removed 0.50" in result.stdout and "lerf p=0.50" in result.stdout
+    rows = json.loads((tmp_path / "road.json").read_text())["rows"]
+    assert [row["order"] for row in rows] == ["morf", "lerf"] and rows[0]["n"] == 1000
+    assert (tmp_path / "road.png").read_bytes()[:4] == b"\x89PNG"
+    assert "| oracle | morf | 0.5 | 0.5 |" in (tmp_path / "road.md").read_text()
