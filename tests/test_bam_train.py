@@ -13,6 +13,7 @@ import tensorflow as tf
 import models
 from bam import train
 from models.errors import UserError
+from tests.conftest import interrupt_after_first_epoch
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -58,18 +59,13 @@ def test_auto_pipeline_streams_large_sets():
         train.choose_pipeline("disk", 1, 1)
 
 
-class _Interrupt(keras.callbacks.Callback):
-    def on_epoch_end(self, epoch, logs=None):
-        if epoch == 0:
-            raise KeyboardInterrupt
-
 
 def test_killed_training_resumes_at_the_last_finished_epoch(tiny_world, tmp_path):
     root, _ = tiny_world
     backup = str(tmp_path / "obj.backup")
     with pytest.raises(KeyboardInterrupt):
         train.train_classifier(root, "obj", "small_cnn", epochs=3, seed=1, backup_dir=backup,
-                               callbacks=[_Interrupt()])
+                               callbacks=[interrupt_after_first_epoch()])
     assert os.path.isfile(os.path.join(backup, "training_metadata.json"))
     _, report = train.train_classifier(root, "obj", "small_cnn", epochs=3, seed=1,
                                        backup_dir=backup)

@@ -7,13 +7,13 @@ import os
 import subprocess
 import sys
 
-import keras
 import numpy as np
 import pytest
 
 from bam import synthetic
 from roar import data, masking, train
 from saliency_gen import generate, records
+from tests.conftest import interrupt_after_first_epoch
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SIZE, T, V = 32, 50, 10  # 5,000 train and 1,000 test images of 32 x 32
@@ -219,11 +219,6 @@ def test_a_tensorflow_datasets_split_becomes_masked_records(tmp_path):
     assert labels.numpy().min() >= 0 and labels.numpy().max() < 10
 
 
-class _Interrupt(keras.callbacks.Callback):
-    def on_epoch_end(self, epoch, logs=None):
-        if epoch == 0:
-            raise KeyboardInterrupt
-
 
 def test_a_killed_run_resumes_from_its_backup(world, tmp_path):
     recipe = train.Recipe(**dict(train.SYNTHETIC_RECIPE, epochs=2.0), decay_multipliers=(0.1,))
@@ -236,7 +231,8 @@ def test_a_killed_run_resumes_from_its_backup(world, tmp_path):
             data.masked_dataset(files, "images", config, training=False, batch_size=250,
                                 control="random"),
             num_classes=10, num_train=1000, num_eval=1000, size=SIZE,
-            output_dir=str(tmp_path), recipe=recipe, verbose=0, callbacks=[_Interrupt()])
+            output_dir=str(tmp_path), recipe=recipe, verbose=0,
+            callbacks=[interrupt_after_first_epoch()])
     with open(tmp_path / "backup" / "training_metadata.json") as handle:
         assert json.load(handle)["epoch"] == 1
     assert not os.path.exists(tmp_path / "metrics.json")  # nothing looks finished
