@@ -170,9 +170,11 @@ def train_and_evaluate(train_data, eval_data, *, num_classes, num_train, num_eva
 def run_masked(train_files, eval_files, config, *, output_dir, recipe=Recipe(),
                source="images", control=None, map_key=None, size=None, geometry="none",
                label_offset=0, num_classes=10, model_name="small_cnn", strategy="default",
-               seed=0, eval_batch_size=256, verbose=0, flags_record=None, random_mask="fixed"):
+               seed=0, eval_batch_size=256, verbose=0, flags_record=None, random_mask="fixed",
+               num_train=None, num_eval=None):
     """One ROAR / KAR run on record files: the masked train and test pipelines (`roar.data`)
-    with the same masking, then `train_and_evaluate`; returns the metrics."""
+    with the same masking, then `train_and_evaluate`; returns the metrics. The numbers of
+    train and test records are counted (a full read) unless given."""
     common = dict(map_key=map_key, size=size, geometry=geometry, label_offset=label_offset,
                   control=control, seed=seed)
     train_data = data.masked_dataset(train_files, source, config, training=True,
@@ -182,7 +184,8 @@ def run_masked(train_files, eval_files, config, *, output_dir, recipe=Recipe(),
                                     batch_size=eval_batch_size, **common)
     return train_and_evaluate(
         train_data, eval_data, num_classes=num_classes,
-        num_train=data.count_records(train_files), num_eval=data.count_records(eval_files),
+        num_train=num_train or data.count_records(train_files),
+        num_eval=num_eval or data.count_records(eval_files),
         size=train_data.element_spec[0].shape[1], output_dir=output_dir,
         model_name=model_name, recipe=recipe, strategy=strategy, seed=seed, verbose=verbose,
         flags_record=flags_record)
@@ -192,6 +195,9 @@ def run_masked(train_files, eval_files, config, *, output_dir, recipe=Recipe(),
 # The binary.
 
 DATASETS = {"imagenet": 1000, "food_101": 101, "birdsnap": 500, "synthetic": 10}
+# (train, test) images of the paper's datasets (roar.md §4.3): no full read to count them.
+DATASET_SIZES = {"imagenet": (1281167, 50000), "food_101": (75750, 25250),
+                 "birdsnap": (47386, 2443)}
 
 
 def define_flags():
@@ -256,6 +262,10 @@ def define_flags():
     flags.DEFINE_list("lr_decay_epochs", None, "Epochs of the x0.1 steps (synthetic: 3; else "
                       "30,60,80).")
     flags.DEFINE_integer("eval_batch_size", 256, "Evaluation batch.")
+    flags.DEFINE_integer("num_train_images", None, "Training records (default: the paper's "
+                         "count for imagenet / food_101 / birdsnap, else counted).")
+    flags.DEFINE_integer("num_eval_images", None, "Test records (as above); evaluation checks "
+                         "that it saw exactly this many.")
 
 
 SYNTHETIC_RECIPE = {"epochs": 4.0, "batch_size": 64, "optimizer": "adam",
@@ -329,6 +339,7 @@ def main(argv):
     train_files = data.list_shards(os.path.join(data_dir, f.train_pattern), "--train_pattern")
     eval_files = data.list_shards(os.path.join(data_dir, f.eval_pattern), "--eval_pattern")
     source = "images" if control else "saliency"
+    known_sizes = DATASET_SIZES.get(f.dataset_name or "", (None, None))  # only when named
     output = run_directory(f.output_dir, transformation, ratio, method, f.keep_information,
                            f.ranking, f.fill, f.seed)
     print(f"ROAR run -> {output}")
@@ -343,7 +354,9 @@ def main(argv):
         size=size, geometry=f.geometry, label_offset=f.label_offset, num_classes=num_classes,
         model_name=f.model or ("small_cnn" if synthetic else "resnet50"), strategy=f.strategy,
         seed=f.seed, eval_batch_size=f.eval_batch_size, verbose=1, flags_record=record,
-        random_mask=f.random_mask)
+        random_mask=f.random_mask,
+        num_train=f.num_train_images or known_sizes[0],
+        num_eval=f.num_eval_images or known_sizes[1])
     print(f"top-1 {result['top1']:.4f}  top-5 {result['top5']:.4f}  on {result['n_eval']} test "
           f"images ({'KAR' if f.keep_information else 'ROAR'}, {method}, ratio {ratio}); "
           f"wrote {os.path.join(output, 'metrics.json')}")
