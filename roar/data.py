@@ -90,8 +90,9 @@ def _example_reader(source, map_key, map_format, size, geometry, label_offset, c
             mask = _fit(tf.tile(mask, [1, 1, 3]), size, geometry)
             return key, pixels, label, tf.cast(mask > 0.5, tf.float32)
         if control == "random":  # keyed by the example (and the epoch when per_read)
-            seeds = masking.key_seeds(key[None], mask_seed, epoch if per_read else None)[0]
-            return key, pixels, label, tf.random.stateless_uniform((size, size, 3), seeds)
+            scores = masking.random_map(key, (size, size, 3), mask_seed,
+                                        epoch if per_read else None)
+            return key, pixels, label, scores
         return key, pixels, label, tf.zeros([size, size, 3])
     return read_image
 

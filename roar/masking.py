@@ -131,12 +131,17 @@ def key_seeds(keys, seed, epoch=None):
     return tf.stack([tf.fill(tf.shape(hashed), salt), hashed], axis=-1)
 
 
+def random_map(key, shape, seed=0, epoch=None):
+    """The uniform random map of one example key: the same key, seed (and epoch) give the same
+    map whatever the batch. `epoch=None` is the fixed default; an epoch id gives the original's
+    re-drawn-per-read control."""
+    return tf.random.stateless_uniform(shape, key_seeds(key[None], seed, epoch)[0])
+
+
 def random_scores(keys, shape, seed=0, epoch=None):
-    """Uniform random maps [N, *shape], one per example key: the same key, seed (and epoch) give
-    the same map whatever the batch. `epoch=None` is the fixed default; an epoch id gives the
-    original's re-drawn-per-read control."""
-    return tf.map_fn(lambda pair: tf.random.stateless_uniform(shape, pair),
-                     key_seeds(keys, seed, epoch), fn_output_signature=tf.float32)
+    """`random_map` for a batch of keys: [N, *shape]."""
+    return tf.map_fn(lambda key: random_map(key, shape, seed, epoch), keys,
+                     fn_output_signature=tf.float32)
 
 
 def oracle_scores(object_masks, channels=3):
