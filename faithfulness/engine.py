@@ -1,0 +1,228 @@
+"""The batched scorer behind every metric (faithfulness.md §7).
+
+A curve is a set of work items (image i, step t), flattened image-major. One traced function runs
+a `tf.while_loop` over fixed-size chunks of items (the tail padded with a repeat of the last
+item, whose outputs are dropped); each chunk gathers its images, builds its masks, blends
+`start * (1 - P) + end * P`, runs the model and gathers the class score. There is no Python loop
+over images or steps, one trace per input shape, and memory is O(chunk x image), not
+O(steps x image). Masks come in two kinds:
+
+* ranked: a cell mask `lo_t <= rank < hi_t` on an h x w grid, blown up to the image by
+  precomputed row and column indices (an index equal to h or w points at a cell that is never
+  perturbed, for pixels outside an IDSDS grid);
+* soft: step 0 is the clean start image, step 1 `start * K + end * (1 - K)` with a precomputed
+  soft keep mask K `[N, H, W]`.
+
+`end_noise` replaces the end image of every item by U(-1, 1) keyed on (seed, step, image id)
+(IDSDS single deletion's "random" baseline, fresh for each deleted cell).
+"""
+import os
+
+import numpy as np
+import tensorflow as tf
+
+from models.errors import ShapeError, UserError
+from faithfulness import substrates
+
+OUTPUT_ACTIVATIONS = (None, "softmax")
+
+
+def output_function(model, output_key=None):
+    """(callable NHWC float32 -> [N, classes] model output, num_classes or None).
+
+    `model`: a Keras model (inference mode), a `models.load` object, an exported model directory,
+    any SavedModel directory or loaded object (`.serve`, else the `serving_default` signature;
+    `output_key` picks a dict output), or a plain callable."""
+    import models
+
+    if isinstance(model, (str, os.PathLike)):
+        path = os.fspath(model)
+        if os.path.isfile(os.path.join(path, "assets.extra", "model_info.json")):
+            model = models.load(path)
+        elif os.path.isfile(os.path.join(path, "saved_model.pb")):
+            model = tf.saved_model.load(path)
+        else:
+            raise UserError(f"{path} is not a SavedModel directory (no saved_model.pb); pass "
+                            "an exported model directory")
+    if isinstance(model, models.LoadedModel):
+        return model, model.num_classes
+    if hasattr(model, "layers") and hasattr(model, "inputs"):
+        return (lambda x: model(x, training=False)), int(model.outputs[0].shape[-1])
+    if not callable(model):
+        if hasattr(model, "serve"):
+            model = model.serve
+        elif "serving_default" in getattr(model, "signatures", {}):
+            model = model.signatures["serving_default"]
+        else:
+            raise UserError(f"cannot score with a {type(model).__name__}: pass a Keras model, "
+                            "a models.load object, a SavedModel or a callable")
+
+    def call(x):
+        output = model(x)
+        if isinstance(output, dict):
+            if output_key is None and len(output) != 1:
+                raise UserError(f"the model returns {sorted(output)}; pass output_key")
+            output = output[output_key] if output_key else next(iter(output.values()))
+        return output
+
+    return call, None
+
+
+class Scorer:
+    """Scores images and their perturbations with one model, in chunks of `batch_size` items."""
+
+    def __init__(self, model, output_activation=None, batch_size=64, jit_compile=False,
+                 output_key=None):
+        if output_activation not in OUTPUT_ACTIVATIONS:
+            raise UserError(f"unknown output_activation {output_activation!r}; use None or "
+                            "'softmax'")
+        if int(batch_size) < 1:
+            raise UserError(f"batch_size must be at least 1; got {batch_size}")
+        self.model = model
+        self.call, self.num_classes = output_function(model, output_key)
+        self.output_activation = output_activation
+        self.batch_size = int(batch_size)
+        self.jit_compile = jit_compile
+        self._functions = {}
+
+    # -- traced pieces -----------------------------------------------------------------------
+
+    def _outputs(self, images):
+        outputs = self.call(images)
+        if len(outputs.shape) != 2:
+            raise UserError(f"the model output has shape {outputs.shape}; expected "
+                            "[N, classes]")
+        outputs = tf.cast(outputs, tf.float32)
+        if self.output_activation == "softmax":
+            outputs = tf.nn.softmax(outputs, axis=-1)
+        return outputs
+
+    def _chunked(self, count, compute, per_item=()):
+        """Concatenates compute(item indices [chunk]) over all chunks of `count` items."""
+        chunk = self.batch_size
+        chunks = (count + chunk - 1) // chunk
+        shape = [chunk, *per_item]
+        array = tf.TensorArray(tf.float32, size=chunks, element_shape=shape)
+
+        def body(index, array):
+            items = tf.minimum(index * chunk + tf.range(chunk), count - 1)
+            return index + 1, array.write(index, compute(items))
+
+        _, array = tf.while_loop(lambda index, _: index < chunks, body, [0, array],
+                                 parallel_iterations=1)
+        return array.concat()[:count]
+
+    def _function(self, key, build):
+        if key not in self._functions:
+            self._functions[key] = tf.function(build(), jit_compile=self.jit_compile,
+                                               reduce_retracing=True)
+        return self._functions[key]
+
+    # -- public entry points -----------------------------------------------------------------
+
+    def predict(self, images):
+        """float32 [N, classes]: the (activated) model output on `images`."""
+        images = tf.convert_to_tensor(images, tf.float32)
+        if images.shape[0] == 0:
+            raise UserError("there are no images to score")
+
+        def build():
+            def run(images):
+                return self._chunked(tf.shape(images)[0], lambda items: self._outputs(
+                    tf.gather(images, items)), per_item=[None])
+            return run
+
+        outputs = self._function(("predict",), build)(images)
+        if self.num_classes is None:
+            self.num_classes = int(outputs.shape[-1])
+        return outputs.numpy()
+
+    def check_classes(self, classes, count):
+        """int32 [N] class indices, checked against the number of images and of classes."""
+        classes = np.asarray(classes).reshape(-1)
+        if classes.shape != (count,):
+            raise ShapeError(f"class_to_explain has {classes.size} entries for {count} images")
+        if not np.issubdtype(classes.dtype, np.integer):
+            raise UserError("class_to_explain must hold integer class indices")
+        if self.num_classes is not None and (classes.min() < 0 or
+                                             classes.max() >= self.num_classes):
+            raise UserError(f"a class index is outside [0, {self.num_classes}) for this model")
+        return classes.astype(np.int32)
+
+    def ranked_curves(self, start, end, ranks, schedule, classes, rows, cols, grid, *,
+                      end_noise_seed=None, ids=None):
+        """float32 [N, K + 1]: scores of every step of `schedule` (see the module docstring)."""
+        start = tf.convert_to_tensor(start, tf.float32)
+        end = tf.convert_to_tensor(end, tf.float32)
+        count, height, width, channels = start.shape
+        if count == 0:
+            raise UserError("there are no images to score")
+        grid_h, grid_w = grid
+        noisy = end_noise_seed is not None
+        ids = np.arange(count) if ids is None else np.asarray(ids)
+        key = ("ranked", grid_h, grid_w, noisy)
+
+        def build():
+            def run(start, end, ranks, lo, hi, classes, rows, cols, ids, seed):
+                points = tf.shape(lo)[0]
+                total = tf.shape(start)[0] * points
+
+                def compute(items):
+                    image = items // points
+                    step = items % points
+                    cell_ranks = tf.gather(ranks, image)
+                    low = tf.gather(lo, step)[:, None]
+                    high = tf.gather(hi, step)[:, None]
+                    cells = tf.cast((cell_ranks >= low) & (cell_ranks < high), tf.float32)
+                    cells = tf.pad(tf.reshape(cells, [-1, grid_h, grid_w]), [[0, 0], [0, 1],
+                                                                             [0, 1]])
+                    mask = tf.gather(tf.gather(cells, rows, axis=1), cols, axis=2)[..., None]
+                    first = tf.gather(start, image)
+                    if noisy:
+                        salts = seed * 1_000_003 + tf.cast(step, tf.int64)
+                        keys = tf.stack([salts, tf.gather(ids, image)], axis=1)
+                        last = substrates.uniform_noise(keys, start.shape[1:])
+                    else:
+                        last = tf.gather(end, image)
+                    blended = first * (1.0 - mask) + last * mask
+                    return tf.gather(self._outputs(blended), tf.gather(classes, image),
+                                     batch_dims=1)
+
+                return tf.reshape(self._chunked(total, compute), [-1, points])
+            return run
+
+        run = self._function(key, build)
+        scores = run(start, end, tf.constant(ranks, tf.int32),
+                     tf.constant(schedule.lo, tf.int32), tf.constant(schedule.hi, tf.int32),
+                     tf.constant(classes, tf.int32), tf.constant(rows, tf.int32),
+                     tf.constant(cols, tf.int32), tf.constant(ids, tf.int64),
+                     tf.constant(0 if end_noise_seed is None else int(end_noise_seed), tf.int64))
+        del height, width, channels
+        return scores.numpy()
+
+    def soft_pairs(self, start, end, keep, classes):
+        """float32 [N, 2]: scores of `start` and of `start * K + end * (1 - K)` for soft keep
+        masks K `[N, H, W]` (the reference's arithmetic, exactly)."""
+        start = tf.convert_to_tensor(start, tf.float32)
+        if start.shape[0] == 0:
+            raise UserError("there are no images to score")
+
+        def build():
+            def run(start, end, keep, classes):
+                total = tf.shape(start)[0] * 2
+
+                def compute(items):
+                    image = items // 2
+                    clean = tf.equal(items % 2, 0)[:, None, None, None]
+                    mask = tf.gather(keep, image)[..., None]
+                    mask = tf.where(clean, tf.ones_like(mask), mask)
+                    blended = tf.gather(start, image) * mask + tf.gather(end, image) * (1.0 - mask)
+                    return tf.gather(self._outputs(blended), tf.gather(classes, image),
+                                     batch_dims=1)
+
+                return tf.reshape(self._chunked(total, compute), [-1, 2])
+            return run
+
+        run = self._function(("soft",), build)
+        return run(start, tf.convert_to_tensor(end, tf.float32),
+                   tf.convert_to_tensor(keep, tf.float32), tf.constant(classes, tf.int32)).numpy()

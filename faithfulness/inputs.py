@@ -1,0 +1,62 @@
+"""Checks and conversions of the arrays the metrics take, each failing with one clear line."""
+import numpy as np
+import tensorflow as tf
+
+from models.errors import ShapeError, UserError
+from faithfulness import ranking
+
+TRANSFORMS = ("raw", "abs", "relu")
+
+
+def images(data, what="data"):
+    """float32 tf.Tensor [N, H, W, C] from a numpy array or tensor (model-input space)."""
+    data = tf.convert_to_tensor(data, tf.float32)
+    if len(data.shape) != 4:
+        raise ShapeError(f"{what} has shape {tuple(data.shape)}; expected NHWC [N, H, W, C]")
+    if data.shape[0] == 0:
+        raise UserError(f"{what} holds no images")
+    if not bool(tf.reduce_all(tf.math.is_finite(data))):
+        raise UserError(f"{what} contains NaN or infinite values")
+    return data
+
+
+def maps(explanations, count, what="explanations"):
+    """float64 numpy [N, h, w] from `[N, h, w]` or `[N, h, w, 1]` maps, finite, one per image."""
+    explanations = np.asarray(explanations, np.float64)
+    if explanations.ndim == 4 and explanations.shape[-1] == 1:
+        explanations = explanations[..., 0]
+    if explanations.ndim != 3:
+        raise ShapeError(f"{what} have shape {explanations.shape}; expected [N, H', W'] or "
+                         "[N, H', W', 1]")
+    if len(explanations) != count:
+        raise ShapeError(f"there are {len(explanations)} {what} for {count} images")
+    ranking.check_finite(explanations, what)
+    return explanations
+
+
+def attributions(values, count, transform="raw", what="attributions"):
+    """float64 [N, H, W]: `transform` (raw / abs / relu) of `[N, H, W]` or `[N, H, W, C]`
+    attributions, then the channel sum (what the IDSDS explainers hand to the protocols)."""
+    if transform not in TRANSFORMS:
+        raise UserError(f"unknown attribution_transform {transform!r}; use one of "
+                        f"{', '.join(TRANSFORMS)}")
+    values = np.asarray(values, np.float64)
+    if values.ndim == 3:
+        values = values[..., None]
+    if values.ndim != 4:
+        raise ShapeError(f"{what} have shape {values.shape}; expected [N, H, W] or [N, H, W, C]")
+    if len(values) != count:
+        raise ShapeError(f"there are {len(values)} {what} for {count} images")
+    ranking.check_finite(values, what)
+    if transform == "abs":
+        values = np.abs(values)
+    elif transform == "relu":
+        values = np.maximum(values, 0.0)
+    return values.sum(axis=-1)
+
+
+def same_size(maps_, data, what="attributions"):
+    """Raises unless full-resolution maps `[N, H, W]` match the images' H x W."""
+    if tuple(maps_.shape[1:3]) != tuple(data.shape[1:3]):
+        raise ShapeError(f"{what} are {maps_.shape[1]}x{maps_.shape[2]} but the images "
+                         f"{data.shape[1]}x{data.shape[2]}; pass full-resolution maps")

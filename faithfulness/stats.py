@@ -1,0 +1,54 @@
+"""Curve summaries and correlations on score matrices, row by row in float64 (faithfulness.md
+§1.5-§1.6): trapezoid AUC on x = t / K, Pearson (NaN for a constant row), Spearman with average
+ranks, and the NaN policy used to aggregate per-image values."""
+import logging
+
+import numpy as np
+import scipy.stats
+
+from models.errors import UserError
+
+NAN_POLICIES = ("propagate", "omit")
+
+
+def trapezoid_auc(curves):
+    """[N]: trapezoid area of each row y_0..y_K at x = t / K (NaN for a single point)."""
+    curves = np.asarray(curves, np.float64)
+    steps = curves.shape[1] - 1
+    if steps < 1:
+        return np.full(len(curves), np.nan)
+    return (curves.sum(axis=1) - (curves[:, 0] + curves[:, -1]) / 2) / steps
+
+
+def pearson(a, b):
+    """[N]: Pearson correlation of each row pair, NaN where either row is constant."""
+    a = np.asarray(a, np.float64)
+    b = np.asarray(b, np.float64)
+    a = a - a.mean(axis=1, keepdims=True)
+    b = b - b.mean(axis=1, keepdims=True)
+    denominator = np.sqrt((a * a).sum(axis=1) * (b * b).sum(axis=1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        result = (a * b).sum(axis=1) / denominator
+    return np.where(denominator > 0, np.clip(result, -1.0, 1.0), np.nan)
+
+
+def spearman(a, b):
+    """[N]: Spearman correlation of each row pair (average ranks for ties, as scipy.stats)."""
+    a = np.atleast_2d(np.asarray(a, np.float64))
+    b = np.atleast_2d(np.asarray(b, np.float64))
+    return pearson(scipy.stats.rankdata(a, axis=1), scipy.stats.rankdata(b, axis=1))
+
+
+def aggregate(values, nan_policy="propagate", what="value"):
+    """(mean, number of non-finite values excluded) of per-image `values` under `nan_policy`."""
+    if nan_policy not in NAN_POLICIES:
+        raise UserError(f"unknown nan_policy {nan_policy!r}; use one of {', '.join(NAN_POLICIES)}")
+    values = np.asarray(values, np.float64)
+    finite = np.isfinite(values)
+    if nan_policy == "propagate":
+        return (float(values.mean()) if values.size else float("nan")), 0
+    excluded = int((~finite).sum())
+    if excluded:
+        logging.getLogger(__name__).warning("%d of %d images have a non-finite %s and are "
+                                            "excluded from the mean", excluded, values.size, what)
+    return (float(values[finite].mean()) if finite.any() else float("nan")), excluded
