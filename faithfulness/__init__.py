@@ -8,7 +8,10 @@ function (`faithfulness.engine`); the classes mirror `saliency_maps_metrics`' AP
 """
 from faithfulness.gomez import (ADD, IIC_AD, CurveResult, Deletion, Insertion, RiseDeletion,
                                 RiseInsertion)
+from models.errors import UserError
+from faithfulness.idsds import incremental_deletion, random_cell_deletion, single_deletion
 from faithfulness.substrates import box_blur, idsds_blur, rise_blur
 
 __all__ = ["ADD", "IIC_AD", "CurveResult", "Deletion", "Insertion", "RiseDeletion",
-           "RiseInsertion", "box_blur", "idsds_blur", "rise_blur"]
+           "RiseInsertion", "UserError", "box_blur", "idsds_blur", "incremental_deletion",
+           "random_cell_deletion", "rise_blur", "single_deletion"]

@@ -84,15 +84,22 @@ class Scorer:
         self.batch_size = int(batch_size)
         self.jit_compile = jit_compile
         self._functions = {}
+        self._probed = False
 
     # -- traced pieces -----------------------------------------------------------------------
 
+    def probe(self, images):
+        """Runs the model eagerly on one image: checks its output and learns the classes."""
+        if not self._probed:
+            outputs = self.call(tf.convert_to_tensor(images[:1], tf.float32))
+            if len(outputs.shape) != 2:
+                raise UserError(f"the model output has shape {tuple(outputs.shape)} for one "
+                                "image; expected [N, classes]")
+            self.num_classes = int(outputs.shape[-1])
+            self._probed = True
+
     def _outputs(self, images):
-        outputs = self.call(images)
-        if len(outputs.shape) != 2:
-            raise UserError(f"the model output has shape {outputs.shape}; expected "
-                            "[N, classes]")
-        outputs = tf.cast(outputs, tf.float32)
+        outputs = tf.cast(self.call(images), tf.float32)
         if self.output_activation == "softmax":
             outputs = tf.nn.softmax(outputs, axis=-1)
         return outputs
@@ -125,6 +132,7 @@ class Scorer:
         images = tf.convert_to_tensor(images, tf.float32)
         if images.shape[0] == 0:
             raise UserError("there are no images to score")
+        self.probe(images)
 
         def build():
             def run(images):
@@ -132,13 +140,11 @@ class Scorer:
                     tf.gather(images, items)), per_item=[None])
             return run
 
-        outputs = self._function(("predict",), build)(images)
-        if self.num_classes is None:
-            self.num_classes = int(outputs.shape[-1])
-        return outputs.numpy()
+        return self._function(("predict",), build)(images).numpy()
 
     def check_classes(self, classes, count):
-        """int32 [N] class indices, checked against the number of images and of classes."""
+        """int32 [N] class indices, checked against the number of images and of classes (call
+        `probe` first to know the classes)."""
         classes = np.asarray(classes).reshape(-1)
         if classes.shape != (count,):
             raise ShapeError(f"class_to_explain has {classes.size} entries for {count} images")
@@ -157,6 +163,7 @@ class Scorer:
         count, height, width, channels = start.shape
         if count == 0:
             raise UserError("there are no images to score")
+        self.probe(start)
         grid_h, grid_w = grid
         noisy = end_noise_seed is not None
         ids = np.arange(count) if ids is None else np.asarray(ids)
@@ -206,6 +213,7 @@ class Scorer:
         start = tf.convert_to_tensor(start, tf.float32)
         if start.shape[0] == 0:
             raise UserError("there are no images to score")
+        self.probe(start)
 
         def build():
             def run(start, end, keep, classes):

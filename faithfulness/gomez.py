@@ -51,8 +51,7 @@ class _Metric:
         if class_to_explain is None:
             log.warning("class_to_explain is None: explaining the model's argmax on %s", what)
             return np.argmax(scorer.predict(images), axis=1).astype(np.int32)
-        if scorer.num_classes is None:
-            scorer.predict(images[:1])
+        scorer.probe(images)
         return scorer.check_classes(class_to_explain, int(images.shape[0]))
 
 

@@ -1,0 +1,410 @@
+"""Known answers for the faithfulness metrics (faithfulness.md §8): closed-form models whose curves
+and correlations are known exactly, tie semantics, reference quirks and invariances."""
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import faithfulness
+from faithfulness import ranking, resample, stats, substrates
+from models.errors import UserError
+
+
+def two_class(fraction):
+    """A callable model: class 1 = fraction(x) [N], class 0 = the rest."""
+    def model(x):
+        value = fraction(x)
+        return tf.stack([1.0 - value, value], axis=1)
+    return model
+
+
+def ones_fraction(x):
+    return tf.reduce_mean(tf.cast(tf.equal(x, 1.0), tf.float32), axis=[1, 2, 3])
+
+
+def cell_model(weights, grid):
+    """Logit model z = sum_c w_c * mean(x over cell c) on a grid x grid partition, one class."""
+    weights = tf.constant(np.asarray(weights, np.float32).reshape(1, grid, grid))
+
+    def model(x):
+        side = x.shape[1] // grid
+        means = tf.nn.avg_pool2d(tf.reduce_mean(x, axis=-1, keepdims=True), side, side, "VALID")
+        return tf.reduce_sum(means[..., 0] * weights, axis=[1, 2])[:, None]
+    return model
+
+
+# -- 1. linear decay ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("map_side", [7, 14, 56])
+def test_deletion_of_a_fraction_model_has_auc_one_half(map_side):
+    x = np.ones((1, 56, 56, 3), np.float32)
+    constant_map = np.zeros((1, map_side, map_side))
+    result = faithfulness.Deletion()(two_class(ones_fraction), x, constant_map, [1])
+    assert result["dauc"] == pytest.approx(0.5, abs=1e-6)
+
+
+def test_insertion_of_a_fraction_model_has_auc_one_half():
+    x = np.random.RandomState(0).rand(2, 56, 56, 3).astype(np.float32)
+    original = tf.constant(x)
+
+    def equal_fraction(images):
+        return tf.reduce_mean(tf.cast(tf.equal(images, original[:tf.shape(images)[0]]),
+                                      tf.float32), axis=[1, 2, 3])
+
+    maps = np.random.RandomState(1).rand(2, 7, 7)
+    result = faithfulness.Insertion(batch_size=1).compute_scores(
+        lambda images: two_class(equal_fraction)(images), x[:1], maps[:1], [1])
+    np.testing.assert_allclose(result.auc, [0.5], atol=1e-6)
+    np.testing.assert_allclose(result.curves[0], np.arange(50) / 49, atol=1e-6)
+
+
+# -- 2. constant model ----------------------------------------------------------------------------
+
+def test_constant_model_gives_its_value_and_nan_correlations():
+    x = np.random.RandomState(0).rand(3, 16, 16, 3).astype(np.float32)
+    maps = np.random.RandomState(1).rand(3, 4, 4)
+
+    def constant(images):
+        return tf.fill([tf.shape(images)[0], 2], 0.25)
+
+    deletion = faithfulness.Deletion()(constant, x, maps, [0, 1, 0])
+    insertion = faithfulness.Insertion()(constant, x, maps, [0, 1, 0])
+    assert deletion["dauc"] == pytest.approx(0.25) and insertion["iauc"] == pytest.approx(0.25)
+    assert np.isnan(deletion["dc"]) and np.isnan(insertion["ic"])
+    omitted = faithfulness.Deletion(nan_policy="omit")(constant, x, maps, [0, 1, 0])
+    assert np.isnan(omitted["dc"]) and omitted["dauc"] == pytest.approx(0.25)
+
+
+# -- 3. additive ladder ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("grid,side", [(2, 8), (4, 16), (14, 28)])
+def test_additive_ladder(grid, side):
+    n = grid * grid
+    contributions = np.random.RandomState(grid).permutation(np.arange(1, n + 1)).astype(float)
+    model = cell_model(contributions, grid)
+    x = np.ones((1, side, side, 3), np.float32)
+    saliency = contributions.reshape(1, grid, grid)
+    deletion = faithfulness.Deletion(bound_max_step=False)(model, x, saliency, [0])
+    insertion = faithfulness.Insertion("black", bound_max_step=False)(model, x, saliency, [0])
+    assert deletion["dauc"] == pytest.approx((n + 1) * (2 * n + 1) / 12, rel=1e-6)
+    assert insertion["iauc"] == pytest.approx((n + 1) * (4 * n - 1) / 12, rel=1e-6)
+    assert deletion["dc"] == pytest.approx(1.0, abs=1e-9)
+    assert insertion["ic"] == pytest.approx(1.0, abs=1e-9)
+
+
+def test_ladder_of_four_cells_known_values():
+    model = cell_model([4, 3, 2, 1], 2)
+    x = np.ones((1, 8, 8, 3), np.float32)
+    saliency = np.array([[[4.0, 3.0], [2.0, 1.0]]])
+    assert faithfulness.Deletion()(model, x, saliency, [0])["dauc"] == pytest.approx(3.75)
+    assert faithfulness.Insertion("black")(model, x, saliency, [0])["iauc"] == pytest.approx(6.25)
+    non_cumulative = faithfulness.Deletion(cumulative=False).compute_scores(model, x, saliency,
+                                                                            [0])
+    # each step deletes one cell alone: y_t = 10 - c_t
+    np.testing.assert_allclose(non_cumulative.curves[0], [10, 6, 7, 8, 9], rtol=1e-6)
+    assert non_cumulative.calibration[0] == pytest.approx(1.0)
+
+
+# -- 4. Spearman ----------------------------------------------------------------------------------
+
+def test_spearman_average_ranks():
+    assert stats.spearman([1, 2, 2, 4], [1, 2, 3, 4])[0] == pytest.approx(0.9486832980505139,
+                                                                          abs=1e-12)
+    assert np.isnan(stats.spearman([3, 3, 3, 3], [1, 2, 3, 4])[0])
+    assert stats.pearson([[1, 2, 3]], [[2, 4, 7]])[0] == pytest.approx(
+        np.corrcoef([1, 2, 3], [2, 4, 7])[0, 1], abs=1e-15)
+
+
+# -- 5. IDSDS additive cell model -----------------------------------------------------------------
+
+def test_single_deletion_of_an_additive_cell_model():
+    grid, side = 4, 32
+    rng = np.random.RandomState(0)
+    weights = rng.randn(grid * grid)
+    model = cell_model(weights, grid)
+    x = rng.rand(5, side, side, 3).astype(np.float32)
+    cell_means = x.mean(axis=-1).reshape(5, grid, side // grid, grid, side // grid).mean((2, 4))
+    exact = weights.reshape(1, grid, grid) * cell_means  # the drop when a cell is zeroed
+    spread = np.repeat(np.repeat(exact, side // grid, 1), side // grid, 2) / (side // grid) ** 2
+    labels = np.zeros(5, int)
+    result = faithfulness.single_deletion(model, x, labels, spread, batch_size=7)
+    np.testing.assert_allclose(result["rho"], 1.0, atol=1e-12)
+    np.testing.assert_allclose(result["drops"], exact.reshape(5, -1), rtol=1e-4, atol=1e-6)
+    assert result["sds"] == pytest.approx(1.0) and result["n_excluded"] == 0
+    negated = faithfulness.single_deletion(model, x, labels, -spread)
+    assert negated["sds"] == pytest.approx(-1.0)
+    spread[2] = 0.5  # a constant attribution: excluded and counted
+    partial = faithfulness.single_deletion(model, x, labels, spread[..., None].repeat(3, -1))
+    assert partial["n_excluded"] == 1 and np.isnan(partial["rho"][2])
+    assert partial["sds"] == pytest.approx(1.0)
+
+
+def test_single_deletion_ignores_pixels_beyond_the_grid_and_needs_square_cells():
+    grid = 3
+    model = cell_model(np.arange(9.0), grid)
+    x = np.random.RandomState(0).rand(2, 31, 31, 3).astype(np.float32)  # cells of 10, 1 px spare
+    attributions = np.random.RandomState(1).rand(2, 31, 31)
+    result = faithfulness.single_deletion(model, x, [0, 0], attributions, grid=grid)
+    assert result["drops"].shape == (2, 9)
+    changed = attributions.copy()
+    changed[:, 30, :] = 1e6  # the spare row is in no cell
+    again = faithfulness.single_deletion(model, x, [0, 0], changed, grid=grid)
+    np.testing.assert_array_equal(result["rho"], again["rho"])
+    with pytest.raises(UserError, match="square cells"):
+        faithfulness.single_deletion(model, np.zeros((1, 32, 48, 3), np.float32), [0],
+                                     np.zeros((1, 32, 48)), grid=4)
+
+
+def test_single_deletion_random_baseline_is_keyed_per_cell_and_image():
+    model = cell_model(np.arange(16.0), 4)
+    x = np.random.RandomState(0).rand(4, 16, 16, 3).astype(np.float32)
+    attributions = np.random.RandomState(1).rand(4, 16, 16)
+    whole = faithfulness.single_deletion(model, x, np.zeros(4, int), attributions,
+                                         baseline="random", seed=3, batch_size=5)
+    part = faithfulness.single_deletion(model, x[2:], np.zeros(2, int), attributions[2:],
+                                        baseline="random", seed=3, ids=[2, 3], batch_size=1)
+    np.testing.assert_allclose(whole["drops"][2:], part["drops"], rtol=1e-5, atol=1e-6)
+    other = faithfulness.single_deletion(model, x, np.zeros(4, int), attributions,
+                                         baseline="random", seed=4)
+    assert not np.allclose(other["drops"], whole["drops"])
+
+
+# -- 6. IIC / AD / ADD ----------------------------------------------------------------------------
+
+def mean_model(direction):
+    """One-class model: the input mean (direction 1) or 2 - the input mean (direction -1)."""
+    def model(x):
+        mean = tf.reduce_mean(x, axis=[1, 2, 3])
+        return (mean if direction > 0 else 2.0 - mean)[:, None]
+    return model
+
+
+def test_iic_ad_add_reference_cases():
+    x = np.ones((4, 32, 32, 3), np.float32)
+    maps = np.random.RandomState(0).rand(4, 7, 7)
+    rising = faithfulness.IIC_AD()(mean_model(-1), x, maps, np.zeros(4, int))
+    assert rising == {"iic": 1.0, "ad": 0.0}
+    falling = faithfulness.IIC_AD()(mean_model(1), x, maps, np.zeros(4, int))
+    assert falling["iic"] == 0.0 and falling["ad"] > 0
+
+    def step(x):  # b * d when any entry differs from 1, b otherwise
+        touched = tf.reduce_any(tf.not_equal(x, 1.0), axis=[1, 2, 3])
+        return tf.where(touched, 0.8 * 0.3, 0.8)[:, None]
+
+    assert faithfulness.IIC_AD()(step, x, maps, np.zeros(4, int))["ad"] == pytest.approx(0.7)
+    assert faithfulness.ADD()(step, x, maps, np.zeros(4, int))["add"] == pytest.approx(0.7)
+    constant = faithfulness.ADD()(lambda x: tf.fill([tf.shape(x)[0], 1], 0.4), x, maps, [0] * 4)
+    assert constant["add"] == 0.0
+
+
+def test_ad_of_the_mean_model_is_one_minus_the_mask_mean():
+    x = np.ones((1, 14, 14, 3), np.float32)
+    maps = np.random.RandomState(0).rand(1, 14, 14)  # same size: the mask is the normalised map
+    normalised = (maps - maps.min()) / (maps.max() - maps.min())
+    clean, masked = faithfulness.IIC_AD().compute_scores(mean_model(1), x, maps, [0])
+    assert masked[0] == pytest.approx(normalised.mean(), rel=1e-5)
+    _, removed = faithfulness.ADD().compute_scores(mean_model(1), x, maps, [0])
+    assert removed[0] == pytest.approx(1 - normalised.mean(), rel=1e-5)
+
+
+# -- 7. normalisation scope -----------------------------------------------------------------------
+
+def test_reference_mode_normalises_over_the_whole_call():
+    x = np.random.RandomState(0).rand(2, 16, 16, 3).astype(np.float32) + 0.5
+    maps = np.random.RandomState(1).rand(2, 4, 4)
+    maps[1] *= 10
+    model = mean_model(1)
+    for mode, differs in (("reference", True), ("paper", False)):
+        metric = faithfulness.IIC_AD(mode=mode)
+        together = metric.compute_scores(model, x, maps, [0, 0])[1][0]
+        alone = metric.compute_scores(model, x[:1], maps[:1], [0])[1][0]
+        assert (abs(together - alone) > 1e-3) == differs, mode
+    single = [faithfulness.IIC_AD(mode=mode)(model, x[:1], maps[:1], [0]) for mode in
+              ("reference", "paper")]
+    assert single[0] == single[1]
+
+
+# -- 8. non-divisible schedule --------------------------------------------------------------------
+
+def test_non_divisible_map_gets_a_short_last_step():
+    thresholds = ranking.gomez_thresholds(32 * 32)
+    assert len(thresholds) - 1 == 205 and thresholds[-1] - thresholds[-2] == 4
+    assert set(np.diff(thresholds[:-1])) == {5}
+    x = np.ones((1, 32, 32, 3), np.float32)
+    result = faithfulness.Deletion().compute_scores(two_class(ones_fraction), x,
+                                                    np.random.rand(1, 32, 32), [1])
+    assert result.curves.shape == (1, 206) and result.step_saliency.shape == (1, 205)
+    assert result.curves[0, -1] == 0.0
+    with pytest.raises(UserError, match="32x32 map has n = 1024 cells.*p = 5"):
+        faithfulness.Deletion(remainder="error")(two_class(ones_fraction), x,
+                                                 np.random.rand(1, 32, 32), [1])
+    assert len(ranking.gomez_thresholds(15 * 15)) - 1 == 225
+    assert len(ranking.gomez_thresholds(56 * 56)) - 1 == 196
+
+
+# -- 9. invariances and batching ------------------------------------------------------------------
+
+def small_model():
+    import keras
+
+    keras.utils.set_random_seed(0)
+    return keras.Sequential([keras.Input((16, 16, 3)),
+                             keras.layers.Conv2D(4, 3, padding="same", activation="relu"),
+                             keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(3)])
+
+
+def test_invariances_and_batch_size_independence():
+    model = small_model()
+    rng = np.random.RandomState(0)
+    x = rng.randn(5, 16, 16, 3).astype(np.float32)
+    maps = rng.rand(5, 8, 8)
+    classes = np.array([0, 1, 2, 0, 1])
+    for metric_class in (faithfulness.Deletion, faithfulness.Insertion):
+        base = metric_class(output_activation="softmax").compute_scores(model, x, maps, classes)
+        monotone = metric_class(output_activation="softmax").compute_scores(
+            model, x, np.exp(3 * maps), classes)
+        np.testing.assert_array_equal(base.auc, monotone.auc)
+        affine = metric_class(output_activation="softmax").compute_scores(
+            model, x, 2 * maps + 3, classes)
+        np.testing.assert_allclose(affine.calibration, base.calibration, atol=1e-9)
+        assert not np.allclose(monotone.calibration, base.calibration, atol=1e-3)
+        for batch_size in (1, 7, 64):
+            other = metric_class(batch_size=batch_size, output_activation="softmax")
+            np.testing.assert_allclose(other.compute_scores(model, x, maps, classes).curves,
+                                       base.curves, atol=1e-5)
+    pixels = rng.rand(5, 16, 16)
+    sds = faithfulness.single_deletion(model, x, classes, pixels)
+    scaled = faithfulness.single_deletion(model, x, classes, 3 * pixels, batch_size=1)
+    np.testing.assert_allclose(sds["rho"], scaled["rho"], atol=1e-9)
+
+
+def test_class_defaults_to_the_argmax_on_the_original_image():
+    model = small_model()
+    x = np.random.RandomState(0).randn(3, 16, 16, 3).astype(np.float32)
+    maps = np.random.RandomState(1).rand(3, 4, 4)
+    argmax = np.argmax(model(x).numpy(), axis=1)
+    result = faithfulness.Insertion().compute_scores(model, x, maps)
+    np.testing.assert_array_equal(result.classes, argmax)
+    start = faithfulness.Insertion(class_source="start").compute_scores(model, x, maps)
+    blurred = substrates.box_blur(tf.constant(x))
+    np.testing.assert_array_equal(start.classes, np.argmax(model(blurred).numpy(), axis=1))
+
+
+# -- 10. upsampling and substrates ----------------------------------------------------------------
+
+def test_bicubic_matches_stored_torch_outputs():
+    stored = np.load(os.path.join(os.path.dirname(__file__), "data", "torch_bicubic.npz"))
+    for key in ("7_224", "14_224", "3_50"):
+        size_in, size_out = map(int, key.split("_"))
+        np.testing.assert_allclose(resample.torch_bicubic_matrix(size_in, size_out),
+                                   stored[key], atol=1e-6)
+
+
+def test_nearest_indices_and_grid_cells():
+    np.testing.assert_array_equal(resample.torch_nearest_indices(2, 8), [0, 0, 0, 0, 1, 1, 1, 1])
+    np.testing.assert_array_equal(resample.torch_nearest_indices(3, 7), [0, 0, 0, 1, 1, 2, 2])
+    np.testing.assert_array_equal(resample.grid_cell_indices(7, 2), [0, 0, 0, 1, 1, 1, 2])
+
+
+def test_substrate_kernels():
+    box = substrates.box_kernel_1d(224)
+    assert len(box) == 45 and len(substrates.box_kernel_1d(56)) == 11  # max(11, 9), odd
+    assert len(substrates.box_kernel_1d(50)) == 11  # 10 -> 11
+    import scipy.ndimage
+
+    impulse = np.zeros((11, 11))
+    impulse[5, 5] = 1
+    np.testing.assert_allclose(np.outer(substrates.rise_kernel_1d(), substrates.rise_kernel_1d()),
+                               scipy.ndimage.gaussian_filter(impulse, 5), atol=1e-15)
+    idsds = substrates.idsds_kernel_1d(51, 41)
+    assert idsds.sum() == pytest.approx(1.0)
+    assert idsds[0] / idsds[25] == pytest.approx(np.exp(-(25 / 82) ** 2))
+    ones = tf.ones([1, 20, 20, 2])
+    blurred = substrates.box_blur(ones).numpy()  # 9 x 9 box, zero padding darkens the border
+    assert blurred[0, 10, 10, 0] == pytest.approx(1.0) and blurred[0, 0, 0, 1] == pytest.approx(
+        25 / 81)
+
+
+# -- RISE and incremental deletion ----------------------------------------------------------------
+
+def test_rise_deletion_of_a_fraction_model():
+    x = np.ones((2, 20, 20, 3), np.float32)
+    maps = np.random.RandomState(0).rand(2, 20, 20)
+    result = faithfulness.RiseDeletion(step=30).compute_scores(two_class(ones_fraction), x,
+                                                                maps, [1, 1])
+    steps = int(np.ceil(400 / 30))
+    expected = 1 - np.minimum(np.arange(steps + 1) * 30, 400) / 400
+    np.testing.assert_allclose(result.curves[0], expected, atol=1e-6)
+    inserted = faithfulness.RiseInsertion(step=30, substrate="zeros")
+    curve = 1 - expected
+    assert inserted(two_class(ones_fraction), x, maps, [1, 1])["auc"] == pytest.approx(
+        (curve.sum() - (curve[0] + curve[-1]) / 2) / steps, abs=1e-6)
+    with pytest.raises(UserError, match="full-resolution"):
+        faithfulness.RiseDeletion()(two_class(ones_fraction), x, maps[:, :10, :10], [1, 1])
+
+
+def test_incremental_deletion_orders_and_update():
+    grid, side = 4, 16
+    weights = np.linspace(-2, 2, 16)
+    logit = cell_model(weights, grid)
+
+    def model(x):
+        z = logit(x)
+        return tf.concat([z, tf.zeros_like(z)], axis=1)  # two classes: softmax = sigmoid(z)
+
+    x = np.ones((2, side, side, 3), np.float32)
+    contribution = np.repeat(np.repeat(weights.reshape(1, 4, 4), 4, 1), 4, 2).repeat(2, 0)
+    ascending = faithfulness.incremental_deletion(model, x, [0, 0], contribution, steps=8)
+    descending = faithfulness.incremental_deletion(model, x, [0, 0], contribution, steps=8,
+                                                   order="descending")
+    assert ascending["curves"].shape == (2, 8)
+    z0 = weights.sum()  # all cells present
+    assert ascending["curves"][0, 0] == pytest.approx(1 / (1 + np.exp(-z0)), rel=1e-6)
+    assert ascending["score"] > descending["score"]
+    # step k deletes the 2k least attributed cells (32 pixels per step)
+    remaining = weights.sum() - np.concatenate([[0], np.cumsum(np.sort(weights))])[0:16:2]
+    np.testing.assert_allclose(ascending["curves"][1], 1 / (1 + np.exp(-remaining)),
+                               rtol=1e-5)
+    calls = []
+
+    def explain(images, labels):
+        calls.append(images.copy())
+        return contribution
+
+    updated = faithfulness.incremental_deletion(model, x, [0, 0], steps=8, explain_fn=explain,
+                                                update_attribution=True)
+    assert len(calls) == 8
+    np.testing.assert_allclose(updated["curves"], ascending["curves"], rtol=1e-6)
+    assert ranking.idsds_thresholds(224 * 224, 32)[1] == 1568
+
+
+def test_random_cell_deletion_deletes_one_cell_half_the_time():
+    images = tf.ones([400, 16, 16, 3])
+    out = faithfulness.random_cell_deletion(images, seed=1).numpy()
+    changed = (out == 0).all(axis=-1).reshape(400, -1).sum(axis=1)
+    assert set(changed) == {0, 16}
+    assert 0.4 < (changed > 0).mean() < 0.6
+    again = faithfulness.random_cell_deletion(images[100:], seed=1, ids=tf.range(100, 400)).numpy()
+    np.testing.assert_array_equal(again, out[100:])
+    assert not np.array_equal(faithfulness.random_cell_deletion(images, seed=2).numpy(), out)
+
+
+# -- errors ---------------------------------------------------------------------------------------
+
+def test_bad_inputs_give_one_clear_error():
+    x = np.ones((2, 16, 16, 3), np.float32)
+    model = two_class(ones_fraction)
+    with pytest.raises(UserError, match="2 images"):
+        faithfulness.Deletion()(model, x, np.ones((3, 4, 4)), [1, 1])
+    bad = np.ones((2, 4, 4))
+    bad[1, 0, 0] = np.nan
+    with pytest.raises(UserError, match=r"explanations\[1\] contains NaN"):
+        faithfulness.Deletion()(model, x, bad, [1, 1])
+    with pytest.raises(UserError, match="outside"):
+        faithfulness.Deletion()(model, x, np.ones((2, 4, 4)), [1, 2])
+    with pytest.raises(UserError, match="expected NHWC"):
+        faithfulness.ADD()(model, x[0], np.ones((2, 4, 4)), [1, 1])
+    with pytest.raises(UserError, match="output has shape"):
+        faithfulness.Deletion()(lambda images: tf.reduce_mean(images, [1, 2, 3]), x,
+                                np.ones((2, 4, 4)), [0, 0])
