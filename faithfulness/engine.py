@@ -180,7 +180,7 @@ class Scorer:
                     cell_ranks = tf.gather(ranks, image)
                     low = tf.gather(lo, step)[:, None]
                     high = tf.gather(hi, step)[:, None]
-                    cells = tf.cast((cell_ranks >= low) & (cell_ranks < high), tf.float32)
+                    cells = (cell_ranks >= low) & (cell_ranks < high)
                     cells = tf.pad(tf.reshape(cells, [-1, grid_h, grid_w]), [[0, 0], [0, 1],
                                                                              [0, 1]])
                     mask = tf.gather(tf.gather(cells, rows, axis=1), cols, axis=2)[..., None]
@@ -191,7 +191,7 @@ class Scorer:
                         last = substrates.uniform_noise(keys, start.shape[1:])
                     else:
                         last = tf.gather(end, image)
-                    blended = first * (1.0 - mask) + last * mask
+                    blended = tf.where(mask, last, first)  # exact: a pixel is one or other
                     return tf.gather(self._outputs(blended), tf.gather(classes, image),
                                      batch_dims=1)
 

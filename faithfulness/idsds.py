@@ -45,6 +45,8 @@ def _ids(ids, count):
 
 
 def _prepared_scorer(model, output_activation, batch_size, images):
+    """`model` itself if it is an `engine.Scorer` (its traced functions are reused), else a new
+    scorer; probed on one image."""
     scorer = model if isinstance(model, engine.Scorer) else engine.Scorer(
         model, output_activation, batch_size)
     scorer.probe(images)
@@ -139,7 +141,12 @@ def incremental_deletion(model, images, labels, attributions=None, *, explain_fn
         raise UserError(f"unknown --id_order {order!r}; use one of {', '.join(ORDERS)}")
     images = inputs.images(images, "images")
     count, height, width, _ = images.shape
-    _warn_if_probabilities(engine.Scorer(model, None, batch_size), images)
+    if isinstance(model, engine.Scorer):
+        if model.output_activation != "softmax":
+            raise UserError("incremental deletion scores softmax probabilities; pass a Scorer "
+                            "with output_activation='softmax' or the model itself")
+    else:
+        _warn_if_probabilities(engine.Scorer(model, None, batch_size), images)
     scorer = _prepared_scorer(model, "softmax", batch_size, images)
     labels = _labels(labels, count, scorer)
     ids = _ids(ids, count)

@@ -35,6 +35,7 @@ from models.files import atomic_output
 from models.preprocessing import check_images, input_space
 
 INFO_PATH = os.path.join("assets.extra", "model_info.json")
+WEIGHTS_PATH = os.path.join("assets.extra", "model.weights.h5")
 FORMAT = "attribution-benchmarks/savedmodel/v1"
 
 
@@ -115,7 +116,26 @@ def export(model, path, *, preprocessing=None, feature_layer=None, model_id=None
         os.makedirs(os.path.join(temporary, "assets.extra"), exist_ok=True)
         with open(os.path.join(temporary, INFO_PATH), "w", encoding="utf-8") as handle:
             json.dump(info, handle, indent=2, sort_keys=True)
+        if info["name"] in zoo.REGISTRY:  # a zoo model can be rebuilt for further training
+            model.save_weights(os.path.join(temporary, WEIGHTS_PATH))
     return info
+
+
+def rebuild(path, **options):
+    """The trainable Keras model of an export of a zoo model: `models.build` of the recorded
+    name, shape and classes (plus `options`), with the exported weights."""
+    loaded = LoadedModel(path)
+    weights = os.path.join(loaded.path, WEIGHTS_PATH)
+    if loaded.name not in zoo.REGISTRY or not os.path.isfile(weights):
+        raise UserError(f"{path} holds no Keras weights of a zoo model (exports of zoo models "
+                        "made before this version lack them); re-export it")
+    model = zoo.build(loaded.name, loaded.num_classes, loaded.input_shape, **options)
+    try:
+        model.load_weights(weights)
+    except ValueError as error:
+        raise UserError(f"the weights of {path} do not fit a default {loaded.name} "
+                        f"({str(error).splitlines()[0]}); pass its builder options") from None
+    return model
 
 
 class LoadedModel:

@@ -30,8 +30,8 @@ def method_key(method):
         return method
 
 
-def prepare(cache_dir=None, seed=0, method="gradient_image", log=print):
-    """{"records": image-record dir, "saliency": the method's saliency dir, "clean": metrics}."""
+def clean_model(cache_dir=None, seed=0, log=print):
+    """{"records": image-record dir, "clean": run dir whose `model` is the clean small_cnn}."""
     from roar import data, train
 
     cache_dir = cache_dir or default_cache_dir(seed)
@@ -41,9 +41,6 @@ def prepare(cache_dir=None, seed=0, method="gradient_image", log=print):
     if not info["reused"]:
         log(f"built the synthetic world in {info['seconds']:.0f} s")
     records_dir = os.path.join(world_dir, "records")
-    result = {"records": records_dir}
-    if method is None:
-        return result
     clean_dir = os.path.join(cache_dir, "clean")
     if not os.path.isfile(os.path.join(clean_dir, "metrics.json")):
         files = {split: data.list_shards(os.path.join(records_dir, f"{split}-*"), split)
@@ -53,6 +50,19 @@ def prepare(cache_dir=None, seed=0, method="gradient_image", log=print):
                                    output_dir=clean_dir, recipe=recipe, control="none",
                                    size=IMAGE_SIZE, seed=seed)
         log(f"trained the clean model: top-1 {metrics['top1']:.3f}")
+    return {"records": records_dir, "clean": clean_dir}
+
+
+def prepare(cache_dir=None, seed=0, method="gradient_image", log=print):
+    """{"records": image-record dir, "saliency": the method's saliency dir, "clean": run dir}.
+    With `method=None` only the world is built."""
+    cache_dir = cache_dir or default_cache_dir(seed)
+    if method is None:
+        world_dir = os.path.join(bam_setup.default_cache_dir(seed), "data")
+        synthetic.build_world(world_dir, seed=seed)
+        return {"records": os.path.join(world_dir, "records")}
+    result = clean_model(cache_dir, seed, log)
+    records_dir, clean_dir = result["records"], result["clean"]
     key = method_key(method)
     code = names.roar_code(key)
     saliency_dir = os.path.join(cache_dir, "saliency")
@@ -61,4 +71,4 @@ def prepare(cache_dir=None, seed=0, method="gradient_image", log=print):
         [f"roar:{code}"], saliency_dir, dtype="float16", seed=seed)
     if report["images"]:
         log(f"wrote {report['images']} {key} maps in {report['seconds']:.0f} s")
-    return dict(result, saliency=os.path.join(saliency_dir, code), clean=clean_dir, key=key)
+    return dict(result, saliency=os.path.join(saliency_dir, code), key=key)

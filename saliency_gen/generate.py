@@ -66,8 +66,16 @@ def record_key(method):
     return names.ROAR_KEYS.get(code, code) if method.lower().startswith("roar:") else code
 
 
-def _image_pipeline(path, input_shape, space, geometry):
-    """(key, encoded, label, prediction input, height, width) batches of one shard, in order."""
+def key_ids(keys):
+    """int64 [N] noise ids of example keys (bytes or str): CRC-32, stable across runs."""
+    return np.array([zlib.crc32(k if isinstance(k, bytes) else k.encode()) for k in keys],
+                    np.int64)
+
+
+def image_pipeline(paths, input_shape, space, geometry):
+    """(key, encoded, label, model input, height, width) of every record of the image shards
+    `paths`, in file order; images decoded, fitted to `input_shape` per `geometry` and mapped
+    into the model's input space `space`."""
     height, width, _ = input_shape
 
     def prepare(key, serialized):
@@ -85,7 +93,7 @@ def _image_pipeline(path, input_shape, space, geometry):
         return (key, parsed["encoded"], parsed["label"],
                 space.from_pixels(tf.ensure_shape(fitted, input_shape)), shape[0], shape[1])
 
-    return records.keyed_records([path]).map(prepare, num_parallel_calls=tf.data.AUTOTUNE,
+    return records.keyed_records(list(paths)).map(prepare, num_parallel_calls=tf.data.AUTOTUNE,
                                              deterministic=True)
 
 
@@ -94,7 +102,7 @@ def explain_shard(path, output_path, loaded, methods_list, options, progress):
     space = input_space(loaded.preprocessing)
     if loaded.input_shape[0] != loaded.input_shape[1] and options["geometry"] != "none":
         raise UserError(f"model {loaded.path} takes non-square input; use --geometry=none")
-    dataset = _image_pipeline(path, loaded.input_shape, space, options["geometry"])
+    dataset = image_pipeline([path], loaded.input_shape, space, options["geometry"])
     dataset = dataset.batch(options["batch_size"]).prefetch(1)
 
     def examples():
@@ -109,7 +117,7 @@ def explain_shard(path, output_path, loaded, methods_list, options, progress):
                     "--model_path")
             images = images.numpy()
             keys = [k.decode() for k in keys.numpy()]
-            ids = np.array([zlib.crc32(k.encode()) for k in keys], np.int64)
+            ids = key_ids(keys)
             predictions = np.argmax(engine.predict(loaded, images, options["chunk_size"]), 1)
             targets = labels if options["explain"] == "label" else predictions
             maps = {record_key(method): engine.attribute(

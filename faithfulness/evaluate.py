@@ -1,0 +1,266 @@
+"""Score attribution methods with a faithfulness protocol: `python -m faithfulness.evaluate`.
+
+    python -m faithfulness.evaluate                      # built-in synthetic world, single deletion
+    python -m faithfulness.evaluate --evaluation_protocol=incremental_deletion --id_order=descending
+    python -m faithfulness.evaluate --model_path=finetuned/model --input_pattern='val-*' \\
+        --explainer='idsds:IxG,idsds:IG-U,idsds:Grad-CAM' --nr_images=1000 --batch_size=50
+
+Images come from image TFRecords (`--input_pattern`, in a seeded shuffled order, the first
+`--nr_images`), attributions from `saliency_gen` (explaining the ground-truth label, as IDSDS
+does), and the scores from the batched protocols of this package. Prints one row per explainer
+and writes JSON (means, excluded counts, per-image values). Without `--model_path` and
+`--input_pattern` it uses the synthetic world's validation images and its clean small_cnn (built
+once and cached, as for `roar.train`).
+"""
+import dataclasses
+import json
+import os
+import sys
+import time
+
+import numpy as np
+import tensorflow as tf
+from absl import flags
+
+import models
+from models.errors import UserError, run_main
+from models.files import atomic_output
+from models.preprocessing import input_space
+from faithfulness import engine, gomez, idsds, inputs, stats
+from saliency_gen import engine as saliency_engine
+from saliency_gen import generate, records
+
+PROTOCOLS = ("single_deletion", "incremental_deletion", "deletion", "insertion", "iic_ad", "add")
+DEFAULT_EXPLAINERS = "idsds:IxG,idsds:IG,idsds:Grad-CAM,idsds:IxG abs,random"
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """Protocol settings (IDSDS flag names where they exist)."""
+
+    grid_rows_and_cols: int = 4
+    sd_baseline: str = "zeros"
+    id_baseline: str = "zeros"
+    id_steps: int = 32
+    id_order: str = "ascending"
+    id_update_attribution: bool = False
+    id_baseline_gaussian_kernel: int = 51
+    id_baseline_gaussian_sigma: float = 41.0
+    attribution_transform: str = "raw"
+    data_replace_method: str = ""  # deletion/insertion/iic_ad/add; "" = the metric's default
+    max_step_nb: int = 196
+    output_activation: str = "auto"  # auto: logits for single deletion, softmax otherwise
+    batch_size: int = 32
+    seed: int = 0
+
+
+def load_images(pattern, loaded, nr_images=-1, seed=0, geometry="auto", shuffle=True):
+    """(images [N, H, W, C] in the model's input space, labels [N], ids [N]) from image records:
+    a seeded shuffle of all records (buffer 10,000), then the first `nr_images` (-1: all)."""
+    files = records.list_files(pattern, "--input_pattern")
+    for path in files:
+        records.check_file(path, "image", max_records=1)
+    dataset = generate.image_pipeline(files, loaded.input_shape,
+                                      input_space(loaded.preprocessing), geometry)
+    if shuffle:
+        dataset = dataset.shuffle(10_000, seed=int(seed), reshuffle_each_iteration=False)
+    if nr_images >= 0:
+        dataset = dataset.take(nr_images)
+    keys, images, labels = [], [], []
+    try:
+        for key, _, label, image, _, _ in dataset.batch(256):
+            keys += list(key.numpy())
+            images.append(image.numpy())
+            labels.append(label.numpy())
+    except tf.errors.OpError as error:
+        raise UserError(f"cannot read the images of {pattern}: "
+                        f"{str(error).strip().splitlines()[0]}") from None
+    if not images:
+        raise UserError(f"{pattern} holds no images")
+    labels = np.concatenate(labels).astype(np.int64)
+    if labels.min() < 0 or labels.max() >= loaded.num_classes:
+        raise UserError(f"a label of {pattern} is outside the model's {loaded.num_classes} "
+                        "classes; check --input_pattern and --model_path")
+    return np.concatenate(images), labels, generate.key_ids(keys)
+
+
+def _activation(options, protocol):
+    if options.output_activation == "auto":
+        return None if protocol == "single_deletion" else "softmax"
+    return None if options.output_activation == "none" else options.output_activation
+
+
+def _gomez_metric(protocol, options):
+    common = dict(batch_size=options.batch_size,
+                  output_activation=_activation(options, protocol))
+    replace = {"data_replace_method": options.data_replace_method} \
+        if options.data_replace_method else {}
+    if protocol in ("deletion", "insertion"):
+        metric_class = gomez.Deletion if protocol == "deletion" else gomez.Insertion
+        return metric_class(max_step_nb=options.max_step_nb, **replace, **common)
+    return (gomez.IIC_AD if protocol == "iic_ad" else gomez.ADD)(**replace, **common)
+
+
+def _scorer_or_metric(loaded, protocol, options):
+    """What a protocol scores with, built once per evaluation so its traced functions are
+    reused for every explainer and group."""
+    if protocol in ("single_deletion", "incremental_deletion"):
+        activation = "softmax" if protocol == "incremental_deletion" else _activation(
+            options, protocol)
+        return engine.Scorer(loaded, activation, options.batch_size)
+    return _gomez_metric(protocol, options)
+
+
+def score_group(loaded, images, labels, ids, explainer, protocol, options, scorer=None):
+    """Per-image values {metric: [n]} of one explainer on one group of images."""
+    scorer = scorer or _scorer_or_metric(loaded, protocol, options)
+    def explain(batch, targets):
+        return saliency_engine.attribute(loaded, batch, explainer, targets,
+                                         batch_size=options.batch_size, seed=options.seed,
+                                         ids=ids)
+
+    if protocol == "incremental_deletion":
+        result = idsds.incremental_deletion(
+            scorer, images, labels, None if options.id_update_attribution
+            else explain(images, labels), explain_fn=explain, steps=options.id_steps,
+            order=options.id_order, baseline=options.id_baseline,
+            blur_kernel=options.id_baseline_gaussian_kernel,
+            blur_sigma=options.id_baseline_gaussian_sigma,
+            update_attribution=options.id_update_attribution,
+            attribution_transform=options.attribution_transform,
+            batch_size=options.batch_size, seed=options.seed, ids=ids)
+        return {"score": result["curves"].mean(axis=1)}
+    maps = explain(images, labels)
+    if protocol == "single_deletion":
+        result = idsds.single_deletion(
+            scorer, images, labels, maps, grid=options.grid_rows_and_cols,
+            baseline=options.sd_baseline, attribution_transform=options.attribution_transform,
+            output_activation=_activation(options, protocol), batch_size=options.batch_size,
+            seed=options.seed, ids=ids, blur_kernel=options.id_baseline_gaussian_kernel,
+            blur_sigma=options.id_baseline_gaussian_sigma)
+        return {"sds": result["rho"]}
+    maps = inputs.attributions(maps, len(images), options.attribution_transform)
+    metric = scorer
+    if protocol in ("deletion", "insertion"):
+        result = metric.compute_scores(loaded, images, maps, labels)
+        return dict(zip(metric.keys, (result.auc, result.calibration)))
+    return metric.per_image(*metric.compute_scores(loaded, images, maps, labels))
+
+
+def evaluate(loaded, images, labels, ids, explainers, protocol, options=Options(),
+             group_size=256, progress=None):
+    """{explainer: {metric: {"mean", "n_excluded", "per_image"}}} over all images, scored in
+    groups of `group_size` images (memory), each group batched."""
+    if protocol not in PROTOCOLS:
+        raise UserError(f"unknown --evaluation_protocol {protocol!r}; use one of "
+                        f"{', '.join(PROTOCOLS)}")
+    scorer = _scorer_or_metric(loaded, protocol, options)
+    results = {}
+    for explainer in explainers:
+        parts = []
+        for start in range(0, len(images), group_size):  # groups of many images
+            stop = start + group_size
+            parts.append(score_group(loaded, images[start:stop], labels[start:stop],
+                                     ids[start:stop], explainer, protocol, options, scorer))
+            if progress:
+                progress(len(images[start:stop]))
+        summary = {}
+        for metric in parts[0]:
+            values = np.concatenate([part[metric] for part in parts])
+            policy = "omit" if metric == "sds" else "propagate"
+            mean, excluded = stats.aggregate(values, policy, metric)
+            summary[metric] = {"mean": mean, "n_excluded": excluded,
+                               "n_nan": int((~np.isfinite(values)).sum()),
+                               "per_image": [None if not np.isfinite(v) else float(v)
+                                             for v in values]}
+        results[explainer] = summary
+    return results
+
+
+def table(results, n_images):
+    """A readable table: one row per explainer, one column per metric."""
+    metrics = list(next(iter(results.values())))
+    width = max(len("explainer"), *(len(name) for name in results))
+    lines = [f"{'explainer':<{width}}  " + "  ".join(f"{m:>10}" for m in metrics) +
+             "  images"]
+    for name, summary in results.items():
+        used = n_images - max(summary[m]["n_excluded"] for m in metrics)
+        lines.append(f"{name:<{width}}  " + "  ".join(
+            f"{summary[m]['mean']:>10.4f}" for m in metrics) + f"  {used}/{n_images}")
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------------------------
+# The binary.
+
+def define_flags():
+    flags.DEFINE_string("model_path", None, "Exported model (models.export). Default: the "
+                        "synthetic world's clean small_cnn.")
+    flags.DEFINE_string("input_pattern", None, "Image TFRecords. Default: the synthetic world's "
+                        "validation records.")
+    flags.DEFINE_enum("evaluation_protocol", "single_deletion", PROTOCOLS, "Protocol.")
+    flags.DEFINE_list("explainer", DEFAULT_EXPLAINERS, "saliency_gen method names "
+                      "(idsds:IxG, idsds:IG-U, idsds:Grad-CAM, roar:IG, random, ...).")
+    flags.DEFINE_enum("attribution_transform", "raw", ["raw", "abs", "relu"],
+                      "Applied to the attribution before the channel sum.")
+    flags.DEFINE_integer("grid_rows_and_cols", 4, "Single deletion grid G (G x G cells).")
+    flags.DEFINE_enum("sd_baseline", "zeros", list(idsds.BASELINES), "Single deletion baseline.")
+    flags.DEFINE_enum("id_baseline", "zeros", list(idsds.BASELINES),
+                      "Incremental deletion baseline.")
+    flags.DEFINE_integer("id_steps", 32, "Incremental deletion steps S.")
+    flags.DEFINE_enum("id_order", "ascending", list(idsds.ORDERS), "Deletion order.")
+    flags.DEFINE_boolean("id_update_attribution", False, "Re-explain before every step.")
+    flags.DEFINE_integer("id_baseline_gaussian_kernel", 51, "Blur baseline kernel size (odd).")
+    flags.DEFINE_float("id_baseline_gaussian_sigma", 41.0, "Blur baseline sigma.")
+    flags.DEFINE_string("data_replace_method", "", "deletion/insertion/iic_ad/add substrate: "
+                        "black or blur (default: the metric's).")
+    flags.DEFINE_integer("max_step_nb", 196, "deletion/insertion: at most this many steps.")
+    flags.DEFINE_enum("output_activation", "auto", ["auto", "none", "softmax"],
+                      "auto: logits for single deletion (IDSDS), softmax for the others.")
+    flags.DEFINE_integer("nr_images", 64, "Images to score (-1: all).")
+    flags.DEFINE_integer("batch_size", 32, "Work items per model call.")
+    flags.DEFINE_integer("seed", 0, "Seed of the image order and of every random draw.")
+    flags.DEFINE_string("output", None, "JSON file (default faithfulness_<protocol>.json).")
+
+
+def main(argv):
+    from tqdm import tqdm
+
+    del argv
+    f = flags.FLAGS
+    if (f.model_path is None) != (f.input_pattern is None):
+        raise UserError("pass both --model_path and --input_pattern, or neither (synthetic world)")
+    if f.model_path is None:
+        from roar import synthetic_setup
+
+        setup = synthetic_setup.clean_model(seed=0)
+        model_path = os.path.join(setup["clean"], "model")
+        pattern = os.path.join(setup["records"], "validation-*")
+    else:
+        model_path, pattern = f.model_path, f.input_pattern
+    loaded = models.load(model_path)
+    options = Options(**{field.name: getattr(f, field.name)
+                         for field in dataclasses.fields(Options)})
+    images, labels, ids = load_images(pattern, loaded, f.nr_images, f.seed)
+    print(f"{f.evaluation_protocol}: {len(images)} images of {pattern}, model {loaded.model_id}")
+    started = time.time()
+    with tqdm(total=len(images) * len(f.explainer), unit="img", file=sys.stderr,
+              desc=f.evaluation_protocol) as bar:
+        results = evaluate(loaded, images, labels, ids, f.explainer, f.evaluation_protocol,
+                           options, progress=bar.update)
+    seconds = time.time() - started
+    print(table(results, len(images)))
+    output = f.output or f"faithfulness_{f.evaluation_protocol}.json"
+    report = {"protocol": f.evaluation_protocol, "model_path": model_path,
+              "model_id": loaded.model_id, "input_pattern": pattern, "n_images": len(images),
+              "options": dataclasses.asdict(options), "seconds": seconds, "results": results}
+    os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
+    with atomic_output(output) as temporary:
+        with open(temporary, "w", encoding="utf-8") as handle:
+            json.dump(report, handle, indent=1)
+    print(f"wrote {output} ({seconds:.0f} s)")
+
+
+if __name__ == "__main__":
+    define_flags()
+    run_main(main)

@@ -1,0 +1,249 @@
+"""In-domain fine-tuning for IDSDS (faithfulness.md §5.2): `python -m faithfulness.finetune`.
+
+    python -m faithfulness.finetune                       # the synthetic world's clean small_cnn
+    python -m faithfulness.finetune --init_model=runs/clean/model --train_pattern='train-*' \\
+        --eval_pattern='validation-*' --output_dir=finetuned --epochs=30 --batch_size=256
+
+Starts from an exported zoo model (`--init_model`) or a zoo architecture with `--weights`
+(imagenet or a weights file) and trains on image TFRecords with the IDSDS recipe: SGD with
+momentum 0.9, learning rate 0.001 divided by 10 every 10 epochs, weight decay 1e-4 coupled as in
+PyTorch (an L2 term on every weight added to the loss, not Keras' decoupled decay), random resized
+crop and horizontal flip, and then, with probability 1/2, exactly one random cell of the G x G
+grid replaced by the baseline (`faithfulness.random_cell_deletion`, keyed on epoch and example).
+Keeps the weights with the best clean validation top-1, exports them as a SavedModel
+(`<output_dir>/model`) and writes `metrics.json`; a killed run resumes from its epoch backup.
+"""
+import dataclasses
+import json
+import math
+import os
+import shutil
+import time
+
+import keras
+import numpy as np
+import tensorflow as tf
+from absl import flags
+
+import models
+from models.errors import UserError, run_main
+from models.files import atomic_output
+from models.preprocessing import center_crop, decode_image, input_space
+from faithfulness import idsds
+from saliency_gen import records
+
+
+@dataclasses.dataclass(frozen=True)
+class FinetuneRecipe:
+    """The IDSDS fine-tuning recipe (defaults: the released checkpoints' settings)."""
+
+    epochs: int = 30
+    batch_size: int = 256
+    learning_rate: float = 0.001
+    momentum: float = 0.9
+    weight_decay: float = 1e-4
+    decay_every: int = 10
+    grid: int = 4
+    baseline: str = "zeros"
+    p_delete: float = 0.5
+
+
+SYNTHETIC_RECIPE = FinetuneRecipe(epochs=3, batch_size=64, learning_rate=0.01, decay_every=2)
+
+
+class CoupledDecayModel(keras.Model):
+    """A functional model whose loss adds 0.5 * wd * sum ||w||^2 over every trainable weight,
+    i.e. PyTorch's SGD weight decay (added to the gradient before momentum)."""
+
+    def __init__(self, *args, weight_decay=0.0, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.weight_decay = weight_decay
+
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        loss = super().compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight,
+                                    training=training)
+        if not self.weight_decay:
+            return loss
+        penalty = tf.add_n([tf.reduce_sum(tf.square(tf.cast(w, tf.float32)))
+                            for w in self.trainable_weights])
+        return loss + 0.5 * self.weight_decay * penalty
+
+
+def random_resized_crop(image, size, key, area=(0.08, 1.0), ratio=(3 / 4, 4 / 3)):
+    """torchvision's RandomResizedCrop(size) as a stateless op: a box of 8-100% of the area and
+    aspect 3/4-4/3, resized (bilinear) to size x size."""
+    begin, extent, _ = tf.image.stateless_sample_distorted_bounding_box(
+        tf.shape(image), tf.zeros([1, 0, 4]), key, area_range=area, aspect_ratio_range=ratio,
+        max_attempts=10, use_image_if_no_bounding_boxes=True)
+    crop = tf.slice(image, begin, extent)
+    return tf.image.resize(crop, (size, size), method="bilinear")
+
+
+def training_dataset(files, size, space, recipe, seed, num_train):
+    """Batches of (augmented, cell-deleted, normalised image, label), repeated forever; the
+    draws of example k of epoch e are keyed on (seed, e, k)."""
+    def augment(index, item):
+        key, serialized = item
+        parsed = records.parse_image_record(serialized)
+        image = decode_image(parsed["encoded"])
+        # (epoch, example) id: the epoch in the high bits, a hash of the record key below
+        draw_id = (index // num_train) * (1 << 32) + tf.strings.to_hash_bucket_fast(key, 1 << 32)
+        draw_key = tf.stack([tf.constant(int(seed), tf.int64), draw_id])
+        image = random_resized_crop(image, size, draw_key)
+        flip = tf.random.stateless_uniform([], draw_key + 1) < 0.5
+        image = tf.where(flip, tf.reverse(image, [1]), image)
+        return (space.from_pixels(tf.ensure_shape(image, (size, size, 3))), parsed["label"],
+                draw_id)
+
+    def delete_cells(images, labels, draw_ids):
+        deleted = idsds.random_cell_deletion(images, grid=recipe.grid, baseline=recipe.baseline,
+                                             p_delete=recipe.p_delete, seed=seed, ids=draw_ids)
+        return deleted, labels
+
+    dataset = records.keyed_records(files).shuffle(min(num_train, 10_000), seed=int(seed),
+                                                   reshuffle_each_iteration=True).repeat()
+    return (dataset.enumerate().map(augment, num_parallel_calls=tf.data.AUTOTUNE,
+                                    deterministic=True)
+            .batch(recipe.batch_size, drop_remainder=True).map(delete_cells)
+            .prefetch(tf.data.AUTOTUNE))
+
+
+def evaluation_dataset(files, size, space, batch_size=128):
+    """Batches of (centre-cropped normalised image, label), every record once, in order."""
+    def prepare(_, serialized):
+        parsed = records.parse_image_record(serialized)
+        image = decode_image(parsed["encoded"])
+        image = tf.cond(tf.reduce_all(tf.shape(image)[:2] == [size, size]), lambda: image,
+                        lambda: center_crop(image, crop_size=size))
+        return space.from_pixels(tf.ensure_shape(image, (size, size, 3))), parsed["label"]
+
+    return (records.keyed_records(files).map(prepare, num_parallel_calls=tf.data.AUTOTUNE,
+                                             deterministic=True)
+            .batch(batch_size).prefetch(tf.data.AUTOTUNE))
+
+
+def initial_model(init_model=None, model_name=None, num_classes=None, size=None, weights=None):
+    """(Keras model, input space name): an exported zoo model rebuilt, or a zoo architecture."""
+    if init_model:
+        loaded = models.load(init_model)
+        return models.rebuild(init_model), loaded.preprocessing
+    if not (model_name and num_classes and size):
+        raise UserError("pass --init_model, or --model with --num_classes and --image_size")
+    options = {"weights": weights} if weights else {}
+    model = models.build(model_name, num_classes, (size, size, 3), **options)
+    return model, models.spec(model_name).preprocessing
+
+
+def finetune(train_files, eval_files, output_dir, *, init_model=None, model_name=None,
+             num_classes=None, size=None, weights=None, recipe=FinetuneRecipe(), seed=0,
+             verbose=1, callbacks=()):
+    """Fine-tunes, keeps the best clean validation top-1, exports; returns the metrics."""
+    base, space_name = initial_model(init_model, model_name, num_classes, size, weights)
+    keras.utils.set_random_seed(seed)
+    tf.config.experimental.enable_op_determinism()
+    size = int(base.inputs[0].shape[1])
+    classes = int(base.outputs[0].shape[-1])
+    space = input_space(space_name)
+    num_train = sum(1 for _ in records.keyed_records(train_files))
+    num_eval = sum(1 for _ in records.keyed_records(eval_files))
+    if num_train < recipe.batch_size:
+        raise UserError(f"{num_train} training images are fewer than one batch of "
+                        f"{recipe.batch_size}; lower --batch_size")
+    model = CoupledDecayModel(base.inputs, base.outputs, name=base.name,
+                              weight_decay=recipe.weight_decay)
+    steps = num_train // recipe.batch_size
+    schedule = keras.optimizers.schedules.PiecewiseConstantDecay(
+        [steps * recipe.decay_every * k for k in range(1, math.ceil(recipe.epochs /
+                                                                    recipe.decay_every))],
+        [recipe.learning_rate * 0.1 ** k for k in range(math.ceil(recipe.epochs /
+                                                                  recipe.decay_every))])
+    model.compile(keras.optimizers.SGD(schedule, momentum=recipe.momentum),
+                  keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  metrics=[keras.metrics.SparseCategoricalAccuracy(name="top1")])
+    os.makedirs(output_dir, exist_ok=True)
+    best = os.path.join(output_dir, "best.weights.h5")
+    started = time.time()
+    clean_eval = evaluation_dataset(eval_files, size, space)
+    initial = model.evaluate(clean_eval, verbose=0, return_dict=True)["top1"]
+    history = model.fit(
+        training_dataset(train_files, size, space, recipe, seed, num_train),
+        epochs=recipe.epochs, steps_per_epoch=steps, validation_data=clean_eval,
+        verbose=verbose, callbacks=[
+            keras.callbacks.BackupAndRestore(os.path.join(output_dir, "backup")),
+            keras.callbacks.ModelCheckpoint(best, monitor="val_top1", mode="max",
+                                            save_best_only=True, save_weights_only=True),
+            keras.callbacks.TensorBoard(os.path.join(output_dir, "logs")), *callbacks])
+    model.load_weights(best)
+    final = keras.Model(model.inputs, model.outputs, name=base.name)
+    info = models.export(final, os.path.join(output_dir, "model"), preprocessing=space_name,
+                         overwrite=True)
+    accuracies = [float(a) for a in history.history.get("val_top1", [])]
+    result = {"best_val_top1": max(accuracies) if accuracies else float(initial),
+              "initial_val_top1": float(initial), "val_top1_per_epoch": accuracies,
+              "n_train": num_train, "n_eval": num_eval, "classes": classes,
+              "seconds": time.time() - started, "model_id": info["model_id"],
+              "init_model": init_model, "model": base.name, "seed": seed,
+              "recipe": dataclasses.asdict(recipe)}
+    with atomic_output(os.path.join(output_dir, "metrics.json")) as temporary:
+        with open(temporary, "w", encoding="utf-8") as handle:
+            json.dump(result, handle, indent=2, sort_keys=True)
+    shutil.rmtree(os.path.join(output_dir, "backup"), ignore_errors=True)
+    return result
+
+
+# ----------------------------------------------------------------------------------------------
+# The binary.
+
+def define_flags():
+    flags.DEFINE_string("init_model", None, "Exported zoo model to start from (default: the "
+                        "synthetic world's clean small_cnn).")
+    flags.DEFINE_string("model", None, "Zoo architecture instead of --init_model.")
+    flags.DEFINE_string("weights", None, "With --model: imagenet or a weights file.")
+    flags.DEFINE_integer("num_classes", None, "With --model: number of classes.")
+    flags.DEFINE_integer("image_size", 224, "With --model: input size.")
+    flags.DEFINE_string("train_pattern", None, "Training image TFRecords.")
+    flags.DEFINE_string("eval_pattern", None, "Validation image TFRecords.")
+    flags.DEFINE_string("output_dir", "idsds_finetuned", "Where the model and metrics go.")
+    flags.DEFINE_integer("epochs", None, "Epochs (default 30; 3 on the synthetic world).")
+    flags.DEFINE_integer("batch_size", None, "Batch size (default 256; 64 synthetic).")
+    flags.DEFINE_float("learning_rate", None, "Initial learning rate (default 0.001; 0.01 "
+                       "synthetic).")
+    flags.DEFINE_integer("decay_every", None, "Epochs between x0.1 decays (default 10).")
+    flags.DEFINE_float("weight_decay", 1e-4, "Coupled (PyTorch-style) weight decay.")
+    flags.DEFINE_integer("grid_rows_and_cols", 4, "Grid of the random cell deletion.")
+    flags.DEFINE_enum("baseline", "zeros", list(idsds.BASELINES), "Deleted-cell baseline.")
+    flags.DEFINE_integer("seed", 0, "Seed of the order, crops, flips and deletions.")
+
+
+def main(argv):
+    del argv
+    f = flags.FLAGS
+    synthetic = f.init_model is None and f.model is None
+    init_model, train_pattern, eval_pattern = f.init_model, f.train_pattern, f.eval_pattern
+    if synthetic:
+        from roar import synthetic_setup
+
+        setup = synthetic_setup.clean_model(seed=0)
+        init_model = os.path.join(setup["clean"], "model")
+        train_pattern = train_pattern or os.path.join(setup["records"], "train-*")
+        eval_pattern = eval_pattern or os.path.join(setup["records"], "validation-*")
+    if not (train_pattern and eval_pattern):
+        raise UserError("pass --train_pattern and --eval_pattern")
+    base = SYNTHETIC_RECIPE if synthetic else FinetuneRecipe()
+    overrides = {name: value for name, value in (
+        ("epochs", f.epochs), ("batch_size", f.batch_size), ("learning_rate", f.learning_rate),
+        ("decay_every", f.decay_every)) if value is not None}
+    recipe = dataclasses.replace(base, weight_decay=f.weight_decay, grid=f.grid_rows_and_cols,
+                                 baseline=f.baseline, **overrides)
+    result = finetune(records.list_files(train_pattern, "--train_pattern"),
+                      records.list_files(eval_pattern, "--eval_pattern"), f.output_dir,
+                      init_model=init_model, model_name=f.model, num_classes=f.num_classes,
+                      size=f.image_size, weights=f.weights, recipe=recipe, seed=f.seed)
+    print(f"clean validation top-1: {result['initial_val_top1']:.4f} before, "
+          f"{result['best_val_top1']:.4f} best after {recipe.epochs} epochs "
+          f"({result['seconds']:.0f} s); model in {os.path.join(f.output_dir, 'model')}")
+
+
+if __name__ == "__main__":
+    define_flags()
+    run_main(main)
