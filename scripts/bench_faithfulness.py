@@ -1,0 +1,180 @@
+"""Throughput of the batched faithfulness metrics against their ceiling and the reference.
+
+    python scripts/bench_faithfulness.py [--images=8] [--size=224] [--batch_size=64]
+
+One CNN (three stride-2 convolutions, global pooling, softmax) built identically in Keras and
+PyTorch. For Deletion (14 x 14 maps, 197 forward passes per image), Insertion (same, blur
+substrate) and IDSDS single deletion (4 x 4 grid, 17 passes per image) it prints images/s of:
+
+* ours: the `faithfulness` metric, end to end;
+* ceiling: the same number of forward passes of the Keras model on one fixed batch inside one
+  traced loop (no perturbation, no data movement), the best any implementation can do here;
+* reference: `saliency_maps_metrics` 0.0.26 on the PyTorch twin (Deletion, Insertion), and for
+  single deletion a PyTorch loop over cells structured like the IDSDS code (one cloned batch
+  per cell); skipped when torch or the package is missing.
+
+Targets (faithfulness issue): ours >= 0.9 x ceiling and >= 5 x reference.
+"""
+import os
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+from absl import app, flags  # noqa: E402
+
+import faithfulness  # noqa: E402
+
+flags.DEFINE_integer("images", 8, "Images per deletion/insertion measurement (x8 for single "
+                     "deletion).")
+flags.DEFINE_integer("size", 224, "Image side.")
+flags.DEFINE_integer("batch_size", 64, "Work items per model call (ours and the ceiling).")
+flags.DEFINE_integer("repeats", 2, "Timed repeats; the best is reported.")
+FLAGS = flags.FLAGS
+CLASSES = 10
+WIDTHS = (16, 32, 64)
+
+
+def keras_model(size):
+    keras.utils.set_random_seed(0)
+    layers = [keras.Input((size, size, 3))]
+    for width in WIDTHS:  # explicit padding 1 + valid conv = PyTorch's padding=1
+        layers += [keras.layers.ZeroPadding2D(1),
+                   keras.layers.Conv2D(width, 3, strides=2, activation="relu")]
+    layers += [keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(CLASSES),
+               keras.layers.Softmax()]
+    return keras.Sequential(layers)
+
+
+def torch_twin(model):
+    import torch
+
+    modules, channels = [], 3
+    for width in WIDTHS:
+        modules += [torch.nn.Conv2d(channels, width, 3, stride=2, padding=1), torch.nn.ReLU()]
+        channels = width
+    modules += [torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
+                torch.nn.Linear(channels, CLASSES), torch.nn.Softmax(dim=1)]
+    twin = torch.nn.Sequential(*modules).eval()
+    weighted = [layer for layer in model.layers if layer.get_weights()]
+    targets = [m for m in twin if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear))]
+    with torch.no_grad():
+        for layer, module in zip(weighted, targets):
+            kernel, bias = layer.get_weights()
+            kernel = kernel.transpose(3, 2, 0, 1) if kernel.ndim == 4 else kernel.T
+            module.weight.copy_(torch.tensor(kernel))
+            module.bias.copy_(torch.tensor(bias))
+    return twin
+
+
+def best_time(run, repeats):
+    run()  # warm-up (tracing)
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - started)
+    return min(times)
+
+
+def ceiling_seconds(model, passes, batch_size, size, repeats):
+    """Seconds for `passes` forward passes of `model` on one fixed batch, in one traced loop."""
+    batch = tf.random.normal([batch_size, size, size, 3])
+    chunks = -(-passes // batch_size)
+
+    @tf.function
+    def loop():
+        def body(i, total):
+            return i + 1, total + tf.reduce_sum(model(batch, training=False))
+        return tf.while_loop(lambda i, _: i < chunks, body, [0, 0.0], parallel_iterations=1)[1]
+
+    return best_time(lambda: loop().numpy(), repeats)
+
+
+def reference_single_deletion(twin, data, labels, grid):
+    """IDSDS's structure in PyTorch: one clone and forward pass per cell for the whole batch."""
+    import torch
+
+    with torch.no_grad():
+        base = twin(data).gather(1, labels[:, None])
+        side = data.shape[2] // grid
+        for row in range(grid):
+            for col in range(grid):
+                changed = data.clone()
+                changed[:, :, row * side:(row + 1) * side, col * side:(col + 1) * side] = 0
+                _ = base - twin(changed).gather(1, labels[:, None])
+
+
+def main(argv):
+    del argv
+    size, batch_size = FLAGS.size, FLAGS.batch_size
+    model = keras_model(size)
+    rng = np.random.RandomState(0)
+    try:
+        import torch
+        import saliency_maps_metrics.multi_step_metrics as reference
+        if not hasattr(np, "trapz"):
+            np.trapz = np.trapezoid
+        torch.set_num_threads(os.cpu_count())
+        twin = torch_twin(model)
+    except ImportError:
+        twin = None
+    rows = []
+
+    # Deletion and Insertion: 14 x 14 maps, 197 forward passes per image.
+    count = FLAGS.images
+    data = rng.randn(count, size, size, 3).astype(np.float32)
+    maps = rng.rand(count, 14, 14)
+    classes = rng.randint(0, CLASSES, count)
+    for name, ours, ref in (("Deletion", faithfulness.Deletion, "Deletion"),
+                            ("Insertion", faithfulness.Insertion, "Insertion")):
+        metric = ours(batch_size=batch_size)
+        seconds = best_time(lambda: metric(model, data, maps, classes), FLAGS.repeats)
+        passes = count * 197
+        ceiling = ceiling_seconds(model, passes, batch_size, size, FLAGS.repeats)
+        reference_seconds = None
+        if twin is not None:
+            torch_data = torch.tensor(data.transpose(0, 3, 1, 2))
+            torch_maps = torch.tensor(maps[:, None], dtype=torch.float32)
+            reference_metric = getattr(reference, ref)()
+            reference_seconds = best_time(lambda: reference_metric(
+                twin, torch_data, torch_maps, torch.tensor(classes)), 1)
+        rows.append((name, count, passes, seconds, ceiling, reference_seconds))
+
+    # IDSDS single deletion: 4 x 4 grid, 17 forward passes per image.
+    count = FLAGS.images * 8
+    data = rng.randn(count, size, size, 3).astype(np.float32)
+    attributions = rng.rand(count, size, size)
+    labels = rng.randint(0, CLASSES, count)
+    scorer = faithfulness.engine.Scorer(model, None, batch_size)
+    seconds = best_time(lambda: faithfulness.single_deletion(scorer, data, labels, attributions),
+                        FLAGS.repeats)
+    passes = count * 17
+    ceiling = ceiling_seconds(model, passes, batch_size, size, FLAGS.repeats)
+    reference_seconds = None
+    if twin is not None:
+        torch_data = torch.tensor(data.transpose(0, 3, 1, 2))
+        torch_labels = torch.tensor(labels)
+        reference_seconds = best_time(lambda: [reference_single_deletion(
+            twin, torch_data[i:i + 64], torch_labels[i:i + 64], 4) for i in range(0, count, 64)],
+            1)
+    rows.append(("single deletion", count, passes, seconds, ceiling, reference_seconds))
+
+    print(f"\n{size}x{size} images, chunk {batch_size}, {os.cpu_count()} CPU threads, "
+          f"TF {tf.__version__}")
+    print(f"{'metric':<16} {'images':>6} {'passes':>7} {'ours img/s':>10} {'ceiling':>8} "
+          f"{'ratio':>6} {'reference':>9} {'speed-up':>8}")
+    for name, count, passes, seconds, ceiling, reference_seconds in rows:
+        ours_rate, ceiling_rate = count / seconds, count / ceiling
+        ref_rate = f"{count / reference_seconds:9.2f}" if reference_seconds else f"{'-':>9}"
+        speed = f"{reference_seconds / seconds:7.1f}x" if reference_seconds else f"{'-':>8}"
+        print(f"{name:<16} {count:>6} {passes:>7} {ours_rate:>10.2f} {ceiling_rate:>8.2f} "
+              f"{ours_rate / ceiling_rate:>6.2f} {ref_rate} {speed}")
+
+
+if __name__ == "__main__":
+    app.run(main)
