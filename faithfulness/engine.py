@@ -25,6 +25,7 @@ from models.errors import ShapeError, UserError
 from faithfulness import substrates
 
 OUTPUT_ACTIVATIONS = (None, "softmax")
+PARALLEL_CHUNKS = 2  # the next chunk's perturbation overlaps the current chunk's forward pass
 
 
 def output_function(model, output_key=None):
@@ -66,6 +67,41 @@ def output_function(model, output_key=None):
         return output
 
     return call, None
+
+
+@tf.function(jit_compile=True)
+def _blend_ranked(start, end, image, ranks, low, high, rows, cols, grid_h, grid_w, end_per_item):
+    """The perturbed images of a chunk: `end` where the item's cell rank is in [low, high),
+    `start` elsewhere (compiled with XLA so that masks, gathers and the select are one pass)."""
+    cell_ranks = tf.gather(ranks, image)
+    cells = (cell_ranks >= low[:, None]) & (cell_ranks < high[:, None])
+    cells = tf.pad(tf.reshape(cells, [-1, grid_h, grid_w]), [[0, 0], [0, 1], [0, 1]])
+    mask = tf.gather(tf.gather(cells, rows, axis=1), cols, axis=2)[..., None]
+    last = end if end_per_item else tf.gather(end, image)
+    return tf.where(mask, last, tf.gather(start, image))  # exact: each pixel is one or other
+
+
+@tf.function(jit_compile=True)
+def _blend_blocks(start, end, image, ranks, low, high, grid_h, grid_w, end_per_item):
+    """`_blend_ranked` when every cell is an exact block of the image (the map side divides the
+    image side): the cell mask is broadcast over blocks, about twice as fast."""
+    count = tf.shape(image)[0]
+    height, width, channels = start.shape[1:]
+    cell_ranks = tf.gather(ranks, image)
+    cells = (cell_ranks >= low[:, None]) & (cell_ranks < high[:, None])
+    mask = tf.reshape(cells, [count, grid_h, 1, grid_w, 1, 1])
+    blocks = [count, grid_h, height // grid_h, grid_w, width // grid_w, channels]
+    last = tf.reshape(end if end_per_item else tf.gather(end, image), blocks)
+    first = tf.reshape(tf.gather(start, image), blocks)
+    return tf.reshape(tf.where(mask, last, first), [count, height, width, channels])
+
+
+@tf.function(jit_compile=True)
+def _blend_soft(start, end, keep, image, clean):
+    """`start * K + end * (1 - K)` per item, K = 1 for clean items (the reference's formula)."""
+    mask = tf.gather(keep, image)[..., None]
+    mask = tf.where(clean[:, None, None, None], tf.ones_like(mask), mask)
+    return tf.gather(start, image) * mask + tf.gather(end, image) * (1.0 - mask)
 
 
 class Scorer:
@@ -116,7 +152,7 @@ class Scorer:
             return index + 1, array.write(index, compute(items))
 
         _, array = tf.while_loop(lambda index, _: index < chunks, body, [0, array],
-                                 parallel_iterations=1)
+                                 parallel_iterations=PARALLEL_CHUNKS)
         return array.concat()[:count]
 
     def _function(self, key, build):
@@ -165,9 +201,12 @@ class Scorer:
             raise UserError("there are no images to score")
         self.probe(start)
         grid_h, grid_w = grid
+        blocks = (height % grid_h == 0 and width % grid_w == 0 and
+                  np.array_equal(rows, np.arange(height) // (height // grid_h)) and
+                  np.array_equal(cols, np.arange(width) // (width // grid_w)))
         noisy = end_noise_seed is not None
         ids = np.arange(count) if ids is None else np.asarray(ids)
-        key = ("ranked", grid_h, grid_w, noisy)
+        key = ("ranked", grid_h, grid_w, noisy, blocks)
 
         def build():
             def run(start, end, ranks, lo, hi, classes, rows, cols, ids, seed):
@@ -177,21 +216,19 @@ class Scorer:
                 def compute(items):
                     image = items // points
                     step = items % points
-                    cell_ranks = tf.gather(ranks, image)
-                    low = tf.gather(lo, step)[:, None]
-                    high = tf.gather(hi, step)[:, None]
-                    cells = (cell_ranks >= low) & (cell_ranks < high)
-                    cells = tf.pad(tf.reshape(cells, [-1, grid_h, grid_w]), [[0, 0], [0, 1],
-                                                                             [0, 1]])
-                    mask = tf.gather(tf.gather(cells, rows, axis=1), cols, axis=2)[..., None]
-                    first = tf.gather(start, image)
+                    low = tf.gather(lo, step)
+                    high = tf.gather(hi, step)
+                    last = end
                     if noisy:
                         salts = seed * 1_000_003 + tf.cast(step, tf.int64)
                         keys = tf.stack([salts, tf.gather(ids, image)], axis=1)
                         last = substrates.uniform_noise(keys, start.shape[1:])
+                    if blocks:
+                        blended = _blend_blocks(start, last, image, ranks, low, high, grid_h,
+                                                grid_w, noisy)
                     else:
-                        last = tf.gather(end, image)
-                    blended = tf.where(mask, last, first)  # exact: a pixel is one or other
+                        blended = _blend_ranked(start, last, image, ranks, low, high, rows,
+                                                cols, grid_h, grid_w, noisy)
                     return tf.gather(self._outputs(blended), tf.gather(classes, image),
                                      batch_dims=1)
 
@@ -204,12 +241,12 @@ class Scorer:
                      tf.constant(classes, tf.int32), tf.constant(rows, tf.int32),
                      tf.constant(cols, tf.int32), tf.constant(ids, tf.int64),
                      tf.constant(0 if end_noise_seed is None else int(end_noise_seed), tf.int64))
-        del height, width, channels
+        del channels
         return scores.numpy()
 
     def soft_pairs(self, start, end, keep, classes):
         """float32 [N, 2]: scores of `start` and of `start * K + end * (1 - K)` for soft keep
-        masks K `[N, H, W]` (the reference's arithmetic, exactly)."""
+        masks K `[N, H, W]` (the reference's formula)."""
         start = tf.convert_to_tensor(start, tf.float32)
         if start.shape[0] == 0:
             raise UserError("there are no images to score")
@@ -221,10 +258,7 @@ class Scorer:
 
                 def compute(items):
                     image = items // 2
-                    clean = tf.equal(items % 2, 0)[:, None, None, None]
-                    mask = tf.gather(keep, image)[..., None]
-                    mask = tf.where(clean, tf.ones_like(mask), mask)
-                    blended = tf.gather(start, image) * mask + tf.gather(end, image) * (1.0 - mask)
+                    blended = _blend_soft(start, end, keep, image, tf.equal(items % 2, 0))
                     return tf.gather(self._outputs(blended), tf.gather(classes, image),
                                      batch_dims=1)
 
