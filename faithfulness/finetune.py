@@ -71,6 +71,33 @@ class CoupledDecayModel(keras.Model):
         return loss + 0.5 * self.weight_decay * penalty
 
 
+class BestWeights(keras.callbacks.Callback):
+    """Keeps the weights of the epoch with the best clean validation top-1 in `weights_path`,
+    and every epoch's accuracy in `log_path`, so that a resumed run still knows the best."""
+
+    def __init__(self, weights_path, log_path):
+        super().__init__()
+        self.weights_path, self.log_path = weights_path, log_path
+
+    def accuracies(self):
+        if not os.path.isfile(self.log_path):
+            return {}
+        with open(self.log_path, encoding="utf-8") as handle:
+            return {int(epoch): value for epoch, value in json.load(handle).items()}
+
+    def on_epoch_end(self, epoch, logs=None):
+        history = self.accuracies()
+        accuracy = float(logs["val_top1"])
+        if not history or accuracy > max(history.values()):
+            with atomic_output(self.weights_path) as temporary:
+                self.model.save_weights(temporary + ".weights.h5")
+                os.replace(temporary + ".weights.h5", temporary)
+        history[epoch] = accuracy
+        with atomic_output(self.log_path) as temporary:
+            with open(temporary, "w", encoding="utf-8") as handle:
+                json.dump(history, handle)
+
+
 def random_resized_crop(image, size, key, area=(0.08, 1.0), ratio=(3 / 4, 4 / 3)):
     """torchvision's RandomResizedCrop(size) as a stateless op: a box of 8-100% of the area and
     aspect 3/4-4/3, resized (bilinear) to size x size."""
@@ -163,23 +190,21 @@ def finetune(train_files, eval_files, output_dir, *, init_model=None, model_name
                   keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                   metrics=[keras.metrics.SparseCategoricalAccuracy(name="top1")])
     os.makedirs(output_dir, exist_ok=True)
-    best = os.path.join(output_dir, "best.weights.h5")
+    keeper = BestWeights(os.path.join(output_dir, "best.weights.h5"),
+                         os.path.join(output_dir, "epochs.json"))
     started = time.time()
     clean_eval = evaluation_dataset(eval_files, size, space)
     initial = model.evaluate(clean_eval, verbose=0, return_dict=True)["top1"]
-    history = model.fit(
-        training_dataset(train_files, size, space, recipe, seed, num_train),
-        epochs=recipe.epochs, steps_per_epoch=steps, validation_data=clean_eval,
-        verbose=verbose, callbacks=[
-            keras.callbacks.BackupAndRestore(os.path.join(output_dir, "backup")),
-            keras.callbacks.ModelCheckpoint(best, monitor="val_top1", mode="max",
-                                            save_best_only=True, save_weights_only=True),
-            keras.callbacks.TensorBoard(os.path.join(output_dir, "logs")), *callbacks])
-    model.load_weights(best)  # `base` shares these weights
+    model.fit(training_dataset(train_files, size, space, recipe, seed, num_train),
+              epochs=recipe.epochs, steps_per_epoch=steps, validation_data=clean_eval,
+              verbose=verbose, callbacks=[
+                  keras.callbacks.BackupAndRestore(os.path.join(output_dir, "backup")), keeper,
+                  keras.callbacks.TensorBoard(os.path.join(output_dir, "logs")), *callbacks])
+    model.load_weights(keeper.weights_path)  # `base` shares these weights
     info = models.export(base, os.path.join(output_dir, "model"), preprocessing=space_name,
                          overwrite=True)
-    accuracies = [float(a) for a in history.history.get("val_top1", [])]
-    result = {"best_val_top1": max(accuracies) if accuracies else float(initial),
+    accuracies = [value for _, value in sorted(keeper.accuracies().items())]
+    result = {"best_val_top1": max(accuracies),
               "initial_val_top1": float(initial), "val_top1_per_epoch": accuracies,
               "n_train": num_train, "n_eval": num_eval, "classes": classes,
               "seconds": time.time() - started, "model_id": info["model_id"],
@@ -189,6 +214,8 @@ def finetune(train_files, eval_files, output_dir, *, init_model=None, model_name
         with open(temporary, "w", encoding="utf-8") as handle:
             json.dump(result, handle, indent=2, sort_keys=True)
     shutil.rmtree(os.path.join(output_dir, "backup"), ignore_errors=True)
+    for finished in (keeper.weights_path, keeper.log_path):  # a later run starts afresh
+        os.remove(finished)
     return result
 
 

@@ -23,6 +23,7 @@ under a temporary name and renamed when complete, so an interrupted export never
 import hashlib
 import json
 import os
+import warnings
 
 import keras
 import numpy as np
@@ -131,7 +132,9 @@ def rebuild(path, **options):
                         "made before this version lack them); re-export it")
     model = zoo.build(loaded.name, loaded.num_classes, loaded.input_shape, **options)
     try:
-        model.load_weights(weights)
+        with warnings.catch_warnings():  # Keras notes an empty tracking container; harmless
+            warnings.filterwarnings("ignore", message="Skipping nested container")
+            model.load_weights(weights)
     except ValueError as error:
         raise UserError(f"the weights of {path} do not fit a default {loaded.name} "
                         f"({str(error).splitlines()[0]}); pass its builder options") from None

@@ -1,0 +1,150 @@
+"""`python -m faithfulness.evaluate` and `python -m faithfulness.finetune` on the tiny synthetic
+world: results equal the library calls, groups and chunks do not change them, the fine-tuning
+recipe's pieces (coupled weight decay, crops, deletions), exports, resume and one-line errors."""
+import json
+import os
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import faithfulness
+import models
+import saliency_gen
+from faithfulness import evaluate, finetune
+from tests.conftest import interrupt_after_first_epoch
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    keras.utils.set_random_seed(0)
+    model = models.build("small_cnn", 10, (64, 64, 3), width=4)
+    path = str(tmp_path_factory.mktemp("model") / "small")
+    models.export(model, path, preprocessing="imagenet")
+    return path
+
+
+def test_rebuild_gives_the_exported_weights(tmp_path):
+    keras.utils.set_random_seed(1)
+    model = models.build("small_cnn", 10, (32, 32, 3))
+    models.export(model, str(tmp_path / "m"))
+    rebuilt = models.rebuild(str(tmp_path / "m"))
+    x = np.random.RandomState(0).rand(3, 32, 32, 3).astype(np.float32)
+    np.testing.assert_array_equal(rebuilt(x).numpy(), model(x).numpy())
+    with pytest.raises(models.UserError, match="builder options"):
+        keras.utils.set_random_seed(1)
+        models.export(models.build("small_cnn", 10, (32, 32, 3), width=4), str(tmp_path / "w"))
+        models.rebuild(str(tmp_path / "w"))
+
+
+def test_evaluate_equals_the_library_and_ignores_grouping(tiny_world, exported):
+    root, _ = tiny_world
+    loaded = models.load(exported)
+    pattern = os.path.join(root, "records", "validation-*")
+    images, labels, ids = evaluate.load_images(pattern, loaded, nr_images=20, seed=0)
+    again = evaluate.load_images(pattern, loaded, nr_images=20, seed=0)
+    np.testing.assert_array_equal(again[0], images)
+    assert len(images) == 20 and not np.array_equal(
+        evaluate.load_images(pattern, loaded, nr_images=20, seed=1)[2], ids)
+    options = evaluate.Options(batch_size=16)
+    whole = evaluate.evaluate(loaded, images, labels, ids, ["idsds:IxG"], "single_deletion",
+                              options)
+    grouped = evaluate.evaluate(loaded, images, labels, ids, ["idsds:IxG"], "single_deletion",
+                                evaluate.Options(batch_size=5), group_size=7)
+    maps = saliency_gen.attribute(loaded, images, "idsds:IxG", labels, ids=ids)
+    direct = faithfulness.single_deletion(loaded, images, labels, maps)
+    rho = np.array(whole["idsds:IxG"]["sds"]["per_image"], dtype=float)
+    np.testing.assert_allclose(rho, direct["rho"], atol=1e-9)
+    np.testing.assert_allclose(np.array(grouped["idsds:IxG"]["sds"]["per_image"], float), rho,
+                               atol=1e-6)
+    assert whole["idsds:IxG"]["sds"]["mean"] == pytest.approx(direct["sds"])
+
+
+def test_evaluate_binary_writes_json_and_a_table(tiny_world, exported, tmp_path):
+    root, _ = tiny_world
+    output = str(tmp_path / "out" / "deletion.json")
+    run = subprocess.run(
+        [sys.executable, "-m", "faithfulness.evaluate", f"--model_path={exported}",
+         f"--input_pattern={os.path.join(root, 'records', 'validation-*')}",
+         "--evaluation_protocol=deletion", "--explainer=random,idsds:IxG", "--nr_images=6",
+         f"--output={output}"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "dauc" in run.stdout and "idsds:IxG" in run.stdout and "6/6" in run.stdout
+    with open(output, encoding="utf-8") as handle:
+        report = json.load(handle)
+    assert report["n_images"] == 6 and set(report["results"]) == {"random", "idsds:IxG"}
+    assert len(report["results"]["random"]["dauc"]["per_image"]) == 6
+    assert not [name for name in os.listdir(tmp_path / "out") if name != "deletion.json"]
+    bad = subprocess.run([sys.executable, "-m", "faithfulness.evaluate",
+                          f"--model_path={exported}"], cwd=REPO, capture_output=True,
+                         text=True, timeout=120)
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].startswith(
+        "error: pass both --model_path and --input_pattern")
+    missing = subprocess.run([sys.executable, "-m", "faithfulness.evaluate",
+                              f"--model_path={exported}", "--input_pattern=/nowhere/*"],
+                             cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert missing.returncode == 2 and "/nowhere/*" in missing.stderr.splitlines()[-1]
+
+
+def test_coupled_weight_decay_is_pytorch_sgd():
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((3,))
+    outputs = keras.layers.Dense(2)(inputs)
+    model = finetune.CoupledDecayModel(inputs, outputs, weight_decay=0.1)
+    kernel, bias = [w.copy() for w in model.get_weights()]
+    model.compile(keras.optimizers.SGD(0.5), keras.losses.MeanSquaredError())
+    x, y = np.zeros((4, 3), np.float32), np.zeros((4, 2), np.float32)
+    model.train_on_batch(x, y)  # zero input and target: only the decay term has a gradient
+    new_kernel, new_bias = model.get_weights()
+    np.testing.assert_allclose(new_kernel, kernel * (1 - 0.5 * 0.1), rtol=1e-6)
+    np.testing.assert_allclose(new_bias, bias * (1 - 0.5 * 0.1), rtol=1e-6, atol=1e-7)
+
+
+def test_random_resized_crop_is_keyed_and_sized():
+    image = tf.random.uniform([40, 60, 3])
+    first = finetune.random_resized_crop(image, 32, tf.constant([1, 2], tf.int64))
+    again = finetune.random_resized_crop(image, 32, tf.constant([1, 2], tf.int64))
+    other = finetune.random_resized_crop(image, 32, tf.constant([1, 3], tf.int64))
+    assert first.shape == (32, 32, 3)
+    np.testing.assert_array_equal(first.numpy(), again.numpy())
+    assert not np.array_equal(first.numpy(), other.numpy())
+
+
+def test_training_pipeline_deletes_cells(tiny_world):
+    root, _ = tiny_world
+    from models.preprocessing import input_space
+
+    files = sorted(tf.io.gfile.glob(os.path.join(root, "records", "train-*")))
+    recipe = finetune.FinetuneRecipe(batch_size=32, grid=4, min_crop_area=1.0, p_delete=1.0)
+    images, _ = next(iter(finetune.training_dataset(files, 64, input_space("pixels01"), recipe,
+                                                    0, 200)))
+    zero_pixels = (images.numpy() == 0).all(axis=-1).reshape(32, -1).sum(axis=1)
+    assert (zero_pixels >= 16 * 16).all()  # one whole 16 x 16 cell per image
+
+
+def test_finetune_exports_the_best_epoch_and_resumes(tiny_world, tmp_path):
+    root, _ = tiny_world
+    keras.utils.set_random_seed(0)
+    start = str(tmp_path / "start")
+    models.export(models.build("small_cnn", 10, (64, 64, 3)), start, preprocessing="imagenet")
+    train = sorted(tf.io.gfile.glob(os.path.join(root, "records", "train-*")))
+    val = sorted(tf.io.gfile.glob(os.path.join(root, "records", "validation-*")))
+    recipe = finetune.FinetuneRecipe(epochs=2, batch_size=50, learning_rate=0.01,
+                                     decay_every=1, min_crop_area=0.5)
+    output = str(tmp_path / "tuned")
+    with pytest.raises(KeyboardInterrupt):
+        finetune.finetune(train, val, output, init_model=start, recipe=recipe, verbose=0,
+                          callbacks=[interrupt_after_first_epoch()])
+    assert not os.path.exists(os.path.join(output, "model"))
+    result = finetune.finetune(train, val, output, init_model=start, recipe=recipe, verbose=0)
+    assert result["best_val_top1"] == max(result["val_top1_per_epoch"])
+    assert len(result["val_top1_per_epoch"]) == 2  # epoch 1 before the kill, 2 after
+    tuned = models.load(os.path.join(output, "model"))
+    assert tuned.model_id == result["model_id"] and tuned.preprocessing == "imagenet"
+    assert tuned.model_id != models.load(start).model_id
+    assert not os.path.exists(os.path.join(output, "backup"))
