@@ -26,5 +26,10 @@ setup(
         "pycocotools",
         "scikit-image",
     ],
-    extras_require={"test": ["pytest"]},
+    extras_require={
+        "test": ["pytest"],
+        # The reference implementation for the faithfulness cross-check test (a CPU build of
+        # torch is enough); the test is skipped without it.
+        "reference": ["torch", "saliency_maps_metrics==0.0.26"],
+    },
 )

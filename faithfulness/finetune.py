@@ -21,7 +21,6 @@ import shutil
 import time
 
 import keras
-import numpy as np
 import tensorflow as tf
 from absl import flags
 

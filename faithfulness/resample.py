@@ -6,7 +6,7 @@
   `interpolate(mode="bicubic", align_corners=False)` (Keys' cubic with A = -0.75, taps clamped to
   the border, output not clamped), so a 2-D upsample is `M_h @ map @ M_w^T`.
 * `grid_cell_indices(size, grid)`: the cell of every pixel row (or column) of a G x G grid with
-  `size // grid` pixels per cell; pixels beyond `grid * cell` get the sentinel `grid` (never a cell).
+  `size // grid` pixels per cell; pixels beyond `grid * cell` get the sentinel `grid` (no cell).
 * `upsample_maps(maps, H, W, method)`: soft maps `[N, h, w]` -> `[N, H, W]` (torch bicubic by two
   matmuls, or TF bilinear / nearest).
 """

@@ -17,6 +17,7 @@ Targets (faithfulness issue): ours >= 0.9 x ceiling and >= 5 x reference. The la
 ceiling / reference, is the largest speed-up any implementation could reach with that model:
 forward passes alone, without building a single perturbed image.
 """
+import functools
 import os
 import sys
 import time
@@ -31,11 +32,11 @@ from absl import app, flags  # noqa: E402
 
 import faithfulness  # noqa: E402
 
-flags.DEFINE_integer("images", 8, "Images per deletion/insertion measurement (x8 for single "
+flags.DEFINE_integer("images", 16, "Images per deletion/insertion measurement (x8 for single "
                      "deletion).")
 flags.DEFINE_integer("size", 224, "Image side.")
 flags.DEFINE_integer("batch_size", 64, "Work items per model call (ours and the ceiling).")
-flags.DEFINE_integer("repeats", 3, "Timed repeats; the best is reported.")
+flags.DEFINE_integer("repeats", 5, "Timed repeats; the best is reported.")
 flags.DEFINE_list("models", ["16-32-64", "8-16-32"], "Benchmark CNNs by their three conv widths; "
                   "one table each (the forward pass gets cheaper from left to right).")
 FLAGS = flags.FLAGS
@@ -74,18 +75,23 @@ def torch_twin(model, widths):
     return twin
 
 
-def best_time(run, repeats):
-    run()  # warm-up (tracing)
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
+def best_times(runs, repeats):
+    """The best of `repeats` timings of each callable, measured in turn (so that a slow spell of
+    a shared machine hits all of them alike); each is run once first (tracing)."""
+    runs = [run for run in runs if run is not None]
+    for run in runs:
         run()
-        times.append(time.perf_counter() - started)
-    return min(times)
+    best = [float("inf")] * len(runs)
+    for _ in range(repeats):
+        for index, run in enumerate(runs):
+            started = time.perf_counter()
+            run()
+            best[index] = min(best[index], time.perf_counter() - started)
+    return best + [None] * (3 - len(best))
 
 
-def ceiling_seconds(model, passes, batch_size, size, repeats):
-    """Seconds for `passes` forward passes of `model` on one fixed batch, in one traced loop."""
+def ceiling_run(model, passes, batch_size, size):
+    """`passes` forward passes of `model` on one fixed batch, in one traced loop."""
     batch = tf.random.normal([batch_size, size, size, 3])
     chunks = -(-passes // batch_size)
 
@@ -95,7 +101,7 @@ def ceiling_seconds(model, passes, batch_size, size, repeats):
             return i + 1, total + tf.reduce_sum(model(batch, training=False))
         return tf.while_loop(lambda i, _: i < chunks, body, [0, 0.0], parallel_iterations=1)[1]
 
-    return best_time(lambda: loop().numpy(), repeats)
+    return lambda: loop().numpy()
 
 
 def reference_single_deletion(twin, data, labels, grid):
@@ -140,19 +146,17 @@ def measure(widths):
     data = rng.randn(count, size, size, 3).astype(np.float32)
     maps = rng.rand(count, 14, 14)
     classes = rng.randint(0, CLASSES, count)
-    for name, ours, ref in (("Deletion", faithfulness.Deletion, "Deletion"),
-                            ("Insertion", faithfulness.Insertion, "Insertion")):
-        metric = ours(batch_size=batch_size)
-        seconds = best_time(lambda: metric(model, data, maps, classes), FLAGS.repeats)
+    for name in ("Deletion", "Insertion"):
+        metric = getattr(faithfulness, name)(batch_size=batch_size)
         passes = count * 197
-        ceiling = ceiling_seconds(model, passes, batch_size, size, FLAGS.repeats)
-        reference_seconds = None
+        reference_run = None
         if twin is not None:
-            torch_data = torch.tensor(data.transpose(0, 3, 1, 2))
-            torch_maps = torch.tensor(maps[:, None], dtype=torch.float32)
-            reference_metric = getattr(reference, ref)()
-            reference_seconds = best_time(lambda: reference_metric(
-                twin, torch_data, torch_maps, torch.tensor(classes)), FLAGS.repeats)
+            reference_run = functools.partial(
+                getattr(reference, name)(), twin, torch.tensor(data.transpose(0, 3, 1, 2)),
+                torch.tensor(maps[:, None], dtype=torch.float32), torch.tensor(classes))
+        seconds, ceiling, reference_seconds = best_times(
+            [functools.partial(metric, model, data, maps, classes),
+             ceiling_run(model, passes, batch_size, size), reference_run], FLAGS.repeats)
         rows.append((name, count, passes, seconds, ceiling, reference_seconds))
 
     # IDSDS single deletion: 4 x 4 grid, 17 forward passes per image.
@@ -161,17 +165,18 @@ def measure(widths):
     attributions = rng.rand(count, size, size)
     labels = rng.randint(0, CLASSES, count)
     scorer = faithfulness.engine.Scorer(model, None, batch_size)
-    seconds = best_time(lambda: faithfulness.single_deletion(scorer, data, labels, attributions),
-                        FLAGS.repeats)
     passes = count * 17
-    ceiling = ceiling_seconds(model, passes, batch_size, size, FLAGS.repeats)
-    reference_seconds = None
+    reference_run = None
     if twin is not None:
         torch_data = torch.tensor(data.transpose(0, 3, 1, 2))
         torch_labels = torch.tensor(labels)
-        reference_seconds = best_time(lambda: [reference_single_deletion(
-            twin, torch_data[i:i + 64], torch_labels[i:i + 64], 4) for i in range(0, count, 64)],
-            FLAGS.repeats)
+
+        def reference_run():
+            for i in range(0, count, 64):  # the reference's batches of images
+                reference_single_deletion(twin, torch_data[i:i + 64], torch_labels[i:i + 64], 4)
+    seconds, ceiling, reference_seconds = best_times(
+        [lambda: faithfulness.single_deletion(scorer, data, labels, attributions),
+         ceiling_run(model, passes, batch_size, size), reference_run], FLAGS.repeats)
     rows.append(("single deletion", count, passes, seconds, ceiling, reference_seconds))
     return rows
 
