@@ -31,6 +31,7 @@ import tensorflow as tf  # noqa: E402
 from absl import app, flags  # noqa: E402
 
 import faithfulness  # noqa: E402
+from faithfulness import torch_twin  # noqa: E402
 
 flags.DEFINE_integer("images", 16, "Images per deletion/insertion measurement (x8 for single "
                      "deletion).")
@@ -54,7 +55,7 @@ def keras_model(size, widths=(16, 32, 64)):
     return keras.Sequential(layers)
 
 
-def torch_twin(model, widths):
+def torch_model(model, widths):
     import torch
 
     modules, channels = [], 3
@@ -63,16 +64,7 @@ def torch_twin(model, widths):
         channels = width
     modules += [torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
                 torch.nn.Linear(channels, CLASSES), torch.nn.Softmax(dim=1)]
-    twin = torch.nn.Sequential(*modules).eval()
-    weighted = [layer for layer in model.layers if layer.get_weights()]
-    targets = [m for m in twin if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear))]
-    with torch.no_grad():
-        for layer, module in zip(weighted, targets):
-            kernel, bias = layer.get_weights()
-            kernel = kernel.transpose(3, 2, 0, 1) if kernel.ndim == 4 else kernel.T
-            module.weight.copy_(torch.tensor(kernel))
-            module.bias.copy_(torch.tensor(bias))
-    return twin
+    return torch_twin.copy_weights(model, torch.nn.Sequential(*modules))
 
 
 def best_times(runs, repeats):
@@ -136,7 +128,7 @@ def measure(widths):
         if not hasattr(np, "trapz"):
             np.trapz = np.trapezoid
         torch.set_num_threads(os.cpu_count())
-        twin = torch_twin(model, widths)
+        twin = torch_model(model, widths)
     except ImportError:
         twin = None
     rows = []

@@ -9,7 +9,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("saliency_maps_metrics")
 
 import faithfulness  # noqa: E402
-from faithfulness import substrates  # noqa: E402
+from faithfulness import substrates, torch_twin  # noqa: E402
 
 if not hasattr(np, "trapz"):  # the reference calls np.trapz, removed in numpy 2.4
     np.trapz = np.trapezoid
@@ -34,16 +34,7 @@ def twin_models(size=32, classes=5, seed=0):
         torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.AvgPool2d(2),
         torch.nn.Conv2d(8, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1),
         torch.nn.Flatten(), torch.nn.Linear(8, classes), torch.nn.Softmax(dim=1))
-    layers = [layer for layer in ours.layers if layer.get_weights()]
-    modules = [module for module in theirs if isinstance(module, (torch.nn.Conv2d,
-                                                                   torch.nn.Linear))]
-    with torch.no_grad():
-        for layer, module in zip(layers, modules):
-            kernel, bias = layer.get_weights()
-            kernel = kernel.transpose(3, 2, 0, 1) if kernel.ndim == 4 else kernel.T
-            module.weight.copy_(torch.tensor(kernel))
-            module.bias.copy_(torch.tensor(bias))
-    theirs.eval()
+    torch_twin.copy_weights(ours, theirs)
     return ours, theirs
 
 
