@@ -72,15 +72,37 @@ def cell_sums(attributions, grid):
     return cropped.reshape(count, grid, side, grid, side).sum(axis=(2, 4)).reshape(count, -1)
 
 
-def single_deletion(model, images, labels, attributions, *, grid=4, baseline="zeros",
-                    attribution_transform="raw", output_activation=None, batch_size=64, seed=0,
-                    ids=None, blur_kernel=51, blur_sigma=41.0):
+def single_deletion(model, images, labels=None, attributions=None, *, grid=4,
+                    baseline="zeros", attribution_transform="raw", output_activation=None,
+                    batch_size=64, seed=0, ids=None, blur_kernel=51, blur_sigma=41.0):
     """IDSDS single deletion: {"sds": mean rho over valid images, "rho": [N], "n_excluded",
     "n_images", "drops": [N, G*G], "cell_attributions": [N, G*G]}.
 
     `model` returns logits (the reference's setting) unless `output_activation="softmax"`;
     `labels` are ground-truth classes; `attributions` are `[N, H, W]` or `[N, H, W, C]` (summed
-    over channels after `attribution_transform`)."""
+    over channels after `attribution_transform`). `images` may instead be a `tf.data.Dataset` of
+    (images, labels, attributions) batches; image ids then count across batches."""
+    options = dict(grid=grid, baseline=baseline, attribution_transform=attribution_transform,
+                   output_activation=output_activation, batch_size=batch_size, seed=seed,
+                   blur_kernel=blur_kernel, blur_sigma=blur_sigma)
+    if isinstance(images, tf.data.Dataset):
+        scorer = model if isinstance(model, engine.Scorer) else engine.Scorer(
+            model, output_activation, batch_size)
+        parts, seen = [], 0
+        for batch_images, batch_labels, batch_maps in images:  # batches of many images
+            count = int(batch_images.shape[0])
+            parts.append(single_deletion(scorer, batch_images, batch_labels, batch_maps,
+                                         ids=np.arange(seen, seen + count), **options))
+            seen += count
+        if not parts:
+            raise UserError("the dataset holds no batches")
+        rho = np.concatenate([part["rho"] for part in parts])
+        sds, excluded = stats.aggregate(rho, "omit", "rank correlation")
+        return {"sds": sds, "rho": rho, "n_excluded": excluded, "n_images": seen,
+                "drops": np.concatenate([part["drops"] for part in parts]),
+                "cell_attributions": np.concatenate([p["cell_attributions"] for p in parts])}
+    if labels is None or attributions is None:
+        raise UserError("pass labels and attributions (or a dataset of all three)")
     _check_baseline(baseline)
     images = inputs.images(images, "images")
     count, height, width, _ = images.shape

@@ -140,6 +140,19 @@ def test_single_deletion_of_an_additive_cell_model():
     assert partial["sds"] == pytest.approx(1.0)
 
 
+def test_single_deletion_takes_a_dataset_of_batches():
+    model = cell_model(np.arange(16.0), 4)
+    x = np.random.RandomState(0).rand(10, 16, 16, 3).astype(np.float32)
+    attributions = np.random.RandomState(1).rand(10, 16, 16)
+    labels = np.zeros(10, int)
+    whole = faithfulness.single_deletion(model, x, labels, attributions, baseline="random")
+    batches = tf.data.Dataset.from_tensor_slices((x, labels, attributions)).batch(4)
+    batched = faithfulness.single_deletion(model, batches, baseline="random")
+    assert batched["n_images"] == 10
+    np.testing.assert_allclose(batched["rho"], whole["rho"], atol=1e-9)
+    np.testing.assert_allclose(batched["drops"], whole["drops"], rtol=1e-5, atol=1e-6)
+
+
 def test_single_deletion_ignores_pixels_beyond_the_grid_and_needs_square_cells():
     grid = 3
     model = cell_model(np.arange(9.0), grid)
