@@ -25,6 +25,7 @@ setup(
         "matplotlib",
         "pycocotools",
         "scikit-image",
+        "scikit-learn",
     ],
     extras_require={
         "test": ["pytest"],

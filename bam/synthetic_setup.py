@@ -10,6 +10,7 @@ resumes where it stopped. The cache lives in `$XDG_CACHE_HOME/attribution-benchm
 import os
 
 import models
+from models.export import WEIGHTS_PATH
 from bam import delta_patch, synthetic, train
 
 MODELS = ("obj", "scene", "scene_only")
@@ -30,7 +31,10 @@ def prepare(cache_dir=None, seed=0, epochs=3, log=print):
         log(f"built the synthetic world: {info['num_train_images']} train and "
             f"{info['num_val_images']} val images in {info['seconds']:.0f} s")
     for name in MODELS:
-        if not os.path.isfile(os.path.join(model_dir, f"{name}.json")):
+        exported = os.path.join(model_dir, name)
+        if not (os.path.isfile(os.path.join(model_dir, f"{name}.json")) and
+                os.path.isfile(os.path.join(exported, WEIGHTS_PATH))):
+            # missing, or exported before exports carried Keras weights (needed by TCAV)
             report = train.train_and_export(data_dir, name, model_dir, epochs=epochs, seed=seed)
             log(f"trained {name}: val accuracy {report['val_accuracy']:.3f} in "
                 f"{report['train_seconds']:.0f} s")
