@@ -22,7 +22,7 @@ import models
 from bam import dataset, tcav
 from models.errors import UserError, run_main
 from models.files import atomic_output
-from models.preprocessing import input_space, load_bam_pixels
+from models.preprocessing import input_space
 
 TARGET, CONCEPT, COUNTERPART = "dog_bedroom", "dog_scene", "random_counter_part"
 
