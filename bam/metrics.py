@@ -8,7 +8,11 @@ models' predictions with the eight BAM methods (`saliency_gen`, SmoothGrad noise
 `--noise_seed` keyed by file stem), scores each image's object region (bam.md §6) and computes
 MCS, IDR and IIR over the images both models classify correctly (§7). Prints the original's lines,
 a table with the number of images used, and writes `--output` (JSON
-`{"MCS": {"GC": value, ...}, ...}`) and a CSV beside it. With no --data_dir/--model_dir it uses
+`{"MCS": {"GC": value, ...}, ...}`) and a CSV beside it. `--metrics=RMCS` adds the relative model
+contrast of scene1..scene9 against scene10 on dog_bedroom (`bam.rmcs`): the curve over k per
+method and for TCAV, its Pearson correlation with the accuracy drop when the dog is removed, a
+table and a PNG (`<output>_rmcs.png`); on the synthetic world it first builds the relative sets
+and trains the ten scene models (once, cached). With no --data_dir/--model_dir it uses
 the built-in synthetic world, building it and training its models once into a cache directory it
 names.
 """
@@ -21,7 +25,7 @@ from absl import flags
 from tqdm import tqdm
 
 import models
-from bam import evaluate, scores, synthetic_setup
+from bam import evaluate, rmcs, scores, synthetic_setup
 from models.errors import UserError, run_main
 from models.files import atomic_output
 
@@ -110,13 +114,17 @@ def define_flags():
     flags.DEFINE_integer("epochs", 3, "Training epochs of the synthetic models.")
     flags.DEFINE_string("maps_dir", None, "Score saved maps instead of computing them: "
                         "<maps_dir>/<model>-<data>/<method>.npy and predictions.npy.")
+    flags.DEFINE_bool("rmcs_tcav", True, "With RMCS: add the relative TCAV row (dog concept, "
+                      "each scene model's last block).")
     flags.DEFINE_integer("input_size", None, "With --maps_dir: the resolution maps are scored "
                          "at (other sizes are resized); default: the images' size.")
 
 
-def _write_outputs(path, results):
+def _write_outputs(path, results, relative=None):
     values = {metric: {method: row[0] for method, row in rows.items()}
               for metric, rows in results.items()}
+    if relative is not None:
+        values["RMCS"] = relative
     with atomic_output(path) as temporary:
         with open(temporary, "w", encoding="utf-8") as handle:
             json.dump(values, handle, indent=2)
@@ -129,7 +137,26 @@ def _write_outputs(path, results):
             for metric, rows in results.items():
                 for method, (value, used, sampled, constant) in rows.items():
                     writer.writerow([metric, method, f"{value:.6f}", used, sampled, constant])
+            for method, curve in (relative or {}).get("curves", {}).items():
+                for k, value in zip(rmcs.KS, curve):
+                    writer.writerow([f"RMCS_scene{k}", method, f"{value:.6f}",
+                                     relative["images"][k - 1], relative["images_sampled"], ""])
     return csv_path
+
+
+def _print_relative(relative):
+    """The original's RMCS lines, then a table: one row per method over k, with r."""
+    print("Results for RMCS:")
+    for k in rmcs.KS:
+        print(f"MCS between scene{k} and scene10")
+        for method, curve in relative["curves"].items():
+            print(f"{scores.ORIGINAL_NAMES.get(method, method)},{curve[k - 1]}")
+    print(f"\n{'RMCS':<8}" + "".join(f"{f'k={k}':>8}" for k in rmcs.KS) + f"{'r(drop)':>9}")
+    for method, curve in relative["curves"].items():
+        print(f"{method:<8}" + "".join(f"{v:>8.3f}" for v in curve)
+              + f"{relative['correlation'][method]:>9.3f}")
+    print(f"{'acc.drop':<8}" + "".join(f"{v:>8.3f}" for v in relative["accuracy_drop"]))
+    print(f"{'images':<8}" + "".join(f"{n:>8}" for n in relative["images"]))
 
 
 def main(argv):
@@ -151,18 +178,35 @@ def main(argv):
     elif (data_dir is None) != (model_dir is None):
         raise UserError("pass both --data_dir and --model_dir, or neither (synthetic world)")
     elif data_dir is None:
-        data_dir, model_dir = synthetic_setup.prepare(FLAGS.cache_dir, epochs=FLAGS.epochs)
-    with tqdm(total=2 * len(FLAGS.metrics), desc="BAM metrics", unit="pair",
-              disable=None) as bar:
-        results = compute(data_dir, model_dir, FLAGS.metrics, methods, FLAGS.num_imgs,
+        setup = (synthetic_setup.prepare_relative if "RMCS" in FLAGS.metrics
+                 else synthetic_setup.prepare)
+        data_dir, model_dir = setup(FLAGS.cache_dir, epochs=FLAGS.epochs)
+    pair_metrics = [m for m in FLAGS.metrics if m != "RMCS"]
+    relative = None
+    if "RMCS" in FLAGS.metrics and (FLAGS.maps_dir or attr_dir is not None):
+        raise UserError("RMCS is computed from scratch only; drop --maps_dir / --scratch=0")
+    with tqdm(total=2 * len(pair_metrics) + 10 * ("RMCS" in FLAGS.metrics),
+              desc="BAM metrics", unit="pair", disable=None) as bar:
+        results = compute(data_dir, model_dir, pair_metrics, methods, FLAGS.num_imgs,
                           FLAGS.seed, FLAGS.noise_seed, FLAGS.batch_size,
                           progress=lambda: bar.update(1), maps_dir=FLAGS.maps_dir,
                           input_size=FLAGS.input_size, attr_dir=attr_dir)
+        if "RMCS" in FLAGS.metrics:
+            relative = rmcs.compute(data_dir, model_dir, methods, FLAGS.num_imgs, FLAGS.seed,
+                                    FLAGS.noise_seed, FLAGS.batch_size,
+                                    progress=lambda: bar.update(1))
+            if FLAGS.rmcs_tcav:
+                rmcs.add_tcav(relative, data_dir, model_dir, seed=FLAGS.seed)
+    if relative is not None:
+        _print_relative(relative)
+        png = rmcs.plot(relative, os.path.splitext(FLAGS.output)[0] + "_rmcs.png")
+        print(f"wrote {png}")
     for metric, rows in results.items():
         print(f"Results for {metric}:")
         for method, (value, *_rest) in rows.items():
             print(f"{scores.ORIGINAL_NAMES.get(method, method)},{value}")
-    print(f"\n{'metric':<6}" + "".join(f"{m:>9}" for m in methods) + f"{'images':>9}")
+    if results:
+        print(f"\n{'metric':<6}" + "".join(f"{m:>9}" for m in methods) + f"{'images':>9}")
     for metric, rows in results.items():
         used = next(iter(rows.values()))
         print(f"{metric:<6}" + "".join(f"{rows[m][0]:>9.4f}" for m in methods)
@@ -171,7 +215,7 @@ def main(argv):
                 for m, row in rows.items() if row[3]}
     for (metric, method), count in constant.items():
         print(f"note: {count} {method} map(s) in {metric} were constant (normalised to 0)")
-    csv_path = _write_outputs(FLAGS.output, results)
+    csv_path = _write_outputs(FLAGS.output, results, relative)
     print(f"\nwrote {FLAGS.output} and {csv_path} in {time.time() - started:.0f} s")
 
 

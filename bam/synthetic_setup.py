@@ -8,6 +8,7 @@ resumes where it stopped. The cache lives in `$XDG_CACHE_HOME/attribution-benchm
 `~/.cache/attribution-benchmarks`).
 """
 import os
+import shutil
 
 import models
 from models.export import WEIGHTS_PATH
@@ -43,4 +44,28 @@ def prepare(cache_dir=None, seed=0, epochs=3, log=print):
                                                models.load(os.path.join(model_dir, "scene_only")))
         log(f"delta patch: {result['kept_prediction']} of {result['images']} patched images "
             "keep the scene_only prediction")
+    return data_dir, model_dir
+
+
+RELATIVE_MODELS = tuple(f"scene{k}" for k in range(1, 11))
+
+
+def prepare_relative(cache_dir=None, seed=0, epochs=3, log=print):
+    """(data_dir, model_dir) with the relative sets scene1..scene10 (bam.md §2.10) and a
+    small_cnn trained on each, building what is missing (after `prepare`)."""
+    from bam import construction
+
+    data_dir, model_dir = prepare(cache_dir, seed, epochs, log)
+    layout = construction.Layout(data_dir)
+    for k in range(1, 11):
+        root = os.path.join(data_dir, f"scene{k}")
+        if not os.path.isfile(os.path.join(root, "dog_classes.txt")):  # written last
+            shutil.rmtree(root, ignore_errors=True)
+            construction.write_relative_set(layout, k)
+    for name in RELATIVE_MODELS:
+        if not (os.path.isfile(os.path.join(model_dir, f"{name}.json")) and
+                os.path.isfile(os.path.join(model_dir, name, WEIGHTS_PATH))):
+            report = train.train_and_export(data_dir, name, model_dir, epochs=epochs, seed=seed)
+            log(f"trained {name}: val accuracy {report['val_accuracy']:.3f} in "
+                f"{report['train_seconds']:.0f} s")
     return data_dir, model_dir

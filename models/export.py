@@ -68,6 +68,9 @@ def _model_info(model, preprocessing, feature_layer, model_id, extra):
         "feature_layer": feature_layer,
         "feature_shape": [int(d) for d in features_model.outputs[0].shape[1:]],
         "preprocessing": preprocessing,
+        "build_options": {key: value for key, value in
+                          getattr(model, "build_options", {}).items()
+                          if key != "weights" and isinstance(value, (int, float, str, bool))},
         "tensorflow_version": tf.__version__,
         "keras_version": keras.__version__,
         "extra": dict(extra or {}),
@@ -124,12 +127,14 @@ def export(model, path, *, preprocessing=None, feature_layer=None, model_id=None
 
 def rebuild(path, **options):
     """The trainable Keras model of an export of a zoo model: `models.build` of the recorded
-    name, shape and classes (plus `options`), with the exported weights."""
+    name, shape, classes and builder options (`options` override them), with the exported
+    weights."""
     loaded = LoadedModel(path)
     weights = os.path.join(loaded.path, WEIGHTS_PATH)
     if loaded.name not in zoo.REGISTRY or not os.path.isfile(weights):
         raise UserError(f"{path} holds no Keras weights of a zoo model (exports of zoo models "
                         "made before this version lack them); re-export it")
+    options = {**loaded.info.get("build_options", {}), **options}
     model = zoo.build(loaded.name, loaded.num_classes, loaded.input_shape, **options)
     try:
         with warnings.catch_warnings():  # Keras notes an empty tracking container; harmless

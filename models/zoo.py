@@ -204,7 +204,9 @@ def build(name, num_classes, input_shape, **options):
         allowed = [p for p in accepted if p not in ("num_classes", "input_shape")]
         raise UserError(f"{name} has no option {', '.join(unknown)}; its options are "
                         f"{', '.join(allowed) or 'none'}")
-    return model_spec.builder(num_classes, shape, **options)
+    model = model_spec.builder(num_classes, shape, **options)
+    model.build_options = dict(options)  # recorded by models.export, reused by models.rebuild
+    return model
 
 
 def feature_layer_name(model):

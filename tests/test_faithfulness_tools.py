@@ -36,10 +36,13 @@ def test_rebuild_gives_the_exported_weights(tmp_path):
     rebuilt = models.rebuild(str(tmp_path / "m"))
     x = np.random.RandomState(0).rand(3, 32, 32, 3).astype(np.float32)
     np.testing.assert_array_equal(rebuilt(x).numpy(), model(x).numpy())
+    keras.utils.set_random_seed(1)
+    narrow = models.build("small_cnn", 10, (32, 32, 3), width=4)
+    models.export(narrow, str(tmp_path / "w"))
+    np.testing.assert_array_equal(models.rebuild(str(tmp_path / "w"))(x).numpy(),
+                                  narrow(x).numpy())  # the recorded width is reused
     with pytest.raises(models.UserError, match="builder options"):
-        keras.utils.set_random_seed(1)
-        models.export(models.build("small_cnn", 10, (32, 32, 3), width=4), str(tmp_path / "w"))
-        models.rebuild(str(tmp_path / "w"))
+        models.rebuild(str(tmp_path / "w"), width=8)
 
 
 def test_evaluate_equals_the_library_and_ignores_grouping(tiny_world, exported):
