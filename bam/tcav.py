@@ -26,6 +26,7 @@ import scipy.stats
 import tensorflow as tf
 
 from models.errors import UserError
+from models.tracing import quiet_retracing
 
 LOGIT = "logit"
 RESNET_STAGES = {"block_layer1": "conv2_block3_out", "block_layer2": "conv3_block4_out",
@@ -89,7 +90,7 @@ class TcavModel:
                     score = tf.reduce_sum(tf.nn.log_softmax(logits)[:, target])
                 return tape.gradient(score, h)
 
-            self._splits[bottleneck] = (activations, gradients)
+            self._splits[bottleneck] = (quiet_retracing(activations), quiet_retracing(gradients))
         return self._splits[bottleneck]
 
     def _batched(self, function, images, *args):
@@ -111,6 +112,7 @@ class TcavModel:
 
 def train_cav(concept, random, seed=0, alpha=0.1):
     """(CAV [D] pointing to the concept, held-out accuracy) from two activation sets."""
+    from sklearn.exceptions import ConvergenceWarning
     from sklearn.linear_model import SGDClassifier
     from sklearn.model_selection import train_test_split
 
@@ -123,7 +125,9 @@ def train_cav(concept, random, seed=0, alpha=0.1):
         features, labels, test_size=0.33, stratify=labels, random_state=seed)
     classifier = SGDClassifier(loss="hinge", penalty="l2", alpha=alpha, max_iter=1000, tol=1e-3,
                                random_state=seed)
-    classifier.fit(train_x, train_y)
+    with warnings.catch_warnings():  # the original's iteration cap; its CAVs stop there too
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        classifier.fit(train_x, train_y)
     return -classifier.coef_[0], float(classifier.score(test_x, test_y))
 
 

@@ -22,6 +22,7 @@ import numpy as np
 import tensorflow as tf
 
 from models.errors import ShapeError, UserError
+from models.tracing import quiet_retracing
 from faithfulness import substrates
 
 OUTPUT_ACTIVATIONS = (None, "softmax")
@@ -157,8 +158,8 @@ class Scorer:
 
     def _function(self, key, build):
         if key not in self._functions:
-            self._functions[key] = tf.function(build(), jit_compile=self.jit_compile,
-                                               reduce_retracing=True)
+            self._functions[key] = quiet_retracing(tf.function(
+                build(), jit_compile=self.jit_compile, reduce_retracing=True))
         return self._functions[key]
 
     # -- public entry points -----------------------------------------------------------------

@@ -21,6 +21,7 @@ import numpy as np
 import tensorflow as tf
 
 from models.errors import ShapeError, UserError
+from models.tracing import quiet_retracing
 from saliency_gen import adapters, methods, names, smooth_cam
 
 _RUNNERS = weakref.WeakKeyDictionary()  # model -> {key: compiled runner}
@@ -117,12 +118,8 @@ class _Runner:
                 return tf.cast(mean_square, tf.float32)
             return tf.cast(tf.maximum(mean_square - tf.square(mean), 0.0), tf.float32)
 
-        self.run = run
-        # One runner (and one trace) per method and model is by design; TensorFlow's "frequent
-        # retracing" warning would fire on every run of more than five methods. Keras silences
-        # it for its own functions the same way.
-        if hasattr(run, "_omit_frequent_tracing_warning"):
-            run._omit_frequent_tracing_warning = True
+        # One runner (and one trace) per method and model is by design.
+        self.run = quiet_retracing(run)
 
 
 def _cached(model, key, build):
