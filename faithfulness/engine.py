@@ -14,7 +14,8 @@ O(steps x image). Masks come in two kinds:
   soft keep mask K `[N, H, W]`.
 
 `end_noise` replaces the end image of every item by U(-1, 1) keyed on (seed, step, image id)
-(IDSDS single deletion's "random" baseline, fresh for each deleted cell).
+(IDSDS single deletion's "random" baseline, fresh for each deleted cell). An `end` of one image
+is shared by all images (a constant substrate such as zeros).
 """
 import os
 
@@ -70,6 +71,12 @@ def output_function(model, output_key=None):
     return call, None
 
 
+def _end_rows(end, image):
+    """Rows of `end` for the items' images: one shared row when `end` has a single image (a
+    constant substrate, never materialised per image)."""
+    return tf.minimum(image, tf.shape(end)[0] - 1)
+
+
 @tf.function(jit_compile=True)
 def _blend_ranked(start, end, image, ranks, low, high, rows, cols, grid_h, grid_w, end_per_item):
     """The perturbed images of a chunk: `end` where the item's cell rank is in [low, high),
@@ -78,7 +85,7 @@ def _blend_ranked(start, end, image, ranks, low, high, rows, cols, grid_h, grid_
     cells = (cell_ranks >= low[:, None]) & (cell_ranks < high[:, None])
     cells = tf.pad(tf.reshape(cells, [-1, grid_h, grid_w]), [[0, 0], [0, 1], [0, 1]])
     mask = tf.gather(tf.gather(cells, rows, axis=1), cols, axis=2)[..., None]
-    last = end if end_per_item else tf.gather(end, image)
+    last = end if end_per_item else tf.gather(end, _end_rows(end, image))
     return tf.where(mask, last, tf.gather(start, image))  # exact: each pixel is one or other
 
 
@@ -92,7 +99,7 @@ def _blend_blocks(start, end, image, ranks, low, high, grid_h, grid_w, end_per_i
     cells = (cell_ranks >= low[:, None]) & (cell_ranks < high[:, None])
     mask = tf.reshape(cells, [count, grid_h, 1, grid_w, 1, 1])
     blocks = [count, grid_h, height // grid_h, grid_w, width // grid_w, channels]
-    last = tf.reshape(end if end_per_item else tf.gather(end, image), blocks)
+    last = tf.reshape(end if end_per_item else tf.gather(end, _end_rows(end, image)), blocks)
     first = tf.reshape(tf.gather(start, image), blocks)
     return tf.reshape(tf.where(mask, last, first), [count, height, width, channels])
 
@@ -102,7 +109,7 @@ def _blend_soft(start, end, keep, image, clean):
     """`start * K + end * (1 - K)` per item, K = 1 for clean items (the reference's formula)."""
     mask = tf.gather(keep, image)[..., None]
     mask = tf.where(clean[:, None, None, None], tf.ones_like(mask), mask)
-    return tf.gather(start, image) * mask + tf.gather(end, image) * (1.0 - mask)
+    return tf.gather(start, image) * mask + tf.gather(end, _end_rows(end, image)) * (1.0 - mask)
 
 
 class Scorer:

@@ -16,6 +16,7 @@ import logging
 from dataclasses import dataclass
 
 import numpy as np
+import tensorflow as tf
 
 from models.errors import UserError
 from faithfulness import engine, inputs, ranking, resample, stats, substrates
@@ -177,8 +178,11 @@ class _CurveMetric(_Metric):
         data = inputs.images(data)
         maps = inputs.maps(explanations, int(data.shape[0]))
         scorer = self.scorer(model)
-        substrate = substrates.substrate(
-            self.data_replace_method if masking_data is None else masking_data, data)
+        replace = self.data_replace_method if masking_data is None else masking_data
+        if not self.inserts and isinstance(replace, str) and replace in ("black", "zeros"):
+            substrate = tf.zeros([1, *data.shape[1:]])  # one image, shared by all (engine)
+        else:
+            substrate = substrates.substrate(replace, data)
         start, end = (substrate, data) if self.inserts else (data, substrate)
         source = start if self.class_source == "start" else data
         classes = self.classes(scorer, source, class_to_explain,

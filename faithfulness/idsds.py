@@ -113,7 +113,7 @@ def single_deletion(model, images, labels=None, attributions=None, *, grid=4,
     labels = _labels(labels, count, scorer)
     ids = _ids(ids, count)
     end = (idsds_baseline_images(images, "blur", blur_kernel, blur_sigma) if baseline == "blur"
-           else tf.zeros_like(images))
+           else tf.zeros([1, *images.shape[1:]]))  # zeros (or noise drawn per item): shared
     cells = grid * grid
     schedule = ranking.bands(np.arange(cells + 1))  # step t deletes cell t - 1 alone
     cell_ranks = np.broadcast_to(np.arange(cells, dtype=np.int32), (count, cells))
@@ -133,7 +133,7 @@ def idsds_baseline_images(images, baseline, blur_kernel=51, blur_sigma=41.0, see
     """The per-image baseline of incremental deletion (and of fine-tuning)."""
     _check_baseline(baseline)
     if baseline == "zeros":
-        return tf.zeros_like(images)
+        return tf.zeros([1, *images.shape[1:]])  # one image, shared by all (see engine)
     if baseline == "blur":
         return substrates.idsds_blur(images, blur_kernel, blur_sigma)
     keys = substrates.noise_keys(seed, _ids(ids, int(images.shape[0])), salt=0x1D5D5)
@@ -205,7 +205,7 @@ def _updated_curves(scorer, images, end, labels, thresholds, explain_fn, transfo
     scores = []
     for needed in thresholds:
         values = inputs.attributions(explain_fn(current.numpy(), labels), count, transform)
-        values = values.reshape(count, -1)
+        values = values.reshape(count, -1).copy()  # never write into the caller's array
         values[deleted] = np.inf if descending else -np.inf
         deleted = ranking.ranks(values, descending) < needed
         mask = tf.constant(deleted.reshape(count, height, width, 1), tf.float32)

@@ -10,12 +10,20 @@ TRANSFORMS = ("raw", "abs", "relu")
 
 def images(data, what="data"):
     """float32 tf.Tensor [N, H, W, C] from a numpy array or tensor (model-input space)."""
-    data = tf.convert_to_tensor(data, tf.float32)
+    if isinstance(data, tf.Tensor):
+        data = tf.cast(data, tf.float32)
+        finite = None
+    else:  # checked on the host, before the copy into a tensor
+        data = np.asarray(data, np.float32)
+        finite = bool(np.isfinite(data).all())
+        data = tf.convert_to_tensor(data)
     if len(data.shape) != 4:
         raise ShapeError(f"{what} has shape {tuple(data.shape)}; expected NHWC [N, H, W, C]")
     if data.shape[0] == 0:
         raise UserError(f"{what} holds no images")
-    if not bool(tf.reduce_all(tf.math.is_finite(data))):
+    if finite is None:
+        finite = bool(tf.reduce_all(tf.math.is_finite(data)))
+    if not finite:
         raise UserError(f"{what} contains NaN or infinite values")
     return data
 
@@ -41,8 +49,13 @@ def attributions(values, count, transform="raw", what="attributions"):
         raise UserError(f"unknown attribution_transform {transform!r}; use one of "
                         f"{', '.join(TRANSFORMS)}")
     values = np.asarray(values, np.float64)
-    if values.ndim == 3:
+    if values.ndim == 4 and values.shape[-1] == 1:
+        values = values[..., 0]
+    if values.ndim == 3:  # one channel: nothing to sum
         values = values[..., None]
+        summed = True
+    else:
+        summed = False
     if values.ndim != 4:
         raise ShapeError(f"{what} have shape {values.shape}; expected [N, H, W] or [N, H, W, C]")
     if len(values) != count:
@@ -52,7 +65,7 @@ def attributions(values, count, transform="raw", what="attributions"):
         values = np.abs(values)
     elif transform == "relu":
         values = np.maximum(values, 0.0)
-    return values.sum(axis=-1)
+    return values[..., 0] if summed else values.sum(axis=-1)
 
 
 def same_size(maps_, data, what="attributions"):
