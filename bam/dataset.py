@@ -16,7 +16,7 @@ from PIL import Image
 
 from models.errors import MissingPathError, UserError
 from models.files import atomic_output
-from models.preprocessing import load_bam_pixels
+from models.preprocessing import input_space, load_bam_pixels
 
 OBJECT_CLASSES = ("backpack", "bird", "dog", "elephant", "kite", "pizza", "stop_sign", "toilet",
                   "truck", "zebra")
@@ -162,6 +162,12 @@ def mask_in_frame(mask, box, frame_size):
 def load_pixels(paths, size=None):
     """uint8 [N, size, size, 3] of the images at `paths`, BAM geometry (PIL bilinear)."""
     return np.stack([load_bam_pixels(path, size) for path in paths])
+
+
+def model_inputs(paths, size, preprocessing):
+    """Model inputs [N, size, size, 3] of the images at `paths` in the input space named by
+    `preprocessing` (BAM geometry, then the model's normalisation)."""
+    return input_space(preprocessing).from_uint8(load_pixels(paths, size))
 
 
 def sorted_files(directory, suffixes=(".jpg", ".jpeg", ".png")):

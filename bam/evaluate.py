@@ -15,7 +15,7 @@ import models
 import saliency_gen
 from bam import dataset, region
 from models.errors import UserError
-from models.preprocessing import INPUT_SPACES, load_bam_pixels
+from models.preprocessing import load_bam_pixels
 
 
 @dataclass
@@ -81,8 +81,7 @@ def score_pair(model, val_set, indices, methods, noise_seed=0, batch_size=64):
     """(predictions [n], {method: g [n]}, {method: constant-map count}) on `indices`."""
     input_size = (model.input_shape[0] if isinstance(model, models.LoadedModel)
                   else model.input_shape[1])
-    pixels = dataset.load_pixels([val_set.paths[i] for i in indices], input_size)
-    images = INPUT_SPACES["caffe_rgb"].from_uint8(pixels)
+    images = dataset.model_inputs([val_set.paths[i] for i in indices], input_size, "caffe_rgb")
     predictions = np.argmax(saliency_gen.predict(model, images, batch_size), axis=1)
     names = [val_set.stems[i] for i in indices]
     frames = region.object_masks([val_set.masks[i] for i in indices],

@@ -18,7 +18,6 @@ import models
 import saliency_gen
 from bam import dataset, evaluate, scores
 from models.errors import UserError
-from models.preprocessing import INPUT_SPACES
 
 KS = tuple(range(1, 10))
 REFERENCE_MODEL = "scene10"
@@ -52,11 +51,6 @@ def correlation(curve, drops):
     return float(np.corrcoef(curve, drops)[0, 1])
 
 
-def _inputs(model, paths):
-    size = model.input_shape[0]
-    return INPUT_SPACES[model.preprocessing].from_uint8(dataset.load_pixels(paths, size))
-
-
 def accuracy_drops(data_dir, model_dir, batch_size=64):
     """[k = 1..9]: scene<k>'s accuracy with the dog minus without, on its dog classes' val
     images (`scene<k>/val` names in D_k; with: scene/val, without: scene_only/val)."""
@@ -75,8 +69,9 @@ def accuracy_drops(data_dir, model_dir, batch_size=64):
         model = models.load(os.path.join(model_dir, f"scene{k}"))
         accuracy = []
         for source in ("scene", "scene_only"):
-            images = _inputs(model, [os.path.join(data_dir, source, "val", name)
-                                     for name, _ in labelled])
+            images = dataset.model_inputs([os.path.join(data_dir, source, "val", name)
+                                           for name, _ in labelled],
+                                          model.input_shape[0], model.preprocessing)
             predicted = np.argmax(saliency_gen.predict(model, images, batch_size), axis=1)
             accuracy.append(float((predicted == labels).mean()))
         drops.append(accuracy[0] - accuracy[1])
@@ -108,13 +103,11 @@ def add_tcav(result, data_dir, model_dir, bottleneck=None, num_random_exp=2, see
     `bottleneck` (default: each model's last block), and its correlation."""
     from bam import run_tcav, tcav
 
+    chosen = bottleneck or tcav.LAST_BLOCK
     scores_by_model = {}
     for k in range(1, 11):
-        name = f"scene{k}"
-        chosen = bottleneck or tcav.default_bottlenecks(
-            models.rebuild(os.path.join(model_dir, name)))[-2]
-        tcav_result = run_tcav.model_tcav(data_dir, model_dir, name, [chosen], num_random_exp,
-                                          seed=seed)
+        tcav_result = run_tcav.model_tcav(data_dir, model_dir, f"scene{k}", [chosen],
+                                          num_random_exp, seed=seed)
         scores_by_model[k] = tcav_result[chosen]["score"]
     curve = [scores_by_model[k] - scores_by_model[10] for k in KS]
     result["curves"]["TCAV"] = curve

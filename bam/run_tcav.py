@@ -22,7 +22,6 @@ import models
 from bam import dataset, tcav
 from models.errors import UserError, run_main
 from models.files import atomic_output
-from models.preprocessing import input_space
 
 TARGET, CONCEPT, COUNTERPART = "dog_bedroom", "dog_scene", "random_counter_part"
 
@@ -42,28 +41,30 @@ def target_class(data_dir, model_name):
     raise UserError(f"{path} has no {TARGET} line")
 
 
-def load_set(data_dir, name, size, space, max_examples, raw=False):
-    """Model inputs [n, size, size, 3] of the first `max_examples` sorted images of a TCAV set."""
+def load_set(data_dir, name, size, preprocessing, max_examples, raw=False):
+    """Model inputs [n, size, size, 3] of the first `max_examples` sorted images of a TCAV set
+    (`raw`: 0-255 RGB, as the original fed them)."""
     folder = os.path.join(data_dir, "tcav", name)
     files = dataset.sorted_files(folder)[:max_examples]
     if not files:
         raise UserError(f"{folder} holds no images")
-    pixels = dataset.load_pixels([os.path.join(folder, f) for f in files], size)
-    return pixels.astype(np.float32) if raw else space.from_uint8(pixels)
+    paths = [os.path.join(folder, f) for f in files]
+    if raw:
+        return dataset.load_pixels(paths, size).astype(np.float32)
+    return dataset.model_inputs(paths, size, preprocessing)
 
 
 def model_tcav(data_dir, model_dir, model_name, bottlenecks=None, num_random_exp=2,
                max_examples=100, seed=0, alpha=0.1, batch_size=64, raw=False):
     """{bottleneck: TcavResult.summary()} of one model."""
     path = os.path.join(model_dir, model_name)
-    loaded = models.load(path)
+    info = models.read_info(path)
     keras_model = models.rebuild(path)
     tcav_model = tcav.TcavModel(keras_model, batch_size)
-    size = loaded.input_shape[0]
-    space = input_space(loaded.preprocessing)
+    size = info["input_shape"][0]
 
     def images(name):
-        return load_set(data_dir, name, size, space, max_examples, raw)
+        return load_set(data_dir, name, size, info["preprocessing"], max_examples, raw)
 
     target, concept, counterpart = images(TARGET), images(CONCEPT), images(COUNTERPART)
     randoms = [images(f"random500_{r}") for r in range(num_random_exp)]

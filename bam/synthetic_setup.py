@@ -31,14 +31,7 @@ def prepare(cache_dir=None, seed=0, epochs=3, log=print):
     if not info["reused"]:
         log(f"built the synthetic world: {info['num_train_images']} train and "
             f"{info['num_val_images']} val images in {info['seconds']:.0f} s")
-    for name in MODELS:
-        exported = os.path.join(model_dir, name)
-        if not (os.path.isfile(os.path.join(model_dir, f"{name}.json")) and
-                os.path.isfile(os.path.join(exported, WEIGHTS_PATH))):
-            # missing, or exported before exports carried Keras weights (needed by TCAV)
-            report = train.train_and_export(data_dir, name, model_dir, epochs=epochs, seed=seed)
-            log(f"trained {name}: val accuracy {report['val_accuracy']:.3f} in "
-                f"{report['train_seconds']:.0f} s")
+    _train_missing(data_dir, model_dir, MODELS, epochs, seed, log)
     if not os.path.isdir(os.path.join(data_dir, "bamboo_forest_patch")):
         result = delta_patch.construct_patches(data_dir,
                                                models.load(os.path.join(model_dir, "scene_only")))
@@ -62,10 +55,16 @@ def prepare_relative(cache_dir=None, seed=0, epochs=3, log=print):
         if not os.path.isfile(os.path.join(root, "dog_classes.txt")):  # written last
             shutil.rmtree(root, ignore_errors=True)
             construction.write_relative_set(layout, k)
-    for name in RELATIVE_MODELS:
+    _train_missing(data_dir, model_dir, RELATIVE_MODELS, epochs, seed, log)
+    return data_dir, model_dir
+
+
+def _train_missing(data_dir, model_dir, names, epochs, seed, log):
+    """Trains and exports each of `names` whose export is missing, or predates exports that
+    carry Keras weights (TCAV rebuilds the models from them)."""
+    for name in names:
         if not (os.path.isfile(os.path.join(model_dir, f"{name}.json")) and
                 os.path.isfile(os.path.join(model_dir, name, WEIGHTS_PATH))):
             report = train.train_and_export(data_dir, name, model_dir, epochs=epochs, seed=seed)
             log(f"trained {name}: val accuracy {report['val_accuracy']:.3f} in "
                 f"{report['train_seconds']:.0f} s")
-    return data_dir, model_dir

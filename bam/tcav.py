@@ -15,8 +15,8 @@ For one bottleneck h of a model and a target class k:
 
 Gradients of every target image are taken once per bottleneck and all CAVs of a bottleneck are
 applied to them as one matrix product. Bottleneck names: Keras layer names, `"logit"` (the
-logits themselves) and the aliases `block_layer1..4` (the end of each ResNet stage; for small_cnn
-the last convolution of each of its three blocks).
+logits themselves), the aliases `block_layer1..4` (the end of each ResNet stage; for small_cnn
+the last convolution of each of its three blocks) and `last_block` (the last of those).
 """
 import warnings
 from dataclasses import dataclass
@@ -29,6 +29,7 @@ from models.errors import UserError
 from models.tracing import quiet_retracing
 
 LOGIT = "logit"
+LAST_BLOCK = "last_block"
 RESNET_STAGES = {"block_layer1": "conv2_block3_out", "block_layer2": "conv3_block4_out",
                  "block_layer3": "conv4_block6_out", "block_layer4": "conv5_block3_out"}
 SMALL_CNN_STAGES = {"block_layer1": "block1_conv2", "block_layer2": "block2_conv2",
@@ -44,7 +45,12 @@ def default_bottlenecks(model):
 
 
 def layer_name(model, bottleneck):
-    """The Keras layer of a bottleneck name or alias."""
+    """The Keras layer of a bottleneck name or alias (`last_block`: the model's last stage)."""
+    if bottleneck == LAST_BLOCK:
+        stages = default_bottlenecks(model)[:-1]
+        if not stages:
+            raise UserError(f"model {model.name!r} has no block_layer stages; name a layer")
+        bottleneck = stages[-1]
     names = {layer.name for layer in model.layers}
     for table in (RESNET_STAGES, SMALL_CNN_STAGES):
         if table.get(bottleneck) in names:

@@ -27,9 +27,10 @@ from absl import flags
 import models
 from models.errors import UserError, run_main
 from models.files import atomic_output
-from models.preprocessing import center_crop, decode_image, input_space
+from models.preprocessing import decode_image, input_space
 from faithfulness import idsds
-from saliency_gen import records
+from roar.data import count_records
+from saliency_gen import generate, records
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,24 +138,17 @@ def training_dataset(files, size, space, recipe, seed, num_train):
 
 
 def evaluation_dataset(files, size, space, batch_size=128):
-    """Batches of (centre-cropped normalised image, label), every record once, in order."""
-    def prepare(_, serialized):
-        parsed = records.parse_image_record(serialized)
-        image = decode_image(parsed["encoded"])
-        image = tf.cond(tf.reduce_all(tf.shape(image)[:2] == [size, size]), lambda: image,
-                        lambda: center_crop(image, crop_size=size))
-        return space.from_pixels(tf.ensure_shape(image, (size, size, 3))), parsed["label"]
-
-    return (records.keyed_records(files).map(prepare, num_parallel_calls=tf.data.AUTOTUNE,
-                                             deterministic=True)
+    """Batches of (centre-cropped normalised image, label), every record once, in order (the
+    generator's image pipeline)."""
+    return (generate.image_pipeline(files, (size, size, 3), space, "auto")
+            .map(lambda key, encoded, label, image, height, width: (image, label))
             .batch(batch_size).prefetch(tf.data.AUTOTUNE))
 
 
 def initial_model(init_model=None, model_name=None, num_classes=None, size=None, weights=None):
     """(Keras model, input space name): an exported zoo model rebuilt, or a zoo architecture."""
     if init_model:
-        loaded = models.load(init_model)
-        return models.rebuild(init_model), loaded.preprocessing
+        return models.rebuild(init_model), models.read_info(init_model)["preprocessing"]
     if not (model_name and num_classes and size):
         raise UserError("pass --init_model, or --model with --num_classes and --image_size")
     options = {"weights": weights} if weights else {}
@@ -172,8 +166,7 @@ def finetune(train_files, eval_files, output_dir, *, init_model=None, model_name
     size = int(base.inputs[0].shape[1])
     classes = int(base.outputs[0].shape[-1])
     space = input_space(space_name)
-    num_train = sum(1 for _ in records.keyed_records(train_files))
-    num_eval = sum(1 for _ in records.keyed_records(eval_files))
+    num_train, num_eval = count_records(train_files), count_records(eval_files)
     if num_train < recipe.batch_size:
         raise UserError(f"{num_train} training images are fewer than one batch of "
                         f"{recipe.batch_size}; lower --batch_size")

@@ -129,15 +129,18 @@ def single_deletion(model, images, labels=None, attributions=None, *, grid=4,
             "drops": drops, "cell_attributions": sums}
 
 
-def idsds_baseline_images(images, baseline, blur_kernel=51, blur_sigma=41.0, seed=0, ids=None):
-    """The per-image baseline of incremental deletion (and of fine-tuning)."""
+def idsds_baseline_images(images, baseline, blur_kernel=51, blur_sigma=41.0, seed=0, ids=None,
+                          salt=0x1D5D5):
+    """The per-image baseline of incremental deletion and of fine-tuning: zeros (one image,
+    shared by all, see engine), the blur, or U(-1, 1) noise keyed on (seed, salt, id). Works
+    inside a tf.data map (ids may be a tensor)."""
     _check_baseline(baseline)
     if baseline == "zeros":
-        return tf.zeros([1, *images.shape[1:]])  # one image, shared by all (see engine)
+        return tf.zeros([1, *images.shape[1:]])
     if baseline == "blur":
         return substrates.idsds_blur(images, blur_kernel, blur_sigma)
-    keys = substrates.noise_keys(seed, _ids(ids, int(images.shape[0])), salt=0x1D5D5)
-    return substrates.uniform_noise(keys, images.shape[1:])
+    ids = tf.range(tf.shape(images)[0], dtype=tf.int64) if ids is None else ids
+    return substrates.uniform_noise(substrates.noise_keys(seed, ids, salt), images.shape[1:])
 
 
 def _warn_if_probabilities(scorer, images):
@@ -237,11 +240,6 @@ def random_cell_deletion(images, *, grid=4, baseline="zeros", p_delete=0.5, seed
     inside = (rows[:, None] < grid) & (cols[None, :] < grid)
     cell_map = tf.where(inside, rows[:, None] * grid + cols[None, :], -1)
     mask = (cell_map[None] == cell[:, None, None]) & delete[:, None, None]
-    if baseline == "zeros":
-        replacement = tf.zeros_like(images)
-    elif baseline == "blur":
-        replacement = substrates.idsds_blur(images, blur_kernel, blur_sigma)
-    else:
-        replacement = substrates.uniform_noise(substrates.noise_keys(seed, ids, salt=0xBA5E),
-                                               images.shape[1:])
+    replacement = idsds_baseline_images(images, baseline, blur_kernel, blur_sigma, seed, ids,
+                                        salt=0xBA5E)
     return tf.where(mask[..., None], replacement, images)

@@ -6,13 +6,13 @@
     loaded = models.load("/tmp/small_cnn")   # loaded(images) -> logits, differentiable
 """
 from models.errors import MissingPathError, RecordError, ShapeError, UserError
-from models.export import LoadedModel, export, load, rebuild, weights_digest
+from models.export import LoadedModel, export, load, read_info, rebuild, weights_digest
 from models.zoo import (FEATURE_LAYER, REGISTRY, build, feature_layer_name,
                         features_and_logits_model, spec)
 
 __all__ = [
     "FEATURE_LAYER", "REGISTRY", "LoadedModel", "MissingPathError", "RecordError", "ShapeError",
     "UserError", "build", "export", "feature_layer_name", "features_and_logits_model", "load",
-    "rebuild",
+    "read_info", "rebuild",
     "spec", "weights_digest",
 ]

@@ -125,23 +125,37 @@ def export(model, path, *, preprocessing=None, feature_layer=None, model_id=None
     return info
 
 
+def read_info(path):
+    """The `model_info.json` of an export at `path` (checked to be one), without loading it."""
+    path = os.fspath(path)
+    if not os.path.isdir(path):
+        raise MissingPathError(f"model directory {path} does not exist; export a model there "
+                               "with models.export or pass the right --model_path")
+    info_file = os.path.join(path, INFO_PATH)
+    if not os.path.isfile(os.path.join(path, "saved_model.pb")) or not os.path.isfile(info_file):
+        raise UserError(f"{path} is not a model exported by models.export (no saved_model.pb "
+                        f"or {INFO_PATH}); re-export it")
+    with open(info_file, encoding="utf-8") as handle:
+        return json.load(handle)
+
+
 def rebuild(path, **options):
     """The trainable Keras model of an export of a zoo model: `models.build` of the recorded
     name, shape, classes and builder options (`options` override them), with the exported
-    weights."""
-    loaded = LoadedModel(path)
-    weights = os.path.join(loaded.path, WEIGHTS_PATH)
-    if loaded.name not in zoo.REGISTRY or not os.path.isfile(weights):
+    weights. Reads only the info and weights files, not the SavedModel."""
+    info = read_info(path)
+    weights = os.path.join(os.fspath(path), WEIGHTS_PATH)
+    if info["name"] not in zoo.REGISTRY or not os.path.isfile(weights):
         raise UserError(f"{path} holds no Keras weights of a zoo model (exports of zoo models "
                         "made before this version lack them); re-export it")
-    options = {**loaded.info.get("build_options", {}), **options}
-    model = zoo.build(loaded.name, loaded.num_classes, loaded.input_shape, **options)
+    options = {**info.get("build_options", {}), **options}
+    model = zoo.build(info["name"], info["num_classes"], tuple(info["input_shape"]), **options)
     try:
         with warnings.catch_warnings():  # Keras notes an empty tracking container; harmless
             warnings.filterwarnings("ignore", message="Skipping nested container")
             model.load_weights(weights)
     except ValueError as error:
-        raise UserError(f"the weights of {path} do not fit a default {loaded.name} "
+        raise UserError(f"the weights of {path} do not fit a default {info['name']} "
                         f"({str(error).splitlines()[0]}); pass its builder options") from None
     return model
 
@@ -154,17 +168,8 @@ class LoadedModel:
     """
 
     def __init__(self, path):
-        path = os.fspath(path)
-        if not os.path.isdir(path):
-            raise MissingPathError(f"model directory {path} does not exist; export a model there "
-                                   "with models.export or pass the right --model_path")
-        info_file = os.path.join(path, INFO_PATH)
-        if not os.path.isfile(os.path.join(path, "saved_model.pb")) or not os.path.isfile(info_file):
-            raise UserError(f"{path} is not a model exported by models.export (no saved_model.pb "
-                            f"or {INFO_PATH}); re-export it")
-        with open(info_file, encoding="utf-8") as handle:
-            self.info = json.load(handle)
-        self.path = path
+        self.info = read_info(path)
+        path = self.path = os.fspath(path)
         self.name = self.info["name"]
         self.model_id = self.info["model_id"]
         self.input_shape = tuple(self.info["input_shape"])
