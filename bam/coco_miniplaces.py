@@ -34,7 +34,7 @@ from PIL import Image
 from bam import compositing, construction, dataset
 from bam.dataset import OBJECT_CLASSES, SCENE_CLASSES
 from models.errors import MissingPathError, UserError
-from models.files import atomic_output
+from models.files import write_json
 
 FORMAT = "bam-coco-miniplaces/v1"
 SCENE_SIZE = 128
@@ -162,7 +162,7 @@ def extract_class(coco, images_dir, obj, output_dir, count, num_train, progress=
                         for _, info, ann in accepted[num_train:]])
     report = {"coco_name": COCO_NAMES[obj], "category_id": int(cat_id),
               "accepted": len(accepted), "skipped": {r: skipped[r] for r in SKIP_REASONS}}
-    _write_json(os.path.join(output_dir, "extraction.json"), report)
+    write_json(os.path.join(output_dir, "extraction.json"), report, indent=2, sort_keys=True)
     return report
 
 
@@ -203,10 +203,6 @@ def load_scene(path):
 # The staged build.
 
 
-def _write_json(path, value):
-    with atomic_output(path) as temporary:
-        with open(temporary, "w", encoding="utf-8") as handle:
-            json.dump(value, handle, indent=2, sort_keys=True)
 
 
 def _read_json(path):
@@ -296,7 +292,7 @@ def build_dataset(coco_dir, miniplaces_dir, output_dir="data", seed=0, images_pe
     scenes = scene_files(miniplaces_dir, images_per_class)
     started = time.time()
     os.makedirs(staging, exist_ok=True)
-    _write_json(layout("config.json"), config)
+    write_json(layout("config.json"), config, indent=2, sort_keys=True)
     stages = _Stages(layout)
     report = progress or (lambda stage, done, total: None)
 
@@ -353,6 +349,6 @@ def build_dataset(coco_dir, miniplaces_dir, output_dir="data", seed=0, images_pe
         if os.path.exists(source):
             os.makedirs(os.path.dirname(target), exist_ok=True)
             os.replace(source, target)
-    _write_json(info_path, info)
+    write_json(info_path, info, indent=2, sort_keys=True)
     shutil.rmtree(staging)
     return dict(info, reused=False, seconds=time.time() - started)

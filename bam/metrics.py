@@ -17,7 +17,6 @@ the built-in synthetic world, building it and training its models once into a ca
 names.
 """
 import csv
-import json
 import os
 import time
 
@@ -26,8 +25,8 @@ from tqdm import tqdm
 
 import models
 from bam import evaluate, rmcs, scores, synthetic_setup
-from models.errors import UserError, run_main
-from models.files import atomic_output
+from models.errors import UserError, require_both_or_neither, run_main
+from models.files import atomic_output, write_json
 
 FLAGS = flags.FLAGS
 
@@ -125,9 +124,7 @@ def _write_outputs(path, results, relative=None):
               for metric, rows in results.items()}
     if relative is not None:
         values["RMCS"] = relative
-    with atomic_output(path) as temporary:
-        with open(temporary, "w", encoding="utf-8") as handle:
-            json.dump(values, handle, indent=2)
+    write_json(path, values, indent=2)
     csv_path = os.path.splitext(path)[0] + ".csv"
     with atomic_output(csv_path) as temporary:
         with open(temporary, "w", newline="", encoding="utf-8") as handle:
@@ -175,12 +172,12 @@ def main(argv):
             saved = evaluate.available_maps(FLAGS.maps_dir, f"{m1}-{d1}")
             methods = [m for m in scores.METHODS if m in saved] + [
                 m for m in saved if m not in scores.METHODS]
-    elif (data_dir is None) != (model_dir is None):
-        raise UserError("pass both --data_dir and --model_dir, or neither (synthetic world)")
-    elif data_dir is None:
-        setup = (synthetic_setup.prepare_relative if "RMCS" in FLAGS.metrics
-                 else synthetic_setup.prepare)
-        data_dir, model_dir = setup(FLAGS.cache_dir, epochs=FLAGS.epochs)
+    else:
+        require_both_or_neither(("data_dir", data_dir), ("model_dir", model_dir))
+        if data_dir is None:
+            setup = (synthetic_setup.prepare_relative if "RMCS" in FLAGS.metrics
+                     else synthetic_setup.prepare)
+            data_dir, model_dir = setup(FLAGS.cache_dir, epochs=FLAGS.epochs)
     pair_metrics = [m for m in FLAGS.metrics if m != "RMCS"]
     relative = None
     if "RMCS" in FLAGS.metrics and (FLAGS.maps_dir or attr_dir is not None):

@@ -12,7 +12,6 @@ and writes JSON `{"<bottleneck>": {"score", "std", "p_value", ...}}` (one model)
 are given, the TCAV model contrast (obj score - scene score per bottleneck) is computed here.
 Without `--data_dir` / `--model_dir` it uses the built-in synthetic world and its models.
 """
-import json
 import os
 
 import numpy as np
@@ -20,8 +19,8 @@ from absl import flags
 
 import models
 from bam import dataset, tcav
-from models.errors import UserError, run_main
-from models.files import atomic_output
+from models.errors import UserError, require_both_or_neither, run_main
+from models.files import write_json
 
 TARGET, CONCEPT, COUNTERPART = "dog_bedroom", "dog_scene", "random_counter_part"
 
@@ -109,8 +108,7 @@ def define_flags():
 def main(argv):
     del argv
     f = flags.FLAGS
-    if (f.data_dir is None) != (f.model_dir is None):
-        raise UserError("pass both --data_dir and --model_dir, or neither (synthetic world)")
+    require_both_or_neither(("data_dir", f.data_dir), ("model_dir", f.model_dir))
     data_dir, model_dir = f.data_dir, f.model_dir
     if data_dir is None:
         from bam import synthetic_setup
@@ -127,9 +125,7 @@ def main(argv):
         print("TCAV model contrast (obj - scene): " + ", ".join(
             f"{name} {value:+.3f}" for name, value in report["tcav_mcs"].items()))
     output = f.output or f"tcav_{'_'.join(f.model)}.json"
-    with atomic_output(output) as temporary:
-        with open(temporary, "w", encoding="utf-8") as handle:
-            json.dump(report[f.model[0]] if len(report) == 1 else report, handle, indent=1)
+    write_json(output, report[f.model[0]] if len(report) == 1 else report, indent=1)
     print(f"wrote {output}")
 
 

@@ -31,7 +31,7 @@ from absl import flags
 import models
 from bam import dataset
 from models.errors import UserError, run_main
-from models.files import atomic_output
+from models.files import write_json
 from models.preprocessing import INPUT_SPACES, load_bam_pixels
 
 PRESETS = {
@@ -226,9 +226,7 @@ def train_and_export(data_dir, dataset_name, model_dir, **options):
     path = os.path.join(model_dir, dataset_name)
     info = models.export(model, path, preprocessing="caffe_rgb", extra=report, overwrite=True)
     report = dict(report, model_path=path, model_id=info["model_id"])
-    with atomic_output(os.path.join(model_dir, f"{dataset_name}.json")) as temporary:
-        with open(temporary, "w", encoding="utf-8") as handle:
-            json.dump(report, handle, indent=2, sort_keys=True)
+    write_json(os.path.join(model_dir, f"{dataset_name}.json"), report, indent=2, sort_keys=True)
     shutil.rmtree(backup_dir, ignore_errors=True)
     return report
 

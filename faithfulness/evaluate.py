@@ -13,7 +13,6 @@ and writes JSON (means, excluded counts, per-image values). Without `--model_pat
 once and cached, as for `roar.train`).
 """
 import dataclasses
-import json
 import os
 import sys
 import time
@@ -23,8 +22,8 @@ import tensorflow as tf
 from absl import flags
 
 import models
-from models.errors import UserError, run_main
-from models.files import atomic_output
+from models.errors import UserError, require_both_or_neither, run_main
+from models.files import write_json
 from models.preprocessing import input_space
 from faithfulness import engine, gomez, idsds, inputs, stats
 from saliency_gen import engine as saliency_engine
@@ -228,8 +227,7 @@ def main(argv):
 
     del argv
     f = flags.FLAGS
-    if (f.model_path is None) != (f.input_pattern is None):
-        raise UserError("pass both --model_path and --input_pattern, or neither (synthetic world)")
+    require_both_or_neither(("model_path", f.model_path), ("input_pattern", f.input_pattern))
     if f.model_path is None:
         from roar import synthetic_setup
 
@@ -255,9 +253,7 @@ def main(argv):
               "model_id": loaded.model_id, "input_pattern": pattern, "n_images": len(images),
               "options": dataclasses.asdict(options), "seconds": seconds, "results": results}
     os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
-    with atomic_output(output) as temporary:
-        with open(temporary, "w", encoding="utf-8") as handle:
-            json.dump(report, handle, indent=1)
+    write_json(output, report, indent=1)
     print(f"wrote {output} ({seconds:.0f} s)")
 
 

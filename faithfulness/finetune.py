@@ -26,7 +26,7 @@ from absl import flags
 
 import models
 from models.errors import UserError, run_main
-from models.files import atomic_output
+from models.files import atomic_output, write_json
 from models.preprocessing import decode_image, input_space
 from faithfulness import idsds
 from roar.data import count_records
@@ -93,9 +93,7 @@ class BestWeights(keras.callbacks.Callback):
                 self.model.save_weights(temporary + ".weights.h5")
                 os.replace(temporary + ".weights.h5", temporary)
         history[epoch] = accuracy
-        with atomic_output(self.log_path) as temporary:
-            with open(temporary, "w", encoding="utf-8") as handle:
-                json.dump(history, handle)
+        write_json(self.log_path, history)
 
 
 def random_resized_crop(image, size, key, area=(0.08, 1.0), ratio=(3 / 4, 4 / 3)):
@@ -202,9 +200,7 @@ def finetune(train_files, eval_files, output_dir, *, init_model=None, model_name
               "seconds": time.time() - started, "model_id": info["model_id"],
               "init_model": init_model, "model": base.name, "seed": seed,
               "recipe": dataclasses.asdict(recipe)}
-    with atomic_output(os.path.join(output_dir, "metrics.json")) as temporary:
-        with open(temporary, "w", encoding="utf-8") as handle:
-            json.dump(result, handle, indent=2, sort_keys=True)
+    write_json(os.path.join(output_dir, "metrics.json"), result, indent=2, sort_keys=True)
     shutil.rmtree(os.path.join(output_dir, "backup"), ignore_errors=True)
     for finished in (keeper.weights_path, keeper.log_path):  # a later run starts afresh
         os.remove(finished)

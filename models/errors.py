@@ -23,6 +23,15 @@ class RecordError(UserError):
     """A TFRecord file or record is corrupt or does not follow the expected schema."""
 
 
+def require_both_or_neither(first, second):
+    """Raises unless two (flag name, value) pairs are both given or both left out (None): the
+    binaries use their real-data paths together, or neither for the synthetic world."""
+    (first_name, first_value), (second_name, second_value) = first, second
+    if (first_value is None) != (second_value is None):
+        raise UserError(f"pass both --{first_name} and --{second_name}, or neither (synthetic "
+                        "world)")
+
+
 def run_main(main):
     """Runs an absl `main(argv)`, printing a `UserError` as one line and exiting with status 2.
 

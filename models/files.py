@@ -1,5 +1,6 @@
 """Writing outputs so that an interrupted job never leaves a file that looks finished."""
 import contextlib
+import json
 import os
 import shutil
 
@@ -29,6 +30,14 @@ def atomic_output(path):
     if os.path.isdir(temporary) and os.path.isdir(path):
         shutil.rmtree(path)
     os.replace(temporary, path)
+
+
+def write_json(path, value, **dump_options):
+    """Writes `value` as JSON to `path` through `atomic_output`; `dump_options` go to json.dump
+    (indent, sort_keys)."""
+    with atomic_output(path) as temporary:
+        with open(temporary, "w", encoding="utf-8") as handle:
+            json.dump(value, handle, **dump_options)
 
 
 def _remove(path):

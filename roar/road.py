@@ -11,7 +11,6 @@ accuracy against the labels and the mean softmax probability of the true class, 
 JSON / CSV / Markdown file and a PNG plot.
 """
 import dataclasses
-import json
 import os
 
 import numpy as np
@@ -20,7 +19,7 @@ from absl import flags
 
 import models
 from models.errors import UserError, run_main
-from models.files import atomic_output
+from models.files import write_json
 from roar import data, reporting
 
 ORDERS = ("morf", "lerf")
@@ -111,13 +110,9 @@ def main(argv):
                             ["method", "order", "p", "fraction_removed", "mean ± sd", "n"],
                             "fraction_removed", ["method", "order"], "accuracy",
                             "ROAD: accuracy of the clean model on imputed images")
-    with atomic_output(f.output + ".json") as temporary:
-        with open(temporary, "w", encoding="utf-8") as handle:
-            json.dump({"rows": rows, "flags": {name: getattr(f, name) for name in
-                                               ("ckpt_path", "data_dir", "saliency_method",
-                                                "ranking", "squared_value", "tie_break",
-                                                "fill", "road_noise", "seed")}},
-                      handle, indent=2)
+    write_json(f.output + ".json", {"rows": rows, "flags": {name: getattr(f, name) for name in (
+        "ckpt_path", "data_dir", "saliency_method", "ranking", "squared_value", "tie_break",
+        "fill", "road_noise", "seed")}}, indent=2)
     print(f"wrote {f.output}.json, .csv, .md and .png")
 
 

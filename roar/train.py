@@ -13,7 +13,6 @@ logs to TensorBoard, shows Keras' progress bar with ETA, evaluates on every test
 `metrics.json` (top-1, top-5, number of test images, all flags) beside the exported model.
 """
 import dataclasses
-import json
 import math
 import os
 import shutil
@@ -25,7 +24,7 @@ from absl import flags
 
 import models
 from models.errors import UserError, run_main
-from models.files import atomic_output
+from models.files import write_json
 from roar import data
 
 STRATEGIES = ("default", "mirrored", "multi_worker", "tpu")
@@ -160,9 +159,7 @@ def train_and_evaluate(train_data, eval_data, *, num_classes, num_train, num_eva
               "train_seconds": train_seconds, "model_id": info["model_id"],
               "model": model_name, "seed": seed, "recipe": dataclasses.asdict(recipe),
               "flags": flags_record or {}}
-    with atomic_output(os.path.join(output_dir, "metrics.json")) as temporary:
-        with open(temporary, "w", encoding="utf-8") as handle:
-            json.dump(result, handle, indent=2, sort_keys=True)
+    write_json(os.path.join(output_dir, "metrics.json"), result, indent=2, sort_keys=True)
     shutil.rmtree(backup, ignore_errors=True)
     return result
 

@@ -154,7 +154,8 @@ def main(argv):
 
 
 def measure(widths):
-    """[(metric, images, forward passes, ours s, ceiling s, reference s or None)]."""
+    """[(metric, images, forward passes, ours s, ceiling s, reference s, torch forward s)], the
+    last two None without torch and the reference package."""
     size, batch_size = FLAGS.size, FLAGS.batch_size
     model = keras_model(size, widths)
     rng = np.random.RandomState(0)
@@ -209,9 +210,9 @@ def measure(widths):
                                           torch_attributions[i:i + 64], 4)
                 for i in range(0, count, 64)])
 
-        ours = faithfulness.single_deletion(scorer, tf_data, labels, attributions)["rho"]
+        our_rho = faithfulness.single_deletion(scorer, tf_data, labels, attributions)["rho"]
         print(f"single deletion, widths {widths}: largest |rho ours - rho IDSDS-structured "
-              f"peer| = {np.nanmax(np.abs(ours - reference_run())):.1e}")
+              f"peer| = {np.nanmax(np.abs(our_rho - reference_run())):.1e}")
     timed("single deletion", count, count * 17,
           lambda: faithfulness.single_deletion(scorer, tf_data, labels, attributions),
           reference_run)

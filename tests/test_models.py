@@ -181,3 +181,12 @@ def test_export_is_atomic(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         models.export(model, tmp_path / "m")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_paths_come_both_or_neither():
+    from models.errors import UserError, require_both_or_neither
+
+    require_both_or_neither(("data_dir", None), ("model_dir", None))  # the synthetic world
+    require_both_or_neither(("data_dir", "d"), ("model_dir", "m"))
+    with pytest.raises(UserError, match=r"pass both --model_path and --input_pattern, or neither"):
+        require_both_or_neither(("model_path", "m"), ("input_pattern", None))
