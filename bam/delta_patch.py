@@ -26,8 +26,7 @@ from bam.evaluate import load_val_set
 from models.errors import UserError
 from models.files import atomic_output
 from models.preprocessing import BAM_RGB_MEAN, INPUT_SPACES
-from saliency_gen import adapters
-from saliency_gen.engine import predict
+from models.adapter import adapt
 
 LOW, HIGH = -103.94, 131.32
 
@@ -64,7 +63,7 @@ def to_uint8(images):
 def construct_patches(data_dir, model, *, num_steps=300, step_size=500.0, alpha=0.01,
                       beta=0.01, batch_size=None, output_name="bamboo_forest_patch"):
     """Builds `<data_dir>/<output_name>` from bamboo_forest with `model` (scene_only)."""
-    adapter = adapters.adapt(model)
+    adapter = adapt(model)
     input_size = adapter.input_shape[0]
     source = load_val_set(data_dir, "bamboo_forest")
     space = INPUT_SPACES["caffe_rgb"]
@@ -86,8 +85,8 @@ def construct_patches(data_dir, model, *, num_steps=300, step_size=500.0, alpha=
     patched = x + delta
     pixels = to_uint8(patched)
 
-    clean_logits, patched_logits = predict(adapter, x), predict(adapter, patched)
-    reloaded_logits = predict(adapter, space.from_uint8(pixels))
+    clean_logits, patched_logits = adapter.predict(x), adapter.predict(patched)
+    reloaded_logits = adapter.predict(space.from_uint8(pixels))
     names = [f"{stem}.png" for stem in stems]
     root = os.path.join(data_dir, output_name)
     with atomic_output(root) as temporary:

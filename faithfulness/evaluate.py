@@ -25,7 +25,8 @@ import models
 from models.errors import UserError, require_both_or_neither, run_main
 from models.files import write_json
 from models.preprocessing import input_space
-from faithfulness import engine, gomez, idsds, inputs, stats
+from faithfulness import gomez, idsds, inputs, stats
+from faithfulness import scorer as scoring
 from saliency_gen import engine as saliency_engine
 from saliency_gen import generate, records
 
@@ -106,7 +107,7 @@ def _scorer_or_metric(loaded, protocol, options):
     if protocol in ("single_deletion", "incremental_deletion"):
         activation = "softmax" if protocol == "incremental_deletion" else _activation(
             options, protocol)
-        return engine.Scorer(loaded, activation, options.batch_size)
+        return scoring.Scorer(loaded, activation, options.batch_size)
     return _gomez_metric(protocol, options)
 
 

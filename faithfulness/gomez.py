@@ -19,7 +19,8 @@ import numpy as np
 import tensorflow as tf
 
 from models.errors import UserError
-from faithfulness import engine, inputs, ranking, resample, stats, substrates
+from faithfulness import inputs, ranking, resample, stats, substrates
+from faithfulness import scorer as scoring
 
 MODES = ("paper", "reference")
 CLASS_SOURCES = ("original", "start")
@@ -27,7 +28,7 @@ log = logging.getLogger(__name__)
 
 
 class _Metric:
-    """Holds the options shared by every metric and one `engine.Scorer` per model."""
+    """Holds the options shared by every metric and one `scoring.Scorer` per model."""
 
     def __init__(self, batch_size, output_activation, nan_policy, jit_compile):
         if nan_policy not in stats.NAN_POLICIES:
@@ -42,7 +43,7 @@ class _Metric:
     def scorer(self, model):
         """The scorer of `model`, kept between calls so that its traced functions are reused."""
         if self._scorer is None or self._scorer.model is not model:
-            self._scorer = engine.Scorer(model, self.output_activation, self.batch_size,
+            self._scorer = scoring.Scorer(model, self.output_activation, self.batch_size,
                                          self.jit_compile)
         return self._scorer
 
@@ -180,7 +181,7 @@ class _CurveMetric(_Metric):
         scorer = self.scorer(model)
         replace = self.data_replace_method if masking_data is None else masking_data
         if not self.inserts and isinstance(replace, str) and replace in ("black", "zeros"):
-            substrate = tf.zeros([1, *data.shape[1:]])  # one image, shared by all (engine)
+            substrate = tf.zeros([1, *data.shape[1:]])  # one image, shared by all (scorer)
         else:
             substrate = substrates.substrate(replace, data)
         start, end = (substrate, data) if self.inserts else (data, substrate)

@@ -18,7 +18,8 @@ import numpy as np
 import tensorflow as tf
 
 from models.errors import ShapeError, UserError
-from faithfulness import engine, inputs, ranking, resample, stats, substrates
+from faithfulness import inputs, ranking, resample, stats, substrates
+from faithfulness import scorer as scoring
 
 BASELINES = ("zeros", "blur", "random")
 ORDERS = ("ascending", "descending")
@@ -45,9 +46,9 @@ def _ids(ids, count):
 
 
 def _prepared_scorer(model, output_activation, batch_size, images):
-    """`model` itself if it is an `engine.Scorer` (its traced functions are reused), else a new
+    """`model` itself if it is a `scoring.Scorer` (its traced functions are reused), else a new
     scorer; probed on one image."""
-    scorer = model if isinstance(model, engine.Scorer) else engine.Scorer(
+    scorer = model if isinstance(model, scoring.Scorer) else scoring.Scorer(
         model, output_activation, batch_size)
     scorer.probe(images)
     return scorer
@@ -86,7 +87,7 @@ def single_deletion(model, images, labels=None, attributions=None, *, grid=4,
                    output_activation=output_activation, batch_size=batch_size, seed=seed,
                    blur_kernel=blur_kernel, blur_sigma=blur_sigma)
     if isinstance(images, tf.data.Dataset):
-        scorer = model if isinstance(model, engine.Scorer) else engine.Scorer(
+        scorer = model if isinstance(model, scoring.Scorer) else scoring.Scorer(
             model, output_activation, batch_size)
         parts, seen = [], 0
         for batch_images, batch_labels, batch_maps in images:  # batches of many images
@@ -132,7 +133,7 @@ def single_deletion(model, images, labels=None, attributions=None, *, grid=4,
 def idsds_baseline_images(images, baseline, blur_kernel=51, blur_sigma=41.0, seed=0, ids=None,
                           salt=0x1D5D5):
     """The per-image baseline of incremental deletion and of fine-tuning: zeros (one image,
-    shared by all, see engine), the blur, or U(-1, 1) noise keyed on (seed, salt, id). Works
+    shared by all, see the scorer), the blur, or U(-1, 1) noise keyed on (seed, salt, id). Works
     inside a tf.data map (ids may be a tensor)."""
     _check_baseline(baseline)
     if baseline == "zeros":
@@ -166,12 +167,12 @@ def incremental_deletion(model, images, labels, attributions=None, *, explain_fn
         raise UserError(f"unknown --id_order {order!r}; use one of {', '.join(ORDERS)}")
     images = inputs.images(images, "images")
     count, height, width, _ = images.shape
-    if isinstance(model, engine.Scorer):
+    if isinstance(model, scoring.Scorer):
         if model.output_activation != "softmax":
             raise UserError("incremental deletion scores softmax probabilities; pass a Scorer "
                             "with output_activation='softmax' or the model itself")
     else:
-        _warn_if_probabilities(engine.Scorer(model, None, batch_size), images)
+        _warn_if_probabilities(scoring.Scorer(model, None, batch_size), images)
     scorer = _prepared_scorer(model, "softmax", batch_size, images)
     labels = _labels(labels, count, scorer)
     ids = _ids(ids, count)

@@ -1,8 +1,11 @@
-"""Every method name the benchmarks use, resolved to one `MethodSpec` (saliency_methods.md §3).
+"""Every method name the benchmarks use, resolved to one `MethodSpec` (docs/saliency.md,
+"Naming schemes").
 
 Accepted forms:
 
-* a base method: `gradient`, `integrated_gradients`, `grad_cam`, ... (`methods.BASE_METHODS`);
+* a base method: `gradient`, `integrated_gradients`, `grad_cam`, ... (`builtin_bases()`), a
+  method registered with `saliency_gen.register_method`, or "package.module:function"
+  (imported on first use, `saliency_gen.plugins`);
 * a noise wrapper over any base: `smoothgrad(gradient)`, `smoothgrad_sq(integrated_gradients)`,
   `vargrad(guided_backprop)`;
 * a scheme name with its prefix: ROAR generator codes and record keys (`roar:IG_SG_2`,
@@ -11,7 +14,8 @@ Accepted forms:
   noise, CAM normalisation, preprocessing); keyword parameters override them.
 """
 from models.errors import UserError
-from saliency_gen.methods import BASE_METHODS, UNWRAPPABLE, WRAPPERS, make_spec
+from saliency_gen import methods, noise, plugins, units
+from saliency_gen.spec import MethodSpec, make_spec
 
 # ROAR (saliency_data_gen): logits, J = 25, spread 0.15, IG 25 pair_linspace, black baseline.
 _ROAR_IG = {"baseline": "black"}
@@ -75,10 +79,17 @@ IDSDS = {  # name: (base, wrapper, params)
 IDSDS_ABS = ("IxG", "IxG-SG", "IG", "IG-U", "IG-SG", "IG-SG-SQ", "RISE", "RISE-U")
 
 
+def builtin_bases():
+    """The names of the built-in base methods, in registration order."""
+    return tuple(name for name, unit in units.REGISTRY.items()
+                 if type(unit).__module__.startswith(methods.__name__))
+
+
 def _all_names():
-    listed = list(BASE_METHODS)
-    listed += [f"{wrapper}({base})" for wrapper in WRAPPERS for base in BASE_METHODS
-               if base not in UNWRAPPABLE]
+    bases = builtin_bases()
+    listed = list(bases)
+    listed += [f"{wrapper}({base})" for wrapper in noise.WRAPPERS for base in bases
+               if units.unit(base).wrappable]
     listed += [f"roar:{code}" for code in ROAR] + [f"roar:{key}" for key, *_ in ROAR.values()]
     listed += [f"bam:{name}" for name in BAM] + list(PRODUCTS)
     listed += [f"idsds:{name}" for name in IDSDS] + [f"idsds:{name} abs" for name in IDSDS_ABS]
@@ -86,6 +97,13 @@ def _all_names():
 
 
 METHODS = _all_names()
+
+
+def method_names():
+    """Every accepted name now: `METHODS` plus the registered user methods."""
+    return METHODS + tuple(name for name in units.REGISTRY if name not in METHODS
+                           and not type(units.REGISTRY[name]).__module__.startswith(
+                               methods.__name__))
 
 
 def roar_code(name):
@@ -123,34 +141,47 @@ def _scheme_entry(scheme, name, params):
             raise UserError(f"unknown IDSDS method {name!r}; names: {', '.join(IDSDS)}")
         base, wrapper, defaults = IDSDS[name]
         return base, wrapper, dict(defaults), {"transform": transform, "reduce": "sum"}
-    raise UserError(f"unknown naming scheme {scheme!r}; use roar:, bam: or idsds:")
 
 
-def resolve(method, **params):
+def is_scheme_name(method: str) -> bool:
+    """Is `method` a naming-scheme name (`roar:...`, `bam:...`, `idsds:...`)?"""
+    return ":" in method and method.split(":", 1)[0].lower() in plugins.SCHEMES
+
+
+def _base_name(name: str) -> str:
+    """A base method's registered name; "package.module:function" is imported on first use."""
+    if units.unit(name) is None and ":" in name:
+        return plugins.load(name)
+    if units.unit(name) is None:
+        raise UserError(f"unknown method {name!r}; use a base method "
+                        f"({', '.join(builtin_bases())}), wrapper(base), a scheme name "
+                        "(roar:IG_SG_2, bam:GC, idsds:IG-U), a registered method or "
+                        "'package.module:function'; saliency_gen.METHODS lists the built-ins")
+    return name
+
+
+def resolve(method: str, **params) -> MethodSpec:
     """The `MethodSpec` for a method name (see the module docstring) and parameter overrides.
 
     Besides method parameters, `params` may hold `transform`, `reduce` and `times_input`.
-    Scheme names also carry a `preprocessing` (returned as `spec_preprocessing(method)`).
+    Scheme names also carry a `preprocessing` (returned as `scheme_preprocessing(method)`).
     """
     if not isinstance(method, str) or not method:
         raise UserError(f"method must be a name; got {method!r}")
     params = dict(params)
     extras = {}
-    if ":" in method:
+    if "(" in method and method.endswith(")"):
+        wrapper, base = method[:-1].split("(", 1)
+        if wrapper not in noise.WRAPPERS:
+            raise UserError(f"unknown noise wrapper {wrapper!r} in {method!r}; choose one of "
+                            f"{', '.join(noise.WRAPPERS)}")
+        base = _base_name(base)
+    elif is_scheme_name(method):
         scheme, name = method.split(":", 1)
         base, wrapper, defaults, extras = _scheme_entry(scheme.lower(), name, params)
         params = dict(defaults, **params)
-    elif "(" in method and method.endswith(")"):
-        wrapper, base = method[:-1].split("(", 1)
-        if wrapper not in WRAPPERS:
-            raise UserError(f"unknown noise wrapper {wrapper!r} in {method!r}; choose one of "
-                            f"{', '.join(WRAPPERS)}")
     else:
-        base, wrapper = method, None
-        if base not in BASE_METHODS:
-            raise UserError(f"unknown method {method!r}; use a base method "
-                            f"({', '.join(BASE_METHODS)}), wrapper(base) or a scheme name "
-                            "(roar:IG_SG_2, bam:GC, idsds:IG-U); saliency_gen.METHODS lists all")
+        base, wrapper = _base_name(method), None
     post = {key: params.pop(key, extras.get(key, default)) for key, default in
             (("transform", "raw"), ("reduce", "none"), ("times_input", False))}
     return make_spec(base, wrapper, **post, **params)

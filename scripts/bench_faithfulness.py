@@ -196,7 +196,7 @@ def measure(widths):
     data = rng.randn(count, size, size, 3).astype(np.float32)
     attributions = rng.rand(count, size, size)
     labels = rng.randint(0, CLASSES, count)
-    scorer = faithfulness.engine.Scorer(model, None, batch_size)
+    scorer = faithfulness.scorer.Scorer(model, None, batch_size)
     tf_data = tf.constant(data)
     reference_run = None
     if twin is not None:

@@ -7,7 +7,7 @@ import tensorflow as tf
 import keras
 import models
 import saliency_gen
-from saliency_gen import methods, rise
+from saliency_gen.methods import integrated_gradients, rise
 
 SHAPE = (8, 8, 3)
 RNG = np.random.default_rng(0)
@@ -54,7 +54,7 @@ def test_linear_gradient_and_grad_x_input(linear):
                                w, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("rule", methods.IG_RULES)
+@pytest.mark.parametrize("rule", integrated_gradients.RULES)
 def test_linear_ig_is_exact_for_every_rule(linear, rule):
     model, w, images, targets = linear
     baseline = RNG.normal(0, 1, SHAPE).astype(np.float32)

@@ -5,7 +5,7 @@ import pytest
 import keras
 import models
 import saliency_gen
-from saliency_gen import pair
+from saliency_gen.methods import pair
 
 core = pytest.importorskip("saliency.core")
 
@@ -74,12 +74,12 @@ def test_smoothgrad_family_agrees_statistically(setup, wrapper, magnitude):
 
 def test_pair_only_methods_run_through_the_bridge(setup):
     model, images, targets, _ = setup
-    guided_ig = pair.pair_attribute(model, images[:1], "guided_ig", targets[:1], x_steps=10)
+    guided_ig = saliency_gen.attribute(model, images[:1], "guided_ig", targets[:1], x_steps=10)
     assert guided_ig.shape == (1, 16, 16, 3) and np.isfinite(guided_ig).all()
-    blur_ig = pair.pair_attribute(model, images[:1], "blur_ig", targets[:1], steps=10)
+    blur_ig = saliency_gen.attribute(model, images[:1], "blur_ig", targets[:1], steps=10)
     assert blur_ig.shape == (1, 16, 16, 3) and np.abs(blur_ig).max() > 0
-    xrai = pair.pair_attribute(model, images[:1], "xrai", targets[:1], batch_size=10,
-                               extra_parameters=core.XRAIParameters(steps=10))
+    xrai = saliency_gen.attribute(model, images[:1], "xrai", targets[:1], pair_batch_size=10,
+                                  extra_parameters=core.XRAIParameters(steps=10))
     assert xrai.shape == (1, 16, 16, 3) and np.all(xrai[..., 0] == xrai[..., 2])
     with pytest.raises(models.UserError, match="BlurIG with sqrt=True is wrong"):
-        pair.pair_attribute(model, images[:1], "blur_ig", sqrt=True, batch_size=4)
+        saliency_gen.attribute(model, images[:1], "blur_ig", sqrt=True, pair_batch_size=4)

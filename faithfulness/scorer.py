@@ -1,8 +1,8 @@
-"""The batched scorer behind every metric (faithfulness.md §7).
+"""The batched scorer behind every metric (docs/faithfulness.md, "How it is batched").
 
-A curve is a set of work items (image i, step t), flattened image-major. One traced function runs
-a `tf.while_loop` over fixed-size chunks of items (the tail padded with a repeat of the last
-item, whose outputs are dropped); each chunk gathers its images, builds its masks, blends
+A curve is a set of work items (image i, step t), flattened image-major and streamed in
+fixed-size chunks by the one chunked executor (`models.executor.collect`) inside one traced
+function; each chunk gathers its images, builds its masks, blends
 `start * (1 - P) + end * P`, runs the model and gathers the class score. There is no Python loop
 over images or steps, one trace per input shape, and memory is O(chunk x image), not
 O(steps x image). Masks come in two kinds:
@@ -17,58 +17,17 @@ O(steps x image). Masks come in two kinds:
 (IDSDS single deletion's "random" baseline, fresh for each deleted cell). An `end` of one image
 is shared by all images (a constant substrate such as zeros).
 """
-import os
-
 import numpy as np
 import tensorflow as tf
 
+from faithfulness import substrates
+from models import executor
+from models.adapter import adapt
 from models.errors import ShapeError, UserError
 from models.tracing import quiet_retracing
-from faithfulness import substrates
 
 OUTPUT_ACTIVATIONS = (None, "softmax")
 PARALLEL_CHUNKS = 2  # the next chunk's perturbation overlaps the current chunk's forward pass
-
-
-def output_function(model, output_key=None):
-    """(callable NHWC float32 -> [N, classes] model output, num_classes or None).
-
-    `model`: a Keras model (inference mode), a `models.load` object, an exported model directory,
-    any SavedModel directory or loaded object (`.serve`, else the `serving_default` signature;
-    `output_key` picks a dict output), or a plain callable."""
-    import models
-
-    if isinstance(model, (str, os.PathLike)):
-        path = os.fspath(model)
-        if os.path.isfile(os.path.join(path, "assets.extra", "model_info.json")):
-            model = models.load(path)
-        elif os.path.isfile(os.path.join(path, "saved_model.pb")):
-            model = tf.saved_model.load(path)
-        else:
-            raise UserError(f"{path} is not a SavedModel directory (no saved_model.pb); pass "
-                            "an exported model directory")
-    if isinstance(model, models.LoadedModel):
-        return model, model.num_classes
-    if hasattr(model, "layers") and hasattr(model, "inputs"):
-        return (lambda x: model(x, training=False)), int(model.outputs[0].shape[-1])
-    if not callable(model):
-        if hasattr(model, "serve"):
-            model = model.serve
-        elif "serving_default" in getattr(model, "signatures", {}):
-            model = model.signatures["serving_default"]
-        else:
-            raise UserError(f"cannot score with a {type(model).__name__}: pass a Keras model, "
-                            "a models.load object, a SavedModel or a callable")
-
-    def call(x):
-        output = model(x)
-        if isinstance(output, dict):
-            if output_key is None and len(output) != 1:
-                raise UserError(f"the model returns {sorted(output)}; pass output_key")
-            output = output[output_key] if output_key else next(iter(output.values()))
-        return output
-
-    return call, None
 
 
 def _end_rows(end, image):
@@ -123,7 +82,8 @@ class Scorer:
         if int(batch_size) < 1:
             raise UserError(f"batch_size must be at least 1; got {batch_size}")
         self.model = model
-        self.call, self.num_classes = output_function(model, output_key)
+        adapter = adapt(model, output_key=output_key)
+        self.call, self.num_classes = adapter.outputs, adapter.num_classes
         self.output_activation = output_activation
         self.batch_size = int(batch_size)
         self.jit_compile = jit_compile
@@ -150,18 +110,8 @@ class Scorer:
 
     def _chunked(self, count, compute, per_item=()):
         """Concatenates compute(item indices [chunk]) over all chunks of `count` items."""
-        chunk = self.batch_size
-        chunks = (count + chunk - 1) // chunk
-        shape = [chunk, *per_item]
-        array = tf.TensorArray(tf.float32, size=chunks, element_shape=shape)
-
-        def body(index, array):
-            items = tf.minimum(index * chunk + tf.range(chunk), count - 1)
-            return index + 1, array.write(index, compute(items))
-
-        _, array = tf.while_loop(lambda index, _: index < chunks, body, [0, array],
-                                 parallel_iterations=PARALLEL_CHUNKS)
-        return array.concat()[:count]
+        return executor.collect(count, self.batch_size, compute, per_item,
+                                parallel=PARALLEL_CHUNKS)
 
     def _function(self, key, build):
         if key not in self._functions:

@@ -1,0 +1,187 @@
+"""The one model adapter: what the attribution engine and the faithfulness scorer need of a model.
+
+`adapt(model)` accepts a live Keras model, a `models.load` object, an exported model directory,
+any other SavedModel directory or loaded SavedModel, or a plain callable, and returns an
+adapter exposing tf-traceable callables on NHWC float32 batches (docs/architecture.md, "The
+model adapter"):
+
+* `outputs(x)`: the model's own output `[N, classes]` (a Keras model ending in a softmax keeps
+  it: the faithfulness metrics score what the model outputs);
+* `logits(x)`: pre-softmax logits (a Keras model ending in a softmax is cut before it);
+* `guided_logits(x)`: logits through guided ReLUs (their input gradient is guided backprop);
+* `cam(x, targets)`: (feature map A, logits, d logit[target] / dA) at the Grad-CAM layer;
+
+plus `input_shape` (H, W, C), `num_classes`, `name` and `preprocessing` where they are known
+(None otherwise), and `predict(images, batch_size)`: logits of many images through the chunked
+executor. Models always run in inference mode.
+"""
+import os
+from typing import Any, Optional
+
+import numpy as np
+import tensorflow as tf
+
+from models import executor
+from models import guided as guided_views
+from models import zoo
+from models.errors import UserError
+from models.export import INFO_PATH, LoadedModel, load
+from models.tracing import quiet_retracing
+
+
+class Adapter:
+    """The common part: traced batched prediction and the views a plain model lacks."""
+
+    model: Any = None  # the object the caller passed (cache key)
+    input_shape: Optional[tuple] = None
+    num_classes: Optional[int] = None
+    name: str = "model"
+    preprocessing: Optional[str] = None
+
+    def prepare(self, guided: bool = False, cam: bool = False) -> None:
+        """Builds or checks the views a method needs, eagerly (never while a function traces)."""
+        if guided or cam:
+            raise UserError(f"model {self.name!r} is a plain callable or SavedModel: it has no "
+                            f"{'guided-backprop' if guided else 'Grad-CAM'} view; pass a Keras "
+                            "model or a model exported with models.export")
+
+    def outputs(self, x):
+        return self.logits(x)
+
+    def logits(self, x):
+        raise NotImplementedError
+
+    def guided_logits(self, x):
+        self.prepare(guided=True)
+
+    def cam(self, x, targets):
+        self.prepare(cam=True)
+
+    def predict(self, images, batch_size: int = 64) -> np.ndarray:
+        """float32 [N, classes]: logits of `images` in chunks of `batch_size` (inference mode)."""
+        images = tf.convert_to_tensor(np.asarray(images, np.float32))
+        if images.shape[0] == 0:
+            return np.zeros((0, self.num_classes or 0), np.float32)
+        function = self.__dict__.setdefault("_predict", {})
+        if batch_size not in function:
+            def run(images):
+                return executor.collect(tf.shape(images)[0], batch_size, lambda items: tf.cast(
+                    self.logits(tf.gather(images, items)), tf.float32), item_shape=[None])
+            function[batch_size] = quiet_retracing(tf.function(run, reduce_retracing=True))
+        return function[batch_size](images).numpy()
+
+
+class KerasAdapter(Adapter):
+    """A live Keras model."""
+
+    def __init__(self, model, feature_layer=None):
+        if len(model.inputs) != 1 or len(model.inputs[0].shape) != 4:
+            raise UserError(f"model {model.name!r} must take one NHWC image input")
+        self.model = model
+        self.logits_model = guided_views.logits_model(model)
+        self.input_shape = tuple(int(d) for d in model.inputs[0].shape[1:])
+        self.num_classes = int(model.outputs[0].shape[-1])
+        self.name = model.name
+        registered = zoo.REGISTRY.get(model.name)
+        self.preprocessing = registered.preprocessing if registered else None
+        self._feature_layer = feature_layer
+        self._features_model = None
+        self._guided = None
+
+    def prepare(self, guided=False, cam=False):
+        if guided and self._guided is None:
+            self._guided = guided_views.guided_model(self.logits_model)
+        if cam and self._features_model is None:
+            self._features_model = zoo.features_and_logits_model(self.logits_model,
+                                                                  self._feature_layer)
+
+    def outputs(self, x):
+        return self.model(x, training=False)
+
+    def logits(self, x):
+        return self.logits_model(x, training=False)
+
+    def guided_logits(self, x):
+        self.prepare(guided=True)
+        return self._guided(x, training=False)
+
+    def cam(self, x, targets):
+        self.prepare(cam=True)
+        return zoo.cam_outputs(self._features_model, x, targets)
+
+
+class LoadedAdapter(Adapter):
+    """A SavedModel reloaded with `models.load`."""
+
+    def __init__(self, loaded, feature_layer=None):
+        if feature_layer not in (None, loaded.feature_layer):
+            raise UserError(f"model {loaded.path} was exported with feature layer "
+                            f"{loaded.feature_layer!r}; re-export it to use {feature_layer!r}")
+        self.model = self.loaded = loaded
+        self.input_shape = loaded.input_shape
+        self.num_classes = loaded.num_classes
+        self.name = loaded.name
+        self.preprocessing = loaded.preprocessing
+
+    def prepare(self, guided=False, cam=False):
+        """Nothing to build; fails early if guided backprop is asked of a model without it."""
+        if guided and not self.loaded.info.get("has_guided"):
+            raise UserError(f"model {self.loaded.path} has no guided-backprop endpoint: "
+                            f"{self.loaded.info.get('guided_unavailable', 're-export it')}")
+
+    def logits(self, x):
+        return self.loaded(x)
+
+    def guided_logits(self, x):
+        return self.loaded.guided(x)
+
+    def cam(self, x, targets):
+        return self.loaded.cam(x, targets)
+
+
+class CallableAdapter(Adapter):
+    """A plain callable, or a SavedModel not written by `models.export` (`.serve`, else its
+    `serving_default` signature; `output_key` picks one output of a dict)."""
+
+    def __init__(self, model, output_key=None):
+        self.model = model
+        call = model
+        if not callable(model):
+            if hasattr(model, "serve"):
+                call = model.serve
+            elif "serving_default" in getattr(model, "signatures", {}):
+                call = model.signatures["serving_default"]
+            else:
+                raise UserError(f"cannot use a {type(model).__name__} as a model: pass a Keras "
+                                "model, a models.load object, a SavedModel or a callable")
+        self._call = call
+        self._output_key = output_key
+        self.name = getattr(model, "__name__", type(model).__name__)
+
+    def logits(self, x):
+        output = self._call(x)
+        if isinstance(output, dict):
+            if self._output_key is None and len(output) != 1:
+                raise UserError(f"the model returns {sorted(output)}; pass output_key")
+            output = output[self._output_key] if self._output_key else next(iter(output.values()))
+        return output
+
+
+def adapt(model, feature_layer: Optional[str] = None, output_key: Optional[str] = None) -> Adapter:
+    """The adapter of `model` (see the module docstring); an adapter is returned as it is."""
+    if isinstance(model, Adapter):
+        return model
+    if isinstance(model, (str, os.PathLike)):
+        path = os.fspath(model)
+        if os.path.isfile(os.path.join(path, INFO_PATH)):
+            model = load(path)
+        elif os.path.isfile(os.path.join(path, "saved_model.pb")):
+            return CallableAdapter(tf.saved_model.load(path), output_key)
+        else:
+            raise UserError(f"{path} is not a SavedModel directory (no saved_model.pb); pass an "
+                            "exported model directory")
+    if isinstance(model, LoadedModel):
+        return LoadedAdapter(model, feature_layer)
+    if hasattr(model, "layers") and hasattr(model, "inputs"):
+        return KerasAdapter(model, feature_layer)
+    return CallableAdapter(model, output_key)

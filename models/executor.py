@@ -1,0 +1,76 @@
+"""The one chunked executor: work items streamed through a model in fixed-size chunks.
+
+Both the attribution engine (`saliency_gen.engine`) and the faithfulness scorer
+(`faithfulness.scorer`) cut their work into items (image x noise sample x path step, or image x
+deletion step), flatten them into one stream and evaluate it in chunks of exactly `chunk` items
+inside one `tf.while_loop` (docs/architecture.md, "The chunked executor"):
+
+* `collect` concatenates each item's output, in item order;
+* `accumulate` scatter-adds each item's outputs into per-slot sums (one slot per image, or per
+  image and noise sample).
+
+The last chunk is padded with repeats of the last item; their outputs are dropped (`collect`) or
+sent to a slot that is thrown away (`accumulate`). A chunk's items never see one another, so
+results do not depend on the chunk size. Both functions are meant to be called while a
+`tf.function` traces. `groups` cuts a job into groups of images whose per-image state fits a
+memory budget; that Python loop is over groups of many images, never over images.
+"""
+from typing import Callable, Iterator, Sequence
+
+import tensorflow as tf
+
+
+def _padded_items(index, chunk: int, count):
+    """(item indices [chunk] int32, valid [chunk] bool) of chunk `index`."""
+    items = index * chunk + tf.range(chunk)
+    valid = items < count
+    return tf.minimum(items, count - 1), valid
+
+
+def collect(count, chunk: int, compute: Callable, item_shape: Sequence = (),
+            parallel: int = 1) -> tf.Tensor:
+    """float32 [count, *item_shape]: `compute(items)` of every item, in order.
+
+    `compute` maps int32 item indices [chunk] to float32 outputs [chunk, *item_shape].
+    `parallel` chunks may be in flight at once (the next chunk's input preparation overlaps the
+    current chunk's model call)."""
+    chunks = (count + chunk - 1) // chunk
+    array = tf.TensorArray(tf.float32, size=chunks, element_shape=[chunk, *item_shape])
+
+    def body(index, array):
+        items, _ = _padded_items(index, chunk, count)
+        return index + 1, array.write(index, compute(items))
+
+    _, array = tf.while_loop(lambda index, _: index < chunks, body, [0, array],
+                             parallel_iterations=parallel)
+    return array.concat()[:count]
+
+
+def accumulate(count, chunk: int, compute: Callable, initial: tuple) -> tuple:
+    """Per-slot sums of every item's shares.
+
+    `compute(items)` maps int32 item indices [chunk] to (slots [chunk] int32, shares), where
+    shares is a tuple with one tensor [chunk, ...] per accumulator. `initial` holds the zero
+    accumulators, each [num_slots + 1, ...]: the last slot receives the padding and is dropped.
+    Returns the accumulators without that slot."""
+    chunks = (count + chunk - 1) // chunk
+    dropped = tf.shape(initial[0])[0] - 1
+
+    def body(index, sums):
+        items, valid = _padded_items(index, chunk, count)
+        slots, shares = compute(items)
+        slots = tf.where(valid, slots, dropped)[:, None]
+        return index + 1, tuple(tf.tensor_scatter_nd_add(total, slots, share)
+                                for total, share in zip(sums, shares))
+
+    _, sums = tf.while_loop(lambda index, _: index < chunks, body,
+                            [tf.constant(0), tuple(initial)])
+    return tuple(total[:-1] for total in sums)
+
+
+def groups(count: int, per_image_bytes: int, memory_bytes: int) -> Iterator[tuple]:
+    """(start, stop) ranges covering `count` images, each group's state within `memory_bytes`
+    (at least one image per group)."""
+    size = max(1, min(count, int(memory_bytes) // max(1, int(per_image_bytes))))
+    for start in range(0, count, size):
+        yield start, min(start + size, count)

@@ -1,0 +1,14 @@
+"""Guided backpropagation: the input gradient through guided ReLUs (docs/saliency.md,
+"Methods"; the guided view of a model is `models.guided`)."""
+from saliency_gen.units import Method, Plan, gradient_of, register
+
+
+@register
+class GuidedBackprop(Method):
+    name = "guided_backprop"
+    summary = "the input gradient through guided ReLUs"
+    views = ("guided",)
+
+    def plan(self, options, context):
+        guided = context.model.guided_logits
+        return Plan(1, lambda items: gradient_of(guided, items.x, items.targets))

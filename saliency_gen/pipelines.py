@@ -1,0 +1,113 @@
+"""The tf.data readers of image records, shared by the generator, the benchmarks and the
+synthetic world's clean model (docs/records.md, "Reading records").
+
+* `explanation_inputs`: every record of some shards in file order, decoded, fitted to a model's
+  input size and mapped into its input space (what the generator explains and the faithfulness
+  protocols score);
+* `keyed_stream` + `read_image` + `finish`: the training and evaluation pipeline pieces (shuffled
+  files and records for training, a keyed random flip, normalisation); `image_batches` puts them
+  together for unmasked images, and `roar.data` inserts its masking between them.
+
+The example key (the image file name, else `<shard>:<index>`) keys every random choice, so an
+example's flip or mask never depends on read order, batching or sharding.
+"""
+from typing import Sequence
+
+import tensorflow as tf
+
+from models.preprocessing import INPUT_SPACES, center_crop, decode_image
+from saliency_gen import records
+
+SHUFFLE_BUFFER = 1024
+GEOMETRIES = ("none", "center_crop")
+
+
+def key_seeds(keys, seed, epoch=None):
+    """Per-example stateless seeds [N, 2] from string keys, the run seed and an optional epoch."""
+    hashed = tf.strings.to_hash_bucket_fast(keys, 2**62)
+    salt = tf.cast(seed, tf.int64) * 1000003 + (0 if epoch is None else tf.cast(epoch, tf.int64))
+    return tf.stack([tf.fill(tf.shape(hashed), salt), hashed], axis=-1)
+
+
+def fit(image, size: int, geometry: str):
+    """An image at the model's side `size`: ROAR's centre crop, or checked to be that size."""
+    if geometry == "center_crop":
+        return center_crop(image, crop_size=size)
+    return tf.ensure_shape(image, [size, size, 3])
+
+
+def example_key(parsed, default_key):
+    """The record's file name, else its default "<shard>:<index>" key."""
+    return tf.where(tf.strings.length(parsed["filename"]) > 0, parsed["filename"], default_key)
+
+
+def explanation_inputs(paths: Sequence[str], input_shape, space, geometry: str):
+    """(key, encoded, label, model input, height, width) of every record of the image shards
+    `paths`, in file order; images decoded, fitted to `input_shape` per `geometry` ("none",
+    "center_crop", or "auto": none when they have the size, else the centre crop) and mapped
+    into the model's input space `space`."""
+    height, width, _ = input_shape
+
+    def prepare(key, serialized):
+        parsed = records.parse_image_record(serialized)
+        image = decode_image(parsed["encoded"])
+        shape = tf.shape(image)
+        if geometry == "center_crop":
+            fitted = center_crop(image, crop_size=height)
+        elif geometry == "none":
+            fitted = tf.ensure_shape(image, input_shape)
+        else:
+            fitted = tf.cond(tf.reduce_all(shape[:2] == [height, width]),
+                             lambda: image, lambda: center_crop(image, crop_size=height))
+        return (example_key(parsed, key), parsed["encoded"], parsed["label"],
+                space.from_pixels(tf.ensure_shape(fitted, input_shape)), shape[0], shape[1])
+
+    return records.keyed_records(list(paths)).map(prepare, num_parallel_calls=tf.data.AUTOTUNE,
+                                                  deterministic=True)
+
+
+def keyed_stream(files: Sequence[str], training: bool, seed: int):
+    """(default key, serialized record) of every record of `files`: in file order, or, for
+    training, files and records shuffled with `seed` (a new order every epoch)."""
+    names = tf.data.Dataset.from_tensor_slices(list(files))
+    if training:
+        names = names.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
+    data = names.interleave(records.keyed_shard, cycle_length=min(len(files), 8),
+                            num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    if training:
+        data = data.shuffle(SHUFFLE_BUFFER, seed=seed, reshuffle_each_iteration=True)
+    return data
+
+
+def read_image(default_key, serialized, size: int, geometry: str, label_offset: int = 0):
+    """(key, pixels [size, size, 3] in [0, 1], label, parsed record) of one image record."""
+    parsed = records.parse_image_record(serialized)
+    pixels = fit(decode_image(parsed["encoded"]), size, geometry)
+    return example_key(parsed, default_key), pixels, parsed["label"] + label_offset, parsed
+
+
+def finish(keys, pixels, labels, *, training: bool, seed: int, space: str = "imagenet"):
+    """(model input, label) of one example: a random flip keyed on the example (training), then
+    the input space's normalisation."""
+    if training:  # per example, keyed: the same flip whatever the batch
+        pixels = tf.image.stateless_random_flip_left_right(pixels, key_seeds(keys[None], seed)[0])
+    return INPUT_SPACES[space].from_pixels(pixels), labels
+
+
+def image_batches(files: Sequence[str], *, training: bool, batch_size: int, size: int,
+                  geometry: str = "none", seed: int = 0, space: str = "imagenet",
+                  label_offset: int = 0):
+    """Batches of (model input, label) of image records, unmasked: training shuffles and flips
+    (and drops a short last batch), evaluation keeps file order and every example."""
+    def read(key, serialized):
+        key, pixels, label, _ = read_image(key, serialized, size, geometry, label_offset)
+        return finish(key, pixels, label, training=training, seed=seed, space=space)
+
+    data = keyed_stream(sorted(files), training, seed).map(
+        read, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return data.batch(batch_size, drop_remainder=training).prefetch(tf.data.AUTOTUNE)
+
+
+def count_records(files: Sequence[str]) -> int:
+    """The number of records in `files` (a full read)."""
+    return sum(1 for path in files for _ in tf.data.TFRecordDataset(path))

@@ -1,0 +1,213 @@
+"""Method units and a researcher's own method: registration, spec strings, wrappers, errors."""
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras
+import models
+import saliency_gen
+from saliency_gen import units
+
+SHAPE = (8, 8, 3)
+USER_METHODS = os.path.join(os.path.dirname(__file__), "data", "user_methods")
+
+
+def _linear(classes=3, seed=0):
+    rng = np.random.default_rng(seed)
+    inputs = keras.Input(SHAPE)
+    outputs = keras.layers.Dense(classes, name="dense")(keras.layers.Flatten()(inputs))
+    model = keras.Model(inputs, outputs)
+    weights = rng.normal(size=(int(np.prod(SHAPE)), classes)).astype(np.float32)
+    model.get_layer("dense").set_weights([weights, rng.normal(size=classes).astype(np.float32)])
+    return model, weights.reshape(*SHAPE, classes)
+
+
+@pytest.fixture(scope="module")
+def linear():
+    model, weights = _linear()
+    images = np.random.default_rng(1).normal(0, 1, (4, *SHAPE)).astype(np.float32)
+    targets = np.array([0, 1, 2, 1])
+    return model, weights[..., targets].transpose(3, 0, 1, 2), images, targets
+
+
+@pytest.fixture
+def on_path(monkeypatch):
+    monkeypatch.syspath_prepend(USER_METHODS)
+
+
+def _blob():
+    rows = np.linspace(-1, 1, SHAPE[0], dtype=np.float32)[:, None]
+    cols = np.linspace(-1, 1, SHAPE[1], dtype=np.float32)[None, :]
+    return np.exp(-(rows ** 2 + cols ** 2) / 0.5)[None, :, :, None]
+
+
+def _register(name, fn, **options):
+    """Registers for one test and removes the name again afterwards."""
+    return saliency_gen.register_method(name, fn, replace=True, **options)
+
+
+@pytest.fixture(autouse=True)
+def _forget_user_methods():
+    before = set(units.REGISTRY)
+    yield
+    for name in set(units.REGISTRY) - before:
+        del units.REGISTRY[name]
+
+
+def test_spec_string_and_registered_function_give_the_known_answer(linear, on_path):
+    model, w, images, targets = linear
+    expected = w * _blob()
+    by_string = saliency_gen.attribute(model, images, "blob_attribution:gradient_times_blob",
+                                       targets)
+    np.testing.assert_allclose(by_string, expected, rtol=1e-5, atol=1e-6)
+    import blob_attribution
+
+    _register("blob", blob_attribution.gradient_times_blob)
+    for batch_size in (1, 3, 64):  # the function is traced on chunks of any size
+        np.testing.assert_allclose(saliency_gen.attribute(model, images, "blob", targets,
+                                                          batch_size=batch_size),
+                                   by_string, rtol=1e-6, atol=1e-7)
+    assert "blob" in saliency_gen.method_names()
+    assert "blob_attribution:gradient_times_blob" in saliency_gen.method_names()
+
+
+def test_noise_wrappers_compose_around_a_user_method(linear, on_path):
+    model, w, images, targets = linear
+    name = "blob_attribution:gradient_times_blob"
+    options = dict(nsamples=4, seed=2)
+    expected = w * _blob()  # a linear model: every noisy sample gives the same map
+    np.testing.assert_allclose(saliency_gen.attribute(model, images, f"smoothgrad({name})",
+                                                      targets, **options),
+                               expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(saliency_gen.attribute(model, images, f"smoothgrad_sq({name})",
+                                                      targets, **options),
+                               expected ** 2, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(saliency_gen.attribute(model, images, f"vargrad({name})",
+                                                      targets, **options), 0, atol=1e-9)
+
+
+def test_one_channel_maps_parameters_ids_and_seed(linear):
+    model, w, images, targets = linear
+
+    def scaled_sum(model, images, targets, scale=2.0, ids=None, seed=None):
+        with tf.GradientTape() as tape:
+            tape.watch(images)
+            score = tf.reduce_sum(tf.gather(model(images), targets, batch_dims=1))
+        summed = tf.reduce_sum(tape.gradient(score, images), axis=-1, keepdims=True)
+        key = tf.cast(ids, tf.float32)[:, None, None, None] + float(seed)
+        return scale * summed + key * 1e-3
+
+    _register("scaled_sum", scaled_sum, params={"scale": 2.0})
+    ids = np.array([10, 20, 30, 40])
+    maps = saliency_gen.attribute(model, images, "scaled_sum", targets, ids=ids, seed=5)
+    assert maps.shape == images.shape  # one channel, repeated over the image's channels
+    key = (ids + 5.0)[:, None, None, None] * 1e-3
+    expected = 2.0 * w.sum(-1, keepdims=True) + key
+    np.testing.assert_allclose(maps, np.broadcast_to(expected, maps.shape), rtol=1e-5)
+    tripled = saliency_gen.attribute(model, images, "scaled_sum", targets, ids=ids, seed=5,
+                                     scale=3.0)
+    expected = 3.0 * w.sum(-1, keepdims=True) + key
+    np.testing.assert_allclose(tripled, np.broadcast_to(expected, maps.shape), rtol=1e-5)
+    with pytest.raises(models.UserError, match="method scaled_sum has no parameter sigma"):
+        saliency_gen.attribute(model, images, "scaled_sum", targets, sigma=1.0)
+
+
+def test_a_new_multi_item_unit_joins_the_stream_without_engine_edits(linear):
+    model, w, images, targets = linear
+
+    class ThirdsOfTheGradient(saliency_gen.Method):
+        """Three work items per image, each adding (step + 1) / 6 of the gradient: sum = w."""
+
+        name = "thirds_of_the_gradient"
+        params = {"parts": saliency_gen.Param(3, minimum=1)}
+
+        def steps(self, options, shape):
+            return int(options["parts"])
+
+        def plan(self, options, context):
+            parts = int(options["parts"])
+            logits = context.model.logits
+
+            def share(items):
+                weight = 2.0 * (tf.cast(items.step, tf.float32) + 1) / (parts * (parts + 1))
+                return weight[:, None, None, None] * units.gradient_of(logits, items.x,
+                                                                        items.targets)
+            return saliency_gen.Plan(parts, share)
+
+    saliency_gen.register(ThirdsOfTheGradient)
+    for batch_size in (1, 5, 64):
+        np.testing.assert_allclose(saliency_gen.attribute(
+            model, images, "thirds_of_the_gradient", targets, batch_size=batch_size), w,
+            rtol=1e-5, atol=1e-6)
+    squared = saliency_gen.attribute(model, images, "smoothgrad_sq(thirds_of_the_gradient)",
+                                     targets, nsamples=3, parts=4, batch_size=7)
+    np.testing.assert_allclose(squared, w ** 2, rtol=1e-4, atol=1e-6)
+    with pytest.raises(models.UserError, match="parts must be at least 1"):
+        saliency_gen.attribute(model, images, "thirds_of_the_gradient", targets, parts=0)
+
+
+def test_untraced_functions_run_on_groups(linear):
+    model, w, images, targets = linear
+
+    def numpy_gradient_sign(model, images, targets):
+        with tf.GradientTape() as tape:
+            tape.watch(images)
+            score = tf.reduce_sum(tf.gather(model(images), targets, batch_dims=1))
+        return np.sign(tape.gradient(score, images).numpy())  # numpy: cannot be traced
+
+    _register("gradient_sign", numpy_gradient_sign, traced=False)
+    np.testing.assert_array_equal(saliency_gen.attribute(model, images, "gradient_sign",
+                                                         targets), np.sign(w))
+    with pytest.raises(models.UserError, match="gradient_sign takes no noise wrapper"):
+        saliency_gen.attribute(model, images, "smoothgrad(gradient_sign)", targets)
+
+
+@pytest.mark.parametrize("body, message", [
+    (lambda m, x, t: x[:, :4], "returned maps of shape (2, 4, 8, 3) for images of shape "
+                               "(2, 8, 8, 3); return [B, H, W, C] = [2, 8, 8, 3]"),
+    (lambda m, x, t: x / 0.0 * 0.0, "returned NaN or infinite values for image 0"),
+    (lambda m, x, t: 1 / 0, "raised ZeroDivisionError: division by zero"),
+    (lambda m, x, t: "maps", "returned str of dtype string, not numbers"),
+])
+def test_a_broken_user_method_gets_one_clear_line(linear, body, message):
+    model, _, images, targets = linear
+    _register("broken", body)
+    with pytest.raises(models.UserError) as error:
+        saliency_gen.attribute(model, images[:2], "broken", targets[:2], batch_size=2)
+    assert "method 'broken'" in str(error.value) and message in str(error.value)
+    assert "\n" not in str(error.value)
+
+
+def test_spec_string_errors_and_name_rules(on_path):
+    model, _ = _linear()
+    images = np.zeros((1, *SHAPE), np.float32)
+    with pytest.raises(models.UserError, match="cannot import module 'no_such_module'"):
+        saliency_gen.attribute(model, images, "no_such_module:fn")
+    with pytest.raises(models.UserError, match="module 'blob_attribution' has no 'nothing'"):
+        saliency_gen.attribute(model, images, "blob_attribution:nothing")
+    with pytest.raises(models.UserError, match="starts with a naming scheme's prefix"):
+        saliency_gen.register_method("roar:mine", lambda m, x, t: x)
+    saliency_gen.register_method("mine", lambda m, x, t: x)
+    with pytest.raises(models.UserError, match="a method called 'mine' is already registered"):
+        saliency_gen.register_method("mine", lambda m, x, t: x)
+    with pytest.raises(models.UserError, match="a method called 'gradient' is already"):
+        saliency_gen.register_method("gradient", lambda m, x, t: x)
+
+
+def test_every_builtin_unit_declares_its_parameters_and_cost():
+    shape = (16, 16, 3)
+    for name in saliency_gen.names.builtin_bases():
+        unit = units.unit(name)
+        assert unit.name == name and unit.summary, name
+        options = {key: param.default for key, param in unit.params.items()}
+        assert unit.steps(options, shape) >= 1, name
+        assert (unit.evaluations(options, shape) == 0) == (not unit.views), name
+    costs = {name: units.unit(name).evaluations(
+        {key: p.default for key, p in units.unit(name).params.items()}, shape)
+        for name in ("gradient", "integrated_gradients", "guided_grad_cam", "sobel", "rise")}
+    assert costs == {"gradient": 1, "integrated_gradients": 25, "guided_grad_cam": 2,
+                     "sobel": 0, "rise": 6000}
+    occlusion = units.unit("occlusion")
+    assert occlusion.steps({"size": 4, "stride": 4, "value": 0.0}, shape) == 1 + 16
