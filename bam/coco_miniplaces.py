@@ -1,8 +1,8 @@
-"""The real BAM dataset from MSCOCO 2017 train and MiniPlaces train (bam.md §2), with the fixes.
+"""The real BAM dataset from MSCOCO 2017 train and MiniPlaces train (docs/bam.md, "The dataset layout"), with the fixes.
 
     build_dataset(coco_dir, miniplaces_dir, output_dir, seed=0)
 
-* Object cut-outs (§2.3): per class, the COCO category looked up by its COCO name (`stop sign`,
+* Object cut-outs: per class, the COCO category looked up by its COCO name (`stop sign`,
   fix D1; exactly one id, and every chosen annotation must carry it), images in ascending id
   order, the largest annotation of the class (crowd included, first on a tie), mask and image
   cropped to the floored bbox, RGB * mask as RGBA with alpha 0 where exactly black. Skipped and
@@ -10,7 +10,7 @@
   else (a missing or unreadable image, a mask that does not fit its image) stops the build.
   Saved as `coco/segments/<obj>/<COCO stem>.png` with `sources.txt` (png, COCO image id,
   annotation id), `extraction.json` (category id, counts per skip reason) and `val_mask`.
-* Scenes (§2.4): the first N files of each sorted MiniPlaces train folder, 128 x 128.
+* Scenes: the first N files of each sorted MiniPlaces train folder, 128 x 128.
 * Everything else through `bam.construction`: pasting with per-image seeds (fix D2), obj / scene
   / scene_only with val.txt, val_loc.txt, loc.txt, val_mask; dog_bedroom and bamboo_forest;
   TCAV folders; the relative sets scene1..scene10.
@@ -31,10 +31,10 @@ import time
 import numpy as np
 from PIL import Image
 
-from bam import compositing, construction, dataset
-from bam.dataset import OBJECT_CLASSES, SCENE_CLASSES
 from models.errors import MissingPathError, UserError
 from models.files import write_json
+from saliency_gen.world import compositing, construction, dataset
+from saliency_gen.world.dataset import OBJECT_CLASSES, SCENE_CLASSES
 
 FORMAT = "bam-coco-miniplaces/v1"
 SCENE_SIZE = 128
@@ -51,7 +51,7 @@ OUTPUTS = (("obj",), ("scene",), ("scene_only",), ("dog_bedroom",), ("bamboo_for
 
 
 class _Skip(Exception):
-    """An image the original would have skipped (bam.md §2.3 step 7); `args[0]` is the reason."""
+    """An image the original would have skipped (docs/bam.md, "The dataset layout"); `args[0]` is the reason."""
 
 
 # ----------------------------------------------------------------------------------------------
@@ -82,7 +82,7 @@ def load_coco(annotation_file):
 
 
 def category_id(coco, obj):
-    """The one COCO category id of object folder `obj` (bam.md D1)."""
+    """The one COCO category id of object folder `obj` (fix D1, docs/bam.md, "The dataset layout")."""
     ids = coco.getCatIds(catNms=[COCO_NAMES[obj]])
     if len(ids) != 1:
         raise UserError(f"COCO category {COCO_NAMES[obj]!r} (folder {obj}) matches {len(ids)} "
@@ -132,7 +132,7 @@ def crop_object(coco, images_dir, image_info, ann):
 
 
 def extract_class(coco, images_dir, obj, output_dir, count, num_train, progress=None):
-    """Writes `count` cut-outs of `obj` into `output_dir` (bam.md §2.3); returns the report."""
+    """Writes `count` cut-outs of `obj` into `output_dir` (docs/bam.md, "The dataset layout"); returns the report."""
     cat_id = category_id(coco, obj)
     accepted, skipped = [], collections.Counter()
     for image_id in sorted(coco.getImgIds(catIds=[cat_id])):
@@ -187,7 +187,7 @@ def scene_files(miniplaces_dir, count):
 
 
 def load_scene(path):
-    """A MiniPlaces scene as RGB, checked to be 128 x 128 (bam.md §2.4)."""
+    """A MiniPlaces scene as RGB, checked to be 128 x 128 (docs/bam.md, "The dataset layout")."""
     try:
         with Image.open(path) as image:
             scene = image.convert("RGB")

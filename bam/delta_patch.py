@@ -1,4 +1,4 @@
-"""BAM's delta patch (bam.md §8): a dog-shaped change to bamboo-forest images that the
+"""BAM's delta patch (docs/bam.md, "The delta patch"): a dog-shaped change to bamboo-forest images that the
 scene_only model should not notice, and the `bamboo_forest_patch` set built from it.
 
 For each bamboo_forest image x (preprocessed) and the composite with the dog d (preprocessed
@@ -21,12 +21,13 @@ import numpy as np
 import tensorflow as tf
 from PIL import Image
 
-from bam import dataset, region
-from bam.evaluate import load_val_set
+from bam import region
+from bam.val_set_scores import load_val_set
+from models.adapter import adapt
 from models.errors import UserError
 from models.files import atomic_output
 from models.preprocessing import BAM_RGB_MEAN, INPUT_SPACES
-from models.adapter import adapt
+from saliency_gen.world import dataset
 
 LOW, HIGH = -103.94, 131.32
 

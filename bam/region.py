@@ -1,4 +1,4 @@
-"""BAM's per-image region attribution g (bam.md §6), vectorised over images.
+"""BAM's per-image region attribution g (docs/bam.md, "Region score"), vectorised over images.
 
 For a map A [H, W, C] at the model's input size, a box (r0, c0, r1, c1) in image pixels and the
 object's crop mask m:
@@ -13,8 +13,8 @@ object's crop mask m:
 """
 import numpy as np
 
-from bam import dataset
 from models.errors import UserError
+from saliency_gen.world import dataset
 
 
 def normalise_maps(maps):

@@ -1,4 +1,4 @@
-"""Relative model contrast (RMCS) over the models scene1..scene10 (bam.md §2.10, §7, §9).
+"""Relative model contrast (RMCS) over the models scene1..scene10 (docs/bam.md, "RMCS").
 
 scene<k> was trained with a dog in k scene classes (bedroom first), so the dog tells it less
 about the scene as k grows. On the dog_bedroom images:
@@ -16,8 +16,10 @@ import numpy as np
 
 import models
 import saliency_gen
-from bam import dataset, evaluate, scores
+from bam import metric_definitions, tcav, tcav_experiment, val_set_scores
 from models.errors import UserError
+from models.files import atomic_output
+from saliency_gen.world import dataset
 
 KS = tuple(range(1, 10))
 REFERENCE_MODEL = "scene10"
@@ -79,16 +81,16 @@ def accuracy_drops(data_dir, model_dir, batch_size=64):
 
 
 def compute(data_dir, model_dir, methods, num_imgs=100, seed=0, noise_seed=0, batch_size=64,
-            progress=None):
+            progress=None, image_progress=None):
     """{"curves": {method: [9]}, "images": [9], "images_sampled", "accuracy_drop": [9],
     "correlation": {method: r}} on `num_imgs` sampled dog_bedroom images."""
-    target = evaluate.load_val_set(data_dir, TARGET_SET)
-    indices = scores.sample_indices(len(target.paths), num_imgs, seed)
+    target = val_set_scores.load_val_set(data_dir, TARGET_SET)
+    indices = metric_definitions.sample_indices(len(target.paths), num_imgs, seed)
     g, predictions = {}, {}
     for k in range(1, 11):  # the ten relative models on the same images
         model = models.load(os.path.join(model_dir, f"scene{k}"))
-        predictions[k], g[k], _ = evaluate.score_pair(model, target, indices, methods,
-                                                      noise_seed, batch_size)
+        predictions[k], g[k], _ = val_set_scores.score_pair(model, target, indices, methods,
+                                                      noise_seed, batch_size, image_progress)
         if progress:
             progress()
     curves, used = relative_curves(g, predictions)
@@ -101,12 +103,10 @@ def compute(data_dir, model_dir, methods, num_imgs=100, seed=0, noise_seed=0, ba
 def add_tcav(result, data_dir, model_dir, bottleneck=None, num_random_exp=2, seed=0):
     """Adds the TCAV row: s(scene<k>) - s(scene10) for the dog concept on dog_bedroom at
     `bottleneck` (default: each model's last block), and its correlation."""
-    from bam import run_tcav, tcav
-
     chosen = bottleneck or tcav.LAST_BLOCK
     scores_by_model = {}
     for k in range(1, 11):
-        tcav_result = run_tcav.model_tcav(data_dir, model_dir, f"scene{k}", [chosen],
+        tcav_result = tcav_experiment.model_tcav(data_dir, model_dir, f"scene{k}", [chosen],
                                           num_random_exp, seed=seed)
         scores_by_model[k] = tcav_result[chosen]["score"]
     curve = [scores_by_model[k] - scores_by_model[10] for k in KS]
@@ -122,8 +122,6 @@ def plot(result, path):
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from models.files import atomic_output
 
     figure, axis = plt.subplots(figsize=(7, 4.5))
     for method, curve in result["curves"].items():

@@ -1,36 +1,32 @@
-"""The built-in synthetic BAM setup: world, trained models and delta patch, built once and cached.
+"""BAM on the built-in synthetic world: its models and delta patch, built once and cached.
 
 `prepare(cache_dir, seed)` builds, in order and only what is missing: the synthetic world
-(`bam.synthetic`), small_cnn models trained on obj, scene and scene_only and exported
-(`bam.train`), and the bamboo_forest_patch set (`bam.delta_patch` with the scene_only model).
-Every step writes under a temporary name and renames when complete, so an interrupted run
-resumes where it stopped. The cache lives in `$XDG_CACHE_HOME/attribution-benchmarks` (default
-`~/.cache/attribution-benchmarks`).
+(`saliency_gen.world.cache`), small_cnn models trained on obj, scene and scene_only and exported
+(`bam.train`) into the world cache's `bam_models/`, and the bamboo_forest_patch set
+(`bam.delta_patch` with the scene_only model) in the world's folder. `prepare_relative` adds
+the relative sets scene1..scene10 and their models. Every step writes under a temporary name and
+renames when complete, so an interrupted run resumes where it stopped.
 """
 import os
 import shutil
+from typing import Callable, Optional
 
 import models
+from bam import delta_patch, train
 from models.export import WEIGHTS_PATH
-from bam import delta_patch, synthetic, train
+from saliency_gen.world import cache, construction
 
 MODELS = ("obj", "scene", "scene_only")
+RELATIVE_MODELS = tuple(f"scene{k}" for k in range(1, 11))
 
 
-def default_cache_dir(seed=0):
-    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(root, "attribution-benchmarks", f"bam_synthetic_seed{seed}")
-
-
-def prepare(cache_dir=None, seed=0, epochs=3, log=print):
+def prepare(cache_dir: Optional[str] = None, seed: int = 0, epochs: int = 3,
+            log: Callable = print) -> tuple:
     """(data_dir, model_dir) of the synthetic setup, building what is missing."""
-    cache_dir = cache_dir or default_cache_dir(seed)
-    data_dir, model_dir = os.path.join(cache_dir, "data"), os.path.join(cache_dir, "models")
-    log(f"synthetic BAM setup in {cache_dir} (built once, then reused)")
-    info = synthetic.build_world(data_dir, seed=seed)
-    if not info["reused"]:
-        log(f"built the synthetic world: {info['num_train_images']} train and "
-            f"{info['num_val_images']} val images in {info['seconds']:.0f} s")
+    folder = cache.cache_dir(seed, cache_dir)
+    log(f"synthetic BAM setup in {folder} (built once, then reused)")
+    data_dir = cache.world(seed, folder, log)
+    model_dir = os.path.join(folder, "bam_models")
     _train_missing(data_dir, model_dir, MODELS, epochs, seed, log)
     if not os.path.isdir(os.path.join(data_dir, "bamboo_forest_patch")):
         result = delta_patch.construct_patches(data_dir,
@@ -40,14 +36,10 @@ def prepare(cache_dir=None, seed=0, epochs=3, log=print):
     return data_dir, model_dir
 
 
-RELATIVE_MODELS = tuple(f"scene{k}" for k in range(1, 11))
-
-
-def prepare_relative(cache_dir=None, seed=0, epochs=3, log=print):
-    """(data_dir, model_dir) with the relative sets scene1..scene10 (bam.md §2.10) and a
-    small_cnn trained on each, building what is missing (after `prepare`)."""
-    from bam import construction
-
+def prepare_relative(cache_dir: Optional[str] = None, seed: int = 0, epochs: int = 3,
+                     log: Callable = print) -> tuple:
+    """(data_dir, model_dir) with the relative sets scene1..scene10 (docs/bam.md, "Relative
+    model contrast") and a small_cnn trained on each, building what is missing."""
     data_dir, model_dir = prepare(cache_dir, seed, epochs, log)
     layout = construction.Layout(data_dir)
     for k in range(1, 11):

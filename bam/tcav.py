@@ -1,4 +1,4 @@
-"""TCAV in TF2 (Kim et al. 2018, as BAM uses it: bam.md §9).
+"""TCAV in TF2 (Kim et al. 2018, as BAM uses it: docs/bam.md, "TCAV").
 
 For one bottleneck h of a model and a target class k:
 

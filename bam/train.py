@@ -18,27 +18,43 @@ pipelines feed the same batches. Training is deterministic for a seed and resume
 finished epoch after a kill (`train_and_export` keeps a backup beside the model until it is
 exported).
 """
+import dataclasses
 import json
 import os
 import shutil
 import time
+from typing import Optional
 
 import keras
 import numpy as np
 import tensorflow as tf
-from absl import flags
 
 import models
-from bam import dataset
-from models.errors import UserError, run_main
+from models import training
+from models.cli import option, run_binary
+from models.errors import UserError
 from models.files import write_json
 from models.preprocessing import INPUT_SPACES, load_bam_pixels
+from saliency_gen.world import dataset
+
+
+@dataclasses.dataclass(frozen=True)
+class Recipe:
+    """What BAM trains and how (docs/bam.md, "Training")."""
+
+    model: str = "small_cnn"
+    weights: Optional[str] = None  # "imagenet", a Keras weights file, or None
+    input_size: Optional[int] = None  # None: the images' own size
+    epochs: int = 3
+    batch_size: int = 64
+    optimizer: str = "adam"
+    learning_rate: float = 1e-3
+
 
 PRESETS = {
-    "synthetic": {"model": "small_cnn", "weights": None, "input_size": None, "epochs": 3,
-                  "batch_size": 64, "optimizer": "adam", "learning_rate": 1e-3},
-    "real": {"model": "keras_resnet50", "weights": "imagenet", "input_size": 224, "epochs": 5,
-             "batch_size": 64, "optimizer": "adam", "learning_rate": 1e-4},
+    "synthetic": Recipe(),
+    "real": Recipe(model="keras_resnet50", weights="imagenet", input_size=224, epochs=5,
+                   learning_rate=1e-4),
 }
 MEMORY_LIMIT_BYTES = 2 << 30  # decoded training pixels above this stream from disk
 PIPELINES = ("auto", "memory", "stream")
@@ -231,35 +247,46 @@ def train_and_export(data_dir, dataset_name, model_dir, **options):
     return report
 
 
-def define_flags():
-    """The binary's flags (defined only when it runs); unset ones come from the preset."""
-    flags.DEFINE_string("dataset", "obj", "Dataset folder to train on: obj, scene, scene_only, "
-                        "scene1..scene10.")
-    flags.DEFINE_string("data_dir", None, "BAM data root (holds obj/, scene/, ...).")
-    flags.DEFINE_string("model_dir", None, "Where to export the model (<model_dir>/<dataset>).")
-    flags.DEFINE_enum("preset", "auto", ["auto", *PRESETS],
-                      "Defaults for the flags below: synthetic (small_cnn) or real (ImageNet "
-                      "ResNet-50 fine-tuning at 224 px); auto picks synthetic for a synthetic "
-                      "world.")
-    flags.DEFINE_string("model", None, "Registered model (models.REGISTRY).")
-    flags.DEFINE_string("weights", None, "Initial weights for keras_resnet50 / vgg16: 'imagenet' "
-                        "(downloaded by Keras), a local Keras weights file, or 'none'.")
-    flags.DEFINE_integer("input_size", None, "Model input side (synthetic: the images' size).")
-    flags.DEFINE_integer("epochs", None, "Training epochs.")
-    flags.DEFINE_integer("batch_size", None, "Training batch size.")
-    flags.DEFINE_enum("optimizer", None, list(OPTIMIZERS), "adam, or sgd (Nesterov momentum 0.9).")
-    flags.DEFINE_float("learning_rate", None, "Learning rate.")
-    flags.DEFINE_enum("pipeline", "auto", list(PIPELINES),
-                      "memory: decode once into RAM; stream: decode in tf.data; auto: stream "
-                      "above 2 GiB of decoded pixels.")
-    flags.DEFINE_float("max_seconds", None, "Stop training after this wall-clock budget.")
-    flags.DEFINE_integer("seed", 0, "Seed of initialisation and data order.")
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """bam.train's options (one flag each); unset recipe options come from the preset."""
+
+    dataset: str = option(
+        "obj",
+        'Dataset folder to train on: obj, scene, scene_only, scene1..scene10.')
+    data_dir: Optional[str] = option(None, 'BAM data root (holds obj/, scene/, ...).')
+    model_dir: Optional[str] = option(None, 'Where to export the model (<model_dir>/<dataset>).')
+    preset: str = option(
+        "auto",
+        'Defaults for the flags below: synthetic (small_cnn) or real (ImageNet ResNet-50 '
+        'fine-tuning at 224 px); auto picks synthetic for a synthetic world.',
+        ("auto", *PRESETS))
+    model: Optional[str] = option(None, 'Registered model (models.REGISTRY).')
+    weights: Optional[str] = option(
+        None,
+        "Initial weights for keras_resnet50 / vgg16: 'imagenet' (downloaded by Keras), a "
+        "local Keras weights file, or 'none'.")
+    input_size: Optional[int] = option(None, "Model input side (synthetic: the images' size).")
+    epochs: Optional[int] = option(None, 'Training epochs.')
+    batch_size: Optional[int] = option(None, 'Training batch size.')
+    optimizer: Optional[str] = option(
+        None,
+        'adam, or sgd (Nesterov momentum 0.9).',
+        OPTIMIZERS)
+    learning_rate: Optional[float] = option(None, 'Learning rate.')
+    pipeline: str = option(
+        "auto",
+        'memory: decode once into RAM; stream: decode in tf.data; auto: stream above 2 '
+        'GiB of decoded pixels.',
+        PIPELINES)
+    max_seconds: Optional[float] = option(None, 'Stop training after this wall-clock budget.')
+    seed: int = option(0, 'Seed of initialisation and data order.')
 
 
-def resolved_options(values, preset):
-    """Training keyword arguments from flag `values` (None = unset) and a preset's defaults."""
-    options = dict(PRESETS[preset])
-    options.update({key: value for key, value in values.items() if value is not None})
+
+def resolved_options(values: dict, preset: str) -> dict:
+    """Training keyword arguments from option `values` (None = unset) and a preset's recipe."""
+    options = dataclasses.asdict(training.with_overrides(PRESETS[preset], **values))
     weights = options.pop("weights")
     model_options = {}
     if weights is not None and weights.lower() != "none":
@@ -273,9 +300,9 @@ def resolved_options(values, preset):
     return dict(options, **model_options)
 
 
-def main(argv):
-    del argv
-    f = flags.FLAGS
+def run(config: Config) -> dict:
+    """Trains and exports one BAM model with `config`; returns the training report."""
+    f = config
     for name in ("data_dir", "model_dir"):
         if not getattr(f, name):
             raise UserError(f"--{name} is required")
@@ -292,8 +319,8 @@ def main(argv):
     print(f"{f.dataset}: val accuracy {report['val_accuracy']:.4f} on {report['num_val']} images "
           f"after {report['epochs_run']} epochs ({report['train_seconds']:.0f} s, "
           f"{report['pipeline']} pipeline); exported to {report['model_path']}")
+    return report
 
 
 if __name__ == "__main__":
-    define_flags()
-    run_main(main)
+    run_binary(Config, run)

@@ -1,13 +1,14 @@
-"""Deletion-style faithfulness metrics as batched TF ops (faithfulness.md).
+"""Deletion-style faithfulness metrics as batched TF ops (docs/faithfulness.md).
 
     from faithfulness import IIC_AD, ADD, Deletion, Insertion, RiseDeletion, RiseInsertion
     from faithfulness import single_deletion, incremental_deletion, random_cell_deletion
 
 Every metric scores all perturbed images of all curves in fixed-size chunks inside one traced
-function (`faithfulness.engine`); the classes mirror `saliency_maps_metrics`' API.
+function (`faithfulness.scorer`); the classes mirror `saliency_maps_metrics`' API.
 """
-from faithfulness.gomez import (ADD, IIC_AD, CurveResult, Deletion, Insertion, RiseDeletion,
-                                RiseInsertion)
+import models  # noqa: F401, I001  (first: TensorFlow loads quietly)
+from faithfulness.curves import CurveResult, Deletion, Insertion, RiseDeletion, RiseInsertion
+from faithfulness.single_step import ADD, IIC_AD
 from models.errors import UserError
 from faithfulness.idsds import incremental_deletion, random_cell_deletion, single_deletion
 from faithfulness.substrates import box_blur, idsds_blur, rise_blur

@@ -16,19 +16,22 @@ import dataclasses
 import os
 import sys
 import time
+from typing import Optional
 
 import numpy as np
 import tensorflow as tf
-from absl import flags
+from tqdm import tqdm
 
 import models
-from models.errors import UserError, require_both_or_neither, run_main
+from faithfulness import curves, idsds, inputs, single_step, stats
+from faithfulness import scorer as scoring
+from models.cli import option, run_binary
+from models.errors import UserError, require_both_or_neither
 from models.files import write_json
 from models.preprocessing import input_space
-from faithfulness import gomez, idsds, inputs, stats
-from faithfulness import scorer as scoring
 from saliency_gen import engine as saliency_engine
-from saliency_gen import generate, records
+from saliency_gen import pipelines, records
+from saliency_gen.world import cache
 
 PROTOCOLS = ("single_deletion", "incremental_deletion", "deletion", "insertion", "iic_ad", "add")
 DEFAULT_EXPLAINERS = "idsds:IxG,idsds:IG,idsds:Grad-CAM,idsds:IxG abs,random"
@@ -60,10 +63,10 @@ def load_images(pattern, loaded, nr_images=-1, seed=0, geometry="auto", shuffle=
     files = records.list_files(pattern, "--input_pattern")
     for path in files:
         records.check_file(path, "image", max_records=1)
-    dataset = generate.image_pipeline(files, loaded.input_shape,
+    dataset = pipelines.explanation_inputs(files, loaded.input_shape,
                                       input_space(loaded.preprocessing), geometry)
     if shuffle:
-        dataset = dataset.shuffle(10_000, seed=int(seed), reshuffle_each_iteration=False)
+        dataset = pipelines.shuffled(dataset, 10_000, int(seed), reshuffle_each_iteration=False)
     if nr_images >= 0:
         dataset = dataset.take(nr_images)
     keys, images, labels = [], [], []
@@ -81,7 +84,7 @@ def load_images(pattern, loaded, nr_images=-1, seed=0, geometry="auto", shuffle=
     if labels.min() < 0 or labels.max() >= loaded.num_classes:
         raise UserError(f"a label of {pattern} is outside the model's {loaded.num_classes} "
                         "classes; check --input_pattern and --model_path")
-    return np.concatenate(images), labels, generate.key_ids(keys)
+    return np.concatenate(images), labels, pipelines.key_ids(keys)
 
 
 def _activation(options, protocol):
@@ -90,15 +93,15 @@ def _activation(options, protocol):
     return None if options.output_activation == "none" else options.output_activation
 
 
-def _gomez_metric(protocol, options):
+def _masking_metric(protocol, options):
     common = dict(batch_size=options.batch_size,
                   output_activation=_activation(options, protocol))
     replace = {"data_replace_method": options.data_replace_method} \
         if options.data_replace_method else {}
     if protocol in ("deletion", "insertion"):
-        metric_class = gomez.Deletion if protocol == "deletion" else gomez.Insertion
+        metric_class = curves.Deletion if protocol == "deletion" else curves.Insertion
         return metric_class(max_step_nb=options.max_step_nb, **replace, **common)
-    return (gomez.IIC_AD if protocol == "iic_ad" else gomez.ADD)(**replace, **common)
+    return (single_step.IIC_AD if protocol == "iic_ad" else single_step.ADD)(**replace, **common)
 
 
 def _scorer_or_metric(loaded, protocol, options):
@@ -108,7 +111,7 @@ def _scorer_or_metric(loaded, protocol, options):
         activation = "softmax" if protocol == "incremental_deletion" else _activation(
             options, protocol)
         return scoring.Scorer(loaded, activation, options.batch_size)
-    return _gomez_metric(protocol, options)
+    return _masking_metric(protocol, options)
 
 
 def score_group(loaded, images, labels, ids, explainer, protocol, options, scorer=None):
@@ -193,48 +196,56 @@ def table(results, n_images):
 # ----------------------------------------------------------------------------------------------
 # The binary.
 
-def define_flags():
-    flags.DEFINE_string("model_path", None, "Exported model (models.export). Default: the "
-                        "synthetic world's clean small_cnn.")
-    flags.DEFINE_string("input_pattern", None, "Image TFRecords. Default: the synthetic world's "
-                        "validation records.")
-    flags.DEFINE_enum("evaluation_protocol", "single_deletion", PROTOCOLS, "Protocol.")
-    flags.DEFINE_list("explainer", DEFAULT_EXPLAINERS, "saliency_gen method names "
-                      "(idsds:IxG, idsds:IG-U, idsds:Grad-CAM, roar:IG, random, ...).")
-    flags.DEFINE_enum("attribution_transform", "raw", ["raw", "abs", "relu"],
-                      "Applied to the attribution before the channel sum.")
-    flags.DEFINE_integer("grid_rows_and_cols", 4, "Single deletion grid G (G x G cells).")
-    flags.DEFINE_enum("sd_baseline", "zeros", list(idsds.BASELINES), "Single deletion baseline.")
-    flags.DEFINE_enum("id_baseline", "zeros", list(idsds.BASELINES),
-                      "Incremental deletion baseline.")
-    flags.DEFINE_integer("id_steps", 32, "Incremental deletion steps S.")
-    flags.DEFINE_enum("id_order", "ascending", list(idsds.ORDERS), "Deletion order.")
-    flags.DEFINE_boolean("id_update_attribution", False, "Re-explain before every step.")
-    flags.DEFINE_integer("id_baseline_gaussian_kernel", 51, "Blur baseline kernel size (odd).")
-    flags.DEFINE_float("id_baseline_gaussian_sigma", 41.0, "Blur baseline sigma.")
-    flags.DEFINE_string("data_replace_method", "", "deletion/insertion/iic_ad/add substrate: "
-                        "black or blur (default: the metric's).")
-    flags.DEFINE_integer("max_step_nb", 196, "deletion/insertion: at most this many steps.")
-    flags.DEFINE_enum("output_activation", "auto", ["auto", "none", "softmax"],
-                      "auto: logits for single deletion (IDSDS), softmax for the others.")
-    flags.DEFINE_integer("nr_images", 64, "Images to score (-1: all).")
-    flags.DEFINE_integer("batch_size", 32, "Work items per model call.")
-    flags.DEFINE_integer("seed", 0, "Seed of the image order and of every random draw.")
-    flags.DEFINE_string("output", None, "JSON file (default faithfulness_<protocol>.json).")
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """faithfulness.evaluate's options (one flag each)."""
+
+    model_path: Optional[str] = option(
+        None,
+        "Exported model (models.export). Default: the synthetic world's clean small_cnn.")
+    input_pattern: Optional[str] = option(
+        None,
+        "Image TFRecords. Default: the synthetic world's validation records.")
+    evaluation_protocol: str = option("single_deletion", 'Protocol.', PROTOCOLS)
+    explainer: tuple = option(
+        tuple(DEFAULT_EXPLAINERS.split(",")),
+        "Explainers: saliency_gen method names (idsds:IxG, idsds:IG-U, idsds:Grad-CAM, roar:IG, "
+        "random, ...), registered methods or 'package.module:function'.")
+    attribution_transform: str = option(
+        "raw",
+        'Applied to the attribution before the channel sum.',
+        ("raw", "abs", "relu"))
+    grid_rows_and_cols: int = option(4, 'Single deletion grid G (G x G cells).')
+    sd_baseline: str = option("zeros", 'Single deletion baseline.', idsds.BASELINES)
+    id_baseline: str = option("zeros", 'Incremental deletion baseline.', idsds.BASELINES)
+    id_steps: int = option(32, 'Incremental deletion steps S.')
+    id_order: str = option("ascending", 'Deletion order.', idsds.ORDERS)
+    id_update_attribution: bool = option(False, 'Re-explain before every step.')
+    id_baseline_gaussian_kernel: int = option(51, 'Blur baseline kernel size (odd).')
+    id_baseline_gaussian_sigma: float = option(41.0, 'Blur baseline sigma.')
+    data_replace_method: str = option(
+        "",
+        "deletion/insertion/iic_ad/add substrate: black or blur (default: the metric's).")
+    max_step_nb: int = option(196, 'deletion/insertion: at most this many steps.')
+    output_activation: str = option(
+        "auto",
+        'auto: logits for single deletion (IDSDS), softmax for the others.',
+        ("auto", "none", "softmax"))
+    nr_images: int = option(64, 'Images to score (-1: all).')
+    batch_size: int = option(32, 'Work items per model call.')
+    seed: int = option(0, 'Seed of the image order and of every random draw.')
+    output: Optional[str] = option(None, 'JSON file (default faithfulness_<protocol>.json).')
 
 
-def main(argv):
-    from tqdm import tqdm
 
-    del argv
-    f = flags.FLAGS
+def run(config: Config) -> dict:
+    """Scores every explainer of `config` with its protocol, prints the table and writes the
+    JSON report; returns the report."""
+    f = config
     require_both_or_neither(("model_path", f.model_path), ("input_pattern", f.input_pattern))
     if f.model_path is None:
-        from roar import synthetic_setup
-
-        setup = synthetic_setup.clean_model(seed=0)
-        model_path = os.path.join(setup["clean"], "model")
-        pattern = os.path.join(setup["records"], "validation-*")
+        model_path = cache.clean_model(seed=0)
+        pattern = os.path.join(cache.records_dir(seed=0), "validation-*")
     else:
         model_path, pattern = f.model_path, f.input_pattern
     loaded = models.load(model_path)
@@ -256,8 +267,8 @@ def main(argv):
     os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
     write_json(output, report, indent=1)
     print(f"wrote {output} ({seconds:.0f} s)")
+    return report
 
 
 if __name__ == "__main__":
-    define_flags()
-    run_main(main)
+    run_binary(Config, run)

@@ -1,4 +1,4 @@
-"""In-domain fine-tuning for IDSDS (faithfulness.md §5.2): `python -m faithfulness.finetune`.
+"""In-domain fine-tuning for IDSDS (docs/faithfulness.md, "Fine-tuning"): `python -m faithfulness.finetune`.
 
     python -m faithfulness.finetune                       # the synthetic world's clean small_cnn
     python -m faithfulness.finetune --init_model=runs/clean/model --train_pattern='train-*' \\
@@ -19,18 +19,20 @@ import math
 import os
 import shutil
 import time
+from typing import Optional
 
 import keras
 import tensorflow as tf
-from absl import flags
 
 import models
-from models.errors import UserError, run_main
+from faithfulness import idsds
+from models import training
+from models.cli import option, run_binary
+from models.errors import UserError
 from models.files import atomic_output, write_json
 from models.preprocessing import decode_image, input_space
-from faithfulness import idsds
-from roar.data import count_records
-from saliency_gen import generate, records
+from saliency_gen import pipelines, records
+from saliency_gen.world import cache
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,7 +52,9 @@ class FinetuneRecipe:
 
 
 # Small images whose object can fill a fraction of the frame: milder crops, a short schedule.
-SYNTHETIC_RECIPE = FinetuneRecipe(epochs=3, batch_size=64, decay_every=2, min_crop_area=0.25)
+PRESETS = {"synthetic": FinetuneRecipe(epochs=3, batch_size=64, decay_every=2,
+                                       min_crop_area=0.25),
+           "real": FinetuneRecipe()}
 
 
 class CoupledDecayModel(keras.Model):
@@ -138,7 +142,7 @@ def training_dataset(files, size, space, recipe, seed, num_train):
 def evaluation_dataset(files, size, space, batch_size=128):
     """Batches of (centre-cropped normalised image, label), every record once, in order (the
     generator's image pipeline)."""
-    return (generate.image_pipeline(files, (size, size, 3), space, "auto")
+    return (pipelines.explanation_inputs(files, (size, size, 3), space, "auto")
             .map(lambda key, encoded, label, image, height, width: (image, label))
             .batch(batch_size).prefetch(tf.data.AUTOTUNE))
 
@@ -164,7 +168,7 @@ def finetune(train_files, eval_files, output_dir, *, init_model=None, model_name
     size = int(base.inputs[0].shape[1])
     classes = int(base.outputs[0].shape[-1])
     space = input_space(space_name)
-    num_train, num_eval = count_records(train_files), count_records(eval_files)
+    num_train, num_eval = pipelines.count_records(train_files), pipelines.count_records(eval_files)
     if num_train < recipe.batch_size:
         raise UserError(f"{num_train} training images are fewer than one batch of "
                         f"{recipe.batch_size}; lower --batch_size")
@@ -210,46 +214,48 @@ def finetune(train_files, eval_files, output_dir, *, init_model=None, model_name
 # ----------------------------------------------------------------------------------------------
 # The binary.
 
-def define_flags():
-    flags.DEFINE_string("init_model", None, "Exported zoo model to start from (default: the "
-                        "synthetic world's clean small_cnn).")
-    flags.DEFINE_string("model", None, "Zoo architecture instead of --init_model.")
-    flags.DEFINE_string("weights", None, "With --model: imagenet or a weights file.")
-    flags.DEFINE_integer("num_classes", None, "With --model: number of classes.")
-    flags.DEFINE_integer("image_size", 224, "With --model: input size.")
-    flags.DEFINE_string("train_pattern", None, "Training image TFRecords.")
-    flags.DEFINE_string("eval_pattern", None, "Validation image TFRecords.")
-    flags.DEFINE_string("output_dir", "idsds_finetuned", "Where the model and metrics go.")
-    flags.DEFINE_integer("epochs", None, "Epochs (default 30; 3 on the synthetic world).")
-    flags.DEFINE_integer("batch_size", None, "Batch size (default 256; 64 synthetic).")
-    flags.DEFINE_float("learning_rate", None, "Initial learning rate (default 0.001).")
-    flags.DEFINE_integer("decay_every", None, "Epochs between x0.1 decays (default 10).")
-    flags.DEFINE_float("weight_decay", 1e-4, "Coupled (PyTorch-style) weight decay.")
-    flags.DEFINE_integer("grid_rows_and_cols", 4, "Grid of the random cell deletion.")
-    flags.DEFINE_enum("baseline", "zeros", list(idsds.BASELINES), "Deleted-cell baseline.")
-    flags.DEFINE_integer("seed", 0, "Seed of the order, crops, flips and deletions.")
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """faithfulness.finetune's options (one flag each)."""
+
+    init_model: Optional[str] = option(
+        None,
+        "Exported zoo model to start from (default: the synthetic world's clean "
+        'small_cnn).')
+    model: Optional[str] = option(None, 'Zoo architecture instead of --init_model.')
+    weights: Optional[str] = option(None, 'With --model: imagenet or a weights file.')
+    num_classes: Optional[int] = option(None, 'With --model: number of classes.')
+    image_size: int = option(224, 'With --model: input size.')
+    train_pattern: Optional[str] = option(None, 'Training image TFRecords.')
+    eval_pattern: Optional[str] = option(None, 'Validation image TFRecords.')
+    output_dir: str = option("idsds_finetuned", 'Where the model and metrics go.')
+    epochs: Optional[int] = option(None, 'Epochs (default 30; 3 on the synthetic world).')
+    batch_size: Optional[int] = option(None, 'Batch size (default 256; 64 synthetic).')
+    learning_rate: Optional[float] = option(None, 'Initial learning rate (default 0.001).')
+    decay_every: Optional[int] = option(None, 'Epochs between x0.1 decays (default 10).')
+    weight_decay: float = option(1e-4, 'Coupled (PyTorch-style) weight decay.')
+    grid_rows_and_cols: int = option(4, 'Grid of the random cell deletion.')
+    baseline: str = option("zeros", 'Deleted-cell baseline.', idsds.BASELINES)
+    seed: int = option(0, 'Seed of the order, crops, flips and deletions.')
 
 
-def main(argv):
-    del argv
-    f = flags.FLAGS
+
+def run(config: Config) -> dict:
+    """Fine-tunes with `config` and exports the best epoch; returns the metrics."""
+    f = config
     synthetic = f.init_model is None and f.model is None
     init_model, train_pattern, eval_pattern = f.init_model, f.train_pattern, f.eval_pattern
     if synthetic:
-        from roar import synthetic_setup
-
-        setup = synthetic_setup.clean_model(seed=0)
-        init_model = os.path.join(setup["clean"], "model")
-        train_pattern = train_pattern or os.path.join(setup["records"], "train-*")
-        eval_pattern = eval_pattern or os.path.join(setup["records"], "validation-*")
+        init_model = cache.clean_model(seed=0)
+        shards = cache.records_dir(seed=0)
+        train_pattern = train_pattern or os.path.join(shards, "train-*")
+        eval_pattern = eval_pattern or os.path.join(shards, "validation-*")
     if not (train_pattern and eval_pattern):
         raise UserError("pass --train_pattern and --eval_pattern")
-    base = SYNTHETIC_RECIPE if synthetic else FinetuneRecipe()
-    overrides = {name: value for name, value in (
-        ("epochs", f.epochs), ("batch_size", f.batch_size), ("learning_rate", f.learning_rate),
-        ("decay_every", f.decay_every)) if value is not None}
-    recipe = dataclasses.replace(base, weight_decay=f.weight_decay, grid=f.grid_rows_and_cols,
-                                 baseline=f.baseline, **overrides)
+    recipe = training.with_overrides(
+        PRESETS["synthetic" if synthetic else "real"], epochs=f.epochs,
+        batch_size=f.batch_size, learning_rate=f.learning_rate, decay_every=f.decay_every,
+        weight_decay=f.weight_decay, grid=f.grid_rows_and_cols, baseline=f.baseline)
     result = finetune(records.list_files(train_pattern, "--train_pattern"),
                       records.list_files(eval_pattern, "--eval_pattern"), f.output_dir,
                       init_model=init_model, model_name=f.model, num_classes=f.num_classes,
@@ -257,8 +263,8 @@ def main(argv):
     print(f"clean validation top-1: {result['initial_val_top1']:.4f} before, "
           f"{result['best_val_top1']:.4f} best after {recipe.epochs} epochs "
           f"({result['seconds']:.0f} s); model in {os.path.join(f.output_dir, 'model')}")
+    return result
 
 
 if __name__ == "__main__":
-    define_flags()
-    run_main(main)
+    run_binary(Config, run)

@@ -1,4 +1,4 @@
-"""IDSDS protocols (Hesse et al. 2024; faithfulness.md §5), batched.
+"""IDSDS protocols (Hesse et al. 2024; docs/faithfulness.md, "IDSDS"), batched.
 
 * `single_deletion`: each of the G x G grid cells deleted on its own (one work item per image and
   cell), Spearman correlation between the cell sums of the attribution and the drops of the
@@ -17,9 +17,9 @@ import logging
 import numpy as np
 import tensorflow as tf
 
-from models.errors import ShapeError, UserError
 from faithfulness import inputs, ranking, resample, stats, substrates
 from faithfulness import scorer as scoring
+from models.errors import ShapeError, UserError
 
 BASELINES = ("zeros", "blur", "random")
 ORDERS = ("ascending", "descending")

@@ -2,8 +2,8 @@
 import numpy as np
 import tensorflow as tf
 
-from models.errors import ShapeError, UserError
 from faithfulness import ranking
+from models.errors import ShapeError, UserError
 
 TRANSFORMS = ("raw", "abs", "relu")
 

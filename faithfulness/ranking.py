@@ -1,4 +1,4 @@
-"""Orders, ranks and step schedules (faithfulness.md §1.4, §3.1-§3.2, §4, §5.3).
+"""Orders, ranks and step schedules (docs/faithfulness.md, "Ranking and steps").
 
 One stable sort per map: `ranks(maps, descending)` gives each cell its position in the order
 (ties: lower row-major index first), and a step perturbs the cells whose rank lies in

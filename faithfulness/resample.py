@@ -1,4 +1,4 @@
-"""Map upsampling exactly as the reference metrics do it (faithfulness.md §1.3).
+"""Map upsampling exactly as the reference metrics do it (docs/faithfulness.md, "Upsampling").
 
 * `torch_nearest_indices(in, out)`: PyTorch's legacy `nearest` source indices,
   `min(floor(dst * (in / out)), in - 1)` in float32, used to blow a cell mask up to the image.

@@ -5,6 +5,11 @@
     models.export(model, "/tmp/small_cnn")
     loaded = models.load("/tmp/small_cnn")   # loaded(images) -> logits, differentiable
 """
+from models import cli as _cli
+
+_cli.quiet_startup()  # before anything loads TensorFlow: its C++ start-up lines stay hidden
+
+from models.adapter import adapt
 from models.errors import MissingPathError, RecordError, ShapeError, UserError
 from models.export import LoadedModel, export, load, read_info, rebuild, weights_digest
 from models.zoo import (FEATURE_LAYER, REGISTRY, build, feature_layer_name,
@@ -12,7 +17,6 @@ from models.zoo import (FEATURE_LAYER, REGISTRY, build, feature_layer_name,
 
 __all__ = [
     "FEATURE_LAYER", "REGISTRY", "LoadedModel", "MissingPathError", "RecordError", "ShapeError",
-    "UserError", "build", "export", "feature_layer_name", "features_and_logits_model", "load",
-    "read_info", "rebuild",
-    "spec", "weights_digest",
+    "UserError", "adapt", "build", "export", "feature_layer_name", "features_and_logits_model",
+    "load", "read_info", "rebuild", "spec", "weights_digest",
 ]

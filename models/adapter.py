@@ -21,9 +21,8 @@ from typing import Any, Optional
 import numpy as np
 import tensorflow as tf
 
-from models import executor
+from models import executor, zoo
 from models import guided as guided_views
-from models import zoo
 from models.errors import UserError
 from models.export import INFO_PATH, LoadedModel, load
 from models.tracing import quiet_retracing
@@ -62,13 +61,15 @@ class Adapter:
         images = tf.convert_to_tensor(np.asarray(images, np.float32))
         if images.shape[0] == 0:
             return np.zeros((0, self.num_classes or 0), np.float32)
-        function = self.__dict__.setdefault("_predict", {})
-        if batch_size not in function:
+        if not hasattr(self, "_predictors"):
+            self._predictors = {}
+        if batch_size not in self._predictors:
             def run(images):
                 return executor.collect(tf.shape(images)[0], batch_size, lambda items: tf.cast(
                     self.logits(tf.gather(images, items)), tf.float32), item_shape=[None])
-            function[batch_size] = quiet_retracing(tf.function(run, reduce_retracing=True))
-        return function[batch_size](images).numpy()
+            self._predictors[batch_size] = quiet_retracing(
+                tf.function(run, reduce_retracing=True, autograph=False))
+        return self._predictors[batch_size](images).numpy()
 
 
 class KerasAdapter(Adapter):

@@ -1,10 +1,10 @@
 """User-facing errors and the wrapper that turns them into one clear line at the command line.
 
 Library code raises a `UserError` subclass whose message names the file, record, flag or value at
-fault and says what to do. Binaries wrap their `main` with `run_main`, so such an error prints as a
-single `error: ...` line with exit status 2 instead of a traceback from deep inside TensorFlow.
+fault and says what to do. Binaries run through `models.cli.run_binary`, so such an error prints
+as a single `error: ...` line with exit status 2 instead of a traceback from deep inside
+TensorFlow.
 """
-import sys
 
 
 class UserError(ValueError):
@@ -30,23 +30,3 @@ def require_both_or_neither(first, second):
     if (first_value is None) != (second_value is None):
         raise UserError(f"pass both --{first_name} and --{second_name}, or neither (synthetic "
                         "world)")
-
-
-def run_main(main):
-    """Runs an absl `main(argv)`, printing a `UserError` as one line and exiting with status 2.
-
-    Log messages below WARNING (TensorFlow's SavedModel chatter) are hidden unless --verbosity
-    is given.
-    """
-    from absl import app, flags, logging
-
-    def guarded(argv):
-        if not flags.FLAGS["verbosity"].present:
-            logging.set_verbosity(logging.WARNING)
-        try:
-            return main(argv)
-        except UserError as error:
-            print(f"error: {error}", file=sys.stderr)
-            sys.exit(2)
-
-    app.run(guarded)

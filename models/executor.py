@@ -68,9 +68,12 @@ def accumulate(count, chunk: int, compute: Callable, initial: tuple) -> tuple:
     return tuple(total[:-1] for total in sums)
 
 
-def groups(count: int, per_image_bytes: int, memory_bytes: int) -> Iterator[tuple]:
+def groups(count: int, per_image_bytes: int, memory_bytes: int,
+           max_images: int = 256) -> Iterator[tuple]:
     """(start, stop) ranges covering `count` images, each group's state within `memory_bytes`
-    (at least one image per group)."""
-    size = max(1, min(count, int(memory_bytes) // max(1, int(per_image_bytes))))
+    and at most `max_images` images (so that progress can be reported per group), at least one
+    image per group."""
+    size = max(1, min(count, int(max_images),
+                      int(memory_bytes) // max(1, int(per_image_bytes))))
     for start in range(0, count, size):
         yield start, min(start + size, count)

@@ -1,4 +1,4 @@
-"""ROAD's noisy linear imputation (roar.md §6.1, §6.3) as batched TensorFlow.
+"""ROAD's noisy linear imputation (docs/roar.md, "Masks", ROAD imputation) as batched TensorFlow.
 
 Every removed pixel becomes the weighted mean of its 8 in-image neighbours (1/6 for edge
 neighbours, 1/12 for diagonals), removed neighbours being unknowns themselves: one sparse linear
@@ -20,6 +20,7 @@ import numpy as np
 import tensorflow as tf
 
 from models.preprocessing import IMAGENET_MEAN
+
 EDGE, DIAGONAL = 1.0 / 6.0, 1.0 / 12.0
 STENCIL = np.array([[DIAGONAL, EDGE, DIAGONAL], [EDGE, 0.0, EDGE], [DIAGONAL, EDGE, DIAGONAL]])
 

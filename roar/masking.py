@@ -1,4 +1,4 @@
-"""ROAR / KAR / ROAD masks from saliency maps (roar.md §3, §6.1), as batched TensorFlow ops.
+"""ROAR / KAR / ROAD masks from saliency maps (docs/roar.md, "Masks"), as batched TensorFlow ops.
 
     replaced = feature_mask(saliency, ratio=0.5, keep_information=False)   # ROAR, top 50%
     images = replace(images, replaced, "mean")
@@ -23,6 +23,7 @@ import numpy as np
 import tensorflow as tf
 
 from roar import imputation
+from saliency_gen.pipelines import key_seeds
 from saliency_gen.records import ranking_cut
 
 UNITS = ("element", "pixel")
@@ -122,13 +123,6 @@ def replace(images, replaced, fill="mean", mean=imputation.IMAGENET_MEAN, noise_
         replaced = replaced[..., None]
     value = tf.constant(mean, tf.float32) if fill == "mean" else tf.constant(0.0)
     return tf.where(replaced, value, images)
-
-
-def key_seeds(keys, seed, epoch=None):
-    """Per-example stateless seeds [N, 2] from string keys, the run seed and an optional epoch."""
-    hashed = tf.strings.to_hash_bucket_fast(keys, 2**62)
-    salt = tf.cast(seed, tf.int64) * 1000003 + (0 if epoch is None else tf.cast(epoch, tf.int64))
-    return tf.stack([tf.fill(tf.shape(hashed), salt), hashed], axis=-1)
 
 
 def random_map(key, shape, seed=0, epoch=None):

@@ -7,19 +7,23 @@ Reads every `metrics.json` under `--output_dir` and writes `<output>.csv` (one r
 (top-1 against the fraction removed, one line per method and mode; the random baseline dashed),
 in the style of the ROAR paper's figure.
 """
+import dataclasses
 import glob
 import json
 import os
+from typing import Optional
 
-from absl import flags
+from models.cli import option, run_binary
+from models.errors import UserError
+from roar import summaries
 
-from models.errors import UserError, run_main
-from roar import reporting
 
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """roar.report's options (one flag each)."""
 
-def define_flags():
-    flags.DEFINE_string("output_dir", "roar_runs", "Root of the run folders.")
-    flags.DEFINE_string("output", None, "Output stem (default: <output_dir>/roar_report).")
+    output_dir: str = option("roar_runs", "Root of the run folders.")
+    output: Optional[str] = option(None, "Output stem (default: <output_dir>/roar_report).")
 
 
 def collect(output_dir):
@@ -41,23 +45,23 @@ def collect(output_dir):
     return rows
 
 
-def main(argv):
-    del argv
-    f = flags.FLAGS
+def run(config: Config) -> list:
+    """Summarises every finished run under `config.output_dir`; returns the summary rows."""
+    f = config
     rows = collect(f.output_dir)
     if not rows:
         raise UserError(f"no metrics.json under {f.output_dir}; run python -m roar.sweep first")
-    summary = reporting.summarise(rows, ["method", "mode", "fraction_removed"], "top1")
+    summary = summaries.summarise(rows, ["method", "mode", "fraction_removed"], "top1")
     stem = f.output or os.path.join(f.output_dir, "roar_report")
-    reporting.write_outputs(stem, rows, summary,
+    summaries.write_outputs(stem, rows, summary,
                             ["method", "mode", "fraction_removed", "mean ± sd", "n"],
                             "fraction_removed", ["method", "mode"], "top-1 test accuracy",
                             "ROAR / KAR: accuracy after retraining")
-    print(reporting.markdown_table(summary, ["method", "mode", "fraction_removed", "mean ± sd",
+    print(summaries.markdown_table(summary, ["method", "mode", "fraction_removed", "mean ± sd",
                                              "n"]))
     print(f"wrote {stem}.csv, .md and .png")
+    return summary
 
 
 if __name__ == "__main__":
-    define_flags()
-    run_main(main)
+    run_binary(Config, run)

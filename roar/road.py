@@ -1,4 +1,4 @@
-"""ROAD without retraining: `python -m roar.road` (roar.md §6.2).
+"""ROAD without retraining: `python -m roar.road` (docs/roar.md, "ROAD without retraining").
 
     python -m roar.road --ckpt_path=runs/clean/model --saliency_method=gradient_image \\
         --data_dir=saliency/SH --ratios=0.1,0.3,0.5,0.7,0.9
@@ -12,15 +12,16 @@ JSON / CSV / Markdown file and a PNG plot.
 """
 import dataclasses
 import os
+from typing import Optional
 
 import numpy as np
 import tensorflow as tf
-from absl import flags
 
 import models
-from models.errors import UserError, run_main
+from models.cli import option, run_binary
+from models.errors import UserError
 from models.files import write_json
-from roar import data, reporting
+from roar import masked_data, summaries
 
 ORDERS = ("morf", "lerf")
 
@@ -43,7 +44,7 @@ def evaluate_curve(model, files, source, config, *, ratios, orders=ORDERS, map_k
                 setting = dataclasses.replace(config, ratio=round(1.0 - p, 2),
                                               keep_information=True)
                 removed = round(1.0 - p, 2)
-            dataset = data.masked_dataset(files, source, setting, training=False,
+            dataset = masked_data.masked_dataset(files, source, setting, training=False,
                                           batch_size=batch_size, map_key=map_key, size=size,
                                           geometry=geometry, label_offset=label_offset,
                                           control=control, space=space)
@@ -64,41 +65,52 @@ def evaluate_curve(model, files, source, config, *, ratios, orders=ORDERS, map_k
     return rows
 
 
-def define_flags():
-    flags.DEFINE_string("ckpt_path", None, "The clean model (models.export directory).")
-    flags.DEFINE_string("data_dir", None, "Saliency records of the method, or image records "
-                        "with --saliency_method=random or oracle.")
-    flags.DEFINE_string("eval_pattern", "validation-*", "Test shards in --data_dir.")
-    flags.DEFINE_string("saliency_method", None, "Record key of the map, or random / oracle.")
-    flags.DEFINE_list("orders", list(ORDERS), "morf and/or lerf.")
-    flags.DEFINE_list("ratios", ["0.1", "0.2", "0.3", "0.4", "0.5", "0.7", "0.9"],
-                      "Fractions p (MoRF removes the top p, LeRF keeps it).")
-    flags.DEFINE_enum("ranking", "pixel", ["element", "pixel"], "Ranking unit (ROAD: pixel).")
-    flags.DEFINE_bool("squared_value", False, "Rank by e^2 (ROAD: the signed sum).")
-    flags.DEFINE_enum("tie_break", "jitter", ["index", "jitter"], "Ties (ROAD: jitter).")
-    flags.DEFINE_enum("fill", "noisy_linear", ["mean", "zero", "noisy_linear"], "Replacement.")
-    flags.DEFINE_float("road_noise", 0.01, "Imputation noise (absolute, [0, 1] pixels).")
-    flags.DEFINE_integer("seed", 0, "Seed of the jitter and the noise.")
-    flags.DEFINE_integer("batch_size", 128, "Images per evaluation batch.")
-    flags.DEFINE_integer("label_offset", 0, "Added to image-record labels.")
-    flags.DEFINE_string("output", "road", "Output stem: <output>.json, .csv, .md, .png.")
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """roar.road's options (one flag each)."""
+
+    ckpt_path: Optional[str] = option(None, 'The clean model (models.export directory).')
+    data_dir: Optional[str] = option(
+        None,
+        'Saliency records of the method, or image records with --saliency_method=random '
+        'or oracle.')
+    eval_pattern: str = option("validation-*", 'Test shards in --data_dir.')
+    saliency_method: Optional[str] = option(
+        None, "The map: a record key (gradient_image), a ROAR code (SH), any saliency_gen method "
+        "name or 'package.module:function' whose records --data_dir holds, or random / oracle.")
+    orders: tuple = option(tuple(ORDERS), 'morf and/or lerf.')
+    ratios: tuple = option(
+        ("0.1", "0.2", "0.3", "0.4", "0.5", "0.7", "0.9"),
+        'Fractions p (MoRF removes the top p, LeRF keeps it).')
+    ranking: str = option("pixel", 'Ranking unit (ROAD: pixel).', ["element", "pixel"])
+    squared_value: bool = option(False, 'Rank by e^2 (ROAD: the signed sum).')
+    tie_break: str = option("jitter", 'Ties (ROAD: jitter).', ["index", "jitter"])
+    fill: str = option("noisy_linear", 'Replacement.', ["mean", "zero", "noisy_linear"])
+    road_noise: float = option(0.01, 'Imputation noise (absolute, [0, 1] pixels).')
+    seed: int = option(0, 'Seed of the jitter and the noise.')
+    batch_size: int = option(128, 'Images per evaluation batch.')
+    label_offset: int = option(0, 'Added to image-record labels.')
+    output: str = option("road", 'Output stem: <output>.json, .csv, .md, .png.')
 
 
-def main(argv):
-    del argv
-    f = flags.FLAGS
+
+def run(config: Config) -> list:
+    """MoRF / LeRF curves of `config`: printed row by row, written as <output>.json, .csv, .md
+    and .png; returns the rows."""
+    f = config
     for name in ("ckpt_path", "data_dir", "saliency_method"):
         if not getattr(f, name):
             raise UserError(f"--{name} is required")
     model = models.load(f.ckpt_path)
-    files = data.list_shards(os.path.join(f.data_dir, f.eval_pattern), "--eval_pattern")
+    files = masked_data.list_shards(os.path.join(f.data_dir, f.eval_pattern), "--eval_pattern")
     control = f.saliency_method if f.saliency_method in ("random", "oracle") else None
-    config = data.MaskConfig(ranking=f.ranking, squared=f.squared_value, tie_break=f.tie_break,
+    config = masked_data.MaskConfig(ranking=f.ranking, squared=f.squared_value, tie_break=f.tie_break,
                              fill=f.fill, road_noise=f.road_noise, seed=f.seed)
     ratios = [float(r) for r in f.ratios]
     rows = evaluate_curve(
         model, files, "images" if control else "saliency", config, ratios=ratios,
-        orders=f.orders, map_key=None if control else f.saliency_method, control=control,
+        orders=f.orders, map_key=None if control else masked_data.record_key_of(f.saliency_method),
+        control=control,
         batch_size=f.batch_size, size=model.input_shape[0], label_offset=f.label_offset,
         method_name=f.saliency_method,
         progress=lambda row: print(f"{row['order']:>4} p={row['p']:.2f} removed "
@@ -106,7 +118,7 @@ def main(argv):
                                    f"{row['accuracy']:.4f}, true-class probability "
                                    f"{row['true_class_probability']:.4f}", flush=True))
     summary = [dict(row, mean=row["accuracy"], std=0.0) for row in rows]
-    reporting.write_outputs(f.output, rows, summary,
+    summaries.write_outputs(f.output, rows, summary,
                             ["method", "order", "p", "fraction_removed", "mean ± sd", "n"],
                             "fraction_removed", ["method", "order"], "accuracy",
                             "ROAD: accuracy of the clean model on imputed images")
@@ -114,8 +126,8 @@ def main(argv):
         "ckpt_path", "data_dir", "saliency_method", "ranking", "squared_value", "tie_break",
         "fill", "road_noise", "seed")}}, indent=2)
     print(f"wrote {f.output}.json, .csv, .md and .png")
+    return rows
 
 
 if __name__ == "__main__":
-    define_flags()
-    run_main(main)
+    run_binary(Config, run)

@@ -7,26 +7,32 @@ Each run is `python -m roar.train` in its own process with the run's flags plus
 `--train_flags`; a run whose `metrics.json` exists is skipped, so a killed sweep resumes where it
 stopped. `random` means `--transformation=random_baseline`. Then `python -m roar.report`.
 """
+import dataclasses
 import os
 import shlex
 import subprocess
 import sys
 
-from absl import flags
 from tqdm import tqdm
 
-from models.errors import UserError, run_main
+from models.cli import option, run_binary
+from models.errors import UserError
 from roar import train
 
 
-def define_flags():
-    flags.DEFINE_list("methods", ["gradient_image", "random"], "Record keys (or generator "
-                      "codes), 'oracle' or 'random'.")
-    flags.DEFINE_list("ratios", ["0.1", "0.3", "0.5", "0.7", "0.9"], "Fractions replaced.")
-    flags.DEFINE_list("seeds", ["0"], "Training seeds (the paper: 5 per cell).")
-    flags.DEFINE_list("modes", ["roar"], "roar (remove the top) and/or kar (keep the top).")
-    flags.DEFINE_string("output_dir", "roar_runs", "Root of the run folders.")
-    flags.DEFINE_string("train_flags", "", "Further flags for every roar.train run.")
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """roar.sweep's options (one flag each)."""
+
+    methods: tuple = option(
+        ("gradient_image", "random"),
+        "Methods: record keys or generator codes, any saliency_gen method name or "
+        "'package.module:function', 'oracle' or 'random'.")
+    ratios: tuple = option(("0.1", "0.3", "0.5", "0.7", "0.9"), "Fractions replaced.")
+    seeds: tuple = option(("0",), "Training seeds (the paper: 5 per cell).")
+    modes: tuple = option(("roar",), "roar (remove the top) and/or kar (keep the top).")
+    output_dir: str = option("roar_runs", "Root of the run folders.")
+    train_flags: str = option("", "Further flags for every roar.train run.")
 
 
 def planned_runs(methods, ratios, seeds, modes):
@@ -47,9 +53,9 @@ def run_arguments(method, ratio, seed, keep, output_dir):
     return arguments, transformation
 
 
-def main(argv):
-    del argv
-    f = flags.FLAGS
+def run(config: Config) -> int:
+    """Trains every missing run of the grid (one roar.train process each); returns how many."""
+    f = config
     runs = planned_runs(f.methods, f.ratios, f.seeds, f.modes)
     extra = shlex.split(f.train_flags)
     done = 0
@@ -71,8 +77,8 @@ def main(argv):
             bar.update(1)
     print(f"{done} runs trained, {len(runs) - done} already finished; now run "
           f"python -m roar.report --output_dir={f.output_dir}")
+    return done
 
 
 if __name__ == "__main__":
-    define_flags()
-    run_main(main)
+    run_binary(Config, run)

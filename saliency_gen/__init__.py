@@ -12,6 +12,7 @@ A method is a unit (`saliency_gen.units.Method`, one module each under `saliency
 `saliency_gen.METHODS` lists every built-in name; `saliency_gen.records` owns the TFRecord
 schemas; `python -m saliency_gen.generate` writes saliency records (docs/saliency.md).
 """
+import models  # noqa: F401, I001  (first: TensorFlow loads quietly)
 from saliency_gen import methods  # noqa: F401  (registers the built-in units)
 from saliency_gen.engine import attribute, predict
 from saliency_gen.names import METHODS, method_names, resolve

@@ -14,7 +14,7 @@ the explained class is computed once per image on the clean input; so results do
 `batch_size` and no image influences another.
 """
 import weakref
-from typing import Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -97,7 +97,8 @@ def predict(model, images, batch_size: int = 64) -> np.ndarray:
 def attribute(model, images, method: str, targets: Optional[Sequence[int]] = None, *,
               batch_size: int = 64, seed: int = 0, ids: Optional[Sequence[int]] = None,
               preprocessing: Optional[str] = None, feature_layer: Optional[str] = None,
-              memory_bytes: int = 1 << 28, **params) -> np.ndarray:
+              memory_bytes: int = 1 << 28, progress: Optional[Callable[[int], Any]] = None,
+              **params) -> np.ndarray:
     """Attributions of `model` on `images` [N, H, W, C] (model input space): float32 maps.
 
     `method` is a base method ("integrated_gradients"), a wrapped one
@@ -107,14 +108,17 @@ def attribute(model, images, method: str, targets: Optional[Sequence[int]] = Non
     `nsamples=`, `baseline=`, `transform=`, `reduce=`). `targets=None` explains each image's
     predicted class. `ids` are int64 keys per image for the noise (default: positions).
     `preprocessing` names the input space for pixel-space baselines ("black"); it defaults to
-    the model's. Output: [N, H, W, C] raw signed maps (CAM and RISE maps upsampled and repeated
-    over C), or [N, H, W, 1] with `reduce="sum"`.
+    the model's. `progress(n)` is called after each group of n images (at most 256). Output:
+    [N, H, W, C] raw signed maps (CAM and RISE maps upsampled and repeated over C), or
+    [N, H, W, 1] with `reduce="sum"`.
     """
     if method in names.PRODUCTS:
         first, second = (attribute(model, images, part, targets, batch_size=batch_size,
                                    seed=seed, ids=ids, preprocessing=preprocessing,
                                    feature_layer=feature_layer, memory_bytes=memory_bytes,
-                                   **params) for part in names.PRODUCTS[method])
+                                   progress=None if part == names.PRODUCTS[method][0]
+                                   else progress, **params)
+                         for part in names.PRODUCTS[method])
         return first * second
     spec = names.resolve(method, **params)
     unit = spec.unit
@@ -154,6 +158,8 @@ def attribute(model, images, method: str, targets: Optional[Sequence[int]] = Non
     for start, stop in spans:  # groups of many images, bounded by memory
         parts.append(_run_group(runner, images[start:stop], targets[start:stop],
                                 ids[start:stop], sigmas[start:stop], start, count, method))
+        if progress is not None:
+            progress(stop - start)
     maps = np.concatenate(parts)
     unit.check_maps(maps, method)
     if spec.times_input:

@@ -10,47 +10,49 @@ prediction, unless --explain=label), and writes one saliency-record shard per in
 temporary name and renamed when complete: a re-run skips finished shards and redoes unfinished
 ones. `--num_shards/--shard_index` give every cluster task its own subset of input shards.
 """
+import dataclasses
 import json
 import os
 import re
 import time
-import zlib
+from typing import Optional
 
 import numpy as np
 import tensorflow as tf
-from absl import flags
 from tqdm import tqdm
 
 import models
-from models.errors import RecordError, UserError, run_main
-from models.preprocessing import CROP_VERSION, center_crop, decode_image, input_space
-from saliency_gen import engine, names, records
+from models.cli import option, run_binary
+from models.errors import RecordError, UserError
+from models.preprocessing import CROP_VERSION, input_space
+from saliency_gen import engine, names, pipelines, records
 
-FLAGS = flags.FLAGS
 
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """The generator's options (one flag each)."""
 
-def define_flags():
-    """The binary's flags (defined only when it runs, so importing this module defines none)."""
-    flags.DEFINE_string("input_pattern", None, "Glob of the image TFRecord shards to explain.")
-    flags.DEFINE_string("model_path", None, "Model directory written by models.export.")
-    flags.DEFINE_string("saliency_method", "roar:SH_SG",
-                        "Method name(s), comma-separated (see saliency_gen.METHODS).")
-    flags.DEFINE_string("output_dir", None, "Root directory of the saliency records.")
-    flags.DEFINE_integer("batch_size", 32, "Images read and explained per step.")
-    flags.DEFINE_integer("chunk_size", 64, "Rows per gradient evaluation (results do not depend on it).")
-    flags.DEFINE_integer("num_shards", 1, "Split the input shards over this many tasks.")
-    flags.DEFINE_integer("shard_index", 0, "This task's index in [0, num_shards).")
-    flags.DEFINE_integer("seed", 0, "Seed of every random choice (noise, baselines, masks).")
-    flags.DEFINE_enum("dtype", "rank8", records.MAP_DTYPES,
-                      "Stored map format: rank8 (1 byte per element, exact ROAR ranking at integer "
-                      "percentages), float16 or float32 (full precision).")
-    flags.DEFINE_enum("geometry", "auto", ["auto", "center_crop", "none"],
-                      "How images reach the model's input size: center_crop (ROAR's crop_224), "
-                      "none (images already have it) or auto (none when they do, else center_crop).")
-    flags.DEFINE_integer("label_offset", 0, "Added to every stored label (ImageNet TF-slim: -1).")
-    flags.DEFINE_enum("explain", "prediction", ["prediction", "label"],
-                      "Explain the model's predicted class (ROAR, BAM) or the label (IDSDS).")
-    flags.DEFINE_bool("overwrite", False, "Recompute finished output shards.")
+    input_pattern: Optional[str] = option(None, "Glob of the image TFRecord shards to explain.")
+    model_path: Optional[str] = option(None, "Model directory written by models.export.")
+    saliency_method: str = option(
+        "roar:SH_SG", "Method name(s), comma-separated: built-in names (saliency_gen.METHODS), "
+        "registered ones, or 'package.module:function'.")
+    output_dir: Optional[str] = option(None, "Root directory of the saliency records.")
+    batch_size: int = option(32, "Images read and explained per step.")
+    chunk_size: int = option(64, "Rows per gradient evaluation (results do not depend on it).")
+    num_shards: int = option(1, "Split the input shards over this many tasks.")
+    shard_index: int = option(0, "This task's index in [0, num_shards).")
+    seed: int = option(0, "Seed of every random choice (noise, baselines, masks).")
+    dtype: str = option("rank8", "Stored map format: rank8 (1 byte per element, exact ROAR "
+                        "ranking at integer percentages), float16 or float32 (full precision).",
+                        records.MAP_DTYPES)
+    geometry: str = option("auto", "How images reach the model's input size: center_crop "
+                           "(ROAR's crop_224), none (images already have it) or auto (none when "
+                           "they do, else center_crop).", ("auto", "center_crop", "none"))
+    label_offset: int = option(0, "Added to every stored label (ImageNet TF-slim: -1).")
+    explain: str = option("prediction", "Explain the model's predicted class (ROAR, BAM) or the "
+                          "label (IDSDS).", ("prediction", "label"))
+    overwrite: bool = option(False, "Recompute finished output shards.")
 
 
 def method_directory(method):
@@ -66,43 +68,12 @@ def record_key(method):
     return names.ROAR_KEYS.get(code, code) if method.lower().startswith("roar:") else code
 
 
-def key_ids(keys):
-    """int64 [N] noise ids of example keys (bytes or str): CRC-32, stable across runs."""
-    return np.array([zlib.crc32(k if isinstance(k, bytes) else k.encode()) for k in keys],
-                    np.int64)
-
-
-def image_pipeline(paths, input_shape, space, geometry):
-    """(key, encoded, label, model input, height, width) of every record of the image shards
-    `paths`, in file order; images decoded, fitted to `input_shape` per `geometry` and mapped
-    into the model's input space `space`."""
-    height, width, _ = input_shape
-
-    def prepare(key, serialized):
-        parsed = records.parse_image_record(serialized)
-        image = decode_image(parsed["encoded"])
-        shape = tf.shape(image)
-        if geometry == "center_crop":
-            fitted = center_crop(image, crop_size=height)
-        elif geometry == "none":
-            fitted = tf.ensure_shape(image, input_shape)
-        else:
-            fitted = tf.cond(tf.reduce_all(shape[:2] == [height, width]),
-                             lambda: image, lambda: center_crop(image, crop_size=height))
-        key = tf.where(tf.strings.length(parsed["filename"]) > 0, parsed["filename"], key)
-        return (key, parsed["encoded"], parsed["label"],
-                space.from_pixels(tf.ensure_shape(fitted, input_shape)), shape[0], shape[1])
-
-    return records.keyed_records(list(paths)).map(prepare, num_parallel_calls=tf.data.AUTOTUNE,
-                                             deterministic=True)
-
-
 def explain_shard(path, output_path, loaded, methods_list, options, progress):
     """Explains every image of one input shard and writes its saliency shard atomically."""
     space = input_space(loaded.preprocessing)
     if loaded.input_shape[0] != loaded.input_shape[1] and options["geometry"] != "none":
         raise UserError(f"model {loaded.path} takes non-square input; use --geometry=none")
-    dataset = image_pipeline([path], loaded.input_shape, space, options["geometry"])
+    dataset = pipelines.explanation_inputs([path], loaded.input_shape, space, options["geometry"])
     dataset = dataset.batch(options["batch_size"]).prefetch(1)
 
     def examples():
@@ -117,7 +88,7 @@ def explain_shard(path, output_path, loaded, methods_list, options, progress):
                     "--model_path")
             images = images.numpy()
             keys = [k.decode() for k in keys.numpy()]
-            ids = key_ids(keys)
+            ids = pipelines.key_ids(keys)
             predictions = np.argmax(engine.predict(loaded, images, options["chunk_size"]), 1)
             targets = labels if options["explain"] == "label" else predictions
             maps = {record_key(method): engine.attribute(
@@ -189,24 +160,24 @@ def generate(input_pattern, model_path, methods_list, output_dir, *, batch_size=
             "skipped": len(files) - len(todo)}
 
 
-def main(argv):
-    del argv
+def run(config: Config) -> dict:
+    """Runs the generator with `config`, prints a summary line and returns `generate`'s result."""
     for name in ("input_pattern", "model_path", "output_dir"):
-        if not getattr(FLAGS, name):
+        if not getattr(config, name):
             raise UserError(f"--{name} is required")
-    methods_list = [m.strip() for m in FLAGS.saliency_method.split(",") if m.strip()]
-    result = generate(FLAGS.input_pattern, FLAGS.model_path, methods_list, FLAGS.output_dir,
-                      batch_size=FLAGS.batch_size, chunk_size=FLAGS.chunk_size,
-                      num_shards=FLAGS.num_shards, shard_index=FLAGS.shard_index,
-                      seed=FLAGS.seed, dtype=FLAGS.dtype, geometry=FLAGS.geometry,
-                      label_offset=FLAGS.label_offset, explain=FLAGS.explain,
-                      overwrite=FLAGS.overwrite)
+    methods_list = [m.strip() for m in config.saliency_method.split(",") if m.strip()]
+    result = generate(config.input_pattern, config.model_path, methods_list, config.output_dir,
+                      batch_size=config.batch_size, chunk_size=config.chunk_size,
+                      num_shards=config.num_shards, shard_index=config.shard_index,
+                      seed=config.seed, dtype=config.dtype, geometry=config.geometry,
+                      label_offset=config.label_offset, explain=config.explain,
+                      overwrite=config.overwrite)
     rate = result["images"] / result["seconds"] if result["seconds"] > 0 else 0.0
     print(f"wrote {result['images']} maps in {result['written']} shard(s) "
           f"({result['skipped']} already finished) in {result['seconds']:.1f} s: "
           f"{rate:.1f} images/s")
+    return result
 
 
 if __name__ == "__main__":
-    define_flags()
-    run_main(main)
+    run_binary(Config, run)

@@ -6,20 +6,31 @@ synthetic world's clean model (docs/records.md, "Reading records").
   protocols score);
 * `keyed_stream` + `read_image` + `finish`: the training and evaluation pipeline pieces (shuffled
   files and records for training, a keyed random flip, normalisation); `image_batches` puts them
-  together for unmasked images, and `roar.data` inserts its masking between them.
+  together for unmasked images, and `roar.masked_data` inserts its masking between them.
 
 The example key (the image file name, else `<shard>:<index>`) keys every random choice, so an
 example's flip or mask never depends on read order, batching or sharding.
 """
+import contextlib
+import zlib
 from typing import Sequence
 
+import numpy as np
 import tensorflow as tf
+from tensorflow.python.eager import context
 
 from models.preprocessing import INPUT_SPACES, center_crop, decode_image
 from saliency_gen import records
 
 SHUFFLE_BUFFER = 1024
 GEOMETRIES = ("none", "center_crop")
+
+
+def key_ids(keys) -> np.ndarray:
+    """int64 [N] ids of example keys (bytes or str): CRC-32, stable across runs and machines
+    (the engine keys every random draw of an image on its id)."""
+    return np.array([zlib.crc32(k if isinstance(k, bytes) else k.encode()) for k in keys],
+                    np.int64)
 
 
 def key_seeds(keys, seed, epoch=None):
@@ -66,16 +77,38 @@ def explanation_inputs(paths: Sequence[str], input_shape, space, geometry: str):
                                                   deterministic=True)
 
 
+@contextlib.contextmanager
+def _process_independent_seeds():
+    """A dataset shuffle given `seed` is seeded (87654321, seed) in a fresh process, but
+    (g, seed) once anything called `tf.random.set_seed(g)` (Keras' `set_random_seed` does): the
+    order would depend on what ran before in the process. While the global seed is cleared, as
+    here, it is always (87654321, seed). (TensorFlow offers no public way to clear it.)"""
+    eager = context.context()
+    saved = getattr(eager, "_seed", None)
+    eager._seed = None
+    try:
+        yield
+    finally:
+        eager._seed = saved
+
+
+def shuffled(data, buffer_size: int, seed: int, reshuffle_each_iteration: bool = True):
+    """`data.shuffle` with an order that depends only on `seed` (see above)."""
+    with _process_independent_seeds():
+        return data.shuffle(buffer_size, seed=seed,
+                            reshuffle_each_iteration=reshuffle_each_iteration)
+
+
 def keyed_stream(files: Sequence[str], training: bool, seed: int):
     """(default key, serialized record) of every record of `files`: in file order, or, for
     training, files and records shuffled with `seed` (a new order every epoch)."""
     names = tf.data.Dataset.from_tensor_slices(list(files))
     if training:
-        names = names.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
+        names = shuffled(names, len(files), seed)
     data = names.interleave(records.keyed_shard, cycle_length=min(len(files), 8),
                             num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     if training:
-        data = data.shuffle(SHUFFLE_BUFFER, seed=seed, reshuffle_each_iteration=True)
+        data = shuffled(data, SHUFFLE_BUFFER, seed)
     return data
 
 

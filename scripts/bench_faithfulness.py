@@ -22,31 +22,19 @@ forward passes alone, without building a single perturbed image. The torch forwa
 how much of that bound is Keras' forward pass against PyTorch's on this CPU rather than the
 reference's own work.
 """
+import dataclasses
 import functools
 import os
-import sys
 import time
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import keras
+import numpy as np
+import tensorflow as tf
 
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-from absl import app, flags  # noqa: E402
+import faithfulness
+from faithfulness import torch_twin
+from models.cli import option, run_binary
 
-import faithfulness  # noqa: E402
-from faithfulness import torch_twin  # noqa: E402
-
-flags.DEFINE_integer("images", 16, "Images per deletion/insertion measurement (x8 for single "
-                     "deletion).")
-flags.DEFINE_integer("size", 224, "Image side.")
-flags.DEFINE_integer("batch_size", 20, "Work items per model call (ours and the ceiling); 20 is "
-                     "the reference's default chunk.")
-flags.DEFINE_integer("repeats", 5, "Timed repeats; the best is reported.")
-flags.DEFINE_list("models", ["16-32-64", "8-16-32"], "Benchmark CNNs by their three conv widths; "
-                  "one table each (the forward pass gets cheaper from left to right).")
-FLAGS = flags.FLAGS
 CLASSES = 10
 
 
@@ -146,22 +134,38 @@ def reference_single_deletion(twin, data, labels, attributions, grid):
                 for b in range(len(data))]
 
 
-def main(argv):
-    del argv
-    for config in FLAGS.models:
-        widths = tuple(int(w) for w in config.split("-"))
-        print_table(f"CNN widths {config}", measure(widths))
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """The script's options (one flag each)."""
+
+    images: int = option(16, 'Images per deletion/insertion measurement (x8 for single deletion).')
+    size: int = option(224, 'Image side.')
+    batch_size: int = option(
+        20,
+        "Work items per model call (ours and the ceiling); 20 is the reference's default "
+        'chunk.')
+    repeats: int = option(5, 'Timed repeats; the best is reported.')
+    models: tuple = option(
+        ("16-32-64", "8-16-32"),
+        'Benchmark CNNs by their three conv widths; one table each (the forward pass gets '
+        'cheaper from left to right).')
 
 
-def measure(widths):
+def run(config: Config):
+    for name in config.models:
+        widths = tuple(int(w) for w in name.split("-"))
+        print_table(f"CNN widths {name}", measure(widths, config), config)
+
+
+def measure(widths, config):
     """[(metric, images, forward passes, ours s, ceiling s, reference s, torch forward s)], the
     last two None without torch and the reference package."""
-    size, batch_size = FLAGS.size, FLAGS.batch_size
+    size, batch_size = config.size, config.batch_size
     model = keras_model(size, widths)
     rng = np.random.RandomState(0)
     try:
-        import torch
         import saliency_maps_metrics.multi_step_metrics as reference
+        import torch
         if not hasattr(np, "trapz"):
             np.trapz = np.trapezoid
         torch.set_num_threads(os.cpu_count())
@@ -174,10 +178,10 @@ def measure(widths):
         twin_run = None if twin is None else torch_forward_run(twin, passes, batch_size, size)
         rows.append((name, count, passes, *best_times(
             [ours, ceiling_run(model, passes, batch_size, size), reference_run, twin_run],
-            FLAGS.repeats)))
+            config.repeats)))
 
     # Deletion and Insertion: 14 x 14 maps, 197 forward passes per image.
-    count = FLAGS.images
+    count = config.images
     data = rng.randn(count, size, size, 3).astype(np.float32)
     maps = rng.rand(count, 14, 14)
     classes = rng.randint(0, CLASSES, count)
@@ -192,7 +196,7 @@ def measure(widths):
               functools.partial(metric, model, tf.constant(data), maps, classes), reference_run)
 
     # IDSDS single deletion: 4 x 4 grid, 17 forward passes per image.
-    count = FLAGS.images * 8
+    count = config.images * 8
     data = rng.randn(count, size, size, 3).astype(np.float32)
     attributions = rng.rand(count, size, size)
     labels = rng.randint(0, CLASSES, count)
@@ -219,8 +223,8 @@ def measure(widths):
     return rows
 
 
-def print_table(title, rows):
-    print(f"\n{title}: {FLAGS.size}x{FLAGS.size} images, chunk {FLAGS.batch_size}, "
+def print_table(title, rows, config):
+    print(f"\n{title}: {config.size}x{config.size} images, chunk {config.batch_size}, "
           f"{os.cpu_count()} CPU threads, TF {tf.__version__}")
     print(f"{'metric':<16} {'images':>6} {'passes':>7} {'ours img/s':>10} {'ceiling':>8} "
           f"{'ratio':>6} {'reference':>9} {'speed-up':>8} {'ceiling/reference':>17} "
@@ -237,4 +241,4 @@ def print_table(title, rows):
               f"{rate(count, reference_seconds, 9)} {speed} {bound} {rate(count, twin_seconds, 13)}")
 
 if __name__ == "__main__":
-    app.run(main)
+    run_binary(Config, run)

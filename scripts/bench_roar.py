@@ -9,32 +9,20 @@
    float32, tol 1e-5) against scipy's sparse direct solve per image (ROAD's method), on random
    holes at fraction 0.5 (target: >= 5x).
 """
+import dataclasses
 import glob
 import os
-import sys
 import tempfile
 import time
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import keras
+import numpy as np
+import tensorflow as tf
 
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-from absl import app, flags  # noqa: E402
-
-import models  # noqa: E402
-from bam import synthetic  # noqa: E402
-from roar import data, imputation  # noqa: E402
-
-FLAGS = flags.FLAGS
-flags.DEFINE_integer("image_size", 64, "Synthetic world image side.")
-flags.DEFINE_integer("train_per_pair", 20, "Synthetic world size (train images per pair).")
-flags.DEFINE_integer("steps", 150, "Training steps timed per feeding mode.")
-flags.DEFINE_integer("batch_size", 64, "Training batch.")
-flags.DEFINE_integer("road_size", 224, "Image side for the imputation benchmark.")
-flags.DEFINE_integer("road_images", 16, "Images imputed by the batched solver.")
-flags.DEFINE_integer("scipy_images", 4, "Images imputed by scipy (per-image rate).")
+import models
+from models.cli import option, run_binary
+from roar import imputation, masked_data
+from saliency_gen.world import synthetic
 
 
 def _steps_per_second(model, dataset, steps):
@@ -44,62 +32,73 @@ def _steps_per_second(model, dataset, steps):
     return steps / (time.perf_counter() - started)
 
 
-def bench_pipeline(world_dir):
+def bench_pipeline(world_dir, config):
     files = sorted(glob.glob(os.path.join(world_dir, "records", "train-*")))
-    size = FLAGS.image_size
-    config = data.MaskConfig(ratio=0.5)
-    masked = data.masked_dataset(files, "images", config, training=True,
-                                 batch_size=FLAGS.batch_size, size=size, control="random")
+    size = config.image_size
+    masked = masked_data.masked_dataset(files, "images", masked_data.MaskConfig(ratio=0.5), training=True,
+                                 batch_size=config.batch_size, size=size, control="random")
     images, labels = [], []
     for x, y in masked.take(20):
         images.append(x.numpy())
         labels.append(y.numpy())
     memory = tf.data.Dataset.from_tensor_slices(
         (np.concatenate(images), np.concatenate(labels))).repeat().batch(
-        FLAGS.batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
+        config.batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
     results = {}
     for name, dataset in (("in-memory tensors", memory), ("masked TFRecords", masked.repeat())):
         keras.utils.set_random_seed(0)
         model = models.build("small_cnn", 10, (size, size, 3))
         model.compile(keras.optimizers.Adam(1e-3),
                       keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-        results[name] = _steps_per_second(model, dataset, FLAGS.steps)
+        results[name] = _steps_per_second(model, dataset, config.steps)
     return results
 
 
-def bench_imputation():
+def bench_imputation(config):
     rng = np.random.default_rng(0)
-    size = FLAGS.road_size
-    images = rng.uniform(size=(FLAGS.road_images, size, size, 3)).astype(np.float32)
-    holes = rng.uniform(size=(FLAGS.road_images, size, size)) < 0.5
+    size = config.road_size
+    images = rng.uniform(size=(config.road_images, size, size, 3)).astype(np.float32)
+    holes = rng.uniform(size=(config.road_images, size, size)) < 0.5
     imputation.noisy_linear_impute(images[:2], holes[:2])  # trace
     started = time.perf_counter()
     result, info = imputation.noisy_linear_impute(images, holes, return_info=True)
-    batched = FLAGS.road_images / (time.perf_counter() - started)
+    batched = config.road_images / (time.perf_counter() - started)
     started = time.perf_counter()
     reference = [imputation.sparse_direct_impute(images[n], holes[n])
-                 for n in range(FLAGS.scipy_images)]
-    direct = FLAGS.scipy_images / (time.perf_counter() - started)
+                 for n in range(config.scipy_images)]
+    direct = config.scipy_images / (time.perf_counter() - started)
     difference = max(float(np.abs(result.numpy()[n] - reference[n]).max())
-                     for n in range(FLAGS.scipy_images))
+                     for n in range(config.scipy_images))
     return batched, direct, difference, info
 
 
-def main(argv):
-    del argv
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """The script's options (one flag each)."""
+
+    image_size: int = option(64, 'Synthetic world image side.')
+    train_per_pair: int = option(20, 'Synthetic world size (train images per pair).')
+    steps: int = option(150, 'Training steps timed per feeding mode.')
+    batch_size: int = option(64, 'Training batch.')
+    road_size: int = option(224, 'Image side for the imputation benchmark.')
+    road_images: int = option(16, 'Images imputed by the batched solver.')
+    scipy_images: int = option(4, 'Images imputed by scipy (per-image rate).')
+
+
+def run(config: Config):
     with tempfile.TemporaryDirectory() as scratch:
         world = os.path.join(scratch, "world")
-        synthetic.build_world(world, seed=0, image_size=FLAGS.image_size,
-                              train_per_pair=FLAGS.train_per_pair, val_per_pair=1)
-        steps = bench_pipeline(world)
+        synthetic.build_world(world, seed=0, image_size=config.image_size,
+                              train_per_pair=config.train_per_pair, val_per_pair=1)
+        steps = bench_pipeline(world, config)
     memory, masked = steps["in-memory tensors"], steps["masked TFRecords"]
-    print(f"training small_cnn at {FLAGS.image_size} px, batch {FLAGS.batch_size}, "
-          f"{FLAGS.steps} steps, {os.cpu_count()} CPUs")
+    print(f"training small_cnn at {config.image_size} px, batch {config.batch_size}, "
+          f"{config.steps} steps, {os.cpu_count()} CPUs")
     print(f"| feeding | steps/s |\n|---|---|\n| in-memory tensors | {memory:.2f} |\n"
           f"| masked TFRecord pipeline | {masked:.2f} |")
     print(f"pipeline / in-memory = {masked / memory:.2f} (target >= 0.9)\n")
-    batched, direct, difference, info = bench_imputation()
-    print(f"ROAD imputation at {FLAGS.road_size}x{FLAGS.road_size}x3, half the pixels removed")
+    batched, direct, difference, info = bench_imputation(config)
+    print(f"ROAD imputation at {config.road_size}x{config.road_size}x3, half the pixels removed")
     print(f"| solver | images/s |\n|---|---|\n| batched CG (float32, tol 1e-5, "
           f"{info['iterations']} iterations) | {batched:.2f} |\n| scipy spsolve per image | "
           f"{direct:.2f} |")
@@ -108,4 +107,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    run_binary(Config, run)

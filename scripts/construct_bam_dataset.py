@@ -4,32 +4,18 @@
         --output_dir=data --seed=0
 
 `--coco_dir` holds `annotations/instances_train2017.json` and `train2017/`; `--miniplaces_dir`
-holds `images/train/<letter>/<category>/`. Writes bam.md's layout (coco/segments, obj, scene,
+holds `images/train/<letter>/<category>/`. Writes BAM's layout (docs/bam.md) (coco/segments, obj, scene,
 scene_only, dog_bedroom, bamboo_forest, tcav, scene1..scene10) and `bam_dataset.json`; an
 interrupted run resumes where it stopped. See docs/bam.md ("The real dataset").
 """
-import os
-import sys
+import dataclasses
+from typing import Optional
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tqdm import tqdm
 
-from absl import flags  # noqa: E402
-from tqdm import tqdm  # noqa: E402
-
-from bam import coco_miniplaces  # noqa: E402
-from models.errors import run_main  # noqa: E402
-
-FLAGS = flags.FLAGS
-flags.DEFINE_string("coco_dir", None, "MSCOCO 2017 root (annotations/, train2017/).")
-flags.DEFINE_string("miniplaces_dir", None, "MiniPlaces root (images/train/...).")
-flags.DEFINE_string("output_dir", "data", "Where to write the dataset.")
-flags.DEFINE_integer("seed", 0, "Seed of object size and position and of the TCAV draws.")
-flags.DEFINE_integer("images_per_class", 1000,
-                     "Object instances and scene images per class (the original: 1000).")
-flags.DEFINE_integer("val_per_class", 100, "How many of them are validation (the original: 100).")
-flags.DEFINE_bool("overwrite", False, "Replace existing outputs in --output_dir.")
-flags.mark_flag_as_required("coco_dir")
-flags.mark_flag_as_required("miniplaces_dir")
+from bam import coco_miniplaces
+from models.cli import option, run_binary
+from models.errors import UserError
 
 
 class _Bars:
@@ -51,18 +37,36 @@ class _Bars:
             bar.close()
 
 
-def main(argv):
-    del argv
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """The script's options (one flag each)."""
+
+    coco_dir: Optional[str] = option(None, 'MSCOCO 2017 root (annotations/, train2017/).')
+    miniplaces_dir: Optional[str] = option(None, 'MiniPlaces root (images/train/...).')
+    output_dir: str = option("data", 'Where to write the dataset.')
+    seed: int = option(0, 'Seed of object size and position and of the TCAV draws.')
+    images_per_class: int = option(
+        1000,
+        'Object instances and scene images per class (the original: 1000).')
+    val_per_class: int = option(100, 'How many of them are validation (the original: 100).')
+    overwrite: bool = option(False, 'Replace existing outputs in --output_dir.')
+
+
+def run(config: Config):
+    if not config.coco_dir:
+        raise UserError("--coco_dir is required")
+    if not config.miniplaces_dir:
+        raise UserError("--miniplaces_dir is required")
     bars = _Bars()
     try:
         info = coco_miniplaces.build_dataset(
-            FLAGS.coco_dir, FLAGS.miniplaces_dir, FLAGS.output_dir, seed=FLAGS.seed,
-            images_per_class=FLAGS.images_per_class, val_per_class=FLAGS.val_per_class,
-            progress=bars, overwrite=FLAGS.overwrite)
+            config.coco_dir, config.miniplaces_dir, config.output_dir, seed=config.seed,
+            images_per_class=config.images_per_class, val_per_class=config.val_per_class,
+            progress=bars, overwrite=config.overwrite)
     finally:
         bars.close()
     if info["reused"]:
-        print(f"{FLAGS.output_dir} already holds this dataset (seed {info['seed']}); kept it.")
+        print(f"{config.output_dir} already holds this dataset (seed {info['seed']}); kept it.")
         return
     print(f"{'object':<10} {'COCO id':>7} {'used':>5} " +
           " ".join(f"{reason:>10}" for reason in coco_miniplaces.SKIP_REASONS))
@@ -70,10 +74,10 @@ def main(argv):
         print(f"{obj:<10} {report['category_id']:>7} {report['accepted']:>5} " +
               " ".join(f"{report['skipped'][reason]:>10}"
                        for reason in coco_miniplaces.SKIP_REASONS))
-    print(f"built {FLAGS.output_dir}: {info['num_train_images']} train and "
+    print(f"built {config.output_dir}: {info['num_train_images']} train and "
           f"{info['num_val_images']} val composites, relative sets scene1..scene10, in "
           f"{info['seconds']:.0f} s")
 
 
 if __name__ == "__main__":
-    run_main(main)
+    run_binary(Config, run)

@@ -15,26 +15,17 @@ float32 map at ROAR's ratios (10..90%):
 Selection is ROAR's: the top k = int(q * N) scores, the lower flat index first on ties. Prints the
 mean and minimum IoU over images and ratios, and the map bytes per element.
 """
+import dataclasses
 import os
-import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import numpy as np
 
-import numpy as np  # noqa: E402
-from absl import flags  # noqa: E402
-
-import saliency_gen  # noqa: E402
-from bam import dataset, synthetic, train  # noqa: E402
-from models.errors import run_main  # noqa: E402
-from models.preprocessing import INPUT_SPACES  # noqa: E402
-from saliency_gen import records  # noqa: E402
-
-FLAGS = flags.FLAGS
-flags.DEFINE_string("world_dir", "/tmp/bam_world", "Synthetic world (built if missing).")
-flags.DEFINE_integer("num_images", 1000, "Validation images per method.")
-flags.DEFINE_string("methods", "gradient,integrated_gradients,guided_backprop,"
-                    "smoothgrad_sq(gradient),vargrad(gradient)", "Methods to measure.")
+import saliency_gen
+from bam import train
+from models.cli import option, run_binary
+from models.preprocessing import INPUT_SPACES
+from saliency_gen import records
+from saliency_gen.world import dataset, synthetic
 
 PERCENTS = (10, 20, 30, 40, 50, 60, 70, 80, 90)
 
@@ -70,18 +61,29 @@ def agreement(maps, dtype):
     return {name: (float(np.mean(v)), float(np.min(v))) for name, v in scores.items()}
 
 
-def main(argv):
-    del argv
-    synthetic.build_world(FLAGS.world_dir, seed=0)
-    model, report = train.train_classifier(FLAGS.world_dir, "obj", "small_cnn", epochs=1)
-    listing = dataset.val_listing(os.path.join(FLAGS.world_dir, "obj"))[:FLAGS.num_images]
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """The script's options (one flag each)."""
+
+    world_dir: str = option("/tmp/bam_world", 'Synthetic world (built if missing).')
+    num_images: int = option(1000, 'Validation images per method.')
+    methods: str = option(
+        "gradient,integrated_gradients,guided_backprop,"
+                    "smoothgrad_sq(gradient),vargrad(gradient)",
+        'Methods to measure.')
+
+
+def run(config: Config):
+    synthetic.build_world(config.world_dir, seed=0)
+    model, report = train.train_classifier(config.world_dir, "obj", "small_cnn", epochs=1)
+    listing = dataset.val_listing(os.path.join(config.world_dir, "obj"))[:config.num_images]
     pixels = dataset.load_pixels([path for path, _ in listing])
     images = INPUT_SPACES["caffe_rgb"].from_uint8(pixels)
     print(f"small_cnn, 1 epoch (val accuracy {report['val_accuracy']:.3f}); {len(images)} "
           f"images of {images.shape[1]}x{images.shape[2]}; IoU of ROAR's selected sets vs "
           f"float32 at {PERCENTS[0]}..{PERCENTS[-1]}%: mean / min over images and ratios")
     print(f"{'method':<26}{'dtype':<9}" + "".join(f"{name:>24}" for name in RANKINGS))
-    for method in FLAGS.methods.split(","):
+    for method in config.methods.split(","):
         maps = saliency_gen.attribute(model, images, method, batch_size=128)
         for dtype in ("rank8", "float16"):
             result = agreement(maps, dtype)
@@ -93,4 +95,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    run_main(main)
+    run_binary(Config, run)

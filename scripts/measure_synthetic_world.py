@@ -7,63 +7,63 @@ labels (scene) within a wall-clock budget each, and prints a table of validation
 training time against the targets of docs/synthetic_world.md (>= 90% within 180 s each; the
 world built within 60 s). Writes the same figures as JSON to --output_json.
 """
+import dataclasses
 import json
 import os
 import shutil
-import sys
 import time
+from typing import Optional
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from absl import flags  # noqa: E402
-
-from bam import synthetic, train  # noqa: E402
-from models.errors import run_main  # noqa: E402
-
-FLAGS = flags.FLAGS
-flags.DEFINE_string("output_dir", "/tmp/bam_world_measure", "Where to build the world (replaced).")
-flags.DEFINE_integer("seed", 0, "World and training seed.")
-flags.DEFINE_string("model", "small_cnn", "Model to train.")
-flags.DEFINE_integer("epochs", 10, "Maximum epochs per dataset.")
-flags.DEFINE_float("budget_seconds", 180.0, "Training wall-clock budget per dataset.")
-flags.DEFINE_string("output_json", None, "Optional JSON file for the figures.")
+from bam import train
+from models.cli import option, run_binary
+from saliency_gen.world import synthetic
 
 GENERATION_TARGET_SECONDS = 60.0
 ACCURACY_TARGET = 0.90
 
 
-def main(argv):
-    del argv
-    shutil.rmtree(FLAGS.output_dir, ignore_errors=True)
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """The script's options (one flag each)."""
+
+    output_dir: str = option("/tmp/bam_world_measure", 'Where to build the world (replaced).')
+    seed: int = option(0, 'World and training seed.')
+    model: str = option("small_cnn", 'Model to train.')
+    epochs: int = option(10, 'Maximum epochs per dataset.')
+    budget_seconds: float = option(180.0, 'Training wall-clock budget per dataset.')
+    output_json: Optional[str] = option(None, 'Optional JSON file for the figures.')
+
+
+def run(config: Config):
+    shutil.rmtree(config.output_dir, ignore_errors=True)
     started = time.time()
-    info = synthetic.build_world(FLAGS.output_dir, seed=FLAGS.seed)
+    info = synthetic.build_world(config.output_dir, seed=config.seed)
     generation = time.time() - started
     rows = [("generation", "-", generation, GENERATION_TARGET_SECONDS, None)]
     reports = []
     for name in ("obj", "scene"):
-        _, report = train.train_classifier(FLAGS.output_dir, name, FLAGS.model,
-                                           epochs=FLAGS.epochs, seed=FLAGS.seed,
-                                           max_seconds=FLAGS.budget_seconds)
+        _, report = train.train_classifier(config.output_dir, name, config.model,
+                                           epochs=config.epochs, seed=config.seed,
+                                           max_seconds=config.budget_seconds)
         reports.append(report)
         rows.append((f"train {name}", f"{report['val_accuracy']:.4f}", report["train_seconds"],
-                     FLAGS.budget_seconds, report))
+                     config.budget_seconds, report))
     print(f"\nsynthetic world: {info['num_train_images']} train / {info['num_val_images']} val "
-          f"images, {info['image_size']} px, model {FLAGS.model}, {os.cpu_count()} CPUs")
+          f"images, {info['image_size']} px, model {config.model}, {os.cpu_count()} CPUs")
     print(f"{'step':<14}{'val acc':>9}{'seconds':>9}{'budget':>8}{'ratio':>7}{'epochs':>8}")
     for step, accuracy, seconds, budget, report in rows:
         epochs = report["epochs_run"] if report else "-"
         print(f"{step:<14}{accuracy:>9}{seconds:>9.1f}{budget:>8.0f}{seconds / budget:>7.2f}"
               f"{epochs:>8}")
     ok = generation <= GENERATION_TARGET_SECONDS and all(
-        r["val_accuracy"] >= ACCURACY_TARGET and r["train_seconds"] <= FLAGS.budget_seconds + 5
+        r["val_accuracy"] >= ACCURACY_TARGET and r["train_seconds"] <= config.budget_seconds + 5
         for r in reports)
     print("targets met" if ok else "TARGETS MISSED")
-    if FLAGS.output_json:
-        with open(FLAGS.output_json, "w", encoding="utf-8") as handle:
+    if config.output_json:
+        with open(config.output_json, "w", encoding="utf-8") as handle:
             json.dump({"generation_seconds": generation, "training": reports}, handle, indent=2)
     return 0 if ok else 1
 
 
 if __name__ == "__main__":
-    run_main(main)
+    run_binary(Config, run)

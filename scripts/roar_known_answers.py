@@ -6,25 +6,15 @@ Clean, oracle and random controls as in tests/test_roar_train.py, plus the oracl
 the mean fill and with ROAD's noisy linear fill (pixel ranking) beside the random map at 50%
 with each fill: how much the *shape* of the hole leaks the class (ROAD's finding).
 """
+import dataclasses
 import glob
 import os
-import sys
 import tempfile
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from absl import app, flags  # noqa: E402
-
-from bam import synthetic  # noqa: E402
-from roar import data, train  # noqa: E402
-
-FLAGS = flags.FLAGS
-flags.DEFINE_integer("image_size", 32, "World image side.")
-flags.DEFINE_integer("train_per_pair", 50, "Train images per (object, scene) pair.")
-flags.DEFINE_integer("val_per_pair", 10, "Test images per pair.")
-flags.DEFINE_float("epochs", 5, "Training epochs.")
-flags.DEFINE_integer("seed", 1, "World seed (training seed 0).")
+from models import training
+from models.cli import option, run_binary
+from roar import masked_data, train
+from saliency_gen.world import synthetic
 
 RUNS = {  # name: (control, ratio, keep, ranking, fill)
     "clean": ("none", 0.0, False, "element", "mean"),
@@ -39,21 +29,30 @@ RUNS = {  # name: (control, ratio, keep, ranking, fill)
 }
 
 
-def main(argv):
-    del argv
-    size, t, v = FLAGS.image_size, FLAGS.train_per_pair, FLAGS.val_per_pair
-    recipe = train.Recipe(**dict(train.SYNTHETIC_RECIPE, epochs=FLAGS.epochs),
-                          decay_multipliers=(0.1,))
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """The script's options (one flag each)."""
+
+    image_size: int = option(32, 'World image side.')
+    train_per_pair: int = option(50, 'Train images per (object, scene) pair.')
+    val_per_pair: int = option(10, 'Test images per pair.')
+    epochs: float = option(5, 'Training epochs.')
+    seed: int = option(1, 'World seed (training seed 0).')
+
+
+def run(config: Config):
+    size, t, v = config.image_size, config.train_per_pair, config.val_per_pair
+    recipe = training.with_overrides(training.SYNTHETIC_RECIPE, epochs=config.epochs)
     with tempfile.TemporaryDirectory() as scratch:
         world = os.path.join(scratch, "world")
-        synthetic.build_world(world, seed=FLAGS.seed, image_size=size, train_per_pair=t,
+        synthetic.build_world(world, seed=config.seed, image_size=size, train_per_pair=t,
                               val_per_pair=v)
         files = {split: sorted(glob.glob(os.path.join(world, "records", f"{split}-*")))
                  for split in ("train", "validation")}
-        print(f"| run ({size}-px world, {100 * t} train / {100 * v} test, {FLAGS.epochs:g} "
+        print(f"| run ({size}-px world, {100 * t} train / {100 * v} test, {config.epochs:g} "
               "epochs) | top-1 |\n|---|---|", flush=True)
         for name, (control, ratio, keep, ranking, fill) in RUNS.items():
-            config = data.MaskConfig(ratio=ratio, keep_information=keep, ranking=ranking,
+            config = masked_data.MaskConfig(ratio=ratio, keep_information=keep, ranking=ranking,
                                      fill=fill)
             result = train.run_masked(
                 files["train"], files["validation"], config, control=control, size=size,
@@ -62,4 +61,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    run_binary(Config, run)

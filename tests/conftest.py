@@ -1,11 +1,9 @@
-"""Shared fixtures: quiet TensorFlow, a tiny synthetic BAM world and a tiny real-format BAM build
+"""Shared fixtures: a tiny synthetic BAM world and a tiny real-format BAM build
 (fabricated MSCOCO + MiniPlaces), each built once per session."""
 import hashlib
 import os
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-import pytest  # noqa: E402
+import pytest
 
 # A world small enough to build in seconds, large enough for every folder to be populated.
 TINY_WORLD = {"seed": 3, "image_size": 64, "train_per_pair": 2, "val_per_pair": 3}
@@ -36,7 +34,7 @@ def tree_digests(root):
 
 @pytest.fixture(scope="session")
 def tiny_world(tmp_path_factory):
-    from bam import synthetic
+    from saliency_gen.world import synthetic
 
     root = str(tmp_path_factory.mktemp("world") / "bam")
     info = synthetic.build_world(root, **TINY_WORLD)

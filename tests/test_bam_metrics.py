@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import models
-from bam import delta_patch, evaluate, region, scores, synthetic, train
+from bam import delta_patch, metric_definitions, metrics, region, train, val_set_scores
+from saliency_gen.world import synthetic
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -49,7 +50,7 @@ def test_percentile_normalisation_and_box_scaling():
     expected = np.clip((maps[0, ..., 0] - flat.min()) / (np.percentile(flat, 99) - flat.min()),
                        0, 1)
     np.testing.assert_allclose(normalised[0], expected, rtol=1e-5)
-    from bam import dataset
+    from saliency_gen.world import dataset
     assert dataset.scale_box((10, 3, 51, 127), 128, 224) == (17, 5, 89, 222)
 
 
@@ -76,29 +77,29 @@ def test_oracle_maps_give_the_maximal_mcs_and_random_maps_about_zero():
     oracle = np.repeat(frames[..., None].astype(np.float32), 3, -1)
     g_obj, _ = region.region_scores(oracle, frames)
     g_scene, _ = region.region_scores(np.zeros_like(oracle), frames)
-    assert scores.metric_value("MCS", g_obj, g_scene) == pytest.approx(1.0)
+    assert metric_definitions.metric_value("MCS", g_obj, g_scene) == pytest.approx(1.0)
     noise = [region.region_scores(rng.uniform(-1, 1, oracle.shape).astype(np.float32),
                                   frames)[0] for _ in range(2)]
-    assert abs(scores.metric_value("MCS", *noise)) < 0.05
+    assert abs(metric_definitions.metric_value("MCS", *noise)) < 0.05
 
 
 def test_idr_and_iir_use_strict_and_relative_thresholds():
-    assert scores.metric_value("IDR", [0.5, 0.4, 0.3], [0.4, 0.4, 0.5]) == pytest.approx(1 / 3)
+    assert metric_definitions.metric_value("IDR", [0.5, 0.4, 0.3], [0.4, 0.4, 0.5]) == pytest.approx(1 / 3)
     g1 = np.array([0.5, 0.5, 0.0, 0.2])
     g2 = np.array([0.54, 0.55, 0.0, 0.2])
     # |0.04| < 0.05 counts; |0.05| < 0.05 does not; g = 0 never counts; equal non-zero counts.
-    assert scores.metric_value("IIR", g1, g2) == pytest.approx(2 / 4)
+    assert metric_definitions.metric_value("IIR", g1, g2) == pytest.approx(2 / 4)
     with pytest.raises(models.UserError, match="IIR: no image is classified correctly by both"):
-        scores.metric_value("IIR", [], [])
+        metric_definitions.metric_value("IIR", [], [])
 
 
 def test_sampling_is_the_originals_and_bounded():
     import random
     random.seed(4)
-    assert scores.sample_indices(100, 7, 4) == sorted(random.sample(range(100), 7))
+    assert metric_definitions.sample_indices(100, 7, 4) == sorted(random.sample(range(100), 7))
     with pytest.raises(models.UserError, match="--num_imgs=101 exceeds the 100 images"):
-        scores.sample_indices(100, 101, 0)
-    assert list(scores.correct_set([1, 2, 3], [1, 0, 3], [5, 5, 5], [5, 5, 4])) == [0]
+        metric_definitions.sample_indices(100, 101, 0)
+    assert list(metric_definitions.correct_set([1, 2, 3], [1, 0, 3], [5, 5, 5], [5, 5, 4])) == [0]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -121,7 +122,7 @@ def test_object_model_attributes_more_to_the_object_than_the_scene_model(trained
     """The original pipeline test's sign check, for GC and VG."""
     data_dir, model_dir, reports = trained_world
     assert reports["obj"]["val_accuracy"] > 0.5 and reports["scene"]["val_accuracy"] > 0.9
-    results = __import__("bam.metrics", fromlist=["compute"]).compute(
+    results = metrics.compute(
         data_dir, model_dir, ["MCS"], ["GC", "VG"], num_imgs=100, seed=0)
     for method in ("GC", "VG"):
         value, used, sampled, _ = results["MCS"][method]
@@ -132,8 +133,8 @@ def test_object_model_attributes_more_to_the_object_than_the_scene_model(trained
 
 def test_patch_set_is_complete_and_lossless(trained_world):
     data_dir, model_dir, _ = trained_world
-    patch = evaluate.load_val_set(data_dir, "bamboo_forest_patch")
-    source = evaluate.load_val_set(data_dir, "bamboo_forest")
+    patch = val_set_scores.load_val_set(data_dir, "bamboo_forest_patch")
+    source = val_set_scores.load_val_set(data_dir, "bamboo_forest")
     assert [s.split(".")[0] for s in patch.stems] == source.stems
     assert patch.boxes == source.boxes and list(patch.labels) == [0] * len(source.paths)
     with open(os.path.join(data_dir, "bamboo_forest_patch", "patch_stats.csv")) as handle:
@@ -147,17 +148,27 @@ def test_patch_set_is_complete_and_lossless(trained_world):
     assert changed.any() and not changed[frame == 0].any()  # only masked pixels change
 
 
-def test_metrics_binary_writes_json_and_csv(trained_world, tmp_path):
+def test_metrics_binary_writes_json_and_csv(trained_world, tmp_path, monkeypatch):
+    """The binary with two BAM methods and a user method from a module outside the package
+    (tests/data/user_methods), whose values equal the Python API's."""
     data_dir, model_dir, _ = trained_world
     output = tmp_path / "out.json"
+    user_methods = os.path.join(REPO, "tests", "data", "user_methods")
+    user = "blob_attribution:gradient_times_blob"
     done = subprocess.run(
         [sys.executable, "-m", "bam.metrics", f"--data_dir={data_dir}", f"--model_dir={model_dir}",
-         "--metrics=MCS,IDR,IIR", "--methods=GC,VG", "--num_imgs=10", f"--output={output}"],
-        cwd=REPO, capture_output=True, text=True, timeout=600)
+         "--metrics=MCS,IDR,IIR", f"--methods=GC,VG,{user}", "--num_imgs=10",
+         f"--output={output}"], cwd=REPO, capture_output=True, text=True, timeout=600,
+        env=dict(os.environ, PYTHONPATH=user_methods))
     assert done.returncode == 0, done.stderr
     values = json.loads(output.read_text())
-    assert set(values) == {"MCS", "IDR", "IIR"} and set(values["MCS"]) == {"GC", "VG"}
+    assert set(values) == {"MCS", "IDR", "IIR"} and set(values["MCS"]) == {"GC", "VG", user}
     assert all(np.isfinite(v) for rows in values.values() for v in rows.values())
+    monkeypatch.syspath_prepend(user_methods)
+    in_python = metrics.compute(data_dir, model_dir, ["MCS", "IDR", "IIR"], [user], num_imgs=10)
+    for metric in ("MCS", "IDR", "IIR"):
+        assert values[metric][user] == pytest.approx(in_python[metric][user][0], abs=1e-12)
+    assert not done.stderr.startswith(("WARNING: All log messages", "I0000"))  # quiet start
     assert "Results for IIR:" in done.stdout and "GradCam," in done.stdout
     assert (tmp_path / "out.csv").read_text().startswith("metric,method,value,images_used")
     bad = subprocess.run(
@@ -173,7 +184,7 @@ def test_saved_maps_are_scored_without_models(trained_world, tmp_path):
     data_dir, _, _ = trained_world
     maps_dir = tmp_path / "maps"
     for model_name, data_name in (("obj", "obj"), ("scene", "scene")):
-        val_set = evaluate.load_val_set(data_dir, data_name)
+        val_set = val_set_scores.load_val_set(data_dir, data_name)
         folder = maps_dir / f"{model_name}-{data_name}"
         folder.mkdir(parents=True)
         if model_name == "obj":  # the object lit at the model's 64 px, as [N, H, W]
@@ -182,7 +193,7 @@ def test_saved_maps_are_scored_without_models(trained_world, tmp_path):
             maps = np.zeros((len(val_set.paths), 32, 32, 3), np.float32)
         np.save(folder / "oracle.npy", maps)
         np.save(folder / "predictions.npy", val_set.labels)  # every image "correct"
-    results = __import__("bam.metrics", fromlist=["compute"]).compute(
+    results = metrics.compute(
         data_dir, None, ["MCS"], ["oracle"], num_imgs=20, maps_dir=str(maps_dir))
     value, used, sampled, constant = results["MCS"]["oracle"]
     assert used == sampled == 20 and constant == 20  # the scene maps are all zero
@@ -190,22 +201,21 @@ def test_saved_maps_are_scored_without_models(trained_world, tmp_path):
     np.save(maps_dir / "obj-obj" / "predictions.npy", np.zeros(3))
     with pytest.raises(models.UserError, match=r"obj-obj/predictions.npy has shape \(3,\); "
                                                r"expected \(1000,\)"):
-        __import__("bam.metrics", fromlist=["compute"]).compute(
+        metrics.compute(
             data_dir, None, ["MCS"], ["oracle"], num_imgs=20, maps_dir=str(maps_dir))
 
 
 def test_precomputed_g_vectors_are_matched_by_stem(tiny_world, tmp_path):
     """--scratch=0: the original attr_reprod layout, every image, matched by file stem (D6)."""
-    from bam import metrics
     root, _ = tiny_world
     attr = tmp_path / "attr_reprod"
     for pair, g_gc in (("obj-obj", 0.6), ("scene-scene", 0.1)):
-        val_set = evaluate.load_val_set(root, pair.split("-")[1])
+        val_set = val_set_scores.load_val_set(root, pair.split("-")[1])
         (attr / pair).mkdir(parents=True)
         for stem, label in zip(val_set.stems[::-1], val_set.labels[::-1]):  # any write order
             vector = np.zeros(12)
-            vector[evaluate.METHOD_INDEX["GC"]] = g_gc
-            vector[evaluate.METHOD_INDEX["VG"]] = 0.3
+            vector[val_set_scores.METHOD_INDEX["GC"]] = g_gc
+            vector[val_set_scores.METHOD_INDEX["VG"]] = 0.3
             with open(attr / pair / f"{stem}_{label}", "wb") as handle:
                 np.save(handle, vector)
     with open(attr / "obj-obj" / "zebra-track-9999_9", "wb") as handle:  # a stale file
@@ -214,7 +224,7 @@ def test_precomputed_g_vectors_are_matched_by_stem(tiny_world, tmp_path):
     assert results["MCS"]["GC"][0] == pytest.approx(0.5)
     assert results["MCS"]["VG"][0] == pytest.approx(0.0)
     assert results["MCS"]["GC"][1:3] == (300, 300)  # all images, num_imgs ignored
-    os.remove(attr / "scene-scene" / f"{evaluate.load_val_set(root, 'scene').stems[5]}_"
-                                     f"{evaluate.load_val_set(root, 'scene').labels[5]}")
+    os.remove(attr / "scene-scene" / f"{val_set_scores.load_val_set(root, 'scene').stems[5]}_"
+                                     f"{val_set_scores.load_val_set(root, 'scene').labels[5]}")
     with pytest.raises(models.UserError, match="scene-scene has no g vector for image backpack-bedroom-0004"):
         metrics.compute(root, None, ["MCS"], ["GC"], attr_dir=str(attr))

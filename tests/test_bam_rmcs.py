@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 import models
-from bam import construction, rmcs
+from bam import rmcs
+from saliency_gen.world import construction
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import models
-from bam import run_tcav, tcav
+from bam import tcav, tcav_experiment
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -95,10 +95,11 @@ def test_run_tcav_binary_on_a_tiny_world(tiny_world, tmp_path):
         keras.utils.set_random_seed(len(name))
         models.export(models.build("small_cnn", 10, (64, 64, 3)), str(model_dir / name),
                       preprocessing="caffe_rgb")
-    results = run_tcav.model_tcav(root, str(model_dir), "obj", ["block_layer3", "logit"],
+    results = tcav_experiment.model_tcav(root, str(model_dir), "obj", ["block_layer3", "logit"],
                                   max_examples=20)
     assert set(results) == {"block_layer3", "logit"}
-    assert run_tcav.target_class(root, "obj") == 2 and run_tcav.target_class(root, "scene3") == 1
+    assert tcav_experiment.target_class(root, "obj") == 2
+    assert tcav_experiment.target_class(root, "scene3") == 1
     output = tmp_path / "tcav.json"
     run = subprocess.run(
         [sys.executable, "-m", "bam.run_tcav", "--model=obj,scene", f"--data_dir={root}",

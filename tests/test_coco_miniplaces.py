@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from bam import coco_miniplaces, compositing, construction, dataset
-from bam.dataset import OBJECT_CLASSES, OBJECT_LABEL, SCENE_CLASSES, SCENE_LABEL
+from bam import coco_miniplaces
 from models.errors import UserError
+from saliency_gen.world import compositing, construction, dataset
+from saliency_gen.world.dataset import OBJECT_CLASSES, OBJECT_LABEL, SCENE_CLASSES, SCENE_LABEL
 from tests import fabricated
 from tests.conftest import tree_digests
 from tests.fabricated import CATEGORY_ID, N, T, V
@@ -89,7 +90,7 @@ def test_layout_counts_and_metadata(real_bam):
         for j, (name, label) in enumerate(labels):
             parts = dataset.parse_image_name(name)
             o, s, i = OBJECT_LABEL[parts[0]], SCENE_LABEL[parts[1]], parts[2]
-            assert j == o * 10 * V + s * V + (i - T)  # global val index (bam.md §2.7)
+            assert j == o * 10 * V + s * V + (i - T)  # global val index (docs/bam.md, "The dataset layout")
             assert label == (o, s)[label_of]
     for folder in ("dog_bedroom", "bamboo_forest"):
         assert len(dataset.read_labels(path(folder, "val.txt"))) == V

@@ -1,10 +1,10 @@
 """The attribution engine: known answers, batching invariance, independence, determinism, errors."""
+import keras
 import numpy as np
 import pytest
 import scipy.ndimage
 import tensorflow as tf
 
-import keras
 import models
 import saliency_gen
 from saliency_gen.methods import integrated_gradients, rise

@@ -1,4 +1,4 @@
-"""Known answers for the faithfulness metrics (faithfulness.md §8): closed-form models whose curves
+"""Known answers for the faithfulness metrics (docs/faithfulness.md, "Known answers"): closed-form models whose curves
 and correlations are known exactly, tie semantics, reference quirks and invariances."""
 import os
 

@@ -3,11 +3,11 @@ import os
 import subprocess
 import sys
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-import keras
 import models
 import saliency_gen
 from models.preprocessing import input_space, load_bam_pixels

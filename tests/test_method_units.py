@@ -1,11 +1,11 @@
 """Method units and a researcher's own method: registration, spec strings, wrappers, errors."""
 import os
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-import keras
 import models
 import saliency_gen
 from saliency_gen import units

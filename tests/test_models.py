@@ -1,11 +1,11 @@
 """Model zoo: gradient round trip through SavedModel export for every model, structure, errors."""
 import json
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-import keras
 import models
 from models import resnet_v15
 

@@ -1,8 +1,8 @@
 """Cross-checks against PAIR `saliency.core` 0.2.1 on a small model (skipped if it is absent)."""
+import keras
 import numpy as np
 import pytest
 
-import keras
 import models
 import saliency_gen
 from saliency_gen.methods import pair

@@ -10,14 +10,15 @@ import sys
 import numpy as np
 import pytest
 
-from bam import synthetic
-from roar import data, masking, train
+from models import training
+from roar import masked_data, masking, train
 from saliency_gen import generate, records
+from saliency_gen.world import synthetic
 from tests.conftest import interrupt_after_first_epoch
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SIZE, T, V = 32, 50, 10  # 5,000 train and 1,000 test images of 32 x 32
-RECIPE = train.Recipe(**dict(train.SYNTHETIC_RECIPE, epochs=5.0), decay_multipliers=(0.1,))
+RECIPE = training.with_overrides(training.SYNTHETIC_RECIPE, epochs=5.0)
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +31,7 @@ def world(tmp_path_factory):
 
 def _run(world, tmp_path, name, control, ratio, keep=False):
     return train.run_masked(world["train"], world["validation"],
-                            data.MaskConfig(ratio=ratio, keep_information=keep),
+                            masked_data.MaskConfig(ratio=ratio, keep_information=keep),
                             output_dir=str(tmp_path / name), recipe=RECIPE, control=control,
                             size=SIZE)
 
@@ -68,10 +69,10 @@ def test_metrics_json_and_export(known_answers):
 
 
 def test_pipeline_is_deterministic_and_evaluation_covers_every_image_in_order(world):
-    config = data.MaskConfig(ratio=0.3)
+    config = masked_data.MaskConfig(ratio=0.3)
 
     def first_batch(seed):
-        ds = data.masked_dataset(world["train"], "images", config, training=True, batch_size=16,
+        ds = masked_data.masked_dataset(world["train"], "images", config, training=True, batch_size=16,
                                  size=SIZE, control="random", seed=seed, with_keys=True)
         keys, images, _ = next(iter(ds))
         return keys.numpy(), images.numpy()
@@ -80,7 +81,7 @@ def test_pipeline_is_deterministic_and_evaluation_covers_every_image_in_order(wo
     again_keys, again_images = first_batch(0)
     np.testing.assert_array_equal(images, again_images)
     assert list(keys) == list(again_keys) and list(keys) != list(first_batch(1)[0])
-    ds = data.masked_dataset(world["validation"], "images", config, training=False,
+    ds = masked_data.masked_dataset(world["validation"], "images", config, training=False,
                              batch_size=300, size=SIZE, control="random", with_keys=True)
     keys = np.concatenate([k.numpy() for k, _, _ in ds])
     assert len(keys) == 1000 and len(set(keys)) == 1000  # the last batch (100) is kept
@@ -91,8 +92,8 @@ def test_pipeline_is_deterministic_and_evaluation_covers_every_image_in_order(wo
 
 
 def test_random_masks_are_fixed_per_image_across_reads(world):
-    config = data.MaskConfig(ratio=0.5)
-    ds = data.masked_dataset(world["validation"], "images", config, training=False,
+    config = masked_data.MaskConfig(ratio=0.5)
+    ds = masked_data.masked_dataset(world["validation"], "images", config, training=False,
                              batch_size=50, size=SIZE, control="random")
     first, second = next(iter(ds))[0].numpy(), next(iter(ds))[0].numpy()
     np.testing.assert_array_equal(first == 0, second == 0)
@@ -104,8 +105,8 @@ def test_saliency_records_drive_the_masks(world, known_answers, tmp_path):
     generate.generate(world["validation"][0], str(tmp / "clean" / "model"), ["roar:SH"],
                       str(tmp_path), dtype="float16", progress_bar=False)
     shards = sorted(glob.glob(str(tmp_path / "SH" / "*")))
-    config = data.MaskConfig(ratio=0.3)
-    ds = data.masked_dataset(shards, "saliency", config, training=False, batch_size=64,
+    config = masked_data.MaskConfig(ratio=0.3)
+    ds = masked_data.masked_dataset(shards, "saliency", config, training=False, batch_size=64,
                              map_key="gradient_image")
     images = next(iter(ds))[0].numpy()
     dtype, shape, _ = records.peek_saliency_format(shards[0], "gradient_image")
@@ -141,7 +142,7 @@ def test_road_curve_without_retraining(world, known_answers):
     from roar import road
 
     model = models.load(str(tmp / "clean" / "model"))
-    config = data.MaskConfig(ranking="pixel", squared=False, tie_break="jitter",
+    config = masked_data.MaskConfig(ranking="pixel", squared=False, tie_break="jitter",
                              fill="noisy_linear")
     rows = road.evaluate_curve(model, world["validation"], "images", config,
                                ratios=[0.0, 0.3, 0.9], control="oracle", batch_size=250,
@@ -156,7 +157,7 @@ def test_road_curve_without_retraining(world, known_answers):
 
 
 def test_report_summarises_runs_with_mean_and_sd(tmp_path):
-    from roar import report, reporting, sweep
+    from roar import report, summaries, sweep
 
     for seed, top1 in ((0, 0.5), (1, 0.7)):
         folder = tmp_path / f"run{seed}"
@@ -166,12 +167,12 @@ def test_report_summarises_runs_with_mean_and_sd(tmp_path):
             "flags": {"transformation": "modified_image", "saliency_method": "gradient_image",
                       "keep_information": False, "ratio": 0.5}}))
     rows = report.collect(str(tmp_path))
-    summary = reporting.summarise(rows, ["method", "mode", "fraction_removed"], "top1")
+    summary = summaries.summarise(rows, ["method", "mode", "fraction_removed"], "top1")
     assert summary == [{"method": "gradient_image", "mode": "ROAR", "fraction_removed": 0.5,
                         "mean": pytest.approx(0.6), "std": pytest.approx(0.1414, abs=1e-4),
                         "n": 2}]
     stem = str(tmp_path / "out" / "report")
-    reporting.write_outputs(stem, rows, summary, ["method", "mode", "mean ± sd", "n"],
+    summaries.write_outputs(stem, rows, summary, ["method", "mode", "mean ± sd", "n"],
                             "fraction_removed", ["method", "mode"], "top-1", "test")
     assert "0.6000 ± 0.1414" in open(stem + ".md").read()
     assert open(stem + ".png", "rb").read(4) == b"\x89PNG"
@@ -182,10 +183,10 @@ def test_report_summarises_runs_with_mean_and_sd(tmp_path):
 
 
 def test_per_read_random_masks_change_every_epoch_and_fixed_ones_do_not(world):
-    config = data.MaskConfig(ratio=0.5)
+    config = masked_data.MaskConfig(ratio=0.5)
     patterns = {}
     for mode in ("fixed", "per_read"):
-        ds = data.masked_dataset(world["validation"], "images", config, training=True,
+        ds = masked_data.masked_dataset(world["validation"], "images", config, training=True,
                                  batch_size=1000, size=SIZE, control="random", random_mask=mode,
                                  with_keys=True)
         if mode == "fixed":
@@ -211,7 +212,7 @@ def test_a_tensorflow_datasets_split_becomes_masked_records(tmp_path):
         again = tfds_source.tfds_to_records("cifar10", "test", str(tmp_path), "validation")
         assert tfds_source.tfds_num_classes("cifar10") == 10
     assert files == again and len(files) == 1
-    ds = data.masked_dataset(files, "images", data.MaskConfig(ratio=0.5), training=False,
+    ds = masked_data.masked_dataset(files, "images", masked_data.MaskConfig(ratio=0.5), training=False,
                              batch_size=12, control="random", with_keys=True)
     keys, images, labels = next(iter(ds))
     assert images.shape == (12, 32, 32, 3) and keys.numpy()[0].startswith(b"cifar10-test")
@@ -221,14 +222,14 @@ def test_a_tensorflow_datasets_split_becomes_masked_records(tmp_path):
 
 
 def test_a_killed_run_resumes_from_its_backup(world, tmp_path):
-    recipe = train.Recipe(**dict(train.SYNTHETIC_RECIPE, epochs=2.0), decay_multipliers=(0.1,))
-    config = data.MaskConfig(ratio=0.3)
+    recipe = training.with_overrides(training.SYNTHETIC_RECIPE, epochs=2.0)
+    config = masked_data.MaskConfig(ratio=0.3)
     files = world["validation"]  # small: 1,000 images
     with pytest.raises(KeyboardInterrupt):
-        train.train_and_evaluate(
-            data.masked_dataset(files, "images", config, training=True, batch_size=64,
+        training.train_and_evaluate(
+            masked_data.masked_dataset(files, "images", config, training=True, batch_size=64,
                                 control="random"),
-            data.masked_dataset(files, "images", config, training=False, batch_size=250,
+            masked_data.masked_dataset(files, "images", config, training=False, batch_size=250,
                                 control="random"),
             num_classes=10, num_train=1000, num_eval=1000, size=SIZE,
             output_dir=str(tmp_path), recipe=recipe, verbose=0,

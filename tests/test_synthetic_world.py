@@ -1,4 +1,4 @@
-"""The synthetic BAM world: determinism, bam.md layout, label files, index rules, masks and boxes."""
+"""The synthetic BAM world: determinism, BAM's layout, label files, index rules, masks and boxes."""
 import io
 import math
 import os
@@ -10,9 +10,9 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from bam import compositing, construction, dataset, synthetic
-from bam.dataset import OBJECT_CLASSES, OBJECT_LABEL, SCENE_CLASSES, SCENE_LABEL
 from saliency_gen import records
+from saliency_gen.world import compositing, construction, dataset, synthetic
+from saliency_gen.world.dataset import OBJECT_CLASSES, OBJECT_LABEL, SCENE_CLASSES, SCENE_LABEL
 from tests.conftest import TINY_WORLD, tree_digests
 
 T, V, S = TINY_WORLD["train_per_pair"], TINY_WORLD["val_per_pair"], TINY_WORLD["image_size"]

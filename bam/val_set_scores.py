@@ -13,9 +13,11 @@ import numpy as np
 
 import models
 import saliency_gen
-from bam import dataset, region
+from bam import region
 from models.errors import UserError
 from models.preprocessing import load_bam_pixels
+from saliency_gen import names
+from saliency_gen.world import dataset
 
 
 @dataclass
@@ -77,8 +79,19 @@ def stem_ids(stems):
     return np.array([zlib.crc32(stem.split("_")[0].encode()) for stem in stems], np.int64)
 
 
-def score_pair(model, val_set, indices, methods, noise_seed=0, batch_size=64):
-    """(predictions [n], {method: g [n]}, {method: constant-map count}) on `indices`."""
+def method_name(method: str) -> str:
+    """The saliency_gen name of a method: BAM's abbreviations (`GC`) as `bam:GC`, any other
+    name (a built-in, a registered or a "package.module:function" method) as it is; checked."""
+    name = f"bam:{method}" if method in names.BAM or f"bam:{method}" in names.PRODUCTS \
+        else method
+    if name not in names.PRODUCTS:
+        saliency_gen.resolve(name)
+    return name
+
+
+def score_pair(model, val_set, indices, methods, noise_seed=0, batch_size=64, progress=None):
+    """(predictions [n], {method: g [n]}, {method: constant-map count}) on `indices`;
+    `progress(n)` is called after every n explained images."""
     input_size = (model.input_shape[0] if isinstance(model, models.LoadedModel)
                   else model.input_shape[1])
     images = dataset.model_inputs([val_set.paths[i] for i in indices], input_size, "caffe_rgb")
@@ -90,8 +103,9 @@ def score_pair(model, val_set, indices, methods, noise_seed=0, batch_size=64):
     ids = stem_ids(names)
     scores, constants = {}, {}
     for method in methods:
-        maps = saliency_gen.attribute(model, images, f"bam:{method}", predictions,
-                                      batch_size=batch_size, seed=noise_seed, ids=ids)
+        maps = saliency_gen.attribute(model, images, method_name(method), predictions,
+                                      batch_size=batch_size, seed=noise_seed, ids=ids,
+                                      progress=progress)
         scores[method], constant = region.region_scores(maps, frames)
         constants[method] = int(constant.sum())
     return predictions, scores, constants
@@ -153,7 +167,7 @@ def score_saved_maps(maps_dir, pair_name, val_set, indices, methods, input_size)
     return np.asarray(predictions[np.asarray(indices)]), scores, constants
 
 
-# Method index of BAM's 12-vector of g values (bam.md §5).
+# Method index of BAM's 12-vector of g values (docs/bam.md, "Methods").
 METHOD_INDEX = {"VG": 0, "SG": 1, "GB": 2, "GB-SG": 3, "IG": 4, "IG-SG": 5, "GC": 6, "GC-SG": 7,
                 "GGC": 8, "GGC-SG": 9, "GxI": 10, "SG-GxI": 11}
 
@@ -165,7 +179,7 @@ def _image_key(stem):
 
 
 def score_precomputed(attr_dir, pair_name, val_set, indices, methods):
-    """Like `score_pair`, from the original precomputed layout (`--scratch=0`, bam.md §10).
+    """Like `score_pair`, from the original precomputed layout (`--scratch=0`, docs/bam.md, "The original precomputed g vectors").
 
     `<attr_dir>/<pair_name>/<stem>_<pred>` is .npy content without suffix: 12 g values in
     method-index order. Files are matched to images by the `<obj>-<scene>-<nnnn>` stem (never by

@@ -1,9 +1,11 @@
-"""ROAR's masked input pipelines on tf.data (roar.md §3, §4.4).
+"""ROAR's masked input pipelines on tf.data (docs/roar.md, "Masking" and "Pipelines").
 
     config = MaskConfig(ratio=0.5, keep_information=False)          # ROAR, 50% removed
     train = masked_dataset(files, "saliency", config, training=True, map_key="gradient_smooth_2")
 
-Per example, inside the pipeline (train and test alike): parse (saliency records, v2 or the
+The reading, flipping and normalisation are the shared image-record pipeline pieces
+(`saliency_gen.pipelines`); this module inserts the scores and the mask between them. Per example,
+inside the pipeline (train and test alike): parse (saliency records, v2 or the
 original layout, or plain image records for the random / oracle / raw controls) -> decode to
 [0, 1] pixels -> fit the map's geometry (`none`, or ROAR's crop_224) -> scores (the stored map,
 a keyed random map, or the record's object mask) -> the mask (`roar.masking`) -> fill -> train
@@ -16,23 +18,43 @@ mask never depends on read order, batching or sharding.
 """
 import dataclasses
 import os
+from typing import Optional
 
 import tensorflow as tf
 
 from models.errors import RecordError, UserError
-from models.preprocessing import INPUT_SPACES, center_crop, decode_image
+from models.preprocessing import decode_image
 from roar import masking
-from saliency_gen import records
+from saliency_gen import generate, names, pipelines, records
+from saliency_gen.pipelines import count_records, fit
 
 SOURCES = ("saliency", "images")
 CONTROLS = ("random", "oracle", "none")  # maps that need no saliency records
-SHUFFLE_BUFFER = 1024
 RANDOM_MASKS = ("fixed", "per_read")
+
+
+def _roar_code(method: str) -> Optional[str]:
+    """The ROAR generator code of a ROAR code or record key, else None."""
+    if method in names.ROAR:
+        return method
+    return next((code for code, entry in names.ROAR.items() if entry[0] == method), None)
+
+
+def generator_name(method: str) -> str:
+    """The name the generator explains `method` by: `roar:<code>` for ROAR names, else itself."""
+    code = _roar_code(method)
+    return f"roar:{code}" if code else method
+
+
+def record_key_of(method: str) -> str:
+    """The record key of `method`'s maps (`SH` -> `gradient_image`, `pkg.mod:fn` ->
+    `pkg.mod_fn`; a key written by another generator stays as it is)."""
+    return generate.record_key(generator_name(method))
 
 
 @dataclasses.dataclass(frozen=True)
 class MaskConfig:
-    """How features are ranked, selected and replaced (roar.md §3, §6.1)."""
+    """How features are ranked, selected and replaced (docs/roar.md, "Masks")."""
 
     ratio: float = 0.0
     keep_information: bool = False
@@ -58,12 +80,6 @@ class MaskConfig:
         return self
 
 
-def _fit(image, size, geometry):
-    if geometry == "center_crop":
-        return center_crop(image, crop_size=size)
-    return tf.ensure_shape(image, [size, size, 3])
-
-
 def _example_reader(source, map_key, map_format, size, geometry, label_offset, control,
                     mask_seed, per_read):
     """A function (default key, serialized, epoch) -> (key, pixels [S, S, 3], label, scores).
@@ -76,18 +92,16 @@ def _example_reader(source, map_key, map_format, size, geometry, label_offset, c
         def read(default_key, serialized, epoch):
             del epoch
             parsed = records.parse_saliency_record(serialized, map_key, dtype, shape, default_key)
-            pixels = _fit(decode_image(parsed["raw_image"]), size, geometry)
+            pixels = fit(decode_image(parsed["raw_image"]), size, geometry)
             return parsed["example_key"], pixels, parsed["label"], parsed["saliency"]
         return read
 
     def read_image(default_key, serialized, epoch):
-        parsed = records.parse_image_record(serialized)
-        key = tf.where(tf.strings.length(parsed["filename"]) > 0, parsed["filename"], default_key)
-        pixels = _fit(decode_image(parsed["encoded"]), size, geometry)
-        label = parsed["label"] + label_offset
+        key, pixels, label, parsed = pipelines.read_image(default_key, serialized, size, geometry,
+                                                          label_offset)
         if control == "oracle":
             mask = tf.cast(records.decode_mask(parsed["mask_png"]), tf.float32)[..., None]
-            mask = _fit(tf.tile(mask, [1, 1, 3]), size, geometry)
+            mask = fit(tf.tile(mask, [1, 1, 3]), size, geometry)
             return key, pixels, label, tf.cast(mask > 0.5, tf.float32)
         if control == "random":  # keyed by the example (and the epoch when per_read)
             scores = masking.random_map(key, (size, size, 3), mask_seed,
@@ -110,7 +124,7 @@ def _batch_masker(config, control, size):
                                         config.seed)
         seeds = None
         if config.fill == "noisy_linear":
-            seeds = masking.key_seeds(keys, config.seed)[:, 1]
+            seeds = pipelines.key_seeds(keys, config.seed)[:, 1]
         return masking.replace(pixels, replaced, config.fill, noise_std=config.road_noise,
                                seed=config.seed, keys=seeds, tol=config.cg_tol,
                                max_iters=config.cg_max_iters)
@@ -176,7 +190,6 @@ def masked_dataset(files, source, config, *, training, batch_size, map_key=None,
         if geometry != "none":
             raise UserError("--image_size is needed with --geometry=center_crop")
         size = _first_image_side(files[0])
-    normalise = INPUT_SPACES[space].from_pixels
     read = _example_reader(source, map_key, map_format, size, geometry, label_offset, control,
                            config.seed, per_read)
     mask = _batch_masker(config, control, size)
@@ -185,19 +198,11 @@ def masked_dataset(files, source, config, *, training, batch_size, map_key=None,
         return keys, mask(keys, pixels, scores), labels
 
     def finish(keys, pixels, labels):
-        if training:  # per example, keyed: the same flip whatever the batch
-            pixels = tf.image.stateless_random_flip_left_right(
-                pixels, masking.key_seeds(keys[None], seed)[0])
-        outputs = (normalise(pixels), labels)
+        outputs = pipelines.finish(keys, pixels, labels, training=training, seed=seed,
+                                   space=space)
         return (keys,) + outputs if with_keys else outputs
 
-    names = tf.data.Dataset.from_tensor_slices(files)
-    if training:
-        names = names.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
-    data = names.interleave(records.keyed_shard, cycle_length=min(len(files), 8),
-                            num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    if training:
-        data = data.shuffle(SHUFFLE_BUFFER, seed=seed, reshuffle_each_iteration=True)
+    data = pipelines.keyed_stream(files, training, seed)
     if per_read:  # every pass holds each record once, so position // count is the epoch
         count = count_records(files)
         data = data.repeat().enumerate().map(
@@ -211,8 +216,3 @@ def masked_dataset(files, source, config, *, training, batch_size, map_key=None,
             .map(finish, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True))
     drop = training if drop_remainder is None else drop_remainder
     return data.batch(batch_size, drop_remainder=drop).prefetch(tf.data.AUTOTUNE)
-
-
-def count_records(files):
-    """The number of records in `files` (evaluation asserts it scored all of them)."""
-    return sum(1 for path in files for _ in tf.data.TFRecordDataset(path))

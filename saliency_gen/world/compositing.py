@@ -1,4 +1,4 @@
-"""BAM's pasting rule (bam.md §2.5): size, position and compositing of an object cut-out.
+"""BAM's pasting rule (docs/bam.md, "The dataset layout", pasting rule): size, position and compositing of an object cut-out.
 
 Every composite draws from its own generator `default_rng([seed, label(o), label(s), i])`, in
 the order size, row, col, so results do not depend on parallelism or loop order. The rule is
@@ -18,7 +18,7 @@ from models.errors import UserError
 
 
 def placement_rng(seed, object_label, scene_label, index):
-    """The generator for one composite (bam.md fix D2)."""
+    """The generator for one composite (fix D2, docs/bam.md, "The dataset layout")."""
     return np.random.default_rng([seed, object_label, scene_label, index])
 
 

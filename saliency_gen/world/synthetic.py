@@ -6,7 +6,7 @@ scenes are drawn at the image size S; both vary per instance (colours, proportio
 noise). Everything is drawn from generators keyed by (seed, stream, label, index), so the world is
 a pure function of its parameters: the same seed gives byte-identical files.
 
-`build_world(output_dir, seed, ...)` writes the layout of bam.md §2.11 (obj, scene, scene_only,
+`build_world(output_dir, seed, ...)` writes BAM's layout (docs/synthetic_world.md; obj, scene, scene_only,
 dog_bedroom, bamboo_forest, coco/segments, tcav) plus image TFRecords of the composites. With
 `train_per_pair` = T and `val_per_pair` = V, instance i of every object and scene image i of every
 scene class exist for i < T + V; i < T is train and i >= T is val (the real dataset has T = 900,
@@ -21,10 +21,11 @@ import time
 import numpy as np
 from PIL import Image, ImageDraw
 
-from bam import compositing, construction, dataset
-from bam.dataset import OBJECT_CLASSES, SCENE_CLASSES
 from models.errors import UserError
 from models.files import atomic_output
+from saliency_gen import records
+from saliency_gen.world import compositing, construction, dataset
+from saliency_gen.world.dataset import OBJECT_CLASSES, SCENE_CLASSES
 
 FORMAT = "bam-synthetic/v1"
 OBJECT_STREAM, SCENE_STREAM = 1001, 1002  # distinct from the placement seeds [seed, o, s, i]
@@ -425,8 +426,6 @@ def _instance_renderer(layout, seed, image_size, crop_masks):
 
 def _write_records(layout, images, crop_masks, image_size, seed):
     """Image TFRecords of the composites: train shards in a seeded order, validation sorted."""
-    from saliency_gen import records  # TensorFlow is only needed for this step
-
     os.makedirs(layout("records"))
     shards = {}
     train = [im for im in images if not im.is_val]

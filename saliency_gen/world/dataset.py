@@ -1,4 +1,4 @@
-"""BAM's on-disk dataset layout (bam.md §2): class names, file names, metadata files and masks.
+"""BAM's on-disk dataset layout (docs/bam.md, "The dataset layout"): class names, file names, metadata files and masks.
 
 Shared by the synthetic world, the real MSCOCO/MiniPlaces construction and every reader, so the
 formats are defined once:
@@ -128,7 +128,7 @@ def load_masks(path):
 
 
 # ----------------------------------------------------------------------------------------------
-# Boxes and masks at the model's resolution (bam.md §6 steps 4-5).
+# Boxes and masks at the model's resolution (docs/bam.md, "Region score", steps 3-4).
 
 
 def scale_box(box, image_size, target_size):

@@ -1,4 +1,4 @@
-"""BAM's metrics on region scores g (bam.md §7): sampling, the correct set, MCS, IDR and IIR.
+"""BAM's metrics on region scores g (docs/bam.md, "Metrics"): sampling, the correct set, MCS, IDR and IIR.
 
 | Metric | (model1, data1) | (model2, data2) | per image | aggregate |
 | MCS | (obj, obj) | (scene, scene) | g1 - g2 | mean |

@@ -1,0 +1,70 @@
+"""The one cache of the built-in synthetic world, shared by every benchmark (docs/
+synthetic_world.md, "The cache").
+
+Everything derived from the world lives in one folder per seed,
+`$XDG_CACHE_HOME/attribution-benchmarks/synthetic_seed<seed>` (default under `~/.cache`):
+
+| Folder | What | Made by |
+|---|---|---|
+| `world/` | the world in BAM's layout, with image TFRecords in `world/records` | `world()` |
+| `clean/` | the clean small_cnn (ImageNet input space) trained on object labels | `clean_model()` |
+| `bam_models/` | BAM's obj, scene, scene_only (and scene1..10) models | `bam.synthetic_setup` |
+| `roar_saliency/` | saliency records of the explained methods | `roar.synthetic_setup` |
+
+Each step is built only when missing, under a temporary name renamed when complete, so an
+interrupted build resumes and a finished one is reused.
+"""
+import os
+from typing import Callable, Optional
+
+from models import training
+from saliency_gen import pipelines, records
+from saliency_gen.world import synthetic
+
+IMAGE_SIZE = 64
+
+
+def cache_dir(seed: int = 0, folder: Optional[str] = None) -> str:
+    """The cache folder of the world with `seed` (`folder` overrides it, e.g. a --cache_dir)."""
+    if folder:
+        return folder
+    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(root, "attribution-benchmarks", f"synthetic_seed{int(seed)}")
+
+
+def world(seed: int = 0, folder: Optional[str] = None, log: Callable = print) -> str:
+    """The world's data folder (BAM layout), built if missing."""
+    data_dir = os.path.join(cache_dir(seed, folder), "world")
+    info = synthetic.build_world(data_dir, seed=seed, image_size=IMAGE_SIZE)
+    if not info["reused"]:
+        log(f"built the synthetic world: {info['num_train_images']} train and "
+            f"{info['num_val_images']} val images in {info['seconds']:.0f} s")
+    return data_dir
+
+
+def records_dir(seed: int = 0, folder: Optional[str] = None, log: Callable = print) -> str:
+    """The world's image TFRecords (`train-*`, `validation-*`), built if missing."""
+    return os.path.join(world(seed, folder, log), "records")
+
+
+def clean_model(seed: int = 0, folder: Optional[str] = None, log: Callable = print) -> str:
+    """The export directory of the clean small_cnn, trained on the world's object labels in
+    ImageNet's input space with the synthetic recipe (`models.training`), if missing."""
+    clean_dir = os.path.join(cache_dir(seed, folder), "clean")
+    if not os.path.isfile(os.path.join(clean_dir, "metrics.json")):
+        shards = records_dir(seed, folder, log)
+        files = {split: records.list_files(os.path.join(shards, f"{split}-*"), split)
+                 for split in ("train", "validation")}
+        recipe = training.SYNTHETIC_RECIPE
+        train_data = pipelines.image_batches(files["train"], training=True,
+                                             batch_size=recipe.batch_size, size=IMAGE_SIZE,
+                                             seed=seed)
+        eval_data = pipelines.image_batches(files["validation"], training=False,
+                                            batch_size=256, size=IMAGE_SIZE, seed=seed)
+        metrics = training.train_and_evaluate(
+            train_data, eval_data, num_classes=10,
+            num_train=pipelines.count_records(files["train"]),
+            num_eval=pipelines.count_records(files["validation"]), size=IMAGE_SIZE,
+            output_dir=clean_dir, recipe=recipe, seed=seed, verbose=0)
+        log(f"trained the clean model: top-1 {metrics['top1']:.3f}")
+    return os.path.join(clean_dir, "model")

@@ -1,0 +1,125 @@
+"""The package structure: the benchmarks are siblings on top of saliency_gen and models.
+
+Parses every module's imports (function-local ones included) and checks the rules of
+docs/architecture.md ("Layers"): no module of bam/, roar/ or faithfulness/ imports another of
+those three packages; saliency_gen imports only models; models imports no other package of the
+project; no project import hides inside a function; and the module import graph has no cycle.
+"""
+import ast
+import os
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PACKAGES = ("models", "saliency_gen", "bam", "roar", "faithfulness")
+ALLOWED = {  # package -> project packages it may import (besides itself)
+    "models": set(),
+    "saliency_gen": {"models"},
+    "bam": {"models", "saliency_gen"},
+    "roar": {"models", "saliency_gen"},
+    "faithfulness": {"models", "saliency_gen"},
+}
+
+
+def _modules():
+    """{dotted module name: path} of every module of the project's packages."""
+    found = {}
+    for package in PACKAGES:
+        for folder, _, files in os.walk(os.path.join(REPO, package)):
+            for name in files:
+                if name.endswith(".py"):
+                    path = os.path.join(folder, name)
+                    dotted = os.path.relpath(path, REPO)[:-3].replace(os.sep, ".")
+                    found[dotted[:-len(".__init__")] if dotted.endswith(".__init__")
+                          else dotted] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _imports(path, module):
+    """[(imported module, line, inside a function)] of the project modules `module` imports."""
+    tree = ast.parse(open(path, encoding="utf-8").read(), path)
+    package = module if path.endswith("__init__.py") else module.rpartition(".")[0]
+    found = []
+
+    def visit(node, local):
+        for child in ast.iter_child_nodes(node):
+            inner = local or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef))
+            if isinstance(child, ast.Import):
+                names = [alias.name for alias in child.names]
+            elif isinstance(child, ast.ImportFrom):
+                base = child.module or ""
+                if child.level:
+                    base = ".".join(package.split(".")[:len(package.split(".")) - child.level + 1]
+                                    + ([base] if base else []))
+                names = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base
+                         for alias in child.names]
+            else:
+                visit(child, inner)
+                continue
+            for name in names:
+                while name and name not in MODULES:
+                    name = name.rpartition(".")[0]
+                if name:
+                    found.append((name, child.lineno, local))
+        return found
+
+    return visit(tree, False)
+
+
+GRAPH = {module: _imports(path, module) for module, path in MODULES.items()}
+
+
+def test_packages_import_only_the_layers_below_them():
+    violations = []
+    for module, imports in GRAPH.items():
+        package = module.split(".")[0]
+        for imported, line, _ in imports:
+            other = imported.split(".")[0]
+            if other != package and other not in ALLOWED[package]:
+                violations.append(f"{MODULES[module]}:{line} imports {imported}")
+    assert not violations, "\n".join(violations)
+
+
+def test_no_project_import_hides_inside_a_function():
+    local = [f"{MODULES[module]}:{line} imports {imported} inside a function"
+             for module, imports in GRAPH.items() for imported, line, inside in imports if inside]
+    assert not local, "\n".join(local)
+
+
+def _cycles(graph):
+    """Every import cycle found by a depth-first walk of {module: [imported, ...]}."""
+    state, stack, cycles = {}, [], []
+
+    def visit(module):
+        state[module] = "open"
+        stack.append(module)
+        for imported in graph.get(module, ()):
+            if imported == module:
+                continue
+            if state.get(imported) == "open":
+                cycles.append(" -> ".join(stack[stack.index(imported):] + [imported]))
+            elif imported not in state:
+                visit(imported)
+        stack.pop()
+        state[module] = "done"
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module)
+    return cycles
+
+
+def test_the_module_graph_has_no_cycle():
+    cycles = _cycles({module: [name for name, _, _ in imports]
+                      for module, imports in GRAPH.items()})
+    assert not cycles, "\n".join(cycles)
+
+
+def test_the_checks_catch_what_they_forbid(tmp_path):
+    """Each check sees its kind of violation (so the tests above can fail)."""
+    path = tmp_path / "probe.py"
+    path.write_text("from roar import masked_data\n\n\ndef f():\n    from models import zoo\n")
+    assert _imports(str(path), "faithfulness.probe") == [("roar.masked_data", 1, False),
+                                                         ("models.zoo", 5, True)]
+    assert _cycles({"a": ["b"], "b": ["c"], "c": ["a"], "d": ["a"]}) == ["a -> b -> c -> a"]
