@@ -1,4 +1,5 @@
-"""The real BAM dataset from MSCOCO 2017 train and MiniPlaces train (docs/bam.md, "The dataset layout"), with the fixes.
+"""The real BAM dataset from MSCOCO 2017 train and MiniPlaces train (docs/bam.md, "The dataset
+layout"), with the fixes.
 
     build_dataset(coco_dir, miniplaces_dir, output_dir, seed=0)
 
@@ -51,7 +52,8 @@ OUTPUTS = (("obj",), ("scene",), ("scene_only",), ("dog_bedroom",), ("bamboo_for
 
 
 class _Skip(Exception):
-    """An image the original would have skipped (docs/bam.md, "The dataset layout"); `args[0]` is the reason."""
+    """An image the original would have skipped (docs/bam.md, "The dataset layout"); `args[0]` is
+    the reason."""
 
 
 # ----------------------------------------------------------------------------------------------
@@ -82,7 +84,8 @@ def load_coco(annotation_file):
 
 
 def category_id(coco, obj):
-    """The one COCO category id of object folder `obj` (fix D1, docs/bam.md, "The dataset layout")."""
+    """The one COCO category id of object folder `obj` (fix D1 of docs/bam.md, "The dataset
+    layout")."""
     ids = coco.getCatIds(catNms=[COCO_NAMES[obj]])
     if len(ids) != 1:
         raise UserError(f"COCO category {COCO_NAMES[obj]!r} (folder {obj}) matches {len(ids)} "
@@ -132,7 +135,8 @@ def crop_object(coco, images_dir, image_info, ann):
 
 
 def extract_class(coco, images_dir, obj, output_dir, count, num_train, progress=None):
-    """Writes `count` cut-outs of `obj` into `output_dir` (docs/bam.md, "The dataset layout"); returns the report."""
+    """Writes `count` cut-outs of `obj` into `output_dir` (docs/bam.md, "The dataset layout");
+    returns the report."""
     cat_id = category_id(coco, obj)
     accepted, skipped = [], collections.Counter()
     for image_id in sorted(coco.getImgIds(catIds=[cat_id])):

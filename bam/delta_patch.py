@@ -1,5 +1,5 @@
-"""BAM's delta patch (docs/bam.md, "The delta patch"): a dog-shaped change to bamboo-forest images that the
-scene_only model should not notice, and the `bamboo_forest_patch` set built from it.
+"""BAM's delta patch (docs/bam.md, "The delta patch"): a dog-shaped change to bamboo-forest images
+that the scene_only model should not notice, and the `bamboo_forest_patch` set built from it.
 
 For each bamboo_forest image x (preprocessed) and the composite with the dog d (preprocessed
 `scene/val/<same name>`), delta starts at d and takes `num_steps` gradient steps

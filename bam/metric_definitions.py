@@ -1,9 +1,10 @@
-"""BAM's metrics on region scores g (docs/bam.md, "Metrics"): sampling, the correct set, MCS, IDR and IIR.
+"""BAM's metrics on region scores g (docs/bam.md, "Metrics"): sampling, the correct set, MCS, IDR
+and IIR.
 
 | Metric | (model1, data1) | (model2, data2) | per image | aggregate |
 | MCS | (obj, obj) | (scene, scene) | g1 - g2 | mean |
 | IDR | (scene, scene_only) | (scene, scene) | g1 - g2 > 0 | fraction |
-| IIR | (scene_only, bamboo_forest) | (scene_only, bamboo_forest_patch) | |g1 - g2| < 0.1 g1 | fraction |
+| IIR | (scene_only, bamboo_forest) | (scene_only, bamboo_forest_patch) | |g1-g2| < 0.1 g1 | share |
 
 Only images both models classify correctly (each on its own labels) count.
 """

@@ -4,17 +4,16 @@
     python -m bam.metrics --data_dir=data --model_dir=models --num_imgs=10000
 
 Samples `--num_imgs` images per metric (`random.Random(seed)`, as the original), explains both
-models' predictions with the eight BAM methods (`saliency_gen`, SmoothGrad noise from
-`--noise_seed` keyed by file stem), scores each image's object region (docs/bam.md, "Region score") and computes
-MCS, IDR and IIR over the images both models classify correctly ("Metrics"). Prints the original's lines,
-a table with the number of images used, and writes `--output` (JSON
-`{"MCS": {"GC": value, ...}, ...}`) and a CSV beside it. `--metrics=RMCS` adds the relative model
-contrast of scene1..scene9 against scene10 on dog_bedroom (`bam.rmcs`): the curve over k per
-method and for TCAV, its Pearson correlation with the accuracy drop when the dog is removed, a
-table and a PNG (`<output>_rmcs.png`); on the synthetic world it first builds the relative sets
-and trains the ten scene models (once, cached). With no --data_dir/--model_dir it uses
-the built-in synthetic world, building it and training its models once into a cache directory it
-names.
+models' predictions with the eight BAM methods (`saliency_gen`, SmoothGrad noise from `--noise_seed`
+keyed by file stem), scores each image's object region (docs/bam.md, "Region score") and computes
+MCS, IDR and IIR over the images both models classify correctly ("Metrics"). Prints the original's
+lines, a table with the number of images used, and writes `--output` (JSON `{"MCS": {"GC": value,
+...}, ...}`) and a CSV beside it. `--metrics=RMCS` adds the relative model contrast of
+scene1..scene9 against scene10 on dog_bedroom (`bam.rmcs`): the curve over k per method and for
+TCAV, its Pearson correlation with the accuracy drop when the dog is removed, a table and a PNG
+(`<output>_rmcs.png`); on the synthetic world it first builds the relative sets and trains the ten
+scene models (once, cached). With no --data_dir/--model_dir it uses the built-in synthetic world,
+building it and training its models once into a cache directory it names.
 """
 import csv
 import dataclasses
@@ -44,7 +43,8 @@ def compute(data_dir, model_dir, metric_names, methods, num_imgs=10, seed=0, noi
     """
     unknown = [m for m in metric_names if m not in metric_definitions.PAIRS]
     if unknown:
-        raise UserError(f"unknown metric {unknown[0]!r}; choose from {', '.join(metric_definitions.METRICS)}")
+        raise UserError(f"unknown metric {unknown[0]!r}; choose from "
+                        f"{', '.join(metric_definitions.METRICS)}")
     if maps_dir is None and attr_dir is None:
         for method in methods:
             val_set_scores.method_name(method)  # an unknown name fails before any work
@@ -82,15 +82,18 @@ def compute(data_dir, model_dir, metric_names, methods, num_imgs=10, seed=0, noi
                     maps_dir, f"{model_name}-{data_set.name}", data_set, indices, methods,
                     input_size or data_set.image_size)
             else:
-                cache[key] = val_set_scores.score_pair(model(model_name), data_set, indices, methods,
-                                                 noise_seed, batch_size, image_progress)
+                cache[key] = val_set_scores.score_pair(model(model_name), data_set, indices,
+                                                       methods, noise_seed, batch_size,
+                                                       image_progress)
             outputs.append(cache[key])
             if progress:
                 progress()
         (p1, g1, c1), (p2, g2, c2) = outputs
-        correct = metric_definitions.correct_set(p1, first.labels[indices], p2, second.labels[indices])
+        correct = metric_definitions.correct_set(p1, first.labels[indices], p2,
+                                                 second.labels[indices])
         results[metric] = {
-            method: (metric_definitions.metric_value(metric, g1[method][correct], g2[method][correct]),
+            method: (metric_definitions.metric_value(metric, g1[method][correct],
+                                                     g2[method][correct]),
                      len(correct), len(indices), c1[method] + c2[method])
             for method in methods}
     return results
@@ -207,7 +210,8 @@ def run(config: Config) -> dict:
     if "RMCS" in metric_names and (config.maps_dir or attr_dir is not None):
         raise UserError("RMCS is computed from scratch only; drop --maps_dir / --scratch=0")
     scored = config.maps_dir is None and attr_dir is None
-    pairs = len({pair for m in pair_metrics if m in metric_definitions.PAIRS for pair in metric_definitions.PAIRS[m]})
+    pairs = len({pair for m in pair_metrics if m in metric_definitions.PAIRS
+                 for pair in metric_definitions.PAIRS[m]})
     total = config.num_imgs * len(methods) * (pairs + 10 * ("RMCS" in metric_names))
     with tqdm(total=total if scored else 2 * len(pair_metrics), desc="BAM metrics",
               unit="map" if scored else "pair", disable=None, smoothing=0.1) as bar:

@@ -90,7 +90,7 @@ def compute(data_dir, model_dir, methods, num_imgs=100, seed=0, noise_seed=0, ba
     for k in range(1, 11):  # the ten relative models on the same images
         model = models.load(os.path.join(model_dir, f"scene{k}"))
         predictions[k], g[k], _ = val_set_scores.score_pair(model, target, indices, methods,
-                                                      noise_seed, batch_size, image_progress)
+                                                            noise_seed, batch_size, image_progress)
         if progress:
             progress()
     curves, used = relative_curves(g, predictions)
@@ -107,7 +107,7 @@ def add_tcav(result, data_dir, model_dir, bottleneck=None, num_random_exp=2, see
     scores_by_model = {}
     for k in range(1, 11):
         tcav_result = tcav_experiment.model_tcav(data_dir, model_dir, f"scene{k}", [chosen],
-                                          num_random_exp, seed=seed)
+                                                 num_random_exp, seed=seed)
         scores_by_model[k] = tcav_result[chosen]["score"]
     curve = [scores_by_model[k] - scores_by_model[10] for k in KS]
     result["curves"]["TCAV"] = curve

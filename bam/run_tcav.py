@@ -7,10 +7,10 @@ Target `dog_bedroom` (its class resolved through `tcav/obj_categories.txt` or
 `tcav/scene_categories.txt`), concept `dog_scene`, random sets `random500_0..R-1`, random
 counterpart `random_counter_part`, at most `--max_examples` images per set, the model's own
 preprocessing (`--tcav_raw_inputs` feeds 0-255 RGB as the original did). Prints a table per model
-(`bam.tcav_experiment`) and writes JSON `{"<bottleneck>": {"score", "std", "p_value", ...}}` (one model) or
-`{"<model>": {...}, "tcav_mcs": {"<bottleneck>": obj - scene}}` (several). When both obj and scene
-are given, the TCAV model contrast (obj score - scene score per bottleneck) is computed here.
-Without `--data_dir` / `--model_dir` it uses the built-in synthetic world and its models.
+(`bam.tcav_experiment`) and writes JSON `{"<bottleneck>": {"score", "std", "p_value", ...}}` (one
+model) or `{"<model>": {...}, "tcav_mcs": {"<bottleneck>": obj - scene}}` (several). When both obj
+and scene are given, the TCAV model contrast (obj score - scene score per bottleneck) is computed
+here. Without `--data_dir` / `--model_dir` it uses the built-in synthetic world and its models.
 """
 import dataclasses
 from typing import Optional

@@ -38,8 +38,8 @@ def prepare(cache_dir: Optional[str] = None, seed: int = 0, epochs: int = 3,
 
 def prepare_relative(cache_dir: Optional[str] = None, seed: int = 0, epochs: int = 3,
                      log: Callable = print) -> tuple:
-    """(data_dir, model_dir) with the relative sets scene1..scene10 (docs/bam.md, "Relative
-    model contrast") and a small_cnn trained on each, building what is missing."""
+    """(data_dir, model_dir) with the relative sets scene1..scene10 (docs/bam.md, "The dataset
+    layout") and a small_cnn trained on each, building what is missing."""
     data_dir, model_dir = prepare(cache_dir, seed, epochs, log)
     layout = construction.Layout(data_dir)
     for k in range(1, 11):

@@ -179,7 +179,8 @@ def _image_key(stem):
 
 
 def score_precomputed(attr_dir, pair_name, val_set, indices, methods):
-    """Like `score_pair`, from the original precomputed layout (`--scratch=0`, docs/bam.md, "The original precomputed g vectors").
+    """Like `score_pair`, from the original precomputed layout (`--scratch=0`, docs/bam.md, "The
+    original precomputed g vectors").
 
     `<attr_dir>/<pair_name>/<stem>_<pred>` is .npy content without suffix: 12 g values in
     method-index order. Files are matched to images by the `<obj>-<scene>-<nnnn>` stem (never by

@@ -64,7 +64,7 @@ def load_images(pattern, loaded, nr_images=-1, seed=0, geometry="auto", shuffle=
     for path in files:
         records.check_file(path, "image", max_records=1)
     dataset = pipelines.explanation_inputs(files, loaded.input_shape,
-                                      input_space(loaded.preprocessing), geometry)
+                                           input_space(loaded.preprocessing), geometry)
     if shuffle:
         dataset = pipelines.shuffled(dataset, 10_000, int(seed), reshuffle_each_iteration=False)
     if nr_images >= 0:

@@ -1,4 +1,5 @@
-"""In-domain fine-tuning for IDSDS (docs/faithfulness.md, "Fine-tuning"): `python -m faithfulness.finetune`.
+"""In-domain fine-tuning for IDSDS (docs/faithfulness.md, "Fine-tuning"): `python -m
+faithfulness.finetune`.
 
     python -m faithfulness.finetune                       # the synthetic world's clean small_cnn
     python -m faithfulness.finetune --init_model=runs/clean/model --train_pattern='train-*' \\

@@ -29,7 +29,7 @@ class Metric:
         """The scorer of `model`, kept between calls so that its traced functions are reused."""
         if self._scorer is None or self._scorer.model is not model:
             self._scorer = scoring.Scorer(model, self.output_activation, self.batch_size,
-                                         self.jit_compile)
+                                          self.jit_compile)
         return self._scorer
 
     @staticmethod

@@ -1,6 +1,6 @@
 """Curve summaries and correlations on score matrices, row by row in float64 (docs/faithfulness.md,
-"Curve summaries"): trapezoid AUC on x = t / K, Pearson (NaN for a constant row), Spearman with average
-ranks, and the NaN policy used to aggregate per-image values."""
+"Curve summaries"): trapezoid AUC on x = t / K, Pearson (NaN for a constant row), Spearman with
+average ranks, and the NaN policy used to aggregate per-image values."""
 import logging
 
 import numpy as np

@@ -1,4 +1,5 @@
-"""Replacement images ("substrates") of the references, in model-input space (docs/faithfulness.md, "Substrates").
+"""Replacement images ("substrates") of the references, in model-input space (docs/faithfulness.md,
+"Substrates").
 
 All blurs are per channel, stride 1, zero padding of half the kernel (so borders darken, as in the
 references) and separable, applied as two depthwise convolutions with 1-D weights computed once

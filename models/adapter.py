@@ -94,7 +94,7 @@ class KerasAdapter(Adapter):
             self._guided = guided_views.guided_model(self.logits_model)
         if cam and self._features_model is None:
             self._features_model = zoo.features_and_logits_model(self.logits_model,
-                                                                  self._feature_layer)
+                                                                 self._feature_layer)
 
     def outputs(self, x):
         return self.model(x, training=False)

@@ -47,30 +47,34 @@ def _kind(annotation, default):
     return type(default) if default is not None else str
 
 
-def define_flags(config_class) -> None:
-    """Defines one absl flag per field of `config_class` (same name, default and help)."""
+def define_flags(config_class, flag_values=None) -> None:
+    """Defines one absl flag per field of `config_class` (same name, default and help) in
+    `flag_values` (default: absl's global FLAGS)."""
     from absl import flags
 
+    values = flags.FLAGS if flag_values is None else flag_values
     hints = typing.get_type_hints(config_class)
     for field in dataclasses.fields(config_class):
-        if field.name in flags.FLAGS:
+        if field.name in values:
             continue
         default = field.default
         help_text = field.metadata.get("help", field.name)
         choices = field.metadata.get("choices")
         kind = _kind(hints[field.name], default)
+        where = {"flag_values": values}
         if choices is not None:
-            flags.DEFINE_enum(field.name, default, list(choices), help_text)
+            flags.DEFINE_enum(field.name, default, list(choices), help_text, **where)
         elif kind is bool:
-            flags.DEFINE_bool(field.name, default, help_text)
+            flags.DEFINE_bool(field.name, default, help_text, **where)
         elif kind is int:
-            flags.DEFINE_integer(field.name, default, help_text)
+            flags.DEFINE_integer(field.name, default, help_text, **where)
         elif kind is float:
-            flags.DEFINE_float(field.name, default, help_text)
+            flags.DEFINE_float(field.name, default, help_text, **where)
         elif kind is list:
-            flags.DEFINE_list(field.name, None if default is None else list(default), help_text)
+            flags.DEFINE_list(field.name, None if default is None else list(default), help_text,
+                              **where)
         else:
-            flags.DEFINE_string(field.name, default, help_text)
+            flags.DEFINE_string(field.name, default, help_text, **where)
 
 
 def config_from_flags(config_class, flag_values=None):

@@ -1,4 +1,5 @@
-"""ResNet-50 v1.5 as ROAR trained it (google-research `interpretability_benchmark/utils/resnet_model.py`).
+"""ResNet-50 v1.5 as ROAR trained it (google-research
+`interpretability_benchmark/utils/resnet_model.py`).
 
 Differences from `keras.applications.ResNet50` (v1): the stride sits on the 3x3 convolution of a
 bottleneck, convolutions have no bias, strided convolutions pad explicitly ((k-1)//2 before, the

@@ -115,6 +115,19 @@ def _build_small_cnn(num_classes, input_shape, width=16):
     return keras.Model(inputs, _head(features, num_classes), name="small_cnn")
 
 
+def _build_plain_cnn(num_classes, input_shape, widths=(16, 32, 64)):
+    """A cheap plain CNN: 3x3 stride-2 conv-ReLU layers (PyTorch's padding=1, i.e. explicit zero
+    padding then a valid convolution), global average pooling and a linear head. The benchmarks'
+    cheap model, on which per-item overheads of the engines show."""
+    inputs = keras.Input(input_shape, name="images")
+    x = inputs
+    for stage, filters in enumerate(widths, start=1):
+        x = layers.ZeroPadding2D(1, name=f"conv{stage}_pad")(x)
+        x = layers.Conv2D(filters, 3, strides=2, activation="relu", name=f"conv{stage}")(x)
+    features = layers.Identity(name=FEATURE_LAYER)(x)
+    return keras.Model(inputs, _head(features, num_classes), name="plain_cnn")
+
+
 def _basic_block(x, filters, stride, name):
     shortcut = x
     if stride != 1 or x.shape[-1] != filters:
@@ -168,6 +181,8 @@ REGISTRY = {spec.name: spec for spec in (
               "plain CNN (6 conv layers, no BN) for 32-128 px inputs"),
     ModelSpec("small_resnet", _build_small_resnet, "caffe_rgb", 8,
               "small residual net (3 basic blocks, BN) for 32-128 px inputs"),
+    ModelSpec("plain_cnn", _build_plain_cnn, "caffe_rgb", 8,
+              "cheap plain CNN (3 stride-2 convs, widths 16-32-64) for benchmarks"),
 )}
 
 
@@ -195,7 +210,8 @@ def build(name, num_classes, input_shape, **options):
         raise UserError(f"{name} needs inputs of at least {model_spec.min_size}x"
                         f"{model_spec.min_size} pixels; got {shape[0]}x{shape[1]}")
     if model_spec.channels is not None and shape[2] != model_spec.channels:
-        raise UserError(f"{name} takes {model_spec.channels}-channel input; got {shape[2]} channels")
+        raise UserError(f"{name} takes {model_spec.channels}-channel input; got {shape[2]} "
+                        "channels")
     if not isinstance(num_classes, int) or num_classes < 2:
         raise UserError(f"num_classes must be an int >= 2; got {num_classes!r}")
     accepted = inspect.signature(model_spec.builder).parameters

@@ -1,4 +1,4 @@
-"""ROAR's masked input pipelines on tf.data (docs/roar.md, "Masking" and "Pipelines").
+"""ROAR's masked input pipelines on tf.data (docs/roar.md, "Masks" and "The input pipeline").
 
     config = MaskConfig(ratio=0.5, keep_information=False)          # ROAR, 50% removed
     train = masked_dataset(files, "saliency", config, training=True, map_key="gradient_smooth_2")

@@ -16,21 +16,24 @@ from typing import Optional
 
 import numpy as np
 import tensorflow as tf
+from tqdm import tqdm
 
 import models
 from models.cli import option, run_binary
 from models.errors import UserError
 from models.files import write_json
 from roar import masked_data, summaries
+from saliency_gen.pipelines import count_records
 
 ORDERS = ("morf", "lerf")
 
 
 def evaluate_curve(model, files, source, config, *, ratios, orders=ORDERS, map_key=None,
                    control=None, batch_size=128, size=None, geometry="none", label_offset=0,
-                   method_name=None, progress=None):
+                   method_name=None, progress=None, image_progress=None):
     """Rows {method, order, p, fraction_removed, accuracy, true_class_probability, n} for
-    every order and fraction, evaluated with `model` (a `models.load` object or Keras model)."""
+    every order and fraction, evaluated with `model` (a `models.load` object or Keras model).
+    `progress(row)` is called after each row, `image_progress(n)` after each batch of n."""
     rows = []
     space = getattr(model, "preprocessing", "imagenet")
     for order in orders:
@@ -45,9 +48,10 @@ def evaluate_curve(model, files, source, config, *, ratios, orders=ORDERS, map_k
                                               keep_information=True)
                 removed = round(1.0 - p, 2)
             dataset = masked_data.masked_dataset(files, source, setting, training=False,
-                                          batch_size=batch_size, map_key=map_key, size=size,
-                                          geometry=geometry, label_offset=label_offset,
-                                          control=control, space=space)
+                                                 batch_size=batch_size, map_key=map_key,
+                                                 size=size, geometry=geometry,
+                                                 label_offset=label_offset, control=control,
+                                                 space=space)
             correct, probability, count = 0, 0.0, 0
             for images, labels in dataset:
                 probabilities = tf.nn.softmax(model(images), axis=-1).numpy()
@@ -55,6 +59,8 @@ def evaluate_curve(model, files, source, config, *, ratios, orders=ORDERS, map_k
                 correct += int(np.sum(np.argmax(probabilities, 1) == labels))
                 probability += float(np.sum(probabilities[np.arange(len(labels)), labels]))
                 count += len(labels)
+                if image_progress:
+                    image_progress(len(labels))
             if count == 0:
                 raise UserError("the test set is empty")
             rows.append({"method": method_name or map_key or control, "order": order, "p": p,
@@ -104,19 +110,23 @@ def run(config: Config) -> list:
     model = models.load(f.ckpt_path)
     files = masked_data.list_shards(os.path.join(f.data_dir, f.eval_pattern), "--eval_pattern")
     control = f.saliency_method if f.saliency_method in ("random", "oracle") else None
-    config = masked_data.MaskConfig(ranking=f.ranking, squared=f.squared_value, tie_break=f.tie_break,
-                             fill=f.fill, road_noise=f.road_noise, seed=f.seed)
+    config = masked_data.MaskConfig(ranking=f.ranking, squared=f.squared_value,
+                                    tie_break=f.tie_break, fill=f.fill, road_noise=f.road_noise,
+                                    seed=f.seed)
     ratios = [float(r) for r in f.ratios]
-    rows = evaluate_curve(
-        model, files, "images" if control else "saliency", config, ratios=ratios,
-        orders=f.orders, map_key=None if control else masked_data.record_key_of(f.saliency_method),
-        control=control,
-        batch_size=f.batch_size, size=model.input_shape[0], label_offset=f.label_offset,
-        method_name=f.saliency_method,
-        progress=lambda row: print(f"{row['order']:>4} p={row['p']:.2f} removed "
-                                   f"{row['fraction_removed']:.2f}: accuracy "
-                                   f"{row['accuracy']:.4f}, true-class probability "
-                                   f"{row['true_class_probability']:.4f}", flush=True))
+    total = count_records(files) * len(ratios) * len(f.orders)
+    with tqdm(total=total, unit="img", desc="ROAD", disable=None) as bar:
+        rows = evaluate_curve(
+            model, files, "images" if control else "saliency", config, ratios=ratios,
+            orders=f.orders,
+            map_key=None if control else masked_data.record_key_of(f.saliency_method),
+            control=control, batch_size=f.batch_size, size=model.input_shape[0],
+            label_offset=f.label_offset, method_name=f.saliency_method,
+            image_progress=bar.update,
+            progress=lambda row: bar.write(
+                f"{row['order']:>4} p={row['p']:.2f} removed {row['fraction_removed']:.2f}: "
+                f"accuracy {row['accuracy']:.4f}, true-class probability "
+                f"{row['true_class_probability']:.4f}"))
     summary = [dict(row, mean=row["accuracy"], std=0.0) for row in rows]
     summaries.write_outputs(f.output, rows, summary,
                             ["method", "order", "p", "fraction_removed", "mean ± sd", "n"],

@@ -4,13 +4,14 @@
     python -m roar.train --ratio=0.5 --saliency_method=gradient_smooth_2 \\
         --data_dir=saliency/IG_SG_2 --output_dir=runs --dataset_name=imagenet --model=resnet50
 
-Trains a model from scratch on masked images (train and test masked identically, docs/roar.md, "Masks")
-with the ROAR recipe (docs/roar.md, "Training"): label smoothing 0.1, Nesterov SGD with momentum 0.9, a learning
-rate scaled by batch / 256 with a linear warm-up and step decays, weight decay where the model
-has it (resnet50: L2 on every kernel and the head's bias). Smaller models and shorter schedules by
-flag. Runs under `tf.distribute` (`--strategy`), keeps an epoch backup so a killed run resumes,
-logs to TensorBoard, shows Keras' progress bar with ETA, evaluates on every test image and writes
-`metrics.json` (top-1, top-5, number of test images, all flags) beside the exported model.
+Trains a model from scratch on masked images (train and test masked identically, docs/roar.md,
+"Masks") with the ROAR recipe (docs/roar.md, "Training"): label smoothing 0.1, Nesterov SGD with
+momentum 0.9, a learning rate scaled by batch / 256 with a linear warm-up and step decays, weight
+decay where the model has it (resnet50: L2 on every kernel and the head's bias). Smaller models and
+shorter schedules by flag. Runs under `tf.distribute` (`--strategy`), keeps an epoch backup so a
+killed run resumes, logs to TensorBoard, shows Keras' progress bar with ETA, evaluates on every test
+image and writes `metrics.json` (top-1, top-5, number of test images, all flags) beside the exported
+model.
 """
 import dataclasses
 import os
@@ -35,10 +36,10 @@ def run_masked(train_files, eval_files, config, *, output_dir, recipe=Recipe(),
     common = dict(map_key=map_key, size=size, geometry=geometry, label_offset=label_offset,
                   control=control, seed=seed)
     train_data = masked_data.masked_dataset(train_files, source, config, training=True,
-                                     batch_size=recipe.batch_size, random_mask=random_mask,
-                                     **common)
+                                            batch_size=recipe.batch_size, random_mask=random_mask,
+                                            **common)
     eval_data = masked_data.masked_dataset(eval_files, source, config, training=False,
-                                    batch_size=eval_batch_size, **common)
+                                           batch_size=eval_batch_size, **common)
     return train_and_evaluate(
         train_data, eval_data, num_classes=num_classes,
         num_train=num_train or count_records(train_files),
@@ -52,7 +53,8 @@ def run_masked(train_files, eval_files, config, *, output_dir, recipe=Recipe(),
 # The binary.
 
 DATASETS = {"imagenet": 1000, "food_101": 101, "birdsnap": 500, "synthetic": 10}
-# (train, test) images of the paper's datasets (docs/roar.md, "Training"): no full read to count them.
+# (train, test) images of the paper's datasets (docs/roar.md, "Training"): no full read to count
+# them.
 DATASET_SIZES = {"imagenet": (1281167, 50000), "food_101": (75750, 25250),
                  "birdsnap": (47386, 2443)}
 
@@ -218,11 +220,13 @@ def run(config: Config) -> dict:
     else:
         data_dir = f.data_dir
     config = masked_data.MaskConfig(ratio=ratio, keep_information=f.keep_information,
-                             ranking=f.ranking, squared=f.squared_value, tie_break=f.tie_break,
-                             fill=f.fill, road_noise=f.road_noise, cg_tol=f.cg_tol,
-                             cg_max_iters=f.cg_max_iters, seed=f.seed).check()
+                                    ranking=f.ranking, squared=f.squared_value,
+                                    tie_break=f.tie_break, fill=f.fill, road_noise=f.road_noise,
+                                    cg_tol=f.cg_tol, cg_max_iters=f.cg_max_iters,
+                                    seed=f.seed).check()
     recipe = recipe_from_flags(f, synthetic)
-    train_files = masked_data.list_shards(os.path.join(data_dir, f.train_pattern), "--train_pattern")
+    train_files = masked_data.list_shards(os.path.join(data_dir, f.train_pattern),
+                                          "--train_pattern")
     eval_files = masked_data.list_shards(os.path.join(data_dir, f.eval_pattern), "--eval_pattern")
     source = "images" if control else "saliency"
     known_sizes = DATASET_SIZES.get(f.dataset_name or "", (None, None))  # only when named

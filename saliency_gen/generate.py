@@ -135,7 +135,7 @@ def generate(input_pattern, model_path, methods_list, output_dir, *, batch_size=
             continue
         todo.append((path, records.check_file(path, "image")))
     meta = {"methods": {record_key(m): {"name": m, **{k: repr(v) for k, v in
-                                                        names.resolve(m).options.items()}}
+                                                      names.resolve(m).options.items()}}
                         for m in methods_list},
             "seed": seed, "model_id": loaded.model_id, "preprocessing": loaded.preprocessing,
             "geometry": geometry, "crop_version": CROP_VERSION, "explain": explain,

@@ -77,7 +77,7 @@ class NoisePlan(Plan):
         inner_state, noise = state
         sample = items.step // self.inner.steps
         noisy = items._replace(x=items.x + tf.gather_nd(noise, tf.stack([items.image, sample],
-                                                                         axis=1)),
+                                                                        axis=1)),
                                step=items.step % self.inner.steps)
         share = self.inner.shares(inner_state, noisy)[0]
         if self.per_sample:

@@ -3,8 +3,8 @@
 The simplest contract is a plain function
 
     def my_method(model, images, targets):   # model: float32 [B, H, W, C] -> logits [B, K]
-        ...                                   # images: tf.Tensor [B, H, W, C], input space
-        return maps                           # targets: int32 [B]; maps [B, H, W, C] or [B, H, W, 1]
+        ...                                   # images: tf.Tensor [B, H, W, C], input space return
+        maps                           # targets: int32 [B]; maps [B, H, W, C] or [B, H, W, 1]
 
 registered with `register_method("name", my_method)`, or named anywhere a method name is
 accepted by the string "package.module:my_method" (imported on first use). The function is

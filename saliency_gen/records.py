@@ -6,7 +6,8 @@ Schemas (documented in docs/records.md):
   `image/class/label`, optional `image/filename`, `image/format`, `image/height`, `image/width`,
   `image/scene/label`, an object box `image/object/bbox/{ymin,xmin,ymax,xmax}` (normalised to
   [0, 1], end exclusive) and an object mask `image/object/mask` (PNG, non-zero = object).
-* **Saliency records** (v2, docs/records.md, "Saliency records (v2)"): the encoded image, label, prediction, example key and
+* **Saliency records** (v2, docs/records.md, "Saliency records (v2)"): the encoded image, label,
+prediction, example key and
   one or more maps `saliency/<key>` stored with `tf.io.serialize_tensor` (float16 scaled by
   max|map|, or float32), with their shape, dtype, scale and channel convention, the list of keys,
   the model id and a JSON `saliency/meta`. The original ROAR layout (a float list under the
@@ -465,5 +466,6 @@ def keyed_shard(path):
 
 
 def keyed_records(files):
-    """A dataset of (default example key "<file name>:<index>", serialized record), in file order."""
+    """A dataset of (default example key "<file name>:<index>", serialized record), in file
+    order."""
     return tf.data.Dataset.from_tensor_slices(list(files)).flat_map(keyed_shard)

@@ -22,6 +22,7 @@ forward passes alone, without building a single perturbed image. The torch forwa
 how much of that bound is Keras' forward pass against PyTorch's on this CPU rather than the
 reference's own work.
 """
+import models  # noqa: F401, I001  (first: TensorFlow loads quietly)
 import dataclasses
 import functools
 import os
@@ -39,14 +40,10 @@ CLASSES = 10
 
 
 def keras_model(size, widths=(16, 32, 64)):
+    """The zoo's plain_cnn with a softmax on top (the reference scores probabilities)."""
     keras.utils.set_random_seed(0)
-    layers = [keras.Input((size, size, 3))]
-    for width in widths:  # explicit padding 1 + valid conv = PyTorch's padding=1
-        layers += [keras.layers.ZeroPadding2D(1),
-                   keras.layers.Conv2D(width, 3, strides=2, activation="relu")]
-    layers += [keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(CLASSES),
-               keras.layers.Softmax()]
-    return keras.Sequential(layers)
+    model = models.build("plain_cnn", CLASSES, (size, size, 3), widths=tuple(widths))
+    return keras.Model(model.input, keras.layers.Softmax()(model.output))
 
 
 def torch_model(model, widths):

@@ -9,6 +9,7 @@
    float32, tol 1e-5) against scipy's sparse direct solve per image (ROAD's method), on random
    holes at fraction 0.5 (target: >= 5x).
 """
+import models  # noqa: F401, I001  (first: TensorFlow loads quietly)
 import dataclasses
 import glob
 import os
@@ -19,7 +20,6 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-import models
 from models.cli import option, run_binary
 from roar import imputation, masked_data
 from saliency_gen.world import synthetic
@@ -35,8 +35,9 @@ def _steps_per_second(model, dataset, steps):
 def bench_pipeline(world_dir, config):
     files = sorted(glob.glob(os.path.join(world_dir, "records", "train-*")))
     size = config.image_size
-    masked = masked_data.masked_dataset(files, "images", masked_data.MaskConfig(ratio=0.5), training=True,
-                                 batch_size=config.batch_size, size=size, control="random")
+    masked = masked_data.masked_dataset(files, "images", masked_data.MaskConfig(ratio=0.5),
+                                        training=True, batch_size=config.batch_size, size=size,
+                                        control="random")
     images, labels = [], []
     for x, y in masked.take(20):
         images.append(x.numpy())

@@ -2,8 +2,9 @@
 
     python scripts/bench_saliency.py [--models=small_cnn,small_resnet --image_size=64]
 
-For each model (random weights; by default a cheap plain CNN, small_cnn with conv widths
-16-32-64, where per-item overheads show, and the costlier small_resnet), on the same images:
+For each model (random weights; by default the cheap `plain_cnn`, three stride-2 convolutions of
+widths 16-32-64, where per-item overheads show, and the costlier `small_resnet`), on the same
+images:
 
 * engine: `saliency_gen.attribute` images/s (after one warm-up call) for gradient, gradient x
   input, IG (25 steps), SmoothGrad, SmoothGrad^2 and VarGrad (25 samples each), and a researcher's
@@ -13,6 +14,11 @@ For each model (random weights; by default a cheap plain CNN, small_cnn with con
   gradient of the target logits), divided by the gradients each method needs per image. The
   batch size is chosen once per model; the ceiling is then re-measured beside each method's
   engine runs (interleaved, best of --repeats each), so machine drift affects both alike;
+* noise peer (noise-wrapped methods): a bare traced loop doing only the work every exact
+  implementation of these methods must do: drawing each image's noise with the engine's keyed
+  generator (stateless Philox normals) and taking the raw gradients of the noisy images at the
+  ceiling's batch size. Engine / noise peer isolates the engine's own overhead from the cost of
+  the Gaussian draws, which is large next to a cheap model's gradient;
 * PAIR: `saliency.core` images/s at its defaults (one gradient per call) and with `batch_size`
   tuned where PAIR has one (IG), for the methods PAIR has; its VarGrad row times the equivalent
   loop of 25 `GetMask` calls on noisy inputs.
@@ -20,6 +26,7 @@ For each model (random weights; by default a cheap plain CNN, small_cnn with con
 Prints a table per model with the ratios engine/ceiling (target >= 0.9 for every method) and
 engine/PAIR, and writes them as JSON with --output_json.
 """
+import models  # noqa: F401, I001  (first: TensorFlow loads quietly)
 import dataclasses
 import json
 import os
@@ -30,9 +37,9 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-import models
 import saliency_gen
 from models.cli import option, run_binary
+from saliency_gen import noise
 from saliency_gen.methods import pair
 
 # (label, engine name, gradients per image, parameters, PAIR has it)
@@ -64,10 +71,15 @@ def gradient_times_blob(model, images, targets):
 class Config:
     """The script's options (one flag each)."""
 
-    models: tuple = option(("small_cnn", "small_resnet"),
-                           "Registered models to benchmark (random weights).")
+    models: tuple = option(("plain_cnn", "small_resnet"),
+                           "Registered models to benchmark (random weights): by default the "
+                           "cheap plain CNN (conv 16-32-64, stride 2) and a costlier small "
+                           "residual net.")
     image_size: int = option(64, "Square input size.")
-    num_images: int = option(64, "Images explained per measurement.")
+    num_images: int = option(256, "Images explained per measurement of a one-gradient method "
+                             "(as many as the largest batch tried, so the engine's chunks can be "
+                             "as large as the ceiling's).")
+    heavy_images: int = option(64, "Images explained per measurement of a 25-gradient method.")
     pair_images: int = option(4, "Images explained by PAIR (it is slow; rates are per image); "
                               "0 skips PAIR.")
     batch_sizes: str = option("8,16,32,64,128,256", "Batch sizes tried for the ceiling.")
@@ -85,10 +97,8 @@ def _best_time(function, repeats):
     return best
 
 
-def gradient_runner(model, images, targets, size):
-    """A callable computing `size` x `rounds` raw input gradients; returns (callable, count)."""
-    shape = images.shape[1:]
-
+def traced_gradient(model, shape):
+    """A bare traced input gradient of the target logits: (images, targets) -> gradients."""
     @tf.function(input_signature=[tf.TensorSpec([None, *shape], tf.float32),
                                   tf.TensorSpec([None], tf.int32)])
     def gradient(x, t):
@@ -97,6 +107,12 @@ def gradient_runner(model, images, targets, size):
             score = tf.reduce_sum(tf.gather(model(x, training=False), t, batch_dims=1))
         return tape.gradient(score, x)
 
+    return gradient
+
+
+def gradient_runner(model, images, targets, size):
+    """A callable computing `size` x `rounds` raw input gradients; returns (callable, count)."""
+    gradient = traced_gradient(model, images.shape[1:])
     reps = np.resize(np.arange(len(images)), max(size, len(images)))
     x = tf.constant(images[reps[:size]])
     t = tf.constant(targets[reps[:size]].astype(np.int32))
@@ -117,6 +133,28 @@ def ceiling(model, images, targets, batch_sizes, repeats):
         rates[size] = count / _best_time(run, repeats)
     best = max(rates, key=rates.get)
     return rates[best], best, rates
+
+
+def noise_peer_runner(model, images, targets, size, samples):
+    """A callable doing the unavoidable work of an exact noise wrapper on all `images`: their
+    keyed Gaussian noise (the engine's generator) and the raw gradients of the noisy copies."""
+    shape = list(images.shape[1:])
+    ids = tf.constant(np.arange(len(images), dtype=np.int64))
+
+    @tf.function
+    def draw(ids):
+        return tf.reshape(noise.group_noise(ids, samples, 7, shape), [-1, *shape])
+
+    gradient = traced_gradient(model, shape)
+    x = tf.constant(np.repeat(images, samples, axis=0))
+    t = tf.constant(np.repeat(targets, samples).astype(np.int32))
+
+    def run():
+        noisy = x + 10.0 * draw(ids)
+        for start in range(0, int(noisy.shape[0]), size):
+            gradient(noisy[start:start + size], t[start:start + size]).numpy()
+
+    return run
 
 
 def interleaved(engine_run, ceiling_run, repeats):
@@ -178,14 +216,26 @@ def bench_model(name, config):
     ceiling_run, ceiling_count = gradient_runner(model, images, targets, best_batch)
     rows = []
     for label, method, per_image, params, in_pair in METHODS:
+        count = config.num_images if per_image == 1 else config.heavy_images
         engine_seconds, ceiling_seconds = interleaved(
-            lambda method=method, params=params: saliency_gen.attribute(
-                model, images, method, targets, batch_size=best_batch, **params),
+            lambda method=method, params=params, count=count: saliency_gen.attribute(
+                model, images[:count], method, targets[:count], batch_size=best_batch,
+                **params),
             ceiling_run, config.repeats)
-        engine = len(images) / engine_seconds
+        engine = count / engine_seconds
         limit = ceiling_count / ceiling_seconds / per_image
         row = {"model": name, "method": label, "engine_images_per_s": engine,
                "ceiling_images_per_s": limit, "ratio_to_ceiling": engine / limit}
+        if "(" in method:  # a noise wrapper: the noise peer, measured beside the engine again
+            peer = noise_peer_runner(model, images[:count], targets[:count], best_batch,
+                                     params["nsamples"])
+            engine_seconds, peer_seconds = interleaved(
+                lambda method=method, params=params, count=count: saliency_gen.attribute(
+                    model, images[:count], method, targets[:count], batch_size=best_batch,
+                    **params),
+                peer, config.repeats)
+            row.update(noise_peer_images_per_s=count / peer_seconds,
+                       ratio_to_noise_peer=peer_seconds / engine_seconds)
         if in_pair and config.pair_images:
             pair_images, pair_targets = images[:config.pair_images], targets[:config.pair_images]
             pair_default = pair_rate(model, pair_images, pair_targets, method, params)
@@ -197,17 +247,20 @@ def bench_model(name, config):
                        pair_tuned_images_per_s=pair_tuned,
                        speedup_vs_pair_tuned=engine / pair_tuned)
         rows.append(row)
-    print(f"chunk size {best_batch} (the ceiling's best batch size), {len(images)} images\n")
-    print(f"{'method':<24}{'engine img/s':>13}{'ceiling':>10}{'ratio':>7}{'PAIR dflt':>11}"
-          f"{'PAIR tuned':>11}{'x tuned':>8}")
+    print(f"chunk size {best_batch} (the ceiling's best batch size); {config.num_images} images "
+          f"for one-gradient methods, {config.heavy_images} for 25-gradient ones\n")
+    print(f"{'method':<24}{'engine img/s':>13}{'ceiling':>10}{'ratio':>7}{'noise peer':>11}"
+          f"{'ratio':>7}{'PAIR dflt':>11}{'PAIR tuned':>11}{'x tuned':>8}")
     for row in rows:
         pair_cells = (f"{row['pair_default_images_per_s']:>11.2f}"
                       f"{row['pair_tuned_images_per_s']:>11.2f}"
                       f"{row['speedup_vs_pair_tuned']:>8.1f}"
                       if "pair_tuned_images_per_s" in row else f"{'-':>11}{'-':>11}{'-':>8}")
+        peer_cells = (f"{row['noise_peer_images_per_s']:>11.2f}{row['ratio_to_noise_peer']:>7.2f}"
+                      if "noise_peer_images_per_s" in row else f"{'-':>11}{'-':>7}")
         print(f"{row['method']:<24}{row['engine_images_per_s']:>13.2f}"
               f"{row['ceiling_images_per_s']:>10.2f}{row['ratio_to_ceiling']:>7.2f}"
-              + pair_cells)
+              + peer_cells + pair_cells)
     return {"model": name, "chunk_size": best_batch, "ceiling_rates": rates, "rows": rows}
 
 
@@ -216,8 +269,10 @@ def run(config: Config):
     results = [bench_model(name, config) for name in config.models]
     rows = [row for result in results for row in result["rows"]]
     ceiling_ok = all(row["ratio_to_ceiling"] >= 0.9 for row in rows)
+    peer_rows = [row for row in rows if "ratio_to_noise_peer" in row]
     print(f"\nengine/ceiling >= 0.9 for every method and model: {'yes' if ceiling_ok else 'NO'}"
-          f" (lowest {min(row['ratio_to_ceiling'] for row in rows):.2f})")
+          f" (lowest {min(row['ratio_to_ceiling'] for row in rows):.2f}); noise wrappers / "
+          f"their noise peer: lowest {min(row['ratio_to_noise_peer'] for row in peer_rows):.2f}")
     if config.output_json:
         with open(config.output_json, "w", encoding="utf-8") as handle:
             json.dump({"image_size": config.image_size, "results": results}, handle, indent=2)

@@ -3,11 +3,12 @@
     python scripts/construct_bam_dataset.py --coco_dir=coco --miniplaces_dir=miniplaces \
         --output_dir=data --seed=0
 
-`--coco_dir` holds `annotations/instances_train2017.json` and `train2017/`; `--miniplaces_dir`
-holds `images/train/<letter>/<category>/`. Writes BAM's layout (docs/bam.md) (coco/segments, obj, scene,
+`--coco_dir` holds `annotations/instances_train2017.json` and `train2017/`; `--miniplaces_dir` holds
+`images/train/<letter>/<category>/`. Writes BAM's layout (docs/bam.md) (coco/segments, obj, scene,
 scene_only, dog_bedroom, bamboo_forest, tcav, scene1..scene10) and `bam_dataset.json`; an
 interrupted run resumes where it stopped. See docs/bam.md ("The real dataset").
 """
+import models  # noqa: F401, I001  (first: TensorFlow loads quietly)
 import dataclasses
 from typing import Optional
 

@@ -7,10 +7,10 @@
 Writes <data_dir>/bamboo_forest_patch/{val/<stem>.png, val.txt, val_loc.txt, val_mask,
 patch_stats.csv} and prints how many patched images keep the model's prediction.
 """
+import models  # noqa: F401, I001  (first: TensorFlow loads quietly)
 import dataclasses
 from typing import Optional
 
-import models
 from bam import delta_patch
 from models.cli import option, run_binary
 from models.errors import UserError

@@ -2,9 +2,11 @@
 
     python scripts/construct_synthetic_bam.py --output_dir=data/bam_synthetic --seed=0
 
-Writes BAM's layout (docs/bam.md) (obj, scene, scene_only, dog_bedroom, bamboo_forest, coco/segments, tcav)
-and image TFRecords under `records/`; see docs/synthetic_world.md. Same seed, same bytes.
+Writes BAM's layout (docs/bam.md) (obj, scene, scene_only, dog_bedroom, bamboo_forest,
+coco/segments, tcav) and image TFRecords under `records/`; see docs/synthetic_world.md. Same seed,
+same bytes.
 """
+import models  # noqa: F401, I001  (first: TensorFlow loads quietly)
 import dataclasses
 from typing import Optional
 

@@ -15,6 +15,7 @@ float32 map at ROAR's ratios (10..90%):
 Selection is ROAR's: the top k = int(q * N) scores, the lower flat index first on ties. Prints the
 mean and minimum IoU over images and ratios, and the map bytes per element.
 """
+import models  # noqa: F401, I001  (first: TensorFlow loads quietly)
 import dataclasses
 import os
 
@@ -69,7 +70,7 @@ class Config:
     num_images: int = option(1000, 'Validation images per method.')
     methods: str = option(
         "gradient,integrated_gradients,guided_backprop,"
-                    "smoothgrad_sq(gradient),vargrad(gradient)",
+        "smoothgrad_sq(gradient),vargrad(gradient)",
         'Methods to measure.')
 
 

@@ -7,6 +7,7 @@ labels (scene) within a wall-clock budget each, and prints a table of validation
 training time against the targets of docs/synthetic_world.md (>= 90% within 180 s each; the
 world built within 60 s). Writes the same figures as JSON to --output_json.
 """
+import models  # noqa: F401, I001  (first: TensorFlow loads quietly)
 import dataclasses
 import json
 import os

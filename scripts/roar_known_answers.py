@@ -6,6 +6,7 @@ Clean, oracle and random controls as in tests/test_roar_train.py, plus the oracl
 the mean fill and with ROAD's noisy linear fill (pixel ranking) beside the random map at 50%
 with each fill: how much the *shape* of the hole leaks the class (ROAD's finding).
 """
+import models  # noqa: F401, I001  (first: TensorFlow loads quietly)
 import dataclasses
 import glob
 import os
@@ -53,7 +54,7 @@ def run(config: Config):
               "epochs) | top-1 |\n|---|---|", flush=True)
         for name, (control, ratio, keep, ranking, fill) in RUNS.items():
             config = masked_data.MaskConfig(ratio=ratio, keep_information=keep, ranking=ranking,
-                                     fill=fill)
+                                            fill=fill)
             result = train.run_masked(
                 files["train"], files["validation"], config, control=control, size=size,
                 recipe=recipe, output_dir=os.path.join(scratch, "runs", str(len(name))))

@@ -8,7 +8,8 @@ project; no project import hides inside a function; and the module import graph 
 import ast
 import os
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests import REPO
+
 PACKAGES = ("models", "saliency_gen", "bam", "roar", "faithfulness")
 ALLOWED = {  # package -> project packages it may import (besides itself)
     "models": set(),

@@ -4,7 +4,7 @@ import re
 
 import numpy as np
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests import REPO
 
 
 def _read(*parts):

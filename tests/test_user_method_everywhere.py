@@ -2,7 +2,7 @@
 blob", tests/data/user_methods) through every binary by subprocess: the generator, ROAD, the
 faithfulness evaluation and a short ROAR training on the generated records, each giving the
 values the same computation gives through the Python API. (bam.metrics is covered in
-test_bam_metrics.py, on its trained world.)"""
+tests/bam/test_metrics.py, on its trained world.)"""
 import json
 import os
 import subprocess
@@ -19,8 +19,8 @@ from models import training
 from models.preprocessing import input_space
 from roar import masked_data, road, train
 from saliency_gen import generate, pipelines, records
+from tests import REPO
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 USER_METHODS = os.path.join(REPO, "tests", "data", "user_methods")
 METHOD = "blob_attribution:gradient_times_blob"
 FOLDER = generate.method_directory(METHOD)  # also its record key

@@ -31,7 +31,7 @@ class Occlusion(Method):
         height, width, _ = shape
         size, stride = int(options["size"]), int(options["stride"])
         return 1 + len(range(0, height - size + 1, stride)) * len(range(0, width - size + 1,
-                                                                          stride))
+                                                                        stride))
 
     def plan(self, options, context):
         height, width, channels = context.shape

@@ -1,11 +1,13 @@
-"""BAM's pasting rule (docs/bam.md, "The dataset layout", pasting rule): size, position and compositing of an object cut-out.
+"""BAM's pasting rule (docs/bam.md, "The dataset layout", pasting rule): size, position and
+compositing of an object cut-out.
 
 Every composite draws from its own generator `default_rng([seed, label(o), label(s), i])`, in
 the order size, row, col, so results do not depend on parallelism or loop order. The rule is
 stated for S = 128 and scales with the image size S:
 
-* the longer side (the width if w/S > h/S strictly) becomes U{floor(S/sqrt 3) .. floor(S/sqrt 2) - 1}
-  and the other side keeps the aspect ratio (floored, at least 1 px);
+* the longer side (the width if w/S > h/S strictly) becomes
+  U{floor(S/sqrt 3) .. floor(S/sqrt 2) - 1} and the other side keeps the aspect ratio (floored, at
+  least 1 px);
 * row ~ U{0 .. S - new_h - 1}, col ~ U{0 .. S - new_w - 1};
 * the RGBA cut-out is PIL-bilinear resized and pasted with its own alpha as mask.
 """

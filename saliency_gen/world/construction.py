@@ -1,4 +1,5 @@
-"""Writing BAM's on-disk layout (docs/bam.md, "The dataset layout") from object cut-outs and scene images.
+"""Writing BAM's on-disk layout (docs/bam.md, "The dataset layout") from object cut-outs and scene
+images.
 
 One writer for both worlds: the procedural synthetic world (`bam.synthetic`) and the real
 MSCOCO + MiniPlaces build (`bam.coco_miniplaces`). A world supplies, per instance index i, the
@@ -24,7 +25,8 @@ from saliency_gen.world.dataset import OBJECT_CLASSES, SCENE_CLASSES, SCENE_LABE
 
 TCAV_SET_SIZE = 100
 
-# Dog order of the relative sets (docs/bam.md, "The dataset layout", relative sets): bedroom first, then the others in label order.
+# Dog order of the relative sets (docs/bam.md, "The dataset layout", relative sets): bedroom first,
+# then the others in label order.
 RELATIVE_DOG_ORDER = (dataset.BEDROOM,) + tuple(s for s in SCENE_CLASSES if s != dataset.BEDROOM)
 RELATIVE_SETS = tuple(f"scene{k}" for k in range(1, len(SCENE_CLASSES) + 1))
 
@@ -138,7 +140,8 @@ def write_split_metadata(layout, images, val_masks):
     """val.txt, val_loc.txt, val_mask and loc.txt of obj, scene and scene_only.
 
     `val_masks[o]` holds object o's crop masks of the val instances, in index order; the shared
-    val_mask is them for the 10 classes in label order (the mask index rule, docs/bam.md, "The dataset layout").
+    val_mask is them for the 10 classes in label order (the mask index rule, docs/bam.md, "The
+    dataset layout").
     """
     val = [image for image in images if image.is_val]
     shared = [mask for o in range(len(OBJECT_CLASSES)) for mask in val_masks[o]]
@@ -183,7 +186,8 @@ def write_dog_sets(layout, num_val):
 
 
 def write_tcav_sets(layout, seed):
-    """The TCAV folders (docs/bam.md, "The dataset layout"), drawn with `random.Random(seed)` from sorted listings."""
+    """The TCAV folders (docs/bam.md, "The dataset layout"), drawn with `random.Random(seed)` from
+    sorted listings."""
     draw = random.Random(seed)
     scene_val = dataset.sorted_files(layout("scene", "val"))
     only_val = dataset.sorted_files(layout("scene_only", "val"))
@@ -219,7 +223,8 @@ def relative_dog_classes(k):
 
 
 def write_relative_set(layout, k):
-    """scene<k> (docs/bam.md, "The dataset layout", relative sets): `dog-<c>-<n>` from scene if c is in D_k, else from scene_only.
+    """scene<k> (docs/bam.md, "The dataset layout", relative sets): `dog-<c>-<n>` from scene if c is
+    in D_k, else from scene_only.
 
     Train images go to `scene<k>/train/<c>/`, val images to `scene<k>/val/` with val.txt (scene
     labels), val_loc.txt (where the dog is or would be), val_mask (the dog's masks, aligned by

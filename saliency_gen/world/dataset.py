@@ -1,4 +1,5 @@
-"""BAM's on-disk dataset layout (docs/bam.md, "The dataset layout"): class names, file names, metadata files and masks.
+"""BAM's on-disk dataset layout (docs/bam.md, "The dataset layout"): class names, file names,
+metadata files and masks.
 
 Shared by the synthetic world, the real MSCOCO/MiniPlaces construction and every reader, so the
 formats are defined once:

@@ -6,11 +6,11 @@ scenes are drawn at the image size S; both vary per instance (colours, proportio
 noise). Everything is drawn from generators keyed by (seed, stream, label, index), so the world is
 a pure function of its parameters: the same seed gives byte-identical files.
 
-`build_world(output_dir, seed, ...)` writes BAM's layout (docs/synthetic_world.md; obj, scene, scene_only,
-dog_bedroom, bamboo_forest, coco/segments, tcav) plus image TFRecords of the composites. With
-`train_per_pair` = T and `val_per_pair` = V, instance i of every object and scene image i of every
-scene class exist for i < T + V; i < T is train and i >= T is val (the real dataset has T = 900,
-V = 100). The directory is built under a temporary name and renamed when complete; `world.json`
+`build_world(output_dir, seed, ...)` writes BAM's layout (docs/synthetic_world.md; obj, scene,
+scene_only, dog_bedroom, bamboo_forest, coco/segments, tcav) plus image TFRecords of the composites.
+With `train_per_pair` = T and `val_per_pair` = V, instance i of every object and scene image i of
+every scene class exist for i < T + V; i < T is train and i >= T is val (the real dataset has T =
+900, V = 100). The directory is built under a temporary name and renamed when complete; `world.json`
 describes it.
 """
 import json
@@ -269,7 +269,7 @@ def _bamboo_forest(p, rng):
 def _bedroom(p, rng):
     floor_y = rng.uniform(0.7, 0.82)
     p.rect((0, 0, 1, floor_y), _jitter(rng, _pick(rng, [(225, 205, 170), (205, 190, 220),
-                                                          (200, 220, 205)]), 12))
+                                                        (200, 220, 205)]), 12))
     p.rect((0, floor_y, 1, 1), _jitter(rng, (130, 85, 50), 12))
     x0 = rng.uniform(0.05, 0.3)
     blanket = _jitter(rng, _pick(rng, [(170, 40, 60), (50, 80, 160), (60, 140, 90)]))
@@ -443,7 +443,7 @@ def _write_records(layout, images, crop_masks, image_size, seed):
                 box=np.asarray(im.box, float) / image_size,  # (ymin, xmin, ymax, xmax)
                 mask=dataset.mask_in_frame(crop_masks[im.object_label, im.index], im.box,
                                            image_size))
-                for im in chunk)
+                        for im in chunk)
             records.write_records(path, examples)
         shards[split] = count
     return shards

@@ -1,7 +1,6 @@
 """TCAV in TF2: a concept the model provably uses scores ~1 with a significant p-value, one it
 ignores does not; gradients are exact; CAVs are deterministic for a seed; the binary's contrast."""
 import json
-import os
 import subprocess
 import sys
 
@@ -11,8 +10,7 @@ import pytest
 
 import models
 from bam import tcav, tcav_experiment
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests import REPO
 
 
 def red_model():
@@ -96,7 +94,7 @@ def test_run_tcav_binary_on_a_tiny_world(tiny_world, tmp_path):
         models.export(models.build("small_cnn", 10, (64, 64, 3)), str(model_dir / name),
                       preprocessing="caffe_rgb")
     results = tcav_experiment.model_tcav(root, str(model_dir), "obj", ["block_layer3", "logit"],
-                                  max_examples=20)
+                                         max_examples=20)
     assert set(results) == {"block_layer3", "logit"}
     assert tcav_experiment.target_class(root, "obj") == 2
     assert tcav_experiment.target_class(root, "scene3") == 1

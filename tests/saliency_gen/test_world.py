@@ -13,10 +13,10 @@ from PIL import Image
 from saliency_gen import records
 from saliency_gen.world import compositing, construction, dataset, synthetic
 from saliency_gen.world.dataset import OBJECT_CLASSES, OBJECT_LABEL, SCENE_CLASSES, SCENE_LABEL
+from tests import REPO
 from tests.conftest import TINY_WORLD, tree_digests
 
 T, V, S = TINY_WORLD["train_per_pair"], TINY_WORLD["val_per_pair"], TINY_WORLD["image_size"]
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_same_seed_gives_byte_identical_world(tiny_world, tmp_path):

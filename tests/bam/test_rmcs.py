@@ -13,8 +13,7 @@ import pytest
 import models
 from bam import rmcs
 from saliency_gen.world import construction
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests import REPO
 
 
 def test_relative_curves_known_answer():

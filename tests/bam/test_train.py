@@ -13,9 +13,8 @@ import tensorflow as tf
 import models
 from bam import train
 from models.errors import UserError
+from tests import REPO
 from tests.conftest import interrupt_after_first_epoch
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_small_cnn_learns_scene_labels_of_the_tiny_world(tiny_world):

@@ -14,9 +14,9 @@ from models import training
 from roar import masked_data, masking, train
 from saliency_gen import generate, records
 from saliency_gen.world import synthetic
+from tests import REPO
 from tests.conftest import interrupt_after_first_epoch
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SIZE, T, V = 32, 50, 10  # 5,000 train and 1,000 test images of 32 x 32
 RECIPE = training.with_overrides(training.SYNTHETIC_RECIPE, epochs=5.0)
 
@@ -73,7 +73,7 @@ def test_pipeline_is_deterministic_and_evaluation_covers_every_image_in_order(wo
 
     def first_batch(seed):
         ds = masked_data.masked_dataset(world["train"], "images", config, training=True, batch_size=16,
-                                 size=SIZE, control="random", seed=seed, with_keys=True)
+                                        size=SIZE, control="random", seed=seed, with_keys=True)
         keys, images, _ = next(iter(ds))
         return keys.numpy(), images.numpy()
 
@@ -82,7 +82,7 @@ def test_pipeline_is_deterministic_and_evaluation_covers_every_image_in_order(wo
     np.testing.assert_array_equal(images, again_images)
     assert list(keys) == list(again_keys) and list(keys) != list(first_batch(1)[0])
     ds = masked_data.masked_dataset(world["validation"], "images", config, training=False,
-                             batch_size=300, size=SIZE, control="random", with_keys=True)
+                                    batch_size=300, size=SIZE, control="random", with_keys=True)
     keys = np.concatenate([k.numpy() for k, _, _ in ds])
     assert len(keys) == 1000 and len(set(keys)) == 1000  # the last batch (100) is kept
     expected = [k for _, k in records.keyed_records(world["validation"]).map(
@@ -94,7 +94,7 @@ def test_pipeline_is_deterministic_and_evaluation_covers_every_image_in_order(wo
 def test_random_masks_are_fixed_per_image_across_reads(world):
     config = masked_data.MaskConfig(ratio=0.5)
     ds = masked_data.masked_dataset(world["validation"], "images", config, training=False,
-                             batch_size=50, size=SIZE, control="random")
+                                    batch_size=50, size=SIZE, control="random")
     first, second = next(iter(ds))[0].numpy(), next(iter(ds))[0].numpy()
     np.testing.assert_array_equal(first == 0, second == 0)
     assert (first == 0).reshape(50, -1).sum(1).tolist() == [int(0.5 * SIZE * SIZE * 3)] * 50
@@ -107,7 +107,7 @@ def test_saliency_records_drive_the_masks(world, known_answers, tmp_path):
     shards = sorted(glob.glob(str(tmp_path / "SH" / "*")))
     config = masked_data.MaskConfig(ratio=0.3)
     ds = masked_data.masked_dataset(shards, "saliency", config, training=False, batch_size=64,
-                             map_key="gradient_image")
+                                    map_key="gradient_image")
     images = next(iter(ds))[0].numpy()
     dtype, shape, _ = records.peek_saliency_format(shards[0], "gradient_image")
     maps = np.stack([records.parse_saliency_record(serialized, "gradient_image", dtype,
@@ -143,7 +143,7 @@ def test_road_curve_without_retraining(world, known_answers):
 
     model = models.load(str(tmp / "clean" / "model"))
     config = masked_data.MaskConfig(ranking="pixel", squared=False, tie_break="jitter",
-                             fill="noisy_linear")
+                                    fill="noisy_linear")
     rows = road.evaluate_curve(model, world["validation"], "images", config,
                                ratios=[0.0, 0.3, 0.9], control="oracle", batch_size=250,
                                size=SIZE)
@@ -187,8 +187,8 @@ def test_per_read_random_masks_change_every_epoch_and_fixed_ones_do_not(world):
     patterns = {}
     for mode in ("fixed", "per_read"):
         ds = masked_data.masked_dataset(world["validation"], "images", config, training=True,
-                                 batch_size=1000, size=SIZE, control="random", random_mask=mode,
-                                 with_keys=True)
+                                        batch_size=1000, size=SIZE, control="random", random_mask=mode,
+                                        with_keys=True)
         if mode == "fixed":
             ds = ds.repeat()
         epochs = []
@@ -213,7 +213,7 @@ def test_a_tensorflow_datasets_split_becomes_masked_records(tmp_path):
         assert tfds_source.tfds_num_classes("cifar10") == 10
     assert files == again and len(files) == 1
     ds = masked_data.masked_dataset(files, "images", masked_data.MaskConfig(ratio=0.5), training=False,
-                             batch_size=12, control="random", with_keys=True)
+                                    batch_size=12, control="random", with_keys=True)
     keys, images, labels = next(iter(ds))
     assert images.shape == (12, 32, 32, 3) and keys.numpy()[0].startswith(b"cifar10-test")
     assert (images.numpy() == 0).reshape(12, -1).sum(1).tolist() == [1536] * 12
@@ -228,9 +228,9 @@ def test_a_killed_run_resumes_from_its_backup(world, tmp_path):
     with pytest.raises(KeyboardInterrupt):
         training.train_and_evaluate(
             masked_data.masked_dataset(files, "images", config, training=True, batch_size=64,
-                                control="random"),
+                                       control="random"),
             masked_data.masked_dataset(files, "images", config, training=False, batch_size=250,
-                                control="random"),
+                                       control="random"),
             num_classes=10, num_train=1000, num_eval=1000, size=SIZE,
             output_dir=str(tmp_path), recipe=recipe, verbose=0,
             callbacks=[interrupt_after_first_epoch()])

@@ -1,7 +1,6 @@
 """Method units and a researcher's own method: registration, spec strings, wrappers, errors."""
 import os
 
-import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -9,24 +8,16 @@ import tensorflow as tf
 import models
 import saliency_gen
 from saliency_gen import units
+from tests import REPO
+from tests.saliency_gen import linear_model
 
 SHAPE = (8, 8, 3)
-USER_METHODS = os.path.join(os.path.dirname(__file__), "data", "user_methods")
-
-
-def _linear(classes=3, seed=0):
-    rng = np.random.default_rng(seed)
-    inputs = keras.Input(SHAPE)
-    outputs = keras.layers.Dense(classes, name="dense")(keras.layers.Flatten()(inputs))
-    model = keras.Model(inputs, outputs)
-    weights = rng.normal(size=(int(np.prod(SHAPE)), classes)).astype(np.float32)
-    model.get_layer("dense").set_weights([weights, rng.normal(size=classes).astype(np.float32)])
-    return model, weights.reshape(*SHAPE, classes)
+USER_METHODS = os.path.join(REPO, "tests", "data", "user_methods")
 
 
 @pytest.fixture(scope="module")
 def linear():
-    model, weights = _linear()
+    model, weights = linear_model(SHAPE)
     images = np.random.default_rng(1).normal(0, 1, (4, *SHAPE)).astype(np.float32)
     targets = np.array([0, 1, 2, 1])
     return model, weights[..., targets].transpose(3, 0, 1, 2), images, targets
@@ -133,7 +124,7 @@ def test_a_new_multi_item_unit_joins_the_stream_without_engine_edits(linear):
             def share(items):
                 weight = 2.0 * (tf.cast(items.step, tf.float32) + 1) / (parts * (parts + 1))
                 return weight[:, None, None, None] * units.gradient_of(logits, items.x,
-                                                                        items.targets)
+                                                                       items.targets)
             return saliency_gen.Plan(parts, share)
 
     saliency_gen.register(ThirdsOfTheGradient)
@@ -181,7 +172,7 @@ def test_a_broken_user_method_gets_one_clear_line(linear, body, message):
 
 
 def test_spec_string_errors_and_name_rules(on_path):
-    model, _ = _linear()
+    model, _ = linear_model(SHAPE)
     images = np.zeros((1, *SHAPE), np.float32)
     with pytest.raises(models.UserError, match="cannot import module 'no_such_module'"):
         saliency_gen.attribute(model, images, "no_such_module:fn")

@@ -11,9 +11,7 @@ import pytest
 import models
 from bam import delta_patch, metric_definitions, metrics, region, train, val_set_scores
 from saliency_gen.world import synthetic
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
+from tests import REPO
 
 # ----------------------------------------------------------------------------------------------
 # Region scores g on hand-made maps.

@@ -8,18 +8,10 @@ import tensorflow as tf
 import models
 import saliency_gen
 from saliency_gen.methods import integrated_gradients, rise
+from tests.saliency_gen import linear_model
 
 SHAPE = (8, 8, 3)
 RNG = np.random.default_rng(0)
-
-
-def _linear_model(classes=3):
-    inputs = keras.Input(SHAPE)
-    outputs = keras.layers.Dense(classes, name="dense")(keras.layers.Flatten()(inputs))
-    model = keras.Model(inputs, outputs)
-    weights = RNG.normal(size=(int(np.prod(SHAPE)), classes)).astype(np.float32)
-    model.get_layer("dense").set_weights([weights, RNG.normal(size=classes).astype(np.float32)])
-    return model, weights.reshape(*SHAPE, classes)
 
 
 def _cnn(classes=4, size=16, seed=1):
@@ -37,7 +29,7 @@ def _images(count, size=16, seed=2):
 
 @pytest.fixture(scope="module")
 def linear():
-    model, weights = _linear_model()
+    model, weights = linear_model(SHAPE)
     images = RNG.normal(0, 1, (4, *SHAPE)).astype(np.float32)
     targets = np.array([0, 1, 2, 1])
     return model, weights[..., targets].transpose(3, 0, 1, 2), images, targets
@@ -385,7 +377,7 @@ def test_scheme_names_resolve_to_their_settings():
 
 
 def test_black_baselines_follow_the_input_space():
-    model, _ = _linear_model()
+    model, _ = linear_model(SHAPE)
     images = RNG.normal(0, 1, (1, *SHAPE)).astype(np.float32)
     roar = saliency_gen.attribute(model, images, "roar:IG", [0], steps=2)
     bam = saliency_gen.attribute(model, images, "bam:IG", [0], steps=2)
@@ -411,7 +403,7 @@ def test_black_baselines_follow_the_input_space():
     (lambda m, x: saliency_gen.attribute(m, x, "smoothgrad_cube(gradient)"),
      "unknown noise wrapper 'smoothgrad_cube'"),
     (lambda m, x: saliency_gen.attribute(m, np.where(np.arange(2)[:, None, None, None] == 1,
-                                                      np.nan, x), "gradient"),
+                                                     np.nan, x), "gradient"),
      "image 1 contains NaN or infinite values"),
     (lambda m, x: saliency_gen.attribute(m, x, "roar:IG_SG_3"), "unknown ROAR method 'IG_SG_3'"),
 ])

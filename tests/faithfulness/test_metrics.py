@@ -1,4 +1,5 @@
-"""Known answers for the faithfulness metrics (docs/faithfulness.md, "Known answers"): closed-form models whose curves
+"""Known answers for the faithfulness metrics (docs/faithfulness.md, "Known answers"): closed-form
+models whose curves
 and correlations are known exactly, tie semantics, reference quirks and invariances."""
 import os
 
@@ -9,6 +10,7 @@ import tensorflow as tf
 import faithfulness
 from faithfulness import ranking, resample, stats, substrates
 from models.errors import UserError
+from tests import REPO
 
 
 def two_class(fraction):
@@ -307,7 +309,7 @@ def test_class_defaults_to_the_argmax_on_the_original_image():
 # -- 10. upsampling and substrates ----------------------------------------------------------------
 
 def test_bicubic_matches_stored_torch_outputs():
-    stored = np.load(os.path.join(os.path.dirname(__file__), "data", "torch_bicubic.npz"))
+    stored = np.load(os.path.join(REPO, "tests", "data", "torch_bicubic.npz"))
     for key in ("7_224", "14_224", "3_50"):
         size_in, size_out = map(int, key.split("_"))
         np.testing.assert_allclose(resample.torch_bicubic_matrix(size_in, size_out),
@@ -345,7 +347,7 @@ def test_rise_deletion_of_a_fraction_model():
     x = np.ones((2, 20, 20, 3), np.float32)
     maps = np.random.RandomState(0).rand(2, 20, 20)
     result = faithfulness.RiseDeletion(step=30).compute_scores(two_class(ones_fraction), x,
-                                                                maps, [1, 1])
+                                                               maps, [1, 1])
     steps = int(np.ceil(400 / 30))
     expected = 1 - np.minimum(np.arange(steps + 1) * 30, 400) / 400
     np.testing.assert_allclose(result.curves[0], expected, atol=1e-6)

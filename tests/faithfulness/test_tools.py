@@ -15,9 +15,8 @@ import faithfulness
 import models
 import saliency_gen
 from faithfulness import evaluate, finetune
+from tests import REPO
 from tests.conftest import interrupt_after_first_epoch
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture(scope="module")

@@ -12,8 +12,7 @@ import models
 import saliency_gen
 from models.preprocessing import input_space, load_bam_pixels
 from saliency_gen import generate, records
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests import REPO
 
 
 @pytest.fixture(scope="module")

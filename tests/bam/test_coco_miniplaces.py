@@ -14,11 +14,9 @@ from bam import coco_miniplaces
 from models.errors import UserError
 from saliency_gen.world import compositing, construction, dataset
 from saliency_gen.world.dataset import OBJECT_CLASSES, OBJECT_LABEL, SCENE_CLASSES, SCENE_LABEL
-from tests import fabricated
+from tests import REPO, fabricated
 from tests.conftest import tree_digests
 from tests.fabricated import CATEGORY_ID, N, T, V
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _sources(root, obj):

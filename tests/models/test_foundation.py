@@ -1,0 +1,104 @@
+"""The shared foundation: the chunked executor, the model adapter and the command-line
+convention (config dataclass -> flags -> config -> run)."""
+import dataclasses
+import os
+from typing import Optional
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from absl import flags
+
+import keras
+import models
+from models import cli, executor
+from models.adapter import CallableAdapter, KerasAdapter, LoadedAdapter, adapt
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 4, 16])
+def test_collect_gives_every_item_once_in_order(chunk):
+    run = tf.function(lambda: executor.collect(
+        tf.constant(10), chunk, lambda items: tf.cast(items, tf.float32)[:, None] * [1.0, -1.0],
+        item_shape=[2]))
+    np.testing.assert_array_equal(run().numpy(), np.stack([np.arange(10), -np.arange(10)], 1))
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 7, 32])
+def test_accumulate_sums_per_slot_and_drops_the_padding(chunk):
+    # 10 items in 3 slots (items 0-3, 4-7, 8-9); each share is 2 ** item: exact sums.
+    def compute(items):
+        return items // 4, (tf.pow(2.0, tf.cast(items, tf.float32))[:, None],)
+
+    run = tf.function(lambda: executor.accumulate(tf.constant(10), chunk, compute,
+                                                  (tf.zeros([4, 1]),)))
+    (sums,) = run()
+    np.testing.assert_array_equal(sums.numpy()[:, 0], [1 + 2 + 4 + 8, 16 + 32 + 64 + 128,
+                                                       256 + 512])
+
+
+def test_groups_cover_every_image_within_the_budgets():
+    assert list(executor.groups(10, 100, 450)) == [(0, 4), (4, 8), (8, 10)]
+    assert list(executor.groups(600, 1, 1 << 30)) == [(0, 256), (256, 512), (512, 600)]
+    assert list(executor.groups(3, 10 ** 9, 1)) == [(0, 1), (1, 2), (2, 3)]  # at least one
+
+
+def test_the_adapter_separates_outputs_from_logits(tmp_path):
+    keras.utils.set_random_seed(0)
+    base = models.build("plain_cnn", 3, (16, 16, 3))
+    with_softmax = keras.Model(base.input, keras.layers.Softmax()(base.output))
+    images = np.random.default_rng(0).normal(0, 1, (5, 16, 16, 3)).astype(np.float32)
+    adapter = adapt(with_softmax)
+    assert isinstance(adapter, KerasAdapter) and adapter.num_classes == 3
+    assert adapter.input_shape == (16, 16, 3) and adapter.preprocessing is None
+    np.testing.assert_allclose(adapter.outputs(images).numpy().sum(1), 1.0, rtol=1e-6)
+    logits = base(images).numpy()
+    np.testing.assert_allclose(adapter.logits(images).numpy(), logits, rtol=1e-6)
+    np.testing.assert_allclose(adapter.predict(images, batch_size=2), logits, rtol=1e-5,
+                               atol=1e-7)
+    models.export(base, tmp_path / "m")
+    loaded = adapt(str(tmp_path / "m"))
+    assert isinstance(loaded, LoadedAdapter) and loaded.preprocessing == "caffe_rgb"
+    np.testing.assert_allclose(loaded.predict(images, batch_size=4), logits, rtol=1e-5,
+                               atol=1e-6)
+    plain = adapt(lambda x: {"scores": tf.reduce_sum(x, [1, 2])}, output_key="scores")
+    assert isinstance(plain, CallableAdapter) and plain.num_classes is None
+    np.testing.assert_allclose(plain.predict(images), images.sum((1, 2)), rtol=1e-5)
+    with pytest.raises(models.UserError, match="has no guided-backprop view"):
+        plain.prepare(guided=True)
+    with pytest.raises(models.UserError, match="is not a SavedModel directory"):
+        adapt(str(tmp_path))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Config:
+    name: str = cli.option("x", "A name.")
+    count: int = cli.option(3, "A count.")
+    ratio: Optional[float] = cli.option(None, "A ratio.")
+    items: tuple = cli.option(("a", "b"), "Items.")
+    mode: str = cli.option("fast", "A mode.", ("fast", "slow"))
+    on: bool = cli.option(False, "A switch.")
+
+
+def test_a_config_becomes_flags_and_the_flags_a_config():
+    values = flags.FlagValues()
+    cli.define_flags(_Config, values)
+    values(["prog", "--count=7", "--ratio=0.5", "--items=c,d,e", "--mode=slow", "--on"])
+    config = cli.config_from_flags(_Config, values)
+    assert config == _Config(name="x", count=7, ratio=0.5, items=("c", "d", "e"), mode="slow",
+                             on=True)
+    assert values["mode"].help.endswith("A mode.") and cli.flag_given("count", values)
+    assert not cli.flag_given("name", values)
+    with pytest.raises(flags.IllegalFlagValueError):
+        values(["prog", "--mode=medium"])
+
+
+def test_start_up_logs_stay_hidden_unless_asked_for(monkeypatch):
+    monkeypatch.setattr("sys.argv", ["prog"])
+    monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "2")
+    assert not cli._user_asked_for_logs()
+    monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "0")
+    assert cli._user_asked_for_logs()
+    monkeypatch.delenv("TF_CPP_MIN_LOG_LEVEL")
+    monkeypatch.setattr("sys.argv", ["prog", "--verbosity=1"])
+    assert cli._user_asked_for_logs()
+    assert os.environ.get("TF_CPP_MIN_LOG_LEVEL") is None
