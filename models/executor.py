@@ -46,13 +46,15 @@ def collect(count, chunk: int, compute: Callable, item_shape: Sequence = (),
     return array.concat()[:count]
 
 
-def accumulate(count, chunk: int, compute: Callable, initial: tuple) -> tuple:
+def accumulate(count, chunk: int, compute: Callable, initial: tuple,
+               parallel: int = 1) -> tuple:
     """Per-slot sums of every item's shares.
 
     `compute(items)` maps int32 item indices [chunk] to (slots [chunk] int32, shares), where
     shares is a tuple with one tensor [chunk, ...] per accumulator. `initial` holds the zero
     accumulators, each [num_slots + 1, ...]: the last slot receives the padding and is dropped.
-    Returns the accumulators without that slot."""
+    Returns the accumulators without that slot. With `parallel` > 1 the next chunks' items are
+    computed while the current chunk's shares are added; the additions stay in item order."""
     chunks = (count + chunk - 1) // chunk
     dropped = tf.shape(initial[0])[0] - 1
 
@@ -64,7 +66,7 @@ def accumulate(count, chunk: int, compute: Callable, initial: tuple) -> tuple:
                                 for total, share in zip(sums, shares))
 
     _, sums = tf.while_loop(lambda index, _: index < chunks, body,
-                            [tf.constant(0), tuple(initial)])
+                            [tf.constant(0), tuple(initial)], parallel_iterations=parallel)
     return tuple(total[:-1] for total in sums)
 
 

@@ -28,6 +28,7 @@ from saliency_gen.spec import MethodSpec
 from saliency_gen.units import Context, HostPlan, Items
 
 _RUNNERS = weakref.WeakKeyDictionary()  # model -> {key: compiled runner}
+PARALLEL_CHUNKS = 2  # chunks in flight: the next chunk's inputs overlap this chunk's model call
 
 
 class _Runner:
@@ -69,8 +70,15 @@ class _Runner:
                               ids=tf.gather(ids, image), image=image)
                 return plan.slot(image, step), plan.shares(state, items)
 
+            if plan.direct:  # one share per image: collected, no sums to keep
+                maps = executor.collect(group, chunk, lambda item: compute(item)[1][0], shape,
+                                        parallel=PARALLEL_CHUNKS)
+                # The bits a sum from zero gives: -0.0 becomes +0.0 (a graph optimiser would
+                # drop a plain "+ 0.0").
+                return tf.where(tf.equal(maps, 0.0), tf.zeros_like(maps), maps)
             zeros = plan.zeros(state, group * plan.slots_per_image, shape)
-            sums = executor.accumulate(group * plan.steps, chunk, compute, zeros)
+            sums = executor.accumulate(group * plan.steps, chunk, compute, zeros,
+                                       parallel=PARALLEL_CHUNKS)
             return plan.finish(state, sums)
 
         # One runner (and one trace) per method and model is by design.

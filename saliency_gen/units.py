@@ -101,6 +101,14 @@ class Plan:
         """The maps [G, H, W, C] of a group from its accumulators."""
         return sums[0]
 
+    @property
+    def direct(self) -> bool:
+        """True when each image's map is its one item's share (one step, the default slots,
+        shares and finish): the engine then collects the shares instead of summing them."""
+        kind = type(self)
+        return (self.steps == 1 and self.slots_per_image == 1 and kind.shares is Plan.shares
+                and kind.zeros is Plan.zeros and kind.finish is Plan.finish)
+
 
 class HostPlan:
     """A method computed outside the traced stream: `run(images, targets, ids)` -> numpy maps

@@ -9,11 +9,13 @@ images:
 * engine: `saliency_gen.attribute` images/s (after one warm-up call) for gradient, gradient x
   input, IG (25 steps), SmoothGrad, SmoothGrad^2 and VarGrad (25 samples each), and a researcher's
   method registered from outside the engine (the input gradient times a Gaussian blob, plain and
-  under SmoothGrad^2);
+  under SmoothGrad^2); the better of two chunk sizes: the engine's default (64) and the
+  ceiling's batch size;
 * ceiling: the best raw batched input-gradient throughput over batch sizes (a bare traced
-  gradient of the target logits), divided by the gradients each method needs per image. The
-  batch size is chosen once per model; the ceiling is then re-measured beside each method's
-  engine runs (interleaved, best of --repeats each), so machine drift affects both alike;
+  gradient of the target logits, traced for any batch size and for exactly that one), divided by
+  the gradients each method needs per image. The batch size is chosen once per model; the
+  ceiling is then re-measured beside each method's engine runs (interleaved, best of --repeats
+  each), so machine drift affects both alike;
 * noise peer (noise-wrapped methods): a bare traced loop doing only the work every exact
   implementation of these methods must do: drawing each image's noise with the engine's keyed
   generator (stateless Philox normals) and taking the raw gradients of the noisy images at the
@@ -42,6 +44,7 @@ from models.cli import option, run_binary
 from saliency_gen import noise
 from saliency_gen.methods import pair
 
+ENGINE_DEFAULT_CHUNK = 64  # saliency_gen.attribute's default batch_size
 # (label, engine name, gradients per image, parameters, PAIR has it)
 METHODS = (
     ("gradient", "gradient", 1, {}, True),
@@ -97,10 +100,11 @@ def _best_time(function, repeats):
     return best
 
 
-def traced_gradient(model, shape):
-    """A bare traced input gradient of the target logits: (images, targets) -> gradients."""
-    @tf.function(input_signature=[tf.TensorSpec([None, *shape], tf.float32),
-                                  tf.TensorSpec([None], tf.int32)])
+def traced_gradient(model, shape, batch=None):
+    """A bare traced input gradient of the target logits: (images, targets) -> gradients; traced
+    for any batch size, or for exactly `batch` images (static shapes help some models)."""
+    @tf.function(input_signature=[tf.TensorSpec([batch, *shape], tf.float32),
+                                  tf.TensorSpec([batch], tf.int32)], autograph=False)
     def gradient(x, t):
         with tf.GradientTape() as tape:
             tape.watch(x)
@@ -110,9 +114,9 @@ def traced_gradient(model, shape):
     return gradient
 
 
-def gradient_runner(model, images, targets, size):
+def gradient_runner(model, images, targets, size, static=False):
     """A callable computing `size` x `rounds` raw input gradients; returns (callable, count)."""
-    gradient = traced_gradient(model, images.shape[1:])
+    gradient = traced_gradient(model, images.shape[1:], size if static else None)
     reps = np.resize(np.arange(len(images)), max(size, len(images)))
     x = tf.constant(images[reps[:size]])
     t = tf.constant(targets[reps[:size]].astype(np.int32))
@@ -126,13 +130,17 @@ def gradient_runner(model, images, targets, size):
 
 
 def ceiling(model, images, targets, batch_sizes, repeats):
-    """(best gradients/s, its batch size, {batch size: gradients/s}) of a bare traced gradient."""
-    rates = {}
+    """(best gradients/s, its (batch size, static), {batch size: gradients/s}) of a bare traced
+    gradient, traced for any batch size and for exactly that batch size (the best of both)."""
+    rates, best_rate, best = {}, 0.0, None
     for size in batch_sizes:
-        run, count = gradient_runner(model, images, targets, size)
-        rates[size] = count / _best_time(run, repeats)
-    best = max(rates, key=rates.get)
-    return rates[best], best, rates
+        for static in (False, True):
+            run, count = gradient_runner(model, images, targets, size, static)
+            rate = count / _best_time(run, repeats)
+            rates[size] = max(rates.get(size, 0.0), rate)
+            if rate > best_rate:
+                best_rate, best = rate, (size, static)
+    return best_rate, best, rates
 
 
 def noise_peer_runner(model, images, targets, size, samples):
@@ -157,21 +165,18 @@ def noise_peer_runner(model, images, targets, size, samples):
     return run
 
 
-def interleaved(engine_run, ceiling_run, repeats):
-    """Best times of two callables measured alternately (after one warm-up each)."""
-    engine_run()
-    ceiling_run()
-    engine_best = ceiling_best = float("inf")
+def interleaved(runs: dict, repeats: int) -> dict:
+    """Best time of each callable in `runs`, measured in turn (after one warm-up each), so that
+    machine drift affects them alike."""
+    for run in runs.values():
+        run()
+    best = dict.fromkeys(runs, float("inf"))
     for _ in range(repeats):
-        for run, which in ((engine_run, 0), (ceiling_run, 1)):
+        for key, run in runs.items():
             started = time.perf_counter()
             run()
-            elapsed = time.perf_counter() - started
-            if which == 0:
-                engine_best = min(engine_best, elapsed)
-            else:
-                ceiling_best = min(ceiling_best, elapsed)
-    return engine_best, ceiling_best
+            best[key] = min(best[key], time.perf_counter() - started)
+    return best
 
 
 def pair_rate(model, images, targets, method, params, batch_size=None):
@@ -209,33 +214,35 @@ def bench_model(name, config):
         np.float32)
     targets = np.argmax(saliency_gen.predict(model, images), axis=1)
     batch_sizes = [int(b) for b in config.batch_sizes.split(",")]
-    gradients_per_second, best_batch, rates = ceiling(model, images, targets, batch_sizes,
-                                                      config.repeats)
+    gradients_per_second, (best_batch, static), rates = ceiling(model, images, targets,
+                                                               batch_sizes, config.repeats)
     print(f"\nmodel {name} at {size}x{size}, {os.cpu_count()} CPUs; raw gradient throughput by "
           "batch size: " + ", ".join(f"{b}: {r:.0f}/s" for b, r in rates.items()))
-    ceiling_run, ceiling_count = gradient_runner(model, images, targets, best_batch)
+    ceiling_run, ceiling_count = gradient_runner(model, images, targets, best_batch, static)
+    chunks = sorted({ENGINE_DEFAULT_CHUNK, best_batch})
     rows = []
     for label, method, per_image, params, in_pair in METHODS:
         count = config.num_images if per_image == 1 else config.heavy_images
-        engine_seconds, ceiling_seconds = interleaved(
-            lambda method=method, params=params, count=count: saliency_gen.attribute(
-                model, images[:count], method, targets[:count], batch_size=best_batch,
-                **params),
-            ceiling_run, config.repeats)
-        engine = count / engine_seconds
-        limit = ceiling_count / ceiling_seconds / per_image
+
+        def engine_run(chunk, method=method, params=params, count=count):
+            return lambda: saliency_gen.attribute(model, images[:count], method,
+                                                  targets[:count], batch_size=chunk, **params)
+
+        runs = {chunk: engine_run(chunk) for chunk in chunks}
+        runs["ceiling"] = ceiling_run
+        if "(" in method:  # a noise wrapper: its noise peer, measured beside the engine
+            runs["peer"] = noise_peer_runner(model, images[:count], targets[:count], best_batch,
+                                             params["nsamples"])
+        seconds = interleaved(runs, config.repeats)
+        chunk = min(chunks, key=seconds.get)
+        engine = count / seconds[chunk]
+        limit = ceiling_count / seconds["ceiling"] / per_image
         row = {"model": name, "method": label, "engine_images_per_s": engine,
-               "ceiling_images_per_s": limit, "ratio_to_ceiling": engine / limit}
-        if "(" in method:  # a noise wrapper: the noise peer, measured beside the engine again
-            peer = noise_peer_runner(model, images[:count], targets[:count], best_batch,
-                                     params["nsamples"])
-            engine_seconds, peer_seconds = interleaved(
-                lambda method=method, params=params, count=count: saliency_gen.attribute(
-                    model, images[:count], method, targets[:count], batch_size=best_batch,
-                    **params),
-                peer, config.repeats)
-            row.update(noise_peer_images_per_s=count / peer_seconds,
-                       ratio_to_noise_peer=peer_seconds / engine_seconds)
+               "engine_chunk": chunk, "ceiling_images_per_s": limit,
+               "ratio_to_ceiling": engine / limit}
+        if "peer" in runs:
+            row.update(noise_peer_images_per_s=count / seconds["peer"],
+                       ratio_to_noise_peer=seconds["peer"] / seconds[chunk])
         if in_pair and config.pair_images:
             pair_images, pair_targets = images[:config.pair_images], targets[:config.pair_images]
             pair_default = pair_rate(model, pair_images, pair_targets, method, params)
@@ -247,9 +254,11 @@ def bench_model(name, config):
                        pair_tuned_images_per_s=pair_tuned,
                        speedup_vs_pair_tuned=engine / pair_tuned)
         rows.append(row)
-    print(f"chunk size {best_batch} (the ceiling's best batch size); {config.num_images} images "
-          f"for one-gradient methods, {config.heavy_images} for 25-gradient ones\n")
-    print(f"{'method':<24}{'engine img/s':>13}{'ceiling':>10}{'ratio':>7}{'noise peer':>11}"
+    print(f"ceiling: batch {best_batch}, traced for {'that' if static else 'any'} batch size; "
+          f"engine: the better of chunks {', '.join(map(str, chunks))}; {config.num_images} "
+          f"images for one-gradient methods, {config.heavy_images} for 25-gradient ones\n")
+    print(f"{'method':<24}{'engine img/s':>13}{'chunk':>6}{'ceiling':>10}{'ratio':>7}"
+          f"{'noise peer':>11}"
           f"{'ratio':>7}{'PAIR dflt':>11}{'PAIR tuned':>11}{'x tuned':>8}")
     for row in rows:
         pair_cells = (f"{row['pair_default_images_per_s']:>11.2f}"
@@ -258,10 +267,11 @@ def bench_model(name, config):
                       if "pair_tuned_images_per_s" in row else f"{'-':>11}{'-':>11}{'-':>8}")
         peer_cells = (f"{row['noise_peer_images_per_s']:>11.2f}{row['ratio_to_noise_peer']:>7.2f}"
                       if "noise_peer_images_per_s" in row else f"{'-':>11}{'-':>7}")
-        print(f"{row['method']:<24}{row['engine_images_per_s']:>13.2f}"
+        print(f"{row['method']:<24}{row['engine_images_per_s']:>13.2f}{row['engine_chunk']:>6}"
               f"{row['ceiling_images_per_s']:>10.2f}{row['ratio_to_ceiling']:>7.2f}"
               + peer_cells + pair_cells)
-    return {"model": name, "chunk_size": best_batch, "ceiling_rates": rates, "rows": rows}
+    return {"model": name, "ceiling_batch": best_batch, "ceiling_static_shape": static,
+            "ceiling_rates": rates, "rows": rows}
 
 
 def run(config: Config):

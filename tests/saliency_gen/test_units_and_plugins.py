@@ -7,7 +7,7 @@ import tensorflow as tf
 
 import models
 import saliency_gen
-from saliency_gen import units
+from saliency_gen import noise, units
 from tests import REPO
 from tests.saliency_gen import linear_model
 
@@ -137,6 +137,21 @@ def test_a_new_multi_item_unit_joins_the_stream_without_engine_edits(linear):
     np.testing.assert_allclose(squared, w ** 2, rtol=1e-4, atol=1e-6)
     with pytest.raises(models.UserError, match="parts must be at least 1"):
         saliency_gen.attribute(model, images, "thirds_of_the_gradient", targets, parts=0)
+
+
+def test_one_item_maps_are_collected_with_the_bits_of_a_sum(linear):
+    model, _, images, targets = linear
+
+    def signed_zeros(model, images, targets):
+        return tf.where(images > 0, -tf.zeros_like(images), images)
+
+    plan = saliency_gen.Plan(1, lambda items: items.x)
+    assert plan.direct and not saliency_gen.Plan(2, lambda items: items.x).direct
+    assert not noise.NoisePlan(plan, "smoothgrad", 2, 0, images.shape[1:]).direct
+    saliency_gen.register_method("signed_zeros", signed_zeros, replace=True)
+    maps = saliency_gen.attribute(model, images, "signed_zeros", targets, batch_size=2)
+    np.testing.assert_array_equal(maps, np.where(images > 0, 0.0, images))
+    assert (maps == 0).sum() > 10 and not np.signbit(maps[maps == 0]).any()
 
 
 def test_untraced_functions_run_on_groups(linear):
