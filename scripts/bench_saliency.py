@@ -15,7 +15,7 @@ images:
   gradient of the target logits, traced for any batch size and for exactly that one), divided by
   the gradients each method needs per image. The batch size is chosen once per model; the
   ceiling is then re-measured beside each method's engine runs (interleaved, best of --repeats
-  each), so machine drift affects both alike;
+  each, four times as many for one-gradient methods), so machine drift affects both alike;
 * noise peer (noise-wrapped methods): a bare traced loop doing only the work every exact
   implementation of these methods must do: drawing each image's noise with the engine's keyed
   generator (stateless Philox normals) and taking the raw gradients of the noisy images at the
@@ -233,7 +233,8 @@ def bench_model(name, config):
         if "(" in method:  # a noise wrapper: its noise peer, measured beside the engine
             runs["peer"] = noise_peer_runner(model, images[:count], targets[:count], best_batch,
                                              params["nsamples"])
-        seconds = interleaved(runs, config.repeats)
+        # A one-gradient run of a cheap model lasts a tenth of a second: more turns against jitter.
+        seconds = interleaved(runs, config.repeats * (4 if per_image == 1 else 1))
         chunk = min(chunks, key=seconds.get)
         engine = count / seconds[chunk]
         limit = ceiling_count / seconds["ceiling"] / per_image
