@@ -1,0 +1,94 @@
+"""What exact SmoothGrad noise costs next to a cheap model's gradients.
+
+    python scripts/bench_noise_draws.py [--model=plain_cnn --image_size=64 --batch=128]
+
+Inside one traced loop of --chunks chunks of --batch images each, it times: the raw input
+gradients alone; the engine's keyed Gaussian draws alone (`saliency_gen.noise.group_noise`:
+stateless Philox bits and Box-Muller normals); the uniform bits alone (the share of the draws that
+is not the logarithm and sine/cosine); the gradients of noisy images with draws and gradients in
+turn; and the same with two chunks in flight, to see whether draws overlap idle model time. It
+prints items/s, ms per chunk and the bound draws put on any exact noise wrapper:
+gradient / (gradient + draws) of the raw-gradient ceiling.
+"""
+import models  # noqa: F401, I001  (first: TensorFlow loads quietly)
+import dataclasses
+import time
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from models.cli import option, run_binary
+from models.tracing import quiet_retracing
+from saliency_gen import noise
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """The script's options (one flag each)."""
+
+    model: str = option("plain_cnn", "Registered model (random weights).")
+    image_size: int = option(64, "Square input size.")
+    batch: int = option(128, "Images per chunk.")
+    chunks: int = option(20, "Chunks per timed loop.")
+    repeats: int = option(3, "Timed repetitions; the best is kept.")
+
+
+def run(config: Config) -> dict:
+    keras.utils.set_random_seed(0)
+    shape = [config.image_size, config.image_size, 3]
+    model = models.build(config.model, 10, tuple(shape))
+    images = tf.constant(np.random.default_rng(0).normal(0, 50, [config.batch, *shape]),
+                         tf.float32)
+    targets = tf.zeros([config.batch], tf.int32)
+
+    def gradient(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            score = tf.reduce_sum(tf.gather(model(x, training=False), targets, batch_dims=1))
+        return tape.gradient(score, x)
+
+    def draws(index):  # one sample per image of the chunk, keyed like the engine's
+        ids = tf.range(config.batch, dtype=tf.int64) + index * config.batch
+        return noise.group_noise(ids, 1, 7, shape)[:, 0]
+
+    def uniform(index):
+        return tf.random.stateless_uniform([config.batch, *shape], tf.stack([index, 7]))
+
+    work = {"gradients": lambda index: gradient(images),
+            "normal draws": draws,
+            "uniform bits": uniform,
+            "draws, then gradients": lambda index: gradient(images + draws(index))}
+
+    def timed_loop(step, parallel):
+        @tf.function(autograph=False)
+        def loop():
+            def body(index, total):
+                return index + 1, total + step(index)
+            return tf.while_loop(lambda index, _: index < config.chunks, body,
+                                 [tf.constant(0, tf.int64), tf.zeros_like(images)],
+                                 parallel_iterations=parallel)[1]
+        loop = quiet_retracing(loop)  # one traced loop per kind of work, by design
+        loop()
+        best = float("inf")
+        for _ in range(config.repeats):
+            started = time.perf_counter()
+            loop().numpy()
+            best = min(best, time.perf_counter() - started)
+        return best / config.chunks
+
+    seconds = {name: timed_loop(step, 1) for name, step in work.items()}
+    seconds["draws and gradients, 2 chunks in flight"] = timed_loop(
+        work["draws, then gradients"], 2)
+    print(f"{config.model} at {config.image_size}x{config.image_size}, chunks of {config.batch}")
+    for name, value in seconds.items():
+        print(f"{name:<42}{config.batch / value:>10.0f} items/s{value * 1e3:>9.2f} ms/chunk")
+    bound = seconds["gradients"] / (seconds["gradients"] + seconds["normal draws"])
+    normals = config.batch * int(np.prod(shape)) / seconds["normal draws"]
+    print(f"\nnormals drawn: {normals / 1e6:.0f} M/s; bound on an exact noise wrapper: "
+          f"{bound:.2f} of the raw-gradient ceiling")
+    return {"seconds_per_chunk": seconds, "bound": bound}
+
+
+if __name__ == "__main__":
+    run_binary(Config, run)
