@@ -29,7 +29,8 @@ class Config:
 
     model: str = option("plain_cnn", "Registered model (random weights).")
     image_size: int = option(64, "Square input size.")
-    batch: int = option(128, "Images per chunk.")
+    batch: int = option(128, "Work items (noisy images) per chunk.")
+    samples: int = option(25, "Noise samples per image, drawn per image as the engine does.")
     chunks: int = option(20, "Chunks per timed loop.")
     repeats: int = option(3, "Timed repetitions; the best is kept.")
 
@@ -48,9 +49,12 @@ def run(config: Config) -> dict:
             score = tf.reduce_sum(tf.gather(model(x, training=False), targets, batch_dims=1))
         return tape.gradient(score, x)
 
-    def draws(index):  # one sample per image of the chunk, keyed like the engine's
-        ids = tf.range(config.batch, dtype=tf.int64) + index * config.batch
-        return noise.group_noise(ids, 1, 7, shape)[:, 0]
+    per_chunk = -(-config.batch // config.samples)  # images whose samples fill one chunk
+
+    def draws(index):  # the engine's draws: --samples per image, one keyed stream per image
+        ids = tf.range(per_chunk, dtype=tf.int64) + index * per_chunk
+        noisy = noise.group_noise(ids, config.samples, 7, shape)
+        return tf.reshape(noisy, [-1, *shape])[:config.batch]
 
     def uniform(index):
         return tf.random.stateless_uniform([config.batch, *shape], tf.stack([index, 7]))
