@@ -27,7 +27,6 @@ from models.errors import ShapeError, UserError
 from models.tracing import quiet_retracing
 
 OUTPUT_ACTIVATIONS = (None, "softmax")
-PARALLEL_CHUNKS = 2  # the next chunk's perturbation overlaps the current chunk's forward pass
 
 
 def _end_rows(end, image):
@@ -110,8 +109,7 @@ class Scorer:
 
     def _chunked(self, count, compute, per_item=()):
         """Concatenates compute(item indices [chunk]) over all chunks of `count` items."""
-        return executor.collect(count, self.batch_size, compute, per_item,
-                                parallel=PARALLEL_CHUNKS)
+        return executor.collect(count, self.batch_size, compute, per_item)
 
     def _function(self, key, build):
         if key not in self._functions:

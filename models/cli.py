@@ -81,7 +81,7 @@ def config_from_flags(config_class, flag_values=None):
     """A `config_class` holding the parsed flags' values (lists become tuples)."""
     from absl import flags
 
-    values = flag_values or flags.FLAGS
+    values = flags.FLAGS if flag_values is None else flag_values
     fields = {}
     for field in dataclasses.fields(config_class):
         value = values[field.name].value
@@ -93,10 +93,10 @@ def flag_given(name: str, flag_values=None) -> bool:
     """Was the flag `name` given on the command line (rather than left at its default)?"""
     from absl import flags
 
-    return (flag_values or flags.FLAGS)[name].present > 0
+    return (flags.FLAGS if flag_values is None else flag_values)[name].present > 0
 
 
-def run_binary(config_class, run: Callable, flag_values=None) -> None:
+def run_binary(config_class, run: Callable) -> None:
     """Defines the flags of `config_class`, parses them, and calls `run(config)`; a
     `UserError` becomes one `error:` line and exit status 2."""
     from absl import app, flags, logging
@@ -106,7 +106,7 @@ def run_binary(config_class, run: Callable, flag_values=None) -> None:
     def main(argv):
         if len(argv) > 1:
             raise UserError(f"unexpected arguments {' '.join(argv[1:])}; options are --flags")
-        run(config_from_flags(config_class, flag_values))
+        run(config_from_flags(config_class))
 
     def guarded(argv):
         if not flags.FLAGS["verbosity"].present:

@@ -19,6 +19,9 @@ from typing import Callable, Iterator, Sequence
 
 import tensorflow as tf
 
+# Chunks in flight: the next chunk's inputs are prepared while the current one runs the model.
+CHUNKS_IN_FLIGHT = 2
+
 
 def _padded_items(index, chunk: int, count):
     """(item indices [chunk] int32, valid [chunk] bool) of chunk `index`."""
@@ -28,7 +31,7 @@ def _padded_items(index, chunk: int, count):
 
 
 def collect(count, chunk: int, compute: Callable, item_shape: Sequence = (),
-            parallel: int = 1) -> tf.Tensor:
+            parallel: int = CHUNKS_IN_FLIGHT) -> tf.Tensor:
     """float32 [count, *item_shape]: `compute(items)` of every item, in order.
 
     `compute` maps int32 item indices [chunk] to float32 outputs [chunk, *item_shape].
@@ -47,7 +50,7 @@ def collect(count, chunk: int, compute: Callable, item_shape: Sequence = (),
 
 
 def accumulate(count, chunk: int, compute: Callable, initial: tuple,
-               parallel: int = 1) -> tuple:
+               parallel: int = CHUNKS_IN_FLIGHT) -> tuple:
     """Per-slot sums of every item's shares.
 
     `compute(items)` maps int32 item indices [chunk] to (slots [chunk] int32, shares), where

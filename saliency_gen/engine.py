@@ -3,11 +3,11 @@
 A method is a unit (`saliency_gen.units`) whose plan says how many work items each (image, noise
 sample) needs and what each item adds to its image's map. The engine flattens image x noise
 sample x step into one stream, cut into chunks of exactly `batch_size` items, and runs it with
-the one chunked executor (`models.executor`: `accumulate`, or `collect` when each image's map is
-its one item's share) inside one `tf.function` per (model, method, input shape, chunk size); a noise wrapper is a plan around the unit's plan
-(`saliency_gen.noise`). Images are processed in groups whose accumulators fit in
-`memory_bytes`; that loop is over groups of many images, not over images
-(docs/saliency.md, "How it is batched").
+the one chunked executor (`models.executor`: `accumulate`, or `collect` when each image's map
+is its one item's share) inside one `tf.function` per (model, method, input shape, chunk size);
+a noise wrapper is a plan around the unit's plan (`saliency_gen.noise`). Images are processed in
+groups whose accumulators fit in `memory_bytes`; that loop is over groups of many images, not
+over images (docs/saliency.md, "How it is batched").
 
 Noise is stateless, keyed on (seed, base method, image id, sample), never on chunk position, and
 the explained class is computed once per image on the clean input; so results do not depend on
@@ -28,7 +28,6 @@ from saliency_gen.spec import MethodSpec
 from saliency_gen.units import Context, HostPlan, Items
 
 _RUNNERS = weakref.WeakKeyDictionary()  # model -> {key: compiled runner}
-PARALLEL_CHUNKS = 2  # chunks in flight: the next chunk's inputs overlap this chunk's model call
 
 
 class _Runner:
@@ -71,14 +70,12 @@ class _Runner:
                 return plan.slot(image, step), plan.shares(state, items)
 
             if plan.direct:  # one share per image: collected, no sums to keep
-                maps = executor.collect(group, chunk, lambda item: compute(item)[1][0], shape,
-                                        parallel=PARALLEL_CHUNKS)
+                maps = executor.collect(group, chunk, lambda item: compute(item)[1][0], shape)
                 # The bits a sum from zero gives: -0.0 becomes +0.0 (a graph optimiser would
                 # drop a plain "+ 0.0").
                 return tf.where(tf.equal(maps, 0.0), tf.zeros_like(maps), maps)
             zeros = plan.zeros(state, group * plan.slots_per_image, shape)
-            sums = executor.accumulate(group * plan.steps, chunk, compute, zeros,
-                                       parallel=PARALLEL_CHUNKS)
+            sums = executor.accumulate(group * plan.steps, chunk, compute, zeros)
             return plan.finish(state, sums)
 
         # One runner (and one trace) per method and model is by design.
