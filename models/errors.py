@@ -30,3 +30,16 @@ def require_both_or_neither(first, second):
     if (first_value is None) != (second_value is None):
         raise UserError(f"pass both --{first_name} and --{second_name}, or neither (synthetic "
                         "world)")
+
+
+def check_minimum(flag: str, value, minimum) -> None:
+    """Raises unless the flag `--flag` is at least `minimum` (sizes, counts, epochs)."""
+    if value is None or value < minimum:
+        raise UserError(f"--{flag}={value} must be at least {minimum}")
+
+
+def check_fractions(flag: str, values) -> None:
+    """Raises unless every value of the flag `--flag` lies in [0, 1] (ratios of pixels)."""
+    for value in values if isinstance(values, (list, tuple)) else [values]:
+        if not 0.0 <= float(value) <= 1.0:
+            raise UserError(f"--{flag}={value} must lie in [0, 1] (a fraction of the pixels)")

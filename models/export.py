@@ -32,7 +32,7 @@ import tensorflow as tf
 from models import guided as guided_views
 from models import zoo
 from models.errors import MissingPathError, UserError
-from models.files import atomic_output
+from models.files import atomic_output, read_json
 from models.preprocessing import check_images, input_space
 
 INFO_PATH = os.path.join("assets.extra", "model_info.json")
@@ -135,8 +135,7 @@ def read_info(path):
     if not os.path.isfile(os.path.join(path, "saved_model.pb")) or not os.path.isfile(info_file):
         raise UserError(f"{path} is not a model exported by models.export (no saved_model.pb "
                         f"or {INFO_PATH}); re-export it")
-    with open(info_file, encoding="utf-8") as handle:
-        return json.load(handle)
+    return read_json(info_file, "model info file")
 
 
 def rebuild(path, **options):
@@ -176,7 +175,12 @@ class LoadedModel:
         self.num_classes = self.info["num_classes"]
         self.feature_layer = self.info["feature_layer"]
         self.preprocessing = self.info["preprocessing"]
-        self._saved = tf.saved_model.load(path)
+        try:
+            self._saved = tf.saved_model.load(path)
+        except Exception as error:  # truncated saved_model.pb or variables: many error types
+            detail = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
+            raise UserError(f"cannot load the model in {path}: its saved_model.pb or variables "
+                            f"are damaged ({detail}); re-export the model") from None
 
     def _check(self, images):
         images = tf.convert_to_tensor(images, tf.float32)

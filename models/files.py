@@ -1,13 +1,58 @@
-"""Writing outputs so that an interrupted job never leaves a file that looks finished."""
+"""Writing outputs so that an interrupted job never leaves a file that looks finished
+(docs/architecture.md, "Outputs and provenance").
+
+* `atomic_output` writes under a hidden temporary name unique across hosts and processes
+  (`.<name>.tmp-<host>-<pid>-<token>`) and renames it when complete; no input glob such as
+  `train-*` or `*.tfrecord` matches a hidden name, and `remove_leftovers` deletes the ones a
+  killed run left behind.
+* `exclusive` holds a lock file beside an output so a second writer gets one clear line instead
+  of mixing its results with the first one's.
+* `ensure_directory` and `read_json` turn an unusable output folder or a corrupt JSON file into
+  one `UserError` line naming the path.
+"""
 import contextlib
+import errno
+import fcntl
 import json
 import os
+import secrets
 import shutil
+import socket
+
+from models.errors import UserError
+
+TEMPORARY_MARK = ".tmp-"
 
 
-def temporary_name(path):
-    """The name an output is written under before it is complete: `<path>.tmp-<pid>`."""
-    return f"{os.fspath(path)}.tmp-{os.getpid()}"
+def temporary_name(path) -> str:
+    """A hidden sibling of `path`, unique across hosts and processes, to write it under."""
+    folder, name = os.path.split(os.fspath(path))
+    host = socket.gethostname().split(".")[0] or "host"
+    return os.path.join(folder, f".{name}{TEMPORARY_MARK}{host}-{os.getpid()}-"
+                                f"{secrets.token_hex(4)}")
+
+
+def is_temporary(name: str) -> bool:
+    """Is `name` (a file name) an unfinished output of `atomic_output`?"""
+    name = os.path.basename(os.fspath(name))
+    return name.startswith(".") and TEMPORARY_MARK in name
+
+
+def remove_leftovers(folder, names=None) -> int:
+    """Deletes the unfinished outputs killed runs left in `folder` (only those of the outputs
+    called `names`, if given); returns how many.
+
+    Call it while holding the outputs' `exclusive` lock, so a live writer's file is not removed.
+    """
+    folder = os.fspath(folder)
+    if not os.path.isdir(folder):
+        return 0
+    prefixes = None if names is None else tuple(f".{name}{TEMPORARY_MARK}" for name in names)
+    leftovers = [name for name in os.listdir(folder) if is_temporary(name)
+                 and (prefixes is None or name.startswith(prefixes))]
+    for name in leftovers:
+        _remove(os.path.join(folder, name))
+    return len(leftovers)
 
 
 @contextlib.contextmanager
@@ -18,10 +63,8 @@ def atomic_output(path):
     temporary output is removed and the error propagates.
     """
     path = os.fspath(path)
-    parent = os.path.dirname(os.path.abspath(path))
-    os.makedirs(parent, exist_ok=True)
+    ensure_directory(os.path.dirname(os.path.abspath(path)))
     temporary = temporary_name(path)
-    _remove(temporary)
     try:
         yield temporary
     except BaseException:
@@ -32,7 +75,7 @@ def atomic_output(path):
     os.replace(temporary, path)
 
 
-def write_json(path, value, **dump_options):
+def write_json(path, value, **dump_options) -> None:
     """Writes `value` as JSON to `path` through `atomic_output`; `dump_options` go to json.dump
     (indent, sort_keys)."""
     with atomic_output(path) as temporary:
@@ -40,8 +83,70 @@ def write_json(path, value, **dump_options):
             json.dump(value, handle, **dump_options)
 
 
+def read_json(path, what: str = "file"):
+    """The JSON value in `path`; a missing, empty or corrupt file is one `UserError` line."""
+    path = os.fspath(path)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle)
+    except FileNotFoundError:
+        raise UserError(f"{what} {path} does not exist") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise UserError(f"{what} {path} is empty or corrupt ({error}); delete it or re-create "
+                        "it by re-running the job that wrote it") from None
+
+
+def ensure_directory(path) -> str:
+    """Creates the folder `path` (and its parents) if needed; a path that is a file, or a folder
+    that cannot be created or written, is one `UserError` line."""
+    path = os.fspath(path)
+    try:
+        os.makedirs(path, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise UserError(f"output folder {path} is a file (or lies under one); choose another "
+                        "output path") from None
+    except OSError as error:
+        raise UserError(f"cannot create output folder {path} ({error.strerror}); choose a "
+                        "writable output path") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise UserError(f"output folder {path} is not writable; choose a writable output path")
+    return path
+
+
+@contextlib.contextmanager
+def exclusive(path, what: str = "output"):
+    """Holds an exclusive lock on `path` (a file or folder about to be written) for the block.
+
+    The lock is the file `.<name>.lock` beside `path`, locked with flock, so it is released
+    when the process dies however it ends. A second process asking for the same lock gets one
+    `UserError` line instead of waiting or mixing its results with the first one's.
+    """
+    path = os.path.abspath(os.fspath(path))
+    folder, name = os.path.split(path)
+    ensure_directory(folder)
+    lock_path = os.path.join(folder, f".{name}.lock")
+    handle = open(lock_path, "a+", encoding="utf-8")
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as error:
+            if error.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                raise
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            raise UserError(f"{what} {path} is being written by {holder}; wait for it to "
+                            "finish or choose another output path") from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"process {os.getpid()} on host {socket.gethostname()}")
+        handle.flush()
+        yield path
+    finally:
+        handle.close()
+
+
 def _remove(path):
-    if os.path.isdir(path):
-        shutil.rmtree(path)
-    elif os.path.exists(path):
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+    elif os.path.lexists(path):
         os.remove(path)

@@ -7,13 +7,14 @@ Reads image TFRecords (docs/records.md), explains every image with the exported 
 prediction, unless --explain=label), and writes one saliency-record shard per input shard to
 `<output_dir>/<method dir>/<input file name>`, where the method dir is the ROAR generator code for
 `roar:` names (IG_SG_2, SH, ...) and the method name otherwise. Each shard is written under a
-temporary name and renamed when complete: a re-run skips finished shards and redoes unfinished
-ones. `--num_shards/--shard_index` give every cluster task its own subset of input shards.
+temporary name and renamed when complete: a re-run skips finished shards of the same origin
+(the folder's manifest.json, docs/records.md "Provenance") and redoes unfinished ones. `--num_shards/--shard_index` give every cluster task its own subset of input shards.
 """
 import dataclasses
 import json
 import os
 import re
+import shutil
 import time
 from typing import Optional
 
@@ -23,7 +24,9 @@ from tqdm import tqdm
 
 import models
 from models.cli import option, run_binary
-from models.errors import RecordError, UserError
+from models import provenance
+from models.errors import RecordError, UserError, check_minimum
+from models.files import ensure_directory, exclusive, remove_leftovers
 from models.preprocessing import CROP_VERSION, input_space
 from saliency_gen import engine, names, pipelines, records
 
@@ -101,7 +104,8 @@ def explain_shard(path, output_path, loaded, methods_list, options, progress):
                         {name: values[n] for name, values in maps.items()},
                         prediction_class=int(predictions[n]), height=int(heights[n]),
                         width=int(widths[n]), example_key=key, model_id=loaded.model_id,
-                        meta=options["meta"], dtype=options["dtype"])
+                        meta={**options["meta"], "input": shard_origin(path)},
+                        dtype=options["dtype"])
                 except UserError as error:
                     raise RecordError(f"{path}: record {start + n} ({key}): {error}") from None
             start += len(keys)
@@ -116,48 +120,134 @@ def explain_shard(path, output_path, loaded, methods_list, options, progress):
                           "shard") from None
 
 
+def shard_origin(path):
+    """The fingerprint of an input shard recorded in every map record made from it."""
+    return {"file": os.path.basename(path), "bytes": os.path.getsize(path)}
+
+
+def _recorded_input(output_path):
+    """The input fingerprint in the first record of a finished saliency shard (None if absent)."""
+    for index, serialized in records.iter_serialized(output_path):
+        features = records.parse_example(serialized, f"{output_path}: record {index}")
+        if "saliency/meta" not in features:
+            return None
+        return json.loads(features["saliency/meta"].bytes_list.value[0]).get("input")
+    return None
+
+
+def _shard_is_current(input_path, output_path, overwrite):
+    """Whether the finished `output_path` can be kept: it exists, --overwrite is off and it was
+    made from this very input shard (else one line offering --overwrite)."""
+    if overwrite or not os.path.exists(output_path):
+        return False
+    recorded, current = _recorded_input(output_path), shard_origin(input_path)
+    if recorded != current:
+        raise UserError(f"{output_path} was made from input {recorded}, not {current}; pass "
+                        "--overwrite to replace it or choose a new --output_dir")
+    return True
+
+
+def claim_folder(folder, requested, overwrite):
+    """Makes `folder` (one method's shards) hold shards of the origin `requested` only.
+
+    The folder's manifest records the origin; a folder of another origin, or finished shards
+    without a manifest, stop the run with one line unless --overwrite, which starts the folder
+    afresh. Concurrent tasks of one run claim the same origin and share the folder.
+    """
+    manifest = os.path.join(folder, records.MANIFEST)
+    what = f"saliency folder {folder}"
+    if overwrite and os.path.exists(manifest):
+        os.remove(manifest)
+    elif not os.path.exists(manifest) and _finished_shards(folder):
+        if not overwrite:
+            raise UserError(f"{what} holds shards without a {records.MANIFEST} (from an older "
+                            "version or another tool); pass --overwrite to replace them or "
+                            "choose a new --output_dir")
+    provenance.claim(manifest, requested, what)
+
+
+def _finished_shards(folder):
+    if not os.path.isdir(folder):
+        return []
+    return [name for name in os.listdir(folder)
+            if name != records.MANIFEST and not name.startswith(".")]
+
+
+def _check_flags(batch_size, chunk_size, num_shards, shard_index):
+    check_minimum("batch_size", batch_size, 1)
+    check_minimum("chunk_size", chunk_size, 1)
+    check_minimum("num_shards", num_shards, 1)
+    if not 0 <= shard_index < num_shards:
+        raise UserError(f"--shard_index={shard_index} must be in [0, --num_shards={num_shards})")
+
+
 def generate(input_pattern, model_path, methods_list, output_dir, *, batch_size=32,
              chunk_size=64, num_shards=1, shard_index=0, seed=0, dtype="rank8",
              geometry="auto", label_offset=0, explain="prediction", overwrite=False,
              progress_bar=True):
-    """The generator as a function; returns {"images", "seconds", "written", "skipped"}."""
-    if not 0 <= shard_index < num_shards:
-        raise UserError(f"--shard_index={shard_index} must be in [0, --num_shards={num_shards})")
+    """The generator as a function; returns {"images", "seconds", "written", "skipped"}.
+
+    Every method folder carries a manifest of its origin (docs/records.md, "Provenance"): a
+    finished shard is skipped only when the folder's origin equals the requested one and the
+    shard was made from the same input file; anything else stops with one line.
+    """
+    _check_flags(batch_size, chunk_size, num_shards, shard_index)
+    if not methods_list:
+        raise UserError("--saliency_method names no method")
     for method in methods_list:
         names.resolve(method)  # unknown names fail before any work
     loaded = models.load(model_path)
     files = records.list_files(input_pattern)[shard_index::num_shards]
-    todo = []
-    for path in files:
-        output_path = os.path.join(output_dir, "{}", os.path.basename(path))
-        outputs = [output_path.format(method_directory(m)) for m in methods_list]
-        if not overwrite and all(os.path.exists(o) for o in outputs):
-            continue
-        todo.append((path, records.check_file(path, "image")))
+    common = {"seed": seed, "preprocessing": loaded.preprocessing, "geometry": geometry,
+              "crop_version": CROP_VERSION, "explain": explain, "label_offset": label_offset}
     meta = {"methods": {record_key(m): {"name": m, **{k: repr(v) for k, v in
                                                       names.resolve(m).options.items()}}
-                        for m in methods_list},
-            "seed": seed, "model_id": loaded.model_id, "preprocessing": loaded.preprocessing,
-            "geometry": geometry, "crop_version": CROP_VERSION, "explain": explain,
-            "label_offset": label_offset}
+                        for m in methods_list}, "model_id": loaded.model_id, **common}
     options = dict(batch_size=batch_size, chunk_size=chunk_size, seed=seed, dtype=dtype,
                    geometry=geometry, label_offset=label_offset, explain=explain,
-                   meta=json.loads(json.dumps(meta)))
-    total = sum(count for _, count in todo)
+                   meta=provenance.canonical(meta))
+    folders = {m: os.path.join(output_dir, method_directory(m)) for m in methods_list}
+    created = [folder for folder in [output_dir, *folders.values()] if not os.path.exists(folder)]
+    try:
+        with files_lock(output_dir, shard_index, num_shards):
+            for method, folder in folders.items():
+                ensure_directory(folder)
+                remove_leftovers(folder, [os.path.basename(path) for path in files])
+                claim_folder(folder, provenance.origin(
+                    {"method": meta["methods"][record_key(method)], "dtype": dtype, **common},
+                    model_id=loaded.model_id), overwrite)
+            todo = [(path, [m for m in methods_list if not _shard_is_current(
+                path, os.path.join(folders[m], os.path.basename(path)), overwrite)])
+                for path in files]
+            todo = [(path, pending, records.check_file(path, "image"))
+                    for path, pending in todo if pending]
+            written = _explain_all(todo, folders, loaded, options, progress_bar)
+    except BaseException:
+        for folder in reversed(created):  # a failed first run leaves no empty output behind
+            if not _finished_shards(folder):
+                shutil.rmtree(folder, ignore_errors=True)
+        raise
+    written["skipped"] = len(files) - written["written"]
+    return written
+
+
+def files_lock(output_dir, shard_index, num_shards):
+    """The lock of one task's share of `output_dir`: a second run of the same task stops."""
+    return exclusive(os.path.join(output_dir, f"task-{shard_index}-of-{num_shards}"),
+                     what=f"task {shard_index} of {num_shards} of --output_dir")
+
+
+def _explain_all(todo, folders, loaded, options, progress_bar):
+    total = sum(count * len(pending) for _, pending, count in todo)
     started = time.time()
-    written = 0
-    with tqdm(total=total, unit="img", desc="saliency", disable=not progress_bar) as bar:
-        for path, _ in todo:
-            for method in methods_list:
-                output_path = os.path.join(output_dir, method_directory(method),
-                                           os.path.basename(path))
-                if os.path.exists(output_path) and not overwrite:
-                    continue
-                written += explain_shard(path, output_path, loaded, [method], options,
-                                         lambda count: bar.update(count / len(methods_list)))
-    seconds = time.time() - started
-    return {"images": written, "seconds": seconds, "written": len(todo),
-            "skipped": len(files) - len(todo)}
+    images = 0
+    with tqdm(total=total, unit="map", desc="saliency", disable=not progress_bar) as bar:
+        for path, pending, _ in todo:
+            for method in pending:
+                output_path = os.path.join(folders[method], os.path.basename(path))
+                images += explain_shard(path, output_path, loaded, [method], options,
+                                        bar.update)
+    return {"images": images, "seconds": time.time() - started, "written": len(todo)}
 
 
 def run(config: Config) -> dict:

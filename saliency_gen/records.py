@@ -25,7 +25,7 @@ import numpy as np
 import tensorflow as tf
 
 from models.errors import MissingPathError, RecordError, UserError
-from models.files import atomic_output
+from models.files import atomic_output, is_temporary
 
 # ----------------------------------------------------------------------------------------------
 # Field specifications: key -> (kind, required, length); length None = any number of values.
@@ -229,7 +229,8 @@ def legacy_saliency_example(raw_image, label, key, saliency):
 def write_records(path, examples):
     """Writes `examples` to the TFRecord file `path` under a temporary name, renaming it when done.
 
-    An interrupted write leaves only `<path>.tmp-<pid>`, never a file that looks finished.
+    An interrupted write leaves only a hidden temporary file (`models.files`), never a file that
+    looks finished.
     Records are serialised with sorted map keys, so the same examples give the same bytes in
     every process (protobuf's default map order follows a per-process hash seed).
     Returns the number of records written.
@@ -247,10 +248,16 @@ def write_records(path, examples):
 # Validation (eager, record by record, naming the file and record).
 
 
+MANIFEST = "manifest.json"  # the origin of a folder of shards (saliency_gen.generate)
+
+
 def list_files(pattern, what="--input_pattern"):
-    """Sorted files matching a glob (or a single path); a clear error when nothing matches."""
+    """Sorted record files matching a glob (or a single path); a clear error when nothing
+    matches. Manifests and unfinished outputs (hidden temporary names) are never listed."""
     pattern = os.fspath(pattern)
-    files = sorted(path for path in glob.glob(pattern) if os.path.isfile(path))
+    files = sorted(path for path in glob.glob(pattern)
+                   if os.path.isfile(path) and os.path.basename(path) != MANIFEST
+                   and not is_temporary(path))
     if not files:
         raise MissingPathError(f"no files match {what}={pattern}; check the path or glob")
     return files

@@ -58,11 +58,18 @@ def test_generator_writes_one_shard_per_input_and_resumes(tiny_world, exported, 
     again = generate.generate(pattern, model_path, ["roar:SH", "bam:GC"], out,
                               progress_bar=False)
     assert again["images"] == 0 and again["skipped"] == 1
-    # An unfinished shard (only its temporary file) is redone.
+    # Another origin is refused with one line, whatever the shards look like.
+    with pytest.raises(models.UserError, match=r"saliency folder .*SH was made with seed=0, not "
+                                               r"7; pass --overwrite"):
+        generate.generate(pattern, model_path, ["roar:SH"], out, seed=7, progress_bar=False)
+    # An unfinished shard (only a killed run's temporary file) is redone; the leftover goes.
     os.remove(os.path.join(out, "SH", shard))
-    (tmp_path / "maps" / "SH" / f"{shard}.tmp-999").write_bytes(b"partial")
+    leftover = tmp_path / "maps" / "SH" / f".{shard}.tmp-otherhost-999-0a1b2c3d"
+    leftover.write_bytes(b"partial")
     redo = generate.generate(pattern, model_path, ["roar:SH", "bam:GC"], out, progress_bar=False)
     assert redo["images"] == 300 and os.path.exists(os.path.join(out, "SH", shard))
+    assert not leftover.exists()
+    assert sorted(os.listdir(os.path.join(out, "SH"))) == ["manifest.json", shard]
 
 
 def test_sharding_splits_input_files(tiny_world, exported, tmp_path):
@@ -75,7 +82,7 @@ def test_sharding_splits_input_files(tiny_world, exported, tmp_path):
                                shard_index=1, progress_bar=False)
     assert first["written"] == second["written"] == 1
     assert sorted(os.listdir(tmp_path / "gradient")) == [
-        "train-00000-of-00001.tfrecord", "validation-00000-of-00001.tfrecord"]
+        "manifest.json", "train-00000-of-00001.tfrecord", "validation-00000-of-00001.tfrecord"]
     with pytest.raises(models.UserError, match=r"--shard_index=2 must be in \[0, --num_shards=2\)"):
         generate.generate(pattern, model_path, ["gradient"], str(tmp_path), num_shards=2,
                           shard_index=2)

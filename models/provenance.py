@@ -1,0 +1,106 @@
+"""What made an output, recorded beside it, and the check before reusing or resuming it
+(docs/architecture.md, "Outputs and provenance").
+
+An origin is a JSON object `{"settings": {...}, "inputs": {...}, "version": "..."}`: the settings
+(flags, seeds, methods, dtype) that change the result, fingerprints of the inputs (a model id, a
+digest of a data listing) and the package version. A binary reuses or resumes an output only
+when its recorded origin equals the requested one; otherwise `check` raises one line naming the
+first differing setting and offering `--overwrite` or a new output path. `claim` writes an
+origin file atomically and fails if another writer claimed it first.
+"""
+import hashlib
+import json
+import os
+from typing import Optional
+
+from models.errors import UserError
+from models.files import read_json, temporary_name
+
+PACKAGE = "attribution-benchmarks"
+
+
+def package_version() -> str:
+    """The installed project's version ("unknown" when run from a bare checkout)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version(PACKAGE)
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def canonical(value):
+    """`value` as plain JSON (tuples become lists, other objects their repr)."""
+    return json.loads(json.dumps(value, sort_keys=True, default=repr))
+
+
+def listing_digest(paths) -> str:
+    """A short digest of a data listing: the files' names and sizes, in order."""
+    digest = hashlib.sha256()
+    for path in paths:
+        size = os.path.getsize(path) if os.path.exists(path) else -1
+        digest.update(f"{os.path.basename(path)}\0{size}\n".encode())
+    return digest.hexdigest()[:16]
+
+
+def origin(settings: dict, **inputs) -> dict:
+    """The origin record of an output made with `settings` from `inputs` (fingerprints)."""
+    return {"settings": canonical(settings), "inputs": canonical(inputs),
+            "version": package_version()}
+
+
+def differences(recorded: dict, requested: dict) -> list:
+    """[(name, recorded value, requested value)] of the settings, then inputs, that differ."""
+    found = []
+    for part in ("settings", "inputs"):
+        old, new = recorded.get(part, {}), requested.get(part, {})
+        for name in sorted(set(old) | set(new)):
+            if old.get(name) != new.get(name):
+                found.append((name, old.get(name, "(not recorded)"),
+                              new.get(name, "(not given)")))
+    return found
+
+
+def _shown(value) -> str:
+    text = json.dumps(value) if not isinstance(value, str) else value
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def mismatch_error(what: str, recorded: dict, requested: dict) -> Optional[UserError]:
+    """None when `recorded` and `requested` agree, else the one-line error for the first
+    difference (settings before inputs)."""
+    found = differences(recorded, requested)
+    if not found:
+        return None
+    name, old, new = found[0]
+    more = f" (and {len(found) - 1} more difference(s))" if len(found) > 1 else ""
+    return UserError(f"{what} was made with {name}={_shown(old)}, not {_shown(new)}{more}; pass "
+                     "--overwrite to replace it or choose a new output path")
+
+
+def check(path, requested: dict, what: str) -> bool:
+    """Compares the origin stored in `path` with `requested`.
+
+    Returns False when there is no origin file (nothing to reuse), True when they agree, and
+    raises the one-line `mismatch_error` otherwise.
+    """
+    if not os.path.exists(path):
+        return False
+    error = mismatch_error(what, read_json(path, "origin file"), requested)
+    if error is not None:
+        raise error
+    return True
+
+
+def claim(path, requested: dict, what: str) -> None:
+    """Records `requested` as the origin in `path`, atomically; if another writer got there
+    first, its origin must equal `requested` (else the one-line `mismatch_error`)."""
+    temporary = temporary_name(path)
+    with open(temporary, "w", encoding="utf-8") as handle:
+        json.dump(requested, handle, indent=2, sort_keys=True)
+    try:
+        os.link(temporary, path)  # fails if `path` exists: the first claim wins
+    except FileExistsError:
+        check(path, requested, what)
+    finally:
+        os.remove(temporary)
