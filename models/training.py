@@ -20,9 +20,10 @@ from typing import Optional
 import keras
 import tensorflow as tf
 
+from models import provenance
 from models.errors import UserError
 from models.export import export
-from models.files import write_json
+from models.files import ensure_directory, exclusive, read_json, write_json
 from models.zoo import build
 
 STRATEGIES = ("default", "mirrored", "multi_worker", "tpu")
@@ -123,25 +124,131 @@ def build_model(model_name: str, num_classes: int, size: int, recipe: Recipe):
 
 
 def _one_hot(num_classes):
-    return lambda images, labels: (images, tf.one_hot(labels, num_classes))
+    """(image, label) -> (image, one-hot label), asserting every label is one of the classes
+    (an all-zero one-hot row would otherwise train and score silently)."""
+
+    def convert(images, labels):
+        labels = tf.cast(labels, tf.int64)
+        checks = [tf.debugging.assert_greater_equal(
+                      labels, tf.constant(0, tf.int64),
+                      message=f"{LABEL_MESSAGE} outside the {num_classes} classes"),
+                  tf.debugging.assert_less(
+                      labels, tf.constant(num_classes, tf.int64),
+                      message=f"{LABEL_MESSAGE} outside the {num_classes} classes")]
+        with tf.control_dependencies(checks):
+            return images, tf.one_hot(labels, num_classes)
+
+    return convert
+
+
+LABEL_MESSAGE = "a label lies"
+BACKUP_STATE = "training_metadata.json"  # Keras' BackupAndRestore: {"epoch": finished epochs}
+PROGRESS = "progress.json"  # ours, in the backup: time spent and resumptions so far
+ORIGIN = "origin.json"
+
+
+class DataError(UserError):
+    """Training stopped on bad data (a label, a NaN, a size, corrupt bytes); the caller may
+    locate the record."""
+
+
+class _Progress(keras.callbacks.Callback):
+    """Keeps the time spent and the resumptions in the backup folder at every epoch end, so the
+    final metrics count every attempt of a killed and resumed run."""
+
+    def __init__(self, path, state):
+        super().__init__()
+        self.path, self.state = path, state
+        self.started = time.time()
+
+    def seconds(self):
+        return self.state["train_seconds"] + time.time() - self.started
+
+    def on_epoch_end(self, epoch, logs=None):
+        write_json(self.path, {**self.state, "train_seconds": self.seconds()})
+
+
+def _resume_state(backup):
+    """(finished epochs, progress so far) of a backup folder (0 and a fresh record if none)."""
+    state = {"train_seconds": 0.0, "resumed_at_epochs": []}
+    epochs = 0
+    if os.path.exists(os.path.join(backup, BACKUP_STATE)):
+        epochs = int(read_json(os.path.join(backup, BACKUP_STATE), "backup state").get("epoch", 0))
+    if os.path.exists(os.path.join(backup, PROGRESS)):
+        state.update(read_json(os.path.join(backup, PROGRESS), "backup progress"))
+    if epochs > 0:
+        state["resumed_at_epochs"] = [*state["resumed_at_epochs"], epochs]
+    return epochs, state
+
+
+def _prepare_run_folder(output_dir, requested, overwrite):
+    """Checks the run folder's origin before anything is reused (docs/architecture.md,
+    "Outputs and provenance"). Returns the finished metrics to reuse, or None to train (after
+    recording the origin)."""
+    origin_path = os.path.join(output_dir, ORIGIN)
+    what = f"run folder {output_dir}"
+    if overwrite:
+        shutil.rmtree(output_dir, ignore_errors=True)
+    elif os.path.exists(origin_path):
+        provenance.check(origin_path, requested, what)
+        metrics_path = os.path.join(output_dir, "metrics.json")
+        if os.path.exists(metrics_path):
+            return read_json(metrics_path, "metrics file")
+    elif os.path.isdir(output_dir) and [n for n in os.listdir(output_dir)
+                                        if not n.startswith(".")]:
+        raise UserError(f"{what} holds a run without {ORIGIN} (from an older version); pass "
+                        "--overwrite to replace it or choose a new output path")
+    ensure_directory(output_dir)
+    provenance.claim(origin_path, requested, what)
+    return None
 
 
 def train_and_evaluate(train_data, eval_data, *, num_classes: int, num_train: int,
                        num_eval: int, size: int, output_dir: str, model_name: str = "small_cnn",
                        recipe: Recipe = Recipe(), strategy: str = "default", seed: int = 0,
                        verbose: int = 1, flags_record: Optional[dict] = None, callbacks=(),
-                       preprocessing: str = "imagenet") -> dict:
+                       preprocessing: str = "imagenet", inputs: Optional[dict] = None,
+                       overwrite: bool = False) -> dict:
     """Trains on `train_data`, evaluates on all of `eval_data`, exports; returns the metrics.
 
     `train_data` / `eval_data` are batched datasets of (normalised image, int label). Writes
-    `<output_dir>/model` (SavedModel, `models.load`), `<output_dir>/metrics.json` and
-    TensorBoard logs in `<output_dir>/logs`; `<output_dir>/backup` holds the last finished epoch
-    until the run completes, so a re-run of a killed job resumes there.
+    `<output_dir>/origin.json` (the settings, `flags_record` and the `inputs` fingerprints that
+    make the run), `<output_dir>/model` (SavedModel, `models.load`), `<output_dir>/metrics.json`
+    and TensorBoard logs in `<output_dir>/logs`. A finished run of the same origin is reused; a
+    run folder of another origin stops with one line unless `overwrite`. `<output_dir>/backup`
+    holds the last finished epoch until the run completes, so a re-run of a killed job resumes
+    there exactly: weights, optimizer and random state are restored and the training stream
+    skips the batches already seen, so the result equals an uninterrupted run's.
     """
-    keras.utils.set_random_seed(seed)
-    tf.config.experimental.enable_op_determinism()
     steps_per_epoch = max(1, num_train // recipe.batch_size)
     epochs = max(1, int(math.ceil(recipe.epochs)))
+    requested = provenance.origin(
+        {**(flags_record or {}), **dataclasses.asdict(recipe), "model": model_name,
+         "num_classes": num_classes, "size": size, "seed": seed, "preprocessing": preprocessing,
+         "num_train": num_train, "num_eval": num_eval}, **(inputs or {}))
+    with exclusive(output_dir, "run folder"):
+        fresh = not os.path.exists(os.path.join(output_dir, "backup"))
+        finished = _prepare_run_folder(output_dir, requested, overwrite)
+        if finished is not None:
+            return finished
+        try:
+            return _train(train_data, eval_data, output_dir, requested, num_classes=num_classes,
+                          num_train=num_train, num_eval=num_eval, size=size,
+                          model_name=model_name, recipe=recipe, strategy=strategy, seed=seed,
+                          verbose=verbose, flags_record=flags_record, callbacks=callbacks,
+                          preprocessing=preprocessing, steps_per_epoch=steps_per_epoch,
+                          epochs=epochs)
+        except UserError:
+            if fresh:  # a run that failed before its first backup leaves nothing behind
+                shutil.rmtree(output_dir, ignore_errors=True)
+            raise
+
+
+def _train(train_data, eval_data, output_dir, requested, *, num_classes, num_train, num_eval,
+           size, model_name, recipe, strategy, seed, verbose, flags_record, callbacks,
+           preprocessing, steps_per_epoch, epochs):
+    keras.utils.set_random_seed(seed)
+    tf.config.experimental.enable_op_determinism()
     distribution = make_strategy(strategy)
     with distribution.scope():
         model = build_model(model_name, num_classes, size, recipe)
@@ -155,29 +262,51 @@ def train_and_evaluate(train_data, eval_data, *, num_classes: int, num_train: in
             metrics=[keras.metrics.CategoricalAccuracy(name="top1"),
                      keras.metrics.TopKCategoricalAccuracy(k=min(5, num_classes), name="top5")])
     backup = os.path.join(output_dir, "backup")
-    os.makedirs(output_dir, exist_ok=True)
-    started = time.time()
+    done_epochs, state = _resume_state(backup)
+    progress = _Progress(os.path.join(backup, PROGRESS), state)
+    # The stream restarts from its beginning on a resume: skip what the finished epochs read.
+    stream = train_data.map(_one_hot(num_classes)).repeat().skip(done_epochs * steps_per_epoch)
     try:
-        model.fit(train_data.map(_one_hot(num_classes)).repeat(), epochs=epochs,
-                  steps_per_epoch=steps_per_epoch, verbose=verbose, shuffle=False,
-                  callbacks=[keras.callbacks.BackupAndRestore(backup),
+        model.fit(stream, epochs=epochs, steps_per_epoch=steps_per_epoch, verbose=verbose,
+                  shuffle=False,
+                  callbacks=[keras.callbacks.BackupAndRestore(backup), progress,
                              keras.callbacks.TensorBoard(os.path.join(output_dir, "logs")),
                              *callbacks])
+        train_seconds = progress.seconds()
+        scores = model.evaluate(eval_data.map(_one_hot(num_classes)), verbose=0,
+                                return_dict=True, steps=-(-num_eval // _batch(eval_data)))
     except tf.errors.OpError as error:
-        raise UserError(f"training failed while reading the data: "
-                        f"{error.message.strip().splitlines()[0]}") from None
-    train_seconds = time.time() - started
-    scores = model.evaluate(eval_data.map(_one_hot(num_classes)), verbose=0, return_dict=True)
+        raise DataError(_data_problem(error)) from None
     counted = sum(int(images.shape[0]) for images, _ in eval_data)
     if counted != num_eval:
         raise UserError(f"evaluation saw {counted} test images, expected {num_eval}")
     info = export(model, os.path.join(output_dir, "model"), preprocessing=preprocessing,
-                  overwrite=True)
+                  overwrite=True, extra={"origin": requested})
     result = {"top1": float(scores["top1"]), "top5": float(scores["top5"]), "n_eval": counted,
               "n_train": num_train, "steps": steps_per_epoch * epochs,
-              "train_seconds": train_seconds, "model_id": info["model_id"],
+              "train_seconds": train_seconds, "resumptions": len(state["resumed_at_epochs"]),
+              "resumed_at_epochs": state["resumed_at_epochs"], "model_id": info["model_id"],
               "model": model_name, "seed": seed, "recipe": dataclasses.asdict(recipe),
-              "flags": flags_record or {}}
+              "flags": flags_record or {}, "origin": requested}
+    result = provenance.canonical(result)  # as metrics.json will give it back when reused
     write_json(os.path.join(output_dir, "metrics.json"), result, indent=2, sort_keys=True)
     shutil.rmtree(backup, ignore_errors=True)
     return result
+
+
+def _batch(data) -> int:
+    """The (static) batch size of a batched dataset, else the first batch's (counts steps)."""
+    return int(data.element_spec[0].shape[0] or 0) or max(
+        1, int(next(iter(data))[0].shape[0]))
+
+
+def _data_problem(error) -> str:
+    """The one-line description of a training failure caused by the data."""
+    text = (error.message or "").strip()
+    if LABEL_MESSAGE in text:
+        line = next(line for line in text.splitlines() if LABEL_MESSAGE in line)
+        return line.strip().rstrip(".") + "; check --num_classes and --label_offset"
+    if "NaN" in text or "Inf" in text:
+        return "a map or image holds NaN or infinite values"
+    first = text.splitlines()[0] if text else type(error).__name__
+    return f"training failed while reading the data: {first}"

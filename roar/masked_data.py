@@ -31,6 +31,7 @@ from saliency_gen.pipelines import count_records, fit
 SOURCES = ("saliency", "images")
 CONTROLS = ("random", "oracle", "none")  # maps that need no saliency records
 RANDOM_MASKS = ("fixed", "per_read")
+NON_FINITE_MAP = "a saliency map holds NaN or infinite values"
 
 
 def _roar_code(method: str) -> Optional[str]:
@@ -93,7 +94,11 @@ def _example_reader(source, map_key, map_format, size, geometry, label_offset, c
             del epoch
             parsed = records.parse_saliency_record(serialized, map_key, dtype, shape, default_key)
             pixels = fit(decode_image(parsed["raw_image"]), size, geometry)
-            return parsed["example_key"], pixels, parsed["label"], parsed["saliency"]
+            finite = tf.debugging.Assert(tf.reduce_all(tf.math.is_finite(parsed["saliency"])),
+                                         [NON_FINITE_MAP])
+            with tf.control_dependencies([finite]):
+                scores = tf.identity(parsed["saliency"])
+            return parsed["example_key"], pixels, parsed["label"], scores
         return read
 
     def read_image(default_key, serialized, epoch):
@@ -216,3 +221,36 @@ def masked_dataset(files, source, config, *, training, batch_size, map_key=None,
             .map(finish, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True))
     drop = training if drop_remainder is None else drop_remainder
     return data.batch(batch_size, drop_remainder=drop).prefetch(tf.data.AUTOTUNE)
+
+
+def find_bad_record(files, source, *, map_key=None, num_classes, size, geometry="none",
+                    label_offset=0) -> Optional[str]:
+    """"<file>: record <i>: <problem>" for the first record that cannot be trained on (corrupt
+    bytes, a label outside the classes, a NaN or infinite map, an image or map of the wrong
+    size), else None. Called after training stopped on bad data, to name the culprit."""
+    map_format = records.peek_saliency_format(files[0], map_key) if source == "saliency" else None
+    for path in files:
+        for index, serialized in records.iter_serialized(path):
+            where = f"{path}: record {index}"
+            if source == "saliency":
+                records.check_saliency_features(records.parse_example(serialized, where), where,
+                                                map_key, map_format[1])
+                parsed = records.parse_saliency_record(serialized, map_key, *map_format[:2])
+                encoded, scores = parsed["raw_image"], parsed["saliency"].numpy()
+            else:
+                parsed = records.parse_image_record(serialized)
+                encoded, scores = parsed["encoded"], None
+            label = int(parsed["label"]) + (label_offset if source == "images" else 0)
+            if not 0 <= label < num_classes:
+                return (f"{where}: label {label} is outside the {num_classes} classes; check "
+                        "--num_classes and --label_offset")
+            if scores is not None and not tf.reduce_all(tf.math.is_finite(scores)):
+                return f"{where}: {NON_FINITE_MAP}; re-generate the saliency records"
+            try:
+                shape = tuple(decode_image(encoded).shape)
+            except tf.errors.OpError:
+                return f"{where}: the image cannot be decoded; re-create the record"
+            if geometry == "none" and shape[:2] != (size, size):
+                return (f"{where}: the image is {shape[1]}x{shape[0]} but the model takes "
+                        f"{size}x{size}; pass --geometry=center_crop or --image_size")
+    return None

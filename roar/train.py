@@ -17,9 +17,9 @@ import dataclasses
 import os
 from typing import Optional
 
-from models import training
+from models import provenance, training
 from models.cli import option, run_binary
-from models.errors import UserError
+from models.errors import UserError, check_fractions, check_minimum
 from models.training import Recipe, train_and_evaluate
 from roar import masked_data, synthetic_setup, tfds_source
 from saliency_gen.pipelines import count_records
@@ -29,10 +29,11 @@ def run_masked(train_files, eval_files, config, *, output_dir, recipe=Recipe(),
                source="images", control=None, map_key=None, size=None, geometry="none",
                label_offset=0, num_classes=10, model_name="small_cnn", strategy="default",
                seed=0, eval_batch_size=256, verbose=0, flags_record=None, random_mask="fixed",
-               num_train=None, num_eval=None):
+               num_train=None, num_eval=None, overwrite=False, callbacks=()):
     """One ROAR / KAR run on record files: the masked train and test pipelines (`roar.masked_data`)
     with the same masking, then `train_and_evaluate`; returns the metrics. The numbers of
-    train and test records are counted (a full read) unless given."""
+    train and test records are counted (a full read) unless given. The run's origin holds the
+    data listings' digests; training that stops on bad data names the first bad record."""
     common = dict(map_key=map_key, size=size, geometry=geometry, label_offset=label_offset,
                   control=control, seed=seed)
     train_data = masked_data.masked_dataset(train_files, source, config, training=True,
@@ -40,13 +41,23 @@ def run_masked(train_files, eval_files, config, *, output_dir, recipe=Recipe(),
                                             **common)
     eval_data = masked_data.masked_dataset(eval_files, source, config, training=False,
                                            batch_size=eval_batch_size, **common)
-    return train_and_evaluate(
-        train_data, eval_data, num_classes=num_classes,
-        num_train=num_train or count_records(train_files),
-        num_eval=num_eval or count_records(eval_files),
-        size=train_data.element_spec[0].shape[1], output_dir=output_dir,
-        model_name=model_name, recipe=recipe, strategy=strategy, seed=seed, verbose=verbose,
-        flags_record=flags_record)
+    size = train_data.element_spec[0].shape[1]
+    inputs = {"train_data": provenance.listing_digest(train_files),
+              "eval_data": provenance.listing_digest(eval_files)}
+    try:
+        return train_and_evaluate(
+            train_data, eval_data, num_classes=num_classes,
+            num_train=num_train or count_records(train_files),
+            num_eval=num_eval or count_records(eval_files), size=size, output_dir=output_dir,
+            model_name=model_name, recipe=recipe, strategy=strategy, seed=seed,
+            verbose=verbose, flags_record=flags_record, inputs=inputs, overwrite=overwrite,
+            callbacks=callbacks)
+    except training.DataError as error:
+        source_files = list(train_files) + [p for p in eval_files if p not in train_files]
+        found = masked_data.find_bad_record(
+            source_files, source, map_key=map_key, num_classes=num_classes, size=size,
+            geometry=geometry, label_offset=label_offset)
+        raise UserError(found or str(error)) from None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -159,7 +170,21 @@ class Config:
     num_eval_images: Optional[int] = option(
         None,
         'Test records (as above); evaluation checks that it saw exactly this many.')
+    overwrite: bool = option(
+        False, 'Replace a run folder made with other settings or data instead of stopping.')
 
+
+def check_flags(f: Config) -> None:
+    """Out-of-range flags stop the run with one line before any data is read."""
+    if f.ratio is not None:
+        check_fractions("ratio", f.ratio)
+    for name, minimum in (("batch_size", 1), ("eval_batch_size", 1),
+                          ("num_classes", 1), ("image_size", 1), ("num_train_images", 1),
+                          ("num_eval_images", 1), ("cg_max_iters", 1)):
+        if getattr(f, name) is not None:
+            check_minimum(name, getattr(f, name), minimum)
+    if f.epochs is not None and f.epochs <= 0:
+        raise UserError(f"--epochs={f.epochs} must be positive")
 
 
 PRESETS = {"synthetic": training.SYNTHETIC_RECIPE, "real": training.REAL_RECIPE}
@@ -188,6 +213,7 @@ def run(config: Config) -> dict:
     """One ROAR / KAR run with `config`; prints the run folder and the result line and returns
     the metrics (also written to `<run folder>/metrics.json`)."""
     f = config
+    check_flags(f)
     # The small-model defaults apply to the synthetic world.
     synthetic = (f.data_dir is None and not f.tfds_name) or f.dataset_name == "synthetic"
     transformation = f.transformation
@@ -243,7 +269,7 @@ def run(config: Config) -> dict:
         seed=f.seed, eval_batch_size=f.eval_batch_size, verbose=1, flags_record=record,
         random_mask=f.random_mask,
         num_train=f.num_train_images or known_sizes[0],
-        num_eval=f.num_eval_images or known_sizes[1])
+        num_eval=f.num_eval_images or known_sizes[1], overwrite=f.overwrite)
     print(f"top-1 {result['top1']:.4f}  top-5 {result['top5']:.4f}  on {result['n_eval']} test "
           f"images ({'KAR' if f.keep_information else 'ROAR'}, {method}, ratio {ratio}); "
           f"wrote {os.path.join(output, 'metrics.json')}")

@@ -8,7 +8,8 @@ prediction, unless --explain=label), and writes one saliency-record shard per in
 `<output_dir>/<method dir>/<input file name>`, where the method dir is the ROAR generator code for
 `roar:` names (IG_SG_2, SH, ...) and the method name otherwise. Each shard is written under a
 temporary name and renamed when complete: a re-run skips finished shards of the same origin
-(the folder's manifest.json, docs/records.md "Provenance") and redoes unfinished ones. `--num_shards/--shard_index` give every cluster task its own subset of input shards.
+(the folder's manifest.json, docs/records.md "Provenance") and redoes unfinished ones.
+`--num_shards/--shard_index` give every cluster task its own subset of input shards.
 """
 import dataclasses
 import json
@@ -23,8 +24,8 @@ import tensorflow as tf
 from tqdm import tqdm
 
 import models
-from models.cli import option, run_binary
 from models import provenance
+from models.cli import option, run_binary
 from models.errors import RecordError, UserError, check_minimum
 from models.files import ensure_directory, exclusive, remove_leftovers
 from models.preprocessing import CROP_VERSION, input_space

@@ -21,6 +21,22 @@ def interrupt_after_first_epoch():
     return Interrupt()
 
 
+def interrupt_at(epoch, step):
+    """A Keras callback that raises KeyboardInterrupt after batch `step` of epoch `epoch` (a job
+    killed inside an epoch, after the backup of the epochs before it)."""
+    import keras
+
+    class Interrupt(keras.callbacks.Callback):
+        def on_epoch_begin(self, current, logs=None):
+            self.epoch = current
+
+        def on_train_batch_end(self, batch, logs=None):
+            if self.epoch == epoch and batch == step:
+                raise KeyboardInterrupt
+
+    return Interrupt()
+
+
 def tree_digests(root):
     """{relative path: sha256} of every file under `root` (byte-identity checks)."""
     result = {}

@@ -11,11 +11,12 @@ import numpy as np
 import pytest
 
 from models import training
+from models.errors import UserError
 from roar import masked_data, masking, train
 from saliency_gen import generate, records
 from saliency_gen.world import synthetic
 from tests import REPO
-from tests.conftest import interrupt_after_first_epoch
+from tests.conftest import interrupt_at
 
 SIZE, T, V = 32, 50, 10  # 5,000 train and 1,000 test images of 32 x 32
 RECIPE = training.with_overrides(training.SYNTHETIC_RECIPE, epochs=5.0)
@@ -221,25 +222,33 @@ def test_a_tensorflow_datasets_split_becomes_masked_records(tmp_path):
 
 
 
-def test_a_killed_run_resumes_from_its_backup(world, tmp_path):
-    recipe = training.with_overrides(training.SYNTHETIC_RECIPE, epochs=2.0)
+def test_a_killed_run_resumes_exactly_and_other_settings_are_refused(world, tmp_path):
+    recipe = training.with_overrides(training.SYNTHETIC_RECIPE, epochs=3.0)
     config = masked_data.MaskConfig(ratio=0.3)
     files = world["validation"]  # small: 1,000 images
-    with pytest.raises(KeyboardInterrupt):
-        training.train_and_evaluate(
-            masked_data.masked_dataset(files, "images", config, training=True, batch_size=64,
-                                       control="random"),
-            masked_data.masked_dataset(files, "images", config, training=False, batch_size=250,
-                                       control="random"),
-            num_classes=10, num_train=1000, num_eval=1000, size=SIZE,
-            output_dir=str(tmp_path), recipe=recipe, verbose=0,
-            callbacks=[interrupt_after_first_epoch()])
-    with open(tmp_path / "backup" / "training_metadata.json") as handle:
+
+    def run(folder, **options):
+        return train.run_masked(files, files, config, output_dir=str(tmp_path / folder),
+                                recipe=recipe, control="random", **options)
+
+    uninterrupted = run("whole")
+    killed = tmp_path / "killed"
+    with pytest.raises(KeyboardInterrupt):  # killed at step 5 of epoch 2, after two backups
+        train.run_masked(files, files, config, output_dir=str(killed), recipe=recipe,
+                         control="random", callbacks=[interrupt_at(epoch=1, step=5)])
+    with open(killed / "backup" / "training_metadata.json") as handle:
         assert json.load(handle)["epoch"] == 1
-    assert not os.path.exists(tmp_path / "metrics.json")  # nothing looks finished
-    result = train.run_masked(files, files, config, output_dir=str(tmp_path), recipe=recipe,
-                              control="random")
-    assert result["n_eval"] == 1000 and not os.path.exists(tmp_path / "backup")
+    assert not os.path.exists(killed / "metrics.json")  # nothing looks finished
+    resumed = run("killed")
+    assert resumed["model_id"] == uninterrupted["model_id"]  # the same weights, bit for bit
+    assert resumed["top1"] == uninterrupted["top1"]
+    assert resumed["resumptions"] == 1 and resumed["resumed_at_epochs"] == [1]
+    assert uninterrupted["resumptions"] == 0 and not os.path.exists(killed / "backup")
+    assert run("killed") == resumed  # a finished run of the same origin is reused
+    with pytest.raises(UserError, match=r"run folder .*killed was made with "
+                                        r"base_learning_rate=0.004, not 0.01; pass --overwrite"):
+        train.run_masked(files, files, config, output_dir=str(killed), control="random",
+                         recipe=training.with_overrides(recipe, base_learning_rate=0.01))
 
 
 def test_road_binary_writes_table_json_csv_and_plot(world, known_answers, tmp_path):
