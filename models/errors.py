@@ -41,5 +41,9 @@ def check_minimum(flag: str, value, minimum) -> None:
 def check_fractions(flag: str, values) -> None:
     """Raises unless every value of the flag `--flag` lies in [0, 1] (ratios of pixels)."""
     for value in values if isinstance(values, (list, tuple)) else [values]:
-        if not 0.0 <= float(value) <= 1.0:
+        try:
+            fraction = float(value)
+        except ValueError:
+            raise UserError(f"--{flag}={value} is not a number") from None
+        if not 0.0 <= fraction <= 1.0:
             raise UserError(f"--{flag}={value} must lie in [0, 1] (a fraction of the pixels)")

@@ -9,12 +9,12 @@ in the style of the ROAR paper's figure.
 """
 import dataclasses
 import glob
-import json
 import os
 from typing import Optional
 
 from models.cli import option, run_binary
 from models.errors import UserError
+from models.files import read_json
 from roar import summaries
 
 
@@ -31,8 +31,7 @@ def collect(output_dir):
     rows = []
     for path in sorted(glob.glob(os.path.join(output_dir, "**", "metrics.json"),
                                  recursive=True)):
-        with open(path, encoding="utf-8") as handle:
-            metrics = json.load(handle)
+        metrics = read_json(path, "metrics file")
         run_flags = metrics.get("flags", {})
         transformation = run_flags.get("transformation", "modified_image")
         method = {"random_baseline": "random", "raw_image": "clean"}.get(

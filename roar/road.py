@@ -19,9 +19,10 @@ import tensorflow as tf
 from tqdm import tqdm
 
 import models
+from models import provenance
 from models.cli import option, run_binary
-from models.errors import UserError
-from models.files import write_json
+from models.errors import UserError, check_fractions, check_minimum
+from models.files import exclusive, write_json
 from roar import masked_data, summaries
 from saliency_gen.pipelines import count_records
 
@@ -101,12 +102,23 @@ class Config:
 
 
 def run(config: Config) -> list:
-    """MoRF / LeRF curves of `config`: printed row by row, written as <output>.json, .csv, .md
-    and .png; returns the rows."""
+    """MoRF / LeRF curves of `config`: printed row by row, written as <output>.json (with the
+    run's origin), .csv, .md and .png; returns the rows. A second run writing the same output
+    at once stops with one line."""
     f = config
     for name in ("ckpt_path", "data_dir", "saliency_method"):
         if not getattr(f, name):
             raise UserError(f"--{name} is required")
+    check_fractions("ratios", list(f.ratios))
+    check_minimum("batch_size", f.batch_size, 1)
+    unknown = sorted(set(f.orders) - set(ORDERS))
+    if unknown or not f.orders:
+        raise UserError(f"--orders={','.join(f.orders)} must name morf and/or lerf")
+    with exclusive(f.output + ".json", "ROAD output"):
+        return _curves(f)
+
+
+def _curves(f: Config) -> list:
     model = models.load(f.ckpt_path)
     files = masked_data.list_shards(os.path.join(f.data_dir, f.eval_pattern), "--eval_pattern")
     control = f.saliency_method if f.saliency_method in ("random", "oracle") else None
@@ -132,9 +144,11 @@ def run(config: Config) -> list:
                             ["method", "order", "p", "fraction_removed", "mean ± sd", "n"],
                             "fraction_removed", ["method", "order"], "accuracy",
                             "ROAD: accuracy of the clean model on imputed images")
-    write_json(f.output + ".json", {"rows": rows, "flags": {name: getattr(f, name) for name in (
+    flags = {name: getattr(f, name) for name in (
         "ckpt_path", "data_dir", "saliency_method", "ranking", "squared_value", "tie_break",
-        "fill", "road_noise", "seed")}}, indent=2)
+        "fill", "road_noise", "seed", "orders", "ratios", "label_offset")}
+    write_json(f.output + ".json", {"rows": rows, "flags": flags, "origin": provenance.origin(
+        flags, model_id=model.model_id, data=provenance.listing_digest(files))}, indent=2)
     print(f"wrote {f.output}.json, .csv, .md and .png")
     return rows
 

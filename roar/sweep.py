@@ -4,8 +4,9 @@
         --modes=roar,kar --output_dir=roar_runs [--train_flags="--epochs=2"]
 
 Each run is `python -m roar.train` in its own process with the run's flags plus
-`--train_flags`; a run whose `metrics.json` exists is skipped, so a killed sweep resumes where it
-stopped. `random` means `--transformation=random_baseline`. Then `python -m roar.report`.
+`--train_flags`; roar.train reuses a finished run of the same origin and refuses one made with
+other settings (docs/roar.md, "Training"), so a killed sweep resumes where it stopped.
+`random` means `--transformation=random_baseline`. Then `python -m roar.report`.
 """
 import dataclasses
 import os
@@ -16,7 +17,7 @@ import sys
 from tqdm import tqdm
 
 from models.cli import option, run_binary
-from models.errors import UserError
+from models.errors import UserError, check_fractions
 from roar import train
 
 
@@ -56,6 +57,7 @@ def run_arguments(method, ratio, seed, keep, output_dir):
 def run(config: Config) -> int:
     """Trains every missing run of the grid (one roar.train process each); returns how many."""
     f = config
+    check_fractions("ratios", list(f.ratios))
     runs = planned_runs(f.methods, f.ratios, f.seeds, f.modes)
     extra = shlex.split(f.train_flags)
     done = 0
@@ -67,13 +69,15 @@ def run(config: Config) -> int:
                 f.output_dir, transformation, ratio, "random" if method == "random" else
                 method, keep, options.get("ranking", "element"), options.get("fill", "mean"),
                 seed)
-            if not os.path.isfile(os.path.join(folder, "metrics.json")):
-                command = [sys.executable, "-m", "roar.train", *arguments, *extra]
-                result = subprocess.run(command, check=False)
-                if result.returncode != 0:
-                    raise UserError(f"run failed ({' '.join(command[2:])}); fix it and re-run "
-                                    "the sweep: finished runs are kept")
-                done += 1
+            finished = os.path.isfile(os.path.join(folder, "metrics.json"))
+            command = [sys.executable, "-m", "roar.train", *arguments, *extra]
+            result = subprocess.run(command, check=False, capture_output=finished, text=True)
+            if result.returncode != 0:
+                why = (result.stderr or "").strip().splitlines()[-1:] if finished else []
+                raise UserError(f"run failed ({' '.join(command[2:])}{': ' if why else ''}"
+                                f"{''.join(why)}); fix it and re-run the sweep: finished runs "
+                                "are kept")
+            done += not finished
             bar.update(1)
     print(f"{done} runs trained, {len(runs) - done} already finished; now run "
           f"python -m roar.report --output_dir={f.output_dir}")

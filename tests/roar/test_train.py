@@ -105,7 +105,7 @@ def test_saliency_records_drive_the_masks(world, known_answers, tmp_path):
     _, tmp = known_answers
     generate.generate(world["validation"][0], str(tmp / "clean" / "model"), ["roar:SH"],
                       str(tmp_path), dtype="float16", progress_bar=False)
-    shards = sorted(glob.glob(str(tmp_path / "SH" / "*")))
+    shards = records.list_files(str(tmp_path / "SH" / "*"))  # not its manifest.json
     config = masked_data.MaskConfig(ratio=0.3)
     ds = masked_data.masked_dataset(shards, "saliency", config, training=False, batch_size=64,
                                     map_key="gradient_image")
