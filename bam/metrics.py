@@ -25,9 +25,10 @@ from tqdm import tqdm
 
 import models
 from bam import metric_definitions, rmcs, synthetic_setup, val_set_scores
+from models import provenance
 from models.cli import option, run_binary
-from models.errors import UserError, require_both_or_neither
-from models.files import atomic_output, write_json
+from models.errors import UserError, check_minimum, require_both_or_neither
+from models.files import atomic_output, exclusive, write_json
 
 
 def compute(data_dir, model_dir, metric_names, methods, num_imgs=10, seed=0, noise_seed=0,
@@ -133,11 +134,13 @@ class Config:
                                        "at (other sizes are resized); default: the images' size.")
 
 
-def _write_outputs(path, results, relative=None):
+def _write_outputs(path, results, relative=None, origin=None):
     values = {metric: {method: row[0] for method, row in rows.items()}
               for metric, rows in results.items()}
     if relative is not None:
         values["RMCS"] = relative
+    if origin is not None:
+        values["origin"] = origin
     write_json(path, values, indent=2)
     csv_path = os.path.splitext(path)[0] + ".csv"
     with atomic_output(csv_path) as temporary:
@@ -181,9 +184,47 @@ def _table(results, methods):
     return "\n".join(lines)
 
 
+def check_flags(config: Config) -> None:
+    """Empty or unknown metric lists and non-positive counts stop with one line at once."""
+    known = (*metric_definitions.METRICS, "RMCS")
+    if not config.metrics:
+        raise UserError(f"--metrics names no metric; choose from {', '.join(known)}")
+    unknown = [m for m in config.metrics if m not in known]
+    if unknown:
+        raise UserError(f"--metrics: unknown metric {unknown[0]!r}; choose from "
+                        f"{', '.join(known)}")
+    for name in ("num_imgs", "batch_size", "epochs", "input_size"):
+        if getattr(config, name) is not None:
+            check_minimum(name, getattr(config, name), 1)
+    if config.methods is not None and not config.methods:
+        raise UserError("--methods names no method")
+
+
+def origin_of(config: Config, methods, data_dir, model_dir) -> dict:
+    """What made a metrics file: the flags that change its numbers, the models' ids and the
+    data folder (docs/bam.md, "Outputs")."""
+    settings = {name: getattr(config, name) for name in (
+        "metrics", "num_imgs", "seed", "noise_seed", "scratch", "maps_dir", "input_size",
+        "rmcs_tcav")}
+    model_ids = {}
+    if model_dir is not None and config.maps_dir is None and config.scratch:
+        for name in sorted(os.listdir(model_dir)):
+            if os.path.isfile(os.path.join(model_dir, name, "saved_model.pb")):
+                model_ids[name] = models.read_info(os.path.join(model_dir, name))["model_id"]
+    return provenance.origin(dict(settings, methods=list(methods)), models=model_ids,
+                             data_dir=os.path.abspath(data_dir) if data_dir else None)
+
+
 def run(config: Config) -> dict:
     """Computes the metrics of `config`, prints them and writes the JSON and CSV outputs;
-    returns {metric: {method: (value, used, sampled, constant maps)}} (and "RMCS")."""
+    returns {metric: {method: (value, used, sampled, constant maps)}} (and "RMCS"). A second
+    run writing the same --output at once stops with one line."""
+    check_flags(config)
+    with exclusive(config.output, "--output"):
+        return _run(config)
+
+
+def _run(config: Config) -> dict:
     started = time.time()
     data_dir, model_dir = config.data_dir, config.model_dir
     metric_names = list(config.metrics)
@@ -240,7 +281,8 @@ def run(config: Config) -> dict:
                 for m, row in rows.items() if row[3]}
     for (metric, method), count in constant.items():
         print(f"note: {count} {method} map(s) in {metric} were constant (normalised to 0)")
-    csv_path = _write_outputs(config.output, results, relative)
+    csv_path = _write_outputs(config.output, results, relative,
+                              origin_of(config, methods, data_dir, model_dir))
     print(f"\nwrote {config.output} and {csv_path} in {time.time() - started:.0f} s")
     return dict(results, **({"RMCS": relative} if relative is not None else {}))
 

@@ -57,6 +57,7 @@ def _train_missing(data_dir, model_dir, names, epochs, seed, log):
     for name in names:
         if not (os.path.isfile(os.path.join(model_dir, f"{name}.json")) and
                 os.path.isfile(os.path.join(model_dir, name, WEIGHTS_PATH))):
-            report = train.train_and_export(data_dir, name, model_dir, epochs=epochs, seed=seed)
+            report = train.train_and_export(data_dir, name, model_dir, epochs=epochs, seed=seed,
+                                            overwrite=True)  # the cache owns its backups
             log(f"trained {name}: val accuracy {report['val_accuracy']:.3f} in "
                 f"{report['train_seconds']:.0f} s")

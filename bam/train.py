@@ -19,7 +19,6 @@ finished epoch after a kill (`train_and_export` keeps a backup beside the model 
 exported).
 """
 import dataclasses
-import json
 import os
 import shutil
 import time
@@ -30,10 +29,10 @@ import numpy as np
 import tensorflow as tf
 
 import models
-from models import training
+from models import provenance, training
 from models.cli import option, run_binary
 from models.errors import UserError
-from models.files import write_json
+from models.files import ensure_directory, read_json, write_json
 from models.preprocessing import INPUT_SPACES, load_bam_pixels
 from saliency_gen.world import dataset
 
@@ -136,34 +135,34 @@ def finish(images, input_size, pipeline):
                       num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
 
 
-def _backup_callbacks(backup_dir, config):
-    """Keras' BackupAndRestore in `backup_dir`, discarding a backup made with another config."""
+def _backup_callbacks(backup_dir, config, overwrite=False):
+    """Keras' BackupAndRestore in `backup_dir`; a backup made with another config stops the run
+    with one line naming the differing setting (docs/bam.md, "Outputs"), unless `overwrite`
+    discards it."""
     if backup_dir is None:
         return [], 0
     config_path = os.path.join(backup_dir, "config.json")
     if os.path.isdir(backup_dir):
-        try:
-            with open(config_path, encoding="utf-8") as handle:
-                same = json.load(handle) == config
-        except (OSError, ValueError):
-            same = False
-        if not same:
+        recorded = read_json(config_path, "backup config") if os.path.exists(config_path) else {}
+        error = provenance.mismatch_error(f"training backup {backup_dir}",
+                                          {"settings": recorded}, {"settings": config})
+        if error is not None and not overwrite:
+            raise error
+        if error is not None:
             shutil.rmtree(backup_dir)
-    os.makedirs(backup_dir, exist_ok=True)
-    with open(config_path, "w", encoding="utf-8") as handle:
-        json.dump(config, handle, sort_keys=True)
+    ensure_directory(backup_dir)
+    write_json(config_path, config, sort_keys=True)
     resumed_from = 0
     metadata = os.path.join(backup_dir, "training_metadata.json")
     if os.path.isfile(metadata):
-        with open(metadata, encoding="utf-8") as handle:
-            resumed_from = int(json.load(handle).get("epoch", 0))
+        resumed_from = int(read_json(metadata, "backup state").get("epoch", 0))
     return [keras.callbacks.BackupAndRestore(backup_dir, delete_checkpoint=False)], resumed_from
 
 
 def train_classifier(data_dir, dataset_name, model_name="small_cnn", input_size=None, epochs=10,
                      batch_size=64, learning_rate=1e-3, seed=0, max_seconds=None, verbose=0,
                      optimizer="adam", pipeline="auto", backup_dir=None, callbacks=(),
-                     **model_options):
+                     overwrite=False, **model_options):
     """Trains `model_name` on `<data_dir>/<dataset_name>`; returns (model, report dict).
 
     `input_size` defaults to the images' own size. `model_options` go to `models.build` (e.g.
@@ -172,7 +171,8 @@ def train_classifier(data_dir, dataset_name, model_name="small_cnn", input_size=
     stops training early at that wall-clock budget (which makes the epoch count
     machine-dependent). Training is deterministic: the seed fixes initialisation and order, and
     TensorFlow's op determinism is enabled for the process. With `backup_dir` training resumes
-    from the last finished epoch of an interrupted run with the same arguments.
+    from the last finished epoch of an interrupted run with the same arguments; a backup made
+    with other arguments stops with one line unless `overwrite`.
     """
     root = os.path.join(data_dir, dataset_name)
     train = dataset.train_listing(root)
@@ -210,7 +210,7 @@ def train_classifier(data_dir, dataset_name, model_name="small_cnn", input_size=
               "epochs": epochs, "batch_size": batch_size, "learning_rate": learning_rate,
               "optimizer": optimizer, "seed": seed,
               "model_options": {k: str(v) for k, v in sorted(model_options.items())}}
-    backup, resumed_from = _backup_callbacks(backup_dir, config)
+    backup, resumed_from = _backup_callbacks(backup_dir, config, overwrite)
     started = time.time()
     try:
         history = model.fit(pipeline_data, epochs=epochs, verbose=verbose, shuffle=False,
@@ -230,6 +230,10 @@ def train_classifier(data_dir, dataset_name, model_name="small_cnn", input_size=
         decode_seconds=decode_seconds, pipeline=chosen)
 
 
+_MEASURED = ("val_accuracy", "num_train", "num_val", "epochs_run", "resumed_from_epoch",
+             "train_seconds", "decode_seconds", "pipeline")  # results, not settings
+
+
 def train_and_export(data_dir, dataset_name, model_dir, **options):
     """Trains on `<data_dir>/<dataset_name>`, exports `<model_dir>/<dataset_name>` (SavedModel)
     and writes the report beside it as `<model_dir>/<dataset_name>.json`; returns the report.
@@ -240,7 +244,10 @@ def train_and_export(data_dir, dataset_name, model_dir, **options):
     backup_dir = os.path.join(model_dir, f"{dataset_name}.backup")
     model, report = train_classifier(data_dir, dataset_name, backup_dir=backup_dir, **options)
     path = os.path.join(model_dir, dataset_name)
-    info = models.export(model, path, preprocessing="caffe_rgb", extra=report, overwrite=True)
+    info = models.export(model, path, preprocessing="caffe_rgb", overwrite=True,
+                         extra=dict(report, origin=provenance.origin(
+                             {k: report[k] for k in sorted(report) if k not in _MEASURED},
+                             data_dir=os.path.abspath(data_dir))))
     report = dict(report, model_path=path, model_id=info["model_id"])
     write_json(os.path.join(model_dir, f"{dataset_name}.json"), report, indent=2, sort_keys=True)
     shutil.rmtree(backup_dir, ignore_errors=True)
@@ -281,6 +288,8 @@ class Config:
         PIPELINES)
     max_seconds: Optional[float] = option(None, 'Stop training after this wall-clock budget.')
     seed: int = option(0, 'Seed of initialisation and data order.')
+    overwrite: bool = option(False, 'Discard a backup made with other settings instead of '
+                             'stopping.')
 
 
 
@@ -315,7 +324,7 @@ def run(config: Config) -> dict:
           + ", ".join(f"{key}={value}" for key, value in sorted(options.items())))
     report = train_and_export(f.data_dir, f.dataset, f.model_dir, seed=f.seed,
                               max_seconds=f.max_seconds, pipeline=f.pipeline, verbose=1,
-                              **options)
+                              overwrite=f.overwrite, **options)
     print(f"{f.dataset}: val accuracy {report['val_accuracy']:.4f} on {report['num_val']} images "
           f"after {report['epochs_run']} epochs ({report['train_seconds']:.0f} s, "
           f"{report['pipeline']} pipeline); exported to {report['model_path']}")

@@ -160,6 +160,9 @@ def test_metrics_binary_writes_json_and_csv(trained_world, tmp_path, monkeypatch
         env=dict(os.environ, PYTHONPATH=user_methods))
     assert done.returncode == 0, done.stderr
     values = json.loads(output.read_text())
+    origin = values.pop("origin")  # what made the file: flags, model ids, data
+    assert origin["settings"]["num_imgs"] == 10 and origin["settings"]["seed"] == 0
+    assert set(origin["inputs"]["models"]) == {"obj", "scene", "scene_only"}
     assert set(values) == {"MCS", "IDR", "IIR"} and set(values["MCS"]) == {"GC", "VG", user}
     assert all(np.isfinite(v) for rows in values.values() for v in rows.values())
     monkeypatch.syspath_prepend(user_methods)

@@ -69,9 +69,12 @@ def test_killed_training_resumes_at_the_last_finished_epoch(tiny_world, tmp_path
     _, report = train.train_classifier(root, "obj", "small_cnn", epochs=3, seed=1,
                                        backup_dir=backup)
     assert report["resumed_from_epoch"] == 1 and report["epochs_run"] == 3
-    # Another configuration never resumes from this backup.
+    # Another configuration never resumes from this backup: one line, or a fresh start.
+    with pytest.raises(UserError, match=r"training backup .*obj.backup was made with epochs=3, "
+                                        r"not 2; pass --overwrite"):
+        train.train_classifier(root, "obj", "small_cnn", epochs=2, seed=1, backup_dir=backup)
     _, report = train.train_classifier(root, "obj", "small_cnn", epochs=2, seed=1,
-                                       backup_dir=backup)
+                                       backup_dir=backup, overwrite=True)
     assert report["resumed_from_epoch"] == 0 and report["epochs_run"] == 2
 
 
