@@ -156,6 +156,10 @@ def score_saved_maps(maps_dir, pair_name, val_set, indices, methods, input_size)
         if maps.ndim not in (3, 4) or maps.shape[0] != count:
             raise UserError(f"{path} has shape {maps.shape}; expected [{count}, H, W] or "
                             f"[{count}, H, W, C] in the order of {val_set.name}/val.txt")
+        if maps.shape[1] != maps.shape[2]:
+            raise UserError(f"{path} holds {maps.shape[2]}x{maps.shape[1]} maps; BAM's images "
+                            "are square, so their maps must be too (H = W); save the maps at "
+                            "the images' resolution")
         chosen = np.asarray(maps[np.asarray(indices)], np.float32)
         chosen = chosen[..., None] if chosen.ndim == 3 else chosen
         if not np.isfinite(chosen).all():

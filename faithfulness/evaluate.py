@@ -25,9 +25,10 @@ from tqdm import tqdm
 import models
 from faithfulness import curves, idsds, inputs, single_step, stats
 from faithfulness import scorer as scoring
+from models import provenance
 from models.cli import option, run_binary
-from models.errors import UserError, require_both_or_neither
-from models.files import write_json
+from models.errors import UserError, check_minimum, require_both_or_neither
+from models.files import exclusive, write_json
 from models.preprocessing import input_space
 from saliency_gen import engine as saliency_engine
 from saliency_gen import pipelines, records
@@ -242,7 +243,25 @@ def run(config: Config) -> dict:
     """Scores every explainer of `config` with its protocol, prints the table and writes the
     JSON report; returns the report."""
     f = config
+    check_flags(f)
+    output = f.output or f"faithfulness_{f.evaluation_protocol}.json"
+    with exclusive(output, "--output"):
+        return _run(f, output)
+
+
+def check_flags(f: Config) -> None:
+    """Counts and sizes out of range stop the run with one line before any work."""
     require_both_or_neither(("model_path", f.model_path), ("input_pattern", f.input_pattern))
+    if f.nr_images == 0 or f.nr_images < -1:
+        raise UserError(f"--nr_images={f.nr_images} must be a positive count, or -1 for all")
+    for name in ("batch_size", "grid_rows_and_cols", "id_steps", "max_step_nb",
+                 "id_baseline_gaussian_kernel"):
+        check_minimum(name, getattr(f, name), 1)
+    if not f.explainer:
+        raise UserError("--explainer names no method")
+
+
+def _run(f: Config, output: str) -> dict:
     if f.model_path is None:
         model_path = cache.clean_model(seed=0)
         pattern = os.path.join(cache.records_dir(seed=0), "validation-*")
@@ -260,11 +279,14 @@ def run(config: Config) -> dict:
                            options, progress=bar.update)
     seconds = time.time() - started
     print(table(results, len(images)))
-    output = f.output or f"faithfulness_{f.evaluation_protocol}.json"
     report = {"protocol": f.evaluation_protocol, "model_path": model_path,
               "model_id": loaded.model_id, "input_pattern": pattern, "n_images": len(images),
-              "options": dataclasses.asdict(options), "seconds": seconds, "results": results}
-    os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
+              "options": dataclasses.asdict(options), "seconds": seconds, "results": results,
+              "origin": provenance.origin(
+                  {"protocol": f.evaluation_protocol, "explainer": list(f.explainer),
+                   "nr_images": f.nr_images, **dataclasses.asdict(options)},
+                  model_id=loaded.model_id,
+                  data=provenance.listing_digest(records.list_files(pattern)))}
     write_json(output, report, indent=1)
     print(f"wrote {output} ({seconds:.0f} s)")
     return report

@@ -45,9 +45,14 @@ def aggregate(values, nan_policy="propagate", what="value"):
         raise UserError(f"unknown nan_policy {nan_policy!r}; use one of {', '.join(NAN_POLICIES)}")
     values = np.asarray(values, np.float64)
     finite = np.isfinite(values)
-    if nan_policy == "propagate":
-        return (float(values.mean()) if values.size else float("nan")), 0
     excluded = int((~finite).sum())
+    if nan_policy == "propagate":
+        if excluded:  # the reference's mean: faithful, but never silently NaN
+            logging.getLogger(__name__).warning(
+                "%d of %d images have a non-finite %s (a constant map or curve), so the mean is "
+                "NaN as in the reference; pass nan_policy='omit' to exclude them", excluded,
+                values.size, what)
+        return (float(values.mean()) if values.size else float("nan")), 0
     if excluded:
         logging.getLogger(__name__).warning("%d of %d images have a non-finite %s and are "
                                             "excluded from the mean", excluded, values.size, what)

@@ -63,7 +63,7 @@ def test_insertion_of_a_fraction_model_has_auc_one_half():
 
 # -- 2. constant model ----------------------------------------------------------------------------
 
-def test_constant_model_gives_its_value_and_nan_correlations():
+def test_constant_model_gives_its_value_and_nan_correlations(caplog):
     x = np.random.RandomState(0).rand(3, 16, 16, 3).astype(np.float32)
     maps = np.random.RandomState(1).rand(3, 4, 4)
 
@@ -71,6 +71,9 @@ def test_constant_model_gives_its_value_and_nan_correlations():
         return tf.fill([tf.shape(images)[0], 2], 0.25)
 
     deletion = faithfulness.Deletion()(constant, x, maps, [0, 1, 0])
+    # The reference's NaN mean, never silent: the warning counts the images and names the way out.
+    assert "3 of 3 images have a non-finite dc" in caplog.text and "nan_policy='omit'" in \
+        caplog.text
     insertion = faithfulness.Insertion()(constant, x, maps, [0, 1, 0])
     assert deletion["dauc"] == pytest.approx(0.25) and insertion["iauc"] == pytest.approx(0.25)
     assert np.isnan(deletion["dc"]) and np.isnan(insertion["ic"])
