@@ -1,0 +1,298 @@
+"""The error catalogue: every bad input, clash and damaged file a user has met, run through the
+binaries as a user would (a subprocess each), with the one-line promise of docs/architecture.md
+("Errors" and "Outputs and provenance"): exit status 2, exactly one `error:` line that names the
+culprit, no traceback, and no output file left behind or changed.
+
+The fixtures build one tiny world, models and damaged copies of its files; the cases run three
+processes at a time to keep the whole catalogue within a couple of minutes on two cores.
+"""
+import concurrent.futures
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import models
+from bam import val_set_scores
+from models import files, provenance
+from saliency_gen import generate, records
+from tests import REPO
+from tests.conftest import tree_digests
+
+CASES = []  # (id, module, arguments (with {placeholders}), expected text, watched output)
+
+
+def case(name, module, arguments, expected, watched=None):
+    """One case; "{out}" in its arguments is an output path of its own (cases run at once)."""
+    own = f"{{tmp}}/out-{name}"
+    arguments = [argument.replace("{out}", own) for argument in arguments]
+    watched = watched.replace("{out}", own) if watched else None
+    CASES.append(pytest.param(module, arguments, expected, watched, id=name))
+
+
+# saliency_gen.generate
+GEN = ["--input_pattern={records}/validation-*", "--model_path={model}"]
+case("generate-corrupt-shard", "saliency_gen.generate",
+     ["--input_pattern={corrupt}", "--model_path={model}", "--output_dir={out}"],
+     "bad.tfrecord: record", "{out}")
+case("generate-wrong-schema", "saliency_gen.generate",
+     ["--input_pattern={wrong_schema}", "--model_path={model}", "--output_dir={out}"],
+     "schema.tfrecord: record 0: missing required feature 'image/encoded'", "{out}")
+case("generate-unknown-method", "saliency_gen.generate",
+     [*GEN, "--output_dir={out}", "--saliency_method=deep_taylor"],
+     "unknown method 'deep_taylor'", "{out}")
+case("generate-no-method", "saliency_gen.generate",
+     [*GEN, "--output_dir={out}", "--saliency_method=,"], "names no method", "{out}")
+case("generate-no-input", "saliency_gen.generate",
+     ["--input_pattern={tmp}/none-*", "--model_path={model}", "--output_dir={out}"],
+     "no files match --input_pattern=", "{out}")
+case("generate-batch-size-0", "saliency_gen.generate",
+     [*GEN, "--output_dir={out}", "--batch_size=0"], "--batch_size=0 must be at least 1",
+     "{out}")
+case("generate-chunk-size-0", "saliency_gen.generate",
+     [*GEN, "--output_dir={out}", "--chunk_size=0"], "--chunk_size=0 must be at least 1",
+     "{out}")
+case("generate-shard-index", "saliency_gen.generate",
+     [*GEN, "--output_dir={out}", "--num_shards=2", "--shard_index=2"],
+     "--shard_index=2 must be in [0, --num_shards=2)", "{out}")
+case("generate-truncated-saved-model", "saliency_gen.generate",
+     ["--input_pattern={records}/validation-*", "--model_path={truncated_model}",
+      "--output_dir={out}"], "cannot load the model in", "{out}")
+case("generate-corrupt-model-info", "saliency_gen.generate",
+     ["--input_pattern={records}/validation-*", "--model_path={bad_info_model}",
+      "--output_dir={out}"], "model_info.json is empty or corrupt", "{out}")
+case("generate-labels-outside-classes", "saliency_gen.generate",
+     ["--input_pattern={records}/validation-*", "--model_path={five_classes}",
+      "--output_dir={out}"], "is outside the model's 5 classes", "{out}")
+case("generate-output-is-a-file", "saliency_gen.generate",
+     [*GEN, "--output_dir={a_file}/out"], "is a file", "{tmp}/a_file")
+case("generate-output-not-creatable", "saliency_gen.generate",
+     [*GEN, "--output_dir=/proc/no-such-folder/out"], "cannot create output folder", None)
+case("generate-other-seed", "saliency_gen.generate",
+     [*GEN, "--output_dir={maps}", "--saliency_method=gradient", "--seed=7"],
+     "was made with seed=0, not 7; pass --overwrite", "{maps}")
+case("generate-concurrent-writer", "saliency_gen.generate",
+     [*GEN, "--output_dir={locked_maps}", "--saliency_method=gradient"],
+     "is being written by process", "{locked_maps}")
+
+# roar.train (random-baseline runs on the tiny world's image records unless a case says otherwise)
+ROAR = ["--transformation=random_baseline", "--dataset_name=synthetic", "--epochs=1",
+        "--batch_size=4", "--output_dir={out}"]
+case("roar-ratio-above-1", "roar.train", [*ROAR, "--data_dir={records}", "--ratio=1.5"],
+     "--ratio=1.5 must lie in [0, 1]", "{out}")
+case("roar-ratio-missing", "roar.train", [*ROAR, "--data_dir={records}"],
+     "--ratio is required", "{out}")
+case("roar-epochs-0", "roar.train", [*ROAR, "--data_dir={records}", "--ratio=0.5",
+                                     "--epochs=0"], "--epochs=0.0 must be positive", "{out}")
+case("roar-batch-size-0", "roar.train", [*ROAR, "--data_dir={records}", "--ratio=0.5",
+                                         "--batch_size=0"], "--batch_size=0 must be at least 1",
+     "{out}")
+case("roar-labels-outside-classes", "roar.train",
+     [*ROAR, "--data_dir={records}", "--ratio=0.5", "--num_classes=3"],
+     "is outside the 3 classes; check --num_classes", "{out}")
+case("roar-nan-maps", "roar.train",
+     ["--dataset_name=synthetic", "--epochs=1", "--batch_size=4", "--output_dir={out}",
+      "--ratio=0.5",
+      "--data_dir={nan_maps}", "--saliency_method=gradient_image"],
+     "train-00000.tfrecord: record 0: a saliency map holds NaN or infinite values", "{out}")
+case("roar-map-image-size-mismatch", "roar.train",
+     ["--dataset_name=synthetic", "--epochs=1", "--batch_size=4", "--output_dir={out}",
+      "--ratio=0.5",
+      "--data_dir={small_maps}", "--saliency_method=gradient_image"],
+     "record 0: the image is 64x64 but the model takes 32x32", "{out}")
+case("roar-truncated-second-shard", "roar.train",
+     [*ROAR, "--data_dir={two_shards}", "--ratio=0.5"],
+     "train-00001-of-00002.tfrecord: record", "{out}")
+case("roar-other-settings", "roar.train", [*ROAR, "--data_dir={records}", "--ratio=0.5"],
+     "was made with base_learning_rate=0.5, not 0.004", "{out}")
+case("roar-concurrent-writer", "roar.train",
+     [*ROAR, "--data_dir={records}", "--ratio=0.25"], "is being written by process", "{out}")
+case("roar-output-is-a-file", "roar.train",
+     [*ROAR[:-1], "--output_dir={a_file}", "--data_dir={records}", "--ratio=0.5"],
+     "is a file", "{tmp}/a_file")
+case("road-ratio-above-1", "roar.road",
+     ["--ckpt_path={model}", "--data_dir={records}", "--saliency_method=random",
+      "--ratios=0.1,1.5", "--output={out}/road"], "--ratios=1.5 must lie in [0, 1]", None)
+case("report-corrupt-metrics", "roar.report", ["--output_dir={corrupt_runs}"],
+     "metrics.json is empty or corrupt", "{corrupt_runs}")
+case("report-empty-metrics", "roar.report", ["--output_dir={empty_runs}"],
+     "metrics.json is empty or corrupt", "{empty_runs}")
+
+# bam.metrics on saved maps (no training) and flag checks
+BAM = ["--data_dir={world}", "--metrics=MCS", "--output={out}/out.json", "--methods=GC"]
+case("bam-no-metrics", "bam.metrics", ["--metrics=", "--output={out}/out.json"],
+     "--metrics names no metric", "{out}")
+case("bam-unknown-metric", "bam.metrics", ["--metrics=MCS,FOO", "--output={out}/out.json"],
+     "unknown metric 'FOO'", "{out}")
+case("bam-num-imgs-0", "bam.metrics", ["--num_imgs=0", "--output={out}/out.json"],
+     "--num_imgs=0 must be at least 1", "{out}")
+case("bam-non-square-maps", "bam.metrics", [*BAM, "--maps_dir={flat_maps}"],
+     "GC.npy holds 1x64 maps", "{out}")
+case("bam-nan-maps", "bam.metrics", [*BAM, "--maps_dir={nan_bam_maps}"],
+     "GC.npy: a sampled map contains NaN", "{out}")
+case("bam-concurrent-writer", "bam.metrics",
+     ["--data_dir={world}", "--metrics=MCS", "--output={locked_output}", "--methods=GC",
+      "--maps_dir={flat_maps}"], "is being written by process", None)
+
+# faithfulness.evaluate
+FAITH = ["--model_path={model}", "--input_pattern={records}/validation-*",
+         "--output={out}/out.json"]
+case("faithfulness-negative-images", "faithfulness.evaluate", [*FAITH, "--nr_images=-7"],
+     "--nr_images=-7 must be a positive count, or -1 for all", "{out}")
+case("faithfulness-batch-size-0", "faithfulness.evaluate", [*FAITH, "--batch_size=0"],
+     "--batch_size=0 must be at least 1", "{out}")
+
+
+def _export(model, path):
+    models.export(model, path)
+    return path
+
+
+def _saliency_shard(path, world_records, side, damage=None):
+    """A saliency shard of the first 8 validation records with side x side x 3 maps of ones;
+    `damage(map)` may replace the stored map (float32) with anything."""
+    examples = []
+    for _, serialized in records.iter_serialized(
+            os.path.join(world_records, "validation-00000-of-00001.tfrecord")):
+        parsed = records.parse_image_record(serialized)
+        saliency = np.ones([side, side, 3], np.float32)
+        example = records.saliency_example(parsed["encoded"].numpy(), int(parsed["label"]),
+                                           {"gradient_image": saliency}, dtype="float32")
+        if damage is not None:
+            example.features.feature["saliency/gradient_image"].bytes_list.value[0] = \
+                tf.io.serialize_tensor(damage(saliency)).numpy()
+        examples.append(example)
+        if len(examples) == 8:
+            break
+    records.write_records(path, examples)
+
+
+@pytest.fixture(scope="module")
+def places(tiny_world, tmp_path_factory):
+    """{placeholder: path} of everything the cases read, plus locks held while they run."""
+    root, _ = tiny_world
+    tmp = tmp_path_factory.mktemp("catalogue")
+    world_records = os.path.join(root, "records")
+    keras.utils.set_random_seed(0)
+    model = _export(models.build("small_cnn", 10, (64, 64, 3), width=4), str(tmp / "model"))
+    paths = {"tmp": str(tmp), "world": root, "records": world_records, "model": model,
+             "maps": str(tmp / "maps")}
+    paths["five_classes"] = _export(models.build("small_cnn", 5, (64, 64, 3), width=4),
+                                    str(tmp / "five"))
+    for name, damage in (("truncated_model", "saved_model.pb"),
+                         ("bad_info_model", os.path.join("assets.extra", "model_info.json"))):
+        shutil.copytree(model, str(tmp / name))
+        target = tmp / name / damage
+        target.write_bytes(target.read_bytes()[:len(target.read_bytes()) // 3])
+        paths[name] = str(tmp / name)
+    validation = os.path.join(world_records, "validation-00000-of-00001.tfrecord")
+    data = open(validation, "rb").read()
+    (tmp / "bad.tfrecord").write_bytes(data[:5000])
+    paths["corrupt"] = str(tmp / "bad.tfrecord")
+    wrong = tf.train.Example(features=tf.train.Features(feature={
+        "image/class/label": tf.train.Feature(int64_list=tf.train.Int64List(value=[1]))}))
+    records.write_records(str(tmp / "schema.tfrecord"), [wrong])
+    paths["wrong_schema"] = str(tmp / "schema.tfrecord")
+    (tmp / "a_file").write_text("not a folder")
+    paths["a_file"] = str(tmp / "a_file")
+    generate.generate(validation, model, ["gradient"], paths["maps"], progress_bar=False)
+    # roar.train data: NaN maps, 32 px maps of 64 px images, a truncated second train shard.
+    for name, side, damage in (("nan_maps", 64, lambda m: m * np.nan), ("small_maps", 32, None)):
+        folder = tmp / name
+        folder.mkdir()
+        for split in ("train-00000.tfrecord", "validation-00000.tfrecord"):
+            _saliency_shard(str(folder / split), world_records, side, damage)
+        paths[name] = str(folder)
+    two = tmp / "two_shards"
+    two.mkdir()
+    train = open(os.path.join(world_records, "train-00000-of-00001.tfrecord"), "rb").read()
+    (two / "train-00000-of-00002.tfrecord").write_bytes(train)
+    (two / "train-00001-of-00002.tfrecord").write_bytes(train[:len(train) // 2])
+    shutil.copy(validation, str(two / "validation-00000-of-00001.tfrecord"))
+    paths["two_shards"] = str(two)
+    # A run folder of another learning rate where the ratio-0.5 random run goes.
+    run_folder = os.path.join(tmp, "out-roar-other-settings", "random_baseline", "0.50",
+                              "random", "remove", "element-mean", "seed_0")
+    os.makedirs(run_folder)
+    provenance.claim(os.path.join(run_folder, "origin.json"),
+                     provenance.origin({"base_learning_rate": 0.5}), "run")
+    # roar.report inputs: a corrupt and an empty metrics.json.
+    for name, text in (("corrupt_runs", '{"top1": 0.'), ("empty_runs", "")):
+        os.makedirs(tmp / name / "run")
+        (tmp / name / "run" / "metrics.json").write_text(text)
+        paths[name] = str(tmp / name)
+    # bam.metrics saved maps: 64x1 maps, and square maps with a NaN.
+    count = len(val_set_scores.load_val_set(root, "obj").paths)
+    for name, maps in (("flat_maps", np.ones([count, 64, 1], np.float32)),
+                       ("nan_bam_maps", np.full([count, 64, 64], np.nan, np.float32))):
+        for pair in ("obj-obj", "scene-scene"):
+            os.makedirs(tmp / name / pair)
+            np.save(tmp / name / pair / "predictions.npy", np.zeros(count, np.int64))
+            np.save(tmp / name / pair / "GC.npy", maps)
+        paths[name] = str(tmp / name)
+    # Writers that are busy while the cases run.
+    paths["locked_maps"] = str(tmp / "locked_maps")
+    paths["locked_output"] = str(tmp / "locked" / "out.json")
+    busy_run = os.path.join(tmp, "out-roar-concurrent-writer", "random_baseline", "0.25",
+                            "random", "remove", "element-mean", "seed_0")
+    with contextlib.ExitStack() as stack:
+        for target in (os.path.join(paths["locked_maps"], "task-0-of-1"),
+                       paths["locked_output"], busy_run):
+            stack.enter_context(files.exclusive(target))
+        yield paths
+
+
+def _snapshot(path):
+    """{relative path: digest} of the visible files under `path` (None if there are none);
+    hidden lock files are not outputs."""
+    if path is None or not os.path.exists(path):
+        return None
+    if os.path.isfile(path):
+        return {"": open(path, "rb").read()}
+    visible = {name: digest for name, digest in tree_digests(path).items()
+               if not any(part.startswith(".") for part in name.split(os.sep))}
+    return visible or None  # empty folders hold no output
+
+
+def _run_case(module, arguments, watched, places):
+    arguments = [argument.format(**places) for argument in arguments]
+    watched = watched.format(**places) if watched else None
+    before = _snapshot(watched)
+    done = subprocess.run([sys.executable, "-m", module, *arguments], cwd=REPO,
+                          capture_output=True, text=True, timeout=600)
+    return done, before, _snapshot(watched)
+
+
+@pytest.fixture(scope="module")
+def outcomes(places):
+    """Every case run once, three processes at a time: {case id: (process, before, after)}."""
+    with concurrent.futures.ThreadPoolExecutor(3) as pool:
+        futures = {param.id: pool.submit(_run_case, *param.values[:2], param.values[3], places)
+                   for param in CASES}
+        return {name: future.result() for name, future in futures.items()}
+
+
+@pytest.mark.parametrize("module,arguments,expected,watched", CASES)
+def test_one_clear_line_and_nothing_left_behind(module, arguments, expected, watched, outcomes,
+                                                request):
+    done, before, after = outcomes[request.node.callspec.id]
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert len(errors) == 1 and expected in errors[0], done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
+    assert after == before  # no output file left behind or changed
+
+
+def test_the_catalogue_covers_every_binary_with_bad_input():
+    modules = {param.values[0] for param in CASES}
+    assert modules == {"saliency_gen.generate", "roar.train", "roar.road", "roar.report",
+                       "bam.metrics", "faithfulness.evaluate"}
+    assert len(CASES) == len({param.id for param in CASES}) >= 35
+    json.dumps([param.values for param in CASES])  # plain data, readable in a failure report
