@@ -119,29 +119,48 @@ def exclusive(path, what: str = "output"):
 
     The lock is the file `.<name>.lock` beside `path`, locked with flock, so it is released
     when the process dies however it ends. A second process asking for the same lock gets one
-    `UserError` line instead of waiting or mixing its results with the first one's.
+    `UserError` line instead of waiting or mixing its results with the first one's. The lock file
+    is deleted when the block ends (a killed process leaves it, unlocked and harmless).
     """
     path = os.path.abspath(os.fspath(path))
     folder, name = os.path.split(path)
     ensure_directory(folder)
     lock_path = os.path.join(folder, f".{name}.lock")
-    handle = open(lock_path, "a+", encoding="utf-8")
+    handle = _take_lock(lock_path, f"{what} {path}")
     try:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as error:
-            if error.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
-                raise
-            handle.seek(0)
-            holder = handle.read().strip() or "another process"
-            raise UserError(f"{what} {path} is being written by {holder}; wait for it to "
-                            "finish or choose another output path") from None
         handle.seek(0)
         handle.truncate()
         handle.write(f"process {os.getpid()} on host {socket.gethostname()}")
         handle.flush()
         yield path
     finally:
+        # Unlinking before unlocking is safe: a process that opened the old file and then gets
+        # its lock sees that the name no longer leads to that file and starts again.
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(lock_path)
+        handle.close()
+
+
+def _take_lock(lock_path: str, what: str):
+    """An open handle of `lock_path` holding its flock; one `UserError` line if another holds it."""
+    while True:
+        handle = open(lock_path, "a+", encoding="utf-8")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as error:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            handle.close()
+            if error.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                raise
+            raise UserError(f"{what} is being written by {holder}; wait for it to finish or "
+                            "choose another output path") from None
+        try:
+            same = os.stat(lock_path).st_ino == os.fstat(handle.fileno()).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            return handle
         handle.close()
 
 

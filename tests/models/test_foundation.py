@@ -102,3 +102,17 @@ def test_start_up_logs_stay_hidden_unless_asked_for(monkeypatch):
     monkeypatch.setattr("sys.argv", ["prog", "--verbosity=1"])
     assert cli._user_asked_for_logs()
     assert os.environ.get("TF_CPP_MIN_LOG_LEVEL") is None
+
+
+def test_an_output_lock_refuses_a_second_writer_and_leaves_nothing_behind(tmp_path):
+    from models import files
+    from models.errors import UserError
+    target = tmp_path / "result.json"
+    with files.exclusive(target):
+        assert os.listdir(tmp_path) == [".result.json.lock"]
+        with pytest.raises(UserError, match=r"result\.json is being written by process"):
+            with files.exclusive(target):
+                pass
+    assert os.listdir(tmp_path) == []
+    with files.exclusive(target):  # free again once released
+        pass
