@@ -14,9 +14,9 @@ from `models` with random flips, and reports validation accuracy. Two presets pi
 
 Small sets are decoded once into memory; large ones (more than 2 GiB of decoded pixels, e.g.
 90,000 images at 224 px) stream from disk through tf.data with the same decoding, so both
-pipelines feed the same batches. Training is deterministic for a seed and resumes at the last
-finished epoch after a kill (`train_and_export` keeps a backup beside the model until it is
-exported).
+pipelines feed the same batches. Training is deterministic for a seed, and a killed run resumes
+at its last finished epoch with the result of an uninterrupted one (`train_and_export` keeps a
+backup beside the model until it is exported).
 """
 import dataclasses
 import os
@@ -136,11 +136,11 @@ def finish(images, input_size, pipeline):
 
 
 def _backup_callbacks(backup_dir, config, overwrite=False):
-    """Keras' BackupAndRestore in `backup_dir`; a backup made with another config stops the run
-    with one line naming the differing setting (docs/bam.md, "Outputs"), unless `overwrite`
-    discards it."""
+    """Keras' BackupAndRestore in `backup_dir` and the progress keeper; a backup made with
+    another config stops the run with one line naming the differing setting (docs/bam.md,
+    "Outputs"), unless `overwrite` discards it. Returns (callbacks, finished epochs, progress)."""
     if backup_dir is None:
-        return [], 0
+        return [], 0, training.Progress(None, training.resume_state(None)[1])
     config_path = os.path.join(backup_dir, "config.json")
     if os.path.isdir(backup_dir):
         recorded = read_json(config_path, "backup config") if os.path.exists(config_path) else {}
@@ -152,11 +152,38 @@ def _backup_callbacks(backup_dir, config, overwrite=False):
             shutil.rmtree(backup_dir)
     ensure_directory(backup_dir)
     write_json(config_path, config, sort_keys=True)
-    resumed_from = 0
-    metadata = os.path.join(backup_dir, "training_metadata.json")
-    if os.path.isfile(metadata):
-        resumed_from = int(read_json(metadata, "backup state").get("epoch", 0))
-    return [keras.callbacks.BackupAndRestore(backup_dir, delete_checkpoint=False)], resumed_from
+    done_epochs, state = training.resume_state(backup_dir)
+    progress = training.Progress(os.path.join(backup_dir, training.PROGRESS), state)
+    return ([keras.callbacks.BackupAndRestore(backup_dir, delete_checkpoint=False), progress],
+            done_epochs, progress)
+
+
+def epoch_stream(data, num_images, *, first_epoch, epochs, batch_size, seed, input_size,
+                 pipeline, space):
+    """Training batches of epochs `first_epoch`..`epochs - 1`, each a fresh shuffle of `data`
+    with random flips, ending in a partial batch.
+
+    Epoch e's order and flips depend only on (seed, e), so a run resumed at epoch e sees exactly
+    the batches an uninterrupted run sees from there (docs/bam.md, "Training").
+    """
+    def one_epoch(epoch):
+        epoch_seed = seed * 1_000_003 + epoch
+        shuffled = data.shuffle(num_images, seed=epoch_seed, reshuffle_each_iteration=False)
+
+        def augment(index, item):
+            image, label = item
+            flipped = tf.image.stateless_random_flip_left_right(
+                image, seed=tf.stack([tf.constant(epoch_seed, tf.int64), index]))
+            return space.from_uint8(flipped), label
+
+        return (finish(shuffled, input_size, pipeline).enumerate()
+                .map(augment, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+                .batch(batch_size))
+
+    stream = one_epoch(first_epoch)
+    for epoch in range(first_epoch + 1, epochs):
+        stream = stream.concatenate(one_epoch(epoch))
+    return stream.prefetch(tf.data.AUTOTUNE)
 
 
 def train_classifier(data_dir, dataset_name, model_name="small_cnn", input_size=None, epochs=10,
@@ -167,12 +194,13 @@ def train_classifier(data_dir, dataset_name, model_name="small_cnn", input_size=
 
     `input_size` defaults to the images' own size. `model_options` go to `models.build` (e.g.
     `weights="imagenet"` or a weights-file path for keras_resnet50). The report holds the
-    validation accuracy, the numbers of images, the pipeline and the training seconds. `max_seconds`
-    stops training early at that wall-clock budget (which makes the epoch count
-    machine-dependent). Training is deterministic: the seed fixes initialisation and order, and
-    TensorFlow's op determinism is enabled for the process. With `backup_dir` training resumes
-    from the last finished epoch of an interrupted run with the same arguments; a backup made
-    with other arguments stops with one line unless `overwrite`.
+    validation accuracy, the numbers of images, the pipeline, the training seconds (of every
+    attempt) and the resumptions. `max_seconds` stops training early at that wall-clock budget
+    (which makes the epoch count machine-dependent). Training is deterministic: the seed fixes
+    initialisation, order and flips, and TensorFlow's op determinism is enabled for the process.
+    With `backup_dir` a killed run resumes from its last finished epoch and ends with the
+    weights an uninterrupted run gives; a backup made with other arguments stops with one line
+    unless `overwrite`.
     """
     root = os.path.join(data_dir, dataset_name)
     train = dataset.train_listing(root)
@@ -198,27 +226,22 @@ def train_classifier(data_dir, dataset_name, model_name="small_cnn", input_size=
     model.compile(_optimizer(optimizer, learning_rate),
                   keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                   metrics=["accuracy"])
-    shuffled = train_data.shuffle(len(train_y), seed=seed, reshuffle_each_iteration=True)
-
-    def augment(image, label):
-        return space.from_uint8(tf.image.random_flip_left_right(image, seed=seed)), label
-
-    pipeline_data = (finish(shuffled, input_size, chosen)
-                     .map(augment, num_parallel_calls=tf.data.AUTOTUNE)
-                     .batch(batch_size).prefetch(tf.data.AUTOTUNE))
     config = {"dataset": dataset_name, "model": model_name, "input_size": input_size,
               "epochs": epochs, "batch_size": batch_size, "learning_rate": learning_rate,
               "optimizer": optimizer, "seed": seed,
               "model_options": {k: str(v) for k, v in sorted(model_options.items())}}
-    backup, resumed_from = _backup_callbacks(backup_dir, config, overwrite)
-    started = time.time()
+    backup, resumed_from, progress = _backup_callbacks(backup_dir, config, overwrite)
+    stream = epoch_stream(train_data, len(train_y), first_epoch=resumed_from, epochs=epochs,
+                          batch_size=batch_size, seed=seed, input_size=input_size,
+                          pipeline=chosen, space=space)
     try:
-        history = model.fit(pipeline_data, epochs=epochs, verbose=verbose, shuffle=False,
+        history = model.fit(stream, epochs=epochs, verbose=verbose, shuffle=False,
+                            steps_per_epoch=-(-len(train_y) // batch_size),
                             callbacks=[_TimeLimit(max_seconds), *backup, *callbacks])
     except tf.errors.OpError as error:  # e.g. an unreadable image met while streaming
         raise UserError(f"training on {root} failed: {error.message.strip().splitlines()[-1]}") \
             from None
-    train_seconds = time.time() - started
+    train_seconds = progress.seconds()
     val_inputs = finish(val_data, input_size, chosen).map(
         lambda x, y: space.from_uint8(x)).batch(256)
     logits = model.predict(val_inputs, verbose=0)
@@ -226,12 +249,14 @@ def train_classifier(data_dir, dataset_name, model_name="small_cnn", input_size=
     return model, dict(
         config, val_accuracy=accuracy, num_train=len(train_y), num_val=len(val_y),
         epochs_run=resumed_from + len(history.history.get("loss", [])),
-        resumed_from_epoch=resumed_from, train_seconds=train_seconds,
+        resumed_from_epoch=resumed_from, resumptions=len(progress.state["resumed_at_epochs"]),
+        resumed_at_epochs=progress.state["resumed_at_epochs"], train_seconds=train_seconds,
         decode_seconds=decode_seconds, pipeline=chosen)
 
 
 _MEASURED = ("val_accuracy", "num_train", "num_val", "epochs_run", "resumed_from_epoch",
-             "train_seconds", "decode_seconds", "pipeline")  # results, not settings
+             "resumptions", "resumed_at_epochs", "train_seconds", "decode_seconds",
+             "pipeline")  # results, not settings
 
 
 def train_and_export(data_dir, dataset_name, model_dir, **options):

@@ -12,14 +12,14 @@ PyTorch (an L2 term on every weight added to the loss, not Keras' decoupled deca
 crop and horizontal flip, and then, with probability 1/2, exactly one random cell of the G x G
 grid replaced by the baseline (`faithfulness.random_cell_deletion`, keyed on epoch and example).
 Keeps the weights with the best clean validation top-1, exports them as a SavedModel
-(`<output_dir>/model`) and writes `metrics.json`; a killed run resumes from its epoch backup.
+(`<output_dir>/model`) and writes `metrics.json`; a killed run resumes from its epoch backup to
+the uninterrupted result, and a finished run of the same origin is reused.
 """
 import dataclasses
 import json
 import math
 import os
 import shutil
-import time
 from typing import Optional
 
 import keras
@@ -27,10 +27,10 @@ import tensorflow as tf
 
 import models
 from faithfulness import idsds
-from models import training
+from models import provenance, training
 from models.cli import option, run_binary
 from models.errors import UserError
-from models.files import atomic_output, write_json
+from models.files import atomic_output, exclusive, write_json
 from models.preprocessing import decode_image, input_space
 from saliency_gen import pipelines, records
 from saliency_gen.world import cache
@@ -111,9 +111,10 @@ def random_resized_crop(image, size, key, area=(0.08, 1.0), ratio=(3 / 4, 4 / 3)
     return tf.image.resize(crop, (size, size), method="bilinear")
 
 
-def training_dataset(files, size, space, recipe, seed, num_train):
-    """Batches of (augmented, cell-deleted, normalised image, label), repeated forever; the
-    draws of example k of epoch e are keyed on (seed, e, k)."""
+def training_dataset(files, size, space, recipe, seed, num_train, first_epoch=0):
+    """Batches of (augmented, cell-deleted, normalised image, label), repeated forever, from
+    training epoch `first_epoch` on; the draws of example k of pass e are keyed on (seed, e, k),
+    so a resumed run reads exactly what an uninterrupted one reads from that epoch."""
     def augment(index, item):
         key, serialized = item
         parsed = records.parse_image_record(serialized)
@@ -134,7 +135,9 @@ def training_dataset(files, size, space, recipe, seed, num_train):
 
     dataset = records.keyed_records(files).shuffle(min(num_train, 10_000), seed=int(seed),
                                                    reshuffle_each_iteration=True).repeat()
-    return (dataset.enumerate().map(augment, num_parallel_calls=tf.data.AUTOTUNE,
+    # Skipping serialized records before decoding makes a resume cheap.
+    skipped = first_epoch * (num_train // recipe.batch_size) * recipe.batch_size
+    return (dataset.enumerate().skip(skipped).map(augment, num_parallel_calls=tf.data.AUTOTUNE,
                                     deterministic=True)
             .batch(recipe.batch_size, drop_remainder=True).map(delete_cells)
             .prefetch(tf.data.AUTOTUNE))
@@ -161,18 +164,41 @@ def initial_model(init_model=None, model_name=None, num_classes=None, size=None,
 
 def finetune(train_files, eval_files, output_dir, *, init_model=None, model_name=None,
              num_classes=None, size=None, weights=None, recipe=FinetuneRecipe(), seed=0,
-             verbose=1, callbacks=()):
-    """Fine-tunes, keeps the best clean validation top-1, exports; returns the metrics."""
+             verbose=1, callbacks=(), overwrite=False):
+    """Fine-tunes, keeps the best clean validation top-1, exports; returns the metrics.
+
+    Like ROAR's runs (docs/architecture.md, "Outputs and provenance"): `<output_dir>/origin.json`
+    records what makes the run; a finished run of the same origin is reused, another origin stops
+    with one line unless `overwrite`, and a killed run resumes to the uninterrupted result.
+    """
     base, space_name = initial_model(init_model, model_name, num_classes, size, weights)
-    keras.utils.set_random_seed(seed)
-    tf.config.experimental.enable_op_determinism()
     size = int(base.inputs[0].shape[1])
     classes = int(base.outputs[0].shape[-1])
-    space = input_space(space_name)
     num_train, num_eval = pipelines.count_records(train_files), pipelines.count_records(eval_files)
     if num_train < recipe.batch_size:
         raise UserError(f"{num_train} training images are fewer than one batch of "
                         f"{recipe.batch_size}; lower --batch_size")
+    start = ({"init_model_id": models.read_info(init_model)["model_id"]} if init_model else
+             {"model": model_name, "weights": weights, "num_classes": classes, "size": size})
+    requested = provenance.origin(
+        {**dataclasses.asdict(recipe), "seed": seed, **start},
+        train_data=provenance.listing_digest(train_files),
+        eval_data=provenance.listing_digest(eval_files))
+    with exclusive(output_dir, "run folder"):
+        finished = training.prepare_run_folder(output_dir, requested, overwrite)
+        if finished is not None:
+            return finished
+        return _finetune(base, space_name, train_files, eval_files, output_dir, requested,
+                         recipe=recipe, seed=seed, verbose=verbose, callbacks=callbacks,
+                         num_train=num_train, num_eval=num_eval, init_model=init_model)
+
+
+def _finetune(base, space_name, train_files, eval_files, output_dir, requested, *, recipe, seed,
+              verbose, callbacks, num_train, num_eval, init_model):
+    keras.utils.set_random_seed(seed)
+    tf.config.experimental.enable_op_determinism()
+    size = int(base.inputs[0].shape[1])
+    space = input_space(space_name)
     model = CoupledDecayModel(base.inputs, base.outputs, name=base.name,
                               weight_decay=recipe.weight_decay)
     steps = num_train // recipe.batch_size
@@ -184,30 +210,33 @@ def finetune(train_files, eval_files, output_dir, *, init_model=None, model_name
     model.compile(keras.optimizers.SGD(schedule, momentum=recipe.momentum),
                   keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                   metrics=[keras.metrics.SparseCategoricalAccuracy(name="top1")])
-    os.makedirs(output_dir, exist_ok=True)
     keeper = BestWeights(os.path.join(output_dir, "best.weights.h5"),
                          os.path.join(output_dir, "epochs.json"))
-    started = time.time()
+    backup = os.path.join(output_dir, "backup")
+    done_epochs, state = training.resume_state(backup)
+    progress = training.Progress(os.path.join(backup, training.PROGRESS), state)
     clean_eval = evaluation_dataset(eval_files, size, space)
     initial = model.evaluate(clean_eval, verbose=0, return_dict=True)["top1"]
-    model.fit(training_dataset(train_files, size, space, recipe, seed, num_train),
+    model.fit(training_dataset(train_files, size, space, recipe, seed, num_train, done_epochs),
               epochs=recipe.epochs, steps_per_epoch=steps, validation_data=clean_eval,
               verbose=verbose, callbacks=[
-                  keras.callbacks.BackupAndRestore(os.path.join(output_dir, "backup")), keeper,
+                  keras.callbacks.BackupAndRestore(backup), progress, keeper,
                   keras.callbacks.TensorBoard(os.path.join(output_dir, "logs")), *callbacks])
     model.load_weights(keeper.weights_path)  # `base` shares these weights
     info = models.export(base, os.path.join(output_dir, "model"), preprocessing=space_name,
-                         overwrite=True)
+                         overwrite=True, extra={"origin": requested})
     accuracies = [value for _, value in sorted(keeper.accuracies().items())]
     result = {"best_val_top1": max(accuracies),
               "initial_val_top1": float(initial), "val_top1_per_epoch": accuracies,
-              "n_train": num_train, "n_eval": num_eval, "classes": classes,
-              "seconds": time.time() - started, "model_id": info["model_id"],
+              "n_train": num_train, "n_eval": num_eval, "classes": int(base.outputs[0].shape[-1]),
+              "seconds": progress.seconds(), "resumptions": len(state["resumed_at_epochs"]),
+              "resumed_at_epochs": state["resumed_at_epochs"], "model_id": info["model_id"],
               "init_model": init_model, "model": base.name, "seed": seed,
-              "recipe": dataclasses.asdict(recipe)}
+              "recipe": dataclasses.asdict(recipe), "origin": requested}
+    result = provenance.canonical(result)  # as metrics.json will give it back when reused
     write_json(os.path.join(output_dir, "metrics.json"), result, indent=2, sort_keys=True)
-    shutil.rmtree(os.path.join(output_dir, "backup"), ignore_errors=True)
-    for finished in (keeper.weights_path, keeper.log_path):  # a later run starts afresh
+    shutil.rmtree(backup, ignore_errors=True)
+    for finished in (keeper.weights_path, keeper.log_path):  # only the export is kept
         os.remove(finished)
     return result
 
@@ -238,6 +267,8 @@ class Config:
     grid_rows_and_cols: int = option(4, 'Grid of the random cell deletion.')
     baseline: str = option("zeros", 'Deleted-cell baseline.', idsds.BASELINES)
     seed: int = option(0, 'Seed of the order, crops, flips and deletions.')
+    overwrite: bool = option(False, 'Replace a run folder made with other settings instead of '
+                             'stopping.')
 
 
 
@@ -260,7 +291,8 @@ def run(config: Config) -> dict:
     result = finetune(records.list_files(train_pattern, "--train_pattern"),
                       records.list_files(eval_pattern, "--eval_pattern"), f.output_dir,
                       init_model=init_model, model_name=f.model, num_classes=f.num_classes,
-                      size=f.image_size, weights=f.weights, recipe=recipe, seed=f.seed)
+                      size=f.image_size, weights=f.weights, recipe=recipe, seed=f.seed,
+                      overwrite=f.overwrite)
     print(f"clean validation top-1: {result['initial_val_top1']:.4f} before, "
           f"{result['best_val_top1']:.4f} best after {recipe.epochs} epochs "
           f"({result['seconds']:.0f} s); model in {os.path.join(f.output_dir, 'model')}")

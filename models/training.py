@@ -152,7 +152,7 @@ class DataError(UserError):
     locate the record."""
 
 
-class _Progress(keras.callbacks.Callback):
+class Progress(keras.callbacks.Callback):
     """Keeps the time spent and the resumptions in the backup folder at every epoch end, so the
     final metrics count every attempt of a killed and resumed run."""
 
@@ -168,10 +168,13 @@ class _Progress(keras.callbacks.Callback):
         write_json(self.path, {**self.state, "train_seconds": self.seconds()})
 
 
-def _resume_state(backup):
-    """(finished epochs, progress so far) of a backup folder (0 and a fresh record if none)."""
+def resume_state(backup):
+    """(finished epochs, progress so far) of a backup folder (0 and a fresh record if none, or
+    if `backup` is None)."""
     state = {"train_seconds": 0.0, "resumed_at_epochs": []}
     epochs = 0
+    if backup is None:
+        return epochs, state
     if os.path.exists(os.path.join(backup, BACKUP_STATE)):
         epochs = int(read_json(os.path.join(backup, BACKUP_STATE), "backup state").get("epoch", 0))
     if os.path.exists(os.path.join(backup, PROGRESS)):
@@ -181,7 +184,7 @@ def _resume_state(backup):
     return epochs, state
 
 
-def _prepare_run_folder(output_dir, requested, overwrite):
+def prepare_run_folder(output_dir, requested, overwrite):
     """Checks the run folder's origin before anything is reused (docs/architecture.md,
     "Outputs and provenance"). Returns the finished metrics to reuse, or None to train (after
     recording the origin)."""
@@ -228,7 +231,7 @@ def train_and_evaluate(train_data, eval_data, *, num_classes: int, num_train: in
          "num_train": num_train, "num_eval": num_eval}, **(inputs or {}))
     with exclusive(output_dir, "run folder"):
         fresh = not os.path.exists(os.path.join(output_dir, "backup"))
-        finished = _prepare_run_folder(output_dir, requested, overwrite)
+        finished = prepare_run_folder(output_dir, requested, overwrite)
         if finished is not None:
             return finished
         try:
@@ -262,8 +265,8 @@ def _train(train_data, eval_data, output_dir, requested, *, num_classes, num_tra
             metrics=[keras.metrics.CategoricalAccuracy(name="top1"),
                      keras.metrics.TopKCategoricalAccuracy(k=min(5, num_classes), name="top5")])
     backup = os.path.join(output_dir, "backup")
-    done_epochs, state = _resume_state(backup)
-    progress = _Progress(os.path.join(backup, PROGRESS), state)
+    done_epochs, state = resume_state(backup)
+    progress = Progress(os.path.join(backup, PROGRESS), state)
     # The stream restarts from its beginning on a resume: skip what the finished epochs read.
     stream = train_data.map(_one_hot(num_classes)).repeat().skip(done_epochs * steps_per_epoch)
     try:

@@ -9,18 +9,6 @@ import pytest
 TINY_WORLD = {"seed": 3, "image_size": 64, "train_per_pair": 2, "val_per_pair": 3}
 
 
-def interrupt_after_first_epoch():
-    """A Keras callback that raises KeyboardInterrupt at the end of epoch 0 (a killed job)."""
-    import keras
-
-    class Interrupt(keras.callbacks.Callback):
-        def on_epoch_end(self, epoch, logs=None):
-            if epoch == 0:
-                raise KeyboardInterrupt
-
-    return Interrupt()
-
-
 def interrupt_at(epoch, step):
     """A Keras callback that raises KeyboardInterrupt after batch `step` of epoch `epoch` (a job
     killed inside an epoch, after the backup of the epochs before it)."""

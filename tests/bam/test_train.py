@@ -14,7 +14,7 @@ import models
 from bam import train
 from models.errors import UserError
 from tests import REPO
-from tests.conftest import interrupt_after_first_epoch
+from tests.conftest import interrupt_at
 
 
 def test_small_cnn_learns_scene_labels_of_the_tiny_world(tiny_world):
@@ -59,16 +59,20 @@ def test_auto_pipeline_streams_large_sets():
 
 
 
-def test_killed_training_resumes_at_the_last_finished_epoch(tiny_world, tmp_path):
+def test_killed_training_resumes_to_the_uninterrupted_weights(tiny_world, tmp_path):
     root, _ = tiny_world
+    whole, _ = train.train_classifier(root, "obj", "small_cnn", epochs=3, seed=1)
     backup = str(tmp_path / "obj.backup")
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(KeyboardInterrupt):  # 4 steps per epoch: killed inside the second
         train.train_classifier(root, "obj", "small_cnn", epochs=3, seed=1, backup_dir=backup,
-                               callbacks=[interrupt_after_first_epoch()])
+                               callbacks=[interrupt_at(epoch=1, step=1)])
     assert os.path.isfile(os.path.join(backup, "training_metadata.json"))
-    _, report = train.train_classifier(root, "obj", "small_cnn", epochs=3, seed=1,
-                                       backup_dir=backup)
+    resumed, report = train.train_classifier(root, "obj", "small_cnn", epochs=3, seed=1,
+                                             backup_dir=backup)
     assert report["resumed_from_epoch"] == 1 and report["epochs_run"] == 3
+    assert report["resumptions"] == 1 and report["resumed_at_epochs"] == [1]
+    for a, b in zip(whole.get_weights(), resumed.get_weights()):
+        np.testing.assert_array_equal(a, b)
     # Another configuration never resumes from this backup: one line, or a fresh start.
     with pytest.raises(UserError, match=r"training backup .*obj.backup was made with epochs=3, "
                                         r"not 2; pass --overwrite"):

@@ -16,7 +16,7 @@ import models
 import saliency_gen
 from faithfulness import evaluate, finetune
 from tests import REPO
-from tests.conftest import interrupt_after_first_epoch
+from tests.conftest import interrupt_at
 
 
 @pytest.fixture(scope="module")
@@ -129,7 +129,7 @@ def test_training_pipeline_deletes_cells(tiny_world):
     assert (zero_pixels >= 16 * 16).all()  # one whole 16 x 16 cell per image
 
 
-def test_finetune_exports_the_best_epoch_and_resumes(tiny_world, tmp_path):
+def test_finetune_exports_the_best_epoch_and_resumes_exactly(tiny_world, tmp_path):
     root, _ = tiny_world
     keras.utils.set_random_seed(0)
     start = str(tmp_path / "start")
@@ -138,15 +138,24 @@ def test_finetune_exports_the_best_epoch_and_resumes(tiny_world, tmp_path):
     val = sorted(tf.io.gfile.glob(os.path.join(root, "records", "validation-*")))
     recipe = finetune.FinetuneRecipe(epochs=2, batch_size=50, learning_rate=0.01,
                                      decay_every=1, min_crop_area=0.5)
+    whole = finetune.finetune(train, val, str(tmp_path / "whole"), init_model=start,
+                              recipe=recipe, verbose=0)
     output = str(tmp_path / "tuned")
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(KeyboardInterrupt):  # 4 steps per epoch: killed inside the second
         finetune.finetune(train, val, output, init_model=start, recipe=recipe, verbose=0,
-                          callbacks=[interrupt_after_first_epoch()])
+                          callbacks=[interrupt_at(epoch=1, step=1)])
     assert not os.path.exists(os.path.join(output, "model"))
     result = finetune.finetune(train, val, output, init_model=start, recipe=recipe, verbose=0)
+    assert result["model_id"] == whole["model_id"]
+    assert result["val_top1_per_epoch"] == whole["val_top1_per_epoch"]
+    assert result["resumptions"] == 1 and result["resumed_at_epochs"] == [1]
     assert result["best_val_top1"] == max(result["val_top1_per_epoch"])
     assert len(result["val_top1_per_epoch"]) == 2  # epoch 1 before the kill, 2 after
     tuned = models.load(os.path.join(output, "model"))
     assert tuned.model_id == result["model_id"] and tuned.preprocessing == "imagenet"
     assert tuned.model_id != models.load(start).model_id
     assert not os.path.exists(os.path.join(output, "backup"))
+    # Finished: reused as it is; other settings stop with one line.
+    assert finetune.finetune(train, val, output, init_model=start, recipe=recipe) == result
+    with pytest.raises(models.UserError, match=r"run folder .*tuned was made with seed=0, not 1"):
+        finetune.finetune(train, val, output, init_model=start, recipe=recipe, seed=1)
