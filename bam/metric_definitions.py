@@ -43,16 +43,22 @@ def correct_set(predictions1, labels1, predictions2, labels2):
     return np.flatnonzero(both)
 
 
+def per_image(metric, g1, g2):
+    """[n] float: the metric's value on each image of the correct set (its mean is the
+    metric)."""
+    g1, g2 = np.asarray(g1, np.float64), np.asarray(g2, np.float64)
+    if metric == "MCS":
+        return g1 - g2
+    if metric == "IDR":
+        return (g1 - g2 > 0).astype(np.float64)
+    if metric == "IIR":
+        return (np.abs(g1 - g2) < 0.1 * g1).astype(np.float64)
+    raise UserError(f"unknown metric {metric!r}; choose from {', '.join(METRICS)}")
+
+
 def metric_value(metric, g1, g2):
     """The metric on the g values of the correct set (arrays of equal length > 0)."""
-    g1, g2 = np.asarray(g1, np.float64), np.asarray(g2, np.float64)
-    if g1.size == 0:
+    if np.asarray(g1).size == 0:
         raise UserError(f"{metric}: no image is classified correctly by both models; check the "
                         "models and data, or raise --num_imgs")
-    if metric == "MCS":
-        return float(np.mean(g1 - g2))
-    if metric == "IDR":
-        return float(np.mean(g1 - g2 > 0))
-    if metric == "IIR":
-        return float(np.mean(np.abs(g1 - g2) < 0.1 * g1))
-    raise UserError(f"unknown metric {metric!r}; choose from {', '.join(METRICS)}")
+    return float(np.mean(per_image(metric, g1, g2)))

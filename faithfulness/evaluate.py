@@ -105,7 +105,7 @@ def _masking_metric(protocol, options):
     return (single_step.IIC_AD if protocol == "iic_ad" else single_step.ADD)(**replace, **common)
 
 
-def _scorer_or_metric(loaded, protocol, options):
+def scorer_for(loaded, protocol, options):
     """What a protocol scores with, built once per evaluation so its traced functions are
     reused for every explainer and group."""
     if protocol in ("single_deletion", "incremental_deletion"):
@@ -117,7 +117,7 @@ def _scorer_or_metric(loaded, protocol, options):
 
 def score_group(loaded, images, labels, ids, explainer, protocol, options, scorer=None):
     """Per-image values {metric: [n]} of one explainer on one group of images."""
-    scorer = scorer or _scorer_or_metric(loaded, protocol, options)
+    scorer = scorer or scorer_for(loaded, protocol, options)
     def explain(batch, targets):
         return saliency_engine.attribute(loaded, batch, explainer, targets,
                                          batch_size=options.batch_size, seed=options.seed,
@@ -158,7 +158,7 @@ def evaluate(loaded, images, labels, ids, explainers, protocol, options=Options(
     if protocol not in PROTOCOLS:
         raise UserError(f"unknown --evaluation_protocol {protocol!r}; use one of "
                         f"{', '.join(PROTOCOLS)}")
-    scorer = _scorer_or_metric(loaded, protocol, options)
+    scorer = scorer_for(loaded, protocol, options)
     results = {}
     for explainer in explainers:
         parts = []

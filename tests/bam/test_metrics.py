@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 
 import models
-from bam import delta_patch, metric_definitions, metrics, region, train, val_set_scores
-from saliency_gen.world import synthetic
+from bam import metric_definitions, metrics, region, val_set_scores
 from tests import REPO
 
 # ----------------------------------------------------------------------------------------------
@@ -102,18 +101,6 @@ def test_sampling_is_the_originals_and_bounded():
 
 # ----------------------------------------------------------------------------------------------
 # The pipeline on a small trained world.
-
-
-@pytest.fixture(scope="module")
-def trained_world(tmp_path_factory):
-    root = tmp_path_factory.mktemp("bam")
-    data_dir, model_dir = str(root / "data"), str(root / "models")
-    synthetic.build_world(data_dir, seed=1, image_size=64, train_per_pair=30, val_per_pair=10)
-    reports = {name: train.train_and_export(data_dir, name, model_dir, epochs=6, seed=0)
-               for name in ("obj", "scene", "scene_only")}
-    delta_patch.construct_patches(data_dir, models.load(os.path.join(model_dir, "scene_only")),
-                                  num_steps=50)
-    return data_dir, model_dir, reports
 
 
 def test_object_model_attributes_more_to_the_object_than_the_scene_model(trained_world):

@@ -1,0 +1,51 @@
+"""The faithfulness protocols as report-card benchmarks (docs/report_card.md, "Benchmarks"):
+Deletion / Insertion (DAUC, DC, IAUC, IC), IIC / AD, ADD and IDSDS single deletion, each
+scoring one method on the same images with `faithfulness.evaluate.score_group`."""
+import dataclasses
+from typing import Optional
+
+import numpy as np
+
+from faithfulness import evaluate
+from models.card import Benchmark, Metric
+
+PROTOCOLS = {  # card name -> (protocol, metrics)
+    "Deletion": ("deletion", (Metric("dauc", False, about="area under the deletion curve"),
+                              Metric("dc", True, about="deletion correlation"))),
+    "Insertion": ("insertion", (Metric("iauc", True, about="area under the insertion curve"),
+                                Metric("ic", True, about="insertion correlation"))),
+    "IIC/AD": ("iic_ad", (Metric("iic", True, about="share of images whose score rises"),
+                          Metric("ad", False, about="average relative drop"))),
+    "ADD": ("add", (Metric("add", True, about="average drop when the salient part is "
+                                              "deleted"),)),
+    "IDSDS": ("single_deletion", (Metric("sds", True, about="rank correlation of cell "
+                                                            "attributions and output drops"),)),
+}
+DEFAULT = ("Deletion", "Insertion", "IIC/AD", "ADD", "IDSDS")
+
+
+def benchmarks(loaded, images, labels, ids, *, data: dict, names=DEFAULT,
+               options: Optional[evaluate.Options] = None, group_size: int = 256) -> list:
+    """One `Benchmark` per protocol of `names`, scoring `images` ([N, H, W, C] in the model's
+    input space, explaining `labels`) with `loaded`. `data` fingerprints the images (their
+    origin in the cells)."""
+    options = options or evaluate.Options()
+    found = []
+    for name in names:
+        protocol, metrics = PROTOCOLS[name]
+        scorer = evaluate.scorer_for(loaded, protocol, options)
+
+        def score(method, protocol=protocol, scorer=scorer):
+            parts = [evaluate.score_group(loaded, images[s:s + group_size],
+                                          labels[s:s + group_size], ids[s:s + group_size],
+                                          method, protocol, options, scorer)
+                     for s in range(0, len(images), group_size)]
+            return {key: np.concatenate([part[key] for part in parts]) for key in parts[0]}
+
+        found.append(Benchmark(
+            name=name, metrics=metrics, score=score,
+            settings={"protocol": protocol, "model_id": loaded.model_id,
+                      "n_images": len(images), **data, **dataclasses.asdict(options)},
+            cost=float(options.max_step_nb if protocol in ("deletion", "insertion") else
+                       options.grid_rows_and_cols ** 2 if protocol == "single_deletion" else 2)))
+    return found

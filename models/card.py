@@ -1,0 +1,162 @@
+"""The report card's engine: one metric protocol, cached cells, intervals, ranks and agreement
+(docs/report_card.md).
+
+A benchmark enters the card as a `Benchmark`: its name, its `Metric`s and a `score(method)`
+function giving, for one method, every metric's per-unit values (per image, or per training
+seed). The benchmarks themselves live in bam/, roar/ and faithfulness/, and only the card's entry
+point (scripts/report_card.py) knows all three, so they stay siblings.
+
+`run_cells` computes each (benchmark, method) cell once: a finished cell is a JSON file under
+`<output_dir>/cells/` carrying its origin (the benchmark's settings and the method), reused when
+the origin matches and refused with one line otherwise; so a killed card resumes and a re-run
+with one more method computes only that method. `summarise` turns the cells into the card: a
+mean with a 95% bootstrap interval per (metric, method), ranks from paired comparisons, and
+Kendall's tau between the metrics' rankings (`models.uncertainty`).
+"""
+import dataclasses
+import hashlib
+import os
+import re
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+
+from models import provenance, uncertainty
+from models.errors import UserError
+from models.files import read_json, write_json
+
+
+@dataclasses.dataclass(frozen=True)
+class Metric:
+    """A metric of the card: its name, which direction is better, and its units."""
+
+    name: str
+    higher_is_better: bool
+    unit: str = "image"  # "image" or "seed": what the interval resamples
+    about: str = ""  # one line for the card's legend
+
+
+@dataclasses.dataclass(frozen=True)
+class Benchmark:
+    """A benchmark as the card runs it.
+
+    `score(method)` returns {metric name: per-unit values} for every metric of `metrics` (NaN
+    where a unit has no value); the units are the same for every method, in the same order, so
+    that methods compare pairwise. `settings` is everything besides the method that changes the
+    numbers (the cells' origin). `supports(method)` may leave a method out (its cells are blank).
+    `cost` weighs the benchmark in the progress bar.
+    """
+
+    name: str
+    metrics: tuple
+    score: Callable[[str], dict]
+    settings: dict
+    supports: Callable[[str], bool] = lambda method: True
+    cost: float = 1.0
+
+
+def cell_path(output_dir: str, benchmark: str, method: str) -> str:
+    """Where the cell (benchmark, method) is kept: a readable, collision-free file name."""
+    readable = re.sub(r"[^A-Za-z0-9_.-]+", "_", method).strip("_")[:40] or "method"
+    digest = hashlib.sha256(method.encode()).hexdigest()[:8]
+    return os.path.join(output_dir, "cells", benchmark, f"{readable}-{digest}.json")
+
+
+def run_cells(benchmarks: Sequence[Benchmark], methods: Sequence[str], output_dir: str,
+              progress: Optional[Callable[[float], None]] = None,
+              overwrite: bool = False) -> dict:
+    """{(benchmark, method): {metric: values} or None (unsupported)}, computing only the cells
+    not already finished with the same origin. `progress(cost)` follows every cell."""
+    cells = {}
+    for benchmark in benchmarks:
+        for method in methods:
+            key = (benchmark.name, method)
+            if not benchmark.supports(method):
+                cells[key] = None
+            else:
+                cells[key] = _cell(benchmark, method, output_dir, overwrite)
+            if progress:
+                progress(benchmark.cost)
+    return cells
+
+
+def _cell(benchmark, method, output_dir, overwrite):
+    path = cell_path(output_dir, benchmark.name, method)
+    requested = provenance.origin({"benchmark": benchmark.name, "method": method,
+                                   **benchmark.settings})
+    if os.path.exists(path):
+        stored = read_json(path, "card cell")
+        error = provenance.mismatch_error(f"card cell {path}", stored.get("origin", {}),
+                                          requested)
+        if error is None:
+            return stored["values"]
+        if not overwrite:
+            raise error
+    values = benchmark.score(method)
+    missing = [m.name for m in benchmark.metrics if m.name not in values]
+    if missing:
+        raise UserError(f"benchmark {benchmark.name} gave no {missing[0]} for {method}")
+    values = {name: [None if v is None or not np.isfinite(v) else float(v)
+                     for v in np.asarray(values[name], np.float64).ravel()]
+              for name in (m.name for m in benchmark.metrics)}
+    write_json(path, {"origin": requested, "values": values}, sort_keys=True)
+    return values
+
+
+def _array(values) -> np.ndarray:
+    return np.array([np.nan if v is None else v for v in values], np.float64)
+
+
+@dataclasses.dataclass
+class Card:
+    """The summarised card: rows per (metric, method), and the agreement between metrics."""
+
+    metrics: list  # [Metric] in column order, each named "<benchmark> <metric>"
+    methods: list
+    rows: dict  # {(metric name, method): {"estimate": Estimate, "rank": int}} (absent: blank)
+    agreement: tuple  # (metric names, Kendall tau matrix)
+    settings: dict
+
+
+def summarise(benchmarks: Sequence[Benchmark], methods: Sequence[str], cells: dict,
+              seed: int = 0) -> Card:
+    """Intervals, ranks and the Kendall agreement of the computed `cells`."""
+    metrics, rows, orderings = [], {}, {}
+    for benchmark in benchmarks:
+        for metric in benchmark.metrics:
+            column = dataclasses.replace(metric, name=f"{benchmark.name} {metric.name}")
+            metrics.append(column)
+            values = {method: _array(cells[(benchmark.name, method)][metric.name])
+                      for method in methods if cells.get((benchmark.name, method)) is not None}
+            sizes = {len(v) for v in values.values()}
+            if len(sizes) > 1:
+                raise UserError(f"{column.name}: the methods were scored on different numbers of "
+                                f"units ({sorted(sizes)}); recompute the card with --overwrite")
+            scored = {method: v for method, v in values.items() if np.isfinite(v).any()}
+            ranking = uncertainty.ranks(scored, metric.higher_is_better, seed)
+            for method, per_unit in values.items():
+                rows[(column.name, method)] = {
+                    "estimate": uncertainty.interval(per_unit, seed),
+                    "rank": ranking.get(method)}  # None: no value to rank
+            sign = 1.0 if metric.higher_is_better else -1.0
+            orderings[column.name] = {method: sign * rows[(column.name, method)]["estimate"].value
+                                      for method in scored}
+    return Card(metrics, list(methods), rows, uncertainty.kendall_matrix(orderings),
+                {b.name: b.settings for b in benchmarks})
+
+
+def as_records(card: Card) -> list:
+    """One flat dict per (metric, method) cell: the CSV / JSON rows of the card."""
+    records = []
+    for metric in card.metrics:
+        for method in card.methods:
+            row = card.rows.get((metric.name, method))
+            if row is None:
+                continue
+            estimate = row["estimate"]
+            records.append({"metric": metric.name, "method": method, "value": estimate.value,
+                            "ci_low": estimate.low, "ci_high": estimate.high,
+                            "rank": row["rank"], "n": estimate.n,
+                            "n_excluded": estimate.n_excluded,
+                            "higher_is_better": metric.higher_is_better, "unit": metric.unit})
+    return records

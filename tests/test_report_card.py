@@ -1,0 +1,116 @@
+"""The report card end to end on a small trained BAM world: the table's values, ranks and
+controls, the HTML page parsed cell by cell with every picture embedded, cached cells (a re-run
+with one more method computes only that method) and a cell of another origin refused."""
+import base64
+import dataclasses
+import html.parser
+import importlib.util
+import os
+
+import numpy as np
+import pytest
+
+from models.errors import UserError
+from tests import REPO
+
+
+def _card_module():
+    spec = importlib.util.spec_from_file_location(
+        "report_card", os.path.join(REPO, "scripts", "report_card.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class _Page(html.parser.HTMLParser):
+    """The HTML's table cells (text) and image sources."""
+
+    def __init__(self):
+        super().__init__()
+        self.cells, self.images, self.inside = [], [], False
+
+    def handle_starttag(self, tag, attributes):
+        if tag in ("td", "th"):
+            self.inside = True
+            self.cells.append("")
+        if tag == "img":
+            self.images.append(dict(attributes)["src"])
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th"):
+            self.inside = False
+
+    def handle_data(self, data):
+        if self.inside:
+            self.cells[-1] += data
+
+
+@pytest.fixture(scope="module")
+def card_run(trained_world, tmp_path_factory):
+    data_dir, model_dir, _ = trained_world
+    report_card = _card_module()
+    config = report_card.Config(
+        methods=("bam:GC", "random", "oracle"), benchmarks=("BAM", "Deletion", "IDSDS"),
+        model_path=os.path.join(model_dir, "obj"),
+        input_pattern=os.path.join(data_dir, "records", "validation-*"), nr_images=12,
+        data_dir=data_dir, bam_model_dir=model_dir, num_imgs=40, max_step_nb=8,
+        output_dir=str(tmp_path_factory.mktemp("card") / "card"))
+    return report_card, config, report_card.run(config)
+
+
+def test_the_card_ranks_the_controls_where_theory_puts_them(card_run):
+    _, _, result = card_run
+    card = result["card"]
+    mcs = {method: card.rows[("BAM MCS", method)] for method in card.methods}
+    assert mcs["oracle"]["estimate"].value == 1.0 and mcs["oracle"]["rank"] == 1
+    assert mcs["random"]["estimate"].value == 0.0  # the same map for both models
+    assert mcs["random"]["rank"] == max(row["rank"] for row in mcs.values())
+    assert mcs["bam:GC"]["estimate"].low > 0 and mcs["bam:GC"]["rank"] == 2
+    assert ("Deletion dauc", "oracle") not in card.rows  # the protocol has no oracle
+    assert np.isnan(card.rows[("BAM IDR", "oracle")]["estimate"].value)
+    for (metric, method), row in card.rows.items():
+        estimate = row["estimate"]
+        if not np.isnan(estimate.value):
+            assert estimate.low <= estimate.value <= estimate.high, (metric, method)
+    names, tau = card.agreement
+    assert names == [m.name for m in card.metrics] and np.allclose(np.diag(tau)[:1], 1.0)
+
+
+def test_the_html_page_holds_every_cell_and_embeds_every_picture(card_run):
+    _, config, result = card_run
+    card = result["card"]
+    page = _Page()
+    with open(result["paths"]["html"], encoding="utf-8") as handle:
+        page.feed(handle.read())
+    for method in card.methods:
+        for metric in card.metrics:
+            row = card.rows.get((metric.name, method))
+            expected = "-" if row is None else (
+                "n/a" if np.isnan(row["estimate"].value) else
+                f"{row['estimate'].value:.3f} [{row['estimate'].low:.3f}, "
+                f"{row['estimate'].high:.3f}] #{row['rank']}")
+            assert expected in page.cells, (metric.name, method)
+    # the main table (header + 3 methods) and the agreement matrix (header + 6 metrics)
+    assert len(card.metrics) == 6 and len(page.cells) == 7 * 4 + 7 * 7
+    assert page.images and all(src.startswith("data:image/png;base64,") for src in page.images)
+    for src in page.images:
+        assert base64.b64decode(src.split(",", 1)[1])[:8] == b"\x89PNG\r\n\x1a\n"
+    for kind in ("md", "csv", "json"):
+        assert os.path.getsize(result["paths"][kind]) > 0
+    assert os.path.isfile(os.path.join(config.output_dir, "card_agreement.png"))
+
+
+def test_cells_are_reused_a_new_method_costs_only_itself_and_other_settings_are_refused(
+        card_run):
+    report_card, config, result = card_run
+    cells = os.path.join(config.output_dir, "cells")
+    before = {os.path.join(folder, name): os.stat(os.path.join(folder, name)).st_mtime_ns
+              for folder, _, names in os.walk(cells) for name in names}
+    again = report_card.run(dataclasses.replace(config, methods=(*config.methods, "bam:VG")))
+    after = {os.path.join(folder, name): os.stat(os.path.join(folder, name)).st_mtime_ns
+             for folder, _, names in os.walk(cells) for name in names}
+    assert {path: after[path] for path in before} == before  # nothing recomputed
+    assert len(after) - len(before) == 3  # bam:VG in BAM, Deletion and IDSDS
+    assert again["card"].rows[("BAM MCS", "oracle")] == result["card"].rows[("BAM MCS", "oracle")]
+    with pytest.raises(UserError, match=r"card cell .* was made with max_step_nb=8, not 9"):
+        report_card.run(dataclasses.replace(config, max_step_nb=9))
