@@ -19,7 +19,6 @@ import time
 from typing import Optional
 
 import numpy as np
-import tensorflow as tf
 from tqdm import tqdm
 
 import models
@@ -29,9 +28,9 @@ from models import provenance
 from models.cli import option, run_binary
 from models.errors import UserError, check_minimum, require_both_or_neither
 from models.files import exclusive, write_json
-from models.preprocessing import input_space
 from saliency_gen import engine as saliency_engine
-from saliency_gen import pipelines, records
+from saliency_gen import records
+from saliency_gen.pipelines import load_images
 from saliency_gen.world import cache
 
 PROTOCOLS = ("single_deletion", "incremental_deletion", "deletion", "insertion", "iic_ad", "add")
@@ -56,36 +55,6 @@ class Options:
     output_activation: str = "auto"  # auto: logits for single deletion, softmax otherwise
     batch_size: int = 32
     seed: int = 0
-
-
-def load_images(pattern, loaded, nr_images=-1, seed=0, geometry="auto", shuffle=True):
-    """(images [N, H, W, C] in the model's input space, labels [N], ids [N]) from image records:
-    a seeded shuffle of all records (buffer 10,000), then the first `nr_images` (-1: all)."""
-    files = records.list_files(pattern, "--input_pattern")
-    for path in files:
-        records.check_file(path, "image", max_records=1)
-    dataset = pipelines.explanation_inputs(files, loaded.input_shape,
-                                           input_space(loaded.preprocessing), geometry)
-    if shuffle:
-        dataset = pipelines.shuffled(dataset, 10_000, int(seed), reshuffle_each_iteration=False)
-    if nr_images >= 0:
-        dataset = dataset.take(nr_images)
-    keys, images, labels = [], [], []
-    try:
-        for key, _, label, image, _, _ in dataset.batch(256):
-            keys += list(key.numpy())
-            images.append(image.numpy())
-            labels.append(label.numpy())
-    except tf.errors.OpError as error:
-        raise UserError(f"cannot read the images of {pattern}: "
-                        f"{str(error).strip().splitlines()[0]}") from None
-    if not images:
-        raise UserError(f"{pattern} holds no images")
-    labels = np.concatenate(labels).astype(np.int64)
-    if labels.min() < 0 or labels.max() >= loaded.num_classes:
-        raise UserError(f"a label of {pattern} is outside the model's {loaded.num_classes} "
-                        "classes; check --input_pattern and --model_path")
-    return np.concatenate(images), labels, pipelines.key_ids(keys)
 
 
 def _activation(options, protocol):

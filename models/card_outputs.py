@@ -16,6 +16,8 @@ import math
 import os
 from typing import Optional, Sequence
 
+import numpy as np
+
 from models.card import Card, as_records
 from models.files import atomic_output, write_json
 
@@ -104,6 +106,45 @@ def heat_map_png(card: Card) -> bytes:
     figure.tight_layout()
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=110)
+    pyplot.close(figure)
+    return buffer.getvalue()
+
+
+def section_of(card: Card, title: str, text: str) -> Section:
+    """A card summarised on its own (e.g. the randomisation check) as a table section: one
+    row per method, one column per metric, the same cell format as the main table."""
+    return Section(title, text, tuple(_header(card)), tuple(tuple(r) for r in _body(card)))
+
+
+def gallery_png(pixels, maps: dict, captions=None) -> bytes:
+    """The inputs (pixels [K, H, W, 3] in [0, 1]) in the first column and each method's maps
+    beside them (|map| summed over channels, scaled to each map's 99th percentile)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    rows, columns = len(pixels), 1 + len(maps)
+    figure, axes = pyplot.subplots(rows, columns, figsize=(1.6 * columns, 1.6 * rows),
+                                   squeeze=False)
+    for row in range(rows):
+        axes[row, 0].imshow(np.clip(pixels[row], 0, 1))
+        for column, (method, found) in enumerate(maps.items(), 1):
+            heat = np.abs(np.asarray(found[row], np.float64)).sum(axis=-1)
+            top = np.percentile(heat, 99) or 1.0
+            axes[row, column].imshow(np.clip(heat / top, 0, 1), cmap="inferno", vmin=0, vmax=1)
+            if row == 0:
+                axes[row, column].set_title(method, fontsize=7)
+        if row == 0:
+            axes[row, 0].set_title("input", fontsize=7)
+        if captions:
+            axes[row, 0].set_ylabel(captions[row], fontsize=6)
+    for axis in axes.ravel():
+        axis.set_xticks([])
+        axis.set_yticks([])
+    figure.tight_layout()
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=100)
     pyplot.close(figure)
     return buffer.getvalue()
 

@@ -19,7 +19,8 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.eager import context
 
-from models.preprocessing import INPUT_SPACES, center_crop, decode_image
+from models.errors import UserError
+from models.preprocessing import INPUT_SPACES, center_crop, decode_image, input_space
 from saliency_gen import records
 
 SHUFFLE_BUFFER = 1024
@@ -52,26 +53,36 @@ def example_key(parsed, default_key):
     return tf.where(tf.strings.length(parsed["filename"]) > 0, parsed["filename"], default_key)
 
 
-def explanation_inputs(paths: Sequence[str], input_shape, space, geometry: str):
+def explanation_inputs(paths: Sequence[str], input_shape, space, geometry: str,
+                       with_masks: bool = False):
     """(key, encoded, label, model input, height, width) of every record of the image shards
     `paths`, in file order; images decoded, fitted to `input_shape` per `geometry` ("none",
     "center_crop", or "auto": none when they have the size, else the centre crop) and mapped
-    into the model's input space `space`."""
+    into the model's input space `space`. `with_masks` appends the object mask (float {0, 1}
+    [H, W], fitted the same way), for records that have one."""
     height, width, _ = input_shape
+
+    def fitted_like_the_image(image, shape):
+        if geometry == "center_crop":
+            return center_crop(image, crop_size=height)
+        if geometry == "none":
+            return image
+        return tf.cond(tf.reduce_all(shape[:2] == [height, width]),
+                       lambda: image, lambda: center_crop(image, crop_size=height))
 
     def prepare(key, serialized):
         parsed = records.parse_image_record(serialized)
         image = decode_image(parsed["encoded"])
         shape = tf.shape(image)
-        if geometry == "center_crop":
-            fitted = center_crop(image, crop_size=height)
-        elif geometry == "none":
-            fitted = tf.ensure_shape(image, input_shape)
-        else:
-            fitted = tf.cond(tf.reduce_all(shape[:2] == [height, width]),
-                             lambda: image, lambda: center_crop(image, crop_size=height))
-        return (example_key(parsed, key), parsed["encoded"], parsed["label"],
-                space.from_pixels(tf.ensure_shape(fitted, input_shape)), shape[0], shape[1])
+        fitted = fitted_like_the_image(image, shape)
+        found = (example_key(parsed, key), parsed["encoded"], parsed["label"],
+                 space.from_pixels(tf.ensure_shape(fitted, input_shape)), shape[0], shape[1])
+        if not with_masks:
+            return found
+        mask = tf.cast(records.decode_mask(parsed["mask_png"]), tf.float32)
+        mask = fitted_like_the_image(tf.tile(mask[..., None], [1, 1, 3]), shape)
+        return (*found, tf.ensure_shape(tf.cast(mask[..., 0] > 0.5, tf.float32),
+                                        (height, width)))
 
     return records.keyed_records(list(paths)).map(prepare, num_parallel_calls=tf.data.AUTOTUNE,
                                                   deterministic=True)
@@ -90,6 +101,43 @@ def _process_independent_seeds():
         yield
     finally:
         eager._seed = saved
+
+
+def load_images(pattern: str, loaded, nr_images: int = -1, seed: int = 0,
+                geometry: str = "auto", shuffle: bool = True, with_masks: bool = False):
+    """(images [N, H, W, C] in the model's input space, labels [N], ids [N]) from image records,
+    plus object masks [N, H, W] with `with_masks`: a seeded shuffle of all records (buffer
+    10,000), then the first `nr_images` (-1: all). Unreadable data and labels outside the
+    model's classes are one `UserError` line."""
+    files = records.list_files(pattern, "--input_pattern")
+    for path in files:
+        records.check_file(path, "image", max_records=1)
+    dataset = explanation_inputs(files, loaded.input_shape, input_space(loaded.preprocessing),
+                                 geometry, with_masks)
+    if shuffle:
+        dataset = shuffled(dataset, 10_000, int(seed), reshuffle_each_iteration=False)
+    if nr_images >= 0:
+        dataset = dataset.take(nr_images)
+    keys, images, labels, masks = [], [], [], []
+    try:
+        for key, _, label, image, _, _, *mask in dataset.batch(256):
+            keys += list(key.numpy())
+            images.append(image.numpy())
+            labels.append(label.numpy())
+            masks += [m.numpy() for m in mask]
+    except tf.errors.OpError as error:
+        problem = str(error).strip().splitlines()[0]
+        if with_masks and "png" in problem.lower():
+            problem = f"an object mask is missing or unreadable ({problem})"
+        raise UserError(f"cannot read the images of {pattern}: {problem}") from None
+    if not images:
+        raise UserError(f"{pattern} holds no images")
+    labels = np.concatenate(labels).astype(np.int64)
+    if labels.min() < 0 or labels.max() >= loaded.num_classes:
+        raise UserError(f"a label of {pattern} is outside the model's {loaded.num_classes} "
+                        "classes; check --input_pattern and --model_path")
+    found = (np.concatenate(images), labels, key_ids(keys))
+    return (*found, np.concatenate(masks)) if with_masks else found
 
 
 def shuffled(data, buffer_size: int, seed: int, reshuffle_each_iteration: bool = True):

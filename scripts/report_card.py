@@ -17,23 +17,28 @@ import sys
 import time
 from typing import Optional
 
+import numpy as np
 from tqdm import tqdm
+
+import saliency_gen
 
 from bam import card as bam_card
 from bam import synthetic_setup
 from faithfulness import card as faithfulness_card
-from faithfulness import evaluate
+from faithfulness import evaluate, randomisation
 from models import card, card_outputs, provenance
 from models.cli import option, run_binary
 from models.errors import UserError, check_minimum, require_both_or_neither
 from models.files import exclusive
-from saliency_gen import records
+from models.preprocessing import input_space
+from roar import card as roar_card
+from saliency_gen import pipelines, records
 from saliency_gen.world import cache
 
 BAM_METHODS = ("bam:GC", "bam:VG", "bam:SG", "bam:IG", "bam:IG-SG", "bam:GxI", "bam:GB",
                "bam:GGC")
 CONTROLS = ("random", bam_card.ORACLE)
-BENCHMARKS = ("BAM", *faithfulness_card.PROTOCOLS)
+BENCHMARKS = ("BAM", "ROAD", *faithfulness_card.PROTOCOLS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,6 +63,9 @@ class Config:
     output_dir: str = option("report_card", "Where the cells and the card go.")
     cache_dir: Optional[str] = option(None, "Cache of the synthetic world.")
     overwrite: bool = option(False, "Recompute cells made with other settings.")
+    sanity: bool = option(True, "Add the cascading model-randomisation check (needs a zoo "
+                          "model export).")
+    gallery_images: int = option(4, "Images in the map gallery (0: none).")
 
 
 def check_flags(config: Config) -> None:
@@ -72,13 +80,44 @@ def check_flags(config: Config) -> None:
                         f"{', '.join(BENCHMARKS)}")
     for name in ("nr_images", "num_imgs", "max_step_nb", "batch_size"):
         check_minimum(name, getattr(config, name), 1)
+    check_minimum("gallery_images", config.gallery_images, 0)
     require_both_or_neither(("model_path", config.model_path),
                             ("input_pattern", config.input_pattern))
     require_both_or_neither(("data_dir", config.data_dir),
                             ("bam_model_dir", config.bam_model_dir))
 
 
-def build_benchmarks(config: Config) -> list:
+@dataclasses.dataclass
+class Inputs:
+    """The classifier and images the image-level benchmarks share."""
+
+    model_path: str
+    loaded: object
+    images: object
+    labels: object
+    ids: object
+    masks: object  # object masks [N, H, W] for the oracle, or None
+    data: dict
+
+
+def load_inputs(config: Config) -> Inputs:
+    """The given or the synthetic world's classifier and its first --nr_images images."""
+    model_path, pattern = config.model_path, config.input_pattern
+    if model_path is None:
+        model_path = cache.clean_model(seed=0, folder=config.cache_dir, log=lambda *_: None)
+        pattern = os.path.join(cache.records_dir(0, config.cache_dir, lambda *_: None),
+                               "validation-*")
+    loaded = models.load(model_path)
+    with_masks = bam_card.ORACLE in config.methods and (
+        "ROAD" in config.benchmarks or config.gallery_images)
+    images, labels, ids, *masks = pipelines.load_images(
+        pattern, loaded, config.nr_images, config.seed, with_masks=with_masks)
+    data = {"data": provenance.listing_digest(records.list_files(pattern)),
+            "nr_images": config.nr_images}
+    return Inputs(model_path, loaded, images, labels, ids, masks[0] if masks else None, data)
+
+
+def build_benchmarks(config: Config, inputs: Optional[Inputs]) -> list:
     """The chosen benchmarks, on the given or the synthetic world's models and data."""
     found = []
     if "BAM" in config.benchmarks:
@@ -87,26 +126,55 @@ def build_benchmarks(config: Config) -> list:
             data_dir, model_dir = synthetic_setup.prepare(config.cache_dir, log=lambda *_: None)
         found.append(bam_card.benchmark(data_dir, model_dir, num_imgs=config.num_imgs,
                                         seed=config.seed, batch_size=config.batch_size))
+    if "ROAD" in config.benchmarks:
+        found.append(roar_card.benchmark(inputs.loaded, inputs.images, inputs.labels,
+                                         inputs.ids, inputs.masks, data=inputs.data,
+                                         seed=config.seed, batch_size=config.batch_size))
     protocols = [b for b in config.benchmarks if b in faithfulness_card.PROTOCOLS]
-    if protocols:
-        model_path, pattern = config.model_path, config.input_pattern
-        if model_path is None:
-            model_path = cache.clean_model(seed=0, folder=config.cache_dir, log=lambda *_: None)
-            pattern = os.path.join(cache.records_dir(0, config.cache_dir, lambda *_: None),
-                                   "validation-*")
-        loaded = models.load(model_path)
-        images, labels, ids = evaluate.load_images(pattern, loaded, config.nr_images,
-                                                   config.seed)
-        options = evaluate.Options(max_step_nb=config.max_step_nb,
-                                   batch_size=config.batch_size, seed=config.seed)
-        data = {"data": provenance.listing_digest(records.list_files(pattern)),
-                "nr_images": config.nr_images}
-        for benchmark in faithfulness_card.benchmarks(loaded, images, labels, ids, data=data,
-                                                      names=protocols, options=options):
-            found.append(dataclasses.replace(
-                benchmark, supports=lambda method: method != bam_card.ORACLE))
+    options = evaluate.Options(max_step_nb=config.max_step_nb, batch_size=config.batch_size,
+                               seed=config.seed)
+    for benchmark in faithfulness_card.benchmarks(
+            inputs.loaded, inputs.images, inputs.labels, inputs.ids, data=inputs.data,
+            names=protocols, options=options) if protocols else ():
+        found.append(dataclasses.replace(
+            benchmark, supports=lambda method: method != bam_card.ORACLE))
     order = {name: i for i, name in enumerate(config.benchmarks)}
     return sorted(found, key=lambda b: order[b.name])
+
+
+def sanity_benchmark(config: Config, inputs: Inputs):
+    """The randomisation check on the first images, or None (with a note) for a model that
+    cannot be rebuilt from its export."""
+    try:
+        models.rebuild(inputs.model_path)
+    except UserError as error:
+        print(f"note: no randomisation check: {error}")
+        return None
+    count = min(16, len(inputs.images))
+    checked = randomisation.benchmark(
+        inputs.model_path, inputs.images[:count], inputs.labels[:count], inputs.ids[:count],
+        data=inputs.data, seed=config.seed, batch_size=config.batch_size)
+    return dataclasses.replace(checked, supports=lambda method: method != bam_card.ORACLE)
+
+
+def gallery(config: Config, inputs: Inputs) -> card_outputs.Section:
+    """The first --gallery_images images and every method's maps (the oracle: the mask)."""
+    count = min(config.gallery_images, len(inputs.images))
+    images, labels, ids = inputs.images[:count], inputs.labels[:count], inputs.ids[:count]
+    maps = {}
+    for method in config.methods:
+        if method == bam_card.ORACLE:
+            if inputs.masks is not None:
+                maps[method] = inputs.masks[:count, ..., None]
+            continue
+        maps[method] = saliency_gen.attribute(inputs.loaded, images, method, labels,
+                                              batch_size=config.batch_size, seed=config.seed,
+                                              ids=ids)
+    pixels = np.asarray(input_space(inputs.loaded.preprocessing).to_pixels(images))
+    return card_outputs.Section(
+        "Gallery", f"The first {count} images and each method's map (|map| summed over "
+        "channels, scaled to its 99th percentile), explaining the true label.",
+        png=card_outputs.gallery_png(pixels, maps, [f"label {label}" for label in labels]))
 
 
 def run(config: Config) -> dict:
@@ -118,27 +186,52 @@ def run(config: Config) -> dict:
 
 def _run(config: Config) -> dict:
     started = time.time()
-    benchmarks = build_benchmarks(config)
-    total = sum(b.cost for b in benchmarks) * len(config.methods)
+    image_level = [b for b in config.benchmarks if b != "BAM"]
+    inputs = load_inputs(config) if image_level or config.sanity or config.gallery_images \
+        else None
+    benchmarks = build_benchmarks(config, inputs)
+    checks = [sanity_benchmark(config, inputs)] if config.sanity else []
+    checks = [check for check in checks if check is not None]
+    total = sum(b.cost for b in [*benchmarks, *checks]) * len(config.methods)
     with tqdm(total=round(total), desc="report card", unit="work", file=sys.stderr,
               disable=None, bar_format="{l_bar}{bar}| {percentage:3.0f}% [{elapsed}<{remaining}]"
               ) as bar:
-        cells = card.run_cells(benchmarks, config.methods, config.output_dir,
-                               progress=lambda cost: bar.update(round(cost)),
+        def progress(cost):
+            bar.update(round(cost))
+
+        cells = card.run_cells(benchmarks, config.methods, config.output_dir, progress,
                                overwrite=config.overwrite)
+        check_cells = card.run_cells(checks, config.methods, config.output_dir, progress,
+                                     overwrite=config.overwrite)
     summary = card.summarise(benchmarks, config.methods, cells, config.seed)
+    sections = []
+    if checks:
+        sanity = card.summarise(checks, config.methods, check_cells, config.seed)
+        sections.append(card_outputs.section_of(
+            sanity, "Sanity check: cascading model randomisation",
+            "Spearman correlation between each method's maps on the trained model and on the "
+            "model whose top k weighted layers were re-initialised (Adebayo et al. 2018), on "
+            f"{checks[0].settings['n_images']} images. A map that explains the model should "
+            "lose its resemblance (towards 0); near 1 means the map ignores the weights."))
+    if config.gallery_images:
+        sections.append(gallery(config, inputs))
     print(card_outputs.card_table(summary))
     header, rows = card_outputs.agreement_rows(summary)
     print("\nKendall's tau between the benchmarks' method rankings\n"
           + card_outputs.text_table(header, rows))
+    for section in sections:
+        if section.header:
+            print(f"\n{section.title}\n" + card_outputs.text_table(section.header,
+                                                                   section.rows))
     intro = ("Each cell: mean [95% bootstrap interval] #rank; a method's rank is 1 + the number "
              "of methods that beat it on the same images (paired bootstrap of the difference "
              "excluding 0), so methods nothing separates share a rank. ↑: higher is better.")
-    paths = card_outputs.write_card(summary, config.output_dir, title="Saliency report card",
-                                    intro=intro, extra={"seconds": time.time() - started})
+    paths = card_outputs.write_card(summary, config.output_dir, sections,
+                                    title="Saliency report card", intro=intro,
+                                    extra={"seconds": time.time() - started})
     print(f"\nwrote {paths['html']}, {paths['md']}, {paths['csv']} and {paths['json']} "
           f"in {time.time() - started:.0f} s")
-    return {"card": summary, "paths": paths}
+    return {"card": summary, "sections": sections, "paths": paths}
 
 
 if __name__ == "__main__":

@@ -50,10 +50,10 @@ def card_run(trained_world, tmp_path_factory):
     data_dir, model_dir, _ = trained_world
     report_card = _card_module()
     config = report_card.Config(
-        methods=("bam:GC", "random", "oracle"), benchmarks=("BAM", "Deletion", "IDSDS"),
+        methods=("bam:GC", "random", "oracle"), benchmarks=("BAM", "ROAD", "Deletion", "IDSDS"),
         model_path=os.path.join(model_dir, "obj"),
         input_pattern=os.path.join(data_dir, "records", "validation-*"), nr_images=12,
-        data_dir=data_dir, bam_model_dir=model_dir, num_imgs=40, max_step_nb=8,
+        data_dir=data_dir, bam_model_dir=model_dir, num_imgs=40, max_step_nb=8, gallery_images=2,
         output_dir=str(tmp_path_factory.mktemp("card") / "card"))
     return report_card, config, report_card.run(config)
 
@@ -66,6 +66,10 @@ def test_the_card_ranks_the_controls_where_theory_puts_them(card_run):
     assert mcs["random"]["estimate"].value == 0.0  # the same map for both models
     assert mcs["random"]["rank"] == max(row["rank"] for row in mcs.values())
     assert mcs["bam:GC"]["estimate"].low > 0 and mcs["bam:GC"]["rank"] == 2
+    morf = {method: card.rows[("ROAD MoRF", method)] for method in card.methods}
+    assert morf["oracle"]["rank"] == 1
+    assert morf["random"]["rank"] == max(row["rank"] for row in morf.values())
+    assert morf["random"]["estimate"].value > morf["oracle"]["estimate"].value
     assert ("Deletion dauc", "oracle") not in card.rows  # the protocol has no oracle
     assert np.isnan(card.rows[("BAM IDR", "oracle")]["estimate"].value)
     for (metric, method), row in card.rows.items():
@@ -90,8 +94,14 @@ def test_the_html_page_holds_every_cell_and_embeds_every_picture(card_run):
                 f"{row['estimate'].value:.3f} [{row['estimate'].low:.3f}, "
                 f"{row['estimate'].high:.3f}] #{row['rank']}")
             assert expected in page.cells, (metric.name, method)
-    # the main table (header + 3 methods) and the agreement matrix (header + 6 metrics)
-    assert len(card.metrics) == 6 and len(page.cells) == 7 * 4 + 7 * 7
+    # the main table (header + 3 methods), the agreement matrix (header + 8 metrics) and the
+    # randomisation check (header + 3 methods, one column per stage)
+    sanity, gallery = result["sections"]
+    assert len(card.metrics) == 8 and len(sanity.header) == 5  # small_cnn: stages 1, 2, 3, 7
+    assert len(page.cells) == 9 * 4 + 9 * 9 + 5 * 4
+    random_row = next(row for row in sanity.rows if row[0] == "random")
+    assert all(cell.startswith("1.000 [1.000, 1.000]") for cell in random_row[1:])
+    assert len(page.images) == 2 and gallery.png is not None  # agreement and gallery
     assert page.images and all(src.startswith("data:image/png;base64,") for src in page.images)
     for src in page.images:
         assert base64.b64decode(src.split(",", 1)[1])[:8] == b"\x89PNG\r\n\x1a\n"
@@ -110,7 +120,7 @@ def test_cells_are_reused_a_new_method_costs_only_itself_and_other_settings_are_
     after = {os.path.join(folder, name): os.stat(os.path.join(folder, name)).st_mtime_ns
              for folder, _, names in os.walk(cells) for name in names}
     assert {path: after[path] for path in before} == before  # nothing recomputed
-    assert len(after) - len(before) == 3  # bam:VG in BAM, Deletion and IDSDS
+    assert len(after) - len(before) == 5  # bam:VG in BAM, ROAD, Deletion, IDSDS, Randomisation
     assert again["card"].rows[("BAM MCS", "oracle")] == result["card"].rows[("BAM MCS", "oracle")]
     with pytest.raises(UserError, match=r"card cell .* was made with max_step_nb=8, not 9"):
         report_card.run(dataclasses.replace(config, max_step_nb=9))

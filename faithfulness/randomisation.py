@@ -1,0 +1,82 @@
+"""The model-parameter randomisation sanity check (Adebayo et al. 2018), cascading from the top
+(docs/report_card.md, "Sanity check").
+
+Stage k re-initialises the k weighted layers nearest the output (kernels and biases drawn from
+each layer's own initialisers, seeded); the method explains the same images and targets with
+the randomised model, and each image's Spearman rank correlation between the original and the
+randomised map (absolute values summed over channels, as the paper's main figures) says how
+much the map still looks the same. A method that explains the model should fall towards 0 as
+more layers are randomised; a map that does not depend on the model (an edge detector, the random
+control) stays at 1.
+"""
+import keras
+import numpy as np
+
+import models
+import saliency_gen
+from faithfulness import stats
+from models.card import Benchmark, Metric
+
+
+def weighted_layers(model) -> list:
+    """The layers with a kernel, output side first."""
+    return [layer for layer in reversed(model.layers)
+            if getattr(layer, "kernel", None) is not None]
+
+
+def stages(count: int) -> list:
+    """How many top layers each stage randomises: 1, 2, half and all (distinct, ascending)."""
+    return sorted({k for k in (1, 2, max(1, count // 2), count) if 1 <= k <= count})
+
+
+def randomise_top(model, count: int, seed: int = 0) -> None:
+    """Re-initialises (in place) the kernels and biases of the `count` weighted layers nearest
+    the output, each from its own initialiser with a seed of its own."""
+    for index, layer in enumerate(weighted_layers(model)[:count]):
+        for name in ("kernel", "bias"):
+            variable = getattr(layer, name, None)
+            initializer = getattr(layer, f"{name}_initializer", None)
+            if variable is None or initializer is None:
+                continue
+            config = keras.initializers.serialize(initializer)
+            fresh = keras.initializers.deserialize(config)
+            if hasattr(fresh, "seed"):
+                fresh.seed = seed * 1000 + index
+            variable.assign(fresh(variable.shape, dtype=variable.dtype))
+
+
+def _flat_abs(maps) -> np.ndarray:
+    maps = np.abs(np.asarray(maps, np.float64)).sum(axis=-1)
+    return maps.reshape(len(maps), -1)
+
+
+def benchmark(model_path: str, images, labels, ids, *, data: dict, seed: int = 0,
+              batch_size: int = 32) -> Benchmark:
+    """The cascading check of the exported zoo model `model_path` on `images` (its input
+    space), explaining `labels`: one metric per stage, the mean Spearman correlation (lower is
+    better)."""
+    loaded = models.load(model_path)
+    count = len(weighted_layers(models.rebuild(model_path)))
+    chosen = stages(count)
+
+    def explain(model, method):
+        return saliency_gen.attribute(model, images, method, labels, batch_size=batch_size,
+                                      seed=seed, ids=ids, preprocessing=loaded.preprocessing)
+
+    def score(method):
+        original = _flat_abs(explain(loaded, method))
+        values = {}
+        for k in chosen:
+            model = models.rebuild(model_path)
+            randomise_top(model, k, seed)
+            values[f"top {k}"] = stats.spearman(original, _flat_abs(explain(model, method)))
+        return values
+
+    return Benchmark(
+        name="Randomisation",
+        metrics=tuple(Metric(f"top {k}", False, about=f"Spearman correlation of the maps after "
+                                                       f"the top {k} of {count} weighted layers "
+                                                       "are re-initialised") for k in chosen),
+        score=score, settings={"model_id": loaded.model_id, "n_images": len(images),
+                               "seed": seed, "stages": chosen, **data},
+        cost=2.0 * len(chosen))
