@@ -1,5 +1,5 @@
-"""ROAD (MoRF and LeRF without retraining) as a report-card benchmark (docs/report_card.md,
-"Benchmarks").
+"""ROAD (MoRF and LeRF without retraining) and, by flag, ROAR / KAR retraining as report-card
+benchmarks (docs/report_card.md, "Benchmarks").
 
 For each image and fraction p, MoRF imputes the top p of the pixels (ROAD's ranking: the signed
 channel sum with the shared jitter; ROAD's noisy linear imputation, noise 0.01) and LeRF imputes
@@ -10,16 +10,23 @@ executor, so the curve costs one traced function whatever the number of fraction
 control ranks the object's pixels first, from its centre outwards (`oracle_maps`, from the
 records' object masks).
 """
+import dataclasses
+import glob
+import os
+
 import numpy as np
 import scipy.ndimage
 import tensorflow as tf
 
+import models
 import saliency_gen
-from models import executor
+from models import executor, provenance, training
 from models.adapter import adapt
 from models.card import Benchmark, Metric
 from models.preprocessing import input_space
-from roar import imputation, masking
+from roar import imputation, masked_data, masking
+from roar import train as roar_train
+from saliency_gen import generate
 from saliency_gen.records import ranking_cut
 
 ORACLE = "oracle"
@@ -115,3 +122,60 @@ def benchmark(loaded, images, labels, ids, masks=None, *, data: dict, ratios=RAT
                   "ratios": [float(r) for r in ratios], "seed": seed, "noise": 0.01,
                   "ranking": "pixel, signed, jitter", **data},
         cost=4.0 * len(ratios))
+
+
+RETRAINING_METRICS = (
+    Metric("ROAR top-1", False, unit="seed", about="test top-1 after retraining on images with "
+                                                   "the top fraction replaced"),
+    Metric("KAR top-1", True, unit="seed", about="test top-1 after retraining on images with "
+                                                 "only the top fraction kept"))
+
+
+def retraining_benchmark(model_path: str, records_dir: str, work_dir: str, *,
+                         num_classes: int, ratio: float = 0.5, seeds=(0, 1, 2),
+                         recipe=None, model_name: str = "small_cnn") -> Benchmark:
+    """ROAR and KAR at one `ratio` as a card benchmark whose units are the training `seeds`.
+
+    The method's maps of every image record in `records_dir` (`train-*`, `validation-*`) come
+    from the generator (float16, explaining the prediction of `model_path`, cached in
+    `<work_dir>/saliency`); each (mode, seed) is one `roar.train.run_masked` run in
+    `<work_dir>/runs/...`, reused when finished with the same origin. `random` and `oracle` are
+    the record-level controls of roar.train.
+    """
+    recipe = recipe or training.Recipe()
+    maps_root = os.path.join(work_dir, "saliency")
+
+    def score(method):
+        control = method if method in ("random", ORACLE) else None
+        if control:
+            data_dir, source, key = records_dir, "images", None
+        else:
+            name = masked_data.generator_name(method)
+            generate.generate(os.path.join(records_dir, "*.tfrecord"), model_path, [name],
+                              maps_root, dtype="float16", progress_bar=False)
+            data_dir = os.path.join(maps_root, generate.method_directory(name))
+            source, key = "saliency", masked_data.record_key_of(method)
+        train_files = masked_data.list_shards(os.path.join(data_dir, "train-*"), "train-*")
+        eval_files = masked_data.list_shards(os.path.join(data_dir, "validation-*"),
+                                             "validation-*")
+        values = {"ROAR top-1": [], "KAR top-1": []}
+        for keep, metric in ((False, "ROAR top-1"), (True, "KAR top-1")):
+            for seed in seeds:
+                config = masked_data.MaskConfig(ratio=ratio, keep_information=keep, seed=seed)
+                folder = os.path.join(work_dir, "runs", generate.method_directory(method),
+                                      "kar" if keep else "roar", f"seed_{seed}")
+                result = roar_train.run_masked(
+                    train_files, eval_files, config, output_dir=folder, recipe=recipe,
+                    source=source, control=control, map_key=key, num_classes=num_classes,
+                    model_name=model_name, seed=seed)
+                values[metric].append(result["top1"])
+        return values
+
+    return Benchmark(
+        name="ROAR/KAR", metrics=RETRAINING_METRICS, score=score,
+        settings={"model_id": models.read_info(model_path)["model_id"], "ratio": float(ratio),
+                  "seeds": [int(s) for s in seeds], "recipe": dataclasses.asdict(recipe),
+                  "model": model_name,
+                  "data": provenance.listing_digest(sorted(
+                      glob.glob(os.path.join(records_dir, "*.tfrecord"))))},
+        cost=60.0 * len(seeds))

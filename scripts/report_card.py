@@ -28,7 +28,7 @@ from faithfulness import card as faithfulness_card
 from faithfulness import evaluate, randomisation
 from models import card, card_outputs, provenance
 from models.cli import option, run_binary
-from models.errors import UserError, check_minimum, require_both_or_neither
+from models.errors import UserError, check_fractions, check_minimum, require_both_or_neither
 from models.files import exclusive
 from models.preprocessing import input_space
 from roar import card as roar_card
@@ -63,6 +63,11 @@ class Config:
     output_dir: str = option("report_card", "Where the cells and the card go.")
     cache_dir: Optional[str] = option(None, "Cache of the synthetic world.")
     overwrite: bool = option(False, "Recompute cells made with other settings.")
+    retraining: bool = option(False, "Add ROAR / KAR retraining at --retraining_ratio (costly: "
+                              "maps of every record and 2 trainings per seed and method).")
+    retraining_ratio: float = option(0.5, "Fraction replaced (ROAR) or kept (KAR).")
+    retraining_seeds: tuple = option(("0", "1", "2"), "Training seeds: the units of its "
+                                     "intervals.")
     sanity: bool = option(True, "Add the cascading model-randomisation check (needs a zoo "
                           "model export).")
     gallery_images: int = option(4, "Images in the map gallery (0: none).")
@@ -81,6 +86,9 @@ def check_flags(config: Config) -> None:
     for name in ("nr_images", "num_imgs", "max_step_nb", "batch_size"):
         check_minimum(name, getattr(config, name), 1)
     check_minimum("gallery_images", config.gallery_images, 0)
+    check_fractions("retraining_ratio", [config.retraining_ratio])
+    if config.retraining and not config.retraining_seeds:
+        raise UserError("--retraining_seeds names no seed")
     require_both_or_neither(("model_path", config.model_path),
                             ("input_pattern", config.input_pattern))
     require_both_or_neither(("data_dir", config.data_dir),
@@ -98,6 +106,7 @@ class Inputs:
     ids: object
     masks: object  # object masks [N, H, W] for the oracle, or None
     data: dict
+    pattern: str
 
 
 def load_inputs(config: Config) -> Inputs:
@@ -114,7 +123,8 @@ def load_inputs(config: Config) -> Inputs:
         pattern, loaded, config.nr_images, config.seed, with_masks=with_masks)
     data = {"data": provenance.listing_digest(records.list_files(pattern)),
             "nr_images": config.nr_images}
-    return Inputs(model_path, loaded, images, labels, ids, masks[0] if masks else None, data)
+    return Inputs(model_path, loaded, images, labels, ids, masks[0] if masks else None, data,
+                  pattern)
 
 
 def build_benchmarks(config: Config, inputs: Optional[Inputs]) -> list:
@@ -139,7 +149,16 @@ def build_benchmarks(config: Config, inputs: Optional[Inputs]) -> list:
         found.append(dataclasses.replace(
             benchmark, supports=lambda method: method != bam_card.ORACLE))
     order = {name: i for i, name in enumerate(config.benchmarks)}
-    return sorted(found, key=lambda b: order[b.name])
+    found = sorted(found, key=lambda b: order[b.name])
+    if config.retraining:
+        synthetic = config.model_path is None
+        work_dir = (os.path.join(cache.cache_dir(0, config.cache_dir), "card_retraining")
+                    if synthetic else os.path.join(config.output_dir, "retraining"))
+        found.append(roar_card.retraining_benchmark(
+            inputs.model_path, os.path.dirname(inputs.pattern), work_dir,
+            num_classes=inputs.loaded.num_classes, ratio=config.retraining_ratio,
+            seeds=tuple(int(s) for s in config.retraining_seeds)))
+    return found
 
 
 def sanity_benchmark(config: Config, inputs: Inputs):
@@ -187,8 +206,8 @@ def run(config: Config) -> dict:
 def _run(config: Config) -> dict:
     started = time.time()
     image_level = [b for b in config.benchmarks if b != "BAM"]
-    inputs = load_inputs(config) if image_level or config.sanity or config.gallery_images \
-        else None
+    inputs = load_inputs(config) if (image_level or config.sanity or config.gallery_images
+                                     or config.retraining) else None
     benchmarks = build_benchmarks(config, inputs)
     checks = [sanity_benchmark(config, inputs)] if config.sanity else []
     checks = [check for check in checks if check is not None]

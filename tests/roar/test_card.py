@@ -1,0 +1,49 @@
+"""ROAR / KAR retraining as a report-card benchmark: each (mode, seed) cell value is the top-1 of
+the roar.train run with that ratio, mode and seed, finished runs are reused, and maps come from
+the generator (the record-level random and oracle controls are roar.train's own, tested in
+test_train.py)."""
+import glob
+import os
+
+import keras
+
+import models
+from models import training
+from roar import card, masked_data, train
+from saliency_gen import generate
+
+RECIPE = training.with_overrides(training.SYNTHETIC_RECIPE, epochs=1.0, batch_size=50)
+
+
+def _mtimes(root):
+    return {path: os.stat(path).st_mtime_ns
+            for path in glob.glob(os.path.join(root, "**", "metrics.json"), recursive=True)}
+
+
+def test_retraining_cells_are_the_runs_top1_per_seed_and_are_reused(tiny_world, tmp_path):
+    root, _ = tiny_world
+    keras.utils.set_random_seed(0)
+    model_path = str(tmp_path / "model")
+    models.export(models.build("small_cnn", 10, (64, 64, 3), width=4), model_path,
+                  preprocessing="imagenet")
+    records_dir = os.path.join(root, "records")
+    work = str(tmp_path / "work")
+    benchmark = card.retraining_benchmark(model_path, records_dir, work, num_classes=10,
+                                          ratio=0.3, seeds=(0, 1), recipe=RECIPE)
+    assert [m.unit for m in benchmark.metrics] == ["seed", "seed"]
+    values = benchmark.score("gradient_image")
+    assert len(values["ROAR top-1"]) == 2 and len(values["KAR top-1"]) == 2
+    # The KAR value of seed 1 is the run roar.train makes from the generator's records.
+    maps = os.path.join(work, "saliency", generate.method_directory(
+        masked_data.generator_name("gradient_image")))
+    direct = train.run_masked(
+        sorted(glob.glob(os.path.join(maps, "train-*"))),
+        sorted(glob.glob(os.path.join(maps, "validation-*"))),
+        masked_data.MaskConfig(ratio=0.3, keep_information=True, seed=1),
+        output_dir=str(tmp_path / "direct"), recipe=RECIPE, source="saliency",
+        map_key=masked_data.record_key_of("gradient_image"), num_classes=10, seed=1)
+    assert values["KAR top-1"][1] == direct["top1"]
+    before = _mtimes(work)
+    assert len(before) == 4  # 2 modes x 2 seeds
+    assert benchmark.score("gradient_image") == values  # finished runs are reused as they are
+    assert _mtimes(work) == before
