@@ -57,9 +57,13 @@ class Benchmark:
 
 def cell_path(output_dir: str, benchmark: str, method: str) -> str:
     """Where the cell (benchmark, method) is kept: a readable, collision-free file name."""
-    readable = re.sub(r"[^A-Za-z0-9_.-]+", "_", method).strip("_")[:40] or "method"
-    digest = hashlib.sha256(method.encode()).hexdigest()[:8]
-    return os.path.join(output_dir, "cells", benchmark, f"{readable}-{digest}.json")
+    return os.path.join(output_dir, "cells", _file_name(benchmark), f"{_file_name(method)}.json")
+
+
+def _file_name(name: str) -> str:
+    """`name` as one readable path component, with a digest so that names never collide."""
+    readable = re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_")[:40] or "name"
+    return f"{readable}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"
 
 
 def run_cells(benchmarks: Sequence[Benchmark], methods: Sequence[str], output_dir: str,

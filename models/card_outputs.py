@@ -100,7 +100,8 @@ def heat_map_png(card: Card) -> bytes:
     for i in range(len(names)):
         for j in range(len(names)):
             if not math.isnan(matrix[i, j]):
-                axes.text(j, i, f"{matrix[i, j]:.2f}", ha="center", va="center", fontsize=7)
+                axes.text(j, i, f"{matrix[i, j]:.2f}", ha="center", va="center", fontsize=7,
+                          color="white" if abs(matrix[i, j]) > 0.6 else "black")
     figure.colorbar(image, ax=axes, label="Kendall's tau between method rankings")
     axes.set_title("Agreement between benchmarks")
     figure.tight_layout()
@@ -128,11 +129,12 @@ def gallery_png(pixels, maps: dict, captions=None) -> bytes:
     figure, axes = pyplot.subplots(rows, columns, figsize=(1.6 * columns, 1.6 * rows),
                                    squeeze=False)
     for row in range(rows):
-        axes[row, 0].imshow(np.clip(pixels[row], 0, 1))
+        axes[row, 0].imshow(np.clip(pixels[row], 0, 1), interpolation="nearest")
         for column, (method, found) in enumerate(maps.items(), 1):
             heat = np.abs(np.asarray(found[row], np.float64)).sum(axis=-1)
             top = np.percentile(heat, 99) or 1.0
-            axes[row, column].imshow(np.clip(heat / top, 0, 1), cmap="inferno", vmin=0, vmax=1)
+            axes[row, column].imshow(np.clip(heat / top, 0, 1), cmap="inferno", vmin=0, vmax=1,
+                                     interpolation="nearest")
             if row == 0:
                 axes[row, column].set_title(method, fontsize=7)
         if row == 0:
@@ -144,7 +146,7 @@ def gallery_png(pixels, maps: dict, captions=None) -> bytes:
         axis.set_yticks([])
     figure.tight_layout()
     buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=100)
+    figure.savefig(buffer, format="png", dpi=80)
     pyplot.close(figure)
     return buffer.getvalue()
 
