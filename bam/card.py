@@ -12,7 +12,7 @@ import os
 import numpy as np
 
 import models
-from bam import metric_definitions, region, val_set_scores
+from bam import metric_definitions, region, rmcs, val_set_scores
 from models.card import Benchmark, Metric
 
 ORACLE = "oracle"
@@ -30,17 +30,8 @@ def benchmark(data_dir: str, model_dir: str, *, metrics=("MCS", "IDR", "IIR"),
     """BAM on the world in `data_dir` with the models in `model_dir` (obj, scene, scene_only),
     `num_imgs` sampled images per metric as `bam.metrics` samples them (all of a metric's
     images where it has fewer)."""
-    loaded, sets, predicted = {}, {}, {}
-
-    def model(name):
-        if name not in loaded:
-            loaded[name] = models.load(os.path.join(model_dir, name))
-        return loaded[name]
-
-    def val_set(name):
-        if name not in sets:
-            sets[name] = val_set_scores.load_val_set(data_dir, name)
-        return sets[name]
+    sources = val_set_scores.Sources(data_dir, model_dir)
+    model, val_set, predicted = sources.model, sources.val_set, {}
 
     def indices(metric):
         first = val_set(metric_definitions.PAIRS[metric][0][1])  # all, if fewer than asked
@@ -95,3 +86,55 @@ def benchmark(data_dir: str, model_dir: str, *, metrics=("MCS", "IDR", "IIR"),
                   "metrics": list(metrics), "models": model_ids,
                   "data_dir": os.path.abspath(data_dir)},
         cost=6.0 * num_imgs / 10)
+
+
+def per_image_rmcs(g, predictions, drops, label=rmcs.BEDROOM) -> np.ndarray:
+    """[n]: for each image, the Pearson correlation over k of its contrast g(scene<k>) -
+    g(scene10) with the accuracy drops, over the k where both models call it bedroom (NaN
+    with fewer than three such k, or a constant contrast)."""
+    contrast = np.stack([np.asarray(g[k], np.float64) - np.asarray(g[10], np.float64)
+                         for k in rmcs.KS])  # [9, n]
+    valid = np.stack([(np.asarray(predictions[k]) == label) &
+                      (np.asarray(predictions[10]) == label) for k in rmcs.KS])
+    drops = np.broadcast_to(np.asarray(drops, np.float64), contrast.T.shape)
+    contrast, valid = contrast.T, valid.T  # [n, 9]
+    count = valid.sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        centred = [np.where(valid, x - (np.where(valid, x, 0).sum(axis=1) / count)[:, None], 0)
+                   for x in (contrast, drops)]
+        spread = np.sqrt((centred[0] ** 2).sum(axis=1) * (centred[1] ** 2).sum(axis=1))
+        r = (centred[0] * centred[1]).sum(axis=1) / spread
+    return np.where((count >= 3) & (spread > 0), np.clip(r, -1.0, 1.0), np.nan)
+
+
+def rmcs_benchmark(data_dir: str, model_dir: str, *, num_imgs: int = 50, seed: int = 0,
+                   noise_seed: int = 0, batch_size: int = 64) -> Benchmark:
+    """RMCS as a card benchmark (by flag: it needs the ten relative scene models): per image
+    of dog_bedroom, the correlation over k of its relative contrast with the accuracy drops
+    (docs/report_card.md, "Benchmarks"); higher is better."""
+    sources = val_set_scores.Sources(data_dir, model_dir)
+    target = sources.val_set(rmcs.TARGET_SET)
+    chosen = metric_definitions.sample_indices(len(target.paths),
+                                               min(num_imgs, len(target.paths)), seed)
+    drops = rmcs.accuracy_drops(data_dir, model_dir, batch_size)
+
+    def score(method):
+        if method == ORACLE:
+            return {"RMCS r": np.full(len(chosen), np.nan)}
+        g, predictions = {}, {}
+        for k in range(1, 11):
+            predictions[k], found, _ = val_set_scores.score_pair(
+                sources.model(f"scene{k}"), target, chosen, [method], noise_seed, batch_size)
+            g[k] = found[method]
+        return {"RMCS r": per_image_rmcs(g, predictions, drops)}
+
+    return Benchmark(
+        name="RMCS", metrics=(Metric("RMCS r", True, about="per image: correlation over k of "
+                                                         "the relative contrast with the "
+                                                         "accuracy drop"),),
+        score=score,
+        settings={"num_imgs": num_imgs, "seed": seed, "noise_seed": noise_seed,
+                  "models": {f"scene{k}": models.read_info(os.path.join(
+                      model_dir, f"scene{k}"))["model_id"] for k in range(1, 11)},
+                  "data_dir": os.path.abspath(data_dir)},
+        cost=10.0 * num_imgs / 10)

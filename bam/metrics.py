@@ -15,7 +15,6 @@ TCAV, its Pearson correlation with the accuracy drop when the dog is removed, a 
 scene models (once, cached). With no --data_dir/--model_dir it uses the built-in synthetic world,
 building it and training its models once into a cache directory it names.
 """
-import csv
 import dataclasses
 import os
 import time
@@ -26,9 +25,10 @@ from tqdm import tqdm
 import models
 from bam import metric_definitions, rmcs, synthetic_setup, val_set_scores
 from models import provenance
+from models import results as result_files
 from models.cli import option, run_binary
-from models.errors import UserError, check_minimum, require_both_or_neither
-from models.files import atomic_output, exclusive, write_json
+from models.errors import UserError, check_choices, check_minimum, require_both_or_neither
+from models.files import exclusive, write_json
 
 
 def compute(data_dir, model_dir, metric_names, methods, num_imgs=10, seed=0, noise_seed=0,
@@ -49,17 +49,8 @@ def compute(data_dir, model_dir, metric_names, methods, num_imgs=10, seed=0, noi
     if maps_dir is None and attr_dir is None:
         for method in methods:
             val_set_scores.method_name(method)  # an unknown name fails before any work
-    loaded, sets, cache = {}, {}, {}
-
-    def model(name):
-        if name not in loaded:
-            loaded[name] = models.load(os.path.join(model_dir, name))
-        return loaded[name]
-
-    def val_set(name):
-        if name not in sets:
-            sets[name] = val_set_scores.load_val_set(data_dir, name)
-        return sets[name]
+    sources = val_set_scores.Sources(data_dir, model_dir)
+    model, val_set, cache = sources.model, sources.val_set, {}
 
     results = {}
     for metric in metric_names:
@@ -142,19 +133,18 @@ def _write_outputs(path, results, relative=None, origin=None):
     if origin is not None:
         values["origin"] = origin
     write_json(path, values, indent=2)
+    rows = [{"metric": metric, "method": method, "value": f"{value:.6f}", "images_used": used,
+             "images_sampled": sampled, "constant_maps": constant}
+            for metric, by_method in results.items()
+            for method, (value, used, sampled, constant) in by_method.items()]
+    rows += [{"metric": f"RMCS_scene{k}", "method": method, "value": f"{value:.6f}",
+              "images_used": relative["images"][k - 1],
+              "images_sampled": relative["images_sampled"], "constant_maps": ""}
+             for method, curve in (relative or {}).get("curves", {}).items()
+             for k, value in zip(rmcs.KS, curve)]
     csv_path = os.path.splitext(path)[0] + ".csv"
-    with atomic_output(csv_path) as temporary:
-        with open(temporary, "w", newline="", encoding="utf-8") as handle:
-            writer = csv.writer(handle)
-            writer.writerow(["metric", "method", "value", "images_used", "images_sampled",
-                             "constant_maps"])
-            for metric, rows in results.items():
-                for method, (value, used, sampled, constant) in rows.items():
-                    writer.writerow([metric, method, f"{value:.6f}", used, sampled, constant])
-            for method, curve in (relative or {}).get("curves", {}).items():
-                for k, value in zip(rmcs.KS, curve):
-                    writer.writerow([f"RMCS_scene{k}", method, f"{value:.6f}",
-                                     relative["images"][k - 1], relative["images_sampled"], ""])
+    result_files.write_csv(csv_path, rows, ["metric", "method", "value", "images_used",
+                                            "images_sampled", "constant_maps"])
     return csv_path
 
 
@@ -175,24 +165,17 @@ def _print_relative(relative):
 
 def _table(results, methods):
     """The readable table: one row per metric, one column per method, and the images used."""
-    width = max([9] + [len(m) + 1 for m in methods])
-    lines = [f"\n{'metric':<6}" + "".join(f"{m:>{width}}" for m in methods) + f"{'images':>9}"]
-    for metric, rows in results.items():
-        used = next(iter(rows.values()))
-        lines.append(f"{metric:<6}" + "".join(f"{rows[m][0]:>{width}.4f}" for m in methods)
-                     + f"{f'{used[1]}/{used[2]}':>9}")
-    return "\n".join(lines)
+    rows = []
+    for metric, by_method in results.items():
+        used = next(iter(by_method.values()))
+        rows.append([metric, *(f"{by_method[m][0]:.4f}" for m in methods),
+                     f"{used[1]}/{used[2]}"])
+    return "\n" + result_files.text_table(["metric", *methods, "images"], rows, align="right")
 
 
 def check_flags(config: Config) -> None:
     """Empty or unknown metric lists and non-positive counts stop with one line at once."""
-    known = (*metric_definitions.METRICS, "RMCS")
-    if not config.metrics:
-        raise UserError(f"--metrics names no metric; choose from {', '.join(known)}")
-    unknown = [m for m in config.metrics if m not in known]
-    if unknown:
-        raise UserError(f"--metrics: unknown metric {unknown[0]!r}; choose from "
-                        f"{', '.join(known)}")
+    check_choices("metrics", config.metrics, (*metric_definitions.METRICS, "RMCS"), "metric")
     for name in ("num_imgs", "batch_size", "epochs", "input_size"):
         if getattr(config, name) is not None:
             check_minimum(name, getattr(config, name), 1)

@@ -17,8 +17,8 @@ import numpy as np
 import models
 import saliency_gen
 from bam import metric_definitions, tcav, tcav_experiment, val_set_scores
+from models import results
 from models.errors import UserError
-from models.files import atomic_output
 from saliency_gen.world import dataset
 
 KS = tuple(range(1, 10))
@@ -118,12 +118,7 @@ def add_tcav(result, data_dir, model_dir, bottleneck=None, num_random_exp=2, see
 
 def plot(result, path):
     """A PNG of every RMCS curve over k with the accuracy drop on a second axis."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axis = plt.subplots(figsize=(7, 4.5))
+    figure, axis = results.pyplot().subplots(figsize=(7, 4.5))
     for method, curve in result["curves"].items():
         axis.plot(KS, curve, marker="o", label=f"{method} (r = "
                   f"{result['correlation'][method]:.2f})")
@@ -137,7 +132,4 @@ def plot(result, path):
     axis.legend(lines[0] + extra[0], lines[1] + extra[1], fontsize=7, loc="upper right")
     axis.set_title("Relative model contrast on dog_bedroom")
     figure.tight_layout()
-    with atomic_output(path) as temporary:
-        figure.savefig(temporary, format="png", dpi=120)
-    plt.close(figure)
-    return path
+    return results.write_bytes(path, results.figure_png(figure, dpi=120))

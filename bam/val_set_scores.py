@@ -36,6 +36,25 @@ class ValSet:
         return [os.path.splitext(os.path.basename(p))[0] for p in self.paths]
 
 
+class Sources:
+    """A BAM world's exported models and validation sets, each loaded once, when first asked
+    for."""
+
+    def __init__(self, data_dir, model_dir):
+        self.data_dir, self.model_dir = data_dir, model_dir
+        self._models, self._sets = {}, {}
+
+    def model(self, name):
+        if name not in self._models:
+            self._models[name] = models.load(os.path.join(self.model_dir, name))
+        return self._models[name]
+
+    def val_set(self, name):
+        if name not in self._sets:
+            self._sets[name] = load_val_set(self.data_dir, name)
+        return self._sets[name]
+
+
 def _mask_indices(names, num_masks):
     """BAM's mask index rule: in obj/scene/scene_only, image <o>-<s>-<i> uses mask
     label(o) * V + (i - T) (V masks per class, T the first val index); in the derived sets

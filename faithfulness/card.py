@@ -1,5 +1,6 @@
 """The faithfulness protocols as report-card benchmarks (docs/report_card.md, "Benchmarks"):
-Deletion / Insertion (DAUC, DC, IAUC, IC), IIC / AD, ADD and IDSDS single deletion, each
+Deletion / Insertion (DAUC, DC, IAUC, IC), IIC / AD, ADD, IDSDS single and (by flag) incremental
+deletion, each
 scoring one method on the same images with `faithfulness.evaluate.score_group`."""
 import dataclasses
 from typing import Optional
@@ -20,8 +21,13 @@ PROTOCOLS = {  # card name -> (protocol, metrics)
                                               "deleted"),)),
     "IDSDS": ("single_deletion", (Metric("sds", True, about="rank correlation of cell "
                                                             "attributions and output drops"),)),
+    # Least relevant cells deleted first (id_order ascending): a faithful map keeps the
+    # output up for longer, so the mean of the curve is higher.
+    "IDSDS incremental": ("incremental_deletion", (Metric("score", True, about="mean softmax "
+                                                          "output as cells are deleted, least "
+                                                          "relevant first"),)),
 }
-DEFAULT = ("Deletion", "Insertion", "IIC/AD", "ADD", "IDSDS")
+DEFAULT = ("Deletion", "Insertion", "IIC/AD", "ADD", "IDSDS")  # incremental: by flag
 
 
 def benchmarks(loaded, images, labels, ids, *, data: dict, names=DEFAULT,
@@ -47,5 +53,6 @@ def benchmarks(loaded, images, labels, ids, *, data: dict, names=DEFAULT,
             settings={"protocol": protocol, "model_id": loaded.model_id,
                       "n_images": len(images), **data, **dataclasses.asdict(options)},
             cost=float(options.max_step_nb if protocol in ("deletion", "insertion") else
+                       options.id_steps if protocol == "incremental_deletion" else
                        options.grid_rows_and_cols ** 2 if protocol == "single_deletion" else 2)))
     return found

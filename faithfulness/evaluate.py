@@ -25,6 +25,7 @@ import models
 from faithfulness import curves, idsds, inputs, single_step, stats
 from faithfulness import scorer as scoring
 from models import provenance
+from models import results as result_files
 from models.cli import option, run_binary
 from models.errors import UserError, check_minimum, require_both_or_neither
 from models.files import exclusive, write_json
@@ -153,14 +154,10 @@ def evaluate(loaded, images, labels, ids, explainers, protocol, options=Options(
 def table(results, n_images):
     """A readable table: one row per explainer, one column per metric."""
     metrics = list(next(iter(results.values())))
-    width = max(len("explainer"), *(len(name) for name in results))
-    lines = [f"{'explainer':<{width}}  " + "  ".join(f"{m:>10}" for m in metrics) +
-             "  images"]
-    for name, summary in results.items():
-        used = n_images - max(summary[m]["n_excluded"] for m in metrics)
-        lines.append(f"{name:<{width}}  " + "  ".join(
-            f"{summary[m]['mean']:>10.4f}" for m in metrics) + f"  {used}/{n_images}")
-    return "\n".join(lines)
+    rows = [[name, *(f"{summary[m]['mean']:.4f}" for m in metrics),
+             f"{n_images - max(summary[m]['n_excluded'] for m in metrics)}/{n_images}"]
+            for name, summary in results.items()]
+    return result_files.text_table(["explainer", *metrics, "images"], rows, align="right")
 
 
 # ----------------------------------------------------------------------------------------------

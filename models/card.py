@@ -120,12 +120,13 @@ class Card:
     rows: dict  # {(metric name, method): {"estimate": Estimate, "rank": int}} (absent: blank)
     agreement: tuple  # (metric names, Kendall tau matrix)
     settings: dict
+    beats: list = dataclasses.field(default_factory=list)  # the separated pairs, as dicts
 
 
 def summarise(benchmarks: Sequence[Benchmark], methods: Sequence[str], cells: dict,
               seed: int = 0) -> Card:
     """Intervals, ranks and the Kendall agreement of the computed `cells`."""
-    metrics, rows, orderings = [], {}, {}
+    metrics, rows, orderings, wins = [], {}, {}, []
     for benchmark in benchmarks:
         for metric in benchmark.metrics:
             column = dataclasses.replace(metric, name=f"{benchmark.name} {metric.name}")
@@ -137,7 +138,14 @@ def summarise(benchmarks: Sequence[Benchmark], methods: Sequence[str], cells: di
                 raise UserError(f"{column.name}: the methods were scored on different numbers of "
                                 f"units ({sorted(sizes)}); recompute the card with --overwrite")
             scored = {method: v for method, v in values.items() if np.isfinite(v).any()}
-            ranking = uncertainty.ranks(scored, metric.higher_is_better, seed)
+            separated = uncertainty.comparisons(scored, metric.higher_is_better, seed)
+            beaten = {method: 0 for method in scored}
+            for winner, loser, difference in separated:
+                beaten[loser] += 1
+                wins.append({"metric": column.name, "winner": winner, "loser": loser,
+                             "difference": difference.value, "ci_low": difference.low,
+                             "ci_high": difference.high, "n": difference.n})
+            ranking = {method: 1 + count for method, count in beaten.items()}
             for method, per_unit in values.items():
                 rows[(column.name, method)] = {
                     "estimate": uncertainty.interval(per_unit, seed),
@@ -146,7 +154,7 @@ def summarise(benchmarks: Sequence[Benchmark], methods: Sequence[str], cells: di
             orderings[column.name] = {method: sign * rows[(column.name, method)]["estimate"].value
                                       for method in scored}
     return Card(metrics, list(methods), rows, uncertainty.kendall_matrix(orderings),
-                {b.name: b.settings for b in benchmarks})
+                {b.name: b.settings for b in benchmarks}, wins)
 
 
 def as_records(card: Card) -> list:

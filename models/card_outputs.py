@@ -7,10 +7,8 @@ text, an optional table (header and rows) and optional PNG bytes, so this module
 nothing about how they were made.
 """
 import base64
-import csv
 import dataclasses
 import html
-import io
 import json
 import math
 import os
@@ -18,8 +16,10 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from models import results
 from models.card import Card, as_records
-from models.files import atomic_output, write_json
+from models.files import write_json
+from models.results import markdown_table, text_table
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,22 +55,6 @@ def _body(card: Card) -> list:
             for method in card.methods]
 
 
-def text_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """Columns padded to their widest cell."""
-    widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
-    lines = ["  ".join(str(cell).ljust(width) for cell, width in zip(row, widths)).rstrip()
-             for row in [header, *rows]]
-    lines.insert(1, "  ".join("-" * width for width in widths))
-    return "\n".join(lines)
-
-
-def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    lines = ["| " + " | ".join(str(c) for c in header) + " |",
-             "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines) + "\n"
-
-
 def card_table(card: Card) -> str:
     """The methods x metrics table for stdout."""
     return text_table(_header(card), _body(card))
@@ -86,11 +70,7 @@ def agreement_rows(card: Card) -> tuple:
 
 def heat_map_png(card: Card) -> bytes:
     """The Kendall tau matrix as a heat map (red: agree, blue: disagree)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib import pyplot
-
+    pyplot = results.pyplot()
     names, matrix = card.agreement
     size = max(4.0, 0.55 * len(names) + 2.0)
     figure, axes = pyplot.subplots(figsize=(size + 1.0, size))
@@ -105,10 +85,7 @@ def heat_map_png(card: Card) -> bytes:
     figure.colorbar(image, ax=axes, label="Kendall's tau between method rankings")
     axes.set_title("Agreement between benchmarks")
     figure.tight_layout()
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=110)
-    pyplot.close(figure)
-    return buffer.getvalue()
+    return results.figure_png(figure, dpi=110)
 
 
 def section_of(card: Card, title: str, text: str) -> Section:
@@ -120,11 +97,7 @@ def section_of(card: Card, title: str, text: str) -> Section:
 def gallery_png(pixels, maps: dict, captions=None) -> bytes:
     """The inputs (pixels [K, H, W, 3] in [0, 1]) in the first column and each method's maps
     beside them (|map| summed over channels, scaled to each map's 99th percentile)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib import pyplot
-
+    pyplot = results.pyplot()
     rows, columns = len(pixels), 1 + len(maps)
     figure, axes = pyplot.subplots(rows, columns, figsize=(1.6 * columns, 1.6 * rows),
                                    squeeze=False)
@@ -145,10 +118,7 @@ def gallery_png(pixels, maps: dict, captions=None) -> bytes:
         axis.set_xticks([])
         axis.set_yticks([])
     figure.tight_layout()
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=80)
-    pyplot.close(figure)
-    return buffer.getvalue()
+    return results.figure_png(figure, dpi=80)
 
 
 def _html_table(header, rows) -> str:
@@ -215,39 +185,22 @@ def write_card(card: Card, output_dir: str, sections: Sequence[Section] = (),
     paths = {kind: os.path.join(output_dir, f"card.{kind}")
              for kind in ("html", "md", "csv", "json")}
     pictures = {"agreement": "card_agreement.png"}
-    _write_bytes(os.path.join(output_dir, pictures["agreement"]), heat_map_png(card))
+    results.write_bytes(os.path.join(output_dir, pictures["agreement"]), heat_map_png(card))
     for number, section in enumerate(sections, 1):
         if section.png:
             pictures[section.title] = f"card_section{number}.png"
-            _write_bytes(os.path.join(output_dir, pictures[section.title]), section.png)
-    _write_text(paths["html"], html_page(card, sections, title, intro))
-    _write_text(paths["md"], markdown_page(card, sections, title, intro, pictures))
+            results.write_bytes(os.path.join(output_dir, pictures[section.title]), section.png)
+    results.write_text(paths["html"], html_page(card, sections, title, intro))
+    results.write_text(paths["md"], markdown_page(card, sections, title, intro, pictures))
     records = as_records(card)
-    with atomic_output(paths["csv"]) as temporary:
-        with open(temporary, "w", newline="", encoding="utf-8") as handle:
-            writer = csv.DictWriter(handle, fieldnames=list(records[0]) if records else
-                                    ["metric", "method"])
-            writer.writeheader()
-            writer.writerows(records)
+    results.write_csv(paths["csv"], records, None if records else ["metric", "method"])
     names, matrix = card.agreement
     write_json(paths["json"], json.loads(json.dumps({
         "cells": records, "metrics": [dataclasses.asdict(m) for m in card.metrics],
-        "methods": card.methods,
+        "methods": card.methods, "beats": card.beats,
         "agreement": {"metrics": names, "kendall_tau": [[None if math.isnan(v) else float(v)
                                                          for v in row] for row in matrix]},
         "sections": [{"title": s.title, "text": s.text, "header": list(s.header),
                       "rows": [list(r) for r in s.rows]} for s in sections],
         "settings": card.settings, **(extra or {})}, default=repr)), indent=1)
     return paths
-
-
-def _write_text(path, text):
-    with atomic_output(path) as temporary:
-        with open(temporary, "w", encoding="utf-8") as handle:
-            handle.write(text)
-
-
-def _write_bytes(path, data):
-    with atomic_output(path) as temporary:
-        with open(temporary, "wb") as handle:
-            handle.write(data)

@@ -32,6 +32,16 @@ def require_both_or_neither(first, second):
                         "world)")
 
 
+def check_choices(flag: str, values, known, what: str = "value") -> None:
+    """Raises unless the list flag `--flag` names at least one value, each one of `known`."""
+    if not values:
+        raise UserError(f"--{flag} names no {what}; choose from {', '.join(known)}")
+    unknown = [value for value in values if value not in known]
+    if unknown:
+        raise UserError(f"--{flag}: unknown {what} {unknown[0]!r}; choose from "
+                        f"{', '.join(known)}")
+
+
 def check_minimum(flag: str, value, minimum) -> None:
     """Raises unless the flag `--flag` is at least `minimum` (sizes, counts, epochs)."""
     if value is None or value < minimum:

@@ -74,19 +74,33 @@ def beats(a, b, higher_is_better: bool, seed: int = 0) -> bool:
     return difference.excludes(0.0) and (difference.value > 0) == higher_is_better
 
 
-def ranks(per_method: dict, higher_is_better: bool, seed: int = 0) -> dict:
-    """{method: rank}: 1 + the number of methods that beat it (paired, `beats`), so methods
-    no comparison separates share a rank. `per_method` maps names to per-unit values (same units
-    for every method)."""
+def comparisons(per_method: dict, higher_is_better: bool, seed: int = 0) -> list:
+    """[(winner, loser, Estimate of winner - loser)] for every pair of methods that the paired
+    bootstrap separates (the difference's interval excludes 0). `per_method` maps names to
+    per-unit values (the same units for every method)."""
+    found = []
     names = list(per_method)
-    wins = {name: 0 for name in names}
     for i, first in enumerate(names):
         for second in names[i + 1:]:
-            if beats(per_method[first], per_method[second], higher_is_better, seed):
-                wins[second] += 1
-            elif beats(per_method[second], per_method[first], higher_is_better, seed):
-                wins[first] += 1
-    return {name: 1 + wins[name] for name in names}
+            difference = paired_difference(per_method[first], per_method[second], seed)
+            if not difference.excludes(0.0):
+                continue
+            if (difference.value > 0) == higher_is_better:
+                found.append((first, second, difference))
+            else:
+                found.append((second, first, Estimate(-difference.value, -difference.high,
+                                                      -difference.low, difference.n,
+                                                      difference.n_excluded)))
+    return found
+
+
+def ranks(per_method: dict, higher_is_better: bool, seed: int = 0) -> dict:
+    """{method: rank}: 1 + the number of methods that beat it (`comparisons`), so methods no
+    comparison separates share a rank."""
+    losses = {name: 0 for name in per_method}
+    for _, loser, _ in comparisons(per_method, higher_is_better, seed):
+        losses[loser] += 1
+    return {name: 1 + count for name, count in losses.items()}
 
 
 def kendall_matrix(orderings: dict) -> tuple:

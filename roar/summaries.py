@@ -4,13 +4,11 @@ A row is a dict; `summarise` groups rows by some keys and gives the mean, standa
 count of a value; `write_outputs` writes `<stem>.csv`, `<stem>.md` and `<stem>.png` (the value
 against the fraction removed, one line per group, in the style of the ROAR paper's figure).
 """
-import csv
 import itertools
-import os
 
 import numpy as np
 
-from models.files import atomic_output
+from models import results
 
 
 def summarise(rows, keys, value):
@@ -25,43 +23,27 @@ def summarise(rows, keys, value):
     return summary
 
 
+def summary_rows(summary, columns) -> list:
+    """The cells of `summary` rows under `columns`, "mean ± sd" formatted."""
+    return [[f"{row['mean']:.4f} ± {row['std']:.4f}" if column == "mean ± sd" else str(row[column])
+             for column in columns] for row in summary]
+
+
 def markdown_table(summary, columns):
     """A Markdown table of `summary` rows with `columns`, mean ± sd formatted."""
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    for row in summary:
-        cells = []
-        for column in columns:
-            if column == "mean ± sd":
-                cells.append(f"{row['mean']:.4f} ± {row['std']:.4f}")
-            else:
-                cells.append(str(row[column]))
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    return results.markdown_table(columns, summary_rows(summary, columns))
 
 
 def write_outputs(stem, rows, summary, columns, x_key, line_keys, y_label, title):
     """Writes `<stem>.csv` (all rows), `<stem>.md` (the summary) and `<stem>.png`."""
-    os.makedirs(os.path.dirname(os.path.abspath(stem)), exist_ok=True)
-    fields = sorted({key for row in rows for key in row})
-    with atomic_output(stem + ".csv") as temporary:
-        with open(temporary, "w", newline="", encoding="utf-8") as handle:
-            writer = csv.DictWriter(handle, fieldnames=fields)
-            writer.writeheader()
-            writer.writerows(rows)
-    with atomic_output(stem + ".md") as temporary:
-        with open(temporary, "w", encoding="utf-8") as handle:
-            handle.write(f"# {title}\n\n" + markdown_table(summary, columns))
+    results.write_csv(stem + ".csv", rows, sorted({key for row in rows for key in row}))
+    results.write_text(stem + ".md", f"# {title}\n\n" + markdown_table(summary, columns))
     plot(stem + ".png", summary, x_key, line_keys, y_label, title)
 
 
 def plot(path, summary, x_key, line_keys, y_label, title):
     """Mean ± sd against `x_key`, one line per combination of `line_keys`."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib import pyplot
-
-    figure, axes = pyplot.subplots(figsize=(6, 4))
+    figure, axes = results.pyplot().subplots(figsize=(6, 4))
     ordered = sorted(summary, key=lambda row: tuple(str(row[k]) for k in line_keys))
     for group, members in itertools.groupby(ordered, key=lambda r: tuple(r[k] for k in line_keys)):
         members = sorted(members, key=lambda row: float(row[x_key]))
@@ -78,6 +60,4 @@ def plot(path, summary, x_key, line_keys, y_label, title):
     axes.grid(alpha=0.3)
     axes.legend(fontsize=7)
     figure.tight_layout()
-    with atomic_output(path) as temporary:
-        figure.savefig(temporary, format="png", dpi=120)
-    pyplot.close(figure)
+    results.write_bytes(path, results.figure_png(figure, dpi=120))

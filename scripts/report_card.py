@@ -26,9 +26,10 @@ from bam import card as bam_card
 from bam import synthetic_setup
 from faithfulness import card as faithfulness_card
 from faithfulness import evaluate, randomisation
-from models import card, card_outputs, provenance
+from models import card, card_outputs, provenance, results
 from models.cli import option, run_binary
-from models.errors import UserError, check_fractions, check_minimum, require_both_or_neither
+from models.errors import (UserError, check_choices, check_fractions, check_minimum,
+                           require_both_or_neither)
 from models.files import exclusive
 from models.preprocessing import input_space
 from roar import card as roar_card
@@ -39,6 +40,7 @@ BAM_METHODS = ("bam:GC", "bam:VG", "bam:SG", "bam:IG", "bam:IG-SG", "bam:GxI", "
                "bam:GGC")
 CONTROLS = ("random", bam_card.ORACLE)
 BENCHMARKS = ("BAM", "ROAD", *faithfulness_card.PROTOCOLS)
+DEFAULT_BENCHMARKS = ("BAM", "ROAD", *faithfulness_card.DEFAULT)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,7 +50,8 @@ class Config:
     methods: tuple = option(BAM_METHODS + CONTROLS,
                             "Methods: saliency_gen names, registered methods, "
                             "'package.module:function', and the controls random and oracle.")
-    benchmarks: tuple = option(BENCHMARKS, "Benchmarks to run.")
+    benchmarks: tuple = option(DEFAULT_BENCHMARKS, "Benchmarks to run: " + ", ".join(BENCHMARKS)
+                               + " (ROAR/KAR retraining: --retraining).")
     model_path: Optional[str] = option(None, "Classifier for the faithfulness protocols "
                                        "(default: the synthetic world's clean small_cnn).")
     input_pattern: Optional[str] = option(None, "Its image TFRecords (default: the synthetic "
@@ -63,6 +66,8 @@ class Config:
     output_dir: str = option("report_card", "Where the cells and the card go.")
     cache_dir: Optional[str] = option(None, "Cache of the synthetic world.")
     overwrite: bool = option(False, "Recompute cells made with other settings.")
+    rmcs: bool = option(False, "Add BAM's RMCS (trains the ten relative scene models once on "
+                        "the synthetic world).")
     retraining: bool = option(False, "Add ROAR / KAR retraining at --retraining_ratio (costly: "
                               "maps of every record and 2 trainings per seed and method).")
     retraining_ratio: float = option(0.5, "Fraction replaced (ROAR) or kept (KAR).")
@@ -77,12 +82,7 @@ def check_flags(config: Config) -> None:
     """Empty lists, unknown benchmarks and counts out of range stop at once with one line."""
     if not config.methods:
         raise UserError("--methods names no method")
-    if not config.benchmarks:
-        raise UserError(f"--benchmarks names none; choose from {', '.join(BENCHMARKS)}")
-    unknown = [b for b in config.benchmarks if b not in BENCHMARKS]
-    if unknown:
-        raise UserError(f"--benchmarks: unknown benchmark {unknown[0]!r}; choose from "
-                        f"{', '.join(BENCHMARKS)}")
+    check_choices("benchmarks", config.benchmarks, BENCHMARKS, "benchmark")
     for name in ("nr_images", "num_imgs", "max_step_nb", "batch_size"):
         check_minimum(name, getattr(config, name), 1)
     check_minimum("gallery_images", config.gallery_images, 0)
@@ -136,6 +136,13 @@ def build_benchmarks(config: Config, inputs: Optional[Inputs]) -> list:
             data_dir, model_dir = synthetic_setup.prepare(config.cache_dir, log=lambda *_: None)
         found.append(bam_card.benchmark(data_dir, model_dir, num_imgs=config.num_imgs,
                                         seed=config.seed, batch_size=config.batch_size))
+    if config.rmcs:
+        data_dir, model_dir = config.data_dir, config.bam_model_dir
+        if data_dir is None:
+            data_dir, model_dir = synthetic_setup.prepare_relative(config.cache_dir,
+                                                                   log=lambda *_: None)
+        found.append(bam_card.rmcs_benchmark(data_dir, model_dir, num_imgs=config.num_imgs,
+                                             seed=config.seed, batch_size=config.batch_size))
     if "ROAD" in config.benchmarks:
         found.append(roar_card.benchmark(inputs.loaded, inputs.images, inputs.labels,
                                          inputs.ids, inputs.masks, data=inputs.data,
@@ -148,7 +155,7 @@ def build_benchmarks(config: Config, inputs: Optional[Inputs]) -> list:
             names=protocols, options=options) if protocols else ():
         found.append(dataclasses.replace(
             benchmark, supports=lambda method: method != bam_card.ORACLE))
-    order = {name: i for i, name in enumerate(config.benchmarks)}
+    order = {name: i for i, name in enumerate(("BAM", "RMCS", *config.benchmarks))}
     found = sorted(found, key=lambda b: order[b.name])
     if config.retraining:
         synthetic = config.model_path is None
@@ -237,10 +244,10 @@ def _run(config: Config) -> dict:
     print(card_outputs.card_table(summary))
     header, rows = card_outputs.agreement_rows(summary)
     print("\nKendall's tau between the benchmarks' method rankings\n"
-          + card_outputs.text_table(header, rows))
+          + results.text_table(header, rows))
     for section in sections:
         if section.header:
-            print(f"\n{section.title}\n" + card_outputs.text_table(section.header,
+            print(f"\n{section.title}\n" + results.text_table(section.header,
                                                                    section.rows))
     intro = ("Each cell: mean [95% bootstrap interval] #rank; a method's rank is 1 + the number "
              "of methods that beat it on the same images (paired bootstrap of the difference "

@@ -70,6 +70,10 @@ def test_the_card_ranks_the_controls_where_theory_puts_them(card_run):
     assert morf["oracle"]["rank"] == 1
     assert morf["random"]["rank"] == max(row["rank"] for row in morf.values())
     assert morf["random"]["estimate"].value > morf["oracle"]["estimate"].value
+    separated = {(b["metric"], b["winner"], b["loser"]): b for b in card.beats}
+    oracle_wins = separated[("BAM MCS", "oracle", "random")]
+    assert oracle_wins["difference"] == 1.0 and oracle_wins["ci_low"] == 1.0
+    assert ("BAM MCS", "random", "oracle") not in separated
     assert ("Deletion dauc", "oracle") not in card.rows  # the protocol has no oracle
     assert np.isnan(card.rows[("BAM IDR", "oracle")]["estimate"].value)
     for (metric, method), row in card.rows.items():
