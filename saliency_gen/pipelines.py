@@ -112,6 +112,11 @@ def load_images(pattern: str, loaded, nr_images: int = -1, seed: int = 0,
     files = records.list_files(pattern, "--input_pattern")
     for path in files:
         records.check_file(path, "image", max_records=1)
+    if with_masks:
+        for _, serialized in records.keyed_records(files[:1]).take(1):
+            if not records.parse_image_record(serialized)["mask_png"].numpy():
+                raise UserError(f"the records of {pattern} have no object masks "
+                                "(image/object/mask); the oracle needs them")
     dataset = explanation_inputs(files, loaded.input_shape, input_space(loaded.preprocessing),
                                  geometry, with_masks)
     if shuffle:
@@ -127,8 +132,8 @@ def load_images(pattern: str, loaded, nr_images: int = -1, seed: int = 0,
             masks += [m.numpy() for m in mask]
     except tf.errors.OpError as error:
         problem = str(error).strip().splitlines()[0]
-        if with_masks and "png" in problem.lower():
-            problem = f"an object mask is missing or unreadable ({problem})"
+        if with_masks:
+            problem = f"an image or its object mask is unreadable ({problem})"
         raise UserError(f"cannot read the images of {pattern}: {problem}") from None
     if not images:
         raise UserError(f"{pattern} holds no images")

@@ -33,7 +33,7 @@ from models.errors import (UserError, check_choices, check_fractions, check_mini
 from models.files import exclusive
 from models.preprocessing import input_space
 from roar import card as roar_card
-from saliency_gen import pipelines, records
+from saliency_gen import names, pipelines, records
 from saliency_gen.world import cache
 
 BAM_METHODS = ("bam:GC", "bam:VG", "bam:SG", "bam:IG", "bam:IG-SG", "bam:GxI", "bam:GB",
@@ -82,6 +82,9 @@ def check_flags(config: Config) -> None:
     """Empty lists, unknown benchmarks and counts out of range stop at once with one line."""
     if not config.methods:
         raise UserError("--methods names no method")
+    for method in config.methods:  # an unknown name fails before any work
+        if method != bam_card.ORACLE and method not in names.PRODUCTS:
+            saliency_gen.resolve(method)
     check_choices("benchmarks", config.benchmarks, BENCHMARKS, "benchmark")
     for name in ("nr_images", "num_imgs", "max_step_nb", "batch_size"):
         check_minimum(name, getattr(config, name), 1)
@@ -119,8 +122,15 @@ def load_inputs(config: Config) -> Inputs:
     loaded = models.load(model_path)
     with_masks = bam_card.ORACLE in config.methods and (
         "ROAD" in config.benchmarks or config.gallery_images)
-    images, labels, ids, *masks = pipelines.load_images(
-        pattern, loaded, config.nr_images, config.seed, with_masks=with_masks)
+    try:
+        images, labels, ids, *masks = pipelines.load_images(
+            pattern, loaded, config.nr_images, config.seed, with_masks=with_masks)
+    except UserError as error:
+        if not with_masks or "object mask" not in str(error):
+            raise
+        print(f"note: {pattern} has no object masks, so ROAD runs no oracle")
+        images, labels, ids, *masks = pipelines.load_images(pattern, loaded, config.nr_images,
+                                                            config.seed)
     data = {"data": provenance.listing_digest(records.list_files(pattern)),
             "nr_images": config.nr_images}
     return Inputs(model_path, loaded, images, labels, ids, masks[0] if masks else None, data,

@@ -1,8 +1,16 @@
 """TFRecord schemas: writers and parsers round-trip, validation names file and record."""
+import io
+import os
+
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from PIL import Image
 
+import models
+from models.errors import UserError
+from saliency_gen import pipelines
 from saliency_gen import records as R
 
 
@@ -209,3 +217,22 @@ def test_rank8_is_a_quarter_of_float32_and_exact_for_roar_at_every_integer_perce
         [15_052, 45_158, 75_264, 105_369, 135_475]
     assert [R.ranking_cut(q, 50_176) for q in (10, 30, 50, 70, 90)] == \
         [5_017, 15_052, 25_088, 35_123, 45_158]
+
+
+def test_load_images_gives_the_object_masks_or_says_there_are_none(tiny_world, tmp_path):
+    keras.utils.set_random_seed(0)
+    models.export(models.build("small_cnn", 10, (64, 64, 3), width=4), str(tmp_path / "m"),
+                  preprocessing="imagenet")
+    loaded = models.load(str(tmp_path / "m"))
+    pattern = os.path.join(tiny_world[0], "records", "validation-*")
+    images, _, ids, masks = pipelines.load_images(pattern, loaded, 8, 0, with_masks=True)
+    assert masks.shape == (8, 64, 64) and set(np.unique(masks)) == {0.0, 1.0}
+    again = pipelines.load_images(pattern, loaded, 8, 0)
+    np.testing.assert_array_equal(again[0], images)  # the same images in the same order
+    np.testing.assert_array_equal(again[2], ids)
+    buffer = io.BytesIO()
+    Image.fromarray(np.zeros((64, 64, 3), np.uint8)).save(buffer, "PNG")
+    R.write_records(str(tmp_path / "validation-00000-of-00001.tfrecord"),
+                    [R.image_example(buffer.getvalue(), 1, filename="a.png")])
+    with pytest.raises(UserError, match="have no object masks"):
+        pipelines.load_images(str(tmp_path / "validation-*"), loaded, with_masks=True)
