@@ -22,6 +22,8 @@ setup(
         "scipy",
         "tqdm",
         "tensorboard",
+        # Scale-out (docs/scale_out.md): saliency generation and scoring as Beam pipelines.
+        "apache-beam>=2.77",
         "matplotlib",
         "pycocotools",
         "scikit-image",

@@ -74,20 +74,29 @@ def record_key(method):
 
 def explain_shard(path, output_path, loaded, methods_list, options, progress):
     """Explains every image of one input shard and writes its saliency shard atomically."""
+    return records.write_records(output_path, explain_records(path, loaded, methods_list,
+                                                              options, progress))
+
+
+def explain_records(path, loaded, methods_list, options, progress=None, start=0, count=-1):
+    """Yields the saliency examples (tf.train.Example) of records [start, start + count) of the
+    input shard `path` (count -1: to the end), explained in batches of options["batch_size"]
+    from `start`. Each map depends on its image and key only (docs/saliency.md), so any split
+    of a shard into ranges gives the same examples as the whole shard."""
     space = input_space(loaded.preprocessing)
     if loaded.input_shape[0] != loaded.input_shape[1] and options["geometry"] != "none":
         raise UserError(f"model {loaded.path} takes non-square input; use --geometry=none")
-    dataset = pipelines.explanation_inputs([path], loaded.input_shape, space, options["geometry"])
+    dataset = pipelines.explanation_inputs([path], loaded.input_shape, space, options["geometry"],
+                                           start=start, count=count)
     dataset = dataset.batch(options["batch_size"]).prefetch(1)
-
-    def examples():
-        start = 0
+    index = start
+    try:
         for keys, encoded, labels, images, heights, widths in dataset:
             labels = labels.numpy() + options["label_offset"]
             bad = np.flatnonzero((labels < 0) | (labels >= loaded.num_classes))
             if bad.size:
                 raise RecordError(
-                    f"{path}: record {start + bad[0]}: label {labels[bad[0]]} is outside the "
+                    f"{path}: record {index + bad[0]}: label {labels[bad[0]]} is outside the "
                     f"model's {loaded.num_classes} classes; check --label_offset and "
                     "--model_path")
             images = images.numpy()
@@ -108,12 +117,10 @@ def explain_shard(path, output_path, loaded, methods_list, options, progress):
                         meta={**options["meta"], "input": shard_origin(path)},
                         dtype=options["dtype"])
                 except UserError as error:
-                    raise RecordError(f"{path}: record {start + n} ({key}): {error}") from None
-            start += len(keys)
-            progress(len(keys))
-
-    try:
-        return records.write_records(output_path, examples())
+                    raise RecordError(f"{path}: record {index + n} ({key}): {error}") from None
+            index += len(keys)
+            if progress:
+                progress(len(keys))
     except tf.errors.OpError as error:
         detail = str(error).strip().splitlines()[0]
         raise RecordError(f"{path}: cannot decode an image or fit it to the model's input "
@@ -185,8 +192,13 @@ def _check_flags(batch_size, chunk_size, num_shards, shard_index):
 def generate(input_pattern, model_path, methods_list, output_dir, *, batch_size=32,
              chunk_size=64, num_shards=1, shard_index=0, seed=0, dtype="rank8",
              geometry="auto", label_offset=0, explain="prediction", overwrite=False,
-             progress_bar=True):
+             progress_bar=True, explain_all=None):
     """The generator as a function; returns {"images", "seconds", "written", "skipped"}.
+
+    `explain_all(work, loaded, options, progress_bar)` does the work: `work` lists
+    `ShardWork` items (an input shard, the methods it still lacks, its record count and the
+    output path per method) and it returns {"images", "seconds", "written"}. The default
+    explains them in this process; `saliency_gen.beam_generate` runs them as a Beam pipeline.
 
     Every method folder carries a manifest of its origin (docs/records.md, "Provenance"): a
     finished shard is skipped only when the folder's origin equals the requested one and the
@@ -220,9 +232,11 @@ def generate(input_pattern, model_path, methods_list, output_dir, *, batch_size=
             todo = [(path, [m for m in methods_list if not _shard_is_current(
                 path, os.path.join(folders[m], os.path.basename(path)), overwrite)])
                 for path in files]
-            todo = [(path, pending, records.check_file(path, "image"))
+            work = [ShardWork(path, tuple(pending), records.check_file(path, "image"),
+                              {m: os.path.join(folders[m], os.path.basename(path))
+                               for m in pending})
                     for path, pending in todo if pending]
-            written = _explain_all(todo, folders, loaded, options, progress_bar)
+            written = (explain_all or explain_here)(work, loaded, options, progress_bar)
     except BaseException:
         for folder in reversed(created):  # a failed first run leaves no empty output behind
             if not _finished_shards(folder):
@@ -238,21 +252,33 @@ def files_lock(output_dir, shard_index, num_shards):
                      what=f"task {shard_index} of {num_shards} of --output_dir")
 
 
-def _explain_all(todo, folders, loaded, options, progress_bar):
-    total = sum(count * len(pending) for _, pending, count in todo)
+@dataclasses.dataclass(frozen=True)
+class ShardWork:
+    """One input shard still to explain: its path, the methods it lacks, its record count and
+    each method's output path."""
+
+    path: str
+    methods: tuple
+    count: int
+    outputs: dict
+
+
+def explain_here(work, loaded, options, progress_bar=True):
+    """Explains `work` in this process, shard by shard and method by method."""
+    total = sum(item.count * len(item.methods) for item in work)
     started = time.time()
     images = 0
     with tqdm(total=total, unit="map", desc="saliency", disable=not progress_bar) as bar:
-        for path, pending, _ in todo:
-            for method in pending:
-                output_path = os.path.join(folders[method], os.path.basename(path))
-                images += explain_shard(path, output_path, loaded, [method], options,
-                                        bar.update)
-    return {"images": images, "seconds": time.time() - started, "written": len(todo)}
+        for item in work:
+            for method in item.methods:
+                images += explain_shard(item.path, item.outputs[method], loaded, [method],
+                                        options, bar.update)
+    return {"images": images, "seconds": time.time() - started, "written": len(work)}
 
 
-def run(config: Config) -> dict:
-    """Runs the generator with `config`, prints a summary line and returns `generate`'s result."""
+def run(config: Config, explain_all=None) -> dict:
+    """Runs the generator with `config`, prints a summary line and returns `generate`'s result
+    (`explain_all`: see `generate`)."""
     for name in ("input_pattern", "model_path", "output_dir"):
         if not getattr(config, name):
             raise UserError(f"--{name} is required")
@@ -262,7 +288,7 @@ def run(config: Config) -> dict:
                       num_shards=config.num_shards, shard_index=config.shard_index,
                       seed=config.seed, dtype=config.dtype, geometry=config.geometry,
                       label_offset=config.label_offset, explain=config.explain,
-                      overwrite=config.overwrite)
+                      overwrite=config.overwrite, explain_all=explain_all)
     rate = result["images"] / result["seconds"] if result["seconds"] > 0 else 0.0
     print(f"wrote {result['images']} maps in {result['written']} shard(s) "
           f"({result['skipped']} already finished) in {result['seconds']:.1f} s: "

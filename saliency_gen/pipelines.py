@@ -54,12 +54,13 @@ def example_key(parsed, default_key):
 
 
 def explanation_inputs(paths: Sequence[str], input_shape, space, geometry: str,
-                       with_masks: bool = False):
+                       with_masks: bool = False, start: int = 0, count: int = -1):
     """(key, encoded, label, model input, height, width) of every record of the image shards
     `paths`, in file order; images decoded, fitted to `input_shape` per `geometry` ("none",
     "center_crop", or "auto": none when they have the size, else the centre crop) and mapped
     into the model's input space `space`. `with_masks` appends the object mask (float {0, 1}
-    [H, W], fitted the same way), for records that have one."""
+    [H, W], fitted the same way), for records that have one. `start` / `count` (-1: all) read
+    a range of the records (keys stay those of the whole files), skipping before decoding."""
     height, width, _ = input_shape
 
     def fitted_like_the_image(image, shape):
@@ -84,8 +85,10 @@ def explanation_inputs(paths: Sequence[str], input_shape, space, geometry: str,
         return (*found, tf.ensure_shape(tf.cast(mask[..., 0] > 0.5, tf.float32),
                                         (height, width)))
 
-    return records.keyed_records(list(paths)).map(prepare, num_parallel_calls=tf.data.AUTOTUNE,
-                                                  deterministic=True)
+    keyed = records.keyed_records(list(paths))
+    if start or count >= 0:
+        keyed = keyed.skip(start).take(count)
+    return keyed.map(prepare, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
 
 
 @contextlib.contextmanager

@@ -235,11 +235,18 @@ def write_records(path, examples):
     every process (protobuf's default map order follows a per-process hash seed).
     Returns the number of records written.
     """
+    return write_serialized(path, (example.SerializeToString(deterministic=True)
+                                   for example in examples))
+
+
+def write_serialized(path, serialized_records):
+    """Writes already serialised records to `path` atomically (as `write_records`); returns
+    their number."""
     count = 0
     with atomic_output(path) as temporary:
         with tf.io.TFRecordWriter(temporary) as writer:
-            for example in examples:
-                writer.write(example.SerializeToString(deterministic=True))
+            for serialized in serialized_records:
+                writer.write(serialized)
                 count += 1
     return count
 

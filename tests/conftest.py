@@ -86,3 +86,33 @@ def real_bam(real_sources, tmp_path_factory):
                                          images_per_class=fabricated.N,
                                          val_per_class=fabricated.V)
     return output, info
+
+
+@pytest.fixture(scope="session")
+def small_shards(tmp_path_factory):
+    """(records pattern, model path): 3 shards of 13, 12 and 11 random 32-px PNG images with
+    labels 0..9 (keys in the files' names), and an exported small_cnn (width 4, seed 0) for them:
+    the input of the scale-out tests."""
+    import io
+
+    import keras
+    import numpy as np
+    from PIL import Image
+
+    import models
+    from saliency_gen import records
+
+    root = tmp_path_factory.mktemp("small_shards")
+    rng = np.random.RandomState(7)
+    for shard, count in enumerate((13, 12, 11)):
+        examples = []
+        for index in range(count):
+            buffer = io.BytesIO()
+            Image.fromarray(rng.randint(0, 256, (32, 32, 3), np.uint8)).save(buffer, "PNG")
+            examples.append(records.image_example(
+                buffer.getvalue(), int(rng.randint(10)), filename=f"s{shard}_{index:02d}.png"))
+        records.write_records(str(root / f"validation-{shard:05d}-of-00003.tfrecord"), examples)
+    keras.utils.set_random_seed(0)
+    model_path = str(root / "model")
+    models.export(models.build("small_cnn", 10, (32, 32, 3), width=4), model_path)
+    return str(root / "validation-*"), model_path

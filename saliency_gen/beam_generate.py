@@ -1,0 +1,133 @@
+"""Saliency records from an Apache Beam pipeline: `python -m saliency_gen.beam_generate`.
+
+    python -m saliency_gen.beam_generate --input_pattern='data/records/validation-*' \\
+        --model_path=exports/obj --saliency_method=roar:IG_SG_2 --output_dir=saliency \\
+        --beam_workers=8                                  # DirectRunner, 8 local processes
+    python -m saliency_gen.beam_generate ... --runner=DataflowRunner \\
+        --beam_options="--project=P --region=R --temp_location=gs://B/tmp"
+
+The same options, checks, folders, manifests and record bytes as `saliency_gen.generate`
+(docs/scale_out.md): the generator's set-up (method names, model, origins, which shards are
+finished) runs here; the explanation runs in Beam workers. Each input shard is cut into ranges of
+--batch_size records; a worker loads the model once and explains a range exactly as the
+single-process generator explains that batch; the ranges of a shard are grouped back, ordered
+and written as one shard under a temporary name, then renamed. Methods must be importable in the
+workers: built-in names or 'package.module:function' (a method registered at run time in this
+process does not exist in a worker process).
+"""
+import dataclasses
+import time
+
+import apache_beam as beam
+
+import models
+from models.cli import option, run_binary
+from models.errors import RecordError, UserError
+from saliency_gen import beam_support, generate, records
+
+
+@dataclasses.dataclass(frozen=True)
+class Config(generate.Config):
+    """The generator's options plus the Beam runner's."""
+
+    runner: str = option("DirectRunner", "Beam runner: DirectRunner (local processes), "
+                         "BundleBasedDirectRunner (this process), DataflowRunner, FlinkRunner, "
+                         "SparkRunner, ...")
+    beam_workers: int = option(2, "DirectRunner: worker processes (1: in this process).")
+    beam_options: str = option("", "More Beam pipeline flags, as one string (e.g. Dataflow's "
+                               "--project, --region, --temp_location).")
+
+
+class ExplainRange(beam.DoFn):
+    """(shard, start, count, method) -> ((shard, method), (start, serialized records)): the
+    saliency examples of one record range, with the model loaded once per worker."""
+
+    def __init__(self, model_path: str, options: dict):
+        super().__init__()
+        self.model_path, self.options = model_path, options
+        self.loaded = None
+
+    def setup(self):
+        self.loaded = models.load(self.model_path)
+
+    def process(self, unit):
+        path, start, count, method = unit
+        examples = generate.explain_records(path, self.loaded, [method], self.options,
+                                            start=start, count=count)
+        serialized = [example.SerializeToString(deterministic=True) for example in examples]
+        if len(serialized) != count:
+            raise RecordError(f"{path}: records {start}..{start + count - 1} gave "
+                              f"{len(serialized)} examples; the shard changed during the run")
+        beam.metrics.Metrics.counter("saliency", "maps").inc(count)
+        yield (path, method), (start, serialized)
+
+
+class WriteShard(beam.DoFn):
+    """((shard, method), ranges) -> the method's output shard, written atomically from the ranges
+    in record order (a shard whose ranges do not cover it exactly is an error, never written)."""
+
+    def __init__(self, outputs: dict, counts: dict):
+        super().__init__()
+        self.outputs, self.counts = outputs, counts
+
+    def process(self, element):
+        (path, method), parts = element
+        parts = sorted(parts, key=lambda part: part[0])
+        expected = 0
+        for start, serialized in parts:
+            if start != expected:
+                raise RecordError(f"{path}: the ranges of {method} do not cover the shard "
+                                  f"(record {expected} is missing or repeated)")
+            expected += len(serialized)
+        if expected != self.counts[path]:
+            raise RecordError(f"{path}: {method} has {expected} of {self.counts[path]} records")
+        records.write_serialized(self.outputs[(path, method)],
+                                 (record for _, serialized in parts for record in serialized))
+        beam.metrics.Metrics.counter("saliency", "shards").inc()
+        yield path, method, expected
+
+
+def beam_explainer(options: beam.options.pipeline_options.PipelineOptions):
+    """An `explain_all` for `generate.generate` that runs the work as a Beam pipeline."""
+
+    def explain_all(work, loaded, generator_options, progress_bar=True):
+        del progress_bar  # the runner reports progress (Dataflow's UI, Beam's logs)
+        started = time.time()
+        units = [(item.path, start, count, method)
+                 for item in work for method in item.methods
+                 for _, start, count in beam_support.record_ranges(
+                     [(item.path, item.count)], generator_options["batch_size"])]
+        if not units:
+            return {"images": 0, "seconds": 0.0, "written": 0}
+        outputs = {(item.path, method): item.outputs[method]
+                   for item in work for method in item.methods}
+        counts = {item.path: item.count for item in work}
+        print(f"beam: {len(units)} ranges of at most {generator_options['batch_size']} records "
+              f"({sum(u[2] for u in units)} maps, {len(outputs)} shards)", flush=True)
+
+        def build(root):
+            _ = (root
+                 | "Ranges" >> beam.Create(units)
+                 | "Spread" >> beam.Reshuffle()
+                 | "Explain" >> beam.ParDo(ExplainRange(loaded.path, generator_options))
+                 | "ByShard" >> beam.GroupByKey()
+                 | "Write" >> beam.ParDo(WriteShard(outputs, counts)))
+
+        result = beam_support.run(build, options)
+        return {"images": beam_support.counter(result, "maps"),
+                "seconds": time.time() - started, "written": len(work)}
+
+    return explain_all
+
+
+def run(config: Config) -> dict:
+    """Runs the generator's pipeline with `config`; prints and returns the summary."""
+    if config.runner == "DirectRunner" and config.beam_workers < 1:
+        raise UserError(f"--beam_workers={config.beam_workers} must be at least 1")
+    options = beam_support.pipeline_options(config.runner, config.beam_workers,
+                                            config.beam_options)
+    return generate.run(config, explain_all=beam_explainer(options))
+
+
+if __name__ == "__main__":
+    run_binary(Config, run)

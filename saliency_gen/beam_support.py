@@ -1,0 +1,94 @@
+"""What the Apache Beam pipelines of the project share (docs/scale_out.md): runner options from
+flags, work units over record ranges, and the combiner of per-image scores.
+
+A pipeline's work is a list of record ranges (a shard, the first record, the count); each range
+is read, explained or scored inside a worker that loaded the model once (`DoFn.setup`), and its
+results are keyed so that a grouping or a combiner puts them back together whatever the order in
+which workers finished, and whatever the number of workers. A bundle that fails and is retried
+by the runner emits its outputs only once: the runner discards a failed attempt's outputs.
+"""
+import shlex
+from typing import Optional, Sequence
+
+import apache_beam as beam
+import numpy as np
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from models import uncertainty
+from models.errors import UserError, check_minimum
+
+# The runners documented in docs/scale_out.md; any other Beam runner name passes through.
+LOCAL_RUNNERS = ("DirectRunner", "BundleBasedDirectRunner")
+
+
+def pipeline_options(runner: str = "DirectRunner", num_workers: int = 2,
+                     extra: Optional[str] = None) -> PipelineOptions:
+    """Beam options: `runner` with `num_workers` local worker processes for the DirectRunner
+    (multi-processing; 1: in this process), plus `extra` Beam flags given as one string
+    ("--project=p --region=r --temp_location=gs://..." for Dataflow, "--flink_master=..." ...)."""
+    check_minimum("beam_workers", num_workers, 1)
+    arguments = [f"--runner={runner}"]
+    if runner == "DirectRunner":
+        arguments += [f"--direct_num_workers={num_workers}",
+                      "--direct_running_mode="
+                      + ("multi_processing" if num_workers > 1 else "in_memory")]
+    try:
+        arguments += shlex.split(extra or "")
+    except ValueError as error:
+        raise UserError(f"--beam_options cannot be parsed ({error}); quote values with "
+                        "spaces") from None
+    return PipelineOptions(arguments)
+
+
+def record_ranges(counts: Sequence[tuple], size: int) -> list:
+    """Work units (path, start, count) of at most `size` records covering every record of the
+    (path, record count) pairs, in file order."""
+    check_minimum("batch_size", size, 1)
+    return [(path, start, min(size, count - start))
+            for path, count in counts for start in range(0, count, size)]
+
+
+def run(pipeline_builder, options: PipelineOptions):
+    """Builds a pipeline with `pipeline_builder(root)` and runs it to completion; returns the
+    runner's result (for its metrics)."""
+    pipeline = beam.Pipeline(options=options)
+    pipeline_builder(pipeline)
+    result = pipeline.run()
+    result.wait_until_finish()
+    return result
+
+
+def counter(result, name: str) -> int:
+    """The committed value of the Beam counter `name` (summed over its steps), 0 if absent."""
+    query = result.metrics().query(beam.metrics.MetricsFilter().with_name(name))
+    return int(sum(item.committed or 0 for item in query["counters"]))
+
+
+class MeanAndInterval(beam.CombineFn):
+    """Combines (unit key, value) pairs into {"mean", "low", "high", "n", "n_excluded",
+    "per_image"}: the mean of the finite values and its seeded bootstrap interval
+    (`models.uncertainty.interval`). Values are ordered by their unit key before anything is
+    computed, so the result does not depend on how the runner split or ordered the work."""
+
+    def __init__(self, seed: int = 0):
+        super().__init__()
+        self.seed = seed
+
+    def create_accumulator(self):
+        return []
+
+    def add_input(self, accumulator, element):
+        accumulator.append(element)
+        return accumulator
+
+    def merge_accumulators(self, accumulators):
+        return [item for accumulator in accumulators for item in accumulator]
+
+    def extract_output(self, accumulator):
+        ordered = sorted(accumulator, key=lambda item: item[0])
+        values = np.array([value for _, value in ordered], np.float64)
+        estimate = uncertainty.interval(values, seed=self.seed)
+        return {"mean": estimate.value, "low": estimate.low, "high": estimate.high,
+                "n": estimate.n, "n_excluded": estimate.n_excluded,
+                "per_image": {key: (float(value) if np.isfinite(value) else None)
+                              for key, value in ordered}}
