@@ -175,6 +175,35 @@ def center_crop(image, crop_size=224, resize_size=None, legacy_resize=True):
     return tf.ensure_shape(cropped, [crop_size, crop_size, None])
 
 
+TRAIN_CROPS = ("none", "inception")
+
+
+def inception_crop(image, seed, size: int, legacy_resize: bool = True):
+    """ROAR's training crop (the Inception recipe): a box of 8-100% of the image's area with
+    aspect ratio in [3/4, 4/3] covering at least 10% of it (one attempt), drawn statelessly from
+    `seed` ([2] int), bicubic-resized to `size` x `size` (aspect not kept); when the draw is the
+    whole image, the shorter side is resized to `size` and the centre cropped instead.
+    float [H, W, C] -> [size, size, C]."""
+    image = tf.convert_to_tensor(image, tf.float32)
+    whole = tf.constant([[[0.0, 0.0, 1.0, 1.0]]])
+    begin, extent, _ = tf.image.stateless_sample_distorted_bounding_box(
+        tf.shape(image), whole, seed=seed, min_object_covered=0.1,
+        aspect_ratio_range=(3 / 4, 4 / 3), area_range=(0.08, 1.0), max_attempts=1,
+        use_image_if_no_bounding_boxes=True)
+    shape = tf.shape(image)
+    is_whole = tf.reduce_all(extent[:2] == shape[:2])
+
+    def resized_box():
+        box = tf.slice(image, begin, extent)
+        return _resize_bicubic(box, size, size, legacy_resize)
+
+    def centred():
+        return center_crop(image, crop_size=size, resize_size=size, legacy_resize=legacy_resize)
+
+    cropped = tf.cond(is_whole, centred, resized_box)
+    return tf.ensure_shape(cropped, [size, size, image.shape[-1]])
+
+
 def check_images(images, expected_hw_c, what="images"):
     """Checks that `images` is [N, H, W, C] with the expected (H, W, C); raises `ShapeError`."""
     shape = tuple(images.shape)

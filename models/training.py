@@ -20,13 +20,14 @@ from typing import Optional
 import keras
 import tensorflow as tf
 
-from models import provenance
+from models import distribution, provenance
 from models.errors import UserError
 from models.export import export
 from models.files import ensure_directory, exclusive, read_json, write_json
 from models.zoo import build
 
-STRATEGIES = ("default", "mirrored", "multi_worker", "tpu")
+STRATEGIES = distribution.STRATEGIES
+PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,22 +90,6 @@ class WarmupStepSchedule(keras.optimizers.schedules.LearningRateSchedule):
                 "decay_multipliers": self.decay_multipliers}
 
 
-def make_strategy(name: str):
-    """The `tf.distribute` strategy called `name` (default: the current one)."""
-    if name == "default":
-        return tf.distribute.get_strategy()
-    if name == "mirrored":
-        return tf.distribute.MirroredStrategy()
-    if name == "multi_worker":
-        return tf.distribute.MultiWorkerMirroredStrategy()
-    if name == "tpu":
-        resolver = tf.distribute.cluster_resolver.TPUClusterResolver()
-        tf.config.experimental_connect_to_cluster(resolver)
-        tf.tpu.experimental.initialize_tpu_system(resolver)
-        return tf.distribute.TPUStrategy(resolver)
-    raise UserError(f"--strategy must be one of {', '.join(STRATEGIES)}; got {name!r}")
-
-
 def make_optimizer(recipe: Recipe, schedule):
     """Nesterov SGD on the schedule (the recipe), or Adam on the same schedule (a faster
     choice for small models and short schedules)."""
@@ -115,12 +100,35 @@ def make_optimizer(recipe: Recipe, schedule):
     raise UserError(f"--optimizer must be sgd or adam; got {recipe.optimizer!r}")
 
 
-def build_model(model_name: str, num_classes: int, size: int, recipe: Recipe):
-    """A registered model with the recipe's weight decay where the builder takes one."""
+def build_model(model_name: str, num_classes: int, size: int, recipe: Recipe,
+                precision: str = "float32"):
+    """A registered model with the recipe's weight decay where the builder takes one. Under a
+    mixed precision the layers compute in bfloat16 / float16 with float32 variables, and the
+    logits (so the loss) are cast to float32."""
+    if precision not in PRECISIONS:
+        raise UserError(f"--precision must be one of {', '.join(PRECISIONS)}; got {precision!r}")
     options = {}
     if model_name == "resnet50":
         options["weight_decay"] = recipe.weight_decay
-    return build(model_name, num_classes, (size, size, 3), **options)
+    previous = keras.mixed_precision.global_policy().name
+    keras.mixed_precision.set_global_policy(precision)
+    try:
+        model = build(model_name, num_classes, (size, size, 3), **options)
+    finally:
+        keras.mixed_precision.set_global_policy(previous)
+    if precision == "float32":
+        return model
+    logits = keras.layers.Activation("linear", dtype="float32", name="float32_logits")(
+        model.output)
+    return keras.Model(model.input, logits, name=model.name)
+
+
+def float32_twin(model, model_name: str, num_classes: int, size: int, recipe: Recipe):
+    """A float32 copy of a mixed-precision `model` (the same layers and weights): what is
+    exported, since explanations and evaluations run in float32."""
+    twin = build_model(model_name, num_classes, size, recipe)
+    twin.set_weights(model.get_weights())
+    return twin
 
 
 def _one_hot(num_classes):
@@ -150,6 +158,45 @@ ORIGIN = "origin.json"
 class DataError(UserError):
     """Training stopped on bad data (a label, a NaN, a size, corrupt bytes); the caller may
     locate the record."""
+
+
+class Stopped(Exception):
+    """Training stopped by `stop_after_epochs` with its backup kept: a re-run resumes."""
+
+    def __init__(self, epochs: int):
+        super().__init__(f"stopped after epoch {epochs}")
+        self.epochs = epochs
+
+
+class StopAfter(keras.callbacks.Callback):
+    """Ends this invocation after `epochs` finished epochs (after the backup of the last one),
+    as a time-limited or preemptible job would end; a re-run resumes from the backup."""
+
+    def __init__(self, epochs: int):
+        super().__init__()
+        self.epochs = epochs
+
+    def on_epoch_end(self, epoch, logs=None):
+        if epoch + 1 >= self.epochs:
+            raise Stopped(epoch + 1)
+
+
+class ReadOnlyBackup(keras.callbacks.BackupAndRestore):
+    """A multi-worker run's non-chief workers restore from the chief's backup and never write
+    it: every worker resumes from the same epoch. They save their weights to their own scratch
+    folder at the same moments as the chief, since saving takes part in the workers'
+    collective operations."""
+
+    def __init__(self, backup_dir, scratch_dir):
+        super().__init__(backup_dir)
+        self.scratch_dir = scratch_dir
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.model.save_weights(os.path.join(ensure_directory(self.scratch_dir),
+                                             "latest.weights.h5"), overwrite=True)
+
+    def on_train_end(self, logs=None):
+        pass
 
 
 class Progress(keras.callbacks.Callback):
@@ -211,50 +258,77 @@ def train_and_evaluate(train_data, eval_data, *, num_classes: int, num_train: in
                        recipe: Recipe = Recipe(), strategy: str = "default", seed: int = 0,
                        verbose: int = 1, flags_record: Optional[dict] = None, callbacks=(),
                        preprocessing: str = "imagenet", inputs: Optional[dict] = None,
-                       overwrite: bool = False) -> dict:
+                       overwrite: bool = False, precision: str = "float32",
+                       cpu_replicas: int = 0,
+                       stop_after_epochs: Optional[int] = None) -> dict:
     """Trains on `train_data`, evaluates on all of `eval_data`, exports; returns the metrics.
 
-    `train_data` / `eval_data` are batched datasets of (normalised image, int label). Writes
-    `<output_dir>/origin.json` (the settings, `flags_record` and the `inputs` fingerprints that
-    make the run), `<output_dir>/model` (SavedModel, `models.load`), `<output_dir>/metrics.json`
+    `train_data` / `eval_data` are batched datasets of (normalised image, int label), batched
+    by the global batch. Writes `<output_dir>/origin.json` (the settings, `flags_record` and the
+    `inputs` fingerprints that make the run), `<output_dir>/model` (SavedModel, `models.load`,
+    float32 whatever the `precision`), `<output_dir>/metrics.json` (with the loss per epoch)
     and TensorBoard logs in `<output_dir>/logs`. A finished run of the same origin is reused; a
     run folder of another origin stops with one line unless `overwrite`. `<output_dir>/backup`
     holds the last finished epoch until the run completes, so a re-run of a killed job resumes
     there exactly: weights, optimizer and random state are restored and the training stream
     skips the batches already seen, so the result equals an uninterrupted run's.
+    `stop_after_epochs` ends this invocation after that many epochs (counting those already
+    backed up) and returns {"stopped_after_epoch": n}.
+
+    Under `strategy` "multi_worker" every worker of the TF_CONFIG cluster calls this with the
+    same arguments; the chief writes the run folder, the others restore from its backup and
+    keep their own files in `<output_dir>.<task>` until they finish (docs/scale_out.md).
     """
     steps_per_epoch = max(1, num_train // recipe.batch_size)
     epochs = max(1, int(math.ceil(recipe.epochs)))
     requested = provenance.origin(
         {**(flags_record or {}), **dataclasses.asdict(recipe), "model": model_name,
          "num_classes": num_classes, "size": size, "seed": seed, "preprocessing": preprocessing,
-         "num_train": num_train, "num_eval": num_eval}, **(inputs or {}))
+         "num_train": num_train, "num_eval": num_eval,
+         # float32 runs keep the origin they had before mixed precision existed
+         **({} if precision == "float32" else {"precision": precision})},
+        **(inputs or {}))
+    distributed = distribution.start(strategy, cpu_replicas)
+    chief, task = (distribution.role() if distribution.is_multi_worker(distributed)
+                   else (True, "chief"))
+    common = dict(num_classes=num_classes, num_train=num_train, num_eval=num_eval, size=size,
+                  model_name=model_name, recipe=recipe, distributed=distributed, seed=seed,
+                  verbose=verbose, flags_record=flags_record, callbacks=callbacks,
+                  preprocessing=preprocessing, steps_per_epoch=steps_per_epoch, epochs=epochs,
+                  precision=precision,
+                  stop_after_epochs=stop_after_epochs)
+    if not chief:  # a multi-worker run's other workers: their own scratch folder
+        scratch = f"{os.path.abspath(output_dir)}.{task}"
+        with exclusive(scratch, "worker folder"):
+            finished = os.path.join(output_dir, "metrics.json")
+            if os.path.exists(finished) and not overwrite:
+                return read_json(finished, "metrics file")
+            try:
+                return _train(train_data, eval_data, output_dir, requested, scratch=scratch,
+                              **common)
+            finally:
+                shutil.rmtree(scratch, ignore_errors=True)
     with exclusive(output_dir, "run folder"):
         fresh = not os.path.exists(os.path.join(output_dir, "backup"))
         finished = prepare_run_folder(output_dir, requested, overwrite)
         if finished is not None:
             return finished
         try:
-            return _train(train_data, eval_data, output_dir, requested, num_classes=num_classes,
-                          num_train=num_train, num_eval=num_eval, size=size,
-                          model_name=model_name, recipe=recipe, strategy=strategy, seed=seed,
-                          verbose=verbose, flags_record=flags_record, callbacks=callbacks,
-                          preprocessing=preprocessing, steps_per_epoch=steps_per_epoch,
-                          epochs=epochs)
+            return _train(train_data, eval_data, output_dir, requested, scratch=None, **common)
         except UserError:
             if fresh:  # a run that failed before its first backup leaves nothing behind
                 shutil.rmtree(output_dir, ignore_errors=True)
             raise
 
 
-def _train(train_data, eval_data, output_dir, requested, *, num_classes, num_train, num_eval,
-           size, model_name, recipe, strategy, seed, verbose, flags_record, callbacks,
-           preprocessing, steps_per_epoch, epochs):
+def _train(train_data, eval_data, output_dir, requested, *, scratch, num_classes, num_train,
+           num_eval, size, model_name, recipe, distributed, seed, verbose, flags_record,
+           callbacks, preprocessing, steps_per_epoch, epochs, precision,
+           stop_after_epochs):
     keras.utils.set_random_seed(seed)
     tf.config.experimental.enable_op_determinism()
-    distribution = make_strategy(strategy)
-    with distribution.scope():
-        model = build_model(model_name, num_classes, size, recipe)
+    with distributed.scope():
+        model = build_model(model_name, num_classes, size, recipe, precision)
         schedule = WarmupStepSchedule(recipe.base_learning_rate * recipe.batch_size / 256.0,
                                       steps_per_epoch, recipe.warmup_epochs,
                                       recipe.decay_epochs, recipe.decay_multipliers)
@@ -269,31 +343,52 @@ def _train(train_data, eval_data, output_dir, requested, *, num_classes, num_tra
     progress = Progress(os.path.join(backup, PROGRESS), state)
     # The stream restarts from its beginning on a resume: skip what the finished epochs read.
     stream = train_data.map(_one_hot(num_classes)).repeat().skip(done_epochs * steps_per_epoch)
+    evaluation = eval_data.map(_one_hot(num_classes))
+    first_batch = evaluation.take(1).get_single_element  # unshuffled: see fit_compatible
+    stream = distribution.distribute_training(distributed, stream, recipe.batch_size)
+    if distribution.is_multi_worker(distributed):
+        evaluation = distribution.evaluation_data(evaluation)
+    if scratch is None:
+        run_callbacks = [keras.callbacks.BackupAndRestore(backup), progress,
+                         keras.callbacks.TensorBoard(os.path.join(output_dir, "logs"))]
+    else:
+        run_callbacks = [ReadOnlyBackup(backup, os.path.join(scratch, "backup")),
+                         keras.callbacks.TensorBoard(os.path.join(scratch, "logs"))]
+    if stop_after_epochs is not None:
+        run_callbacks.append(StopAfter(stop_after_epochs))
     try:
-        model.fit(stream, epochs=epochs, steps_per_epoch=steps_per_epoch, verbose=verbose,
-                  shuffle=False,
-                  callbacks=[keras.callbacks.BackupAndRestore(backup), progress,
-                             keras.callbacks.TensorBoard(os.path.join(output_dir, "logs")),
-                             *callbacks])
-        train_seconds = progress.seconds()
-        scores = model.evaluate(eval_data.map(_one_hot(num_classes)), verbose=0,
-                                return_dict=True, steps=-(-num_eval // _batch(eval_data)))
+        with distribution.fit_compatible(model, distributed, first_batch):
+            history = model.fit(stream, epochs=epochs, steps_per_epoch=steps_per_epoch,
+                                verbose=verbose, shuffle=False,
+                                callbacks=[*run_callbacks, *callbacks])
+            train_seconds = progress.seconds()
+            scores = model.evaluate(evaluation, verbose=0, return_dict=True,
+                                    steps=-(-num_eval // _batch(eval_data)))
+            exported = model if precision == "float32" else float32_twin(
+                model, model_name, num_classes, size, recipe)
+            info = export(exported, os.path.join(scratch or output_dir, "model"),
+                          preprocessing=preprocessing, overwrite=True,
+                          extra={"origin": requested})
+    except Stopped as stop:
+        return {"stopped_after_epoch": stop.epochs}
     except tf.errors.OpError as error:
         raise DataError(_data_problem(error)) from None
     counted = sum(int(images.shape[0]) for images, _ in eval_data)
     if counted != num_eval:
         raise UserError(f"evaluation saw {counted} test images, expected {num_eval}")
-    info = export(model, os.path.join(output_dir, "model"), preprocessing=preprocessing,
-                  overwrite=True, extra={"origin": requested})
     result = {"top1": float(scores["top1"]), "top5": float(scores["top5"]), "n_eval": counted,
               "n_train": num_train, "steps": steps_per_epoch * epochs,
               "train_seconds": train_seconds, "resumptions": len(state["resumed_at_epochs"]),
               "resumed_at_epochs": state["resumed_at_epochs"], "model_id": info["model_id"],
               "model": model_name, "seed": seed, "recipe": dataclasses.asdict(recipe),
+              "loss_per_epoch": [float(v) for v in history.history.get("loss", [])],
+              "first_epoch": done_epochs, "precision": precision,
+              "replicas": int(distributed.num_replicas_in_sync),
               "flags": flags_record or {}, "origin": requested}
     result = provenance.canonical(result)  # as metrics.json will give it back when reused
-    write_json(os.path.join(output_dir, "metrics.json"), result, indent=2, sort_keys=True)
-    shutil.rmtree(backup, ignore_errors=True)
+    if scratch is None:
+        write_json(os.path.join(output_dir, "metrics.json"), result, indent=2, sort_keys=True)
+        shutil.rmtree(backup, ignore_errors=True)
     return result
 
 

@@ -156,7 +156,8 @@ def list_shards(pattern, what):
 
 def masked_dataset(files, source, config, *, training, batch_size, map_key=None, size=None,
                    geometry="none", label_offset=0, control=None, seed=0, space="imagenet",
-                   drop_remainder=None, with_keys=False, random_mask="fixed"):
+                   drop_remainder=None, with_keys=False, random_mask="fixed",
+                   train_crop="none"):
     """A batched dataset of (normalised image, label) with every example masked.
 
     `source` "saliency" reads saliency records with the map `map_key`; "images" reads image
@@ -167,7 +168,8 @@ def masked_dataset(files, source, config, *, training, batch_size, map_key=None,
     flips images; evaluation keeps file order and every example (`drop_remainder` False).
     `random_mask` "fixed" keys the random map by example; "per_read" re-draws it every training
     epoch (the original's behaviour; evaluation uses the fixed draw). A per_read training
-    dataset is infinite (it counts its epochs).
+    dataset is infinite (it counts its epochs). `train_crop` "inception" adds ROAR's random
+    crop to training (`models.preprocessing.inception_crop`).
     """
     if random_mask not in RANDOM_MASKS:
         raise UserError(f"--random_mask must be one of {', '.join(RANDOM_MASKS)}")
@@ -204,7 +206,7 @@ def masked_dataset(files, source, config, *, training, batch_size, map_key=None,
 
     def finish(keys, pixels, labels):
         outputs = pipelines.finish(keys, pixels, labels, training=training, seed=seed,
-                                   space=space)
+                                   space=space, crop=train_crop)
         return (keys,) + outputs if with_keys else outputs
 
     data = pipelines.keyed_stream(files, training, seed)

@@ -17,9 +17,13 @@ import dataclasses
 import os
 from typing import Optional
 
-from models import provenance, training
+import numpy as np
+
+import models
+from models import distribution, provenance, training
 from models.cli import option, run_binary
 from models.errors import UserError, check_fractions, check_minimum
+from models.files import ensure_directory, write_json
 from models.training import Recipe, train_and_evaluate
 from roar import masked_data, synthetic_setup, tfds_source
 from saliency_gen.pipelines import count_records
@@ -29,7 +33,9 @@ def run_masked(train_files, eval_files, config, *, output_dir, recipe=Recipe(),
                source="images", control=None, map_key=None, size=None, geometry="none",
                label_offset=0, num_classes=10, model_name="small_cnn", strategy="default",
                seed=0, eval_batch_size=256, verbose=0, flags_record=None, random_mask="fixed",
-               num_train=None, num_eval=None, overwrite=False, callbacks=()):
+               num_train=None, num_eval=None, overwrite=False, callbacks=(),
+               train_crop="none", precision="float32", cpu_replicas=0,
+               stop_after_epochs=None):
     """One ROAR / KAR run on record files: the masked train and test pipelines (`roar.masked_data`)
     with the same masking, then `train_and_evaluate`; returns the metrics. The numbers of
     train and test records are counted (a full read) unless given. The run's origin holds the
@@ -38,7 +44,7 @@ def run_masked(train_files, eval_files, config, *, output_dir, recipe=Recipe(),
                   control=control, seed=seed)
     train_data = masked_data.masked_dataset(train_files, source, config, training=True,
                                             batch_size=recipe.batch_size, random_mask=random_mask,
-                                            **common)
+                                            train_crop=train_crop, **common)
     eval_data = masked_data.masked_dataset(eval_files, source, config, training=False,
                                            batch_size=eval_batch_size, **common)
     size = train_data.element_spec[0].shape[1]
@@ -51,13 +57,71 @@ def run_masked(train_files, eval_files, config, *, output_dir, recipe=Recipe(),
             num_eval=num_eval or count_records(eval_files), size=size, output_dir=output_dir,
             model_name=model_name, recipe=recipe, strategy=strategy, seed=seed,
             verbose=verbose, flags_record=flags_record, inputs=inputs, overwrite=overwrite,
-            callbacks=callbacks)
+            callbacks=callbacks, precision=precision, cpu_replicas=cpu_replicas,
+            stop_after_epochs=stop_after_epochs)
     except training.DataError as error:
         source_files = list(train_files) + [p for p in eval_files if p not in train_files]
         found = masked_data.find_bad_record(
             source_files, source, map_key=map_key, num_classes=num_classes, size=size,
             geometry=geometry, label_offset=label_offset)
         raise UserError(found or str(error)) from None
+
+
+def evaluate_checkpoint(checkpoint, eval_files, config, *, output_dir, source="images",
+                        control=None, map_key=None, size=None, geometry="none", label_offset=0,
+                        num_classes=10, model_name="small_cnn", recipe=Recipe(), seed=0,
+                        eval_batch_size=256, num_eval=None) -> dict:
+    """Top-1 / top-5 of a saved model or checkpoint on the masked test records, without
+    training: `checkpoint` is an exported model folder (`models.load`) or a Keras weights file
+    of `model_name` (a run's backup). Writes `<output_dir>/eval_<name>.json`."""
+    if not os.path.exists(checkpoint):
+        raise UserError(f"--checkpoint {checkpoint} does not exist")
+    if os.path.isdir(checkpoint):
+        loaded = models.load(checkpoint)
+        model, space = loaded, loaded.preprocessing
+        model_id = loaded.model_id
+    elif checkpoint.endswith(".weights.h5"):
+        data = masked_data.masked_dataset(eval_files, source, config, training=False,
+                                          batch_size=1, map_key=map_key, size=size,
+                                          geometry=geometry, label_offset=label_offset,
+                                          control=control, seed=seed)
+        side = data.element_spec[0].shape[1]
+        model = training.build_model(model_name, num_classes, side, recipe)
+        try:
+            model.load_weights(checkpoint)
+        except (ValueError, OSError) as error:
+            raise UserError(f"--checkpoint {checkpoint} does not hold {model_name} weights for "
+                            f"{num_classes} classes at {side} px ({str(error).splitlines()[0]})"
+                            ) from None
+        space, model_id = "imagenet", provenance.listing_digest([checkpoint])
+    else:
+        raise UserError(f"--checkpoint {checkpoint} must be a model folder or a .weights.h5 "
+                        "file")
+    data = masked_data.masked_dataset(eval_files, source, config, training=False,
+                                      batch_size=eval_batch_size, map_key=map_key, size=size,
+                                      geometry=geometry, label_offset=label_offset,
+                                      control=control, seed=seed, space=space)
+    top1 = top5 = count = 0
+    for images, labels in data:
+        logits = np.asarray(model(images), np.float32)
+        labels = labels.numpy()
+        if logits.shape[1] != num_classes:
+            raise UserError(f"--checkpoint {checkpoint} has {logits.shape[1]} classes, not "
+                            f"{num_classes}; check --num_classes or --dataset_name")
+        ranked = np.argsort(-logits, axis=1, kind="stable")[:, :min(5, num_classes)]
+        top1 += int(np.sum(ranked[:, 0] == labels))
+        top5 += int(np.sum(np.any(ranked == labels[:, None], axis=1)))
+        count += len(labels)
+    if num_eval is not None and count != num_eval:
+        raise UserError(f"evaluation saw {count} test images, expected {num_eval}")
+    result = {"top1": top1 / max(count, 1), "top5": top5 / max(count, 1), "n_eval": count,
+              "checkpoint": os.path.abspath(checkpoint), "model_id": model_id}
+    name = os.path.basename(os.path.normpath(checkpoint)).replace(".weights.h5", "")
+    path = os.path.join(ensure_directory(output_dir), f"eval_{name}.json")
+    write_json(path, result, indent=2, sort_keys=True)
+    print(f"top-1 {result['top1']:.4f}  top-5 {result['top5']:.4f}  on {count} test images "
+          f"(evaluation only); wrote {path}")
+    return result
 
 
 # ----------------------------------------------------------------------------------------------
@@ -145,7 +209,15 @@ class Config:
         None,
         'Registered model (default: small_cnn on the synthetic world, resnet50 '
         'otherwise).')
-    strategy: str = option("default", 'tf.distribute strategy.', training.STRATEGIES)
+    strategy: str = option("default", "tf.distribute strategy: one device, mirrored (the "
+                           "devices of this machine), multi_worker (the TF_CONFIG cluster) or tpu.",
+                           distribution.STRATEGIES)
+    cpu_replicas: int = option(0, "With --strategy=mirrored: split the CPU into this many "
+                               "logical devices (data parallelism without GPUs).")
+    precision: str = option("float32", "Training precision; logits and loss stay float32 "
+                            "and the exported model is float32.", training.PRECISIONS)
+    stop_after_epochs: Optional[int] = option(None, "End this invocation after this many "
+                                              "epochs (keeping the backup): a re-run resumes.")
     seed: int = option(0, 'Seed of initialisation, order, masks and noise.')
     epochs: Optional[float] = option(None, 'Training epochs (synthetic default 4, else 90).')
     batch_size: Optional[int] = option(None, 'Global training batch (synthetic 64, else 256).')
@@ -172,6 +244,14 @@ class Config:
         'Test records (as above); evaluation checks that it saw exactly this many.')
     overwrite: bool = option(
         False, 'Replace a run folder made with other settings or data instead of stopping.')
+    train_crop: str = option("none", "Training augmentation before the flip: none, or ROAR's "
+                             "Inception-style random crop (for 224-px real data).",
+                             ("none", "inception"))
+    mode: str = option("train", "train (then evaluate), or eval: evaluate --checkpoint on the "
+                       "masked test records without training.", ("train", "eval"))
+    checkpoint: Optional[str] = option(
+        None, "--mode=eval: an exported model folder (a run's model/) or a Keras weights file "
+        "(a killed run's backup/latest.weights.h5).")
 
 
 def check_flags(f: Config) -> None:
@@ -214,6 +294,10 @@ def run(config: Config) -> dict:
     the metrics (also written to `<run folder>/metrics.json`)."""
     f = config
     check_flags(f)
+    if f.mode == "eval" and not f.checkpoint:
+        raise UserError("--mode=eval needs --checkpoint (a model folder or a .weights.h5 file)")
+    # A multi-worker strategy (and logical CPUs) must exist before TensorFlow runs anything.
+    distribution.start(f.strategy if f.mode == "train" else "default", f.cpu_replicas)
     # The small-model defaults apply to the synthetic world.
     synthetic = (f.data_dir is None and not f.tfds_name) or f.dataset_name == "synthetic"
     transformation = f.transformation
@@ -260,6 +344,16 @@ def run(config: Config) -> dict:
                            f.ranking, f.fill, f.seed)
     print(f"ROAR run -> {output}")
     record = dict(dataclasses.asdict(config), saliency_method=method, ratio=ratio)  # resolved
+    if f.mode == "eval":
+        return evaluate_checkpoint(
+            f.checkpoint, eval_files, config, output_dir=output, source=source,
+            control=control,
+            map_key=masked_data.record_key_of(method) if source == "saliency" else None,
+            size=size, geometry=f.geometry, label_offset=f.label_offset,
+            num_classes=num_classes, model_name=f.model or ("small_cnn" if synthetic
+                                                            else "resnet50"),
+            recipe=recipe, seed=f.seed, eval_batch_size=f.eval_batch_size,
+            num_eval=f.num_eval_images or known_sizes[1])
     result = run_masked(
         train_files, eval_files, config, output_dir=output, recipe=recipe, source=source,
         control=control,
@@ -269,7 +363,13 @@ def run(config: Config) -> dict:
         seed=f.seed, eval_batch_size=f.eval_batch_size, verbose=1, flags_record=record,
         random_mask=f.random_mask,
         num_train=f.num_train_images or known_sizes[0],
-        num_eval=f.num_eval_images or known_sizes[1], overwrite=f.overwrite)
+        num_eval=f.num_eval_images or known_sizes[1], overwrite=f.overwrite,
+        train_crop=f.train_crop, precision=f.precision, cpu_replicas=f.cpu_replicas,
+        stop_after_epochs=f.stop_after_epochs)
+    if "stopped_after_epoch" in result:
+        print(f"stopped after epoch {result['stopped_after_epoch']} (--stop_after_epochs); "
+              f"run the same command again to resume from {os.path.join(output, 'backup')}")
+        return result
     print(f"top-1 {result['top1']:.4f}  top-5 {result['top5']:.4f}  on {result['n_eval']} test "
           f"images ({'KAR' if f.keep_information else 'ROAR'}, {method}, ratio {ratio}); "
           f"wrote {os.path.join(output, 'metrics.json')}")

@@ -20,7 +20,14 @@ import tensorflow as tf
 from tensorflow.python.eager import context
 
 from models.errors import UserError
-from models.preprocessing import INPUT_SPACES, center_crop, decode_image, input_space
+from models.preprocessing import (
+    INPUT_SPACES,
+    TRAIN_CROPS,
+    center_crop,
+    decode_image,
+    inception_crop,
+    input_space,
+)
 from saliency_gen import records
 
 SHUFFLE_BUFFER = 1024
@@ -175,9 +182,15 @@ def read_image(default_key, serialized, size: int, geometry: str, label_offset: 
     return example_key(parsed, default_key), pixels, parsed["label"] + label_offset, parsed
 
 
-def finish(keys, pixels, labels, *, training: bool, seed: int, space: str = "imagenet"):
-    """(model input, label) of one example: a random flip keyed on the example (training), then
-    the input space's normalisation."""
+def finish(keys, pixels, labels, *, training: bool, seed: int, space: str = "imagenet",
+           crop: str = "none"):
+    """(model input, label) of one example: for training, ROAR's Inception crop when `crop` is
+    "inception", then a random flip, both keyed on the example; then the input space's
+    normalisation."""
+    if crop not in TRAIN_CROPS:
+        raise UserError(f"--train_crop must be one of {', '.join(TRAIN_CROPS)}")
+    if training and crop == "inception":  # keyed apart from the flip (seed + 1)
+        pixels = inception_crop(pixels, key_seeds(keys[None], seed + 1)[0], pixels.shape[0])
     if training:  # per example, keyed: the same flip whatever the batch
         pixels = tf.image.stateless_random_flip_left_right(pixels, key_seeds(keys[None], seed)[0])
     return INPUT_SPACES[space].from_pixels(pixels), labels
