@@ -1,0 +1,73 @@
+"""roar.train's mixed precision, evaluation-only mode and Inception-style training crop."""
+import os
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import models
+from models.errors import UserError
+from models.preprocessing import inception_crop
+from roar import train
+
+SMALL = dict(transformation="raw_image", train_pattern="validation-*",
+             eval_pattern="validation-*", num_classes=10, model="plain_cnn", epochs=1,
+             batch_size=12, optimizer="sgd", base_learning_rate=0.5, warmup_epochs=0,
+             eval_batch_size=8)
+
+
+def _run_folder(output_dir):
+    return os.path.join(output_dir, "raw_image", "0.00", "none", "remove", "element-mean",
+                        "seed_0")
+
+
+def test_mixed_precision_trains_with_float32_logits_and_exports_float32(small_shards, tmp_path):
+    data_dir = os.path.dirname(small_shards[0])
+    result = train.run(train.Config(data_dir=data_dir, output_dir=str(tmp_path),
+                                    precision="mixed_bfloat16", train_crop="inception",
+                                    **SMALL))
+    assert keras.mixed_precision.global_policy().name == "float32"  # restored
+    assert result["precision"] == "mixed_bfloat16" and np.isfinite(result["loss_per_epoch"][0])
+    loaded = models.load(os.path.join(_run_folder(str(tmp_path)), "model"))
+    logits = loaded(tf.zeros([2, 32, 32, 3]))
+    assert logits.dtype == tf.float32
+    # --mode=eval of the exported model gives the training run's own evaluation.
+    again = train.run(train.Config(data_dir=data_dir, output_dir=str(tmp_path), mode="eval",
+                                   checkpoint=os.path.join(_run_folder(str(tmp_path)), "model"),
+                                   **SMALL))
+    assert again["n_eval"] == 36
+    assert again["top1"] == pytest.approx(result["top1"], abs=1 / 36 + 1e-9)
+    assert os.path.exists(os.path.join(_run_folder(str(tmp_path)), "eval_model.json"))
+
+
+def test_eval_mode_reads_a_killed_runs_weights_and_refuses_bad_checkpoints(small_shards,
+                                                                           tmp_path):
+    data_dir = os.path.dirname(small_shards[0])
+    stopped = train.run(train.Config(data_dir=data_dir, output_dir=str(tmp_path),
+                                     stop_after_epochs=1, **{**SMALL, "epochs": 2}))
+    assert stopped == {"stopped_after_epoch": 1}
+    weights = os.path.join(_run_folder(str(tmp_path)), "backup", "latest.weights.h5")
+    result = train.run(train.Config(data_dir=data_dir, output_dir=str(tmp_path / "eval"),
+                                    mode="eval", checkpoint=weights, **SMALL))
+    assert result["n_eval"] == 36 and 0.0 <= result["top1"] <= result["top5"] <= 1.0
+    with pytest.raises(UserError, match="does not hold small_cnn weights"):
+        train.run(train.Config(data_dir=data_dir, output_dir=str(tmp_path / "eval"),
+                               mode="eval", checkpoint=weights,
+                               **{**SMALL, "model": "small_cnn"}))
+    with pytest.raises(UserError, match="--mode=eval needs --checkpoint"):
+        train.run(train.Config(data_dir=data_dir, mode="eval", **SMALL))
+
+
+def test_inception_crop_known_answers():
+    ramp = tf.tile(tf.linspace(0.0, 1.0, 64)[None, :, None], [64, 1, 3])
+    seeds = [tf.constant([0, k], tf.int64) for k in range(8)]
+    crops = [inception_crop(ramp, seed, 32).numpy() for seed in seeds]
+    assert all(crop.shape == (32, 32, 3) for crop in crops)
+    np.testing.assert_array_equal(inception_crop(ramp, seeds[0], 32).numpy(), crops[0])
+    assert len({crop.tobytes() for crop in crops}) > 1  # the seed moves the box
+    for crop in crops:  # a horizontal ramp stays a ramp: rows equal, columns non-decreasing
+        np.testing.assert_allclose(crop, np.broadcast_to(crop[:1], crop.shape), atol=1e-6)
+        assert np.all(np.diff(crop[0, :, 0]) >= -1e-4)
+    flat = inception_crop(tf.fill([40, 48, 3], 0.25), seeds[3], 32).numpy()
+    np.testing.assert_allclose(flat, 0.25, atol=1e-6)
