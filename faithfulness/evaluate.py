@@ -85,10 +85,14 @@ def scorer_for(loaded, protocol, options):
     return _masking_metric(protocol, options)
 
 
-def score_group(loaded, images, labels, ids, explainer, protocol, options, scorer=None):
-    """Per-image values {metric: [n]} of one explainer on one group of images."""
+def score_group(loaded, images, labels, ids, explainer, protocol, options, scorer=None,
+                maps=None):
+    """Per-image values {metric: [n]} of one explainer on one group of images; `maps` (the
+    explainer's maps of `images`, e.g. read from saliency records) replace explaining them."""
     scorer = scorer or scorer_for(loaded, protocol, options)
     def explain(batch, targets):
+        if maps is not None and batch is images:
+            return maps
         return saliency_engine.attribute(loaded, batch, explainer, targets,
                                          batch_size=options.batch_size, seed=options.seed,
                                          ids=ids)
