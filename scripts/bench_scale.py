@@ -1,0 +1,101 @@
+"""Scale-out benchmark (docs/scale_out.md, "Benchmark"), measured in one run:
+
+1. saliency generation: `saliency_gen.beam_generate` on the DirectRunner with 2 worker processes
+   against the single-process `saliency_gen.generate` on the same records (images/s, ratio);
+2. training: `roar.train` steps/s under MirroredStrategy on 2 logical CPUs against one device
+   with the same global batch (ratio).
+
+Both on a cheap model (plain_cnn) and a costlier one (small_resnet), 64-px random images.
+Whole processes are timed (start-up included), so the ratios are what a user sees.
+
+    python scripts/bench_scale.py [--images=192] [--epochs=2]
+"""
+import argparse
+import io
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+from PIL import Image
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def make_records(root, images, size=64, shards=4):
+    import keras
+
+    import models
+    from saliency_gen import records
+
+    rng = np.random.RandomState(0)
+    per = images // shards
+    for shard in range(shards):
+        examples = []
+        for index in range(per):
+            buffer = io.BytesIO()
+            Image.fromarray(rng.randint(0, 256, (size, size, 3), np.uint8)).save(buffer, "PNG")
+            examples.append(records.image_example(buffer.getvalue(), int(rng.randint(10)),
+                                                  filename=f"{shard}_{index:04d}.png"))
+        name = f"train-{shard:05d}-of-{shards:05d}.tfrecord"
+        records.write_records(os.path.join(root, name), examples)
+        records.write_records(os.path.join(root, name.replace("train", "validation")),
+                              examples[: max(1, per // 4)])
+    paths = {}
+    for model in ("plain_cnn", "small_resnet"):
+        keras.utils.set_random_seed(0)
+        paths[model] = os.path.join(root, model)
+        models.export(models.build(model, 10, (size, size, 3)), paths[model])
+    return paths
+
+
+def timed(arguments, env=None):
+    started = time.time()
+    done = subprocess.run(arguments, cwd=REPO, capture_output=True, text=True,
+                          env={**os.environ, **(env or {})})
+    if done.returncode:
+        raise SystemExit(done.stderr[-2000:])
+    return time.time() - started
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--images", type=int, default=192)
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--method", default="roar:SH_SG")
+    args = parser.parse_args()
+    root = tempfile.mkdtemp(prefix="bench_scale_")
+    paths = make_records(root, args.images)
+    pattern = os.path.join(root, "train-*")
+    rows = []
+    for model, path in paths.items():
+        common = [f"--input_pattern={pattern}", f"--model_path={path}",
+                  f"--saliency_method={args.method}", "--batch_size=16"]
+        single = timed([sys.executable, "-m", "saliency_gen.generate", *common,
+                        f"--output_dir={root}/single_{model}"])
+        beam = timed([sys.executable, "-m", "saliency_gen.beam_generate", *common,
+                      f"--output_dir={root}/beam_{model}", "--beam_workers=2"])
+        rows.append((f"generation {model} ({args.method})", args.images / single,
+                     args.images / beam, "images/s"))
+    for model in ("plain_cnn", "small_resnet"):
+        train = [sys.executable, "-m", "roar.train", "--transformation=raw_image",
+                 f"--data_dir={root}", "--num_classes=10", f"--model={model}",
+                 f"--epochs={args.epochs}", "--batch_size=32", "--optimizer=sgd",
+                 "--warmup_epochs=0"]
+        steps = args.epochs * (args.images // 32)
+        one = timed([*train, f"--output_dir={root}/one_{model}"])
+        two = timed([*train, f"--output_dir={root}/two_{model}", "--strategy=mirrored",
+                     "--cpu_replicas=2"])
+        rows.append((f"training {model} (MirroredStrategy, 2 logical CPUs)", steps / one,
+                     steps / two, "steps/s"))
+    print(f"{'workload':58} {'one process':>12} {'scaled out':>12} {'ratio':>7}")
+    for name, base, scaled, unit in rows:
+        print(f"{name:58} {base:9.2f} {unit[:3]} {scaled:9.2f} {unit[:3]} {scaled / base:7.2f}")
+    print(json.dumps({"images": args.images, "epochs": args.epochs, "cores": os.cpu_count()}))
+
+
+if __name__ == "__main__":
+    main()
