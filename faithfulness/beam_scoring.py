@@ -29,8 +29,6 @@ from models.files import exclusive, read_json, write_json
 from models.preprocessing import decode_image, input_space
 from saliency_gen import beam_support, generate, names, pipelines, records
 
-PROTOCOLS = tuple(p for p in evaluate.PROTOCOLS)
-
 
 @dataclasses.dataclass(frozen=True)
 class Config:
@@ -40,7 +38,7 @@ class Config:
     model_path: Optional[str] = option(None, "The model the maps explain (models.export).")
     saliency_method: Optional[str] = option(None, "The maps' method name or record key.")
     evaluation_protocol: str = option("single_deletion", "Protocol (faithfulness.evaluate).",
-                                      PROTOCOLS)
+                                      evaluate.PROTOCOLS)
     geometry: str = option("auto", "How images reach the model's size (as the generator).",
                            ("auto", "center_crop", "none"))
     batch_size: int = option(32, "Work items per model call, and records per work unit.")
@@ -63,9 +61,10 @@ def map_key(method: str) -> str:
 class ScoreRange(beam.DoFn):
     """(shard, start, count) -> (metric, (example key, value)) for every image of the range."""
 
-    def __init__(self, model_path, key, protocol, options, geometry):
+    def __init__(self, model_path, key, formats, protocol, options, geometry):
         super().__init__()
-        self.model_path, self.key, self.protocol = model_path, key, protocol
+        self.model_path, self.key, self.formats = model_path, key, formats
+        self.protocol = protocol
         self.options, self.geometry = options, geometry
 
     def setup(self):
@@ -74,7 +73,7 @@ class ScoreRange(beam.DoFn):
 
     def process(self, unit):
         path, start, count = unit
-        dtype, shape, _ = records.peek_saliency_format(path, self.key)
+        dtype, shape, _ = self.formats[path]
         space = input_space(self.loaded.preprocessing)
         size = self.loaded.input_shape[0]
 
@@ -125,6 +124,7 @@ def run(config: Config) -> dict:
     files = records.list_files(f.input_pattern)
     key = map_key(f.saliency_method)
     counts = [(path, records.check_file(path, "saliency", key=key)) for path in files]
+    formats = {path: records.peek_saliency_format(path, key) for path in files}
     options = evaluate.Options(batch_size=f.batch_size, seed=f.seed)
     loaded = models.load(f.model_path)
     header = {"protocol": f.evaluation_protocol, "model_path": f.model_path,
@@ -143,8 +143,8 @@ def run(config: Config) -> dict:
         _ = (root
              | "Ranges" >> beam.Create(units)
              | "Spread" >> beam.Reshuffle()
-             | "Score" >> beam.ParDo(ScoreRange(f.model_path, key, f.evaluation_protocol,
-                                                options, f.geometry))
+             | "Score" >> beam.ParDo(ScoreRange(f.model_path, key, formats,
+                                                f.evaluation_protocol, options, f.geometry))
              | "Combine" >> beam.CombinePerKey(beam_support.MeanAndInterval(f.seed))
              | "Gather" >> beam.combiners.ToList()
              | "Write" >> beam.ParDo(WriteReport(output, header)))

@@ -26,7 +26,6 @@ from models.export import export
 from models.files import ensure_directory, exclusive, read_json, write_json
 from models.zoo import build
 
-STRATEGIES = distribution.STRATEGIES
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 
 

@@ -76,15 +76,19 @@ def evaluate_checkpoint(checkpoint, eval_files, config, *, output_dir, source="i
     of `model_name` (a run's backup). Writes `<output_dir>/eval_<name>.json`."""
     if not os.path.exists(checkpoint):
         raise UserError(f"--checkpoint {checkpoint} does not exist")
-    if os.path.isdir(checkpoint):
-        loaded = models.load(checkpoint)
-        model, space = loaded, loaded.preprocessing
-        model_id = loaded.model_id
-    elif checkpoint.endswith(".weights.h5"):
-        data = masked_data.masked_dataset(eval_files, source, config, training=False,
-                                          batch_size=1, map_key=map_key, size=size,
-                                          geometry=geometry, label_offset=label_offset,
-                                          control=control, seed=seed)
+    is_folder = os.path.isdir(checkpoint)
+    if not is_folder and not checkpoint.endswith(".weights.h5"):
+        raise UserError(f"--checkpoint {checkpoint} must be a model folder or a .weights.h5 "
+                        "file")
+    loaded = models.load(checkpoint) if is_folder else None
+    data = masked_data.masked_dataset(eval_files, source, config, training=False,
+                                      batch_size=eval_batch_size, map_key=map_key, size=size,
+                                      geometry=geometry, label_offset=label_offset,
+                                      control=control, seed=seed,
+                                      space=loaded.preprocessing if is_folder else "imagenet")
+    if is_folder:
+        model, model_id = loaded, loaded.model_id
+    else:
         side = data.element_spec[0].shape[1]
         model = training.build_model(model_name, num_classes, side, recipe)
         try:
@@ -93,14 +97,7 @@ def evaluate_checkpoint(checkpoint, eval_files, config, *, output_dir, source="i
             raise UserError(f"--checkpoint {checkpoint} does not hold {model_name} weights for "
                             f"{num_classes} classes at {side} px ({str(error).splitlines()[0]})"
                             ) from None
-        space, model_id = "imagenet", provenance.listing_digest([checkpoint])
-    else:
-        raise UserError(f"--checkpoint {checkpoint} must be a model folder or a .weights.h5 "
-                        "file")
-    data = masked_data.masked_dataset(eval_files, source, config, training=False,
-                                      batch_size=eval_batch_size, map_key=map_key, size=size,
-                                      geometry=geometry, label_offset=label_offset,
-                                      control=control, seed=seed, space=space)
+        model_id = provenance.listing_digest([checkpoint])
     top1 = top5 = count = 0
     for images, labels in data:
         logits = np.asarray(model(images), np.float32)

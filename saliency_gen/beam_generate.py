@@ -22,7 +22,7 @@ import apache_beam as beam
 
 import models
 from models.cli import option, run_binary
-from models.errors import RecordError, UserError
+from models.errors import RecordError
 from saliency_gen import beam_support, generate, records
 
 
@@ -122,8 +122,6 @@ def beam_explainer(options: beam.options.pipeline_options.PipelineOptions):
 
 def run(config: Config) -> dict:
     """Runs the generator's pipeline with `config`; prints and returns the summary."""
-    if config.runner == "DirectRunner" and config.beam_workers < 1:
-        raise UserError(f"--beam_workers={config.beam_workers} must be at least 1")
     options = beam_support.pipeline_options(config.runner, config.beam_workers,
                                             config.beam_options)
     return generate.run(config, explain_all=beam_explainer(options))
