@@ -17,7 +17,6 @@ from typing import Optional
 
 import apache_beam as beam
 import numpy as np
-import tensorflow as tf
 
 import models
 from faithfulness import evaluate
@@ -80,14 +79,9 @@ class ScoreRange(beam.DoFn):
         def read(default_key, serialized):
             parsed = records.parse_saliency_record(serialized, self.key, dtype, shape,
                                                    default_key)
-            image = decode_image(parsed["raw_image"])
-            if self.geometry != "none":
-                fitted = tf.cond(tf.reduce_all(tf.shape(image)[:2] == [size, size]),
-                                 lambda: image, lambda: pipelines.fit(image, size, "center_crop"))
-            else:
-                fitted = image
-            return (parsed["example_key"], space.from_pixels(tf.ensure_shape(
-                fitted, self.loaded.input_shape)), parsed["label"], parsed["saliency"])
+            fitted = pipelines.fit(decode_image(parsed["raw_image"]), size, self.geometry)
+            return (parsed["example_key"], space.from_pixels(fitted), parsed["label"],
+                    parsed["saliency"])
 
         data = records.keyed_shard(path).skip(start).take(count).map(read).batch(count)
         keys, images, labels, maps = (t.numpy() for t in next(iter(data)))

@@ -157,7 +157,7 @@ def list_shards(pattern, what):
 def masked_dataset(files, source, config, *, training, batch_size, map_key=None, size=None,
                    geometry="none", label_offset=0, control=None, seed=0, space="imagenet",
                    drop_remainder=None, with_keys=False, random_mask="fixed",
-                   train_crop="none"):
+                   train_crop="none", span=None):
     """A batched dataset of (normalised image, label) with every example masked.
 
     `source` "saliency" reads saliency records with the map `map_key`; "images" reads image
@@ -169,7 +169,8 @@ def masked_dataset(files, source, config, *, training, batch_size, map_key=None,
     `random_mask` "fixed" keys the random map by example; "per_read" re-draws it every training
     epoch (the original's behaviour; evaluation uses the fixed draw). A per_read training
     dataset is infinite (it counts its epochs). `train_crop` "inception" adds ROAR's random
-    crop to training (`models.preprocessing.inception_crop`).
+    crop to training (`models.preprocessing.inception_crop`). `span` (start, count) restricts
+    an evaluation of one file to that range of its records (a work unit of a Beam pipeline).
     """
     if random_mask not in RANDOM_MASKS:
         raise UserError(f"--random_mask must be one of {', '.join(RANDOM_MASKS)}")
@@ -210,6 +211,10 @@ def masked_dataset(files, source, config, *, training, batch_size, map_key=None,
         return (keys,) + outputs if with_keys else outputs
 
     data = pipelines.keyed_stream(files, training, seed)
+    if span is not None:
+        if training or len(files) != 1:
+            raise UserError("a record span applies to the evaluation of one file")
+        data = data.skip(span[0]).take(span[1])
     if per_read:  # every pass holds each record once, so position // count is the epoch
         count = count_records(files)
         data = data.repeat().enumerate().map(

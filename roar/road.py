@@ -29,6 +29,36 @@ from saliency_gen.pipelines import count_records
 ORDERS = ("morf", "lerf")
 
 
+def fraction_removed(order: str, p: float) -> float:
+    """The fraction of pixels imputed at (`order`, p): MoRF removes the top p (ROAR at p),
+    LeRF keeps it (KAR at 1 - p)."""
+    if order not in ORDERS:
+        raise UserError(f"--order must be one of {', '.join(ORDERS)}; got {order!r}")
+    return p if order == "morf" else round(1.0 - p, 2)
+
+
+def setting(config, order: str, p: float):
+    """The mask config of `order` at fraction p."""
+    return dataclasses.replace(config, ratio=fraction_removed(order, p),
+                               keep_information=order == "lerf")
+
+
+def image_outcomes(model, files, source, config, order, p, *, map_key=None, control=None,
+                   batch_size=128, size=None, geometry="none", label_offset=0, span=None):
+    """Per batch of imputed test images at (`order`, p): (example keys, correct [B] bool,
+    true-class probability [B] float64). `span` (start, count) restricts one file to a range."""
+    dataset = masked_data.masked_dataset(
+        files, source, setting(config, order, p), training=False, batch_size=batch_size,
+        map_key=map_key, size=size, geometry=geometry, label_offset=label_offset, control=control,
+        space=getattr(model, "preprocessing", "imagenet"), with_keys=True, span=span)
+    for keys, images, labels in dataset:
+        probabilities = tf.nn.softmax(model(images), axis=-1).numpy()
+        labels = labels.numpy()
+        yield ([key.decode() for key in keys.numpy()],
+               np.argmax(probabilities, 1) == labels,
+               probabilities[np.arange(len(labels)), labels].astype(np.float64))
+
+
 def evaluate_curve(model, files, source, config, *, ratios, orders=ORDERS, map_key=None,
                    control=None, batch_size=128, size=None, geometry="none", label_offset=0,
                    method_name=None, progress=None, image_progress=None):
@@ -36,40 +66,32 @@ def evaluate_curve(model, files, source, config, *, ratios, orders=ORDERS, map_k
     every order and fraction, evaluated with `model` (a `models.load` object or Keras model).
     `progress(row)` is called after each row, `image_progress(n)` after each batch of n."""
     rows = []
-    space = getattr(model, "preprocessing", "imagenet")
     for order in orders:
-        if order not in ORDERS:
-            raise UserError(f"--order must be one of {', '.join(ORDERS)}; got {order!r}")
         for p in ratios:
-            if order == "morf":
-                setting = dataclasses.replace(config, ratio=p, keep_information=False)
-                removed = p
-            else:
-                setting = dataclasses.replace(config, ratio=round(1.0 - p, 2),
-                                              keep_information=True)
-                removed = round(1.0 - p, 2)
-            dataset = masked_data.masked_dataset(files, source, setting, training=False,
-                                                 batch_size=batch_size, map_key=map_key,
-                                                 size=size, geometry=geometry,
-                                                 label_offset=label_offset, control=control,
-                                                 space=space)
             correct, probability, count = 0, 0.0, 0
-            for images, labels in dataset:
-                probabilities = tf.nn.softmax(model(images), axis=-1).numpy()
-                labels = labels.numpy()
-                correct += int(np.sum(np.argmax(probabilities, 1) == labels))
-                probability += float(np.sum(probabilities[np.arange(len(labels)), labels]))
-                count += len(labels)
+            for _, hits, probabilities in image_outcomes(
+                    model, files, source, config, order, p, map_key=map_key, control=control,
+                    batch_size=batch_size, size=size, geometry=geometry,
+                    label_offset=label_offset):
+                correct += int(np.sum(hits))
+                probability += float(np.sum(probabilities))
+                count += len(hits)
                 if image_progress:
-                    image_progress(len(labels))
+                    image_progress(len(hits))
             if count == 0:
                 raise UserError("the test set is empty")
-            rows.append({"method": method_name or map_key or control, "order": order, "p": p,
-                         "fraction_removed": removed, "accuracy": correct / count,
-                         "true_class_probability": probability / count, "n": count})
+            rows.append(row(method_name or map_key or control, order, p, correct / count,
+                            probability / count, count))
             if progress:
                 progress(rows[-1])
     return rows
+
+
+def row(method, order, p, accuracy, probability, count) -> dict:
+    """One result row of the curve."""
+    return {"method": method, "order": order, "p": p,
+            "fraction_removed": fraction_removed(order, p), "accuracy": accuracy,
+            "true_class_probability": probability, "n": count}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,7 +127,13 @@ def run(config: Config) -> list:
     """MoRF / LeRF curves of `config`: printed row by row, written as <output>.json (with the
     run's origin), .csv, .md and .png; returns the rows. A second run writing the same output
     at once stops with one line."""
-    f = config
+    check_flags(config)
+    with exclusive(config.output + ".json", "ROAD output"):
+        return _curves(config)
+
+
+def check_flags(f: Config) -> None:
+    """One-line errors for missing or out-of-range flags."""
     for name in ("ckpt_path", "data_dir", "saliency_method"):
         if not getattr(f, name):
             raise UserError(f"--{name} is required")
@@ -114,31 +142,56 @@ def run(config: Config) -> list:
     unknown = sorted(set(f.orders) - set(ORDERS))
     if unknown or not f.orders:
         raise UserError(f"--orders={','.join(f.orders)} must name morf and/or lerf")
-    with exclusive(f.output + ".json", "ROAD output"):
-        return _curves(f)
+
+
+@dataclasses.dataclass(frozen=True)
+class Inputs:
+    """What a ROAD run reads, resolved from its flags."""
+
+    files: list
+    source: str       # "saliency" records, or "images" with a control map
+    control: Optional[str]
+    map_key: Optional[str]
+    mask: masked_data.MaskConfig
+    ratios: list
+
+
+def inputs(f: Config) -> Inputs:
+    """The test files, map source and mask settings of `f`."""
+    files = masked_data.list_shards(os.path.join(f.data_dir, f.eval_pattern), "--eval_pattern")
+    control = f.saliency_method if f.saliency_method in ("random", "oracle") else None
+    mask = masked_data.MaskConfig(ranking=f.ranking, squared=f.squared_value,
+                                  tie_break=f.tie_break, fill=f.fill, road_noise=f.road_noise,
+                                  seed=f.seed).check()
+    return Inputs(files, "images" if control else "saliency", control,
+                  None if control else masked_data.record_key_of(f.saliency_method), mask,
+                  [float(r) for r in f.ratios])
+
+
+def describe(row: dict) -> str:
+    """One printed line of a row."""
+    return (f"{row['order']:>4} p={row['p']:.2f} removed {row['fraction_removed']:.2f}: "
+            f"accuracy {row['accuracy']:.4f}, true-class probability "
+            f"{row['true_class_probability']:.4f}")
 
 
 def _curves(f: Config) -> list:
     model = models.load(f.ckpt_path)
-    files = masked_data.list_shards(os.path.join(f.data_dir, f.eval_pattern), "--eval_pattern")
-    control = f.saliency_method if f.saliency_method in ("random", "oracle") else None
-    config = masked_data.MaskConfig(ranking=f.ranking, squared=f.squared_value,
-                                    tie_break=f.tie_break, fill=f.fill, road_noise=f.road_noise,
-                                    seed=f.seed)
-    ratios = [float(r) for r in f.ratios]
-    total = count_records(files) * len(ratios) * len(f.orders)
+    read = inputs(f)
+    total = count_records(read.files) * len(read.ratios) * len(f.orders)
     with tqdm(total=total, unit="img", desc="ROAD", disable=None) as bar:
         rows = evaluate_curve(
-            model, files, "images" if control else "saliency", config, ratios=ratios,
-            orders=f.orders,
-            map_key=None if control else masked_data.record_key_of(f.saliency_method),
-            control=control, batch_size=f.batch_size, size=model.input_shape[0],
-            label_offset=f.label_offset, method_name=f.saliency_method,
-            image_progress=bar.update,
-            progress=lambda row: bar.write(
-                f"{row['order']:>4} p={row['p']:.2f} removed {row['fraction_removed']:.2f}: "
-                f"accuracy {row['accuracy']:.4f}, true-class probability "
-                f"{row['true_class_probability']:.4f}"))
+            model, read.files, read.source, read.mask, ratios=read.ratios, orders=f.orders,
+            map_key=read.map_key, control=read.control, batch_size=f.batch_size,
+            size=model.input_shape[0], label_offset=f.label_offset,
+            method_name=f.saliency_method, image_progress=bar.update,
+            progress=lambda row: bar.write(describe(row)))
+    write_results(f, rows, model, read.files)
+    return rows
+
+
+def write_results(f: Config, rows: list, model, files: list) -> None:
+    """<output>.json (rows, flags, origin), .csv, .md and .png of a ROAD run."""
     summary = [dict(row, mean=row["accuracy"], std=0.0) for row in rows]
     summaries.write_outputs(f.output, rows, summary,
                             ["method", "order", "p", "fraction_removed", "mean ± sd", "n"],
@@ -150,7 +203,6 @@ def _curves(f: Config) -> list:
     write_json(f.output + ".json", {"rows": rows, "flags": flags, "origin": provenance.origin(
         flags, model_id=model.model_id, data=provenance.listing_digest(files))}, indent=2)
     print(f"wrote {f.output}.json, .csv, .md and .png")
-    return rows
 
 
 if __name__ == "__main__":

@@ -49,9 +49,14 @@ def key_seeds(keys, seed, epoch=None):
 
 
 def fit(image, size: int, geometry: str):
-    """An image at the model's side `size`: ROAR's centre crop, or checked to be that size."""
+    """An image [H, W, 3] at the model's side `size`: ROAR's centre crop ("center_crop"), checked
+    to be that size ("none"), or left alone when it has that size and centre-cropped otherwise
+    ("auto")."""
     if geometry == "center_crop":
-        return center_crop(image, crop_size=size)
+        image = center_crop(image, crop_size=size)
+    elif geometry == "auto":
+        image = tf.cond(tf.reduce_all(tf.shape(image)[:2] == [size, size]),
+                        lambda: image, lambda: center_crop(image, crop_size=size))
     return tf.ensure_shape(image, [size, size, 3])
 
 
@@ -68,29 +73,19 @@ def explanation_inputs(paths: Sequence[str], input_shape, space, geometry: str,
     into the model's input space `space`. `with_masks` appends the object mask (float {0, 1}
     [H, W], fitted the same way), for records that have one. `start` / `count` (-1: all) read
     a range of the records (keys stay those of the whole files), skipping before decoding."""
-    height, width, _ = input_shape
-
-    def fitted_like_the_image(image, shape):
-        if geometry == "center_crop":
-            return center_crop(image, crop_size=height)
-        if geometry == "none":
-            return image
-        return tf.cond(tf.reduce_all(shape[:2] == [height, width]),
-                       lambda: image, lambda: center_crop(image, crop_size=height))
+    size = input_shape[0]
 
     def prepare(key, serialized):
         parsed = records.parse_image_record(serialized)
         image = decode_image(parsed["encoded"])
         shape = tf.shape(image)
-        fitted = fitted_like_the_image(image, shape)
         found = (example_key(parsed, key), parsed["encoded"], parsed["label"],
-                 space.from_pixels(tf.ensure_shape(fitted, input_shape)), shape[0], shape[1])
+                 space.from_pixels(fit(image, size, geometry)), shape[0], shape[1])
         if not with_masks:
             return found
         mask = tf.cast(records.decode_mask(parsed["mask_png"]), tf.float32)
-        mask = fitted_like_the_image(tf.tile(mask[..., None], [1, 1, 3]), shape)
-        return (*found, tf.ensure_shape(tf.cast(mask[..., 0] > 0.5, tf.float32),
-                                        (height, width)))
+        mask = fit(tf.tile(mask[..., None], [1, 1, 3]), size, geometry)
+        return (*found, tf.cast(mask[..., 0] > 0.5, tf.float32))
 
     keyed = records.keyed_records(list(paths))
     if start or count >= 0:

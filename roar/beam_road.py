@@ -1,0 +1,122 @@
+"""ROAD at scale: `python -m roar.beam_road` (docs/scale_out.md, "Scoring at scale").
+
+    python -m roar.beam_road --ckpt_path=runs/clean/model --saliency_method=gradient_image \\
+        --data_dir=saliency/SH --ratios=0.1,0.5,0.9 --beam_workers=8
+
+The options, inputs and outputs of `roar.road`, with the work done in Beam workers: every test
+shard is cut into ranges of --batch_size records, and each (range, order, fraction) is one work
+unit; a worker loads the clean model once and scores every image of its unit (correct or not,
+true-class probability) exactly as `roar.road` does, since masks, jitter and imputation noise
+are keyed by the example and not by its batch. A Beam combiner gathers the per-image values of
+each (order, fraction) into the mean and its seeded bootstrap interval. The rows equal
+`roar.road`'s (tested to 1e-6) and carry the intervals as `<value>_low` / `<value>_high`.
+"""
+import dataclasses
+import os
+
+import apache_beam as beam
+
+import models
+from models.cli import option, run_binary
+from models.files import exclusive, read_json, write_json
+from roar import road
+from saliency_gen import beam_support
+from saliency_gen.pipelines import count_records
+
+VALUES = ("accuracy", "true_class_probability")
+
+
+@dataclasses.dataclass(frozen=True)
+class Config(road.Config):
+    """roar.road's options plus the Beam runner's."""
+
+    runner: str = option("DirectRunner", "Beam runner (see saliency_gen.beam_generate).")
+    beam_workers: int = option(2, "DirectRunner: worker processes (1: in this process).")
+    beam_options: str = option("", "More Beam pipeline flags, as one string.")
+
+
+class ScoreRoadRange(beam.DoFn):
+    """(shard, start, count, order, p) -> ((order, p, value name), (example key, value)) for
+    every image of the range, with the clean model loaded once per worker."""
+
+    def __init__(self, ckpt_path: str, read: road.Inputs, batch_size: int, label_offset: int):
+        super().__init__()
+        self.ckpt_path, self.read = ckpt_path, read
+        self.batch_size, self.label_offset = batch_size, label_offset
+        self.model = None
+
+    def setup(self):
+        self.model = models.load(self.ckpt_path)
+
+    def process(self, unit):
+        path, start, count, order, p = unit
+        read = self.read
+        for keys, hits, probabilities in road.image_outcomes(
+                self.model, [path], read.source, read.mask, order, p, map_key=read.map_key,
+                control=read.control, batch_size=self.batch_size,
+                size=self.model.input_shape[0], label_offset=self.label_offset,
+                span=(start, count)):
+            for key, hit, probability in zip(keys, hits, probabilities):
+                yield (order, p, "accuracy"), (key, float(hit))
+                yield (order, p, "true_class_probability"), (key, float(probability))
+
+
+class Gather(beam.DoFn):
+    """[((order, p, value name), summary)] -> the summaries, written as one JSON file."""
+
+    def __init__(self, path: str):
+        super().__init__()
+        self.path = path
+
+    def process(self, summaries):
+        write_json(self.path, [[list(key), summary] for key, summary in sorted(summaries)])
+        yield len(summaries)
+
+
+def run(config: Config) -> list:
+    """The ROAD curves of `config` from a Beam pipeline: printed, written as roar.road writes
+    them (rows with intervals), returned as rows."""
+    f = config
+    road.check_flags(f)
+    with exclusive(f.output + ".json", "ROAD output"):
+        model = models.load(f.ckpt_path)
+        read = road.inputs(f)
+        counts = [(path, count_records([path])) for path in read.files]
+        units = [(path, start, count, order, p)
+                 for path, start, count in beam_support.record_ranges(counts, f.batch_size)
+                 for order in f.orders for p in read.ratios]
+        scratch = os.path.abspath(f.output) + ".combined.json"
+
+        def build(root):
+            _ = (root
+                 | "Units" >> beam.Create(units)
+                 | "Spread" >> beam.Reshuffle()
+                 | "Score" >> beam.ParDo(ScoreRoadRange(f.ckpt_path, read, f.batch_size,
+                                                        f.label_offset))
+                 | "Combine" >> beam.CombinePerKey(beam_support.MeanAndInterval(f.seed))
+                 | "Collect" >> beam.combiners.ToList()
+                 | "Gather" >> beam.ParDo(Gather(scratch)))
+
+        beam_support.run(build, beam_support.pipeline_options(f.runner, f.beam_workers,
+                                                              f.beam_options))
+        combined = {tuple(key): summary for key, summary in read_json(scratch, "ROAD scores")}
+        os.remove(scratch)
+        rows = []
+        for order in f.orders:
+            for p in read.ratios:
+                means = {name: combined[order, p, name] for name in VALUES}
+                row = road.row(f.saliency_method, order, p, means["accuracy"]["mean"],
+                               means["true_class_probability"]["mean"],
+                               means["accuracy"]["n"])
+                for name in VALUES:
+                    row[name + "_low"], row[name + "_high"] = (means[name]["low"],
+                                                               means[name]["high"])
+                rows.append(row)
+                print(road.describe(row) + f" (accuracy 95% interval "
+                      f"[{row['accuracy_low']:.4f}, {row['accuracy_high']:.4f}])")
+        road.write_results(f, rows, model, read.files)
+    return rows
+
+
+if __name__ == "__main__":
+    run_binary(Config, run)

@@ -1,0 +1,38 @@
+"""ROAD as a Beam pipeline: per-image scores in two worker processes, work units of another
+size than roar.road's batches, and rows equal to roar.road's within 1e-6, with intervals."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from roar import road
+from saliency_gen import generate
+from tests import REPO
+
+
+def test_beam_road_rows_equal_the_single_process_binary(small_shards, tmp_path):
+    pattern, model_path = small_shards
+    saliency = str(tmp_path / "maps")
+    generate.generate(pattern, model_path, ["roar:SH"], saliency, progress_bar=False)
+    flags = {"ckpt_path": model_path, "data_dir": os.path.join(saliency, "SH"),
+             "saliency_method": "SH", "ratios": ("0.3", "0.7")}
+    expected = road.run(road.Config(**flags, batch_size=16, output=str(tmp_path / "single")))
+    done = subprocess.run(
+        [sys.executable, "-m", "roar.beam_road", *(f"--{k}={v}" for k, v in flags.items()
+                                                   if k != "ratios"),
+         "--ratios=0.3,0.7", "--batch_size=5", "--beam_workers=2",
+         f"--output={tmp_path / 'beam'}"],
+        cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    found = json.loads((tmp_path / "beam.json").read_text())["rows"]
+    assert [(r["order"], r["p"]) for r in found] == [(r["order"], r["p"]) for r in expected]
+    for mine, theirs in zip(found, expected):
+        assert mine["n"] == theirs["n"] == 36
+        assert mine["fraction_removed"] == theirs["fraction_removed"]
+        for value in ("accuracy", "true_class_probability"):
+            assert mine[value] == pytest.approx(theirs[value], abs=1e-6)
+            assert mine[value + "_low"] <= mine[value] <= mine[value + "_high"]
+        assert mine["true_class_probability_low"] < mine["true_class_probability_high"]
+    assert (tmp_path / "beam.png").exists() and not (tmp_path / "beam.json.combined.json").exists()
