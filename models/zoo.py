@@ -18,7 +18,7 @@ from typing import Callable
 import keras
 from keras import layers
 
-from models import resnet_v15
+from models import resnet_v15, torchvision_family
 from models.errors import UserError
 
 FEATURE_LAYER = "gradcam_features"
@@ -158,9 +158,31 @@ def _build_small_resnet(num_classes, input_shape, width=16):
     return keras.Model(inputs, _head(features, num_classes), name="small_resnet")
 
 
+def _resnet_builder(name, depth, base_width=64, norm="batch"):
+    """A registered builder of a torchvision-layout ResNet (`models.torchvision_family`)."""
+    if norm == "batch":
+        def builder(num_classes, input_shape, width=64):
+            return torchvision_family.build_resnet(num_classes, input_shape, depth, width,
+                                                   base_width, norm, name=name)
+    else:
+        def builder(num_classes, input_shape, width=64, fixup_init=True):
+            return torchvision_family.build_resnet(num_classes, input_shape, depth, width,
+                                                   base_width, norm, fixup_init, name=name)
+    return builder
+
+
+def _vgg_builder(name, depth, batch_norm=False, bias=True):
+    """A registered builder of a torchvision-layout VGG (`models.torchvision_family`)."""
+    def builder(num_classes, input_shape, width=64, hidden=4096):
+        return torchvision_family.build_vgg(num_classes, input_shape, depth, width, hidden,
+                                            batch_norm, bias, name=name)
+    return builder
+
+
 @dataclass(frozen=True)
 class ModelSpec:
-    """A registered model: its builder, input space, smallest input side and required channels."""
+    """A registered model: its builder, input space, smallest input side, required channels, and
+    the builder options of its small variant (what tests build)."""
 
     name: str
     builder: Callable
@@ -168,6 +190,34 @@ class ModelSpec:
     min_size: int
     summary: str
     channels: int = None  # None: any channel count
+    small: tuple = ()  # (option, value) pairs of the small variant
+
+
+def _torchvision_specs():
+    """The IDSDS ResNet / VGG families (docs/model_zoo.md), torchvision layout, ImageNet input."""
+    resnets = [("resnet18", 18, 64, "batch", "ResNet-18"), ("resnet34", 34, 64, "batch",
+                                                          "ResNet-34"),
+               ("resnet50_tv", 50, 64, "batch", "ResNet-50 (torchvision layout)"),
+               ("resnet101", 101, 64, "batch", "ResNet-101"),
+               ("resnet152", 152, 64, "batch", "ResNet-152"),
+               ("wide_resnet50_2", 50, 128, "batch", "Wide-ResNet-50-2"),
+               ("fixup_resnet50", 50, 64, "fixup", "ResNet-50 without BatchNorm (Fixup)"),
+               ("x_resnet50", 50, 64, "none", "ResNet-50 without BatchNorm and bias")]
+    vggs = [("vgg11", 11, False, True, "VGG-11"), ("vgg13", 13, False, True, "VGG-13"),
+            ("vgg16_tv", 16, False, True, "VGG-16 (torchvision layout)"),
+            ("vgg19", 19, False, True, "VGG-19"), ("vgg16_bn", 16, True, True,
+                                                   "VGG-16 with BatchNorm"),
+            ("x_vgg16", 16, False, False, "VGG-16 without BatchNorm and bias")]
+    specs = []
+    for name, depth, base_width, norm, title in resnets:
+        small = (("width", 8),) + ((("fixup_init", False),) if norm != "batch" else ())
+        specs.append(ModelSpec(name, _resnet_builder(name, depth, base_width, norm), "imagenet",
+                               32, f"{title}, torchvision/IDSDS layout", 3, small))
+    for name, depth, batch_norm, bias, title in vggs:
+        specs.append(ModelSpec(name, _vgg_builder(name, depth, batch_norm, bias), "imagenet", 32,
+                               f"{title}, torchvision/IDSDS layout", 3,
+                               (("width", 8), ("hidden", 32))))
+    return specs
 
 
 REGISTRY = {spec.name: spec for spec in (
@@ -183,6 +233,7 @@ REGISTRY = {spec.name: spec for spec in (
               "small residual net (3 basic blocks, BN) for 32-128 px inputs"),
     ModelSpec("plain_cnn", _build_plain_cnn, "caffe_rgb", 8,
               "cheap plain CNN (3 stride-2 convs, widths 16-32-64) for benchmarks"),
+    *_torchvision_specs(),
 )}
 
 

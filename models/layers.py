@@ -1,0 +1,81 @@
+"""Keras layers the PyTorch-layout zoo models need and Keras lacks (docs/model_zoo.md).
+
+Each layer computes exactly what its PyTorch counterpart computes, so that a converted state dict
+gives the same logits (`models.torch_checkpoints`): adaptive average pooling with PyTorch's bin
+edges, a channels-first flatten (the order of `torch.flatten` on NCHW), and Fixup's scalar bias
+and scale parameters. Every layer is serialisable, so exported models reload.
+"""
+import math
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+PACKAGE = "models"
+
+
+def _pooling_matrix(size_in: int, size_out: int) -> np.ndarray:
+    """[size_out, size_in]: row i averages PyTorch's bin [floor(i*n/m), ceil((i+1)*n/m))."""
+    matrix = np.zeros((size_out, size_in), np.float32)
+    for i in range(size_out):
+        start = (i * size_in) // size_out
+        end = math.ceil((i + 1) * size_in / size_out)
+        matrix[i, start:end] = 1.0 / (end - start)
+    return matrix
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class AdaptiveAveragePooling2D(keras.layers.Layer):
+    """PyTorch's AdaptiveAvgPool2d on NHWC: [N, H, W, C] -> [N, out, out, C] (linear in its
+    input; a smaller map is spread, a larger one averaged over PyTorch's bins)."""
+
+    def __init__(self, output_size: int, **kwargs):
+        super().__init__(**kwargs)
+        self.output_size = int(output_size)
+
+    def call(self, inputs):
+        height, width = int(inputs.shape[1]), int(inputs.shape[2])
+        rows = tf.constant(_pooling_matrix(height, self.output_size))
+        columns = tf.constant(_pooling_matrix(width, self.output_size))
+        return tf.einsum("ih,nhwc,jw->nijc", rows, inputs, columns)
+
+    def compute_output_shape(self, input_shape):
+        return (input_shape[0], self.output_size, self.output_size, input_shape[3])
+
+    def get_config(self):
+        return {**super().get_config(), "output_size": self.output_size}
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class ChannelsFirstFlatten(keras.layers.Layer):
+    """[N, H, W, C] -> [N, C*H*W] in PyTorch's NCHW order, so a converted classifier needs no
+    permutation of its weights."""
+
+    def call(self, inputs):
+        transposed = tf.transpose(inputs, [0, 3, 1, 2])
+        return tf.reshape(transposed, [-1, int(np.prod(inputs.shape[1:]))])
+
+    def compute_output_shape(self, input_shape):
+        return (input_shape[0], int(np.prod(input_shape[1:])))
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class ScalarBias(keras.layers.Layer):
+    """x + b with one learned scalar b (Fixup's bias1a, bias1b, ...; starts at 0)."""
+
+    def build(self, input_shape):
+        self.bias = self.add_weight(name="bias", shape=(1,), initializer="zeros")
+
+    def call(self, inputs):
+        return inputs + self.bias
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class ScalarScale(keras.layers.Layer):
+    """x * s with one learned scalar s (Fixup's scale; starts at 1)."""
+
+    def build(self, input_shape):
+        self.scale = self.add_weight(name="scale", shape=(1,), initializer="ones")
+
+    def call(self, inputs):
+        return inputs * self.scale

@@ -1,0 +1,212 @@
+"""PyTorch checkpoints into zoo models: `python -m models.torch_checkpoints` (docs/model_zoo.md).
+
+    python -m models.torch_checkpoints --model=resnet50 --checkpoint=resnet50_lr0.001.pth.tar \\
+        --output=exports/idsds_resnet50
+
+Reads a torchvision / timm / IDSDS state dict (`.pth`, `.pth.tar`; a `state_dict` entry and the
+`module.model.`, `module.` or `model.` prefixes of IDSDS' training script are handled), builds
+the matching zoo model (IDSDS model names are accepted: `resnet50` -> `resnet50_tv`,
+`vgg16` -> `vgg16_tv`, `vit_base_patch16_224` -> `vit_b_16`), copies every tensor by name and
+exports a SavedModel. Keras layer names are the PyTorch module paths with "." -> "_"; each
+tensor is transposed to Keras' layout (convolutions OIHW -> HWIO, linear layers [out, in] ->
+[in, out]); layers with their own layout say so in a `from_torch` method. Every Keras weight
+must be filled and every PyTorch tensor used, else the conversion stops naming the first few.
+torch is needed only here (`pip install torch==2.13.0`).
+"""
+import collections
+import dataclasses
+import hashlib
+import os
+from typing import Optional
+
+import keras
+import numpy as np
+
+from models import zoo
+from models.cli import option, run_binary
+from models.errors import UserError
+from models.export import INFO_PATH, export
+
+# IDSDS' --model names whose zoo model has another name (the zoo's resnet50 / vgg16 are ROAR's
+# and Keras' layouts).
+IDSDS_NAMES = {"resnet50": "resnet50_tv", "vgg16": "vgg16_tv",
+               "vit_base_patch16_224": "vit_b_16"}
+PREFIXES = ("module.model.", "module.", "model.")
+IGNORED = ("num_batches_tracked",)
+
+
+def zoo_name(name: str) -> str:
+    """The zoo model of an IDSDS or zoo model name."""
+    return IDSDS_NAMES.get(name, name)
+
+
+def read_state_dict(path: str) -> dict:
+    """{name: float32 array} of the PyTorch checkpoint at `path`, prefixes stripped."""
+    try:
+        import torch
+    except ImportError:
+        raise UserError("reading a PyTorch checkpoint needs torch: pip install torch==2.13.0 "
+                        "(CPU build)") from None
+    if not os.path.isfile(path):
+        raise UserError(f"{path}: no such checkpoint file")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # pickle, zip and torch errors alike
+        detail = (str(error).strip().splitlines() or [type(error).__name__])[0][:160]
+        raise UserError(f"{path}: not a readable PyTorch checkpoint ({detail})") from None
+    if isinstance(state, dict) and isinstance(state.get("state_dict"), dict):
+        state = state["state_dict"]
+    if not isinstance(state, dict) or not state:
+        raise UserError(f"{path}: holds no state dict")
+    names = list(state)
+    for prefix in PREFIXES:
+        if names[0].startswith(prefix):
+            state = {(k[len(prefix):] if k.startswith(prefix) else k): v
+                     for k, v in state.items()}
+            break
+    return {key: value.detach().cpu().float().numpy() for key, value in state.items()
+            if hasattr(value, "detach") and not key.endswith(IGNORED)}
+
+
+def num_classes_of(state: dict) -> int:
+    """The class count of a state dict: the leading size of its last matrix or kernel."""
+    for value in reversed(list(state.values())):
+        if value.ndim >= 2:
+            return int(value.shape[0])
+    raise UserError("the checkpoint has no weight matrix to read the class count from")
+
+
+def _standard(layer):
+    """(PyTorch tensor names, how each becomes the Keras weight) of a standard layer, in the
+    order of `layer.weights`; None for a layer without a standard conversion."""
+    def same(value):
+        return value
+
+    if isinstance(layer, keras.layers.Conv2D):
+        names = ["weight"] + (["bias"] if layer.use_bias else [])
+        return names, [lambda w: w.transpose(2, 3, 1, 0), same][:len(names)]
+    if isinstance(layer, keras.layers.Dense):
+        names = ["weight"] + (["bias"] if layer.use_bias else [])
+        return names, [lambda w: w.T, same][:len(names)]
+    if isinstance(layer, keras.layers.BatchNormalization):
+        return ["weight", "bias", "running_mean", "running_var"], [same] * 4
+    if isinstance(layer, keras.layers.LayerNormalization):
+        return ["weight", "bias"], [same] * 2
+    return None
+
+
+def load_state_dict(model: keras.Model, state: dict, source: str = "the checkpoint") -> dict:
+    """Copies `state` into `model` by name (see the module docstring); returns {"tensors",
+    "weights"} counts. Raises a `UserError` naming missing, unused or mis-shaped tensors."""
+    grouped, modules = collections.defaultdict(dict), {}
+    for key, value in state.items():
+        module, _, parameter = key.rpartition(".")
+        grouped[module.replace(".", "_")][parameter] = value
+        modules[module.replace(".", "_")] = module
+    flat = {key.replace(".", "_"): key for key in state}
+    used, missing, copied = set(), [], 0
+    for layer in model.layers:
+        if not layer.weights:
+            continue
+        if hasattr(layer, "from_torch"):
+            values, keys = layer.from_torch(state, flat)
+        elif layer.name in flat and len(layer.weights) == 1:  # a bare parameter (Fixup's bias)
+            keys = [flat[layer.name]]
+            values = [state[keys[0]]]
+        else:
+            standard = _standard(layer)
+            if standard is None:
+                raise UserError(f"layer {layer.name!r} ({type(layer).__name__}) has no PyTorch "
+                                "conversion")
+            tensors = grouped.get(layer.name, {})
+            absent = [name for name in standard[0] if name not in tensors]
+            if absent:
+                missing.append(f"{modules.get(layer.name, layer.name)}.{absent[0]}")
+                continue
+            values = [change(tensors[name]) for name, change in zip(*standard)]
+            keys = [f"{modules[layer.name]}.{name}" for name in standard[0]]
+        if not values:
+            missing.append(layer.name)
+            continue
+        for weight, value in zip(layer.weights, values):
+            if tuple(weight.shape) != tuple(np.shape(value)):
+                raise UserError(f"{source}: the tensor for {layer.name}/{weight.name} has shape "
+                                f"{tuple(np.shape(value))}; the model wants "
+                                f"{tuple(weight.shape)} (wrong --model or --num_classes?)")
+            weight.assign(np.asarray(value, np.float32).reshape(weight.shape))
+            copied += 1
+        used.update(keys)
+    unused = sorted(set(state) - used)
+    if missing or unused:
+        problems = []
+        if missing:
+            problems.append(f"no tensor for {', '.join(missing[:4])}")
+        if unused:
+            problems.append(f"unused tensors {', '.join(unused[:4])}")
+        raise UserError(f"{source} does not match the model {model.name}: "
+                        f"{'; '.join(problems)} (check --model)")
+    return {"tensors": len(used), "weights": copied}
+
+
+def file_digest(path: str) -> str:
+    """The first 16 hex digits of the file's SHA-256 (names a conversion by its source)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()[:16]
+
+
+def convert(checkpoint: str, model: str, output: str, *, image_size: int = 224,
+            num_classes: Optional[int] = None, overwrite: bool = False) -> dict:
+    """Converts the PyTorch `checkpoint` of the zoo (or IDSDS) model `model` and exports it to
+    `output`; returns the export's info (its `extra` records the checkpoint and its digest)."""
+    name = zoo_name(model)
+    spec = zoo.spec(name)
+    state = read_state_dict(checkpoint)
+    classes = num_classes or num_classes_of(state)
+    built = zoo.build(name, classes, (image_size, image_size, 3))
+    counts = load_state_dict(built, state, checkpoint)
+    extra = {"torch_checkpoint": os.path.abspath(checkpoint),
+             "torch_checkpoint_sha256_16": file_digest(checkpoint), **counts}
+    return export(built, output, preprocessing=spec.preprocessing, extra=extra,
+                            overwrite=overwrite)
+
+
+def converted_model(checkpoint: str, model: str, cache_dir: str, *, image_size: int = 224,
+                    num_classes: Optional[int] = None) -> str:
+    """The export of `checkpoint` as `model` under `cache_dir`, converted once and reused while
+    the checkpoint's bytes, the model and the input size are the same."""
+    key = f"{zoo_name(model)}-{image_size}-{num_classes or 'auto'}-{file_digest(checkpoint)}"
+    path = os.path.join(cache_dir, key)
+    if not os.path.isfile(os.path.join(path, INFO_PATH)):
+        os.makedirs(cache_dir, exist_ok=True)
+        convert(checkpoint, model, path, image_size=image_size, num_classes=num_classes)
+    return path
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """models.torch_checkpoints' options (one flag each)."""
+
+    model: Optional[str] = option(None, "Zoo model or IDSDS model name (resnet50, vgg16_bn, ...).")
+    checkpoint: Optional[str] = option(None, "PyTorch state dict (.pth, .pth.tar).")
+    output: Optional[str] = option(None, "Export directory (must not exist).")
+    image_size: int = option(224, "Input side of the exported model.")
+    num_classes: int = option(0, "Classes (0: read from the checkpoint).")
+
+
+def run(config: Config) -> dict:
+    """Converts and exports; prints one line."""
+    for flag in ("model", "checkpoint", "output"):
+        if not getattr(config, flag):
+            raise UserError(f"--{flag} is required")
+    info = convert(config.checkpoint, config.model, config.output,
+                   image_size=config.image_size, num_classes=config.num_classes or None)
+    print(f"wrote {config.output}: {info['name']}, {info['num_classes']} classes, "
+          f"{info['extra']['tensors']} tensors copied")
+    return info
+
+
+if __name__ == "__main__":
+    run_binary(Config, run)
