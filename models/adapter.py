@@ -23,6 +23,7 @@ import tensorflow as tf
 
 from models import executor, zoo
 from models import guided as guided_views
+from models import native as native_views
 from models.errors import UserError
 from models.export import INFO_PATH, LoadedModel, load
 from models.tracing import quiet_retracing
@@ -55,6 +56,16 @@ class Adapter:
 
     def cam(self, x, targets):
         self.prepare(cam=True)
+
+    def native_names(self) -> tuple:
+        """The native explainers the model offers (`models.native`)."""
+        return ()
+
+    def native(self, name, x, targets):
+        """The native explanation `name` [N, H, W] of the model."""
+        raise UserError(f"model {self.name!r} has no native {name} explainer; it offers "
+                        f"{', '.join(self.native_names()) or 'none'} (the {name} explainer "
+                        "needs a zoo model of its architecture)")
 
     def predict(self, images, batch_size: int = 64) -> np.ndarray:
         """float32 [N, classes]: logits of `images` in chunks of `batch_size` (inference mode)."""
@@ -110,6 +121,15 @@ class KerasAdapter(Adapter):
         self.prepare(cam=True)
         return zoo.cam_outputs(self._features_model, x, targets)
 
+    def native_names(self):
+        registered = zoo.REGISTRY.get(self.model.name)
+        return registered.native if registered else ()
+
+    def native(self, name, x, targets):
+        if name not in self.native_names():
+            return super().native(name, x, targets)
+        return native_views.explain(name, self.logits_model, x, targets)
+
 
 class LoadedAdapter(Adapter):
     """A SavedModel reloaded with `models.load`."""
@@ -138,6 +158,14 @@ class LoadedAdapter(Adapter):
 
     def cam(self, x, targets):
         return self.loaded.cam(x, targets)
+
+    def native_names(self):
+        return tuple(self.loaded.info.get("native", ()))
+
+    def native(self, name, x, targets):
+        if name not in self.native_names():
+            return super().native(name, x, targets)
+        return self.loaded.native(name, x, targets)
 
 
 class CallableAdapter(Adapter):

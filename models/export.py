@@ -30,7 +30,7 @@ import numpy as np
 import tensorflow as tf
 
 from models import guided as guided_views
-from models import zoo
+from models import native, zoo
 from models.errors import MissingPathError, UserError
 from models.files import atomic_output, read_json
 from models.preprocessing import check_images, input_space
@@ -114,6 +114,13 @@ def export(model, path, *, preprocessing=None, feature_layer=None, model_id=None
         archive.add_endpoint("guided", lambda images: guided(images, training=False),
                              input_signature=[image_spec])
     info["has_guided"] = "guided_unavailable" not in info
+    offered = zoo.REGISTRY[model.name].native if model.name in zoo.REGISTRY else ()
+    for name in offered:
+        archive.add_endpoint(
+            native_endpoint(name),
+            lambda images, targets, name=name: native.explain(name, model, images, targets),
+            input_signature=[image_spec, target_spec])
+    info["native"] = list(offered)
 
     with atomic_output(path) as temporary:
         archive.write_out(temporary, verbose=False)
@@ -123,6 +130,11 @@ def export(model, path, *, preprocessing=None, feature_layer=None, model_id=None
         if info["name"] in zoo.REGISTRY:  # a zoo model can be rebuilt for further training
             model.save_weights(os.path.join(temporary, WEIGHTS_PATH))
     return info
+
+
+def native_endpoint(name: str) -> str:
+    """The SavedModel endpoint of the native explainer `name`."""
+    return "native_" + name.lower()
 
 
 def read_info(path):
@@ -208,6 +220,14 @@ class LoadedModel:
             raise UserError(f"model {self.path} has no guided-backprop endpoint: "
                             f"{self.info.get('guided_unavailable', 're-export it')}")
         return self._saved.guided(self._check(images))
+
+    def native(self, name, images, targets):
+        """The native explanation `name` [N, H, W] (`models.native`), if the model offers it."""
+        if name not in self.info.get("native", []):
+            raise UserError(f"model {self.path} ({self.name}) has no native {name} explainer; "
+                            f"it offers {', '.join(self.info.get('native', [])) or 'none'}")
+        endpoint = getattr(self._saved, native_endpoint(name))
+        return endpoint(self._check(images), tf.cast(targets, tf.int32))
 
     def __repr__(self):
         return (f"LoadedModel({self.path!r}, name={self.name!r}, input_shape={self.input_shape}, "

@@ -75,6 +75,8 @@ INPUT_SPACES = {
     "caffe_rgb": InputSpace("caffe_rgb", 255.0, BAM_RGB_MEAN, (1.0, 1.0, 1.0)),
     "imagenet": InputSpace("imagenet", 1.0, IMAGENET_MEAN, IMAGENET_STD),
     "pixels01": InputSpace("pixels01", 1.0, (0.0, 0.0, 0.0), (1.0, 1.0, 1.0)),
+    # timm's "inception" normalisation of ViTs: (x - 0.5) / 0.5 on [0, 1] pixels.
+    "inception": InputSpace("inception", 1.0, (0.5, 0.5, 0.5), (0.5, 0.5, 0.5)),
 }
 
 

@@ -18,7 +18,7 @@ from typing import Callable
 import keras
 from keras import layers
 
-from models import resnet_v15, torchvision_family
+from models import bagnet, bcos, resnet_v15, torchvision_family, vit
 from models.errors import UserError
 
 FEATURE_LAYER = "gradcam_features"
@@ -191,6 +191,7 @@ class ModelSpec:
     summary: str
     channels: int = None  # None: any channel count
     small: tuple = ()  # (option, value) pairs of the small variant
+    native: tuple = ()  # the native explainers it offers (models.native)
 
 
 def _torchvision_specs():
@@ -234,6 +235,15 @@ REGISTRY = {spec.name: spec for spec in (
     ModelSpec("plain_cnn", _build_plain_cnn, "caffe_rgb", 8,
               "cheap plain CNN (3 stride-2 convs, widths 16-32-64) for benchmarks"),
     *_torchvision_specs(),
+    ModelSpec("bagnet33", bagnet.build_bagnet33, "imagenet", 33,
+              "BagNet-33 (33x33-pixel patches), PyTorch release layout", 3, (("width", 8),),
+              ("BagNet",)),
+    ModelSpec("bcos_resnet50", bcos.build_bcos_resnet50, "pixels01", 32,
+              "B-cos ResNet-50 (B = 2, v2 layout), [0, 1] input", 3, (("width", 8),),
+              ("Bcos",)),
+    ModelSpec("vit_b_16", vit.build_vit, "inception", 16,
+              "ViT-B/16, timm layout (patch 16, width 768, 12 blocks, 12 heads)", 3,
+              (("patch", 8), ("dim", 32), ("depth", 2), ("heads", 2)), ("Rollout",)),
 )}
 
 
@@ -283,7 +293,7 @@ def feature_layer_name(model):
         return FEATURE_LAYER
     for layer in reversed(model.layers):
         output = getattr(layer, "output", None)
-        if output is not None and len(output.shape) == 4:
+        if output is not None and len(getattr(output, "shape", ())) == 4:
             return layer.name
     raise UserError(f"model {model.name!r} has no layer with a 4-D output to use for Grad-CAM")
 

@@ -75,6 +75,9 @@ IDSDS = {  # name: (base, wrapper, params)
     "Layer-CAM": ("layer_cam", None, _IDSDS_CAM),
     "Grad-CAMpp": ("grad_cam_pp", None, dict(_IDSDS_CAM, alpha="torchcam")),
     "SG-CAMpp": ("sg_grad_cam_pp", None, dict(_IDSDS_CAM, variant="torchcam")),
+    "Bcos": ("bcos", None, {}),
+    "BagNet": ("bagnet", None, {}),
+    "Rollout": ("rollout", None, {}),
 }
 IDSDS_ABS = ("IxG", "IxG-SG", "IG", "IG-U", "IG-SG", "IG-SG-SQ", "RISE", "RISE-U")
 

@@ -12,6 +12,7 @@
 | `sobel` | sobel |
 | `random` | random |
 | `pair` | xrai, blur_ig, guided_ig (bridges to PAIR `saliency.core`) |
+| `native` | bcos, bagnet, rollout (the model's own explanation; zoo architectures only) |
 
 A new method is one new module here (or anywhere, registered with `saliency_gen.register` or
 `saliency_gen.register_method`) plus its test; the engine needs no edit.
@@ -27,6 +28,7 @@ from saliency_gen.methods import occlusion
 from saliency_gen.methods import sobel
 from saliency_gen.methods import random
 from saliency_gen.methods import pair
+from saliency_gen.methods import native
 
-__all__ = ["cam", "gradient", "guided_backprop", "integrated_gradients", "occlusion", "pair",
-           "random", "rise", "smooth_cam", "sobel"]
+__all__ = ["cam", "gradient", "guided_backprop", "integrated_gradients", "native", "occlusion",
+           "pair", "random", "rise", "smooth_cam", "sobel"]

@@ -28,8 +28,9 @@ DEPTH_TWINS = {"resnet34", "resnet101", "resnet152", "wide_resnet50_2", "vgg13",
 
 @pytest.mark.parametrize("name", sorted(set(models.REGISTRY) - DEPTH_TWINS))
 def test_gradient_round_trip_through_export(name, tmp_path):
-    model = models.build(name, 5, (SIZE, SIZE, 3), **dict(models.spec(name).small))
-    images = np.random.default_rng(0).normal(0, 40, (3, SIZE, SIZE, 3)).astype(np.float32)
+    side = max(SIZE, models.spec(name).min_size)
+    model = models.build(name, 5, (side, side, 3), **dict(models.spec(name).small))
+    images = np.random.default_rng(0).normal(0, 40, (3, side, side, 3)).astype(np.float32)
     path = tmp_path / name
     info = models.export(model, path)
     loaded = models.load(path)
@@ -46,7 +47,7 @@ def test_gradient_round_trip_through_export(name, tmp_path):
     np.testing.assert_allclose(loaded(images).numpy(), live_logits.numpy(), rtol=1e-5, atol=1e-5)
 
     assert loaded.name == name and info["name"] == name
-    assert loaded.input_shape == (SIZE, SIZE, 3) and loaded.num_classes == 5
+    assert loaded.input_shape == (side, side, 3) and loaded.num_classes == 5
     assert loaded.feature_layer == models.FEATURE_LAYER
     assert loaded.preprocessing == models.spec(name).preprocessing
     assert loaded.model_id == f"{name}-{models.weights_digest(model)}"

@@ -1,0 +1,48 @@
+"""Architecture-specific explainers as method units: bcos, bagnet, rollout (docs/saliency.md,
+"Native explainers"; the IDSDS names are idsds:Bcos, idsds:BagNet and idsds:Rollout).
+
+Each asks the model for its own explanation (`models.native`, through the adapter's `native`
+view): a model that does not offer it stops the run with one line naming what it offers. The
+one-channel map is spread evenly over the image's channels, so the channel sum IDSDS takes is
+the map itself (a B-cos map still sums to the logit minus its bias).
+"""
+from saliency_gen.units import Method, Plan, register, tile_channels
+
+
+class _Native(Method):
+    """A unit computing the model's native explanation `native_name`."""
+
+    native_name = ""
+    views = ("native",)
+
+    def plan(self, options, context):
+        channels = context.shape[2]
+        model, name = context.model, self.native_name
+        if name not in model.native_names():
+            model.native(name, None, None)  # raises the one-line error
+
+        def share(items):
+            return tile_channels(model.native(name, items.x, items.targets), channels) / channels
+
+        return Plan(1, share)
+
+
+@register
+class Bcos(_Native):
+    name = "bcos"
+    native_name = "Bcos"
+    summary = "B-cos contribution map W(x) x (B-cos models only)"
+
+
+@register
+class BagNetEvidence(_Native):
+    name = "bagnet"
+    native_name = "BagNet"
+    summary = "per-patch class evidence of a BagNet (BagNet models only)"
+
+
+@register
+class Rollout(_Native):
+    name = "rollout"
+    native_name = "Rollout"
+    summary = "attention rollout from the second block (ViT models only)"
