@@ -12,6 +12,8 @@ import keras
 import tensorflow as tf
 from keras import layers
 
+from models.torchvision_family import FEATURE_LAYER
+
 PACKAGE = "models"
 LN_EPSILON = 1e-6
 
@@ -91,6 +93,8 @@ def build_vit(num_classes, input_shape, patch=16, dim=768, depth=12, heads=12, m
         raise ValueError(f"the input side must be a multiple of the patch size {patch}")
     inputs = keras.Input(input_shape, name="images")
     x = layers.Conv2D(dim, patch, strides=patch, name="patch_embed_proj")(inputs)
+    # The zoo's Grad-CAM layer convention; CAMs are not among a ViT's IDSDS explainers.
+    x = layers.Identity(name=FEATURE_LAYER)(x)
     grid = (input_shape[0] // patch) * (input_shape[1] // patch)
     x = layers.Reshape((grid, dim), name="patch_tokens")(x)
     x = ClassTokenAndPositions(name="embedding")(x)
