@@ -91,9 +91,9 @@ def main():
                      "--cpu_replicas=2"])
         rows.append((f"training {model} (MirroredStrategy, 2 logical CPUs)", steps / one,
                      steps / two, "steps/s"))
-    print(f"{'workload':58} {'one process':>12} {'scaled out':>12} {'ratio':>7}")
+    print(f"{'workload':58} {'one process':>16} {'scaled out':>16} {'ratio':>7}")
     for name, base, scaled, unit in rows:
-        print(f"{name:58} {base:9.2f} {unit[:3]} {scaled:9.2f} {unit[:3]} {scaled / base:7.2f}")
+        print(f"{name:58} {base:7.2f} {unit:>8} {scaled:7.2f} {unit:>8} {scaled / base:7.2f}")
     print(json.dumps({"images": args.images, "epochs": args.epochs, "cores": os.cpu_count()}))
 
 
