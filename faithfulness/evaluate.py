@@ -24,7 +24,7 @@ from tqdm import tqdm
 import models
 from faithfulness import curves, idsds, inputs, single_step, stats
 from faithfulness import scorer as scoring
-from models import provenance
+from models import provenance, torch_checkpoints
 from models import results as result_files
 from models.cli import option, run_binary
 from models.errors import UserError, check_minimum, require_both_or_neither
@@ -177,6 +177,13 @@ class Config:
     input_pattern: Optional[str] = option(
         None,
         "Image TFRecords. Default: the synthetic world's validation records.")
+    model: Optional[str] = option(
+        None, "With --pretrained_ckpt: the zoo or IDSDS model name of the checkpoint "
+        "(resnet50, vgg16_bn, bcos_resnet50, bagnet33, vit_base_patch16_224, ...).")
+    pretrained_ckpt: Optional[str] = option(
+        None, "A PyTorch state dict (.pth / .pth.tar, as IDSDS releases them), converted to a "
+        "SavedModel on first use (models.torch_checkpoints) instead of --model_path.")
+    image_size: int = option(224, "With --pretrained_ckpt: the model's input side.")
     evaluation_protocol: str = option("single_deletion", 'Protocol.', PROTOCOLS)
     explainer: tuple = option(
         tuple(DEFAULT_EXPLAINERS.split(",")),
@@ -221,7 +228,16 @@ def run(config: Config) -> dict:
 
 def check_flags(f: Config) -> None:
     """Counts and sizes out of range stop the run with one line before any work."""
-    require_both_or_neither(("model_path", f.model_path), ("input_pattern", f.input_pattern))
+    if f.pretrained_ckpt or f.model:
+        require_both_or_neither(("model", f.model), ("pretrained_ckpt", f.pretrained_ckpt))
+        if f.model_path:
+            raise UserError("pass --model_path or --model with --pretrained_ckpt, not both")
+        if not f.input_pattern:
+            raise UserError("--pretrained_ckpt needs --input_pattern (images for that model)")
+        check_minimum("image_size", f.image_size, 1)
+    else:
+        require_both_or_neither(("model_path", f.model_path),
+                                ("input_pattern", f.input_pattern))
     if f.nr_images == 0 or f.nr_images < -1:
         raise UserError(f"--nr_images={f.nr_images} must be a positive count, or -1 for all")
     for name in ("batch_size", "grid_rows_and_cols", "id_steps", "max_step_nb",
@@ -232,7 +248,11 @@ def check_flags(f: Config) -> None:
 
 
 def _run(f: Config, output: str) -> dict:
-    if f.model_path is None:
+    if f.pretrained_ckpt:
+        model_path = torch_checkpoints.converted_model(f.pretrained_ckpt, f.model,
+                                                       image_size=f.image_size)
+        pattern = f.input_pattern
+    elif f.model_path is None:
         model_path = cache.clean_model(seed=0)
         pattern = os.path.join(cache.records_dir(seed=0), "validation-*")
     else:

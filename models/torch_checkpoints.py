@@ -173,10 +173,20 @@ def convert(checkpoint: str, model: str, output: str, *, image_size: int = 224,
                             overwrite=overwrite)
 
 
-def converted_model(checkpoint: str, model: str, cache_dir: str, *, image_size: int = 224,
-                    num_classes: Optional[int] = None) -> str:
-    """The export of `checkpoint` as `model` under `cache_dir`, converted once and reused while
-    the checkpoint's bytes, the model and the input size are the same."""
+def default_cache_dir() -> str:
+    """Where converted checkpoints are kept: $XDG_CACHE_HOME/attribution-benchmarks/converted."""
+    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(root, "attribution-benchmarks", "converted")
+
+
+def converted_model(checkpoint: str, model: str, cache_dir: Optional[str] = None, *,
+                    image_size: int = 224, num_classes: Optional[int] = None) -> str:
+    """The export of `checkpoint` as `model` under `cache_dir` (default `default_cache_dir()`),
+    converted once and reused while the checkpoint's bytes, the model and the input size are
+    the same."""
+    if not os.path.isfile(checkpoint):
+        raise UserError(f"{checkpoint}: no such checkpoint file")
+    cache_dir = cache_dir or default_cache_dir()
     key = f"{zoo_name(model)}-{image_size}-{num_classes or 'auto'}-{file_digest(checkpoint)}"
     path = os.path.join(cache_dir, key)
     if not os.path.isfile(os.path.join(path, INFO_PATH)):

@@ -113,3 +113,22 @@ def test_converted_checkpoint_gives_the_pytorch_logits(name, tmp_path):
     assert np.abs(expected).max() > 1e-3  # not a vacuous comparison
     assert difference < 1e-4
     assert info["name"] == torch_checkpoints.zoo_name(name) and info["num_classes"] == 10
+
+
+def test_evaluate_scores_a_pytorch_checkpoint_directly(small_shards, tmp_path, monkeypatch):
+    from faithfulness import evaluate
+
+    pattern, _ = small_shards
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    torch.manual_seed(0)
+    checkpoint = str(tmp_path / "resnet18.pth")
+    torch.save(torchvision.models.resnet18(num_classes=10).state_dict(), checkpoint)
+    config = evaluate.Config(model="resnet18", pretrained_ckpt=checkpoint, input_pattern=pattern,
+                             image_size=32, explainer=("idsds:IxG",), nr_images=8,
+                             batch_size=8, output=str(tmp_path / "report.json"))
+    report = evaluate.run(config)
+    assert report["model_id"].startswith("resnet18-") and report["n_images"] == 8
+    (summary,) = report["results"]["idsds:IxG"].values()  # the single deletion score
+    assert -1 <= summary["mean"] <= 1 and len(summary["per_image"]) == 8
+    converted = tmp_path / "cache" / "attribution-benchmarks" / "converted"
+    assert len(list(converted.iterdir())) == 1  # converted once, then reused
