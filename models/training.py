@@ -100,13 +100,14 @@ def make_optimizer(recipe: Recipe, schedule):
 
 
 def build_model(model_name: str, num_classes: int, size: int, recipe: Recipe,
-                precision: str = "float32"):
-    """A registered model with the recipe's weight decay where the builder takes one. Under a
-    mixed precision the layers compute in bfloat16 / float16 with float32 variables, and the
-    logits (so the loss) are cast to float32."""
+                precision: str = "float32", options: Optional[dict] = None):
+    """A registered model (with builder `options`, e.g. a small variant's width) with the
+    recipe's weight decay where the builder takes one. Under a mixed precision the layers
+    compute in bfloat16 / float16 with float32 variables, and the logits (so the loss) are cast
+    to float32."""
     if precision not in PRECISIONS:
         raise UserError(f"--precision must be one of {', '.join(PRECISIONS)}; got {precision!r}")
-    options = {}
+    options = dict(options or {})
     if model_name == "resnet50":
         options["weight_decay"] = recipe.weight_decay
     previous = keras.mixed_precision.global_policy().name
@@ -122,10 +123,11 @@ def build_model(model_name: str, num_classes: int, size: int, recipe: Recipe,
     return keras.Model(model.input, logits, name=model.name)
 
 
-def float32_twin(model, model_name: str, num_classes: int, size: int, recipe: Recipe):
+def float32_twin(model, model_name: str, num_classes: int, size: int, recipe: Recipe,
+                 options: Optional[dict] = None):
     """A float32 copy of a mixed-precision `model` (the same layers and weights): what is
     exported, since explanations and evaluations run in float32."""
-    twin = build_model(model_name, num_classes, size, recipe)
+    twin = build_model(model_name, num_classes, size, recipe, options=options)
     twin.set_weights(model.get_weights())
     return twin
 
@@ -259,7 +261,8 @@ def train_and_evaluate(train_data, eval_data, *, num_classes: int, num_train: in
                        preprocessing: str = "imagenet", inputs: Optional[dict] = None,
                        overwrite: bool = False, precision: str = "float32",
                        cpu_replicas: int = 0,
-                       stop_after_epochs: Optional[int] = None) -> dict:
+                       stop_after_epochs: Optional[int] = None,
+                       model_options: Optional[dict] = None) -> dict:
     """Trains on `train_data`, evaluates on all of `eval_data`, exports; returns the metrics.
 
     `train_data` / `eval_data` are batched datasets of (normalised image, int label), batched
@@ -272,7 +275,8 @@ def train_and_evaluate(train_data, eval_data, *, num_classes: int, num_train: in
     there exactly: weights, optimizer and random state are restored and the training stream
     skips the batches already seen, so the result equals an uninterrupted run's.
     `stop_after_epochs` ends this invocation after that many epochs (counting those already
-    backed up) and returns {"stopped_after_epoch": n}.
+    backed up) and returns {"stopped_after_epoch": n}. `model_options` are builder options of
+    the zoo model (e.g. a small variant's width), part of the origin when given.
 
     Under `strategy` "multi_worker" every worker of the TF_CONFIG cluster calls this with the
     same arguments; the chief writes the run folder, the others restore from its backup and
@@ -285,7 +289,8 @@ def train_and_evaluate(train_data, eval_data, *, num_classes: int, num_train: in
          "num_classes": num_classes, "size": size, "seed": seed, "preprocessing": preprocessing,
          "num_train": num_train, "num_eval": num_eval,
          # float32 runs keep the origin they had before mixed precision existed
-         **({} if precision == "float32" else {"precision": precision})},
+         **({} if precision == "float32" else {"precision": precision}),
+         **({"model_options": model_options} if model_options else {})},
         **(inputs or {}))
     distributed = distribution.start(strategy, cpu_replicas)
     chief, task = (distribution.role() if distribution.is_multi_worker(distributed)
@@ -294,7 +299,7 @@ def train_and_evaluate(train_data, eval_data, *, num_classes: int, num_train: in
                   model_name=model_name, recipe=recipe, distributed=distributed, seed=seed,
                   verbose=verbose, flags_record=flags_record, callbacks=callbacks,
                   preprocessing=preprocessing, steps_per_epoch=steps_per_epoch, epochs=epochs,
-                  precision=precision,
+                  precision=precision, model_options=model_options,
                   stop_after_epochs=stop_after_epochs)
     if not chief:  # a multi-worker run's other workers: their own scratch folder
         scratch = f"{os.path.abspath(output_dir)}.{task}"
@@ -323,11 +328,11 @@ def train_and_evaluate(train_data, eval_data, *, num_classes: int, num_train: in
 def _train(train_data, eval_data, output_dir, requested, *, scratch, num_classes, num_train,
            num_eval, size, model_name, recipe, distributed, seed, verbose, flags_record,
            callbacks, preprocessing, steps_per_epoch, epochs, precision,
-           stop_after_epochs):
+           stop_after_epochs, model_options):
     keras.utils.set_random_seed(seed)
     tf.config.experimental.enable_op_determinism()
     with distributed.scope():
-        model = build_model(model_name, num_classes, size, recipe, precision)
+        model = build_model(model_name, num_classes, size, recipe, precision, model_options)
         schedule = WarmupStepSchedule(recipe.base_learning_rate * recipe.batch_size / 256.0,
                                       steps_per_epoch, recipe.warmup_epochs,
                                       recipe.decay_epochs, recipe.decay_multipliers)
@@ -364,7 +369,7 @@ def _train(train_data, eval_data, output_dir, requested, *, scratch, num_classes
             scores = model.evaluate(evaluation, verbose=0, return_dict=True,
                                     steps=-(-num_eval // _batch(eval_data)))
             exported = model if precision == "float32" else float32_twin(
-                model, model_name, num_classes, size, recipe)
+                model, model_name, num_classes, size, recipe, model_options)
             info = export(exported, os.path.join(scratch or output_dir, "model"),
                           preprocessing=preprocessing, overwrite=True,
                           extra={"origin": requested})

@@ -1,0 +1,99 @@
+"""IDSDS on the synthetic world across the model zoo (docs/model_zoo.md, "IDSDS on the synthetic
+world"): trains the small variant of every IDSDS architecture on the world's object labels,
+then scores every explainer that applies to it (CAMs on CNNs, Rollout on the ViT, Bcos on the
+B-cos network, BagNet on the BagNet) with the single deletion score (Spearman correlation,
+higher is better) and incremental deletion (ascending order, mean true-class probability, higher
+is better), and prints / writes the table.
+
+    python scripts/idsds_zoo_table.py [--models=resnet18,vit_b_16] [--nr_images=32] [--epochs=2]
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+# Training BagNet-33 crashed TensorFlow 2.21's oneDNN kernels here (a segmentation fault inside
+# model.fit on this CPU); the reference kernels train every model of the table.
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+
+import models  # noqa: E402
+from faithfulness import evaluate  # noqa: E402
+from models import results, training  # noqa: E402
+from saliency_gen import pipelines, records  # noqa: E402
+from saliency_gen.world import cache  # noqa: E402
+
+MODELS = ("small_cnn", "resnet18", "resnet50_tv", "wide_resnet50_2", "fixup_resnet50",
+          "x_resnet50", "vgg11", "vgg16_tv", "vgg16_bn", "x_vgg16", "bcos_resnet50",
+          "bagnet33", "vit_b_16")
+POST_HOC = ("IxG", "IxG-SG", "IG", "IG-U", "RISE")
+CAMS = ("Grad-CAM", "Grad-CAMpp", "XG-CAM", "Layer-CAM")
+
+
+def explainers_for(name: str) -> list:
+    """The IDSDS explainers that apply to the zoo model `name`."""
+    spec = models.spec(name)
+    names = list(POST_HOC)
+    if name != "vit_b_16":
+        names += CAMS
+    names += list(spec.native)
+    return [f"idsds:{explainer}" for explainer in names]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--nr_images", type=int, default=32)
+    parser.add_argument("--epochs", type=float, default=2.0)
+    parser.add_argument("--output_dir", default="runs/idsds_zoo")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    shards = cache.records_dir(seed=args.seed)
+    files = {split: records.list_files(os.path.join(shards, f"{split}-*"), split)
+             for split in ("train", "validation")}
+    recipe = training.with_overrides(training.SYNTHETIC_RECIPE, epochs=args.epochs,
+                                     decay_epochs=(max(1.0, args.epochs - 1),))
+    table, report = [], {}
+    for name in args.models.split(","):
+        spec = models.spec(name)
+        started = time.time()
+        data = {split: pipelines.image_batches(
+            files[split], training=split == "train",
+            batch_size=recipe.batch_size if split == "train" else 256,
+            size=cache.IMAGE_SIZE, seed=args.seed, space=spec.preprocessing)
+            for split in files}
+        metrics = training.train_and_evaluate(
+            data["train"], data["validation"], num_classes=10,
+            num_train=pipelines.count_records(files["train"]),
+            num_eval=pipelines.count_records(files["validation"]), size=cache.IMAGE_SIZE,
+            output_dir=os.path.join(args.output_dir, name), model_name=name,
+            model_options=dict(spec.small), recipe=recipe, seed=args.seed, verbose=0,
+            preprocessing=spec.preprocessing)
+        loaded = models.load(os.path.join(args.output_dir, name, "model"))
+        images, labels, ids = pipelines.load_images(
+            os.path.join(shards, "validation-*"), loaded, args.nr_images, args.seed)
+        scores = {}
+        for protocol, metric in (("single_deletion", "sds"), ("incremental_deletion", "id")):
+            found = evaluate.evaluate(loaded, images, labels, ids, explainers_for(name),
+                                      protocol, evaluate.Options(batch_size=64))
+            for explainer, summary in found.items():
+                scores.setdefault(explainer, {})[metric] = next(iter(summary.values()))["mean"]
+        report[name] = {"top1": metrics["top1"], "scores": scores,
+                        "seconds": time.time() - started}
+        for explainer, values in scores.items():
+            table.append([name, f"{metrics['top1']:.3f}", explainer.split(":", 1)[1],
+                          f"{values['sds']:.3f}", f"{values['id']:.3f}"])
+        print(f"{name}: top-1 {metrics['top1']:.3f}, {len(scores)} explainers, "
+              f"{time.time() - started:.0f} s", flush=True)
+    print(results.text_table(["model", "top-1", "explainer", "SDS", "ID"], table,
+                             align="right"))
+    with open(os.path.join(args.output_dir, "idsds_zoo.json"), "w", encoding="utf-8") as handle:
+        json.dump({"nr_images": args.nr_images, "epochs": args.epochs, "models": report},
+                  handle, indent=1)
+    print(results.markdown_table(["model", "top-1", "explainer", "SDS", "ID"], table))
+
+
+if __name__ == "__main__":
+    main()
