@@ -14,6 +14,7 @@ endpoint per offered explainer, so exported models explain the same way.
   attention averaged over heads, plus the identity, rows normalised, multiplied from the
   first block used to the last; the class token's row over the patches, nearest-resized to the
   image. Class-independent.
+* `CheferLRP`: Chefer et al. (2021)'s transformer attribution (`models.chefer_lrp`).
 """
 import dataclasses
 from typing import Callable
@@ -21,7 +22,7 @@ from typing import Callable
 import keras
 import tensorflow as tf
 
-from models import bcos, vit
+from models import bcos, chefer_lrp, vit
 from models.errors import UserError
 
 ROLLOUT_START = 1  # IDSDS: generate_rollout(start_layer=1)
@@ -107,6 +108,8 @@ EXPLAINERS = {explainer.name: explainer for explainer in (
     NativeExplainer("BagNet", "per-patch class evidence of a BagNet", _bagnet),
     NativeExplainer("Bcos", "contribution map W(x) x of a B-cos network", bcos_contributions),
     NativeExplainer("Rollout", "attention rollout of a ViT (from the second block)", _rollout),
+    NativeExplainer("CheferLRP", "Chefer et al.'s transformer attribution (LRP x gradient, "
+                    "rolled out) of a ViT", chefer_lrp.transformer_attribution),
 )}
 
 

@@ -243,7 +243,7 @@ REGISTRY = {spec.name: spec for spec in (
               ("Bcos",)),
     ModelSpec("vit_b_16", vit.build_vit, "inception", 16,
               "ViT-B/16, timm layout (patch 16, width 768, 12 blocks, 12 heads)", 3,
-              (("patch", 8), ("dim", 32), ("depth", 2), ("heads", 2)), ("Rollout",)),
+              (("patch", 8), ("dim", 32), ("depth", 2), ("heads", 2)), ("Rollout", "CheferLRP")),
 )}
 
 

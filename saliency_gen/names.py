@@ -78,6 +78,7 @@ IDSDS = {  # name: (base, wrapper, params)
     "Bcos": ("bcos", None, {}),
     "BagNet": ("bagnet", None, {}),
     "Rollout": ("rollout", None, {}),
+    "CheferLRP": ("chefer_lrp", None, {}),
 }
 IDSDS_ABS = ("IxG", "IxG-SG", "IG", "IG-U", "IG-SG", "IG-SG-SQ", "RISE", "RISE-U")
 

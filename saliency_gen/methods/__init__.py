@@ -12,7 +12,7 @@
 | `sobel` | sobel |
 | `random` | random |
 | `pair` | xrai, blur_ig, guided_ig (bridges to PAIR `saliency.core`) |
-| `native` | bcos, bagnet, rollout (the model's own explanation; zoo architectures only) |
+| `native` | bcos, bagnet, rollout, chefer_lrp (the model's own explanation, zoo only) |
 
 A new method is one new module here (or anywhere, registered with `saliency_gen.register` or
 `saliency_gen.register_method`) plus its test; the engine needs no edit.

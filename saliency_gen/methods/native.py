@@ -1,5 +1,6 @@
-"""Architecture-specific explainers as method units: bcos, bagnet, rollout (docs/saliency.md,
-"Native explainers"; the IDSDS names are idsds:Bcos, idsds:BagNet and idsds:Rollout).
+"""Architecture-specific explainers as method units: bcos, bagnet, rollout, chefer_lrp
+(docs/saliency.md, "Native explainers"; IDSDS names idsds:Bcos, idsds:BagNet, idsds:Rollout,
+idsds:CheferLRP).
 
 Each asks the model for its own explanation (`models.native`, through the adapter's `native`
 view): a model that does not offer it stops the run with one line naming what it offers. The
@@ -46,3 +47,10 @@ class Rollout(_Native):
     name = "rollout"
     native_name = "Rollout"
     summary = "attention rollout from the second block (ViT models only)"
+
+
+@register
+class CheferLrp(_Native):
+    name = "chefer_lrp"
+    native_name = "CheferLRP"
+    summary = "Chefer et al.'s transformer attribution (ViT models only)"

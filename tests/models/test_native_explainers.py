@@ -93,3 +93,21 @@ def test_a_model_without_the_explainer_is_a_one_line_error():
     model = models.build("small_cnn", 5, (SIDE, SIDE, 3), width=4)
     with pytest.raises(UserError, match="no native Bcos explainer; it offers none"):
         saliency_gen.attribute(model, _images(), "idsds:Bcos", targets=TARGETS)
+
+
+def test_chefer_lrp_conserves_relevance_through_every_block(tmp_path):
+    from models import chefer_lrp
+
+    model = models.build("vit_b_16", 5, (32, 32, 3), patch=8, dim=32, depth=3, heads=2)
+    images = np.random.default_rng(0).normal(size=(3, 32, 32, 3)).astype(np.float32)
+    _, _, totals, _ = chefer_lrp.relevance(model, tf.constant(images), tf.constant(TARGETS))
+    for total in totals:  # the one-hot target's relevance 1 reaches every block's input
+        np.testing.assert_allclose(total.numpy(), 1.0, atol=1e-4)
+    maps = native.explain("CheferLRP", model, images, TARGETS).numpy()
+    other = native.explain("CheferLRP", model, images, (TARGETS + 1) % 5).numpy()
+    assert maps.min() >= 0 and np.abs(maps - other).max() > 1e-6  # class-dependent
+    models.export(model, tmp_path / "vit")
+    found = saliency_gen.attribute(models.load(tmp_path / "vit"), images, "idsds:CheferLRP",
+                                   targets=TARGETS, batch_size=2)[..., 0]
+    # Relevance ratios amplify float32 summation-order noise (batches of 2 against 3): 1e-3.
+    np.testing.assert_allclose(found, maps, rtol=1e-3, atol=1e-6)
