@@ -22,7 +22,7 @@ from typing import Callable
 import keras
 import tensorflow as tf
 
-from models import bcos, chefer_lrp, vit
+from models import bagnet, bcos, chefer_lrp, vit
 from models.errors import UserError
 
 ROLLOUT_START = 1  # IDSDS: generate_rollout(start_layer=1)
@@ -47,9 +47,7 @@ def _cached(model, key, make):
 
 def bagnet_evidence(model, images, targets):
     """Per-patch evidence of the target, [N, h, w], summing to logit - bias."""
-    from models.bagnet import EVIDENCE_LAYER
-
-    layer = model.get_layer(EVIDENCE_LAYER)
+    layer = model.get_layer(bagnet.EVIDENCE_LAYER)
     evidence_model = _cached(model, "bagnet", lambda: keras.Model(model.inputs, layer.output))
     evidence = evidence_model(images, training=False)  # [N, h, w, classes]
     chosen = tf.gather(evidence, targets, axis=-1, batch_dims=1)  # [N, h, w]

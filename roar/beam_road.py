@@ -1,4 +1,4 @@
-"""ROAD at scale: `python -m roar.beam_road` (docs/scale_out.md, "Scoring at scale").
+"""ROAD at scale: `python -m roar.beam_road` (docs/scale_out.md, "ROAD on Beam").
 
     python -m roar.beam_road --ckpt_path=runs/clean/model --saliency_method=gradient_image \\
         --data_dir=saliency/SH --ratios=0.1,0.5,0.9 --beam_workers=8

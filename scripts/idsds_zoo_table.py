@@ -10,16 +10,13 @@ is better), and prints / writes the table.
 import argparse
 import json
 import os
-import sys
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
 # Training BagNet-33 crashed TensorFlow 2.21's oneDNN kernels here (a segmentation fault inside
 # model.fit on this CPU); the reference kernels train every model of the table.
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
-import models  # noqa: E402
+import models  # noqa: E402  (after the environment setting above)
 from faithfulness import evaluate  # noqa: E402
 from models import results, training  # noqa: E402
 from saliency_gen import pipelines, records  # noqa: E402
