@@ -34,7 +34,7 @@ def _bottleneck(x, planes, stride, kernel, name):
     return layers.ReLU(name=f"{name}_out")(layers.Add(name=f"{name}_add")([y, shortcut]))
 
 
-def build_bagnet33(num_classes, input_shape, width=64):
+def build_bagnet33(num_classes: int, input_shape: tuple, width: int = 64) -> keras.Model:
     """BagNet-33: logits [N, classes] = mean over positions of the evidence layer `fc`."""
     inputs = keras.Input(input_shape, name="images")
     x = conv(inputs, width, 1, "conv1")

@@ -142,7 +142,7 @@ def _bottleneck(x, planes, stride, name):
     return layers.Add(name=f"{name}_add")([y, shortcut])
 
 
-def build_bcos_resnet50(num_classes, input_shape, width=64):
+def build_bcos_resnet50(num_classes: int, input_shape: tuple, width: int = 64) -> keras.Model:
     """B-cos ResNet-50 (see the module docstring); [0, 1] RGB input, logits."""
     inputs = keras.Input(input_shape, name="images")
     x = AddInverse(name=INVERSE_LAYER)(inputs)

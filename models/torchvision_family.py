@@ -18,7 +18,6 @@ converts name by name and gives the same logits (`models.torch_checkpoints`). Va
 variants of the same graph run in tests. All take ImageNet-normalised input (mean/std).
 """
 import keras
-import numpy as np
 from keras import layers
 
 from models.layers import AdaptiveAveragePooling2D, ChannelsFirstFlatten, ScalarBias, ScalarScale
@@ -113,8 +112,9 @@ def _residual_block(x, kind, planes, stride, base_width, norm, name, fixup):
     return layers.ReLU(name=f"{name}_out")(layers.Add(name=f"{name}_add")([y, shortcut]))
 
 
-def build_resnet(num_classes, input_shape, depth=50, width=64, base_width=64, norm="batch",
-                 fixup_init=True, name=None):
+def build_resnet(num_classes: int, input_shape: tuple, depth: int = 50, width: int = 64,
+                 base_width: int = 64, norm: str = "batch", fixup_init: bool = True,
+                 name: str = None) -> keras.Model:
     """A torchvision-layout ResNet (see the module docstring); logits, Grad-CAM features after
     layer4."""
     if depth not in RESNET_DEPTHS or norm not in NORMS:
@@ -143,8 +143,9 @@ def build_resnet(num_classes, input_shape, depth=50, width=64, base_width=64, no
     return keras.Model(inputs, logits, name=name or f"resnet{depth}")
 
 
-def build_vgg(num_classes, input_shape, depth=16, width=64, hidden=4096, batch_norm_=False,
-              bias=True, name=None):
+def build_vgg(num_classes: int, input_shape: tuple, depth: int = 16, width: int = 64,
+              hidden: int = 4096, with_batch_norm: bool = False, bias: bool = True,
+              name: str = None) -> keras.Model:
     """A torchvision-layout VGG (see the module docstring); Grad-CAM features after the last
     max-pool (IDSDS' `model.features`)."""
     if depth not in VGG_CONFIGS:
@@ -160,7 +161,7 @@ def build_vgg(num_classes, input_shape, depth=16, width=64, hidden=4096, batch_n
         x = conv(x, filters, 3, f"features_{index}", padding=1,
                  use_bias=bias)  # torchvision keeps the bias before BatchNorm
         index += 1
-        if batch_norm_:
+        if with_batch_norm:
             x = batch_norm(x, f"features_{index}")
             index += 1
         x = layers.ReLU(name=f"features_{index}")(x)
@@ -174,10 +175,6 @@ def build_vgg(num_classes, input_shape, depth=16, width=64, hidden=4096, batch_n
         x = layers.Dropout(0.5, name=f"classifier_{position + 2}")(x)
     logits = layers.Dense(num_classes, use_bias=bias, dtype="float32", name="classifier_6",
                           kernel_initializer=keras.initializers.RandomNormal(0.0, 0.01))(x)
-    suffix = "_bn" if batch_norm_ else ""
+    suffix = "_bn" if with_batch_norm else ""
     return keras.Model(inputs, logits, name=name or f"vgg{depth}{suffix}")
 
-
-def parameter_count(model) -> int:
-    """The number of weights of `model` (for the docs' table)."""
-    return int(sum(np.prod(w.shape) for w in model.weights))

@@ -87,7 +87,8 @@ def attention_layers(model) -> list:
     return [layer for layer in model.layers if isinstance(layer, AttentionCore)]
 
 
-def build_vit(num_classes, input_shape, patch=16, dim=768, depth=12, heads=12, mlp_ratio=4):
+def build_vit(num_classes: int, input_shape: tuple, patch: int = 16, dim: int = 768,
+              depth: int = 12, heads: int = 12, mlp_ratio: float = 4) -> keras.Model:
     """A timm-layout ViT (ViT-B/16 at the defaults); logits."""
     if input_shape[0] % patch or input_shape[1] % patch:
         raise ValueError(f"the input side must be a multiple of the patch size {patch}")
