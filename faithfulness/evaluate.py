@@ -37,6 +37,22 @@ from saliency_gen.world import cache
 PROTOCOLS = ("single_deletion", "incremental_deletion", "deletion", "insertion", "iic_ad", "add")
 DEFAULT_EXPLAINERS = "idsds:IxG,idsds:IG,idsds:Grad-CAM,idsds:IxG abs,random"
 
+# The IDSDS seed table's explainers by model kind (docs/model_zoo.md, "IDSDS on the synthetic
+# world"): post-hoc methods everywhere, CAMs on convolutional networks, and each architecture's
+# own explainers on that architecture.
+POST_HOC_EXPLAINERS = ("IxG", "IxG-SG", "IG", "IG-U", "RISE")
+APPLICABLE = "idsds:applicable"  # --explainer value: every explainer that applies to the model
+CAM_EXPLAINERS = ("Grad-CAM", "Grad-CAMpp", "XG-CAM", "Layer-CAM")
+
+
+def explainers_for(model_name: str) -> list:
+    """The IDSDS explainer names (`idsds:...`) that apply to the zoo model `model_name`."""
+    native = models.spec(model_name).native
+    names = list(POST_HOC_EXPLAINERS)
+    if "Rollout" not in native:  # a convolutional network
+        names += CAM_EXPLAINERS
+    return [f"idsds:{name}" for name in names + list(native)]
+
 
 @dataclasses.dataclass(frozen=True)
 class Options:
@@ -188,7 +204,8 @@ class Config:
     explainer: tuple = option(
         tuple(DEFAULT_EXPLAINERS.split(",")),
         "Explainers: saliency_gen method names (idsds:IxG, idsds:IG-U, idsds:Grad-CAM, roar:IG, "
-        "random, ...), registered methods or 'package.module:function'.")
+        "random, ...), registered methods or 'package.module:function'; idsds:applicable: "
+        "every IDSDS explainer that applies to the zoo model (CAMs on CNNs, its own ones).")
     attribution_transform: str = option(
         "raw",
         'Applied to the attribution before the channel sum.',
@@ -263,9 +280,12 @@ def _run(f: Config, output: str) -> dict:
     images, labels, ids = load_images(pattern, loaded, f.nr_images, f.seed)
     print(f"{f.evaluation_protocol}: {len(images)} images of {pattern}, model {loaded.model_id}")
     started = time.time()
-    with tqdm(total=len(images) * len(f.explainer), unit="img", file=sys.stderr,
+    explainers = list(f.explainer)
+    if explainers == [APPLICABLE]:
+        explainers = explainers_for(loaded.name)
+    with tqdm(total=len(images) * len(explainers), unit="img", file=sys.stderr,
               desc=f.evaluation_protocol) as bar:
-        results = evaluate(loaded, images, labels, ids, f.explainer, f.evaluation_protocol,
+        results = evaluate(loaded, images, labels, ids, explainers, f.evaluation_protocol,
                            options, progress=bar.update)
     seconds = time.time() - started
     print(table(results, len(images)))
@@ -273,7 +293,7 @@ def _run(f: Config, output: str) -> dict:
               "model_id": loaded.model_id, "input_pattern": pattern, "n_images": len(images),
               "options": dataclasses.asdict(options), "seconds": seconds, "results": results,
               "origin": provenance.origin(
-                  {"protocol": f.evaluation_protocol, "explainer": list(f.explainer),
+                  {"protocol": f.evaluation_protocol, "explainer": explainers,
                    "nr_images": f.nr_images, **dataclasses.asdict(options)},
                   model_id=loaded.model_id,
                   data=provenance.listing_digest(records.list_files(pattern)))}

@@ -25,20 +25,6 @@ from saliency_gen.world import cache  # noqa: E402
 MODELS = ("small_cnn", "resnet18", "resnet50_tv", "wide_resnet50_2", "fixup_resnet50",
           "x_resnet50", "vgg11", "vgg16_tv", "vgg16_bn", "x_vgg16", "bcos_resnet50",
           "bagnet33", "vit_b_16")
-POST_HOC = ("IxG", "IxG-SG", "IG", "IG-U", "RISE")
-CAMS = ("Grad-CAM", "Grad-CAMpp", "XG-CAM", "Layer-CAM")
-
-
-def explainers_for(name: str) -> list:
-    """The IDSDS explainers that apply to the zoo model `name`."""
-    spec = models.spec(name)
-    names = list(POST_HOC)
-    if name != "vit_b_16":
-        names += CAMS
-    names += list(spec.native)
-    return [f"idsds:{explainer}" for explainer in names]
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(MODELS))
@@ -73,7 +59,7 @@ def main():
             os.path.join(shards, "validation-*"), loaded, args.nr_images, args.seed)
         scores = {}
         for protocol, metric in (("single_deletion", "sds"), ("incremental_deletion", "id")):
-            found = evaluate.evaluate(loaded, images, labels, ids, explainers_for(name),
+            found = evaluate.evaluate(loaded, images, labels, ids, evaluate.explainers_for(name),
                                       protocol, evaluate.Options(batch_size=64))
             for explainer, summary in found.items():
                 scores.setdefault(explainer, {})[metric] = next(iter(summary.values()))["mean"]

@@ -111,3 +111,23 @@ def test_chefer_lrp_conserves_relevance_through_every_block(tmp_path):
                                    targets=TARGETS, batch_size=2)[..., 0]
     # Relevance ratios amplify float32 summation-order noise (batches of 2 against 3): 1e-3.
     np.testing.assert_allclose(found, maps, rtol=1e-3, atol=1e-6)
+
+
+def test_applicable_explainers_follow_the_architecture(tmp_path):
+    from faithfulness import evaluate
+
+    vit_names = evaluate.explainers_for("vit_b_16")
+    assert {"idsds:Rollout", "idsds:CheferLRP"} <= set(vit_names)
+    assert not any("CAM" in name for name in vit_names)
+    assert {"idsds:Bcos", "idsds:Grad-CAM"} <= set(evaluate.explainers_for("bcos_resnet50"))
+    assert evaluate.explainers_for("resnet18")[-1] == "idsds:Layer-CAM"  # no native explainer
+    model = _build("bagnet33")
+    models.export(model, tmp_path / "bagnet")
+    loaded = models.load(tmp_path / "bagnet")
+    images = _images(4)
+    results = evaluate.evaluate(loaded, images, np.array([0, 1, 2, 3]), np.arange(4),
+                                ["idsds:BagNet", "idsds:Grad-CAM"], "single_deletion",
+                                evaluate.Options(batch_size=16))
+    for name in ("idsds:BagNet", "idsds:Grad-CAM"):
+        (summary,) = results[name].values()
+        assert -1 <= summary["mean"] <= 1 and len(summary["per_image"]) == 4
