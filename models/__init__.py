@@ -11,7 +11,8 @@ _cli.quiet_startup()  # before anything loads TensorFlow: its C++ start-up lines
 
 from models.adapter import adapt
 from models.errors import MissingPathError, RecordError, ShapeError, UserError
-from models.export import LoadedModel, export, load, read_info, rebuild, weights_digest
+from models.export import LoadedModel, export, rebuild, weights_digest
+from models.loading import load, read_info
 from models.zoo import (FEATURE_LAYER, REGISTRY, build, feature_layer_name,
                         features_and_logits_model, spec)
 

@@ -21,11 +21,12 @@ from typing import Any, Optional
 import numpy as np
 import tensorflow as tf
 
-from models import executor, zoo
+from models import executor, tf1_models, zoo
 from models import guided as guided_views
 from models import native as native_views
 from models.errors import UserError
-from models.export import INFO_PATH, LoadedModel, load
+from models.export import INFO_PATH, LoadedModel
+from models.loading import load
 from models.tracing import quiet_retracing
 
 
@@ -202,7 +203,7 @@ def adapt(model, feature_layer: Optional[str] = None, output_key: Optional[str] 
         return model
     if isinstance(model, (str, os.PathLike)):
         path = os.fspath(model)
-        if os.path.isfile(os.path.join(path, INFO_PATH)):
+        if os.path.isfile(os.path.join(path, INFO_PATH)) or tf1_models.is_tf1(path):
             model = load(path)
         elif os.path.isfile(os.path.join(path, "saved_model.pb")):
             return CallableAdapter(tf.saved_model.load(path), output_key)

@@ -233,7 +233,3 @@ class LoadedModel:
         return (f"LoadedModel({self.path!r}, name={self.name!r}, input_shape={self.input_shape}, "
                 f"num_classes={self.num_classes})")
 
-
-def load(path):
-    """Loads a SavedModel written by `export` as a `LoadedModel`."""
-    return LoadedModel(path)
