@@ -36,8 +36,16 @@ SMALL_CNN_STAGES = {"block_layer1": "block1_conv2", "block_layer2": "block2_conv
                     "block_layer3": "block3_conv2"}
 
 
+def _is_tf1(model) -> bool:
+    """A TF1 SavedModel read by tensor names (`models.tf1_models`): its bottlenecks are named
+    tensors, not Keras layers."""
+    return hasattr(model, "bottleneck_log_softmax_gradient")
+
+
 def default_bottlenecks(model):
     """The BAM bottlenecks a model has: its block_layer aliases, then "logit"."""
+    if _is_tf1(model):
+        return list(model.info["bottlenecks"]) + [LOGIT]
     names = {layer.name for layer in model.layers}
     aliases = [alias for table in (RESNET_STAGES, SMALL_CNN_STAGES)
                for alias, layer in table.items() if layer in names]
@@ -65,14 +73,17 @@ class TcavModel:
     """Bottleneck activations and log-softmax gradients of a Keras model, in batches."""
 
     def __init__(self, model, batch_size=64):
-        if not (hasattr(model, "layers") and hasattr(model, "inputs")):
-            raise UserError("TCAV needs a Keras model (rebuild an export with models.rebuild)")
+        if not (hasattr(model, "layers") and hasattr(model, "inputs")) and not _is_tf1(model):
+            raise UserError("TCAV needs a Keras model (rebuild an export with models.rebuild) "
+                            "or a TF1 SavedModel with named bottlenecks")
         self.model = model
         self.batch_size = int(batch_size)
         self._splits = {}
 
     def _split(self, bottleneck):
         """(lower: images -> h, upper: h -> logits) traced functions of a bottleneck."""
+        if bottleneck not in self._splits and _is_tf1(self.model):
+            self._splits[bottleneck] = self._tf1_split(bottleneck)
         if bottleneck not in self._splits:
             import keras
 
@@ -98,6 +109,26 @@ class TcavModel:
 
             self._splits[bottleneck] = (quiet_retracing(activations), quiet_retracing(gradients))
         return self._splits[bottleneck]
+
+    def _tf1_split(self, bottleneck):
+        """(activations, gradients) of a TF1 model: named tensors, gradients built in its graph
+        (the logits' own log-softmax gradient for "logit")."""
+        model = self.model
+        if bottleneck == LAST_BLOCK:
+            bottleneck = default_bottlenecks(model)[-2]
+        if bottleneck != LOGIT:
+            return (lambda images: model.bottleneck(bottleneck, images),
+                    lambda images, target: model.bottleneck_log_softmax_gradient(
+                        bottleneck, images, target))
+
+        def gradients(images, target):
+            logits = model(images)
+            with tf.GradientTape() as tape:
+                tape.watch(logits)
+                score = tf.reduce_sum(tf.nn.log_softmax(logits)[:, target])
+            return tape.gradient(score, logits)
+
+        return model, gradients
 
     def _batched(self, function, images, *args):
         images = np.asarray(images, np.float32)

@@ -6,6 +6,7 @@ import numpy as np
 
 import models
 from bam import tcav
+from models import tf1_models
 from models.errors import UserError
 from saliency_gen.world import dataset
 
@@ -45,7 +46,10 @@ def model_tcav(data_dir, model_dir, model_name, bottlenecks=None, num_random_exp
     """{bottleneck: TcavResult.summary()} of one model."""
     path = os.path.join(model_dir, model_name)
     info = models.read_info(path)
-    keras_model = models.rebuild(path)
+    # TF1 SavedModels (BAM's released models) are read by tensor names; exports are rebuilt
+    # as Keras models so that any layer can be a bottleneck.
+    keras_model = (models.load(path) if info.get("format") == tf1_models.FORMAT
+                   else models.rebuild(path))
     tcav_model = tcav.TcavModel(keras_model, batch_size)
     size = info["input_shape"][0]
 

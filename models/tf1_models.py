@@ -6,7 +6,7 @@ BAM released its models (obj, scene, scene_only, scene1..scene10) as TF1 SavedMo
 (float32 RGB minus the means 123.68 / 116.78 / 103.94: `caffe_rgb`), logits
 `resnet_model/final_dense:0`, stage outputs `resnet_model/block_layer1..4:0`. The batch
 dimension was fixed at 1 at export. `Tf1Model` re-imports the graph with a batch-free input
-placeholder mapped over the original one, restores the variables, and prunes functions
+placeholder, restores the variables, and prunes functions
 between named tensors: logits for a batch of any size, exact input gradients, the Grad-CAM
 feature map (`block_layer4`) and the TCAV bottlenecks (`bottleneck`,
 `bottleneck_log_softmax_gradient`), gradients built inside the TF1 graph. It offers the
@@ -16,6 +16,8 @@ folder. The names are configurable (`Tf1Names`) for other TF1 exports.
 import dataclasses
 import hashlib
 import os
+import shutil
+import tempfile
 
 import tensorflow as tf
 
@@ -77,13 +79,22 @@ def _weights_digest(path: str) -> str:
     return digest.hexdigest()[:12]
 
 
+def _input_shape(meta, names: Tf1Names) -> list:
+    """The [N, H, W, C] shape of the graph's input placeholder (N = -1 when free)."""
+    node = next((node for node in meta.graph_def.node
+                 if node.name == names.input.split(":")[0]), None)
+    return [dim.size for dim in node.attr["shape"].shape.dim] if node is not None else []
+
+
 def read_info(path: str, names: Tf1Names = Tf1Names()) -> dict:
     """The identity of a TF1 SavedModel without importing its graph: name, model id (a digest
-    of its variables) and format."""
+    of its variables), format, input shape and input space."""
     path = os.fspath(path)
+    shape = _input_shape(_meta_graph(path, names.tag), names)
     return {"format": FORMAT, "name": f"tf1:{os.path.basename(os.path.normpath(path))}",
             "model_id": f"tf1-{_weights_digest(path)}", "preprocessing": names.preprocessing,
-            "feature_layer": names.feature}
+            "feature_layer": names.feature, "input_shape": shape[1:],
+            "bottlenecks": [name for name, _ in names.bottlenecks]}
 
 
 class Tf1Model(LoadedModel):
@@ -95,21 +106,18 @@ class Tf1Model(LoadedModel):
         meta = _meta_graph(path, names.tag)
         if meta is None:
             raise UserError(f"{path} is not a TF1 SavedModel with the tag {names.tag!r}")
-        input_node = next((node for node in meta.graph_def.node
-                           if node.name == names.input.split(":")[0]), None)
-        if input_node is None:
+        shape = _input_shape(meta, names)
+        if not shape:
             raise UserError(f"{path}: the graph has no tensor {names.input}; pass its names")
-        shape = [dim.size for dim in input_node.attr["shape"].shape.dim]
         if len(shape) != 4 or min(shape[1:]) < 1:
             raise UserError(f"{path}: input {names.input} has shape {shape}; a [N, H, W, C] "
                             "image input is needed")
         self._import(meta, path, tuple(shape[1:]))
         logits_shape = self._graph.get_tensor_by_name(names.logits).shape
         self.info = {
-            **read_info(path, names), "input_shape": list(shape[1:]),
-            "num_classes": int(logits_shape[-1]), "has_guided": False, "native": [],
-            "guided_unavailable": "a TF1 graph read by tensor names has no guided view",
-            "bottlenecks": [name for name, _ in names.bottlenecks], "extra": {}}
+            **read_info(path, names), "num_classes": int(logits_shape[-1]), "has_guided": False,
+            "native": [], "guided_unavailable": "a TF1 graph read by tensor names has no "
+            "guided view", "extra": {}}
         input_space(names.preprocessing)
         self.name, self.model_id = self.info["name"], self.info["model_id"]
         self.input_shape = tuple(shape[1:])
@@ -119,32 +127,35 @@ class Tf1Model(LoadedModel):
         self._functions = {}
 
     def _import(self, meta, path, image_shape):
-        """Re-imports the graph with a batch-free input and restores its variables."""
+        """Loads the graph with a batch-free input: a scratch copy of the SavedModel whose input
+        placeholder has a free batch dimension and whose recorded shapes (which carry the
+        export's batch of 1) are dropped, loaded with TensorFlow's TF1 loader (which restores
+        the variables as resource variables, usable inside any tf.function)."""
+        from tensorflow.core.protobuf import saved_model_pb2
+
         names = self.names
         meta = type(meta).FromString(meta.SerializeToString())
-        for node in meta.graph_def.node:  # recorded shapes carry the export's batch of 1
+        for node in meta.graph_def.node:
             if "_output_shapes" in node.attr:
                 del node.attr["_output_shapes"]
-
-        def importer():
-            images = tf.compat.v1.placeholder(tf.float32, [None, *image_shape], name="images")
-            tf.compat.v1.train.import_meta_graph(meta, input_map={names.input: images},
-                                                 clear_devices=True)
-
+            if node.name == names.input.split(":")[0]:
+                node.attr["shape"].shape.dim[0].size = -1
+        scratch = tempfile.mkdtemp(prefix="tf1_model_")
         try:
-            wrapped = tf.compat.v1.wrap_function(importer, [])
-        except (ValueError, KeyError, TypeError) as error:
-            raise UserError(f"{path}: the graph cannot be re-imported with a batch-free input "
-                            f"({str(error).splitlines()[0][:160]})") from None
-        graph = self._graph = wrapped.graph
-        saver = meta.saver_def
-        if saver.restore_op_name:
-            restore = wrapped.prune(
-                feeds=[graph.as_graph_element(saver.filename_tensor_name)],
-                fetches=[graph.as_graph_element(saver.restore_op_name)])
-            restore(tf.constant(os.path.join(path, "variables", "variables")))
-        self._wrapped = wrapped
-        self._images = graph.get_tensor_by_name("images:0")
+            with open(os.path.join(scratch, "saved_model.pb"), "wb") as handle:
+                handle.write(saved_model_pb2.SavedModel(
+                    saved_model_schema_version=1, meta_graphs=[meta]).SerializeToString())
+            os.symlink(os.path.abspath(os.path.join(path, "variables")),
+                       os.path.join(scratch, "variables"))
+            try:
+                self._loaded = tf.saved_model.load(scratch, tags=[names.tag])
+            except Exception as error:  # many TensorFlow error types
+                detail = (str(error).strip().splitlines() or [type(error).__name__])[0][:160]
+                raise UserError(f"{path}: the TF1 graph cannot be loaded ({detail})") from None
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        self._graph = self._loaded.graph
+        self._images = self._tensor(names.input)
 
     def _tensor(self, name):
         try:
@@ -156,7 +167,7 @@ class Tf1Model(LoadedModel):
         key = (feed, tuple(fetches))
         if key not in self._functions:
             source = self._images if feed == "images" else self._tensor(feed)
-            self._functions[key] = self._wrapped.prune(
+            self._functions[key] = self._loaded.prune(
                 feeds=[source], fetches=[self._tensor(name) for name in fetches])
         return self._functions[key]
 
@@ -193,7 +204,7 @@ class Tf1Model(LoadedModel):
                 values = logits if score == "logit" else tf.nn.log_softmax(logits)
                 chosen = tf.reduce_sum(tf.gather(values, targets, batch_dims=1))
                 gradient = tf.compat.v1.gradients(chosen, tensor)[0]
-            self._functions[key] = self._wrapped.prune(
+            self._functions[key] = self._loaded.prune(
                 feeds=[self._images, targets], fetches=[tensor, logits, gradient])
         return self._functions[key]
 

@@ -95,3 +95,68 @@ def fabricate_miniplaces(root, count=N + 1, size=128):
                                np.full((size, size), 10.0 * label + n)], -1)
             Image.fromarray(pixels.astype(np.uint8)).save(
                 os.path.join(folder, f"{n + 1:08d}.jpg"))
+
+
+
+def fabricate_bam_tf1_model(path, seed=0, classes=10, keras_model=None):
+    """A TF1 SavedModel (tag serve) with the tensor names of BAM's released models: input
+    `input_tensor:0` with the batch fixed at 1, stage outputs `resnet_model/block_layer1..4:0`,
+    logits `resnet_model/final_dense:0`, built with graph code and reference variables as TF1
+    wrote them. Without `keras_model`: a random small conv net on 224 x 224 inputs; with a
+    trained plain Keras CNN (conv / max-pool / global-average-pool / dense layers, such as
+    small_cnn): the same network and weights, so the TF1 model classifies as it does."""
+    import tensorflow as tf
+
+    rng = np.random.RandomState(seed)
+    graph = tf.Graph()
+    stages = {"block1_conv2": 1, "block2_conv2": 2, "block3_conv2": 3, "gradcam_features": 4}
+    plan = [] if keras_model is None else [  # read eagerly, before the graph is entered
+        (type(layer).__name__, layer.name, layer.get_weights(),
+         getattr(getattr(layer, "activation", None), "__name__", "")) for layer in
+        keras_model.layers]
+    with graph.as_default():
+        side = 224 if keras_model is None else int(keras_model.inputs[0].shape[1])
+        images = tf.compat.v1.placeholder(tf.float32, [1, side, side, 3], name="input_tensor")
+
+        def variable(name, value):
+            return tf.compat.v1.get_variable(name, use_resource=False,
+                                             initializer=np.asarray(value, np.float32))
+
+        h = images
+        with tf.compat.v1.variable_scope("resnet_model"):
+            if keras_model is None:
+                for stage, (channels, stride) in enumerate(((4, 4), (6, 2), (8, 2), (8, 2)), 1):
+                    kernel = variable(f"conv{stage}/kernel", rng.randn(
+                        3, 3, int(h.shape[-1]), channels) * (0.05 if stage == 1 else 0.3))
+                    bias = variable(f"conv{stage}/bias", rng.randn(channels) * 0.1)
+                    h = tf.nn.relu(tf.nn.conv2d(h, kernel, [1, stride, stride, 1], "SAME") + bias)
+                    h = tf.identity(h, name=f"block_layer{stage}")
+                h = tf.reduce_mean(h, axis=[1, 2])
+                logits = tf.matmul(h, variable("dense/kernel", rng.randn(8, classes) * 0.5)) \
+                    + variable("dense/bias", rng.randn(classes) * 0.1)
+            else:
+                for kind, name, weights, activation in plan:
+                    if kind == "Conv2D":
+                        h = tf.nn.conv2d(h, variable(f"{name}/kernel", weights[0]), 1, "SAME")
+                        h = h + variable(f"{name}/bias", weights[1])
+                        h = tf.nn.relu(h) if activation == "relu" else h
+                    elif kind == "MaxPooling2D":
+                        h = tf.nn.max_pool2d(h, 2, 2, "VALID")
+                    elif kind == "GlobalAveragePooling2D":
+                        h = tf.reduce_mean(h, axis=[1, 2])
+                    elif kind == "Dense":
+                        h = tf.matmul(h, variable(f"{name}/kernel", weights[0])) \
+                            + variable(f"{name}/bias", weights[1])
+                    if name in stages:
+                        h = tf.identity(h, name=f"block_layer{stages[name]}")
+                logits = h
+            logits = tf.identity(logits, name="final_dense")
+        with tf.compat.v1.Session(graph=graph) as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            builder = tf.compat.v1.saved_model.Builder(path)
+            signature = tf.compat.v1.saved_model.predict_signature_def({"input": images},
+                                                                       {"logits": logits})
+            builder.add_meta_graph_and_variables(session, ["serve"],
+                                                 signature_def_map={"serving_default": signature})
+            builder.save()
+    return path
