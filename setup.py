@@ -30,7 +30,8 @@ setup(
         "scikit-learn",
     ],
     extras_require={
-        "test": ["pytest"],
+        # nbclient, nbformat and ipykernel execute the quickstart notebook in the test suite.
+        "test": ["pytest", "nbclient", "nbformat", "ipykernel"],
         # The reference implementation for the faithfulness cross-check test (a CPU build of
         # torch is enough); the test is skipped without it.
         "reference": ["torch", "saliency_maps_metrics==0.0.26"],

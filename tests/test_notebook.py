@@ -1,0 +1,25 @@
+"""The quickstart notebook runs headlessly from start to end (so it never rots) and produces its
+two figures."""
+import os
+import time
+
+import pytest
+
+from tests import REPO
+
+nbclient = pytest.importorskip("nbclient")
+nbformat = pytest.importorskip("nbformat")
+
+
+def test_quickstart_notebook_runs(tmp_path):
+    notebook = nbformat.read(os.path.join(REPO, "docs", "quickstart.ipynb"), as_version=4)
+    started = time.time()
+    nbclient.NotebookClient(notebook, timeout=600, kernel_name="python3",
+                            resources={"metadata": {"path": str(tmp_path)}}).execute()
+    seconds = time.time() - started
+    outputs = "".join(output.get("text", "") for cell in notebook.cells
+                      if cell.cell_type == "code" for output in cell.get("outputs", []))
+    assert "mean g on the object" in outputs and "done" in outputs
+    assert (tmp_path / "quickstart_maps.png").stat().st_size > 1000
+    assert (tmp_path / "quickstart_deletion.png").stat().st_size > 1000
+    print(f"quickstart notebook: {seconds:.1f} s")
