@@ -73,3 +73,24 @@ def test_bam_metrics_runs_on_tf1_models(trained_world, tmp_path):
     assert set(ids) == {"obj", "scene", "scene_only"}
     assert all(value.startswith("tf1-") for value in ids.values())
     assert {"MCS", "IDR"} <= set(report)
+
+
+def test_tcav_reads_tf1_bottlenecks(tmp_path):
+    from bam import tcav
+
+    loaded = models.load(fabricate_bam_tf1_model(str(tmp_path / "obj")))
+    images = np.random.default_rng(1).normal(0, 40, (3, 224, 224, 3)).astype(np.float32)
+    model = tcav.TcavModel(loaded, batch_size=2)
+    assert tcav.default_bottlenecks(loaded) == ["block_layer1", "block_layer2", "block_layer3",
+                                                "block_layer4", "logit"]
+    features, _, _ = loaded.cam(images, [0, 0, 0])
+    np.testing.assert_allclose(model.activations(images, "block_layer4"),
+                               features.numpy().reshape(3, -1), atol=1e-6)
+    # At the logits, d log softmax[t] / d logits = onehot(t) - softmax: the TF1 path agrees.
+    logits = loaded(images).numpy()
+    softmax = np.exp(logits - logits.max(1, keepdims=True))
+    softmax /= softmax.sum(1, keepdims=True)
+    expected = np.eye(10)[[4, 4, 4]] - softmax
+    np.testing.assert_allclose(model.gradients(images, "logit", 4), expected, atol=1e-6)
+    gradients = model.gradients(images, "block_layer2", 4)
+    assert gradients.shape == (3, 28 * 28 * 6) and np.abs(gradients).max() > 0
