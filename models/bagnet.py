@@ -26,7 +26,12 @@ def _bottleneck(x, planes, stride, kernel, name):
     y = batch_norm(conv(y, out_channels, 1, f"{name}_conv3"), f"{name}_bn3")
     shortcut = x
     if stride != 1 or int(x.shape[-1]) != out_channels:
-        shortcut = conv(x, out_channels, 1, f"{name}_downsample_0", stride=stride)
+        # The strided 1x1 convolution as subsampling, then a 1x1 convolution (the same numbers):
+        # TensorFlow 2.21's oneDNN kernel for a strided 1x1 convolution of an odd-sized map
+        # crashed here (docs/model_zoo.md).
+        if stride != 1:
+            x = layers.MaxPooling2D(1, strides=stride, name=f"{name}_subsample")(x)
+        shortcut = conv(x, out_channels, 1, f"{name}_downsample_0")
         shortcut = batch_norm(shortcut, f"{name}_downsample_1")
     excess = int(shortcut.shape[1]) - int(y.shape[1])
     if excess:
