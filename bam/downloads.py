@@ -14,7 +14,6 @@ archive is unpacked under a temporary name and renamed when complete, so a kille
 leaves a folder that looks finished, and a re-run skips what is done.
 """
 import dataclasses
-import hashlib
 import http.client
 import json
 import os
@@ -30,20 +29,11 @@ from tqdm import tqdm
 
 from models.cli import option, run_binary
 from models.errors import UserError
-from models.files import write_json
+from models.files import file_sha256, write_json
 
 MODEL_NAMES = ("obj", "scene", "scene_only") + tuple(f"scene{k}" for k in range(1, 11))
 WHAT = ("coco", "miniplaces", "models")
 CHUNK = 1 << 16
-
-
-def sha256(path: str) -> str:
-    """The SHA-256 hex digest of a file."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def fetch(url: str, path: str, expected: Optional[str] = None, timeout: float = 60.0,
@@ -51,7 +41,7 @@ def fetch(url: str, path: str, expected: Optional[str] = None, timeout: float = 
     """Downloads `url` to `path` (resuming `<path>.part`), checks `expected` (a SHA-256) when
     given; returns the file's SHA-256. A finished `path` is not fetched again."""
     if os.path.isfile(path):
-        return sha256(path)
+        return file_sha256(path)
     partial = path + ".part"
     have = os.path.getsize(partial) if os.path.isfile(partial) else 0
     request = urllib.request.Request(url, headers={"Range": f"bytes={have}-"} if have else {})
@@ -88,7 +78,7 @@ def fetch(url: str, path: str, expected: Optional[str] = None, timeout: float = 
             if total is not None and os.path.getsize(partial) < total:
                 raise UserError(f"{url}: the transfer stopped at {os.path.getsize(partial)} of "
                                 f"{total} bytes; re-run to resume it")
-    digest = sha256(partial)
+    digest = file_sha256(partial)
     if expected and digest != expected.lower():
         os.remove(partial)
         raise UserError(f"{url}: SHA-256 {digest} does not match the expected {expected}; the "

@@ -7,12 +7,14 @@
   killed run left behind.
 * `exclusive` holds a lock file beside an output so a second writer gets one clear line instead
   of mixing its results with the first one's.
+* `file_sha256` digests files by streaming them (downloads, checkpoints, TF1 variables).
 * `ensure_directory` and `read_json` turn an unusable output folder or a corrupt JSON file into
   one `UserError` line naming the path.
 """
 import contextlib
 import errno
 import fcntl
+import hashlib
 import json
 import os
 import secrets
@@ -22,6 +24,24 @@ import socket
 from models.errors import UserError
 
 TEMPORARY_MARK = ".tmp-"
+
+
+def file_sha256(*paths) -> str:
+    """The SHA-256 hex digest of the files' bytes, read in order in blocks (checkpoints and
+    archives of many GB never sit in memory)."""
+    digest = hashlib.sha256()
+    for path in paths:
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+def project_cache_dir(name: str) -> str:
+    """`$XDG_CACHE_HOME/attribution-benchmarks/<name>` (default under `~/.cache`): where the
+    synthetic world and converted checkpoints are kept."""
+    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(root, "attribution-benchmarks", name)
 
 
 def temporary_name(path) -> str:

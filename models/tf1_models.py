@@ -14,7 +14,6 @@ interface of a `models.load` object, so every binary's --model_dir / --model_pat
 folder. The names are configurable (`Tf1Names`) for other TF1 exports.
 """
 import dataclasses
-import hashlib
 import os
 import shutil
 import tempfile
@@ -23,6 +22,7 @@ import tensorflow as tf
 
 from models.errors import UserError
 from models.export import LoadedModel
+from models.files import file_sha256
 from models.preprocessing import check_images, input_space
 
 FORMAT = "tf1_savedmodel"
@@ -70,13 +70,10 @@ def is_tf1(path: str, names: Tf1Names = Tf1Names()) -> bool:
 
 
 def _weights_digest(path: str) -> str:
-    digest = hashlib.sha256()
+    """A short digest of the variables files: the model's identity."""
     folder = os.path.join(path, "variables")
-    for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
-        with open(os.path.join(folder, name), "rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
-    return digest.hexdigest()[:12]
+    names = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
+    return file_sha256(*(os.path.join(folder, name) for name in names))[:12]
 
 
 def _input_shape(meta, names: Tf1Names) -> list:

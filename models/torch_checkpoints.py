@@ -15,7 +15,6 @@ torch is needed only here (`pip install torch==2.13.0`).
 """
 import collections
 import dataclasses
-import hashlib
 import os
 from typing import Optional
 
@@ -26,6 +25,7 @@ from models import zoo
 from models.cli import option, run_binary
 from models.errors import UserError
 from models.export import INFO_PATH, export
+from models.files import file_sha256, project_cache_dir
 
 # IDSDS' --model names whose zoo model has another name (the zoo's resnet50 / vgg16 are ROAR's
 # and Keras' layouts).
@@ -148,19 +148,12 @@ def load_state_dict(model: keras.Model, state: dict, source: str = "the checkpoi
     return {"tensors": len(used), "weights": copied}
 
 
-def file_digest(path: str) -> str:
-    """The first 16 hex digits of the file's SHA-256 (names a conversion by its source)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()[:16]
-
-
 def convert(checkpoint: str, model: str, output: str, *, image_size: int = 224,
-            num_classes: Optional[int] = None, overwrite: bool = False) -> dict:
+            num_classes: Optional[int] = None, overwrite: bool = False,
+            digest: Optional[str] = None) -> dict:
     """Converts the PyTorch `checkpoint` of the zoo (or IDSDS) model `model` and exports it to
-    `output`; returns the export's info (its `extra` records the checkpoint and its digest)."""
+    `output`; returns the export's info (its `extra` records the checkpoint and its digest,
+    `digest` when the caller already computed it)."""
     name = zoo_name(model)
     spec = zoo.spec(name)
     state = read_state_dict(checkpoint)
@@ -168,30 +161,27 @@ def convert(checkpoint: str, model: str, output: str, *, image_size: int = 224,
     built = zoo.build(name, classes, (image_size, image_size, 3))
     counts = load_state_dict(built, state, checkpoint)
     extra = {"torch_checkpoint": os.path.abspath(checkpoint),
-             "torch_checkpoint_sha256_16": file_digest(checkpoint), **counts}
+             "torch_checkpoint_sha256_16": digest or file_sha256(checkpoint)[:16], **counts}
     return export(built, output, preprocessing=spec.preprocessing, extra=extra,
-                            overwrite=overwrite)
-
-
-def default_cache_dir() -> str:
-    """Where converted checkpoints are kept: $XDG_CACHE_HOME/attribution-benchmarks/converted."""
-    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(root, "attribution-benchmarks", "converted")
+                  overwrite=overwrite)
 
 
 def converted_model(checkpoint: str, model: str, cache_dir: Optional[str] = None, *,
                     image_size: int = 224, num_classes: Optional[int] = None) -> str:
-    """The export of `checkpoint` as `model` under `cache_dir` (default `default_cache_dir()`),
+    """The export of `checkpoint` as `model` under `cache_dir` (default: the project's cache,
+    `converted/`),
     converted once and reused while the checkpoint's bytes, the model and the input size are
     the same."""
     if not os.path.isfile(checkpoint):
         raise UserError(f"{checkpoint}: no such checkpoint file")
-    cache_dir = cache_dir or default_cache_dir()
-    key = f"{zoo_name(model)}-{image_size}-{num_classes or 'auto'}-{file_digest(checkpoint)}"
+    cache_dir = cache_dir or project_cache_dir("converted")
+    digest = file_sha256(checkpoint)[:16]
+    key = f"{zoo_name(model)}-{image_size}-{num_classes or 'auto'}-{digest}"
     path = os.path.join(cache_dir, key)
     if not os.path.isfile(os.path.join(path, INFO_PATH)):
         os.makedirs(cache_dir, exist_ok=True)
-        convert(checkpoint, model, path, image_size=image_size, num_classes=num_classes)
+        convert(checkpoint, model, path, image_size=image_size, num_classes=num_classes,
+                digest=digest)
     return path
 
 

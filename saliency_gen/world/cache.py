@@ -18,6 +18,7 @@ import os
 from typing import Callable, Optional
 
 from models import training
+from models.files import project_cache_dir
 from saliency_gen import pipelines, records
 from saliency_gen.world import synthetic
 
@@ -28,8 +29,7 @@ def cache_dir(seed: int = 0, folder: Optional[str] = None) -> str:
     """The cache folder of the world with `seed` (`folder` overrides it, e.g. a --cache_dir)."""
     if folder:
         return folder
-    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(root, "attribution-benchmarks", f"synthetic_seed{int(seed)}")
+    return project_cache_dir(f"synthetic_seed{int(seed)}")
 
 
 def world(seed: int = 0, folder: Optional[str] = None, log: Callable = print) -> str:
