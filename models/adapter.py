@@ -62,11 +62,20 @@ class Adapter:
         """The native explainers the model offers (`models.native`)."""
         return ()
 
+    def require_native(self, name) -> None:
+        """A one-line error unless the model offers the native explainer `name`."""
+        if name not in self.native_names():
+            raise UserError(f"model {self.name!r} has no native {name} explainer; it offers "
+                            f"{', '.join(self.native_names()) or 'none'} (the {name} explainer "
+                            "needs a zoo model of its architecture)")
+
     def native(self, name, x, targets):
         """The native explanation `name` [N, H, W] of the model."""
-        raise UserError(f"model {self.name!r} has no native {name} explainer; it offers "
-                        f"{', '.join(self.native_names()) or 'none'} (the {name} explainer "
-                        "needs a zoo model of its architecture)")
+        self.require_native(name)
+        return self._native(name, x, targets)
+
+    def _native(self, name, x, targets):
+        raise NotImplementedError
 
     def predict(self, images, batch_size: int = 64) -> np.ndarray:
         """float32 [N, classes]: logits of `images` in chunks of `batch_size` (inference mode)."""
@@ -126,9 +135,7 @@ class KerasAdapter(Adapter):
         registered = zoo.REGISTRY.get(self.model.name)
         return registered.native if registered else ()
 
-    def native(self, name, x, targets):
-        if name not in self.native_names():
-            return super().native(name, x, targets)
+    def _native(self, name, x, targets):
         return native_views.explain(name, self.logits_model, x, targets)
 
 
@@ -163,9 +170,7 @@ class LoadedAdapter(Adapter):
     def native_names(self):
         return tuple(self.loaded.info.get("native", ()))
 
-    def native(self, name, x, targets):
-        if name not in self.native_names():
-            return super().native(name, x, targets)
+    def _native(self, name, x, targets):
         return self.loaded.native(name, x, targets)
 
 

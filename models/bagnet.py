@@ -11,7 +11,8 @@ border pixels is cropped at the bottom and right, as the release does.
 import keras
 from keras import layers
 
-from models.torchvision_family import FEATURE_LAYER, batch_norm, conv
+from models.layers import FEATURE_LAYER
+from models.torchvision_family import batch_norm, conv
 
 EVIDENCE_LAYER = "fc"
 STRIDES = (2, 2, 2, 1)

@@ -20,7 +20,7 @@ import numpy as np
 import tensorflow as tf
 from keras import layers
 
-from models.torchvision_family import FEATURE_LAYER
+from models.layers import FEATURE_LAYER
 
 PACKAGE = "models"
 INVERSE_LAYER = "add_inverse"

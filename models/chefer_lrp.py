@@ -23,7 +23,7 @@ the image. With these rules the total relevance of each block's input stays the 
 import tensorflow as tf
 
 from models import vit
-from models.torchvision_family import FEATURE_LAYER
+from models.layers import FEATURE_LAYER
 
 START_LAYER = 1
 

@@ -12,6 +12,9 @@ import numpy as np
 import tensorflow as tf
 
 PACKAGE = "models"
+# The identity layer every zoo model has for Grad-CAM (docs/models.md, "The Grad-CAM feature
+# layer").
+FEATURE_LAYER = "gradcam_features"
 
 
 def _pooling_matrix(size_in: int, size_out: int) -> np.ndarray:

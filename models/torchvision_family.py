@@ -20,9 +20,14 @@ variants of the same graph run in tests. All take ImageNet-normalised input (mea
 import keras
 from keras import layers
 
-from models.layers import AdaptiveAveragePooling2D, ChannelsFirstFlatten, ScalarBias, ScalarScale
+from models.layers import (
+    FEATURE_LAYER,
+    AdaptiveAveragePooling2D,
+    ChannelsFirstFlatten,
+    ScalarBias,
+    ScalarScale,
+)
 
-FEATURE_LAYER = "gradcam_features"
 BN_EPSILON = 1e-5
 
 RESNET_DEPTHS = {18: ("basic", (2, 2, 2, 2)), 34: ("basic", (3, 4, 6, 3)),

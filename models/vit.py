@@ -12,7 +12,7 @@ import keras
 import tensorflow as tf
 from keras import layers
 
-from models.torchvision_family import FEATURE_LAYER
+from models.layers import FEATURE_LAYER
 
 PACKAGE = "models"
 LN_EPSILON = 1e-6

@@ -20,8 +20,7 @@ from keras import layers
 
 from models import bagnet, bcos, resnet_v15, torchvision_family, vit
 from models.errors import UserError
-
-FEATURE_LAYER = "gradcam_features"
+from models.layers import FEATURE_LAYER
 
 
 @keras.saving.register_keras_serializable(package="models")

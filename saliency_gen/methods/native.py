@@ -19,8 +19,7 @@ class _Native(Method):
     def plan(self, options, context):
         channels = context.shape[2]
         model, name = context.model, self.native_name
-        if name not in model.native_names():
-            model.native(name, None, None)  # raises the one-line error
+        model.require_native(name)
 
         def share(items):
             return tile_channels(model.native(name, items.x, items.targets), channels) / channels
