@@ -83,11 +83,12 @@ def _input_shape(meta, names: Tf1Names) -> list:
     return [dim.size for dim in node.attr["shape"].shape.dim] if node is not None else []
 
 
-def read_info(path: str, names: Tf1Names = Tf1Names()) -> dict:
+def read_info(path: str, names: Tf1Names = Tf1Names(), meta=None) -> dict:
     """The identity of a TF1 SavedModel without importing its graph: name, model id (a digest
-    of its variables), format, input shape and input space."""
+    of its variables), format, input shape and input space (`meta`: its graph, if already
+    read)."""
     path = os.fspath(path)
-    shape = _input_shape(_meta_graph(path, names.tag), names)
+    shape = _input_shape(meta or _meta_graph(path, names.tag), names)
     return {"format": FORMAT, "name": f"tf1:{os.path.basename(os.path.normpath(path))}",
             "model_id": f"tf1-{_weights_digest(path)}", "preprocessing": names.preprocessing,
             "feature_layer": names.feature, "input_shape": shape[1:],
@@ -112,9 +113,10 @@ class Tf1Model(LoadedModel):
         self._import(meta, path, tuple(shape[1:]))
         logits_shape = self._graph.get_tensor_by_name(names.logits).shape
         self.info = {
-            **read_info(path, names), "num_classes": int(logits_shape[-1]), "has_guided": False,
-            "native": [], "guided_unavailable": "a TF1 graph read by tensor names has no "
-            "guided view", "extra": {}}
+            **read_info(path, names, meta), "num_classes": int(logits_shape[-1]),
+            "has_guided": False, "native": [],
+            "guided_unavailable": "a TF1 graph read by tensor names has no guided view",
+            "extra": {}}
         input_space(names.preprocessing)
         self.name, self.model_id = self.info["name"], self.info["model_id"]
         self.input_shape = tuple(shape[1:])
