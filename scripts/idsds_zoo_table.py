@@ -12,8 +12,9 @@ import json
 import os
 import time
 
-# Training BagNet-33 crashed TensorFlow 2.21's oneDNN kernels here (a segmentation fault inside
-# model.fit on this CPU); the reference kernels train every model of the table.
+# The table in docs/model_zoo.md was measured with TensorFlow's reference kernels: they give the
+# same numbers on every CPU, where oneDNN's choice of kernel (and its rounding) depends on the
+# instruction set. (oneDNN once crashed training BagNet-33 here; see docs/model_zoo.md.)
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
 import models  # noqa: E402  (after the environment setting above)
