@@ -12,9 +12,9 @@ import json
 import os
 import time
 
-# The table in docs/model_zoo.md was measured with TensorFlow's reference kernels: they give the
-# same numbers on every CPU, where oneDNN's choice of kernel (and its rounding) depends on the
-# instruction set. (oneDNN once crashed training BagNet-33 here; see docs/model_zoo.md.)
+# The table in docs/model_zoo.md was measured with TensorFlow's reference kernels, whose choice
+# does not depend on the CPU's instruction set as oneDNN's does (oneDNN also once crashed
+# training BagNet-33 here; see docs/model_zoo.md).
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
 import models  # noqa: E402  (after the environment setting above)
