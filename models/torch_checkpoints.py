@@ -7,11 +7,13 @@ Reads a torchvision / timm / IDSDS state dict (`.pth`, `.pth.tar`; a `state_dict
 `module.model.`, `module.` or `model.` prefixes of IDSDS' training script are handled), builds
 the matching zoo model (IDSDS model names are accepted: `resnet50` -> `resnet50_tv`,
 `vgg16` -> `vgg16_tv`, `vit_base_patch16_224` -> `vit_b_16`), copies every tensor by name and
-exports a SavedModel. Keras layer names are the PyTorch module paths with "." -> "_"; each
+exports a SavedModel. Keras layer names are the PyTorch module paths with "." -> "_" (and no
+leading underscore, `keras_name`); each
 tensor is transposed to Keras' layout (convolutions OIHW -> HWIO, linear layers [out, in] ->
 [in, out]); layers with their own layout say so in a `from_torch` method. Every Keras weight
 must be filled and every PyTorch tensor used, else the conversion stops naming the first few.
-torch is needed only here (`pip install torch==2.13.0`).
+Checkpoints are read without torch (`models.torch_pickle`: a restricted unpickler that rebuilds
+tensors only and refuses any other global in the pickle).
 """
 import collections
 import dataclasses
@@ -26,6 +28,7 @@ from models.cli import option, run_binary
 from models.errors import UserError
 from models.export import INFO_PATH, export
 from models.files import file_sha256, project_cache_dir
+from models.torch_pickle import read_checkpoint
 
 # IDSDS' --model names whose zoo model has another name (the zoo's resnet50 / vgg16 are ROAR's
 # and Keras' layouts).
@@ -41,31 +44,27 @@ def zoo_name(name: str) -> str:
 
 
 def read_state_dict(path: str) -> dict:
-    """{name: float32 array} of the PyTorch checkpoint at `path`, prefixes stripped."""
-    try:
-        import torch
-    except ImportError:
-        raise UserError("reading a PyTorch checkpoint needs torch: pip install torch==2.13.0 "
-                        "(CPU build)") from None
-    if not os.path.isfile(path):
-        raise UserError(f"{path}: no such checkpoint file")
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as error:  # pickle, zip and torch errors alike
-        detail = (str(error).strip().splitlines() or [type(error).__name__])[0][:160]
-        raise UserError(f"{path}: not a readable PyTorch checkpoint ({detail})") from None
+    """{name: float32 array} of the PyTorch checkpoint at `path`, prefixes stripped. Read without
+    torch and without running code from the file (`models.torch_pickle`)."""
+    state = read_checkpoint(path)
     if isinstance(state, dict) and isinstance(state.get("state_dict"), dict):
         state = state["state_dict"]
     if not isinstance(state, dict) or not state:
         raise UserError(f"{path}: holds no state dict")
     names = list(state)
     for prefix in PREFIXES:
-        if names[0].startswith(prefix):
+        if isinstance(names[0], str) and names[0].startswith(prefix):
             state = {(k[len(prefix):] if k.startswith(prefix) else k): v
                      for k, v in state.items()}
             break
-    return {key: value.detach().cpu().float().numpy() for key, value in state.items()
-            if hasattr(value, "detach") and not key.endswith(IGNORED)}
+    return {key: np.asarray(value, np.float32) for key, value in state.items()
+            if isinstance(value, np.ndarray) and not str(key).endswith(IGNORED)}
+
+
+def keras_name(path: str) -> str:
+    """The Keras layer name of a PyTorch module path: "." -> "_", leading underscores dropped
+    (a SavedModel refuses names that start with one: `_blocks.3._bn0` -> `blocks_3__bn0`)."""
+    return path.replace(".", "_").lstrip("_")
 
 
 def num_classes_of(state: dict) -> int:
@@ -85,6 +84,8 @@ def _standard(layer):
     if isinstance(layer, keras.layers.Conv2D):
         names = ["weight"] + (["bias"] if layer.use_bias else [])
         return names, [lambda w: w.transpose(2, 3, 1, 0), same][:len(names)]
+    if isinstance(layer, keras.layers.DepthwiseConv2D):  # [C, 1, k, k] -> [k, k, C, 1]
+        return ["weight"], [lambda w: w.transpose(2, 3, 0, 1)]
     if isinstance(layer, keras.layers.Dense):
         names = ["weight"] + (["bias"] if layer.use_bias else [])
         return names, [lambda w: w.T, same][:len(names)]
@@ -101,9 +102,9 @@ def load_state_dict(model: keras.Model, state: dict, source: str = "the checkpoi
     grouped, modules = collections.defaultdict(dict), {}
     for key, value in state.items():
         module, _, parameter = key.rpartition(".")
-        grouped[module.replace(".", "_")][parameter] = value
-        modules[module.replace(".", "_")] = module
-    flat = {key.replace(".", "_"): key for key in state}
+        grouped[keras_name(module)][parameter] = value
+        modules[keras_name(module)] = module
+    flat = {keras_name(key): key for key in state}
     used, missing, copied = set(), [], 0
     for layer in model.layers:
         if not layer.weights:
@@ -150,15 +151,16 @@ def load_state_dict(model: keras.Model, state: dict, source: str = "the checkpoi
 
 def convert(checkpoint: str, model: str, output: str, *, image_size: int = 224,
             num_classes: Optional[int] = None, overwrite: bool = False,
-            digest: Optional[str] = None) -> dict:
-    """Converts the PyTorch `checkpoint` of the zoo (or IDSDS) model `model` and exports it to
-    `output`; returns the export's info (its `extra` records the checkpoint and its digest,
-    `digest` when the caller already computed it)."""
+            digest: Optional[str] = None, options: Optional[dict] = None) -> dict:
+    """Converts the PyTorch `checkpoint` of the zoo (or IDSDS) model `model` (built with the
+    builder `options`, e.g. a small variant's width) and exports it to `output`; returns the
+    export's info (its `extra` records the checkpoint and its digest, `digest` when the caller
+    already computed it)."""
     name = zoo_name(model)
     spec = zoo.spec(name)
     state = read_state_dict(checkpoint)
     classes = num_classes or num_classes_of(state)
-    built = zoo.build(name, classes, (image_size, image_size, 3))
+    built = zoo.build(name, classes, (image_size, image_size, 3), **(options or {}))
     counts = load_state_dict(built, state, checkpoint)
     extra = {"torch_checkpoint": os.path.abspath(checkpoint),
              "torch_checkpoint_sha256_16": digest or file_sha256(checkpoint)[:16], **counts}

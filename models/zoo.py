@@ -18,7 +18,7 @@ from typing import Callable
 import keras
 from keras import layers
 
-from models import bagnet, bcos, resnet_v15, torchvision_family, vit
+from models import bagnet, bcos, efficientnet_lite, resnet_v15, torchvision_family, vit
 from models.errors import UserError
 from models.layers import FEATURE_LAYER
 
@@ -240,6 +240,9 @@ REGISTRY = {spec.name: spec for spec in (
     ModelSpec("bcos_resnet50", bcos.build_bcos_resnet50, "pixels01", 32,
               "B-cos ResNet-50 (B = 2, v2 layout), [0, 1] input", 3, (("width", 8),),
               ("Bcos",)),
+    ModelSpec("efficientnet_lite0", efficientnet_lite.build_efficientnet_lite0, "inception", 32,
+              "EfficientNet-Lite0 (no squeeze-excitation, ReLU6), PyTorch port layout; real "
+              "ImageNet weights by models.pretrained", 3, (("width", 0.25),)),
     ModelSpec("vit_b_16", vit.build_vit, "inception", 16,
               "ViT-B/16, timm layout (patch 16, width 768, 12 blocks, 12 heads)", 3,
               (("patch", 8), ("dim", 32), ("depth", 2), ("heads", 2)), ("Rollout", "CheferLRP")),

@@ -3,7 +3,8 @@
 Schemas (documented in docs/records.md):
 
 * **Image records** (ImageNet / TF-slim `build_image_data.py` style): `image/encoded`,
-  `image/class/label`, optional `image/filename`, `image/format`, `image/height`, `image/width`,
+  `image/class/label`, optional `image/class/synset` and `image/class/text` (WordNet id and name),
+  `image/filename`, `image/format`, `image/height`, `image/width`,
   `image/scene/label`, an object box `image/object/bbox/{ymin,xmin,ymax,xmax}` (normalised to
   [0, 1], end exclusive) and an object mask `image/object/mask` (PNG, non-zero = object).
 * **Saliency records** (v2, docs/records.md, "Saliency records (v2)"): the encoded image, label,
@@ -33,6 +34,8 @@ from models.files import atomic_output, is_temporary
 IMAGE_FIELDS = {
     "image/encoded": ("bytes", True, 1),
     "image/class/label": ("int64", True, 1),
+    "image/class/synset": ("bytes", False, 1),
+    "image/class/text": ("bytes", False, 1),
     "image/filename": ("bytes", False, 1),
     "image/format": ("bytes", False, 1),
     "image/height": ("int64", False, 1),
@@ -103,12 +106,13 @@ def encode_mask(mask):
 
 
 def image_example(encoded, label, *, filename=None, image_format=None, height=None, width=None,
-                  scene_label=None, box=None, mask=None):
-    """An image record. `box` = (ymin, xmin, ymax, xmax) normalised to [0, 1] (or a list of such
+                  scene_label=None, box=None, mask=None, synset=None, text=None):
+    """An image record (`synset`, `text`: the class's WordNet id and name). `box` = (ymin, xmin, ymax, xmax) normalised to [0, 1] (or a list of such
     boxes); `mask` = a 2-D array the size of the image (non-zero = object)."""
     feature = {"image/encoded": _bytes([encoded]), "image/class/label": _ints([label])}
     optional = {"image/filename": filename, "image/format": image_format,
-                "image/height": height, "image/width": width, "image/scene/label": scene_label}
+                "image/height": height, "image/width": width, "image/scene/label": scene_label,
+                "image/class/synset": synset, "image/class/text": text}
     for key, value in optional.items():
         if value is not None:
             kind = IMAGE_FIELDS[key][0]

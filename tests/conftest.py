@@ -116,3 +116,21 @@ def small_shards(tmp_path_factory):
     model_path = str(root / "model")
     models.export(models.build("small_cnn", 10, (32, 32, 3), width=4), model_path)
     return str(root / "validation-*"), model_path
+
+
+@pytest.fixture(scope="session")
+def lite0_export(tmp_path_factory):
+    """The pretrained EfficientNet-Lite0, converted once into a session cache (never the
+    user's)."""
+    from models import pretrained
+
+    return pretrained.export_path("efficientnet_lite0",
+                                  str(tmp_path_factory.mktemp("converted")))
+
+
+@pytest.fixture(scope="session")
+def photo_pattern(tmp_path_factory):
+    """The 20 ImageNet photos as one shard of image records."""
+    from saliency_gen.sources import photos
+
+    return photos.write_photo_records(str(tmp_path_factory.mktemp("photos")), "imagenet")

