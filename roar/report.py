@@ -3,8 +3,9 @@
     python -m roar.report --output_dir=roar_runs
 
 Reads every `metrics.json` under `--output_dir` and writes `<output>.csv` (one row per run),
-`<output>.md` (mean ± sd of top-1 per method, mode and fraction removed) and `<output>.png`
-(top-1 against the fraction removed, one line per method and mode; the random baseline dashed),
+`<output>.md` (mean ± sd and the 95% t-interval over seeds of top-1 per method, mode and
+fraction removed) and `<output>.png` (top-1 against the fraction removed, one line per method
+and mode, shaded over the interval; the random baseline dashed),
 in the style of the ROAR paper's figure.
 """
 import dataclasses
@@ -53,11 +54,12 @@ def run(config: Config) -> list:
     summary = summaries.summarise(rows, ["method", "mode", "fraction_removed"], "top1")
     stem = f.output or os.path.join(f.output_dir, "roar_report")
     summaries.write_outputs(stem, rows, summary,
-                            ["method", "mode", "fraction_removed", "mean ± sd", "n"],
+                            ["method", "mode", "fraction_removed", "mean ± sd", "95% interval",
+                             "n"],
                             "fraction_removed", ["method", "mode"], "top-1 test accuracy",
                             "ROAR / KAR: accuracy after retraining")
     print(summaries.markdown_table(summary, ["method", "mode", "fraction_removed", "mean ± sd",
-                                             "n"]))
+                                             "95% interval", "n"]))
     print(f"wrote {stem}.csv, .md and .png")
     return summary
 

@@ -286,9 +286,10 @@ def run_directory(output_dir, transformation, ratio, method, keep, ranking, fill
                         "keep" if keep else "remove", f"{ranking}-{fill}", f"seed_{seed}")
 
 
-def run(config: Config) -> dict:
+def run(config: Config, verbose: int = 1) -> dict:
     """One ROAR / KAR run with `config`; prints the run folder and the result line and returns
-    the metrics (also written to `<run folder>/metrics.json`)."""
+    the metrics (also written to `<run folder>/metrics.json`). `verbose=0` hides Keras'
+    per-step progress bar (a caller with its own bar over many runs)."""
     f = config
     check_flags(f)
     if f.mode == "eval" and not f.checkpoint:
@@ -339,7 +340,8 @@ def run(config: Config) -> dict:
     known_sizes = DATASET_SIZES.get(f.dataset_name or "", (None, None))  # only when named
     output = run_directory(f.output_dir, transformation, ratio, method, f.keep_information,
                            f.ranking, f.fill, f.seed)
-    print(f"ROAR run -> {output}")
+    if verbose:
+        print(f"ROAR run -> {output}")
     record = dict(dataclasses.asdict(config), saliency_method=method, ratio=ratio)  # resolved
     if f.mode == "eval":
         return evaluate_checkpoint(
@@ -357,7 +359,7 @@ def run(config: Config) -> dict:
         map_key=masked_data.record_key_of(method) if source == "saliency" else None,
         size=size, geometry=f.geometry, label_offset=f.label_offset, num_classes=num_classes,
         model_name=f.model or ("small_cnn" if synthetic else "resnet50"), strategy=f.strategy,
-        seed=f.seed, eval_batch_size=f.eval_batch_size, verbose=1, flags_record=record,
+        seed=f.seed, eval_batch_size=f.eval_batch_size, verbose=verbose, flags_record=record,
         random_mask=f.random_mask,
         num_train=f.num_train_images or known_sizes[0],
         num_eval=f.num_eval_images or known_sizes[1], overwrite=f.overwrite,
@@ -367,9 +369,10 @@ def run(config: Config) -> dict:
         print(f"stopped after epoch {result['stopped_after_epoch']} (--stop_after_epochs); "
               f"run the same command again to resume from {os.path.join(output, 'backup')}")
         return result
-    print(f"top-1 {result['top1']:.4f}  top-5 {result['top5']:.4f}  on {result['n_eval']} test "
-          f"images ({'KAR' if f.keep_information else 'ROAR'}, {method}, ratio {ratio}); "
-          f"wrote {os.path.join(output, 'metrics.json')}")
+    if verbose:
+        print(f"top-1 {result['top1']:.4f}  top-5 {result['top5']:.4f}  on {result['n_eval']} "
+              f"test images ({'KAR' if f.keep_information else 'ROAR'}, {method}, ratio "
+              f"{ratio}); wrote {os.path.join(output, 'metrics.json')}")
     return result
 
 

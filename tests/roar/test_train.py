@@ -168,11 +168,14 @@ def test_report_summarises_runs_with_mean_and_sd(tmp_path):
     summary = summaries.summarise(rows, ["method", "mode", "fraction_removed"], "top1")
     assert summary == [{"method": "gradient_image", "mode": "ROAR", "fraction_removed": 0.5,
                         "mean": pytest.approx(0.6), "std": pytest.approx(0.1414, abs=1e-4),
-                        "n": 2}]
+                        "n": 2,  # t(0.975, 1 d.f.) = 12.706: half-width 12.706 * 0.1414 / √2
+                        "ci_low": pytest.approx(0.6 - 1.2706, abs=1e-4),
+                        "ci_high": pytest.approx(0.6 + 1.2706, abs=1e-4)}]
     stem = str(tmp_path / "out" / "report")
-    summaries.write_outputs(stem, rows, summary, ["method", "mode", "mean ± sd", "n"],
+    summaries.write_outputs(stem, rows, summary, ["method", "mode", "mean ± sd", "95% interval",
+                                                  "n"],
                             "fraction_removed", ["method", "mode"], "top-1", "test")
-    assert "0.6000 ± 0.1414" in open(stem + ".md").read()
+    assert "0.6000 ± 0.1414 | [-0.6706, 1.8706]" in open(stem + ".md").read()
     assert open(stem + ".png", "rb").read(4) == b"\x89PNG"
     runs = sweep.planned_runs(["random", "SH"], ["0.1", "0.9"], ["0", "1"], ["roar", "kar"])
     assert len(runs) == 16 and runs[0] == ("random", 0.1, 0, False)
