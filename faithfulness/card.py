@@ -3,7 +3,7 @@ Deletion / Insertion (DAUC, DC, IAUC, IC), IIC / AD, ADD, IDSDS single and (by f
 deletion, each
 scoring one method on the same images with `faithfulness.evaluate.score_group`."""
 import dataclasses
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 
@@ -31,10 +31,12 @@ DEFAULT = ("Deletion", "Insertion", "IIC/AD", "ADD", "IDSDS")  # incremental: by
 
 
 def benchmarks(loaded, images, labels, ids, *, data: dict, names=DEFAULT,
-               options: Optional[evaluate.Options] = None, group_size: int = 256) -> list:
+               options: Optional[evaluate.Options] = None, group_size: int = 256,
+               maps_of: Optional[Callable] = None) -> list:
     """One `Benchmark` per protocol of `names`, scoring `images` ([N, H, W, C] in the model's
     input space, explaining `labels`) with `loaded`. `data` fingerprints the images (their
-    origin in the cells)."""
+    origin in the cells); `maps_of(method)`, when given, supplies the method's maps of all
+    `images` (computed once and shared by the benchmarks of one card)."""
     options = options or evaluate.Options()
     found = []
     for name in names:
@@ -42,9 +44,13 @@ def benchmarks(loaded, images, labels, ids, *, data: dict, names=DEFAULT,
         scorer = evaluate.scorer_for(loaded, protocol, options)
 
         def score(method, protocol=protocol, scorer=scorer):
+            shared = None if maps_of is None or protocol == "incremental_deletion" \
+                else maps_of(method)
             parts = [evaluate.score_group(loaded, images[s:s + group_size],
                                           labels[s:s + group_size], ids[s:s + group_size],
-                                          method, protocol, options, scorer)
+                                          method, protocol, options, scorer,
+                                          maps=None if shared is None else
+                                          shared[s:s + group_size])
                      for s in range(0, len(images), group_size)]
             return {key: np.concatenate([part[key] for part in parts]) for key in parts[0]}
 

@@ -36,6 +36,8 @@ def randomise_top(model, count: int, seed: int = 0) -> None:
         for name in ("kernel", "bias"):
             variable = getattr(layer, name, None)
             initializer = getattr(layer, f"{name}_initializer", None)
+            if name == "kernel" and initializer is None:  # a depthwise convolution's kernel
+                initializer = getattr(layer, "depthwise_initializer", None)
             if variable is None or initializer is None:
                 continue
             config = keras.initializers.serialize(initializer)
@@ -51,10 +53,11 @@ def _flat_abs(maps) -> np.ndarray:
 
 
 def benchmark(model_path: str, images, labels, ids, *, data: dict, seed: int = 0,
-              batch_size: int = 32) -> Benchmark:
+              batch_size: int = 32, maps_of=None) -> Benchmark:
     """The cascading check of the exported zoo model `model_path` on `images` (its input
     space), explaining `labels`: one metric per stage, the mean Spearman correlation (lower is
-    better)."""
+    better). `maps_of(method)`, when given, supplies the trained model's maps of at least
+    `images` (their first len(images) are used)."""
     loaded = models.load(model_path)
     count = len(weighted_layers(models.rebuild(model_path)))
     chosen = stages(count)
@@ -63,14 +66,19 @@ def benchmark(model_path: str, images, labels, ids, *, data: dict, seed: int = 0
         return saliency_gen.attribute(model, images, method, labels, batch_size=batch_size,
                                       seed=seed, ids=ids, preprocessing=loaded.preprocessing)
 
+    randomised = {}  # stage -> its randomised model, built once and shared by the methods
+
+    def model_at(k):
+        if k not in randomised:
+            randomised[k] = models.rebuild(model_path)
+            randomise_top(randomised[k], k, seed)
+        return randomised[k]
+
     def score(method):
-        original = _flat_abs(explain(loaded, method))
-        values = {}
-        for k in chosen:
-            model = models.rebuild(model_path)
-            randomise_top(model, k, seed)
-            values[f"top {k}"] = stats.spearman(original, _flat_abs(explain(model, method)))
-        return values
+        trained = explain(loaded, method) if maps_of is None else maps_of(method)[:len(images)]
+        original = _flat_abs(trained)
+        return {f"top {k}": stats.spearman(original, _flat_abs(explain(model_at(k), method)))
+                for k in chosen}
 
     return Benchmark(
         name="Randomisation",

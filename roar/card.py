@@ -87,9 +87,10 @@ def oracle_maps(masks) -> np.ndarray:
 
 
 def benchmark(loaded, images, labels, ids, masks=None, *, data: dict, ratios=RATIOS,
-              seed: int = 0, batch_size: int = 32) -> Benchmark:
+              seed: int = 0, batch_size: int = 32, maps_of=None) -> Benchmark:
     """ROAD MoRF / LeRF of `loaded` on `images` (model input space), explaining `labels`;
-    `masks` [N, H, W] (object masks) enable the oracle. `data` fingerprints the images."""
+    `masks` [N, H, W] (object masks) enable the oracle. `data` fingerprints the images;
+    `maps_of(method)`, when given, supplies a method's maps (shared by a card's benchmarks)."""
     space = input_space(loaded.preprocessing)
     pixels = np.asarray(space.to_pixels(tf.constant(images, tf.float32)), np.float32)
     features = images.shape[1] * images.shape[2]
@@ -105,6 +106,8 @@ def benchmark(loaded, images, labels, ids, masks=None, *, data: dict, ratios=RAT
     def score(method):
         if method == ORACLE:
             maps = oracle_maps(masks)
+        elif maps_of is not None:
+            maps = maps_of(method)
         else:
             maps = saliency_gen.attribute(loaded, images, method, labels,
                                           batch_size=batch_size, seed=seed, ids=ids)

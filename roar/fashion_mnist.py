@@ -22,7 +22,6 @@ The random control ranks the features by a random map (`--transformation=random_
 import dataclasses
 import os
 import time
-from typing import Optional
 
 import keras
 from tqdm import tqdm

@@ -3,7 +3,8 @@
     python scripts/bench_faithfulness.py [--images=8] [--size=224] [--batch_size=64]
 
 One CNN (three stride-2 convolutions, global pooling, softmax) built identically in Keras and
-PyTorch. For Deletion (14 x 14 maps, 197 forward passes per image), Insertion (same, blur
+PyTorch, at two widths, and the real-size EfficientNet-Lite0 with its ImageNet weights (docs/
+real_model.md; no PyTorch twin, so no reference columns; --real_images images). For Deletion (14 x 14 maps, 197 forward passes per image), Insertion (same, blur
 substrate) and IDSDS single deletion (4 x 4 grid, 17 passes per image) it prints images/s of:
 
 * ours: the `faithfulness` metric, end to end, from images already in a tf.Tensor (as the
@@ -22,7 +23,7 @@ forward passes alone, without building a single perturbed image. The torch forwa
 how much of that bound is Keras' forward pass against PyTorch's on this CPU rather than the
 reference's own work.
 """
-import models  # noqa: F401, I001  (first: TensorFlow loads quietly)
+import models  # noqa: I001  (first: TensorFlow loads quietly)
 import dataclasses
 import functools
 import os
@@ -34,6 +35,7 @@ import tensorflow as tf
 
 import faithfulness
 from faithfulness import torch_twin
+from models import pretrained
 from models.cli import option, run_binary
 
 CLASSES = 10
@@ -43,6 +45,12 @@ def keras_model(size, widths=(16, 32, 64)):
     """The zoo's plain_cnn with a softmax on top (the reference scores probabilities)."""
     keras.utils.set_random_seed(0)
     model = models.build("plain_cnn", CLASSES, (size, size, 3), widths=tuple(widths))
+    return keras.Model(model.input, keras.layers.Softmax()(model.output))
+
+
+def pretrained_model(name):
+    """A pretrained zoo model (`models.pretrained`) with a softmax on top."""
+    model = models.rebuild(pretrained.export_path(name))
     return keras.Model(model.input, keras.layers.Softmax()(model.output))
 
 
@@ -143,32 +151,41 @@ class Config:
         'chunk.')
     repeats: int = option(5, 'Timed repeats; the best is reported.')
     models: tuple = option(
-        ("16-32-64", "8-16-32"),
-        'Benchmark CNNs by their three conv widths; one table each (the forward pass gets '
-        'cheaper from left to right).')
+        ("16-32-64", "8-16-32", "efficientnet_lite0"),
+        'Benchmark CNNs by their three conv widths, or a pretrained model by name; one table '
+        'each (the plain CNN gets cheaper from left to right).')
+    real_images: int = option(4, "Images per deletion/insertion measurement of a pretrained "
+                              "model (x8 for single deletion).")
 
 
 def run(config: Config):
     for name in config.models:
+        if name in pretrained.PRETRAINED:
+            real = dataclasses.replace(config, images=config.real_images,
+                                       size=pretrained.PRETRAINED[name].image_size)
+            print_table(name, measure(None, real, pretrained_model(name)), real)
+            continue
         widths = tuple(int(w) for w in name.split("-"))
         print_table(f"CNN widths {name}", measure(widths, config), config)
 
 
-def measure(widths, config):
+def measure(widths, config, model=None):
     """[(metric, images, forward passes, ours s, ceiling s, reference s, torch forward s)], the
-    last two None without torch and the reference package."""
+    last two None without torch and the reference package (and for a given `model`)."""
     size, batch_size = config.size, config.batch_size
-    model = keras_model(size, widths)
+    model = model or keras_model(size, widths)
     rng = np.random.RandomState(0)
-    try:
-        import saliency_maps_metrics.multi_step_metrics as reference
-        import torch
-        if not hasattr(np, "trapz"):
-            np.trapz = np.trapezoid
-        torch.set_num_threads(os.cpu_count())
-        twin = torch_model(model, widths)
-    except ImportError:
-        twin = None
+    twin = None  # a pretrained model has no PyTorch twin here
+    if widths is not None:
+        try:
+            import saliency_maps_metrics.multi_step_metrics as reference
+            import torch
+            if not hasattr(np, "trapz"):
+                np.trapz = np.trapezoid
+            torch.set_num_threads(os.cpu_count())
+            twin = torch_model(model, widths)
+        except ImportError:
+            pass
     rows = []
 
     def timed(name, count, passes, ours, reference_run):

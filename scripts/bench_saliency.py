@@ -1,10 +1,12 @@
 """Benchmarks the attribution engine against its ceiling and against PAIR `saliency.core`.
 
-    python scripts/bench_saliency.py [--models=small_cnn,small_resnet --image_size=64]
+    python scripts/bench_saliency.py [--models=plain_cnn@64,efficientnet_lite0@224]
 
-For each model (random weights; by default the cheap `plain_cnn`, three stride-2 convolutions of
-widths 16-32-64, where per-item overheads show, and the costlier `small_resnet`), on the same
-images:
+For each model (`name@side`; by default the cheap `plain_cnn`, three stride-2 convolutions of
+widths 16-32-64, where per-item overheads show, and the costlier `small_resnet` at 64 px, both
+with random weights, and the real-size EfficientNet-Lite0 at 224 px with its ImageNet weights,
+docs/real_model.md), on the same images (fewer at a larger side: the counts below are for 64
+px and shrink with the pixel count, at least 8 and 4):
 
 * engine: `saliency_gen.attribute` images/s (after one warm-up call) for gradient, gradient x
   input, IG (25 steps), SmoothGrad, SmoothGrad^2 and VarGrad (25 samples each), and a researcher's
@@ -28,7 +30,7 @@ images:
 Prints a table per model with the ratios engine/ceiling (target >= 0.9 for every method) and
 engine/PAIR, and writes them as JSON with --output_json.
 """
-import models  # noqa: F401, I001  (first: TensorFlow loads quietly)
+import models  # noqa: I001  (first: TensorFlow loads quietly)
 import dataclasses
 import json
 import os
@@ -40,6 +42,7 @@ import numpy as np
 import tensorflow as tf
 
 import saliency_gen
+from models import pretrained
 from models.cli import option, run_binary
 from saliency_gen import noise
 from saliency_gen.methods import pair
@@ -74,11 +77,11 @@ def gradient_times_blob(model, images, targets):
 class Config:
     """The script's options (one flag each)."""
 
-    models: tuple = option(("plain_cnn", "small_resnet"),
-                           "Registered models to benchmark (random weights): by default the "
-                           "cheap plain CNN (conv 16-32-64, stride 2) and a costlier small "
-                           "residual net.")
-    image_size: int = option(64, "Square input size.")
+    models: tuple = option(("plain_cnn@64", "small_resnet@64", "efficientnet_lite0@224"),
+                           "Registered models to benchmark as name@side: by default the cheap "
+                           "plain CNN (conv 16-32-64, stride 2) and a costlier small residual "
+                           "net (random weights), and EfficientNet-Lite0 with its ImageNet "
+                           "weights.")
     num_images: int = option(256, "Images explained per measurement of a one-gradient method "
                              "(as many as the largest batch tried, so the engine's chunks can be "
                              "as large as the ceiling's).")
@@ -205,18 +208,34 @@ def pair_rate(model, images, targets, method, params, batch_size=None):
     return len(images) / _best_time(run, 1)
 
 
-def bench_model(name, config):
-    """The rows of one model's table."""
+def benchmark_model(entry: str):
+    """(Keras model, side) of a `name@side` entry: the pretrained weights where the project
+    has them (`models.pretrained`), else random weights (seeded)."""
+    name, _, side = entry.partition("@")
+    size = int(side or 64)
     keras.utils.set_random_seed(0)
-    size = config.image_size
-    model = models.build(name, 10, (size, size, 3))
+    if name in pretrained.PRETRAINED and size == pretrained.PRETRAINED[name].image_size:
+        model = models.rebuild(pretrained.export_path(name))
+    else:
+        model = models.build(name, 10, (size, size, 3))
+    return model, size
+
+
+def bench_model(entry, config):
+    """The rows of one model's table."""
+    model, size = benchmark_model(entry)
+    name = entry
+    scale = (size / 64) ** 2  # the image counts are for 64 px
+    num_images = max(8, round(config.num_images / scale))
+    heavy_images = max(4, round(config.heavy_images / scale))
+    config = dataclasses.replace(config, num_images=num_images, heavy_images=heavy_images)
     images = np.random.default_rng(0).normal(0, 50, (config.num_images, size, size, 3)).astype(
         np.float32)
     targets = np.argmax(saliency_gen.predict(model, images), axis=1)
-    batch_sizes = [int(b) for b in config.batch_sizes.split(",")]
+    batch_sizes = [b for b in (int(b) for b in config.batch_sizes.split(",")) if b <= num_images]
     gradients_per_second, (best_batch, static), rates = ceiling(model, images, targets,
                                                                batch_sizes, config.repeats)
-    print(f"\nmodel {name} at {size}x{size}, {os.cpu_count()} CPUs; raw gradient throughput by "
+    print(f"\nmodel {name}, {os.cpu_count()} CPUs; raw gradient throughput by "
           "batch size: " + ", ".join(f"{b}: {r:.0f}/s" for b, r in rates.items()))
     ceiling_run, ceiling_count = gradient_runner(model, images, targets, best_batch, static)
     chunks = sorted({ENGINE_DEFAULT_CHUNK, best_batch})
@@ -286,7 +305,7 @@ def run(config: Config):
           f"their noise peer: lowest {min(row['ratio_to_noise_peer'] for row in peer_rows):.2f}")
     if config.output_json:
         with open(config.output_json, "w", encoding="utf-8") as handle:
-            json.dump({"image_size": config.image_size, "results": results}, handle, indent=2)
+            json.dump({"results": results}, handle, indent=2)
     return results
 
 

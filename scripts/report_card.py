@@ -1,6 +1,7 @@
 """One report card for saliency methods across the benchmarks (docs/report_card.md).
 
     python scripts/report_card.py                         # the synthetic world, default methods
+    python scripts/report_card.py --pretrained=efficientnet_lite0   # a real network, 20 photos
     python scripts/report_card.py --methods=bam:GC,random,my_package.methods:my_map
     python scripts/report_card.py --model_path=runs/clean/model --input_pattern='val-*' \\
         --data_dir=bam_data --bam_model_dir=bam_models --nr_images=500 --num_imgs=200
@@ -26,7 +27,7 @@ from bam import card as bam_card
 from bam import synthetic_setup
 from faithfulness import card as faithfulness_card
 from faithfulness import evaluate, randomisation
-from models import card, card_outputs, provenance, results
+from models import card, card_outputs, pretrained, provenance, results
 from models.cli import option, run_binary
 from models.errors import (UserError, check_choices, check_fractions, check_minimum,
                            require_both_or_neither)
@@ -34,11 +35,17 @@ from models.files import exclusive
 from models.preprocessing import input_space
 from roar import card as roar_card
 from saliency_gen import names, pipelines, records
+from saliency_gen.sources import photos
 from saliency_gen.world import cache
 
 BAM_METHODS = ("bam:GC", "bam:VG", "bam:SG", "bam:IG", "bam:IG-SG", "bam:GxI", "bam:GB",
                "bam:GGC")
 CONTROLS = ("random", bam_card.ORACLE)
+# The real network's default: BAM's methods but IG-SG (625 gradients per image), and random.
+REAL_METHODS = ("bam:GC", "bam:VG", "bam:SG", "bam:IG", "bam:GxI", "bam:GB", "bam:GGC", "random")
+BAM_NEEDS_ITS_DATA = ("BAM: not run on a pretrained network and photos: BAM needs its own data "
+                      "set (objects pasted into scenes, and models trained on it to know which "
+                      "pixels matter); see docs/bam.md")
 BENCHMARKS = ("BAM", "ROAD", *faithfulness_card.PROTOCOLS)
 DEFAULT_BENCHMARKS = ("BAM", "ROAD", *faithfulness_card.DEFAULT)
 
@@ -47,9 +54,13 @@ DEFAULT_BENCHMARKS = ("BAM", "ROAD", *faithfulness_card.DEFAULT)
 class Config:
     """The card's options (one flag each)."""
 
-    methods: tuple = option(BAM_METHODS + CONTROLS,
-                            "Methods: saliency_gen names, registered methods, "
-                            "'package.module:function', and the controls random and oracle.")
+    methods: Optional[tuple] = option(
+        None, "Methods: saliency_gen names, registered methods, 'package.module:function', and "
+        "the controls random and oracle (default: the eight BAM methods, random and oracle; "
+        "with --pretrained: " + ",".join(REAL_METHODS) + ").")
+    pretrained: Optional[str] = option(
+        None, "Run on a real pretrained network and the 20 real ImageNet photos instead "
+        "(docs/real_model.md); BAM's columns stay empty.", choices=tuple(pretrained.PRETRAINED))
     benchmarks: tuple = option(DEFAULT_BENCHMARKS, "Benchmarks to run: " + ", ".join(BENCHMARKS)
                                + " (ROAR/KAR retraining: --retraining).")
     model_path: Optional[str] = option(None, "Classifier for the faithfulness protocols "
@@ -63,7 +74,8 @@ class Config:
     max_step_nb: int = option(64, "Deletion / Insertion: at most this many steps.")
     batch_size: int = option(32, "Work items per model call.")
     seed: int = option(0, "Seed of the image samples, the random draws and the bootstrap.")
-    output_dir: str = option("report_card", "Where the cells and the card go.")
+    output_dir: Optional[str] = option(None, "Where the cells and the card go (default: "
+                                       "report_card, or report_card_<--pretrained>).")
     cache_dir: Optional[str] = option(None, "Cache of the synthetic world.")
     overwrite: bool = option(False, "Recompute cells made with other settings.")
     rmcs: bool = option(False, "Add BAM's RMCS (trains the ten relative scene models once on "
@@ -76,6 +88,24 @@ class Config:
     sanity: bool = option(True, "Add the cascading model-randomisation check (needs a zoo "
                           "model export).")
     gallery_images: int = option(4, "Images in the map gallery (0: none).")
+
+
+def resolved(config: Config) -> Config:
+    """`config` with its defaults filled in: the methods, and with --pretrained the network's
+    export and the photos' records."""
+    if config.pretrained and (config.model_path or config.data_dir):
+        raise UserError("--pretrained brings its own model and photos; leave out --model_path, "
+                        "--input_pattern, --data_dir and --bam_model_dir")
+    methods = config.methods
+    if methods is None:
+        methods = REAL_METHODS if config.pretrained else BAM_METHODS + CONTROLS
+    config = dataclasses.replace(config, methods=tuple(methods), output_dir=config.output_dir or (
+        f"report_card_{config.pretrained}" if config.pretrained else "report_card"))
+    if config.pretrained:
+        config = dataclasses.replace(
+            config, model_path=pretrained.export_path(config.pretrained),
+            input_pattern=photos.photo_records("imagenet"))
+    return config
 
 
 def check_flags(config: Config) -> None:
@@ -110,6 +140,21 @@ class Inputs:
     masks: object  # object masks [N, H, W] for the oracle, or None
     data: dict
     pattern: str
+    maps_of: object = None  # method -> its maps of `images`, computed once per card run
+
+
+def map_memo(loaded, images, labels, ids, seed: int, batch_size: int):
+    """`maps_of(method)`: the method's maps of `images` (explaining `labels`), computed the
+    first time a benchmark asks and shared by every image-level benchmark and the gallery."""
+    found = {}
+
+    def maps_of(method):
+        if method not in found:
+            found[method] = saliency_gen.attribute(loaded, images, method, labels,
+                                                   batch_size=batch_size, seed=seed, ids=ids)
+        return found[method]
+
+    return maps_of
 
 
 def load_inputs(config: Config) -> Inputs:
@@ -134,13 +179,15 @@ def load_inputs(config: Config) -> Inputs:
     data = {"data": provenance.listing_digest(records.list_files(pattern)),
             "nr_images": config.nr_images}
     return Inputs(model_path, loaded, images, labels, ids, masks[0] if masks else None, data,
-                  pattern)
+                  pattern, map_memo(loaded, images, labels, ids, config.seed, config.batch_size))
 
 
 def build_benchmarks(config: Config, inputs: Optional[Inputs]) -> list:
     """The chosen benchmarks, on the given or the synthetic world's models and data."""
     found = []
-    if "BAM" in config.benchmarks:
+    if "BAM" in config.benchmarks and config.pretrained:
+        print(f"note: {BAM_NEEDS_ITS_DATA}")
+    elif "BAM" in config.benchmarks:
         data_dir, model_dir = config.data_dir, config.bam_model_dir
         if data_dir is None:
             data_dir, model_dir = synthetic_setup.prepare(config.cache_dir, log=lambda *_: None)
@@ -156,13 +203,14 @@ def build_benchmarks(config: Config, inputs: Optional[Inputs]) -> list:
     if "ROAD" in config.benchmarks:
         found.append(roar_card.benchmark(inputs.loaded, inputs.images, inputs.labels,
                                          inputs.ids, inputs.masks, data=inputs.data,
-                                         seed=config.seed, batch_size=config.batch_size))
+                                         seed=config.seed, batch_size=config.batch_size,
+                                         maps_of=inputs.maps_of))
     protocols = [b for b in config.benchmarks if b in faithfulness_card.PROTOCOLS]
     options = evaluate.Options(max_step_nb=config.max_step_nb, batch_size=config.batch_size,
                                seed=config.seed)
     for benchmark in faithfulness_card.benchmarks(
             inputs.loaded, inputs.images, inputs.labels, inputs.ids, data=inputs.data,
-            names=protocols, options=options) if protocols else ():
+            names=protocols, options=options, maps_of=inputs.maps_of) if protocols else ():
         found.append(dataclasses.replace(
             benchmark, supports=lambda method: method != bam_card.ORACLE))
     order = {name: i for i, name in enumerate(("BAM", "RMCS", *config.benchmarks))}
@@ -189,32 +237,40 @@ def sanity_benchmark(config: Config, inputs: Inputs):
     count = min(16, len(inputs.images))
     checked = randomisation.benchmark(
         inputs.model_path, inputs.images[:count], inputs.labels[:count], inputs.ids[:count],
-        data=inputs.data, seed=config.seed, batch_size=config.batch_size)
+        data=inputs.data, seed=config.seed, batch_size=config.batch_size,
+        maps_of=inputs.maps_of)
     return dataclasses.replace(checked, supports=lambda method: method != bam_card.ORACLE)
 
 
 def gallery(config: Config, inputs: Inputs) -> card_outputs.Section:
     """The first --gallery_images images and every method's maps (the oracle: the mask)."""
     count = min(config.gallery_images, len(inputs.images))
-    images, labels, ids = inputs.images[:count], inputs.labels[:count], inputs.ids[:count]
+    images, labels = inputs.images[:count], inputs.labels[:count]
     maps = {}
     for method in config.methods:
         if method == bam_card.ORACLE:
             if inputs.masks is not None:
                 maps[method] = inputs.masks[:count, ..., None]
             continue
-        maps[method] = saliency_gen.attribute(inputs.loaded, images, method, labels,
-                                              batch_size=config.batch_size, seed=config.seed,
-                                              ids=ids)
+        maps[method] = inputs.maps_of(method)[:count]
     pixels = np.asarray(input_space(inputs.loaded.preprocessing).to_pixels(images))
     return card_outputs.Section(
         "Gallery", f"The first {count} images and each method's map (|map| summed over "
         "channels, scaled to its 99th percentile), explaining the true label.",
-        png=card_outputs.gallery_png(pixels, maps, [f"label {label}" for label in labels]))
+        png=card_outputs.gallery_png(pixels, maps, row_titles(config, labels)))
+
+
+def row_titles(config: Config, labels) -> list:
+    """The gallery's row titles: the class names of the photos, else the label numbers."""
+    if config.pretrained:
+        class_names = photos.class_names("imagenet")
+        return [class_names[label] for label in labels]
+    return [f"label {label}" for label in labels]
 
 
 def run(config: Config) -> dict:
     """Runs (or resumes) the card of `config`, prints its table and writes its pages."""
+    config = resolved(config)
     check_flags(config)
     with exclusive(config.output_dir, "--output_dir"):
         return _run(config)
