@@ -57,7 +57,7 @@ def run(config: Config) -> list:
                             ["method", "mode", "fraction_removed", "mean ± sd", "95% interval",
                              "n"],
                             "fraction_removed", ["method", "mode"], "top-1 test accuracy",
-                            "ROAR / KAR: accuracy after retraining")
+                            "accuracy after retraining", panel_key="mode")
     print(summaries.markdown_table(summary, ["method", "mode", "fraction_removed", "mean ± sd",
                                              "95% interval", "n"]))
     print(f"wrote {stem}.csv, .md and .png")

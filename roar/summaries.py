@@ -48,32 +48,44 @@ def markdown_table(summary, columns):
     return results.markdown_table(columns, summary_rows(summary, columns))
 
 
-def write_outputs(stem, rows, summary, columns, x_key, line_keys, y_label, title):
-    """Writes `<stem>.csv` (all rows), `<stem>.md` (the summary) and `<stem>.png`."""
+def write_outputs(stem, rows, summary, columns, x_key, line_keys, y_label, title,
+                  panel_key=None):
+    """Writes `<stem>.csv` (all rows), `<stem>.md` (the summary) and `<stem>.png` (one panel per
+    value of `panel_key`, if given)."""
     results.write_csv(stem + ".csv", rows, sorted({key for row in rows for key in row}))
     results.write_text(stem + ".md", f"# {title}\n\n" + markdown_table(summary, columns))
-    plot(stem + ".png", summary, x_key, line_keys, y_label, title)
+    plot(stem + ".png", summary, x_key, line_keys, y_label, title, panel_key)
 
 
-def plot(path, summary, x_key, line_keys, y_label, title):
-    """The mean against `x_key`, one line per combination of `line_keys`, shaded over its 95%
-    interval (or ± sd for rows without one)."""
-    figure, axes = results.pyplot().subplots(figsize=(6, 4))
-    ordered = sorted(summary, key=lambda row: tuple(str(row[k]) for k in line_keys))
-    for group, members in itertools.groupby(ordered, key=lambda r: tuple(r[k] for k in line_keys)):
-        members = sorted(members, key=lambda row: float(row[x_key]))
-        x = [float(row[x_key]) for row in members]
-        y = np.array([row["mean"] for row in members])
-        low = np.array([row.get("ci_low", row["mean"] - row["std"]) for row in members])
-        high = np.array([row.get("ci_high", row["mean"] + row["std"]) for row in members])
-        label = " ".join(str(part) for part in group)
-        style = "--" if "random" in label else "-"
-        axes.plot(x, y, style, marker="o", label=label)
-        axes.fill_between(x, low, high, alpha=0.15)
-    axes.set_xlabel(x_key.replace("_", " "))
-    axes.set_ylabel(y_label)
-    axes.set_title(title)
-    axes.grid(alpha=0.3)
-    axes.legend(fontsize=7)
+def plot(path, summary, x_key, line_keys, y_label, title, panel_key=None):
+    """The mean against `x_key`, one line per combination of `line_keys` (one colour per
+    combination across panels; the random baseline dashed), shaded over its 95% interval (or
+    ± sd for rows without one); one panel per value of `panel_key`, sharing the y axis."""
+    panels = sorted({row[panel_key] for row in summary}, key=str) if panel_key else [None]
+    figure, axes = results.pyplot().subplots(1, len(panels), figsize=(6 * len(panels), 4),
+                                             sharey=True, squeeze=False)
+    keys = [key for key in line_keys if key != panel_key]
+    groups = sorted({tuple(row[k] for k in keys) for row in summary}, key=str)
+    colours = {group: f"C{index % 10}" for index, group in enumerate(groups)}
+    for axis, panel in zip(axes[0], panels):
+        members = [row for row in summary if panel_key is None or row[panel_key] == panel]
+        for group in groups:
+            line = sorted((row for row in members if tuple(row[k] for k in keys) == group),
+                          key=lambda row: float(row[x_key]))
+            if not line:
+                continue
+            x = [float(row[x_key]) for row in line]
+            y = np.array([row["mean"] for row in line])
+            low = np.array([row.get("ci_low", row["mean"] - row["std"]) for row in line])
+            high = np.array([row.get("ci_high", row["mean"] + row["std"]) for row in line])
+            label = " ".join(str(part) for part in group)
+            style = "--" if "random" in label else "-"
+            axis.plot(x, y, style, marker="o", color=colours[group], label=label)
+            axis.fill_between(x, low, high, color=colours[group], alpha=0.15)
+        axis.set_xlabel(x_key.replace("_", " "))
+        axis.set_title(title if panel is None else f"{panel}: {title}")
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=7)
+    axes[0][0].set_ylabel(y_label)
     figure.tight_layout()
     results.write_bytes(path, results.figure_png(figure, dpi=120))

@@ -296,7 +296,7 @@ def _run(config: Config) -> dict:
         check_cells = card.run_cells(checks, config.methods, config.output_dir, progress,
                                      overwrite=config.overwrite)
     summary = card.summarise(benchmarks, config.methods, cells, config.seed)
-    sections = []
+    sections, sanity = [], None
     if checks:
         sanity = card.summarise(checks, config.methods, check_cells, config.seed)
         sections.append(card_outputs.section_of(
@@ -323,7 +323,8 @@ def _run(config: Config) -> dict:
                                     extra={"seconds": time.time() - started})
     print(f"\nwrote {paths['html']}, {paths['md']}, {paths['csv']} and {paths['json']} "
           f"in {time.time() - started:.0f} s")
-    return {"card": summary, "sections": sections, "paths": paths}
+    return {"card": summary, "sanity": sanity, "sections": sections, "paths": paths,
+            "config": config}
 
 
 if __name__ == "__main__":

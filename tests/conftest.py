@@ -119,13 +119,32 @@ def small_shards(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def lite0_export(tmp_path_factory):
-    """The pretrained EfficientNet-Lite0, converted once into a session cache (never the
-    user's)."""
+def real_cache(tmp_path_factory):
+    """A project cache root (for XDG_CACHE_HOME) holding the pretrained EfficientNet-Lite0,
+    converted once per session: tests of the real network never touch the user's cache."""
+    from models import pretrained
+    from models.files import project_cache_dir
+
+    root = str(tmp_path_factory.mktemp("cache"))
+    saved = os.environ.get("XDG_CACHE_HOME")
+    os.environ["XDG_CACHE_HOME"] = root
+    try:
+        pretrained.export_path("efficientnet_lite0", project_cache_dir("converted"))
+    finally:
+        if saved is None:
+            del os.environ["XDG_CACHE_HOME"]
+        else:
+            os.environ["XDG_CACHE_HOME"] = saved
+    return root
+
+
+@pytest.fixture(scope="session")
+def lite0_export(real_cache):
+    """The export of the pretrained EfficientNet-Lite0 in the session's cache."""
     from models import pretrained
 
-    return pretrained.export_path("efficientnet_lite0",
-                                  str(tmp_path_factory.mktemp("converted")))
+    return pretrained.export_path("efficientnet_lite0", os.path.join(
+        real_cache, "attribution-benchmarks", "converted"))
 
 
 @pytest.fixture(scope="session")

@@ -128,3 +128,25 @@ def test_cells_are_reused_a_new_method_costs_only_itself_and_other_settings_are_
     assert again["card"].rows[("BAM MCS", "oracle")] == result["card"].rows[("BAM MCS", "oracle")]
     with pytest.raises(UserError, match=r"card cell .* was made with max_step_nb=8, not 9"):
         report_card.run(dataclasses.replace(config, max_step_nb=9))
+
+
+def test_the_card_on_the_real_network(real_cache, monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("XDG_CACHE_HOME", real_cache)  # the session's converted Lite0 and photos
+    report_card = _card_module()
+    config = report_card.Config(pretrained="efficientnet_lite0", methods=("bam:GC", "random"),
+                                nr_images=4, max_step_nb=8, gallery_images=2,
+                                output_dir=str(tmp_path / "card"))
+    result = report_card.run(config)
+    printed = capsys.readouterr().out
+    assert "note: BAM: not run on a pretrained network and photos" in printed
+    columns = [metric.name for metric in result["card"].metrics]
+    assert not [name for name in columns if name.startswith("BAM")]
+    assert {"ROAD MoRF", "Deletion dauc", "IDSDS sds", "ADD add"} <= set(columns)
+    assert result["card"].settings["ROAD"]["n_images"] == 4
+    sanity = {(row["metric"], row["method"]): row["value"] for row in
+              report_card.card.as_records(result["sanity"])}
+    stages = sorted({metric for metric, _ in sanity}, key=lambda name: int(name.split()[-1]))
+    assert [sanity[(stage, "random")] for stage in stages] == [1.0] * len(stages)
+    assert sanity[(stages[-1], "bam:GC")] < 0.5  # all layers re-initialised: the map changes
+    assert report_card.row_titles(result["config"], [243, 22]) == ["Bullmastiff", "bald eagle"]
+    assert os.path.isfile(os.path.join(config.output_dir, "card.html"))
