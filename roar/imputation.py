@@ -3,8 +3,11 @@
 Every removed pixel becomes the weighted mean of its 8 in-image neighbours (1/6 for edge
 neighbours, 1/12 for diagonals), removed neighbours being unknowns themselves: one sparse linear
 system per image, the same matrix for every channel. ROAD solves it with scipy per image; here
-a matrix-free, Jacobi-preconditioned conjugate gradient solves all images and channels at once
-in one traced loop:
+a matrix-free conjugate gradient solves all images and channels at once in one traced loop,
+preconditioned by one multigrid V-cycle (damped Jacobi on each grid, full-weighting
+restriction, bilinear prolongation, the same stencil on grids of half, a quarter, ... of the
+side): a large hole's smooth part, which Jacobi-preconditioned CG needs hundreds of iterations
+to find at 224 px, comes from the coarse grids (docs/roar.md, "Masks"):
 
     A u = r * (d * u - conv(r * u, K)),   b = r * conv(m * x, K),   x' = m * x + r * (u + s * e)
 
@@ -34,40 +37,102 @@ def _conv(values, kernel):
     return tf.nn.depthwise_conv2d(values, stencil, [1, 1, 1, 1], "SAME")
 
 
-@tf.function(reduce_retracing=True)
-def _solve(images, removed, tol, max_iters):
-    """CG for all images and channels; returns (u, iterations, max relative residual)."""
-    dtype = images.dtype
-    kernel = tf.constant(STENCIL, dtype)
+# Restriction weights (summing to 4) of the multigrid preconditioner; its prolongation is the
+# transpose, bilinear interpolation.
+FULL_WEIGHTING = np.outer([1.0, 2.0, 1.0], [1.0, 2.0, 1.0]) / 4.0
+JACOBI_WEIGHT = 2.0 / 3.0
+# A coarse pixel is unknown when the restriction sees only unknown fine pixels (its weights sum
+# to 4; one known corner leaves 3.75).
+ALL_UNKNOWN = FULL_WEIGHTING.sum() - 0.125
+COARSEST_SIDE = 8
+COARSEST_SWEEPS = 8
+
+
+def _depthwise(kernel, channels):
+    return tf.tile(kernel[:, :, None, None], [1, 1, channels, 1])
+
+
+def _restrict(values, weights):
+    return tf.nn.depthwise_conv2d(values, _depthwise(weights, tf.shape(values)[-1]),
+                                  [1, 2, 2, 1], "SAME")
+
+
+def _prolong(values, weights, shape):
+    return tf.nn.depthwise_conv2d_backprop_input(
+        shape, _depthwise(weights, tf.shape(values)[-1]), values, [1, 2, 2, 1], "SAME")
+
+
+def _grids(removed, dtype, kernel, weights):
+    """[(r, d)] of the finest grid and of each coarser one (half the side, a coarse pixel
+    unknown when its whole restriction support is: scattered holes are solved on the fine
+    grid, where their known neighbours pin them, and large holes get the coarse corrections
+    they need), down to `COARSEST_SIDE`; a single grid when the size is not static."""
     r = tf.cast(removed, dtype)[..., None]
-    m = 1.0 - r
-    d = _conv(tf.ones_like(images[..., :1]), kernel)
+    grids = [r]
+    height, width = removed.shape[1], removed.shape[2]
+    while height is not None and width is not None and min(height, width) > COARSEST_SIDE:
+        grids.append(tf.cast(_restrict(grids[-1], weights) > ALL_UNKNOWN, dtype))
+        height, width = -(-height // 2), -(-width // 2)
+    return [(r, _conv(tf.ones_like(r), kernel)) for r in grids]
+
+
+def _v_cycle(rhs, grids, level, kernel, weights):
+    """One V-cycle of the masked system on grid `level` (damped Jacobi before and after, the
+    coarse correction from the next grid; sweeps of Jacobi on the coarsest): a symmetric,
+    positive definite approximation of its inverse, CG's preconditioner."""
+    r, d = grids[level]
+    step = JACOBI_WEIGHT * r / d
 
     def apply(u):
-        return r * (d * u - _conv(r * u, kernel))
+        return r * (d * u - _conv(u, kernel))
+
+    u = step * rhs
+    if level == len(grids) - 1:
+        for _ in range(COARSEST_SWEEPS - 1):
+            u = u + step * (rhs - apply(u))
+        return u
+    coarse_r = grids[level + 1][0]
+    coarse = _v_cycle(coarse_r * _restrict(rhs - apply(u), weights), grids, level + 1, kernel,
+                      weights)
+    u = u + r * _prolong(coarse_r * coarse, weights, tf.shape(rhs))
+    return u + step * (rhs - apply(u))
+
+
+def _solve(images, removed, tol, max_iters):
+    """Multigrid-preconditioned CG for all images and channels on the removed pixels; returns
+    (u, iterations, max relative residual). The iterates stay zero outside the removed pixels,
+    so the operator needs no mask on its input; each (image, channel) carries its own squared
+    residual norm, and converged pairs are frozen (alpha 0), so an image's result does not
+    depend on how long its batch mates need."""
+    dtype = images.dtype
+    kernel = tf.constant(STENCIL, dtype)
+    weights = tf.constant(FULL_WEIGHTING, dtype)
+    grids = _grids(removed, dtype, kernel, weights)
+    r, d = grids[0]
+
+    def apply(u):  # u is zero outside the removed pixels
+        return r * (d * u - _conv(u, kernel))
+
+    def precondition(residual):
+        return _v_cycle(residual, grids, 0, kernel, weights)
 
     def dot(a, b):
         return tf.reduce_sum(a * b, axis=[1, 2], keepdims=True)
 
-    b = r * _conv(m * images, kernel)
+    b = r * _conv((1.0 - r) * images, kernel)
     b_norm = tf.sqrt(dot(b, b))
-    scale = tf.where(b_norm > 0, b_norm, tf.ones_like(b_norm))
+    scale = tf.square(tf.where(b_norm > 0, b_norm, tf.ones_like(b_norm)))
+    limit = tf.square(tol) * scale  # converged: |residual|^2 <= tol^2 |b|^2
     u = tf.zeros_like(images)
     residual = b
-    z = r * residual / d
-    p = z
-    rz = dot(residual, z)
+    z = precondition(residual)
+    rz, rr = dot(residual, z), dot(residual, residual)
 
-    def relative(res):
-        return tf.sqrt(dot(res, res)) / scale
+    def cond(i, u, residual, p, rz, rr):
+        return tf.logical_and(i < max_iters, tf.reduce_any(rr > limit))
 
-    def cond(i, u, residual, p, rz):
-        return tf.logical_and(i < max_iters, tf.reduce_max(relative(residual)) > tol)
-
-    def body(i, u, residual, p, rz):
-        # Converged (image, channel) pairs are frozen, so an image's result does not depend on
-        # how long its batch mates need.
-        active = relative(residual) > tol
+    def body(i, u, residual, p, rz, rr):
+        active = rr > limit
         ap = apply(p)
         pap = dot(p, ap)
         usable = tf.logical_and(active, pap > 0)
@@ -75,16 +140,20 @@ def _solve(images, removed, tol, max_iters):
                          tf.zeros_like(pap))
         u = u + alpha * p
         residual = residual - alpha * ap
-        z = r * residual / d
+        z = precondition(residual)
         rz_new = dot(residual, z)
         beta = tf.where(rz > 0, rz_new / tf.where(rz > 0, rz, tf.ones_like(rz)),
                         tf.zeros_like(rz))
         p = tf.where(active, z + beta * p, p)
-        return i + 1, u, residual, p, tf.where(active, rz_new, rz)
+        return (i + 1, u, residual, p, tf.where(active, rz_new, rz),
+                tf.where(active, dot(residual, residual), rr))
 
-    iterations, u, residual, _, _ = tf.while_loop(
-        cond, body, [tf.constant(0), u, residual, p, rz])
-    return u, iterations, tf.reduce_max(relative(residual))
+    iterations, u, _, _, _, rr = tf.while_loop(
+        cond, body, [tf.constant(0), u, residual, z, rz, rr])
+    return u, iterations, tf.reduce_max(tf.sqrt(rr / scale))
+
+
+_solve_traced = tf.function(_solve, reduce_retracing=True)
 
 
 def noisy_linear_impute(images, removed, noise_std=0.0, seed=0, keys=None, tol=1e-5,
@@ -109,8 +178,8 @@ def noisy_linear_impute(images, removed, noise_std=0.0, seed=0, keys=None, tol=1
         raise ValueError(f"images must be [N, H, W, C] and removed [N, H, W]; got "
                          f"{images.shape} and {removed.shape}")
     dtype = images.dtype
-    u, iterations, residual = _solve(images, removed, tf.constant(tol, dtype),
-                                     tf.constant(max_iters))
+    u, iterations, residual = _solve_traced(images, removed, tf.constant(tol, dtype),
+                                       tf.constant(max_iters))
     r = tf.cast(removed, dtype)[..., None]
     no_kept = tf.reduce_all(removed, axis=[1, 2])
     fill = tf.broadcast_to(tf.constant(fallback, dtype)[: images.shape[-1]], tf.shape(images))

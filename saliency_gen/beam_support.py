@@ -7,12 +7,14 @@ results are keyed so that a grouping or a combiner puts them back together whate
 which workers finished, and whatever the number of workers. A bundle that fails and is retried
 by the runner emits its outputs only once: the runner discards a failed attempt's outputs.
 """
+import contextlib
+import os
 import shlex
 from typing import Optional, Sequence
 
 import apache_beam as beam
 import numpy as np
-from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
 from models import uncertainty
 from models.errors import UserError, check_minimum
@@ -48,13 +50,39 @@ def record_ranges(counts: Sequence[tuple], size: int) -> list:
             for path, count in counts for start in range(0, count, size)]
 
 
+# TensorFlow reads these when a process starts it: the sizes of its thread pools.
+THREAD_VARIABLES = ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS")
+
+
+@contextlib.contextmanager
+def local_worker_threads(options: PipelineOptions):
+    """While local worker processes run (the DirectRunner's multi-processing mode), each gets
+    TensorFlow thread pools of cores // workers threads, so that N workers share the machine's
+    cores instead of each starting one thread per core; settings the user made are kept. Remote
+    runners' workers bring their own cores and are left alone."""
+    direct = options.view_as(DirectOptions)
+    workers = direct.direct_num_workers or 1
+    local = (options.view_as(StandardOptions).runner in LOCAL_RUNNERS
+             and direct.direct_running_mode == "multi_processing" and workers > 1)
+    chosen = [name for name in THREAD_VARIABLES if name not in os.environ] if local else []
+    threads = str(max(1, (os.cpu_count() or 1) // workers))
+    os.environ.update({name: threads for name in chosen})
+    try:
+        yield
+    finally:
+        for name in chosen:
+            os.environ.pop(name, None)
+
+
 def run(pipeline_builder, options: PipelineOptions):
-    """Builds a pipeline with `pipeline_builder(root)` and runs it to completion; returns the
-    runner's result (for its metrics)."""
+    """Builds a pipeline with `pipeline_builder(root)` and runs it to completion (local
+    workers with their share of the cores, `local_worker_threads`); returns the runner's
+    result (for its metrics)."""
     pipeline = beam.Pipeline(options=options)
     pipeline_builder(pipeline)
-    result = pipeline.run()
-    result.wait_until_finish()
+    with local_worker_threads(options):
+        result = pipeline.run()
+        result.wait_until_finish()
     return result
 
 
