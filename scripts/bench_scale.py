@@ -5,10 +5,13 @@
 2. training: `roar.train` steps/s under MirroredStrategy on 2 logical CPUs against one device
    with the same global batch (ratio).
 
-Both on a cheap model (plain_cnn) and a costlier one (small_resnet), 64-px random images.
-Whole processes are timed (start-up included), so the ratios are what a user sees.
+Both on a cheap model (plain_cnn) and a costlier one (small_resnet), 64-px random images, 2,048
+by default: enough that each Beam worker's start-up (a TensorFlow import and a model load) is a
+small part of its work. The Beam workers are local processes with one TensorFlow thread each
+(`saliency_gen.beam_support.local_worker_threads`: the cores shared out). Whole processes are
+timed (start-up included), so the ratios are what a user sees.
 
-    python scripts/bench_scale.py [--images=192] [--epochs=2]
+    python scripts/bench_scale.py [--images=2048] [--epochs=2]
 """
 import argparse
 import io
@@ -63,7 +66,7 @@ def timed(arguments, env=None):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--images", type=int, default=192)
+    parser.add_argument("--images", type=int, default=2048)
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--method", default="roar:SH_SG")
     args = parser.parse_args()
@@ -94,7 +97,20 @@ def main():
     print(f"{'workload':58} {'one process':>16} {'scaled out':>16} {'ratio':>7}")
     for name, base, scaled, unit in rows:
         print(f"{name:58} {base:7.2f} {unit:>8} {scaled:7.2f} {unit:>8} {scaled / base:7.2f}")
-    print(json.dumps({"images": args.images, "epochs": args.epochs, "cores": os.cpu_count()}))
+    print(json.dumps({"images": args.images, "epochs": args.epochs, "cores": os.cpu_count(),
+                      "cpu": cpu_model()}))
+
+
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo), to go with every figure."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown"
 
 
 if __name__ == "__main__":

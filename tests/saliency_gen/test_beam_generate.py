@@ -21,6 +21,19 @@ def test_record_ranges_cover_every_record_once():
     assert ranges == [("a", 0, 5), ("a", 5, 5), ("a", 10, 3), ("b", 0, 5)]
 
 
+def test_local_workers_share_the_cores(monkeypatch):
+    for name in beam_support.THREAD_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("TF_NUM_INTEROP_THREADS", "3")  # the user's setting is kept
+    share = str(max(1, (os.cpu_count() or 1) // 2))
+    with beam_support.local_worker_threads(beam_support.pipeline_options("DirectRunner", 2)):
+        assert os.environ["TF_NUM_INTRAOP_THREADS"] == share
+        assert os.environ["TF_NUM_INTEROP_THREADS"] == "3"
+    assert "TF_NUM_INTRAOP_THREADS" not in os.environ and os.environ["TF_NUM_INTEROP_THREADS"] == "3"
+    with beam_support.local_worker_threads(beam_support.pipeline_options("DirectRunner", 1)):
+        assert "TF_NUM_INTRAOP_THREADS" not in os.environ  # in-process: nothing to share
+
+
 def test_two_worker_pipeline_writes_the_single_process_bytes(small_shards, tmp_path):
     pattern, model_path = small_shards
     methods = "roar:SH,roar:SH_SG"  # a gradient, and SmoothGrad with keyed noise
