@@ -7,6 +7,7 @@
 """
 from models import cli as _cli
 
+_cli.answer_help_early()  # --help: the binary's flags, without loading TensorFlow
 _cli.quiet_startup()  # before anything loads TensorFlow: its C++ start-up lines stay hidden
 
 from models.adapter import adapt

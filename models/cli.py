@@ -18,9 +18,13 @@ importable `run(config)`, which a notebook can call with a `Config` of its own:
 messages below WARNING unless --verbosity is given. `quiet_startup` (called by `models` on
 import, before TensorFlow loads) silences TensorFlow's C++ start-up lines (CUDA stubs, CPU
 feature notes), unless the user sets TF_CPP_MIN_LOG_LEVEL to 0 or 1 or passes --verbosity.
+`answer_help_early` (also called by `models` on import) answers `--help` / `-h` with the
+binary's own flags, read from its source, and exits before TensorFlow loads; `--helpfull` still
+lists every absl flag.
 
 This module imports no TensorFlow, so that `quiet_startup` can run first.
 """
+import ast
 import contextlib
 import dataclasses
 import os
@@ -156,3 +160,193 @@ def quiet_startup() -> None:
         import tensorflow as tf
 
         tf.config.list_physical_devices()  # the device probe logs its CUDA lines here
+
+
+HELP_FLAGS = ("--help", "-h", "--helpshort", "-?")
+
+
+def _started_file() -> Optional[str]:
+    """The source file of the binary being started (`python -m pkg.mod` or `python file.py`)."""
+    argv = list(getattr(sys, "orig_argv", ()))
+    if "-m" in argv[:-1]:
+        import importlib.util
+
+        try:
+            spec = importlib.util.find_spec(argv[argv.index("-m") + 1])
+        except (ImportError, ValueError):
+            return None
+        return spec.origin if spec is not None else None
+    scripts = [argument for argument in argv[1:] if argument.endswith(".py")]
+    return scripts[0] if scripts else None
+
+
+PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_NAMESPACES: dict = {}
+
+
+def _project_file(module: str) -> Optional[str]:
+    """The source file of a project module (`pkg.mod` -> pkg/mod.py or pkg/mod/__init__.py)."""
+    base = os.path.join(PROJECT_ROOT, *module.split("."))
+    for path in (base + ".py", os.path.join(base, "__init__.py")):
+        if os.path.isfile(path):
+            return path
+    return None
+
+
+def _bound(module: str, name: Optional[str] = None) -> Any:
+    """What `import module` (name None) or `from module import name` binds, computed without
+    running project code: a project module becomes a namespace of its evaluable values, a
+    standard-library module is imported; anything else raises LookupError."""
+    import importlib
+    import types
+
+    if name is not None and _project_file(f"{module}.{name}"):
+        module, name = f"{module}.{name}", None
+    path = _project_file(module)
+    if path is not None:
+        values = source_values(path)
+        if name is None:
+            return types.SimpleNamespace(**values, __file__=path)
+        if name in values:
+            return values[name]
+    elif module.split(".")[0] in sys.stdlib_module_names:
+        imported = importlib.import_module(module)
+        return imported if name is None else getattr(imported, name)
+    raise LookupError(module)
+
+
+def source_values(path: str) -> dict:
+    """The module-level names of a project source file whose values can be computed from
+    literals, the standard library and other project modules' such names, without running
+    the file (its imports would start TensorFlow)."""
+    if path in _NAMESPACES:
+        return _NAMESPACES[path]
+    values = _NAMESPACES[path] = {}  # an import cycle sees the names bound so far
+    with open(path, encoding="utf-8") as handle:
+        tree = ast.parse(handle.read())
+    for node in tree.body:
+        try:
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    top = alias.name.split(".")[0]
+                    values[alias.asname or top] = _bound(alias.name if alias.asname else top)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                for alias in node.names:
+                    values[alias.asname or alias.name] = _bound(node.module, alias.name)
+            elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(
+                    node.targets[0], ast.Name):
+                values[node.targets[0].id] = _evaluate_or_keys(node.value, values)
+        except Exception:  # noqa: BLE001, S112 - needs running code: left out
+            continue
+    return values
+
+
+def _evaluate_or_keys(node: ast.AST, values: dict) -> Any:
+    """An expression's value; for a dict display whose values need running code, its keys
+    (mapped to None), which is what flag choices and defaults built from it use."""
+    try:
+        return _evaluate(node, values)
+    except Exception:
+        if not isinstance(node, ast.Dict) or None in node.keys:
+            raise
+        return dict.fromkeys(_evaluate(key, values) for key in node.keys)
+
+
+def _evaluate(node: ast.AST, values: dict) -> Any:
+    """The value of an expression of the project's own source, over `values`."""
+    return eval(compile(ast.Expression(node), "<binary>", "eval"), dict(values))
+
+
+def declared_options(path: str, class_name: str = "Config") -> list:
+    """[(name, default, help, choices)] of a binary's `Config` dataclass (its bases' fields
+    first, as dataclasses order them), read from the source file without running it. A
+    default that cannot be computed so is its source text (a `_Verbatim`)."""
+    values = source_values(path)
+    with open(path, encoding="utf-8") as handle:
+        tree = ast.parse(handle.read())
+    config = next((node for node in tree.body
+                   if isinstance(node, ast.ClassDef) and node.name == class_name), None)
+    if config is None:
+        return []
+    options = {}
+    for base in config.bases:  # e.g. road.Config: the base module's own options first
+        if isinstance(base, ast.Attribute) and isinstance(base.value, ast.Name):
+            module = values.get(base.value.id)
+            if hasattr(module, "__file__"):
+                options.update((option[0], option)
+                               for option in declared_options(module.__file__, base.attr))
+    for node in config.body:
+        call = getattr(node, "value", None)
+        if not (isinstance(node, ast.AnnAssign) and isinstance(call, ast.Call)
+                and getattr(call.func, "id", "") == "option"):
+            continue
+        given = dict(zip(("default", "help", "choices"), call.args))
+        given.update({keyword.arg: keyword.value for keyword in call.keywords})
+        options[node.target.id] = (node.target.id, *(
+            _shown(given.get(name), values) for name in ("default", "help", "choices")))
+    return list(options.values())
+
+
+def _shown(node: Optional[ast.AST], values: dict) -> Any:
+    """An option argument's value, its source text (`_Verbatim`) if that needs running code,
+    or None if not given."""
+    if node is None:
+        return None
+    try:
+        return _evaluate(node, values)
+    except Exception:  # noqa: BLE001
+        return _Verbatim(ast.unparse(node))
+
+
+class _Verbatim(str):
+    """A default shown as the source text that computes it."""
+
+
+def flag_text(value: Any) -> str:
+    """A default as the user would type it on the command line."""
+    if isinstance(value, _Verbatim):
+        return f"<{value}>"
+    if value is None:
+        return "(none)"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(item) for item in value)
+    return str(value)
+
+
+def help_text(path: str, command: str) -> str:
+    """The `--help` page of a binary: its docstring's first paragraph and one line per flag."""
+    with open(path, encoding="utf-8") as handle:
+        doc = (ast.get_docstring(ast.parse(handle.read())) or "").split("\n\n")[0].strip()
+    lines = [f"usage: {command} [--flag=value ...]", ""]
+    if doc:
+        lines += [doc, ""]
+    lines.append("flags (default in brackets):")
+    for name, default, text, choices in declared_options(path):
+        one_line = " ".join(str(text or "").split())
+        if choices:
+            one_line += f" One of: {flag_text(choices).replace(',', ', ')}."
+        lines.append(f"  --{name} [{flag_text(default)}]")
+        lines.append(f"      {one_line}")
+    lines += ["", "  --helpfull  every flag, including absl's and TensorFlow's"]
+    return "\n".join(lines)
+
+
+def answer_help_early() -> None:
+    """If a binary was started with --help/-h, prints its own flags and exits 0 before any
+    heavy import; otherwise does nothing."""
+    if not any(argument in HELP_FLAGS for argument in sys.argv[1:]):
+        return
+    path = _started_file()
+    if not path or not os.path.isfile(path):
+        return
+    with open(path, encoding="utf-8") as handle:
+        source = handle.read()
+    if "run_binary(Config, run)" not in source:
+        return
+    argv = list(getattr(sys, "orig_argv", ()))
+    command = (f"python -m {argv[argv.index('-m') + 1]}" if "-m" in argv[:-1]
+               else f"python {path}")
+    print(help_text(path, command))
+    sys.exit(0)

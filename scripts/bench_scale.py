@@ -13,7 +13,7 @@ timed (start-up included), so the ratios are what a user sees.
 
     python scripts/bench_scale.py [--images=2048] [--epochs=2]
 """
-import argparse
+import dataclasses
 import io
 import json
 import os
@@ -24,6 +24,8 @@ import time
 
 import numpy as np
 from PIL import Image
+
+from models.cli import option, run_binary
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -64,12 +66,15 @@ def timed(arguments, env=None):
     return time.time() - started
 
 
-def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--images", type=int, default=2048)
-    parser.add_argument("--epochs", type=int, default=2)
-    parser.add_argument("--method", default="roar:SH_SG")
-    args = parser.parse_args()
+@dataclasses.dataclass(frozen=True)
+class Config:
+    images: int = option(2048, "Random 64-px images to explain and train on.")
+    epochs: int = option(2, "Training epochs of each training comparison.")
+    method: str = option("roar:SH_SG", "Saliency method of the generation comparison.")
+
+
+def run(args: Config) -> None:
+    """Runs both comparisons and prints the table (whole processes timed)."""
     root = tempfile.mkdtemp(prefix="bench_scale_")
     paths = make_records(root, args.images)
     pattern = os.path.join(root, "train-*")
@@ -114,4 +119,4 @@ def cpu_model() -> str:
 
 
 if __name__ == "__main__":
-    main()
+    run_binary(Config, run)

@@ -7,7 +7,7 @@ is better), and prints / writes the table.
 
     python scripts/idsds_zoo_table.py [--models=resnet18,vit_b_16] [--nr_images=32] [--epochs=2]
 """
-import argparse
+import dataclasses
 import json
 import os
 import time
@@ -20,27 +20,31 @@ os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 import models  # noqa: E402  (after the environment setting above)
 from faithfulness import evaluate  # noqa: E402
 from models import results, training  # noqa: E402
+from models.cli import option, run_binary  # noqa: E402
 from saliency_gen import pipelines, records  # noqa: E402
 from saliency_gen.world import cache  # noqa: E402
 
 MODELS = ("small_cnn", "resnet18", "resnet50_tv", "wide_resnet50_2", "fixup_resnet50",
           "x_resnet50", "vgg11", "vgg16_tv", "vgg16_bn", "x_vgg16", "bcos_resnet50",
           "bagnet33", "vit_b_16")
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default=",".join(MODELS))
-    parser.add_argument("--nr_images", type=int, default=32)
-    parser.add_argument("--epochs", type=float, default=2.0)
-    parser.add_argument("--output_dir", default="runs/idsds_zoo")
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
+@dataclasses.dataclass(frozen=True)
+class Config:
+    models: tuple = option(MODELS, "Zoo architectures (their small variants) to train and score.")
+    nr_images: int = option(32, "Validation images scored per model.")
+    epochs: float = option(2.0, "Training epochs per model.")
+    output_dir: str = option("runs/idsds_zoo", "Where each model and idsds_zoo.json go.")
+    seed: int = option(0, "Seed of the world, the training and the image sample.")
+
+
+def run(args: Config) -> dict:
+    """Trains and scores every model of `args.models`; returns {model: top-1, scores, time}."""
     shards = cache.records_dir(seed=args.seed)
     files = {split: records.list_files(os.path.join(shards, f"{split}-*"), split)
              for split in ("train", "validation")}
     recipe = training.with_overrides(training.SYNTHETIC_RECIPE, epochs=args.epochs,
                                      decay_epochs=(max(1.0, args.epochs - 1),))
     table, report = [], {}
-    for name in args.models.split(","):
+    for name in args.models:
         spec = models.spec(name)
         started = time.time()
         data = {split: pipelines.image_batches(
@@ -73,6 +77,7 @@ def main():
               f"{time.time() - started:.0f} s", flush=True)
     print(results.text_table(["model", "top-1", "explainer", "SDS", "ID"], table,
                              align="right"))
+    return report
     with open(os.path.join(args.output_dir, "idsds_zoo.json"), "w", encoding="utf-8") as handle:
         json.dump({"nr_images": args.nr_images, "epochs": args.epochs, "models": report},
                   handle, indent=1)
@@ -80,4 +85,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    run_binary(Config, run)
