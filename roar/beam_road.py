@@ -76,9 +76,9 @@ class Gather(beam.DoFn):
 def run(config: Config) -> list:
     """The ROAD curves of `config` from a Beam pipeline: printed, written as roar.road writes
     them (rows with intervals), returned as rows."""
-    f = config
-    road.check_flags(f)
-    with exclusive(f.output + ".json", "ROAD output"):
+    road.check_flags(config)
+    with exclusive(config.output + ".json", "ROAD output"):
+        f = road.on_synthetic_world(config)
         model = models.load(f.ckpt_path)
         read = road.inputs(f)
         counts = [(path, count_records([path])) for path in read.files]

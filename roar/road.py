@@ -2,6 +2,7 @@
 
     python -m roar.road --ckpt_path=runs/clean/model --saliency_method=gradient_image \\
         --data_dir=saliency/SH --ratios=0.1,0.3,0.5,0.7,0.9
+    python -m roar.road          # the synthetic world's clean model and gradient maps
 
 The clean (explained) model runs on imputed test images: MoRF(p) removes the top p of the
 ranked pixels (= ROAR at ratio p), LeRF(p) keeps the top p and imputes the rest (= KAR at ratio
@@ -23,7 +24,7 @@ from models import provenance
 from models.cli import option, run_binary
 from models.errors import UserError, check_fractions, check_minimum
 from models.files import exclusive, write_json
-from roar import masked_data, summaries
+from roar import masked_data, summaries, synthetic_setup
 from saliency_gen.pipelines import count_records
 
 ORDERS = ("morf", "lerf")
@@ -98,15 +99,17 @@ def row(method, order, p, accuracy, probability, count) -> dict:
 class Config:
     """roar.road's options (one flag each)."""
 
-    ckpt_path: Optional[str] = option(None, 'The clean model (models.export directory).')
+    ckpt_path: Optional[str] = option(
+        None, "The clean model (models.export directory; default: the synthetic world's).")
     data_dir: Optional[str] = option(
         None,
         'Saliency records of the method, or image records with --saliency_method=random '
-        'or oracle.')
+        "or oracle (default: the synthetic world's, made once and cached).")
     eval_pattern: str = option("validation-*", 'Test shards in --data_dir.')
     saliency_method: Optional[str] = option(
         None, "The map: a record key (gradient_image), a ROAR code (SH), any saliency_gen method "
-        "name or 'package.module:function' whose records --data_dir holds, or random / oracle.")
+        "name or 'package.module:function' whose records --data_dir holds, or random / oracle "
+        "(default on the synthetic world: gradient_image).")
     orders: tuple = option(tuple(ORDERS), 'morf and/or lerf.')
     ratios: tuple = option(
         ("0.1", "0.2", "0.3", "0.4", "0.5", "0.7", "0.9"),
@@ -129,14 +132,29 @@ def run(config: Config) -> list:
     at once stops with one line."""
     check_flags(config)
     with exclusive(config.output + ".json", "ROAD output"):
-        return _curves(config)
+        return _curves(on_synthetic_world(config))
+
+
+def on_synthetic_world(f: Config) -> Config:
+    """`f` itself when --data_dir is given; otherwise ROAD on the built-in synthetic world, like
+    roar.train: its clean model, and the method's saliency records (or, for random / oracle,
+    its image records), made once and cached (`roar.synthetic_setup`)."""
+    if f.data_dir:
+        return f
+    method = f.saliency_method or "gradient_image"
+    control = method in ("random", "oracle")
+    setup = synthetic_setup.prepare(seed=0, method=None if control else method)
+    return dataclasses.replace(
+        f, saliency_method=method, data_dir=setup["records"] if control else setup["saliency"],
+        ckpt_path=f.ckpt_path or synthetic_setup.clean_model(seed=0))
 
 
 def check_flags(f: Config) -> None:
     """One-line errors for missing or out-of-range flags."""
-    for name in ("ckpt_path", "data_dir", "saliency_method"):
-        if not getattr(f, name):
-            raise UserError(f"--{name} is required")
+    if f.data_dir:
+        for name in ("ckpt_path", "saliency_method"):
+            if not getattr(f, name):
+                raise UserError(f"--{name} is required with --data_dir")
     check_fractions("ratios", list(f.ratios))
     check_minimum("batch_size", f.batch_size, 1)
     unknown = sorted(set(f.orders) - set(ORDERS))

@@ -18,6 +18,11 @@ from saliency_gen.world import cache
 IMAGE_SIZE = cache.IMAGE_SIZE
 
 
+def clean_model(seed: int = 0, log: Callable = print) -> str:
+    """The export directory of the world's clean model (the one ROAR's maps explain)."""
+    return cache.clean_model(seed, log=log)
+
+
 def prepare(seed: int = 0, method: Optional[str] = "gradient_image",
             log: Callable = print) -> dict:
     """{"records": image-record dir, "model": the clean model's export, "saliency": the
@@ -26,7 +31,7 @@ def prepare(seed: int = 0, method: Optional[str] = "gradient_image",
     records = cache.records_dir(seed, log=log)
     if method is None:
         return {"records": records}
-    model = cache.clean_model(seed, log=log)
+    model = clean_model(seed, log)
     name = generator_name(method)
     saliency_dir = os.path.join(cache.cache_dir(seed), "roar_saliency")
     report = generate.generate(os.path.join(records, "*.tfrecord"), model, [name], saliency_dir,

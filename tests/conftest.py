@@ -2,8 +2,22 @@
 (fabricated MSCOCO + MiniPlaces), each built once per session."""
 import hashlib
 import os
+import shutil
+import tempfile
 
 import pytest
+
+_SESSION_CACHE = tempfile.mkdtemp(prefix="attribution-benchmarks-tests-")
+
+
+def pytest_configure(config):
+    """One temporary project cache per session (XDG_CACHE_HOME, inherited by every binary and
+    notebook kernel the tests start): the suite never reads or writes the user's cache."""
+    os.environ["XDG_CACHE_HOME"] = _SESSION_CACHE
+
+
+def pytest_unconfigure(config):
+    shutil.rmtree(_SESSION_CACHE, ignore_errors=True)
 
 # A world small enough to build in seconds, large enough for every folder to be populated.
 TINY_WORLD = {"seed": 3, "image_size": 64, "train_per_pair": 2, "val_per_pair": 3}

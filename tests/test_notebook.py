@@ -1,5 +1,6 @@
-"""The quickstart notebook runs headlessly from start to end (so it never rots) and produces its
-two figures."""
+"""The quickstart notebook runs headlessly from start to end (so it never rots) and shows its
+two figures inline, as Jupyter would (no backend forced by the notebook), in the session's
+temporary cache (tests/conftest.py), never the user's."""
 import os
 import time
 
@@ -20,6 +21,9 @@ def test_quickstart_notebook_runs(tmp_path):
     outputs = "".join(output.get("text", "") for cell in notebook.cells
                       if cell.cell_type == "code" for output in cell.get("outputs", []))
     assert "mean g on the object" in outputs and "done" in outputs
+    shown = [output for cell in notebook.cells if cell.cell_type == "code"
+             for output in cell.get("outputs", []) if "image/png" in output.get("data", {})]
+    assert len(shown) == 2  # the maps and the deletion curves, inline
     assert (tmp_path / "quickstart_maps.png").stat().st_size > 1000
     assert (tmp_path / "quickstart_deletion.png").stat().st_size > 1000
     print(f"quickstart notebook: {seconds:.1f} s")

@@ -40,3 +40,25 @@ def test_readme_notebook_snippet_runs(tmp_path, monkeypatch):
     gradient = namespace["gradient"].numpy()
     assert gradient.shape == (4, 64, 64, 3) and np.abs(gradient).max() > 0
     assert namespace["features"].shape == (4, 16, 16, 64)
+
+
+def test_readme_user_method_example_is_shipped_and_is_gradient_times_input(monkeypatch):
+    import keras
+
+    import models
+    import saliency_gen
+
+    commands = re.findall(r"PYTHONPATH=(\S+) python \S+ --methods=(\S+)", _read("README.md"))
+    assert commands
+    for folder, methods in commands:
+        monkeypatch.syspath_prepend(os.path.join(REPO, folder))
+        user = [name for name in methods.split(",") if ":" in name and "bam:" not in name]
+        assert user == ["my_methods:gradient_times_input"]
+    keras.utils.set_random_seed(0)
+    model = models.build("small_cnn", 10, (16, 16, 3), width=4)
+    images = np.random.RandomState(0).rand(3, 16, 16, 3).astype("float32")
+    targets = np.array([0, 4, 9])
+    mine = saliency_gen.attribute(model, images, "my_methods:gradient_times_input", targets=targets)
+    builtin = saliency_gen.attribute(model, images, "grad_x_input", targets=targets)
+    assert np.abs(mine).max() > 0
+    np.testing.assert_allclose(mine, builtin, rtol=1e-5, atol=1e-7)

@@ -36,3 +36,30 @@ def test_beam_road_rows_equal_the_single_process_binary(small_shards, tmp_path):
             assert mine[value + "_low"] <= mine[value] <= mine[value + "_high"]
         assert mine["true_class_probability_low"] < mine["true_class_probability_high"]
     assert (tmp_path / "beam.png").exists() and not (tmp_path / "beam.json.combined.json").exists()
+
+
+def test_road_without_flags_runs_on_the_synthetic_world(small_shards, tmp_path, monkeypatch):
+    """Like roar.train, roar.road with no flags reads the synthetic world's clean model and the
+    method's cached maps (here the setup is stubbed with the small shards)."""
+    pattern, model_path = small_shards
+    asked = []
+
+    def prepare(seed, method):
+        asked.append(method)
+        return {"records": os.path.dirname(pattern), "saliency": "maps-of-" + str(method)}
+
+    monkeypatch.setattr(road.synthetic_setup, "prepare", prepare)
+    monkeypatch.setattr(road.synthetic_setup, "clean_model", lambda seed: model_path)
+    default = road.on_synthetic_world(road.Config())
+    assert (default.saliency_method, default.data_dir, default.ckpt_path) == (
+        "gradient_image", "maps-of-gradient_image", model_path)
+    control = road.on_synthetic_world(road.Config(saliency_method="random", ckpt_path="mine"))
+    assert (control.data_dir, control.ckpt_path) == (os.path.dirname(pattern), "mine")
+    assert asked == ["gradient_image", None]
+    rows = road.run(road.Config(saliency_method="random", ratios=("0.5",), orders=("morf",),
+                                output=str(tmp_path / "road")))
+    assert [row["n"] for row in rows] == [36]
+    given = road.Config(data_dir="elsewhere", ckpt_path="model", saliency_method="SH")
+    assert road.on_synthetic_world(given) is given
+    with pytest.raises(road.UserError, match="--ckpt_path is required with --data_dir"):
+        road.check_flags(road.Config(data_dir="elsewhere", saliency_method="SH"))
