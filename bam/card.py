@@ -21,7 +21,12 @@ METRICS = (Metric("MCS", True, about="object attribution of the object model min
            Metric("IDR", True, about="share of images whose object attribution drops when the "
                                     "object goes"),
            Metric("IIR", True, about="share of images whose attribution stays within 10% when "
-                                    "a patch of no importance is added"))
+                                    "a patch of no importance is added",
+                  note="a map that does not change with the input scores 1 by construction: "
+                       "the random control draws its map from the image's file name, which the "
+                       "patched and the plain image share, so both get the same map. IIR "
+                       "rewards insensitivity to the patch; read it beside IDR (sensitivity to "
+                       "the object)."))
 
 
 def benchmark(data_dir: str, model_dir: str, *, metrics=("MCS", "IDR", "IIR"),

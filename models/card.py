@@ -34,6 +34,7 @@ class Metric:
     higher_is_better: bool
     unit: str = "image"  # "image" or "seed": what the interval resamples
     about: str = ""  # one line for the card's legend
+    note: str = ""  # a known behaviour a reader should know (under the card's table)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -96,10 +96,11 @@ def section_of(card: Card, title: str, text: str) -> Section:
 
 def gallery_png(pixels, maps: dict, captions=None) -> bytes:
     """The inputs (pixels [K, H, W, 3] in [0, 1]) in the first column and each method's maps
-    beside them (|map| summed over channels, scaled to each map's 99th percentile)."""
+    beside them (|map| summed over channels, scaled to each map's 99th percentile); titles at
+    10 pt, readable when the page shrinks the picture to its width."""
     pyplot = results.pyplot()
     rows, columns = len(pixels), 1 + len(maps)
-    figure, axes = pyplot.subplots(rows, columns, figsize=(1.6 * columns, 1.6 * rows),
+    figure, axes = pyplot.subplots(rows, columns, figsize=(1.25 * columns, 1.3 * rows + 0.3),
                                    squeeze=False)
     for row in range(rows):
         axes[row, 0].imshow(np.clip(pixels[row], 0, 1), interpolation="nearest")
@@ -109,23 +110,24 @@ def gallery_png(pixels, maps: dict, captions=None) -> bytes:
             axes[row, column].imshow(np.clip(heat / top, 0, 1), cmap="inferno", vmin=0, vmax=1,
                                      interpolation="nearest")
             if row == 0:
-                axes[row, column].set_title(method, fontsize=7)
+                axes[row, column].set_title(method, fontsize=10)
         if row == 0:
-            axes[row, 0].set_title("input", fontsize=7)
+            axes[row, 0].set_title("input", fontsize=10)
         if captions:
-            axes[row, 0].set_ylabel(captions[row], fontsize=6)
+            axes[row, 0].set_ylabel(captions[row].replace("_", " "), fontsize=10)
     for axis in axes.ravel():
         axis.set_xticks([])
         axis.set_yticks([])
     figure.tight_layout()
-    return results.figure_png(figure, dpi=80)
+    return results.figure_png(figure, dpi=100)
 
 
 def _html_table(header, rows) -> str:
     head = "".join(f"<th>{html.escape(str(c))}</th>" for c in header)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>"
                    for row in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    return (f"<div class=frame><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody>"
+            "</table></div>")
 
 
 def _image(png: bytes, alt: str) -> str:
@@ -133,23 +135,141 @@ def _image(png: bytes, alt: str) -> str:
     return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{encoded}">'
 
 
-_STYLE = ("body{font-family:sans-serif;margin:2em;max-width:80em}"
-          "table{border-collapse:collapse;margin:1em 0}"
-          "td,th{border:1px solid #ccc;padding:.3em .6em;text-align:right}"
-          "td:first-child,th:first-child{text-align:left}img{max-width:100%}")
+def compact_cell(card: Card, metric: str, method: str) -> str:
+    """"value ±half-width #rank" (the larger side of the 95% interval), "-" or "n/a"."""
+    row = card.rows.get((metric, method))
+    if row is None:
+        return "-"
+    estimate = row["estimate"]
+    if math.isnan(estimate.value):
+        return "n/a"
+    half = max(estimate.value - estimate.low, estimate.high - estimate.value)
+    return f"{estimate.value:.3f} ±{half:.3f} #{row['rank']}"
 
 
-def html_page(card: Card, sections: Sequence[Section], title: str, intro: str) -> str:
-    """One HTML document, no external resource: the table, the agreement and the sections."""
+def best_methods(card: Card) -> dict:
+    """{metric name: the methods with the best mean (ties: all of them)}."""
+    best = {}
+    for metric in card.metrics:
+        values = {method: card.rows[(metric.name, method)]["estimate"].value
+                  for method in card.methods if (metric.name, method) in card.rows}
+        values = {method: v for method, v in values.items() if not math.isnan(v)}
+        if values:
+            top = (max if metric.higher_is_better else min)(values.values())
+            best[metric.name] = {method for method, v in values.items() if v == top}
+    return best
+
+
+def notes(card: Card) -> list:
+    """What a reader should know to read this card: each metric's known behaviour, the
+    columns where methods tie, and how coarse Kendall's tau is over this many methods."""
+    found = []
+    for metric in card.metrics:
+        if metric.note and metric.note not in found:
+            found.append(f"{metric.name}: {metric.note}")
+    for metric in card.metrics:
+        means = {}
+        for method in card.methods:
+            row = card.rows.get((metric.name, method))
+            if row is not None and not math.isnan(row["estimate"].value):
+                means.setdefault(round(row["estimate"].value, 12), []).append(method)
+        tied = [methods for methods in means.values() if len(methods) > 1]
+        for methods in tied:
+            found.append(f"{metric.name}: {', '.join(methods)} have the same value; a tie, "
+                         "not an ordering.")
+    count = len(card.methods)
+    if count >= 2:
+        pairs = count * (count - 1) // 2
+        found.append(f"Agreement: Kendall's tau over {count} methods can take only "
+                     f"{pairs + 1} values (steps of {2 / pairs:.2f}); read the heat map as "
+                     "coarse, and a single swap of two close methods moves it a whole step.")
+    return found
+
+
+_STYLE = ("body{font-family:system-ui,sans-serif;margin:1.5em auto;max-width:1220px;"
+          "padding:0 1em;color:#222}"
+          "h1{margin-bottom:.2em}h2{margin-top:1.6em}"
+          ".frame{max-width:100%;overflow-x:auto}"
+          "table{border-collapse:collapse;margin:.6em 0;font-size:13px}"
+          "td,th{border:1px solid #ccc;padding:.25em .5em;text-align:right;white-space:nowrap}"
+          "th{background:#f4f4f4;vertical-align:bottom}"
+          "td:first-child,th:first-child{text-align:left}"
+          "td.best{font-weight:bold;background:#e8f4e8}"
+          ".ci{color:#666;font-size:11px}.rank{color:#357;font-size:11px}"
+          "table.about td{text-align:left;white-space:normal}"
+          "table.about td:first-child{font-weight:bold;width:9em}"
+          "dl{font-size:13px}dt{font-weight:bold;float:left;clear:left;width:13em}"
+          "dd{margin:0 0 .2em 14em}"
+          "img{max-width:100%}.small{font-size:13px;color:#444}")
+
+
+def _main_table(card: Card) -> str:
+    """The methods x metrics table: one line per cell, the best of each column marked."""
+    best = best_methods(card)
+    head = "".join(
+        f"<th>{html.escape(m.name.rsplit(' ', 1)[0])}<br>{html.escape(m.name.rsplit(' ', 1)[-1])}"
+        f" {'↑' if m.higher_is_better else '↓'}</th>" for m in card.metrics)
+    rows = []
+    for method in card.methods:
+        cells = [f"<td>{html.escape(method)}</td>"]
+        for metric in card.metrics:
+            text = compact_cell(card, metric.name, method)
+            row = card.rows.get((metric.name, method))
+            if text in ("-", "n/a"):
+                cells.append(f"<td>{text}</td>")
+                continue
+            value, half, rank = text.split(" ")
+            estimate = row["estimate"]
+            marked = " class=best" if method in best.get(metric.name, ()) else ""
+            cells.append(
+                f"<td{marked} title='95% interval [{estimate.low:.3f}, {estimate.high:.3f}], "
+                f"n = {estimate.n}'>{value} <span class=ci>{half}</span> "
+                f"<span class=rank>{rank}</span></td>")
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    return (f"<div class=frame><table class=card><thead><tr><th>method</th>{head}</tr></thead>"
+            f"<tbody>{''.join(rows)}</tbody></table></div>")
+
+
+def _legend(card: Card) -> str:
+    """Every metric of the table: what it measures, its direction and its unit."""
+    items = []
+    for metric in card.metrics:
+        better = "higher" if metric.higher_is_better else "lower"
+        items.append(f"<dt>{html.escape(metric.name)} {'↑' if metric.higher_is_better else '↓'}"
+                     f"</dt><dd>{html.escape(metric.about or metric.name)} ({better} is better;"
+                     f" one value per {metric.unit})</dd>")
+    return f"<dl>{''.join(items)}</dl>"
+
+
+AGREEMENT_CAVEAT = ("Kendall's tau between the method rankings of every two metrics (red: they "
+                    "order the methods alike, blue: in reverse). With few methods tau is coarse "
+                    "(see the notes), and agreement is not correctness: two metrics can share a "
+                    "bias.")
+
+
+def html_page(card: Card, sections: Sequence[Section], title: str, intro: str,
+              about: Sequence[tuple] = ()) -> str:
+    """One HTML document, no external resource: what was evaluated, the table with its legend
+    and notes, the agreement heat map and the sections."""
     parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}"
-             f"</title><style>{_STYLE}</style></head><body><h1>{html.escape(title)}</h1>",
-             f"<p>{html.escape(intro)}</p>", "<h2>Methods and metrics</h2>",
-             _html_table(_header(card), _body(card)), "<h2>Agreement between benchmarks</h2>",
-             _html_table(*agreement_rows(card)), _image(heat_map_png(card), "agreement heat map")]
+             f"</title><style>{_STYLE}</style></head><body><h1>{html.escape(title)}</h1>"]
+    if about:
+        parts.append("<table class=about><tbody>" + "".join(
+            f"<tr><td>{html.escape(str(label))}</td><td>{html.escape(str(value))}</td></tr>"
+            for label, value in about) + "</tbody></table>")
+    parts += ["<h2>Methods and metrics</h2>", f"<p class=small>{html.escape(intro)}</p>",
+              _main_table(card), "<h3>Legend</h3>", _legend(card)]
+    found = notes(card)
+    if found:
+        parts.append("<h3>Notes</h3><ul class=small>" + "".join(
+            f"<li>{html.escape(note)}</li>" for note in found) + "</ul>")
+    parts += ["<h2>Agreement between benchmarks</h2>",
+              f"<p class=small>{html.escape(AGREEMENT_CAVEAT)}</p>",
+              _image(heat_map_png(card), "agreement heat map")]
     for section in sections:
         parts.append(f"<h2>{html.escape(section.title)}</h2>")
         if section.text:
-            parts.append(f"<p>{html.escape(section.text)}</p>")
+            parts.append(f"<p class=small>{html.escape(section.text)}</p>")
         if section.header:
             parts.append(_html_table(section.header, section.rows))
         if section.png:
@@ -159,12 +279,17 @@ def html_page(card: Card, sections: Sequence[Section], title: str, intro: str) -
 
 
 def markdown_page(card: Card, sections: Sequence[Section], title: str, intro: str,
-                  pictures: dict) -> str:
+                  pictures: dict, about: Sequence[tuple] = ()) -> str:
     """The card in Markdown; `pictures` maps section titles (and "agreement") to PNG file
     names beside it."""
-    parts = [f"# {title}\n", intro + "\n", "## Methods and metrics\n",
-             markdown_table(_header(card), _body(card)), "## Agreement between benchmarks\n",
-             markdown_table(*agreement_rows(card))]
+    parts = [f"# {title}\n"]
+    if about:
+        parts.append(markdown_table(["", ""], [list(row) for row in about]))
+    parts += [intro + "\n", "## Methods and metrics\n",
+              markdown_table(_header(card), _body(card))]
+    parts += [f"- {note}" for note in notes(card)]
+    parts += ["", "## Agreement between benchmarks\n", AGREEMENT_CAVEAT + "\n",
+              markdown_table(*agreement_rows(card))]
     if "agreement" in pictures:
         parts.append(f"![agreement]({pictures['agreement']})\n")
     for section in sections:
@@ -179,7 +304,8 @@ def markdown_page(card: Card, sections: Sequence[Section], title: str, intro: st
 
 
 def write_card(card: Card, output_dir: str, sections: Sequence[Section] = (),
-               title: str = "Report card", intro: str = "", extra: Optional[dict] = None) -> dict:
+               title: str = "Report card", intro: str = "", extra: Optional[dict] = None,
+               about: Sequence[tuple] = ()) -> dict:
     """Writes card.html, card.md, card.csv, card.json and the PNGs into `output_dir`; returns
     {kind: path}."""
     paths = {kind: os.path.join(output_dir, f"card.{kind}")
@@ -190,8 +316,8 @@ def write_card(card: Card, output_dir: str, sections: Sequence[Section] = (),
         if section.png:
             pictures[section.title] = f"card_section{number}.png"
             results.write_bytes(os.path.join(output_dir, pictures[section.title]), section.png)
-    results.write_text(paths["html"], html_page(card, sections, title, intro))
-    results.write_text(paths["md"], markdown_page(card, sections, title, intro, pictures))
+    results.write_text(paths["html"], html_page(card, sections, title, intro, about))
+    results.write_text(paths["md"], markdown_page(card, sections, title, intro, pictures, about))
     records = as_records(card)
     results.write_csv(paths["csv"], records, None if records else ["metric", "method"])
     names, matrix = card.agreement
@@ -202,5 +328,6 @@ def write_card(card: Card, output_dir: str, sections: Sequence[Section] = (),
                                                          for v in row] for row in matrix]},
         "sections": [{"title": s.title, "text": s.text, "header": list(s.header),
                       "rows": [list(r) for r in s.rows]} for s in sections],
+        "about": dict(about), "notes": notes(card),
         "settings": card.settings, **(extra or {})}, default=repr)), indent=1)
     return paths

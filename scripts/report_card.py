@@ -13,6 +13,7 @@ resumes and one more method costs only that method.
 """
 import models  # noqa: I001  (first: TensorFlow loads quietly)
 import dataclasses
+import importlib.metadata
 import os
 import sys
 import time
@@ -36,7 +37,7 @@ from models.preprocessing import input_space
 from roar import card as roar_card
 from saliency_gen import names, pipelines, records
 from saliency_gen.sources import photos
-from saliency_gen.world import cache
+from saliency_gen.world import cache, dataset
 
 BAM_METHODS = ("bam:GC", "bam:VG", "bam:SG", "bam:IG", "bam:IG-SG", "bam:GxI", "bam:GB",
                "bam:GGC")
@@ -261,11 +262,54 @@ def gallery(config: Config, inputs: Inputs) -> card_outputs.Section:
 
 
 def row_titles(config: Config, labels) -> list:
-    """The gallery's row titles: the class names of the photos, else the label numbers."""
+    """The gallery's row titles: the class names of the photos or of the synthetic world's
+    objects, else the label numbers."""
     if config.pretrained:
         class_names = photos.class_names("imagenet")
         return [class_names[label] for label in labels]
+    if config.model_path is None:
+        return [dataset.OBJECT_CLASSES[label] for label in labels]
     return [f"label {label}" for label in labels]
+
+
+def about_rows(config: Config, inputs: Optional[Inputs], seconds: float) -> list:
+    """[(label, value)]: what the card evaluated, shown above its table."""
+    if config.pretrained:
+        model, data = (f"{config.pretrained} with its ImageNet weights",
+                       "foolbox's ImageNet photos (saliency_gen.sources.photos)")
+    elif config.model_path is None:
+        model, data = ("small_cnn, the synthetic world's clean model",
+                       "the synthetic world's validation records")
+    else:
+        model, data = config.model_path, config.input_pattern
+    rows = []
+    if inputs is not None:
+        predicted = np.argmax(saliency_gen.predict(inputs.loaded, inputs.images,
+                                                   config.batch_size), axis=1)
+        accuracy = float(np.mean(predicted == np.asarray(inputs.labels)))
+        rows += [("Model", f"{model} (id {inputs.loaded.model_id})"),
+                 ("Accuracy", f"top-1 {accuracy:.3f} on the {len(inputs.images)} images below"),
+                 ("Data", f"{data}: {len(inputs.images)} images (the first --nr_images of a "
+                          f"sample drawn with seed {config.seed})")]
+    if "BAM" in config.benchmarks and not config.pretrained:
+        rows.append(("BAM", f"{config.num_imgs} images per metric, models in "
+                            f"{config.bam_model_dir or 'the synthetic world cache'}"))
+    rows += [("Methods", ", ".join(config.methods)),
+             ("Settings", f"benchmarks {', '.join(config.benchmarks)}; deletion / insertion "
+                          f"steps at most {config.max_step_nb}; batch {config.batch_size}"),
+             ("Seeds", f"{config.seed} (image sample, random draws, bootstrap)"),
+             ("Version", f"attribution-benchmarks {package_version()}"),
+             ("Date", time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())),
+             ("Run time", f"{seconds:.0f} s (reused cells cost nothing)")]
+    return rows
+
+
+def package_version() -> str:
+    """The installed package's version (or "unknown" when run from a bare checkout)."""
+    try:
+        return importlib.metadata.version("attribution-benchmarks")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
 
 
 def run(config: Config) -> dict:
@@ -315,12 +359,15 @@ def _run(config: Config) -> dict:
         if section.header:
             print(f"\n{section.title}\n" + results.text_table(section.header,
                                                                    section.rows))
-    intro = ("Each cell: mean [95% bootstrap interval] #rank; a method's rank is 1 + the number "
-             "of methods that beat it on the same images (paired bootstrap of the difference "
-             "excluding 0), so methods nothing separates share a rank. ↑: higher is better.")
+    intro = ("Each cell: mean ±(the larger side of the 95% bootstrap interval; the exact "
+             "interval shows on hover and is in card.csv) #rank. A method's rank is 1 + the "
+             "number of methods that beat it on the same images (paired bootstrap of the "
+             "difference excluding 0), so methods nothing separates share a rank. Bold: the "
+             "best mean of the column. ↑: higher is better, ↓: lower is better.")
     paths = card_outputs.write_card(summary, config.output_dir, sections,
                                     title="Saliency report card", intro=intro,
-                                    extra={"seconds": time.time() - started})
+                                    extra={"seconds": time.time() - started},
+                                    about=about_rows(config, inputs, time.time() - started))
     print(f"\nwrote {paths['html']}, {paths['md']}, {paths['csv']} and {paths['json']} "
           f"in {time.time() - started:.0f} s")
     return {"card": summary, "sanity": sanity, "sections": sections, "paths": paths,

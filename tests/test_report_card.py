@@ -6,6 +6,7 @@ import dataclasses
 import html.parser
 import importlib.util
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -89,20 +90,36 @@ def test_the_html_page_holds_every_cell_and_embeds_every_picture(card_run):
     card = result["card"]
     page = _Page()
     with open(result["paths"]["html"], encoding="utf-8") as handle:
-        page.feed(handle.read())
+        text = handle.read()
+    page.feed(text)
     for method in card.methods:
         for metric in card.metrics:
             row = card.rows.get((metric.name, method))
-            expected = "-" if row is None else (
-                "n/a" if np.isnan(row["estimate"].value) else
-                f"{row['estimate'].value:.3f} [{row['estimate'].low:.3f}, "
-                f"{row['estimate'].high:.3f}] #{row['rank']}")
+            if row is None:
+                expected = "-"
+            elif np.isnan(row["estimate"].value):
+                expected = "n/a"
+            else:
+                estimate = row["estimate"]
+                half = max(estimate.value - estimate.low, estimate.high - estimate.value)
+                expected = f"{estimate.value:.3f} ±{half:.3f} #{row['rank']}"
             assert expected in page.cells, (metric.name, method)
-    # the main table (header + 3 methods), the agreement matrix (header + 8 metrics) and the
-    # randomisation check (header + 3 methods, one column per stage)
+    # what was evaluated, above the table
+    about = dict(zip(page.cells[0:20:2], page.cells[1:20:2]))
+    assert list(about)[:3] == ["Model", "Accuracy", "Data"]
+    assert about["Methods"] == "bam:GC, random, oracle" and about["Seeds"].startswith("0 ")
+    assert about["Accuracy"].startswith("top-1 ") and "12 images" in about["Data"]
+    assert {"Version", "Date", "Run time", "Settings"} <= set(about)
+    # the best mean of each column is marked: the oracle on BAM MCS
+    assert "<td class=best title='95% interval [1.000, 1.000], n = 40'>1.000" in text
+    # notes: the random control's IIR, and how coarse tau is over three methods
+    assert "BAM IIR: a map that does not change with the input scores 1" in text
+    assert "tau over 3 methods can take only 4 values" in text
+    # the main table (about: 10 rows; header + 3 methods) and the randomisation check (header
+    # + 3 methods, one column per stage); the agreement is a heat map, not a second table
     sanity, gallery = result["sections"]
     assert len(card.metrics) == 8 and len(sanity.header) == 5  # small_cnn: stages 1, 2, 3, 7
-    assert len(page.cells) == 9 * 4 + 9 * 9 + 5 * 4
+    assert len(page.cells) == 2 * 10 + 9 * 4 + 5 * 4
     random_row = next(row for row in sanity.rows if row[0] == "random")
     assert all(cell.startswith("1.000 [1.000, 1.000]") for cell in random_row[1:])
     assert len(page.images) == 2 and gallery.png is not None  # agreement and gallery
@@ -112,6 +129,24 @@ def test_the_html_page_holds_every_cell_and_embeds_every_picture(card_run):
     for kind in ("md", "csv", "json"):
         assert os.path.getsize(result["paths"][kind]) > 0
     assert os.path.isfile(os.path.join(config.output_dir, "card_agreement.png"))
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None and shutil.which("chromium-browser") is None,
+                    reason="no headless Chromium (Debian: apt-get install chromium)")
+def test_the_page_fits_a_1280_px_window_in_headless_chromium(card_run, tmp_path):
+    """The page as a browser lays it out (scripts/card_screenshot.py): no side scroll at 1280 px
+    (wide tables scroll inside their frame), and a screenshot of its top."""
+    _, _, result = card_run
+    spec = importlib.util.spec_from_file_location(
+        "card_screenshot", os.path.join(REPO, "scripts", "card_screenshot.py"))
+    screenshot = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(screenshot)
+    shot = tmp_path / "card.png"
+    width = screenshot.run(screenshot.Config(page=result["paths"]["html"], output=str(shot)))
+    assert 1000 < width <= 1280
+    assert screenshot.laid_out_width(result["paths"]["html"], 800) <= 800  # a narrow window too
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert shot.read_bytes()[16:24] == (1280).to_bytes(4, "big") + (900).to_bytes(4, "big")
 
 
 def test_cells_are_reused_a_new_method_costs_only_itself_and_other_settings_are_refused(
