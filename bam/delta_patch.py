@@ -10,8 +10,10 @@ delta <- M * (delta - step_size * grad L(delta)) of
 
 (the out-of-range hinge; the spec's form differs by a constant), with f the logits, M the dog's
 mask in the box (the same mask routine as the scores), lo = -103.94, hi = 131.32. All images are
-optimised at once (loss summed, so each gets its own gradient; norms are safe at 0) in one traced
-loop over steps; `batch_size` chunks give identical results. The patch p = x + delta is clipped
+optimised at once (loss summed, so each gets its own gradient; norms are safe at 0) in a traced
+loop over steps, run in segments of `SEGMENT` steps so that a bar can follow it (plain gradient
+steps: the segments give the same result as one loop); `batch_size` chunks give identical
+results. The patch p = x + delta is clipped
 to [0, 255] after adding the mean back, rounded, and saved as lossless PNG.
 """
 import csv
@@ -30,11 +32,12 @@ from models.preprocessing import BAM_RGB_MEAN, INPUT_SPACES
 from saliency_gen.world import dataset
 
 LOW, HIGH = -103.94, 131.32
+SEGMENT = 25  # gradient steps per traced call
 
 
-def _optimiser(logits, num_steps, step_size, alpha, beta):
+def _optimiser(logits, step_size, alpha, beta):
     @tf.function(reduce_retracing=True)
-    def optimise(x, delta, mask):
+    def optimise(x, delta, mask, num_steps):
         reference = logits(x)
 
         def step(index, delta):
@@ -62,8 +65,10 @@ def to_uint8(images):
 
 
 def construct_patches(data_dir, model, *, num_steps=300, step_size=500.0, alpha=0.01,
-                      beta=0.01, batch_size=None, output_name="bamboo_forest_patch"):
-    """Builds `<data_dir>/<output_name>` from bamboo_forest with `model` (scene_only)."""
+                      beta=0.01, batch_size=None, output_name="bamboo_forest_patch",
+                      progress=None):
+    """Builds `<data_dir>/<output_name>` from bamboo_forest with `model` (scene_only);
+    `progress(done, total)` follows the gradient steps of all images."""
     adapter = adapt(model)
     input_size = adapter.input_shape[0]
     source = load_val_set(data_dir, "bamboo_forest")
@@ -78,11 +83,23 @@ def construct_patches(data_dir, model, *, num_steps=300, step_size=500.0, alpha=
     start = space.from_uint8(dataset.load_pixels(composites, input_size))
     masks = region.object_masks(source.masks, source.boxes, source.image_size, input_size, stems)
     masks = np.repeat(masks[..., None].astype(np.float32), 3, axis=-1)
-    optimise = _optimiser(adapter.logits, num_steps, step_size, alpha, beta)
+    optimise = _optimiser(adapter.logits, step_size, alpha, beta)
     chunk = batch_size or len(x)
-    delta = np.concatenate([optimise(tf.constant(x[i:i + chunk]), tf.constant(start[i:i + chunk]),
-                                     tf.constant(masks[i:i + chunk])).numpy()
-                            for i in range(0, len(x), chunk)])  # groups of images
+    report = progress or (lambda done, total: None)
+    segments = [min(SEGMENT, num_steps - first) for first in range(0, num_steps, SEGMENT)]
+    total, done = len(segments) * -(-len(x) // chunk), 0
+    report(0, total)
+
+    def patch_delta(i):  # one chunk of images, segment after segment
+        nonlocal done
+        images, found, mask = (tf.constant(a[i:i + chunk]) for a in (x, start, masks))
+        for steps in segments:
+            found = optimise(images, found, mask, tf.constant(steps))
+            done += 1
+            report(done, total)
+        return found.numpy()
+
+    delta = np.concatenate([patch_delta(i) for i in range(0, len(x), chunk)])
     patched = x + delta
     pixels = to_uint8(patched)
 

@@ -13,6 +13,7 @@ from typing import Callable, Optional
 
 import models
 from bam import delta_patch, train
+from models import progress
 from models.export import WEIGHTS_PATH
 from saliency_gen.world import cache, construction
 
@@ -29,8 +30,10 @@ def prepare(cache_dir: Optional[str] = None, seed: int = 0, epochs: int = 3,
     model_dir = os.path.join(folder, "bam_models")
     _train_missing(data_dir, model_dir, MODELS, epochs, seed, log)
     if not os.path.isdir(os.path.join(data_dir, "bamboo_forest_patch")):
-        result = delta_patch.construct_patches(data_dir,
-                                               models.load(os.path.join(model_dir, "scene_only")))
+        bar = progress.CountBar(f"delta patch ({delta_patch.SEGMENT} steps a tick)", "tick")
+        result = delta_patch.construct_patches(
+            data_dir, models.load(os.path.join(model_dir, "scene_only")), progress=bar)
+        bar.close()
         log(f"delta patch: {result['kept_prediction']} of {result['images']} patched images "
             "keep the scene_only prediction")
     return data_dir, model_dir
@@ -57,7 +60,8 @@ def _train_missing(data_dir, model_dir, names, epochs, seed, log):
     for name in names:
         if not (os.path.isfile(os.path.join(model_dir, f"{name}.json")) and
                 os.path.isfile(os.path.join(model_dir, name, WEIGHTS_PATH))):
-            report = train.train_and_export(data_dir, name, model_dir, epochs=epochs, seed=seed,
-                                            overwrite=True)  # the cache owns its backups
+            report = train.train_and_export(
+                data_dir, name, model_dir, epochs=epochs, seed=seed, overwrite=True,  # the cache
+                callbacks=[progress.TrainingBar(f"training {name}")])  # owns its backups
             log(f"trained {name}: val accuracy {report['val_accuracy']:.3f} in "
                 f"{report['train_seconds']:.0f} s")

@@ -17,6 +17,7 @@ import dataclasses
 import hashlib
 import os
 import re
+import time
 from typing import Callable, Optional, Sequence
 
 import numpy as np
@@ -45,7 +46,8 @@ class Benchmark:
     where a unit has no value); the units are the same for every method, in the same order, so
     that methods compare pairwise. `settings` is everything besides the method that changes the
     numbers (the cells' origin). `supports(method)` may leave a method out (its cells are blank).
-    `cost` weighs the benchmark in the progress bar.
+    `cost` is the prior cost of one cell (in units of a cheap cell) for the progress bar, until
+    measured cells replace it.
     """
 
     name: str
@@ -68,20 +70,21 @@ def _file_name(name: str) -> str:
 
 
 def run_cells(benchmarks: Sequence[Benchmark], methods: Sequence[str], output_dir: str,
-              progress: Optional[Callable[[float], None]] = None,
+              progress: Optional[Callable[[str, float], None]] = None,
               overwrite: bool = False) -> dict:
     """{(benchmark, method): {metric: values} or None (unsupported)}, computing only the cells
-    not already finished with the same origin. `progress(cost)` follows every cell."""
+    not already finished with the same origin. `progress(benchmark name, seconds)` follows
+    every cell (a reused or unsupported cell takes about 0 s)."""
     cells = {}
     for benchmark in benchmarks:
         for method in methods:
-            key = (benchmark.name, method)
+            key, started = (benchmark.name, method), time.perf_counter()
             if not benchmark.supports(method):
                 cells[key] = None
             else:
                 cells[key] = _cell(benchmark, method, output_dir, overwrite)
             if progress:
-                progress(benchmark.cost)
+                progress(benchmark.name, time.perf_counter() - started)
     return cells
 
 

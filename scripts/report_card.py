@@ -15,12 +15,10 @@ import models  # noqa: I001  (first: TensorFlow loads quietly)
 import dataclasses
 import importlib.metadata
 import os
-import sys
 import time
 from typing import Optional
 
 import numpy as np
-from tqdm import tqdm
 
 import saliency_gen
 
@@ -28,7 +26,7 @@ from bam import card as bam_card
 from bam import synthetic_setup
 from faithfulness import card as faithfulness_card
 from faithfulness import evaluate, randomisation
-from models import card, card_outputs, pretrained, provenance, results
+from models import card, card_outputs, pretrained, progress, provenance, results
 from models.cli import option, run_binary
 from models.errors import (UserError, check_choices, check_fractions, check_minimum,
                            require_both_or_neither)
@@ -328,16 +326,12 @@ def _run(config: Config) -> dict:
     benchmarks = build_benchmarks(config, inputs)
     checks = [sanity_benchmark(config, inputs)] if config.sanity else []
     checks = [check for check in checks if check is not None]
-    total = sum(b.cost for b in [*benchmarks, *checks]) * len(config.methods)
-    with tqdm(total=round(total), desc="report card", unit="work", file=sys.stderr,
-              disable=None, bar_format="{l_bar}{bar}| {percentage:3.0f}% [{elapsed}<{remaining}]"
-              ) as bar:
-        def progress(cost):
-            bar.update(round(cost))
-
-        cells = card.run_cells(benchmarks, config.methods, config.output_dir, progress,
+    every = [*benchmarks, *checks]
+    with progress.CostBar({b.name: len(config.methods) for b in every},
+                          {b.name: b.cost for b in every}, "report card") as bar:
+        cells = card.run_cells(benchmarks, config.methods, config.output_dir, bar.finished,
                                overwrite=config.overwrite)
-        check_cells = card.run_cells(checks, config.methods, config.output_dir, progress,
+        check_cells = card.run_cells(checks, config.methods, config.output_dir, bar.finished,
                                      overwrite=config.overwrite)
     summary = card.summarise(benchmarks, config.methods, cells, config.seed)
     sections, sanity = [], None

@@ -17,7 +17,7 @@ interrupted build resumes and a finished one is reused.
 import os
 from typing import Callable, Optional
 
-from models import training
+from models import progress, training
 from models.files import project_cache_dir
 from saliency_gen import pipelines, records
 from saliency_gen.world import synthetic
@@ -35,7 +35,9 @@ def cache_dir(seed: int = 0, folder: Optional[str] = None) -> str:
 def world(seed: int = 0, folder: Optional[str] = None, log: Callable = print) -> str:
     """The world's data folder (BAM layout), built if missing."""
     data_dir = os.path.join(cache_dir(seed, folder), "world")
-    info = synthetic.build_world(data_dir, seed=seed, image_size=IMAGE_SIZE)
+    bar = progress.CountBar("building the synthetic world", "image")
+    info = synthetic.build_world(data_dir, seed=seed, image_size=IMAGE_SIZE, progress=bar)
+    bar.close()
     if not info["reused"]:
         log(f"built the synthetic world: {info['num_train_images']} train and "
             f"{info['num_val_images']} val images in {info['seconds']:.0f} s")
@@ -65,6 +67,7 @@ def clean_model(seed: int = 0, folder: Optional[str] = None, log: Callable = pri
             train_data, eval_data, num_classes=10,
             num_train=pipelines.count_records(files["train"]),
             num_eval=pipelines.count_records(files["validation"]), size=IMAGE_SIZE,
-            output_dir=clean_dir, recipe=recipe, seed=seed, verbose=0)
+            output_dir=clean_dir, recipe=recipe, seed=seed, verbose=0,
+            callbacks=[progress.TrainingBar("training the clean model")])
         log(f"trained the clean model: top-1 {metrics['top1']:.3f}")
     return os.path.join(clean_dir, "model")

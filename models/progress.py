@@ -1,0 +1,113 @@
+"""Progress bars that tell the truth (docs/architecture.md, "Progress"): every phase longer than
+a few seconds shows elapsed time, rate and ETA on stderr when it is a terminal (tqdm's
+`disable=None`), and nothing in logs or tests.
+
+`TrainingBar` follows a Keras fit step by step with the loss beside it; `CountBar` is a
+`progress(done, total)` callable for builders that report counts (the synthetic world, the delta
+patch); `CostBar` follows work items of unequal cost, re-estimating each kind's cost from the
+time its finished items took, so the ETA does not swing when a cheap phase gives way to a
+costly one.
+"""
+import sys
+import time
+from typing import Optional
+
+import keras
+from tqdm import tqdm
+
+
+def bar(total: Optional[float], desc: str, unit: str = "it", **options) -> tqdm:
+    """The project's bar: on stderr, off when stderr is not a terminal."""
+    return tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, disable=None,
+                dynamic_ncols=True, **options)
+
+
+class TrainingBar(keras.callbacks.Callback):
+    """One tick per training step over all epochs, with the running loss."""
+
+    def __init__(self, desc: str):
+        super().__init__()
+        self.desc, self.progress, self.steps = desc, None, 0
+
+    def on_train_begin(self, logs=None):
+        self.steps = int(self.params.get("steps") or 0)
+        epochs = int(self.params.get("epochs") or 1)
+        self.progress = bar(self.steps * epochs or None, self.desc, "step")
+
+    def on_epoch_begin(self, epoch, logs=None):
+        if self.steps and self.progress.n != epoch * self.steps:  # resumed from a backup
+            self.progress.n = epoch * self.steps
+            self.progress.refresh()
+
+    def on_train_batch_end(self, batch, logs=None):
+        if logs and "loss" in logs:
+            self.progress.set_postfix(loss=f"{float(logs['loss']):.3f}", refresh=False)
+        self.progress.update(1)
+
+    def on_train_end(self, logs=None):
+        self.progress.close()
+
+
+class CountBar:
+    """`progress(done, total)` for a builder: the bar opens on the first report."""
+
+    def __init__(self, desc: str, unit: str = "it"):
+        self.desc, self.unit, self.progress = desc, unit, None
+
+    def __call__(self, done: int, total: int) -> None:
+        if self.progress is None:
+            self.progress = bar(total, self.desc, self.unit)
+        self.progress.update(done - self.progress.n)
+        if done >= total:
+            self.close()
+
+    def close(self) -> None:
+        if self.progress is not None:
+            self.progress.close()
+
+
+class CostBar:
+    """Work items of several kinds (e.g. a card's benchmarks), each with a prior cost; the bar
+    counts estimated seconds. A kind's remaining items are re-estimated from the measured time of
+    its finished ones, and kinds not started yet from the measured seconds per unit of prior
+    cost, so the ETA follows what the work really costs."""
+
+    def __init__(self, counts: dict, priors: dict, desc: str):
+        self.counts, self.priors = dict(counts), dict(priors)
+        self.done = {kind: [] for kind in counts}
+        self.progress = bar(1.0, desc, "s", bar_format="{l_bar}{bar}| [{elapsed}<{remaining}]")
+        self.started = time.time()
+        self._redraw()
+
+    def _estimate(self) -> tuple:
+        """(estimated total seconds, seconds done so far)."""
+        spent = sum(sum(items) for items in self.done.values())
+        prior_done = sum(self.priors[k] * len(items) for k, items in self.done.items())
+        per_prior = spent / prior_done if prior_done and spent else 1.0
+        total = 0.0
+        for kind, count in self.counts.items():
+            items = self.done[kind]
+            each = (sum(items) / len(items)) if items and sum(items) > 0 else \
+                self.priors[kind] * per_prior
+            total += sum(items) + each * (count - len(items))
+        return max(total, spent, 1e-9), spent
+
+    def _redraw(self) -> None:
+        total, spent = self._estimate()
+        self.progress.total = total
+        self.progress.n = spent
+        self.progress.refresh()
+
+    def finished(self, kind, seconds: float) -> None:
+        """One item of `kind` took `seconds`."""
+        self.done[kind].append(max(float(seconds), 0.0))
+        self._redraw()
+
+    def close(self) -> None:
+        self.progress.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -1,0 +1,50 @@
+"""Progress bars: a training bar counts every step of every epoch with the loss; the cost bar
+re-estimates the remaining work from what finished items really took."""
+import io
+
+import keras
+import numpy as np
+from tqdm import tqdm
+
+from models import progress
+
+
+def _visible(monkeypatch):
+    shown = io.StringIO()
+    monkeypatch.setattr(progress, "bar", lambda total, desc, unit="it", **options: tqdm(
+        total=total, desc=desc, unit=unit, file=shown, disable=False, mininterval=0, **options))
+    return shown
+
+
+def test_training_bar_counts_steps_over_epochs_with_the_loss(monkeypatch):
+    shown = _visible(monkeypatch)
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    tracker = progress.TrainingBar("training")
+    model.fit(np.zeros((10, 3)), np.zeros(10, int), batch_size=4, epochs=3, verbose=0,
+              callbacks=[tracker])
+    assert tracker.progress.total == 9 and tracker.progress.n == 9  # 3 steps x 3 epochs
+    assert "training" in shown.getvalue() and "loss=" in shown.getvalue()
+
+
+def test_cost_bar_replaces_priors_with_measured_costs(monkeypatch):
+    _visible(monkeypatch)
+    with progress.CostBar({"cheap": 2, "costly": 2}, {"cheap": 1.0, "costly": 10.0},
+                          "card") as tracker:
+        assert tracker.progress.total == 22.0  # priors only: 2 x 1 + 2 x 10
+        tracker.finished("cheap", 2.0)  # a prior unit costs 2 s: costly cells 20 s each
+        assert tracker.progress.total == 2 + 2 + 2 * 20 and tracker.progress.n == 2
+        tracker.finished("costly", 5.0)  # measured: the other costly cell 5 s too
+        assert tracker.progress.total == 2 + 2 + 5 + 5 and tracker.progress.n == 7
+        tracker.finished("cheap", 0.0)  # a reused cell
+        tracker.finished("costly", 5.0)
+        assert tracker.progress.total == tracker.progress.n == 12
+
+
+def test_count_bar_opens_on_the_first_report_and_closes_at_the_end(monkeypatch):
+    shown = _visible(monkeypatch)
+    counted = progress.CountBar("world", "image")
+    for done in range(0, 5):
+        counted(done, 4)
+    assert counted.progress.n == 4 and "world" in shown.getvalue()
