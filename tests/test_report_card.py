@@ -169,7 +169,7 @@ def test_the_card_on_the_real_network(real_cache, monkeypatch, tmp_path, capsys)
     monkeypatch.setenv("XDG_CACHE_HOME", real_cache)  # the session's converted Lite0 and photos
     report_card = _card_module()
     config = report_card.Config(pretrained="efficientnet_lite0", methods=("bam:GC", "random"),
-                                nr_images=4, max_step_nb=8, gallery_images=2,
+                                nr_images=2, max_step_nb=8, gallery_images=2,
                                 output_dir=str(tmp_path / "card"))
     result = report_card.run(config)
     printed = capsys.readouterr().out
@@ -177,7 +177,7 @@ def test_the_card_on_the_real_network(real_cache, monkeypatch, tmp_path, capsys)
     columns = [metric.name for metric in result["card"].metrics]
     assert not [name for name in columns if name.startswith("BAM")]
     assert {"ROAD MoRF", "Deletion dauc", "IDSDS sds", "ADD add"} <= set(columns)
-    assert result["card"].settings["ROAD"]["n_images"] == 4
+    assert result["card"].settings["ROAD"]["n_images"] == 2
     sanity = {(row["metric"], row["method"]): row["value"] for row in
               report_card.card.as_records(result["sanity"])}
     stages = sorted({metric for metric, _ in sanity}, key=lambda name: int(name.split()[-1]))
