@@ -292,8 +292,10 @@ def about_rows(config: Config, inputs: Optional[Inputs], seconds: float) -> list
     if "BAM" in config.benchmarks and not config.pretrained:
         rows.append(("BAM", f"{config.num_imgs} images per metric, models in "
                             f"{config.bam_model_dir or 'the synthetic world cache'}"))
+    run_benchmarks = [name for name in config.benchmarks
+                      if not (name == "BAM" and config.pretrained)]
     rows += [("Methods", ", ".join(config.methods)),
-             ("Settings", f"benchmarks {', '.join(config.benchmarks)}; deletion / insertion "
+             ("Settings", f"benchmarks {', '.join(run_benchmarks)}; deletion / insertion "
                           f"steps at most {config.max_step_nb}; batch {config.batch_size}"),
              ("Seeds", f"{config.seed} (image sample, random draws, bootstrap)"),
              ("Version", f"attribution-benchmarks {package_version()}"),

@@ -69,13 +69,36 @@ def tree_digests(root):
     return result
 
 
+def built_once(tmp_path_factory, name, build):
+    """`build(folder)` once per test run, also when pytest-xdist runs the tests in several
+    worker processes: they share the run's temporary folder and take turns on a lock file, and
+    the later ones read the first one's (JSON) result. Tuples come back as lists."""
+    import fcntl
+    import json
+    import pathlib
+
+    base = tmp_path_factory.getbasetemp()
+    root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / f"shared_{name}"
+    with open(f"{root}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = pathlib.Path(root) / "fixture.json"
+        if done.exists():
+            return json.loads(done.read_text())
+        root.mkdir(exist_ok=True)
+        result = build(root)
+        done.write_text(json.dumps(result))
+        return json.loads(done.read_text())
+
+
 @pytest.fixture(scope="session")
 def tiny_world(tmp_path_factory):
     from saliency_gen.world import synthetic
 
-    root = str(tmp_path_factory.mktemp("world") / "bam")
-    info = synthetic.build_world(root, **TINY_WORLD)
-    return root, info
+    def build(folder):
+        root = str(folder / "bam")
+        return root, synthetic.build_world(root, **TINY_WORLD)
+
+    return built_once(tmp_path_factory, "tiny_world", build)
 
 
 @pytest.fixture(scope="session")
@@ -86,14 +109,18 @@ def trained_world(tmp_path_factory):
     from bam import delta_patch, train
     from saliency_gen.world import synthetic
 
-    root = tmp_path_factory.mktemp("bam")
-    data_dir, model_dir = str(root / "data"), str(root / "models")
-    synthetic.build_world(data_dir, seed=1, image_size=64, train_per_pair=30, val_per_pair=10)
-    reports = {name: train.train_and_export(data_dir, name, model_dir, epochs=6, seed=0)
-               for name in ("obj", "scene", "scene_only")}
-    delta_patch.construct_patches(data_dir, models.load(os.path.join(model_dir, "scene_only")),
-                                  num_steps=50)
-    return data_dir, model_dir, reports
+    def build(root):
+        data_dir, model_dir = str(root / "data"), str(root / "models")
+        synthetic.build_world(data_dir, seed=1, image_size=64, train_per_pair=30,
+                              val_per_pair=10)
+        reports = {name: train.train_and_export(data_dir, name, model_dir, epochs=6, seed=0)
+                   for name in ("obj", "scene", "scene_only")}
+        delta_patch.construct_patches(data_dir,
+                                      models.load(os.path.join(model_dir, "scene_only")),
+                                      num_steps=50)
+        return data_dir, model_dir, reports
+
+    return built_once(tmp_path_factory, "trained_world", build)
 
 
 @pytest.fixture(scope="session")
@@ -158,17 +185,19 @@ def real_cache(tmp_path_factory):
     from models import pretrained
     from models.files import project_cache_dir
 
-    root = str(tmp_path_factory.mktemp("cache"))
-    saved = os.environ.get("XDG_CACHE_HOME")
-    os.environ["XDG_CACHE_HOME"] = root
-    try:
-        pretrained.export_path("efficientnet_lite0", project_cache_dir("converted"))
-    finally:
-        if saved is None:
-            del os.environ["XDG_CACHE_HOME"]
-        else:
-            os.environ["XDG_CACHE_HOME"] = saved
-    return root
+    def build(folder):
+        saved = os.environ.get("XDG_CACHE_HOME")
+        os.environ["XDG_CACHE_HOME"] = str(folder)
+        try:
+            pretrained.export_path("efficientnet_lite0", project_cache_dir("converted"))
+        finally:
+            if saved is None:
+                del os.environ["XDG_CACHE_HOME"]
+            else:
+                os.environ["XDG_CACHE_HOME"] = saved
+        return str(folder)
+
+    return built_once(tmp_path_factory, "real_cache", build)
 
 
 @pytest.fixture(scope="session")
