@@ -6,9 +6,10 @@
    with the same global batch (ratio).
 
 Both on a cheap model (plain_cnn) and a costlier one (small_resnet), 64-px random images, 2,048
-by default: enough that each Beam worker's start-up (a TensorFlow import and a model load) is a
-small part of its work. The Beam workers are local processes with one TensorFlow thread each
-(`saliency_gen.beam_support.local_worker_threads`: the cores shared out). Whole processes are
+by default, so that each Beam worker's start-up (a TensorFlow import and a model load) weighs
+less than at a few hundred images (docs/scale_out.md, "Benchmark"). The Beam workers are local
+processes with one TensorFlow thread each (`saliency_gen.beam_support.local_worker_threads`:
+the cores shared out). Whole processes are
 timed (start-up included), so the ratios are what a user sees.
 
     python scripts/bench_scale.py [--images=2048] [--epochs=2]
