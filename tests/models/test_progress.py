@@ -45,6 +45,6 @@ def test_cost_bar_replaces_priors_with_measured_costs(monkeypatch):
 def test_count_bar_opens_on_the_first_report_and_closes_at_the_end(monkeypatch):
     shown = _visible(monkeypatch)
     counted = progress.CountBar("world", "image")
-    for done in range(0, 5):
+    for done in range(5):
         counted(done, 4)
     assert counted.progress.n == 4 and "world" in shown.getvalue()
