@@ -46,7 +46,12 @@ def test_help_lists_the_binarys_own_flags_with_their_defaults(module):
     assert done.returncode == 0, done.stderr
     assert elapsed < 3, f"--help took {elapsed:.1f} s"
     assert done.stdout.startswith(f"usage: python -m {module}") and not done.stderr
-    config = importlib.import_module(module).Config
+    saved = dict(os.environ)
+    try:  # importing a script may set its own environment (idsds_zoo_table turns oneDNN off)
+        config = importlib.import_module(module).Config
+    finally:  # ... which later subprocesses of the suite must not inherit
+        os.environ.clear()
+        os.environ.update(saved)
     for field in dataclasses.fields(config):
         # the default shown is the real one, computed from the source without running it
         assert f"  --{field.name} [{cli.flag_text(field.default)}]\n" in done.stdout, field.name
