@@ -33,16 +33,29 @@ class Section:
     png: Optional[bytes] = None
 
 
-def cell_text(card: Card, metric: str, method: str) -> str:
-    """"value [low, high] #rank", or "-" for a blank cell."""
+def _cell(card: Card, metric: str, method: str):
+    """(estimate, rank) of a cell, or its text when it has no value: "-" (the benchmark does
+    not run the method) or "n/a"."""
     row = card.rows.get((metric, method))
     if row is None:
         return "-"
-    estimate = row["estimate"]
-    if math.isnan(estimate.value):
+    if math.isnan(row["estimate"].value):
         return "n/a"
-    return (f"{estimate.value:.3f} [{estimate.low:.3f}, {estimate.high:.3f}] "
-            f"#{row['rank']}")
+    return row["estimate"], row["rank"]
+
+
+def _half_width(estimate) -> float:
+    """The larger side of the 95% interval."""
+    return max(estimate.value - estimate.low, estimate.high - estimate.value)
+
+
+def cell_text(card: Card, metric: str, method: str) -> str:
+    """"value [low, high] #rank", or "-" / "n/a" for a blank cell."""
+    found = _cell(card, metric, method)
+    if isinstance(found, str):
+        return found
+    estimate, rank = found
+    return f"{estimate.value:.3f} [{estimate.low:.3f}, {estimate.high:.3f}] #{rank}"
 
 
 def _header(card: Card) -> list:
@@ -135,18 +148,6 @@ def _image(png: bytes, alt: str) -> str:
     return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{encoded}">'
 
 
-def compact_cell(card: Card, metric: str, method: str) -> str:
-    """"value ±half-width #rank" (the larger side of the 95% interval), "-" or "n/a"."""
-    row = card.rows.get((metric, method))
-    if row is None:
-        return "-"
-    estimate = row["estimate"]
-    if math.isnan(estimate.value):
-        return "n/a"
-    half = max(estimate.value - estimate.low, estimate.high - estimate.value)
-    return f"{estimate.value:.3f} ±{half:.3f} #{row['rank']}"
-
-
 def best_methods(card: Card) -> dict:
     """{metric name: the methods with the best mean (ties: all of them)}."""
     best = {}
@@ -213,18 +214,16 @@ def _main_table(card: Card) -> str:
     for method in card.methods:
         cells = [f"<td>{html.escape(method)}</td>"]
         for metric in card.metrics:
-            text = compact_cell(card, metric.name, method)
-            row = card.rows.get((metric.name, method))
-            if text in ("-", "n/a"):
-                cells.append(f"<td>{text}</td>")
+            found = _cell(card, metric.name, method)
+            if isinstance(found, str):
+                cells.append(f"<td>{found}</td>")
                 continue
-            value, half, rank = text.split(" ")
-            estimate = row["estimate"]
+            estimate, rank = found
             marked = " class=best" if method in best.get(metric.name, ()) else ""
             cells.append(
                 f"<td{marked} title='95% interval [{estimate.low:.3f}, {estimate.high:.3f}], "
-                f"n = {estimate.n}'>{value} <span class=ci>{half}</span> "
-                f"<span class=rank>{rank}</span></td>")
+                f"n = {estimate.n}'>{estimate.value:.3f} <span class=ci>"
+                f"±{_half_width(estimate):.3f}</span> <span class=rank>#{rank}</span></td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")
     return (f"<div class=frame><table class=card><thead><tr><th>method</th>{head}</tr></thead>"
             f"<tbody>{''.join(rows)}</tbody></table></div>")

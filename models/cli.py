@@ -341,6 +341,8 @@ def answer_help_early() -> None:
     path = _started_file()
     if not path or not os.path.isfile(path):
         return
+    if os.path.commonpath([os.path.abspath(path), PROJECT_ROOT]) != PROJECT_ROOT:
+        return  # only the project's own binaries are read (and their defaults evaluated)
     with open(path, encoding="utf-8") as handle:
         source = handle.read()
     if "run_binary(Config, run)" not in source:
