@@ -14,6 +14,8 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     packages=find_packages(include=["bam*", "roar*", "faithfulness*", "saliency_gen*", "models*"]),
+    # The default synthetic world's trained weights (docs/synthetic_world.md, "Shipped models").
+    package_data={"saliency_gen.world": ["shipped_models/*/*.json", "shipped_models/*/*/*"]},
     install_requires=[
         "tensorflow>=2.16",
         "tensorflow-datasets",

@@ -116,6 +116,8 @@ class Config:
     cache_dir: Optional[str] = option(None, "Cache of the synthetic world (default: "
                                       "~/.cache/attribution-benchmarks/synthetic_seed0).")
     epochs: int = option(3, "Training epochs of the synthetic models.")
+    train_models: bool = option(False, "Train the synthetic world's models on this machine "
+                                "instead of loading the weights shipped with the package.")
     maps_dir: Optional[str] = option(None, "Score saved maps instead of computing them: "
                                      "<maps_dir>/<model>-<data>/<method>.npy and "
                                      "predictions.npy.")
@@ -228,7 +230,8 @@ def _run(config: Config) -> dict:
         if data_dir is None:
             setup = (synthetic_setup.prepare_relative if "RMCS" in metric_names
                      else synthetic_setup.prepare)
-            data_dir, model_dir = setup(config.cache_dir, epochs=config.epochs)
+            data_dir, model_dir = setup(config.cache_dir, epochs=config.epochs,
+                                        shipped=not config.train_models)
     pair_metrics = [m for m in metric_names if m != "RMCS"]
     relative = None
     if "RMCS" in metric_names and (config.maps_dir or attr_dir is not None):

@@ -159,6 +159,12 @@ def rebuild(path, **options):
     if info["name"] not in zoo.REGISTRY or not os.path.isfile(weights):
         raise UserError(f"{path} holds no Keras weights of a zoo model (exports of zoo models "
                         "made before this version lack them); re-export it")
+    return build_with_weights(info, weights, path, **options)
+
+
+def build_with_weights(info: dict, weights: str, what, **options):
+    """`models.build` of the name, shape, classes and builder options recorded in an export's
+    `info` (`options` override them), loaded with the Keras weights file `weights`."""
     options = {**info.get("build_options", {}), **options}
     model = zoo.build(info["name"], info["num_classes"], tuple(info["input_shape"]), **options)
     try:
@@ -166,7 +172,7 @@ def rebuild(path, **options):
             warnings.filterwarnings("ignore", message="Skipping nested container")
             model.load_weights(weights)
     except ValueError as error:
-        raise UserError(f"the weights of {path} do not fit a default {info['name']} "
+        raise UserError(f"the weights of {what} do not fit a default {info['name']} "
                         f"({str(error).splitlines()[0]}); pass its builder options") from None
     return model
 

@@ -9,6 +9,7 @@ time its finished items took, so the ETA does not swing when a cheap phase gives
 costly one.
 """
 import sys
+import threading
 import time
 from typing import Optional
 
@@ -70,41 +71,59 @@ class CostBar:
     """Work items of several kinds (e.g. a card's benchmarks), each with a prior cost; the bar
     counts estimated seconds. A kind's remaining items are re-estimated from the measured time of
     its finished ones, and kinds not started yet from the measured seconds per unit of prior
-    cost, so the ETA follows what the work really costs."""
+    cost, so the ETA follows what the work really costs. Items run in the order of `counts`; a
+    ticker redraws the bar every `tick` seconds, moving it through the item under way up to
+    that item's estimate, so a long item never leaves the bar standing still."""
 
-    def __init__(self, counts: dict, priors: dict, desc: str):
+    def __init__(self, counts: dict, priors: dict, desc: str, tick: float = 1.0,
+                 clock=time.monotonic):
         self.counts, self.priors = dict(counts), dict(priors)
         self.done = {kind: [] for kind in counts}
         self.progress = bar(1.0, desc, "s", bar_format="{l_bar}{bar}| [{elapsed}<{remaining}]")
-        self.started = time.time()
+        self.clock, self.reported = clock, clock()
+        self.lock, self.stopped = threading.Lock(), threading.Event()
         self._redraw()
+        if not self.progress.disable and tick:
+            threading.Thread(target=self._ticker, args=(tick,), daemon=True).start()
+
+    def _ticker(self, tick: float) -> None:
+        while not self.stopped.wait(tick):
+            self._redraw()
 
     def _estimate(self) -> tuple:
-        """(estimated total seconds, seconds done so far)."""
+        """(estimated total seconds, seconds done so far, estimate of the item under way)."""
         spent = sum(sum(items) for items in self.done.values())
         prior_done = sum(self.priors[k] * len(items) for k, items in self.done.items())
         per_prior = spent / prior_done if prior_done and spent else 1.0
-        total = 0.0
+        total, under_way = 0.0, None
         for kind, count in self.counts.items():
             items = self.done[kind]
             each = (sum(items) / len(items)) if items and sum(items) > 0 else \
                 self.priors[kind] * per_prior
             total += sum(items) + each * (count - len(items))
-        return max(total, spent, 1e-9), spent
+            if under_way is None and len(items) < count:
+                under_way = each
+        return max(total, spent, 1e-9), spent, under_way or 0.0
 
     def _redraw(self) -> None:
-        total, spent = self._estimate()
-        self.progress.total = total
-        self.progress.n = spent
-        self.progress.refresh()
+        with self.lock:
+            total, spent, under_way = self._estimate()
+            running = min(self.clock() - self.reported, 0.95 * under_way)
+            self.progress.total = total
+            self.progress.n = spent + max(running, 0.0)
+            self.progress.refresh()
 
     def finished(self, kind, seconds: float) -> None:
         """One item of `kind` took `seconds`."""
-        self.done[kind].append(max(float(seconds), 0.0))
+        with self.lock:
+            self.done[kind].append(max(float(seconds), 0.0))
+            self.reported = self.clock()
         self._redraw()
 
     def close(self) -> None:
-        self.progress.close()
+        self.stopped.set()
+        with self.lock:
+            self.progress.close()
 
     def __enter__(self):
         return self

@@ -29,6 +29,18 @@ def package_version() -> str:
         return "unknown"
 
 
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo), to go with every figure and trained weight."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown"
+
+
 def canonical(value):
     """`value` as plain JSON (tuples become lists, other objects their repr)."""
     return json.loads(json.dumps(value, sort_keys=True, default=repr))

@@ -26,6 +26,7 @@ import time
 import numpy as np
 from PIL import Image
 
+from models import provenance
 from models.cli import option, run_binary
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -104,19 +105,7 @@ def run(args: Config) -> None:
     for name, base, scaled, unit in rows:
         print(f"{name:58} {base:7.2f} {unit:>8} {scaled:7.2f} {unit:>8} {scaled / base:7.2f}")
     print(json.dumps({"images": args.images, "epochs": args.epochs, "cores": os.cpu_count(),
-                      "cpu": cpu_model()}))
-
-
-def cpu_model() -> str:
-    """The CPU's model name (/proc/cpuinfo), to go with every figure."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            for line in handle:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
+                      "cpu": provenance.cpu_model()}))
 
 
 if __name__ == "__main__":

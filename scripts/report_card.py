@@ -76,6 +76,8 @@ class Config:
     output_dir: Optional[str] = option(None, "Where the cells and the card go (default: "
                                        "report_card, or report_card_<--pretrained>).")
     cache_dir: Optional[str] = option(None, "Cache of the synthetic world.")
+    train_models: bool = option(False, "Train the synthetic world's models on this machine "
+                                "instead of loading the weights shipped with the package.")
     overwrite: bool = option(False, "Recompute cells made with other settings.")
     rmcs: bool = option(False, "Add BAM's RMCS (trains the ten relative scene models once on "
                         "the synthetic world).")
@@ -160,7 +162,8 @@ def load_inputs(config: Config) -> Inputs:
     """The given or the synthetic world's classifier and its first --nr_images images."""
     model_path, pattern = config.model_path, config.input_pattern
     if model_path is None:
-        model_path = cache.clean_model(seed=0, folder=config.cache_dir, log=lambda *_: None)
+        model_path = cache.clean_model(seed=0, folder=config.cache_dir, log=lambda *_: None,
+                                       shipped=not config.train_models)
         pattern = os.path.join(cache.records_dir(0, config.cache_dir, lambda *_: None),
                                "validation-*")
     loaded = models.load(model_path)
@@ -189,14 +192,15 @@ def build_benchmarks(config: Config, inputs: Optional[Inputs]) -> list:
     elif "BAM" in config.benchmarks:
         data_dir, model_dir = config.data_dir, config.bam_model_dir
         if data_dir is None:
-            data_dir, model_dir = synthetic_setup.prepare(config.cache_dir, log=lambda *_: None)
+            data_dir, model_dir = synthetic_setup.prepare(config.cache_dir, log=lambda *_: None,
+                                                          shipped=not config.train_models)
         found.append(bam_card.benchmark(data_dir, model_dir, num_imgs=config.num_imgs,
                                         seed=config.seed, batch_size=config.batch_size))
     if config.rmcs:
         data_dir, model_dir = config.data_dir, config.bam_model_dir
         if data_dir is None:
-            data_dir, model_dir = synthetic_setup.prepare_relative(config.cache_dir,
-                                                                   log=lambda *_: None)
+            data_dir, model_dir = synthetic_setup.prepare_relative(
+                config.cache_dir, log=lambda *_: None, shipped=not config.train_models)
         found.append(bam_card.rmcs_benchmark(data_dir, model_dir, num_imgs=config.num_imgs,
                                              seed=config.seed, batch_size=config.batch_size))
     if "ROAD" in config.benchmarks:

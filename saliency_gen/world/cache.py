@@ -12,14 +12,17 @@ Everything derived from the world lives in one folder per seed,
 | `roar_saliency/` | saliency records of the explained methods | `roar.synthetic_setup` |
 
 Each step is built only when missing, under a temporary name renamed when complete, so an
-interrupted build resumes and a finished one is reused.
+interrupted build resumes and a finished one is reused. The models of the default world come
+from the weights shipped with the package (`saliency_gen.world.shipped`) unless asked to train.
 """
 import os
+import shutil
 from typing import Callable, Optional
 
 from models import progress, training
-from models.files import project_cache_dir
+from models.files import project_cache_dir, write_json
 from saliency_gen import pipelines, records
+from saliency_gen.world import shipped as shipped_models
 from saliency_gen.world import synthetic
 
 IMAGE_SIZE = 64
@@ -49,10 +52,23 @@ def records_dir(seed: int = 0, folder: Optional[str] = None, log: Callable = pri
     return os.path.join(world(seed, folder, log), "records")
 
 
-def clean_model(seed: int = 0, folder: Optional[str] = None, log: Callable = print) -> str:
+def clean_model(seed: int = 0, folder: Optional[str] = None, log: Callable = print,
+                shipped: bool = True) -> str:
     """The export directory of the clean small_cnn, trained on the world's object labels in
-    ImageNet's input space with the synthetic recipe (`models.training`), if missing."""
+    ImageNet's input space with the synthetic recipe (`models.training`), if missing; with
+    `shipped`, the package's weights of it where it has them for this world."""
     clean_dir = os.path.join(cache_dir(seed, folder), "clean")
+    if not shipped and shipped_models.is_installed_copy(os.path.join(clean_dir, "model")):
+        shutil.rmtree(clean_dir)  # asked to train: the shipped copy makes way
+    if not os.path.isfile(os.path.join(clean_dir, "metrics.json")) and shipped:
+        world_dir = world(seed, folder, log)
+        metrics = shipped_models.install("clean", world_dir, os.path.join(clean_dir, "model"))
+        if metrics is not None:
+            write_json(os.path.join(clean_dir, training.ORIGIN), metrics["origin"], indent=2,
+                       sort_keys=True)
+            write_json(os.path.join(clean_dir, "metrics.json"), metrics, indent=2,
+                       sort_keys=True)
+            log(f"loaded the shipped clean model: top-1 {metrics['top1']:.3f}")
     if not os.path.isfile(os.path.join(clean_dir, "metrics.json")):
         shards = records_dir(seed, folder, log)
         files = {split: records.list_files(os.path.join(shards, f"{split}-*"), split)

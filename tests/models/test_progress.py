@@ -1,6 +1,7 @@
 """Progress bars: a training bar counts every step of every epoch with the loss; the cost bar
 re-estimates the remaining work from what finished items really took."""
 import io
+import time
 
 import keras
 import numpy as np
@@ -31,7 +32,7 @@ def test_training_bar_counts_steps_over_epochs_with_the_loss(monkeypatch):
 def test_cost_bar_replaces_priors_with_measured_costs(monkeypatch):
     _visible(monkeypatch)
     with progress.CostBar({"cheap": 2, "costly": 2}, {"cheap": 1.0, "costly": 10.0},
-                          "card") as tracker:
+                          "card", tick=0, clock=lambda: 0.0) as tracker:
         assert tracker.progress.total == 22.0  # priors only: 2 x 1 + 2 x 10
         tracker.finished("cheap", 2.0)  # a prior unit costs 2 s: costly cells 20 s each
         assert tracker.progress.total == 2 + 2 + 2 * 20 and tracker.progress.n == 2
@@ -40,6 +41,31 @@ def test_cost_bar_replaces_priors_with_measured_costs(monkeypatch):
         tracker.finished("cheap", 0.0)  # a reused cell
         tracker.finished("costly", 5.0)
         assert tracker.progress.total == tracker.progress.n == 12
+
+
+def test_cost_bar_moves_through_a_long_item_up_to_its_estimate(monkeypatch):
+    _visible(monkeypatch)
+    now = [0.0]
+    with progress.CostBar({"cheap": 1, "costly": 2}, {"cheap": 1.0, "costly": 10.0}, "card",
+                          tick=0, clock=lambda: now[0]) as tracker:
+        tracker.finished("cheap", 2.0)  # the costly items are estimated at 20 s each
+        now[0] = 8.0  # 8 s into the first costly item, nothing reported yet
+        tracker._redraw()
+        assert tracker.progress.n == 2 + 8 and tracker.progress.total == 42
+        now[0] = 60.0  # far past its estimate: the bar waits just short of it
+        tracker._redraw()
+        assert tracker.progress.n == 2 + 0.95 * 20
+        tracker.finished("costly", 58.0)  # measured: the last one is estimated at 58 s
+        assert tracker.progress.n == 60 and tracker.progress.total == 2 + 58 + 58
+
+
+def test_cost_bar_ticks_by_itself(monkeypatch):
+    shown = _visible(monkeypatch)
+    with progress.CostBar({"slow": 1}, {"slow": 1.0}, "card", tick=0.05) as tracker:
+        before = shown.getvalue().count("card")
+        time.sleep(0.3)
+        assert shown.getvalue().count("card") > before + 2  # redrawn with no report
+        assert 0 < tracker.progress.n < 1
 
 
 def test_count_bar_opens_on_the_first_report_and_closes_at_the_end(monkeypatch):

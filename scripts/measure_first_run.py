@@ -1,0 +1,85 @@
+"""Measures README command 1 as a newcomer meets it: install, cold run, warm run.
+
+    python scripts/measure_first_run.py                 # install into a fresh venv, then run
+    python scripts/measure_first_run.py --install=False # this environment, runs only
+
+With --install, makes a fresh virtual environment in a temporary folder and times
+`pip install -e <repo>` into it (pip's own download cache is used as on any machine). Then runs
+the main job, `python -m bam.metrics --metrics=MCS,IDR,IIR --num_imgs=10 --seed=0`, twice in an
+empty temporary project cache (XDG_CACHE_HOME): cold (the world is built, the shipped models are
+installed, the delta patch is made) and warm (all reused). Every line the job prints is stamped
+with the seconds since its start, which is the profile of where the time goes. Prints a table
+of the times and the CPU (docs/synthetic_world.md and the README quote it).
+"""
+import dataclasses
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+from models import provenance  # noqa: E402
+from models.cli import option, run_binary  # noqa: E402
+
+MAIN_JOB = ["-m", "bam.metrics", "--metrics=MCS,IDR,IIR", "--num_imgs=10", "--seed=0"]
+PHASES = ("built the synthetic world", "loaded the shipped", "trained ", "delta patch",
+          "wrote bam_metrics")
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """The script's options (one flag each)."""
+
+    install: bool = option(True, 'Time `pip install -e` of the repository into a fresh venv '
+                           'and run the job with it (else: this Python).')
+
+
+def timed(command: list, env: dict, cwd: str, echo: bool) -> tuple:
+    """(seconds, [(seconds since start, line)]) of `command`; stops on failure."""
+    started = time.time()
+    stamped = []
+    with subprocess.Popen(command, env=env, cwd=cwd, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True) as process:
+        for line in process.stdout:
+            line = line.rstrip().split("\r")[-1]
+            stamped.append((time.time() - started, line))
+            if echo and any(line.startswith(phase) for phase in PHASES):
+                print(f"  {stamped[-1][0]:7.1f} s  {line}", flush=True)
+    if process.returncode:
+        sys.exit(f"error: {' '.join(command)} failed:\n" +
+                 "\n".join(line for _, line in stamped[-20:]))
+    return time.time() - started, stamped
+
+
+def run(config: Config) -> dict:
+    work = tempfile.mkdtemp(prefix="first-run-")
+    env = dict(os.environ, XDG_CACHE_HOME=os.path.join(work, "cache"))
+    python = sys.executable
+    times = {}
+    try:
+        if config.install:
+            venv = os.path.join(work, "venv")
+            subprocess.run([sys.executable, "-m", "venv", venv], check=True)
+            python = os.path.join(venv, "bin", "python")
+            print("pip install -e . ...", flush=True)
+            times["install"], _ = timed([python, "-m", "pip", "install", "-q", "-e", REPO], env,
+                                        work, echo=False)
+        for run_name in ("cold", "warm"):
+            print(f"{run_name} run:", flush=True)
+            times[run_name], _ = timed([python, *MAIN_JOB], env, work, echo=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"\n{'step':<32}{'seconds':>9}   ({provenance.cpu_model()}, {os.cpu_count()} CPUs)")
+    for name, seconds in times.items():
+        print(f"{name:<32}{seconds:>9.1f}")
+    if config.install:
+        print(f"{'README command 1, first time':<32}{times['install'] + times['cold']:>9.1f}")
+    return times
+
+
+if __name__ == "__main__":
+    run_binary(Config, run)

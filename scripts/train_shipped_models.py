@@ -1,0 +1,87 @@
+"""Trains the default synthetic world's models and stores their weights in the package.
+
+    python scripts/train_shipped_models.py            # about 12 minutes on 2 cores
+
+Builds the synthetic world of --seed in --work_dir (a fresh temporary folder by default),
+trains BAM's obj, scene and scene_only models (`bam.train`, synthetic preset) and the clean
+model (`saliency_gen.world.cache.clean_model`) there without the shipped weights, and stores
+each one's info, Keras weights and training report under --output (the package's
+`saliency_gen/world/shipped_models`, docs/synthetic_world.md "Shipped models"), with the CPU,
+versions and date in the manifest. The main job and the card then load these weights instead
+of training. Prints a table of each model's accuracy, training time and weight size.
+"""
+import models  # noqa: F401, I001  (first: TensorFlow loads quietly)
+import dataclasses
+import datetime
+import os
+import shutil
+import tempfile
+from typing import Optional
+
+import keras
+import tensorflow as tf
+
+from bam import synthetic_setup
+from models import provenance
+from models.cli import option, run_binary
+from models.files import read_json
+from saliency_gen.world import cache, shipped
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """The script's options (one flag each)."""
+
+    seed: int = option(0, 'Seed of the world and of the training.')
+    work_dir: Optional[str] = option(
+        None, 'Where to build the world and train (default: a temporary folder, removed after).')
+    output: Optional[str] = option(None, "Root folder of the shipped models, seed<seed>/ inside "
+                                   "(default: the package's saliency_gen/world/shipped_models).")
+    models: str = option("obj,scene,scene_only,clean",
+                         'Comma-separated models to train and store (BAM datasets and clean).')
+
+
+def made_by(seconds: float) -> dict:
+    """Where and how the weights were made, for the manifest."""
+    return {"command": "python scripts/train_shipped_models.py", "cpu": provenance.cpu_model(),
+            "cores": os.cpu_count(), "tensorflow": tf.__version__, "keras": keras.__version__,
+            "version": provenance.package_version(), "train_seconds": round(seconds, 1),
+            "date": datetime.date.today().isoformat()}
+
+
+def run(config: Config) -> list:
+    names = [name.strip() for name in config.models.split(",") if name.strip()]
+    unknown = [n for n in names if n not in (*synthetic_setup.MODELS, "clean")]
+    if unknown:
+        raise models.UserError(f"--models: unknown model {unknown[0]!r}; choose from "
+                               f"{', '.join((*synthetic_setup.MODELS, 'clean'))}")
+    work = config.work_dir or tempfile.mkdtemp(prefix="shipped-models-")
+    rows = []
+    try:
+        data_dir = cache.world(config.seed, work)
+        for name in names:
+            if name == "clean":
+                export_path = cache.clean_model(config.seed, work, shipped=False)
+                report = read_json(os.path.join(os.path.dirname(export_path), "metrics.json"))
+                seconds, accuracy = report["train_seconds"], report["top1"]
+            else:
+                report = synthetic_setup.train_model(data_dir, os.path.join(work, "bam_models"),
+                                                     name, seed=config.seed)
+                export_path = report["model_path"]
+                seconds, accuracy = report["train_seconds"], report["val_accuracy"]
+            stored = shipped.store(name, export_path, report, data_dir, made_by(seconds),
+                                   config.output)
+            size = os.path.getsize(os.path.join(stored, shipped.WEIGHTS))
+            rows.append((name, accuracy, seconds, size))
+    finally:
+        if config.work_dir is None:
+            shutil.rmtree(work, ignore_errors=True)
+    print(f"\n{'model':<12}{'accuracy':>10}{'train s':>9}{'weights':>12}   ({provenance.cpu_model()})")
+    for name, accuracy, seconds, size in rows:
+        print(f"{name:<12}{accuracy:>10.3f}{seconds:>9.0f}{size / 1e6:>9.2f} MB")
+    print(f"stored in {shipped.folder(config.seed, config.output)}")
+    return rows
+
+
+if __name__ == "__main__":
+    run_binary(Config, run)
