@@ -70,7 +70,10 @@ def run(config: Config) -> dict:
                                         work, echo=False)
         for run_name in ("cold", "warm"):
             print(f"{run_name} run:", flush=True)
-            times[run_name], _ = timed([python, *MAIN_JOB], env, work, echo=True)
+            times[run_name], lines = timed([python, *MAIN_JOB], env, work, echo=True)
+        table = [line for _, line in lines]
+        print("\n".join(table[next(i for i, line in enumerate(table)
+                                   if line.startswith("metric ")):-1]))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(f"\n{'step':<32}{'seconds':>9}   ({provenance.cpu_model()}, {os.cpu_count()} CPUs)")

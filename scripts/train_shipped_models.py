@@ -76,7 +76,8 @@ def run(config: Config) -> list:
     finally:
         if config.work_dir is None:
             shutil.rmtree(work, ignore_errors=True)
-    print(f"\n{'model':<12}{'accuracy':>10}{'train s':>9}{'weights':>12}   ({provenance.cpu_model()})")
+    print(f"\n{'model':<12}{'accuracy':>10}{'train s':>9}{'weights':>12}   "
+          f"({provenance.cpu_model()})")
     for name, accuracy, seconds, size in rows:
         print(f"{name:<12}{accuracy:>10.3f}{seconds:>9.0f}{size / 1e6:>9.2f} MB")
     print(f"stored in {shipped.folder(config.seed, config.output)}")

@@ -35,7 +35,8 @@ def readme_main_job() -> list:
 def test_the_main_jobs_table_is_pinned(tmp_path):
     output = tmp_path / "bam_metrics.json"
     done = subprocess.run([sys.executable, *readme_main_job(), f"--output={output}"],
-                          cwd=REPO, capture_output=True, text=True, timeout=900)
+                          check=False, cwd=REPO, capture_output=True, text=True,
+                          timeout=900)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "loaded the shipped obj model" in done.stdout  # nothing was trained
     values = json.loads(output.read_text())
