@@ -24,6 +24,7 @@ from tqdm import tqdm
 
 import models
 from bam import metric_definitions, rmcs, synthetic_setup, val_set_scores
+from bam import score_cache as score_cache_files
 from models import provenance
 from models import results as result_files
 from models.cli import option, run_binary
@@ -33,14 +34,16 @@ from models.files import exclusive, write_json
 
 def compute(data_dir, model_dir, metric_names, methods, num_imgs=10, seed=0, noise_seed=0,
             batch_size=64, progress=None, maps_dir=None, input_size=None, attr_dir=None,
-            image_progress=None):
+            image_progress=None, score_cache=None):
     """{metric: {method: (value, correct count, sampled count, constant maps)}}.
 
     From scratch with the models in `model_dir`; with `maps_dir`, from saved maps
     (`val_set_scores.score_saved_maps`; `input_size` defaults to the images' size); with `attr_dir`,
     from the original precomputed g vectors on all images (`num_imgs` and `seed` unused).
     `methods` are BAM's abbreviations or any saliency_gen method name. `progress()` is called
-    after each (model, data) pair, `image_progress(n)` after every n explained images.
+    after each (model, data) pair, `image_progress(n)` after every n explained images. With
+    `score_cache` (a folder), BAM's methods' scores are kept there and reused
+    (`bam.score_cache`).
     """
     unknown = [m for m in metric_names if m not in metric_definitions.PAIRS]
     if unknown:
@@ -73,6 +76,11 @@ def compute(data_dir, model_dir, metric_names, methods, num_imgs=10, seed=0, noi
                 cache[key] = val_set_scores.score_saved_maps(
                     maps_dir, f"{model_name}-{data_set.name}", data_set, indices, methods,
                     input_size or data_set.image_size)
+            elif score_cache is not None:
+                cache[key] = score_cache_files.score_pair(
+                    score_cache, model(model_name), data_set, indices, methods, noise_seed,
+                    lambda m, s, i, names: val_set_scores.score_pair(
+                        m, s, i, names, noise_seed, batch_size, image_progress))
             else:
                 cache[key] = val_set_scores.score_pair(model(model_name), data_set, indices,
                                                        methods, noise_seed, batch_size,
@@ -215,6 +223,7 @@ def _run(config: Config) -> dict:
     metric_names = list(config.metrics)
     methods = list(config.methods or metric_definitions.METHODS)
     attr_dir = None if config.scratch else config.attr_dir
+    score_cache = None  # the synthetic world's cache of region scores
     if attr_dir is not None and data_dir is None:
         raise UserError("--scratch=0 needs --data_dir (the images' labels and names)")
     if config.maps_dir or attr_dir is not None:
@@ -232,6 +241,7 @@ def _run(config: Config) -> dict:
                      else synthetic_setup.prepare)
             data_dir, model_dir = setup(config.cache_dir, epochs=config.epochs,
                                         shipped=not config.train_models)
+            score_cache = os.path.join(os.path.dirname(data_dir), "bam_scores")
     pair_metrics = [m for m in metric_names if m != "RMCS"]
     relative = None
     if "RMCS" in metric_names and (config.maps_dir or attr_dir is not None):
@@ -247,7 +257,7 @@ def _run(config: Config) -> dict:
                           config.seed, config.noise_seed, config.batch_size,
                           progress=None if scored else (lambda: bar.update(1)),
                           maps_dir=config.maps_dir, input_size=config.input_size,
-                          attr_dir=attr_dir, image_progress=step)
+                          attr_dir=attr_dir, image_progress=step, score_cache=score_cache)
         if "RMCS" in metric_names:
             relative = rmcs.compute(data_dir, model_dir, methods, config.num_imgs, config.seed,
                                     config.noise_seed, config.batch_size, image_progress=step)

@@ -18,12 +18,14 @@ import models
 from bam import delta_patch, train
 from models import progress
 from models.export import WEIGHTS_PATH, read_info
-from models.files import read_json, write_json
-from saliency_gen.world import cache, construction, shipped as shipped_models
+from models.files import atomic_output, read_json, write_json
+from saliency_gen.world import cache, construction
+from saliency_gen.world import shipped as shipped_models
 
 MODELS = ("obj", "scene", "scene_only")
 RELATIVE_MODELS = tuple(f"scene{k}" for k in range(1, 11))
 EPOCHS = train.PRESETS["synthetic"].epochs
+PATCH, PATCH_MASKS = "bamboo_forest_patch", "val_mask"
 PATCH_MODEL = "made_with.json"  # the scene_only model the patch was made with
 
 
@@ -37,17 +39,37 @@ def prepare(cache_dir: Optional[str] = None, seed: int = 0, epochs: int = EPOCHS
     model_dir = os.path.join(folder, "bam_models")
     _train_missing(data_dir, model_dir, MODELS, epochs, seed, log, shipped)
     scene_only = os.path.join(model_dir, "scene_only")
-    made_with = os.path.join(data_dir, "bamboo_forest_patch", PATCH_MODEL)
+    made_with = os.path.join(data_dir, PATCH, PATCH_MODEL)
     origin = {"model_id": read_info(scene_only)["model_id"]}
     if not (os.path.isfile(made_with) and read_json(made_with, "patch origin") == origin):
-        bar = progress.CountBar(f"delta patch ({delta_patch.SEGMENT} steps a tick)", "tick")
-        started = time.time()
-        result = delta_patch.construct_patches(data_dir, models.load(scene_only), progress=bar)
-        bar.close()
+        source = shipped_models.shipped_folder(PATCH, data_dir, origin) if shipped else None
+        if source is not None:
+            install_patch(source, data_dir)
+            log("loaded the shipped delta patch")
+        else:
+            make_patch(data_dir, scene_only, log)
         write_json(made_with, origin)
-        log(f"delta patch: {result['kept_prediction']} of {result['images']} patched images "
-            f"keep the scene_only prediction ({time.time() - started:.0f} s)")
     return data_dir, model_dir
+
+
+def make_patch(data_dir: str, scene_only: str, log: Callable = print) -> str:
+    """Builds the world's bamboo_forest_patch with the scene_only export at `scene_only`."""
+    bar = progress.CountBar(f"delta patch ({delta_patch.SEGMENT} steps a tick)", "tick")
+    started = time.time()
+    result = delta_patch.construct_patches(data_dir, models.load(scene_only), progress=bar)
+    bar.close()
+    log(f"delta patch: {result['kept_prediction']} of {result['images']} patched images "
+        f"keep the scene_only prediction ({time.time() - started:.0f} s)")
+    return result["path"]
+
+
+def install_patch(source: str, data_dir: str) -> None:
+    """The shipped patch set at `source` as the world's bamboo_forest_patch, with the masks of
+    bamboo_forest it copies (they are not shipped twice)."""
+    with atomic_output(os.path.join(data_dir, PATCH)) as temporary:
+        shutil.copytree(source, temporary)
+        shutil.copyfile(os.path.join(data_dir, "bamboo_forest", PATCH_MASKS),
+                        os.path.join(temporary, PATCH_MASKS))
 
 
 def prepare_relative(cache_dir: Optional[str] = None, seed: int = 0, epochs: int = EPOCHS,

@@ -4,10 +4,11 @@
 
 Builds the synthetic world of --seed in --work_dir (a fresh temporary folder by default),
 trains BAM's obj, scene and scene_only models (`bam.train`, synthetic preset) and the clean
-model (`saliency_gen.world.cache.clean_model`) there without the shipped weights, and stores
-each one's info, Keras weights and training report under --output (the package's
-`saliency_gen/world/shipped_models`, docs/synthetic_world.md "Shipped models"), with the CPU,
-versions and date in the manifest. The main job and the card then load these weights instead
+model (`saliency_gen.world.cache.clean_model`) there without the shipped weights, makes BAM's
+delta patch with that scene_only model (two minutes of gradient steps), and stores each
+model's info, Keras weights and training report, and the patch's images, under --output (the
+package's `saliency_gen/world/shipped_models`, docs/synthetic_world.md "Shipped models"), with
+the CPU, versions and date in the manifest. The main job and the card then load these weights instead
 of training. Prints a table of each model's accuracy, training time and weight size.
 """
 import models  # noqa: F401, I001  (first: TensorFlow loads quietly)
@@ -16,6 +17,7 @@ import datetime
 import os
 import shutil
 import tempfile
+import time
 from typing import Optional
 
 import keras
@@ -24,6 +26,7 @@ import tensorflow as tf
 from bam import synthetic_setup
 from models import provenance
 from models.cli import option, run_binary
+from models.export import read_info
 from models.files import read_json
 from saliency_gen.world import cache, shipped
 
@@ -37,8 +40,9 @@ class Config:
         None, 'Where to build the world and train (default: a temporary folder, removed after).')
     output: Optional[str] = option(None, "Root folder of the shipped models, seed<seed>/ inside "
                                    "(default: the package's saliency_gen/world/shipped_models).")
-    models: str = option("obj,scene,scene_only,clean",
-                         'Comma-separated models to train and store (BAM datasets and clean).')
+    models: str = option("obj,scene,scene_only,clean,patch",
+                         'Comma-separated parts to make and store: BAM models, clean, and patch '
+                         '(the delta patch, with the work folder\'s scene_only model).')
 
 
 def made_by(seconds: float) -> dict:
@@ -49,17 +53,40 @@ def made_by(seconds: float) -> dict:
             "date": datetime.date.today().isoformat()}
 
 
+def store_patch(data_dir: str, work: str, root: Optional[str]) -> tuple:
+    """Makes the delta patch with the work folder's scene_only model and stores it (without
+    the masks, which are bamboo_forest's); (None, seconds, size in bytes)."""
+    scene_only = os.path.join(work, "bam_models", "scene_only")
+    if not os.path.isdir(scene_only):
+        raise models.UserError(f"{scene_only} does not exist; make the patch with scene_only "
+                               "in the same run, or pass the --work_dir that holds it")
+    started = time.time()
+    synthetic_setup.make_patch(data_dir, scene_only)
+    seconds = time.time() - started
+    stored = shipped.store_folder(
+        synthetic_setup.PATCH, os.path.join(data_dir, synthetic_setup.PATCH), data_dir,
+        {"model_id": read_info(scene_only)["model_id"]}, made_by(seconds), exclude=(
+            synthetic_setup.PATCH_MASKS, synthetic_setup.PATCH_MODEL), root=root)
+    size = sum(os.path.getsize(os.path.join(here, name))
+               for here, _, files in os.walk(stored) for name in files)
+    return None, seconds, size
+
+
 def run(config: Config) -> list:
     names = [name.strip() for name in config.models.split(",") if name.strip()]
-    unknown = [n for n in names if n not in (*synthetic_setup.MODELS, "clean")]
+    parts = (*synthetic_setup.MODELS, "clean", "patch")
+    unknown = [n for n in names if n not in parts]
     if unknown:
-        raise models.UserError(f"--models: unknown model {unknown[0]!r}; choose from "
-                               f"{', '.join((*synthetic_setup.MODELS, 'clean'))}")
+        raise models.UserError(f"--models: unknown part {unknown[0]!r}; choose from "
+                               f"{', '.join(parts)}")
     work = config.work_dir or tempfile.mkdtemp(prefix="shipped-models-")
     rows = []
     try:
         data_dir = cache.world(config.seed, work)
         for name in names:
+            if name == "patch":
+                rows.append(("patch", *store_patch(data_dir, work, config.output)))
+                continue
             if name == "clean":
                 export_path = cache.clean_model(config.seed, work, shipped=False)
                 report = read_json(os.path.join(os.path.dirname(export_path), "metrics.json"))
@@ -76,10 +103,11 @@ def run(config: Config) -> list:
     finally:
         if config.work_dir is None:
             shutil.rmtree(work, ignore_errors=True)
-    print(f"\n{'model':<12}{'accuracy':>10}{'train s':>9}{'weights':>12}   "
+    print(f"\n{'part':<12}{'accuracy':>10}{'seconds':>9}{'size':>12}   "
           f"({provenance.cpu_model()})")
     for name, accuracy, seconds, size in rows:
-        print(f"{name:<12}{accuracy:>10.3f}{seconds:>9.0f}{size / 1e6:>9.2f} MB")
+        shown = "-" if accuracy is None else f"{accuracy:.3f}"
+        print(f"{name:<12}{shown:>10}{seconds:>9.0f}{size / 1e6:>9.2f} MB")
     print(f"stored in {shipped.folder(config.seed, config.output)}")
     return rows
 

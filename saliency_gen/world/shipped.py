@@ -15,14 +15,18 @@ stores, per model, under `shipped_models/seed<seed>/<name>/`:
 parameters), the SHA-256 of every file and where and how they were made. `install` rebuilds a
 model from its files, checks the weights against the recorded model id and exports it where a
 trained one would be, so the default run loads the same weights on every machine.
+
+Data derived from a shipped model that is costly to remake ships the same way, as a folder of
+files (`store_folder`, `shipped_folder`) with the inputs it was made with (`made_with`, e.g. the
+model id): BAM's delta patch (two minutes of gradient steps with scene_only) is one.
 """
+import hashlib
 import os
 import shutil
 from typing import Optional
 
-from models.export import (INFO_PATH, WEIGHTS_PATH, build_with_weights, export,
-                           weights_digest)
 from models.errors import UserError
+from models.export import INFO_PATH, WEIGHTS_PATH, build_with_weights, export, weights_digest
 from models.files import atomic_output, file_sha256, read_json, write_json
 from saliency_gen.world import synthetic
 
@@ -101,14 +105,62 @@ def store(name: str, export_path: str, report: dict, world_dir: str, made_by: di
         shutil.copyfile(os.path.join(export_path, WEIGHTS_PATH),
                         os.path.join(temporary, WEIGHTS))
         write_json(os.path.join(temporary, REPORT), report, indent=2, sort_keys=True)
-    recorded = manifest(world["seed"], root) or {"models": {}}
+    _record(world, "models", name, dict(made_by, sha256={
+        file_name: file_sha256(os.path.join(destination, file_name))
+        for file_name in (INFO, WEIGHTS, REPORT)}), root)
+    return destination
+
+
+def _record(world: dict, part: str, name: str, entry: dict, root: Optional[str]) -> None:
+    """Records `entry` as `name` in the manifest's `part` for `world`."""
+    recorded = manifest(world["seed"], root) or {}
     recorded["world"] = synthetic.world_config(world["seed"], world["image_size"],
                                                world["train_per_pair"], world["val_per_pair"])
-    recorded["models"][name] = dict(made_by, sha256={
-        file_name: file_sha256(os.path.join(destination, file_name))
-        for file_name in (INFO, WEIGHTS, REPORT)})
-    write_json(os.path.join(base, MANIFEST), recorded, indent=2, sort_keys=True)
+    recorded.setdefault(part, {})[name] = entry
+    write_json(os.path.join(folder(world["seed"], root), MANIFEST), recorded, indent=2,
+               sort_keys=True)
+
+
+def _tree_digest(root: str) -> str:
+    """The SHA-256 of the files under `root`: each one's relative path and bytes, in order."""
+    digest = hashlib.sha256()
+    for path in sorted(os.path.relpath(os.path.join(here, name), root)
+                       for here, _, names in os.walk(root) for name in names):
+        digest.update(f"{path}\0{file_sha256(os.path.join(root, path))}\n".encode())
+    return digest.hexdigest()
+
+
+def store_folder(name: str, source_dir: str, world_dir: str, made_with: dict, made_by: dict,
+                 root: Optional[str] = None, exclude: tuple = ()) -> str:
+    """Stores the files under `source_dir` (but the top-level names in `exclude`) as shipped
+    folder `name` of the world in `world_dir`, made from the inputs `made_with`."""
+    world = synthetic.read_world_info(world_dir)
+    if world is None:
+        raise UserError(f"{world_dir} is not a synthetic world (no world.json)")
+    destination = os.path.join(folder(world["seed"], root), name)
+    with atomic_output(destination) as temporary:
+        shutil.copytree(source_dir, temporary, ignore=lambda here, names: [
+            n for n in names if here == source_dir and n in exclude])
+    _record(world, "folders", name, dict(made_by, made_with=made_with,
+                                         sha256=_tree_digest(destination)), root)
     return destination
+
+
+def shipped_folder(name: str, world_dir: str, made_with: dict, root: Optional[str] = None
+                   ) -> Optional[str]:
+    """The shipped folder `name` for the world in `world_dir` when it was made from the same
+    inputs `made_with` (and its files are intact), else None."""
+    world = synthetic.read_world_info(world_dir)
+    shipped = manifest(world["seed"], root) if world else None
+    entry = (shipped or {}).get("folders", {}).get(name)
+    if entry is None or entry["made_with"] != made_with or any(
+            world.get(key) != value for key, value in shipped["world"].items()):
+        return None
+    source = os.path.join(folder(world["seed"], root), name)
+    if _tree_digest(source) != entry["sha256"]:
+        raise UserError(f"shipped folder {source} does not match its recorded SHA-256; "
+                        f"reinstall the package or remake it with {REBUILD_COMMAND}")
+    return source
 
 
 def is_installed_copy(export_path: str) -> bool:
