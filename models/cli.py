@@ -35,6 +35,19 @@ from typing import Any, Callable, Optional, Sequence
 from models.errors import UserError
 
 
+def require(module: str, extra: str):
+    """`module`, imported; when it is not installed, one `error:` line naming the project extra
+    that installs it, and exit status 2 (optional parts such as Apache Beam)."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        sys.stderr.write(f"error: {module} is not installed; it comes with this project's "
+                         f"'{extra}' extra: pip install -e '.[{extra}]'\n")
+        sys.exit(2)
+
+
 def option(default: Any, help: str, choices: Optional[Sequence] = None):  # noqa: A002
     """A config field that is also a flag: its default, help text and allowed values."""
     return dataclasses.field(default=default, metadata={"help": help, "choices": choices})

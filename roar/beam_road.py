@@ -14,13 +14,12 @@ each (order, fraction) into the mean and its seeded bootstrap interval. The rows
 import dataclasses
 import os
 
-import apache_beam as beam
-
 import models
 from models.cli import option, run_binary
 from models.files import exclusive, read_json, write_json
 from roar import road
 from saliency_gen import beam_support
+from saliency_gen.beam_support import beam
 from saliency_gen.pipelines import count_records
 
 VALUES = ("accuracy", "true_class_probability")

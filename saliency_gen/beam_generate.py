@@ -18,12 +18,11 @@ process does not exist in a worker process).
 import dataclasses
 import time
 
-import apache_beam as beam
-
 import models
 from models.cli import option, run_binary
 from models.errors import RecordError
 from saliency_gen import beam_support, generate, records
+from saliency_gen.beam_support import beam
 
 
 @dataclasses.dataclass(frozen=True)

@@ -12,12 +12,18 @@ import os
 import shlex
 from typing import Optional, Sequence
 
-import apache_beam as beam
 import numpy as np
-from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
 from models import uncertainty
+from models.cli import require
 from models.errors import UserError, check_minimum
+
+beam = require("apache_beam", "scale")  # an extra: the main jobs run without it
+from apache_beam.options.pipeline_options import (  # noqa: E402
+    DirectOptions,
+    PipelineOptions,
+    StandardOptions,
+)
 
 # The runners documented in docs/scale_out.md; any other Beam runner name passes through.
 LOCAL_RUNNERS = ("DirectRunner", "BundleBasedDirectRunner")

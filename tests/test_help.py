@@ -56,3 +56,12 @@ def test_help_lists_the_binarys_own_flags_with_their_defaults(module):
         # the default shown is the real one, computed from the source without running it
         assert f"  --{field.name} [{cli.flag_text(field.default)}]\n" in done.stdout, field.name
     assert "--verbosity" not in done.stdout  # absl's own flags stay in --helpfull
+
+
+def test_a_missing_optional_part_is_one_line_naming_its_extra(capsys):
+    with pytest.raises(SystemExit) as stop:
+        cli.require("apache_beam_not_installed_here", "scale")
+    assert stop.value.code == 2
+    assert capsys.readouterr().err == (
+        "error: apache_beam_not_installed_here is not installed; it comes with this project's "
+        "'scale' extra: pip install -e '.[scale]'\n")

@@ -31,7 +31,14 @@ def test_the_package_ships_the_default_worlds_four_models_intact():
         assert info["name"] == "small_cnn" and info["input_shape"] == [64, 64, 3]
         assert info["preprocessing"] == ("imagenet" if name == "clean" else "caffe_rgb")
         assert entry["cpu"] and entry["tensorflow"] and entry["date"]
-    assert total < 5e6  # "a few MB at most"
+    assert total < 4e6  # the weights; the patch's images add 0.8 MB
+    # the delta patch, made with the shipped scene_only: 100 images, intact
+    patch = recorded["folders"]["bamboo_forest_patch"]
+    scene_only = read_json(os.path.join(shipped.folder(0), "scene_only", shipped.INFO))
+    assert patch["made_with"] == {"model_id": scene_only["model_id"]}
+    assert shipped._tree_digest(os.path.join(shipped.folder(0), "bamboo_forest_patch")) == \
+        patch["sha256"]
+    assert len(os.listdir(os.path.join(shipped.folder(0), "bamboo_forest_patch", "val"))) == 100
     reports = {name: read_json(os.path.join(shipped.folder(0), name, shipped.REPORT))
                for name in SHIPPED}
     assert reports["clean"]["top1"] > 0.8
@@ -69,6 +76,23 @@ def test_nothing_is_installed_for_another_world(stored, tmp_path):
     (other / "world.json").write_text(json.dumps(dict(info, val_per_pair=11)))
     assert shipped.install("obj", str(other), str(tmp_path / "obj"), root) is None
     assert not (tmp_path / "obj").exists()
+
+
+def test_a_shipped_folder_serves_only_the_inputs_it_was_made_with(stored, tmp_path):
+    data_dir, _, root = stored
+    made = tmp_path / "made"
+    (made / "val").mkdir(parents=True)
+    (made / "val" / "a.png").write_bytes(b"pixels")
+    (made / "skip").write_text("not shipped")
+    shipped.store_folder("patch", str(made), data_dir, {"model_id": "m1"}, {}, root,
+                         exclude=("skip",))
+    found = shipped.shipped_folder("patch", data_dir, {"model_id": "m1"}, root)
+    assert sorted(os.listdir(found)) == ["val"]
+    assert shipped.shipped_folder("patch", data_dir, {"model_id": "m2"}, root) is None
+    with open(os.path.join(found, "val", "a.png"), "wb") as handle:
+        handle.write(b"pixelz")
+    with pytest.raises(UserError, match="does not match its recorded SHA-256"):
+        shipped.shipped_folder("patch", data_dir, {"model_id": "m1"}, root)
 
 
 def test_a_damaged_weights_file_is_refused_by_name(stored, tmp_path):
