@@ -102,25 +102,17 @@ def tiny_world(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def trained_world(tmp_path_factory):
-    """(data_dir, model_dir, reports): a small synthetic BAM world (seed 1, 64 px, 30 training
-    and 10 validation images per pair) with its obj, scene and scene_only models and patches."""
-    import models
-    from bam import delta_patch, train
-    from saliency_gen.world import synthetic
+def trained_world():
+    """(data_dir, model_dir, reports): the default synthetic world in the session's cache with
+    its obj, scene and scene_only models and delta patch, as the main job uses them: shipped
+    with the package, so nothing is trained (saliency_gen.world.shipped)."""
+    from bam import synthetic_setup
+    from models.files import read_json
 
-    def build(root):
-        data_dir, model_dir = str(root / "data"), str(root / "models")
-        synthetic.build_world(data_dir, seed=1, image_size=64, train_per_pair=30,
-                              val_per_pair=10)
-        reports = {name: train.train_and_export(data_dir, name, model_dir, epochs=6, seed=0)
-                   for name in ("obj", "scene", "scene_only")}
-        delta_patch.construct_patches(data_dir,
-                                      models.load(os.path.join(model_dir, "scene_only")),
-                                      num_steps=50)
-        return data_dir, model_dir, reports
-
-    return built_once(tmp_path_factory, "trained_world", build)
+    data_dir, model_dir = synthetic_setup.prepare(log=lambda *_: None)
+    reports = {name: read_json(os.path.join(model_dir, f"{name}.json"))
+               for name in synthetic_setup.MODELS}
+    return data_dir, model_dir, reports
 
 
 @pytest.fixture(scope="session")
