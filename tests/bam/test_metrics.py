@@ -188,7 +188,7 @@ def test_saved_maps_are_scored_without_models(trained_world, tmp_path):
     assert value == pytest.approx(1.0, abs=1e-6)  # the maximal MCS
     np.save(maps_dir / "obj-obj" / "predictions.npy", np.zeros(3))
     with pytest.raises(models.UserError, match=r"obj-obj/predictions.npy has shape \(3,\); "
-                                               r"expected \(1000,\)"):
+                                               r"expected \(10000,\)"):
         metrics.compute(
             data_dir, None, ["MCS"], ["oracle"], num_imgs=20, maps_dir=str(maps_dir))
 
