@@ -5,14 +5,16 @@
 
 With --install, makes a fresh virtual environment in a temporary folder and times
 `pip install -e <repo>` into it (pip's own download cache is used as on any machine). Then runs
-the main job, `python -m bam.metrics --metrics=MCS,IDR,IIR --num_imgs=10 --seed=0`, twice in an
-empty temporary project cache (XDG_CACHE_HOME): cold (the world is built, the shipped models are
-installed, the delta patch is made) and warm (all reused). Every line the job prints is stamped
-with the seconds since its start, which is the profile of where the time goes. Prints a table
-of the times and the CPU (docs/synthetic_world.md and the README quote it).
+the main job exactly as README command 1 prints it (what follows its last `&&`), twice in an
+empty temporary project cache (XDG_CACHE_HOME): cold (the world is built, the shipped models and
+delta patch are installed, the maps computed) and warm (all reused). Every line the job prints
+is stamped with the seconds since its start, which is the profile of where the time goes.
+Prints a table of the times and the CPU (docs/synthetic_world.md and the README quote it).
 """
 import dataclasses
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -25,7 +27,6 @@ sys.path.insert(0, REPO)
 from models import provenance  # noqa: E402
 from models.cli import option, run_binary  # noqa: E402
 
-MAIN_JOB = ["-m", "bam.metrics", "--metrics=MCS,IDR,IIR", "--num_imgs=10", "--seed=0"]
 PHASES = ("built the synthetic world", "loaded the shipped", "trained ", "delta patch",
           "wrote bam_metrics")
 
@@ -36,6 +37,17 @@ class Config:
 
     install: bool = option(True, 'Time `pip install -e` of the repository into a fresh venv '
                            'and run the job with it (else: this Python).')
+
+
+def readme_main_job() -> list:
+    """The arguments after `python` of README command 1's main job (what follows its last
+    `&&`)."""
+    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as handle:
+        first = re.search(r"```bash\n(.*?)\n```", handle.read(), re.S).group(1)
+    arguments = shlex.split(first.split("&&")[-1])
+    if arguments[:3] != ["python", "-m", "bam.metrics"]:
+        sys.exit(f"error: README command 1 does not end in python -m bam.metrics: {arguments}")
+    return arguments[1:]
 
 
 def timed(command: list, env: dict, cwd: str, echo: bool) -> tuple:
@@ -70,7 +82,8 @@ def run(config: Config) -> dict:
                                         work, echo=False)
         for run_name in ("cold", "warm"):
             print(f"{run_name} run:", flush=True)
-            times[run_name], lines = timed([python, *MAIN_JOB], env, work, echo=True)
+            times[run_name], lines = timed([python, *readme_main_job()], env, work,
+                                           echo=True)
         table = [line for _, line in lines]
         print("\n".join(table[next(i for i, line in enumerate(table)
                                    if line.startswith("metric ")):-1]))

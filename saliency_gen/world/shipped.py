@@ -47,18 +47,24 @@ def manifest(seed: int, root: Optional[str] = None) -> Optional[dict]:
     return read_json(path, "shipped models' manifest") if os.path.isfile(path) else None
 
 
-def available(name: str, world_dir: str, root: Optional[str] = None) -> Optional[str]:
-    """The shipped folder of model `name` for the world in `world_dir`, or None when nothing is
-    shipped for that world (another seed or size, or an older world format)."""
+def _entry(part: str, name: str, world_dir: str, root: Optional[str]) -> Optional[tuple]:
+    """(folder, manifest entry) of shipped `name` in the manifest's `part` ("models" or
+    "folders") for the world in `world_dir`, or None when nothing is shipped for that world
+    (another seed or size, or an older world format)."""
+    world = synthetic.read_world_info(world_dir)
+    shipped = manifest(world["seed"], root) if world else None
+    entry = (shipped or {}).get(part, {}).get(name)
+    if entry is None or any(world.get(key) != value for key, value in shipped["world"].items()):
+        return None
+    return os.path.join(folder(world["seed"], root), name), entry
+
+
+def _world(world_dir: str) -> dict:
+    """The `world.json` of the synthetic world in `world_dir` (one line if there is none)."""
     world = synthetic.read_world_info(world_dir)
     if world is None:
-        return None
-    shipped = manifest(world["seed"], root)
-    if shipped is None or name not in shipped["models"]:
-        return None
-    if any(world.get(key) != value for key, value in shipped["world"].items()):
-        return None
-    return os.path.join(folder(world["seed"], root), name)
+        raise UserError(f"{world_dir} is not a synthetic world (no world.json)")
+    return world
 
 
 def install(name: str, world_dir: str, export_path: str, root: Optional[str] = None
@@ -66,10 +72,10 @@ def install(name: str, world_dir: str, export_path: str, root: Optional[str] = N
     """Exports the shipped model `name` of the world in `world_dir` at `export_path` (as
     `models.export` writes a trained one) and returns its training report; None when nothing
     is shipped for that world. Damaged files stop with one line."""
-    source = available(name, world_dir, root)
-    if source is None:
+    found = _entry("models", name, world_dir, root)
+    if found is None:
         return None
-    recorded = manifest(synthetic.read_world_info(world_dir)["seed"], root)["models"][name]
+    source, recorded = found
     for file_name, digest in recorded["sha256"].items():
         if file_sha256(os.path.join(source, file_name)) != digest:
             raise UserError(f"shipped file {os.path.join(source, file_name)} does not match its "
@@ -82,9 +88,9 @@ def install(name: str, world_dir: str, export_path: str, root: Optional[str] = N
         raise UserError(f"shipped weights in {source} give model id {model_id}, not the "
                         f"recorded {info['model_id']}; retrain them with {REBUILD_COMMAND}")
     export(model, export_path, preprocessing=info["preprocessing"],
-                     feature_layer=info["feature_layer"], model_id=model_id,
-                     extra=dict(info["extra"], shipped=os.path.relpath(source, root or ROOT)),
-                     overwrite=True)
+           feature_layer=info["feature_layer"], model_id=model_id,
+           extra=dict(info["extra"], shipped=os.path.relpath(source, root or ROOT)),
+           overwrite=True)
     return read_json(os.path.join(source, REPORT), "shipped training report")
 
 
@@ -92,9 +98,7 @@ def store(name: str, export_path: str, report: dict, world_dir: str, made_by: di
           root: Optional[str] = None) -> str:
     """Stores the trained export at `export_path` (and its `report`) as shipped model `name`
     of the world in `world_dir`, and records it in the manifest; returns its folder."""
-    world = synthetic.read_world_info(world_dir)
-    if world is None:
-        raise UserError(f"{world_dir} is not a synthetic world (no world.json)")
+    world = _world(world_dir)
     base = folder(world["seed"], root)
     os.makedirs(base, exist_ok=True)
     destination = os.path.join(base, name)
@@ -134,9 +138,7 @@ def store_folder(name: str, source_dir: str, world_dir: str, made_with: dict, ma
                  root: Optional[str] = None, exclude: tuple = ()) -> str:
     """Stores the files under `source_dir` (but the top-level names in `exclude`) as shipped
     folder `name` of the world in `world_dir`, made from the inputs `made_with`."""
-    world = synthetic.read_world_info(world_dir)
-    if world is None:
-        raise UserError(f"{world_dir} is not a synthetic world (no world.json)")
+    world = _world(world_dir)
     destination = os.path.join(folder(world["seed"], root), name)
     with atomic_output(destination) as temporary:
         shutil.copytree(source_dir, temporary, ignore=lambda here, names: [
@@ -150,13 +152,10 @@ def shipped_folder(name: str, world_dir: str, made_with: dict, root: Optional[st
                    ) -> Optional[str]:
     """The shipped folder `name` for the world in `world_dir` when it was made from the same
     inputs `made_with` (and its files are intact), else None."""
-    world = synthetic.read_world_info(world_dir)
-    shipped = manifest(world["seed"], root) if world else None
-    entry = (shipped or {}).get("folders", {}).get(name)
-    if entry is None or entry["made_with"] != made_with or any(
-            world.get(key) != value for key, value in shipped["world"].items()):
+    found = _entry("folders", name, world_dir, root)
+    if found is None or found[1]["made_with"] != made_with:
         return None
-    source = os.path.join(folder(world["seed"], root), name)
+    source, entry = found
     if _tree_digest(source) != entry["sha256"]:
         raise UserError(f"shipped folder {source} does not match its recorded SHA-256; "
                         f"reinstall the package or remake it with {REBUILD_COMMAND}")

@@ -8,13 +8,12 @@ shipped weights make them the same on other CPUs up to inference rounding: MCS i
 threshold."""
 import json
 import os
-import re
-import shlex
 import subprocess
 import sys
 
 from models.files import project_cache_dir
 from saliency_gen.world import shipped
+from scripts.measure_first_run import readme_main_job
 from tests import REPO
 
 METHODS = ("GC", "VG", "SG", "IG", "IG-SG", "GxI", "GB", "GGC")
@@ -23,15 +22,6 @@ PINNED = {  # GC, VG, SG, IG, IG-SG, GxI, GB, GGC (9 of 10 images correct for MC
     "IDR": (0.8, 0.6, 0.7, 0.7, 0.6, 0.8, 0.7, 0.9),
     "IIR": (0.9, 0.7, 0.8, 0.2, 0.0, 0.7, 0.3, 0.3),
 }
-
-
-def readme_main_job() -> list:
-    """The arguments of README command 1's main job (what follows its last `&&`)."""
-    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as handle:
-        first = re.search(r"```bash\n(.*?)\n```", handle.read(), re.S).group(1)
-    arguments = shlex.split(first.split("&&")[-1])
-    assert arguments[:3] == ["python", "-m", "bam.metrics"], arguments
-    return arguments[1:]
 
 
 def test_the_main_jobs_table_is_pinned(tmp_path):
