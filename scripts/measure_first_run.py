@@ -21,11 +21,10 @@ import sys
 import tempfile
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
+from models import provenance
+from models.cli import option, run_binary
 
-from models import provenance  # noqa: E402
-from models.cli import option, run_binary  # noqa: E402
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 PHASES = ("built the synthetic world", "loaded the shipped", "trained ", "delta patch",
           "wrote bam_metrics")
