@@ -58,6 +58,16 @@ def interrupt_at(epoch, step):
     return Interrupt()
 
 
+class WritesMarker:
+    """Unpickling this calls os.system, which would create the marker file."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
 def tree_digests(root):
     """{relative path: sha256} of every file under `root` (byte-identity checks)."""
     result = {}

@@ -24,7 +24,7 @@ from bam import val_set_scores
 from models import files, provenance
 from saliency_gen import generate, records
 from tests import REPO
-from tests.conftest import tree_digests
+from tests.conftest import WritesMarker, tree_digests
 
 CASES = []  # (id, module, arguments (with {placeholders}), expected text, watched output)
 
@@ -137,6 +137,9 @@ case("bam-non-square-maps", "bam.metrics", [*BAM, "--maps_dir={flat_maps}"],
      "GC.npy holds 1x64 maps", "{out}")
 case("bam-nan-maps", "bam.metrics", [*BAM, "--maps_dir={nan_bam_maps}"],
      "GC.npy: a sampled map contains NaN", "{out}")
+case("bam-pickled-val-mask", "bam.metrics",
+     ["--data_dir={pickled_world}", "--metrics=MCS", "--output={out}/out.json", "--methods=GC",
+      "--maps_dir={flat_maps}"], "names the global posix.system", "{out}")
 case("bam-concurrent-writer", "bam.metrics",
      ["--data_dir={world}", "--metrics=MCS", "--output={locked_output}", "--methods=GC",
       "--maps_dir={flat_maps}"], "is being written by process", None)
@@ -237,6 +240,13 @@ def places(tiny_world, tmp_path_factory):
             np.save(tmp / name / pair / "predictions.npy", np.zeros(count, np.int64))
             np.save(tmp / name / pair / "GC.npy", maps)
         paths[name] = str(tmp / name)
+    # A shared data folder whose obj/val_mask would run a shell command if it were unpickled.
+    shutil.copytree(root, tmp / "pickled_world")
+    planted = np.empty(1, dtype=object)
+    planted[0] = WritesMarker(tmp / "marker")
+    with open(tmp / "pickled_world" / "obj" / "val_mask", "wb") as handle:
+        np.save(handle, planted, allow_pickle=True)
+    paths["pickled_world"], paths["marker"] = str(tmp / "pickled_world"), str(tmp / "marker")
     # Writers that are busy while the cases run.
     paths["locked_maps"] = str(tmp / "locked_maps")
     paths["locked_output"] = str(tmp / "locked" / "out.json")
@@ -288,6 +298,10 @@ def test_one_clear_line_and_nothing_left_behind(module, arguments, expected, wat
     assert len(errors) == 1 and expected in errors[0], done.stderr[-3000:]
     assert "Traceback" not in done.stderr
     assert after == before  # no output file left behind or changed
+
+
+def test_no_data_file_ran_code(outcomes, places):
+    assert not os.path.exists(places["marker"])
 
 
 def test_the_catalogue_covers_every_binary_with_bad_input():

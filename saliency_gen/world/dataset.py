@@ -8,7 +8,7 @@ formats are defined once:
   is accepted when reading);
 * `val_loc.txt` / `loc.txt`: `<file name> r0,c0,r1,c1` (end exclusive, image pixels);
 * `val_mask`: `.npy` content without suffix, a 1-D object array of 2-D uint8 {0,1} crop masks at
-  the object's native resolution (load with `allow_pickle=True`).
+  the object's native resolution (read without unpickling code: `models.object_arrays`).
 """
 import os
 
@@ -17,6 +17,7 @@ from PIL import Image
 
 from models.errors import MissingPathError, UserError
 from models.files import atomic_output
+from models.object_arrays import load_object_array
 from models.preprocessing import input_space, load_bam_pixels
 
 OBJECT_CLASSES = ("backpack", "bird", "dog", "elephant", "kite", "pizza", "stop_sign", "toilet",
@@ -121,11 +122,11 @@ def load_masks(path):
     """The list of 2-D uint8 masks in a `val_mask` file."""
     if not os.path.isfile(path):
         raise MissingPathError(f"{path} does not exist; build the dataset first")
-    try:
-        array = np.load(path, allow_pickle=True)
-    except (ValueError, OSError) as error:
-        raise UserError(f"{path} is not a val_mask file (.npy object array): {error}") from None
-    return list(array)
+    masks = load_object_array(path)
+    for index, mask in enumerate(masks):
+        if mask.ndim != 2:
+            raise UserError(f"{path}: mask {index} is not 2-D (shape {mask.shape})")
+    return masks
 
 
 # ----------------------------------------------------------------------------------------------

@@ -11,18 +11,9 @@ import pytest
 from models import torch_pickle
 from models.errors import UserError
 from tests import torch_format
+from tests.conftest import WritesMarker
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-class _WritesMarker:
-    """Unpickling this calls os.system, which would create the marker file."""
-
-    def __init__(self, marker):
-        self.marker = marker
-
-    def __reduce__(self):
-        return (os.system, (f"touch {self.marker}",))
 
 
 @pytest.mark.parametrize("legacy", [False, True], ids=["zip", "legacy"])
@@ -30,7 +21,7 @@ def test_a_pickle_that_would_run_code_is_refused(legacy, tmp_path):
     marker = tmp_path / "marker"
     path = str(tmp_path / "crafted.pth")
     state = torch_format.tensors_of({"conv.weight": np.ones((2, 3), np.float32)})
-    torch_format.write_checkpoint(path, {**state, "payload": _WritesMarker(marker)}, legacy)
+    torch_format.write_checkpoint(path, {**state, "payload": WritesMarker(marker)}, legacy)
     with pytest.raises(torch_pickle.UnsafeCheckpointError) as caught:
         torch_pickle.read_checkpoint(path)
     assert str(caught.value).startswith(f"{path}: refused") and "posix.system" in str(caught.value)
@@ -43,7 +34,7 @@ def test_a_pickle_that_would_run_code_is_refused(legacy, tmp_path):
 def test_the_converter_binary_refuses_a_crafted_checkpoint_in_one_line(tmp_path):
     marker, output = tmp_path / "marker", tmp_path / "export"
     path = str(tmp_path / "resnet18.pth")
-    torch_format.write_checkpoint(path, {"fc.weight": _WritesMarker(marker)}, legacy=True)
+    torch_format.write_checkpoint(path, {"fc.weight": WritesMarker(marker)}, legacy=True)
     result = subprocess.run(
         [sys.executable, "-m", "models.torch_checkpoints", "--model=resnet18",
          f"--checkpoint={path}", f"--output={output}"],
