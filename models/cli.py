@@ -30,7 +30,7 @@ import dataclasses
 import os
 import sys
 import typing
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence, Union
 
 from models.errors import UserError
 
@@ -48,9 +48,23 @@ def require(module: str, extra: str):
         sys.exit(2)
 
 
-def option(default: Any, help: str, choices: Optional[Sequence] = None):  # noqa: A002
-    """A config field that is also a flag: its default, help text and allowed values."""
-    return dataclasses.field(default=default, metadata={"help": help, "choices": choices})
+def option(default: Any, help: str, choices: Optional[Sequence] = None,  # noqa: A002
+           *, origin: Union[bool, str] = True):
+    """A config field that is also a flag: its default, help text and allowed values.
+
+    `origin` says how the flag reaches the binary's origin record (docs/architecture.md,
+    "Outputs and provenance"): True, its value changes results and is recorded under its name
+    (`origin_flags`); a string, its resolved value is recorded under that key; False, it does
+    not change results (where outputs go, progress, resumption; input locations are recorded
+    as digests of the data)."""
+    return dataclasses.field(default=default, metadata={"help": help, "choices": choices,
+                                                        "origin": origin})
+
+
+def origin_flags(config) -> dict:
+    """{name: value} of the config's fields declared `origin=True` (see `option`)."""
+    return {field.name: getattr(config, field.name) for field in dataclasses.fields(config)
+            if field.metadata.get("origin", True) is True}
 
 
 def _kind(annotation, default):

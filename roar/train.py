@@ -21,7 +21,7 @@ import numpy as np
 
 import models
 from models import distribution, provenance, training
-from models.cli import option, run_binary
+from models.cli import option, origin_flags, run_binary
 from models.errors import UserError, check_fractions, check_minimum
 from models.files import ensure_directory, write_json
 from models.training import Recipe, train_and_evaluate
@@ -50,6 +50,10 @@ def run_masked(train_files, eval_files, config, *, output_dir, recipe=Recipe(),
     size = train_data.element_spec[0].shape[1]
     inputs = {"train_data": provenance.listing_digest(train_files),
               "eval_data": provenance.listing_digest(eval_files)}
+    # the data pipeline's settings belong to the origin whoever calls
+    flags_record = dict(flags_record or {}, source=source, control=control, map_key=map_key,
+                        geometry=geometry, label_offset=label_offset, random_mask=random_mask,
+                        train_crop=train_crop)
     try:
         return train_and_evaluate(
             train_data, eval_data, num_classes=num_classes,
@@ -176,22 +180,23 @@ class Config:
         None,
         "Folder of the method's saliency records, or of image records for "
         'random/oracle/raw runs. Default: the built-in synthetic world (set up once in a '
-        'cache it names).')
+        'cache it names).', origin=False)
     tfds_name: Optional[str] = option(
         None,
         'Read a tensorflow-datasets dataset instead: its splits are converted once to '
         'image records in <output_dir>/tfds/<name> (for random, oracle-free and raw runs, '
-        'or to generate saliency records from).')
-    tfds_train_split: str = option("train", 'tensorflow-datasets training split.')
-    tfds_eval_split: str = option("test", 'tensorflow-datasets test split.')
-    tfds_data_dir: Optional[str] = option(None, 'tensorflow-datasets data directory.')
-    train_pattern: str = option("train-*", 'Training shards in --data_dir.')
-    eval_pattern: str = option("validation-*", 'Test shards in --data_dir.')
+        'or to generate saliency records from).', origin=False)
+    tfds_train_split: str = option("train", 'tensorflow-datasets training split.', origin=False)
+    tfds_eval_split: str = option("test", 'tensorflow-datasets test split.', origin=False)
+    tfds_data_dir: Optional[str] = option(None, 'tensorflow-datasets data directory.', origin=False)
+    train_pattern: str = option("train-*", 'Training shards in --data_dir.', origin=False)
+    eval_pattern: str = option("validation-*", 'Test shards in --data_dir.', origin=False)
     dataset_name: Optional[str] = option(
         None,
         'Sets --num_classes (default: synthetic without --data_dir, else imagenet).',
         tuple(DATASETS))
-    num_classes: Optional[int] = option(None, 'Number of classes (default: by dataset).')
+    num_classes: Optional[int] = option(None, 'Number of classes (default: by dataset).',
+                                        origin="num_classes")
     label_offset: int = option(0, 'Added to image-record labels (TF-slim ImageNet: -1).')
     geometry: str = option(
         "none",
@@ -200,12 +205,12 @@ class Config:
     image_size: Optional[int] = option(
         None,
         "Model input side (default: the maps', or 64 for the synthetic world, 224 "
-        'otherwise).')
-    output_dir: str = option("roar_runs", 'Root of the run folders.')
+        'otherwise).', origin="size")
+    output_dir: str = option("roar_runs", 'Root of the run folders.', origin=False)
     model: Optional[str] = option(
         None,
         'Registered model (default: small_cnn on the synthetic world, resnet50 '
-        'otherwise).')
+        'otherwise).', origin="model")
     strategy: str = option("default", "tf.distribute strategy: one device, mirrored (the "
                            "devices of this machine), multi_worker (the TF_CONFIG cluster) or tpu.",
                            distribution.STRATEGIES)
@@ -214,41 +219,47 @@ class Config:
     precision: str = option("float32", "Training precision; logits and loss stay float32 "
                             "and the exported model is float32.", training.PRECISIONS)
     stop_after_epochs: Optional[int] = option(None, "End this invocation after this many "
-                                              "epochs (keeping the backup): a re-run resumes.")
+                                              "epochs (keeping the backup): a re-run resumes.",
+                                              origin=False)
     seed: int = option(0, 'Seed of initialisation, order, masks and noise.')
-    epochs: Optional[float] = option(None, 'Training epochs (synthetic default 4, else 90).')
-    batch_size: Optional[int] = option(None, 'Global training batch (synthetic 64, else 256).')
+    epochs: Optional[float] = option(None, 'Training epochs (synthetic default 4, else 90).',
+                                     origin="epochs")
+    batch_size: Optional[int] = option(None, 'Global training batch (synthetic 64, else 256).',
+                                       origin="batch_size")
     optimizer: Optional[str] = option(
         None,
         'Nesterov SGD (the recipe; default off the synthetic world) or Adam.',
-        ["sgd", "adam"])
+        ["sgd", "adam"], origin="optimizer")
     base_learning_rate: Optional[float] = option(
         None,
         'Learning rate at batch 256 (scaled by batch / 256). Synthetic: 0.004 (Adam), '
-        'else 0.1 (SGD).')
-    weight_decay: float = option(1e-4, 'L2 weight decay (resnet50).')
-    warmup_epochs: Optional[float] = option(None, 'Linear warm-up (synthetic 1, else 5).')
+        'else 0.1 (SGD).', origin="base_learning_rate")
+    weight_decay: float = option(1e-4, 'L2 weight decay (resnet50).', origin="weight_decay")
+    warmup_epochs: Optional[float] = option(None, 'Linear warm-up (synthetic 1, else 5).',
+                                            origin="warmup_epochs")
     lr_decay_epochs: Optional[tuple] = option(
         None,
-        'Epochs of the x0.1 steps (synthetic: 3; else 30,60,80).')
-    eval_batch_size: int = option(256, 'Evaluation batch.')
+        'Epochs of the x0.1 steps (synthetic: 3; else 30,60,80).', origin="decay_epochs")
+    eval_batch_size: int = option(256, 'Evaluation batch.', origin=False)
     num_train_images: Optional[int] = option(
         None,
         "Training records (default: the paper's count for imagenet / food_101 / birdsnap, "
-        'else counted).')
+        'else counted).', origin="num_train")
     num_eval_images: Optional[int] = option(
         None,
-        'Test records (as above); evaluation checks that it saw exactly this many.')
+        'Test records (as above); evaluation checks that it saw exactly this many.',
+        origin="num_eval")
     overwrite: bool = option(
-        False, 'Replace a run folder made with other settings or data instead of stopping.')
+        False, 'Replace a run folder made with other settings or data instead of stopping.',
+        origin=False)
     train_crop: str = option("none", "Training augmentation before the flip: none, or ROAR's "
                              "Inception-style random crop (for 224-px real data).",
                              ("none", "inception"))
     mode: str = option("train", "train (then evaluate), or eval: evaluate --checkpoint on the "
-                       "masked test records without training.", ("train", "eval"))
+                       "masked test records without training.", ("train", "eval"), origin=False)
     checkpoint: Optional[str] = option(
         None, "--mode=eval: an exported model folder (a run's model/) or a Keras weights file "
-        "(a killed run's backup/latest.weights.h5).")
+        "(a killed run's backup/latest.weights.h5).", origin=False)
 
 
 def check_flags(f: Config) -> None:
@@ -342,7 +353,10 @@ def run(config: Config, verbose: int = 1) -> dict:
                            f.ranking, f.fill, f.seed)
     if verbose:
         print(f"ROAR run -> {output}")
-    record = dict(dataclasses.asdict(config), saliency_method=method, ratio=ratio)  # resolved
+    # every flag that changes results (docs/architecture.md, "Outputs and provenance"), then
+    # the resolved masking, method and ratio
+    record = {**origin_flags(f), **dataclasses.asdict(config), "saliency_method": method,
+              "ratio": ratio}
     if f.mode == "eval":
         return evaluate_checkpoint(
             f.checkpoint, eval_files, config, output_dir=output, source=source,

@@ -68,6 +68,21 @@ class WritesMarker:
         return (os.system, (f"touch {self.marker}",))
 
 
+def assert_origin_covers_the_flags(config_class, settings):
+    """Every flag of `config_class` is in the origin `settings` under its name (declared
+    origin=True) or under the key it declares, unless declared as not changing results: a new
+    flag cannot be left out of the origin by accident."""
+    import dataclasses
+
+    missing = []
+    for field in dataclasses.fields(config_class):
+        declared = field.metadata.get("origin", True)
+        key = field.name if declared is True else declared
+        if key is not False and key not in settings:
+            missing.append(f"--{field.name} (origin key {key!r})")
+    assert not missing, f"flags missing from the origin: {missing}"
+
+
 def tree_digests(root):
     """{relative path: sha256} of every file under `root` (byte-identity checks)."""
     result = {}

@@ -16,7 +16,7 @@ from roar import masked_data, masking, train
 from saliency_gen import generate, records
 from saliency_gen.world import synthetic
 from tests import REPO
-from tests.conftest import interrupt_at
+from tests.conftest import assert_origin_covers_the_flags, interrupt_at
 
 SIZE, T, V = 32, 50, 10  # 5,000 train and 1,000 test images of 32 x 32
 RECIPE = training.with_overrides(training.SYNTHETIC_RECIPE, epochs=5.0)
@@ -132,6 +132,7 @@ def test_binary_trains_a_random_baseline(world, tmp_path):
         metrics = json.load(handle)
     assert metrics["n_eval"] == 1000 and metrics["flags"]["ratio"] == 0.5
     assert metrics["resumptions"] == 0 and metrics["origin"]["settings"]["ratio"] == 0.5
+    assert_origin_covers_the_flags(train.Config, metrics["origin"]["settings"])
 
 
 def test_road_curve_without_retraining(world, known_answers):
@@ -249,6 +250,8 @@ def test_a_killed_run_resumes_exactly_and_other_settings_are_refused(world, tmp_
                                         r"base_learning_rate=0.004, not 0.01; pass --overwrite"):
         train.run_masked(files, files, config, output_dir=str(killed), control="random",
                          recipe=training.with_overrides(recipe, base_learning_rate=0.01))
+    with pytest.raises(UserError, match=r"made with train_crop=none, not inception"):
+        run("killed", train_crop="inception")  # a pipeline setting is part of the origin
 
 
 def test_road_binary_writes_table_json_csv_and_plot(world, known_answers, tmp_path):
