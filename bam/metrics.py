@@ -27,7 +27,7 @@ from bam import metric_definitions, rmcs, synthetic_setup, val_set_scores
 from bam import score_cache as score_cache_files
 from models import provenance
 from models import results as result_files
-from models.cli import option, run_binary
+from models.cli import option, origin_flags, run_binary
 from models.errors import UserError, check_choices, check_minimum, require_both_or_neither
 from models.files import exclusive, write_json
 
@@ -110,22 +110,25 @@ class Config:
                            "precomputed g vectors from --attr_dir (all images).")
     attr_dir: str = option("attr_reprod", "With --scratch=0: the precomputed layout "
                            "<attr_dir>/<model>-<data>/<stem>_<pred>.")
-    num_threads: int = option(50, "Accepted for compatibility; not used.")
+    num_threads: int = option(50, "Accepted for compatibility; not used.", origin=False)
     methods: Optional[tuple] = option(
         None, "Methods, in reporting order: BAM's abbreviations (GC, VG, SG, IG, IG-SG, GxI, GB, "
         "GGC; the default), any saliency_gen method name, or 'package.module:function'. With "
         "--maps_dir: the saved maps' names (default: all of them).")
-    data_dir: Optional[str] = option(None, "BAM data root (default: the synthetic world).")
+    data_dir: Optional[str] = option(None, "BAM data root (default: the synthetic world).",
+                                     origin="data_dir")
     model_dir: Optional[str] = option(None, "Folder of exported models obj/, scene/, "
-                                      "scene_only/.")
-    output: str = option("bam_metrics.json", "JSON output (a CSV is written beside).")
+                                      "scene_only/.", origin="models")
+    output: str = option("bam_metrics.json", "JSON output (a CSV is written beside).", origin=False)
     noise_seed: int = option(0, "Seed of SmoothGrad noise.")
-    batch_size: int = option(64, "Rows per gradient evaluation.")
+    batch_size: int = option(64, "Rows per gradient evaluation.", origin=False)
     cache_dir: Optional[str] = option(None, "Cache of the synthetic world (default: "
-                                      "~/.cache/attribution-benchmarks/synthetic_seed0).")
-    epochs: int = option(3, "Training epochs of the synthetic models.")
+                                      "~/.cache/attribution-benchmarks/synthetic_seed0).",
+                                      origin="models")
+    epochs: int = option(3, "Training epochs of the synthetic models.", origin="models")
     train_models: bool = option(False, "Train the synthetic world's models on this machine "
-                                "instead of loading the weights shipped with the package.")
+                                "instead of loading the weights shipped with the package.",
+                                origin="models")
     maps_dir: Optional[str] = option(None, "Score saved maps instead of computing them: "
                                      "<maps_dir>/<model>-<data>/<method>.npy and "
                                      "predictions.npy.")
@@ -195,10 +198,8 @@ def check_flags(config: Config) -> None:
 
 def origin_of(config: Config, methods, data_dir, model_dir) -> dict:
     """What made a metrics file: the flags that change its numbers, the models' ids and the
-    data folder (docs/bam.md, "Outputs")."""
-    settings = {name: getattr(config, name) for name in (
-        "metrics", "num_imgs", "seed", "noise_seed", "scratch", "maps_dir", "input_size",
-        "rmcs_tcav")}
+    data folder (docs/bam.md, "Outputs"; docs/architecture.md, "Outputs and provenance")."""
+    settings = origin_flags(config)
     model_ids = {}
     if model_dir is not None and config.maps_dir is None and config.scratch:
         for name in sorted(os.listdir(model_dir)):

@@ -26,7 +26,7 @@ from faithfulness import curves, idsds, inputs, single_step, stats
 from faithfulness import scorer as scoring
 from models import provenance, torch_checkpoints
 from models import results as result_files
-from models.cli import option, run_binary
+from models.cli import option, origin_flags, run_binary
 from models.errors import UserError, check_minimum, require_both_or_neither
 from models.files import exclusive, write_json
 from saliency_gen import engine as saliency_engine
@@ -189,16 +189,17 @@ class Config:
 
     model_path: Optional[str] = option(
         None,
-        "Exported model (models.export). Default: the synthetic world's clean small_cnn.")
+        "Exported model (models.export). Default: the synthetic world's clean small_cnn.",
+        origin=False)
     input_pattern: Optional[str] = option(
         None,
-        "Image TFRecords. Default: the synthetic world's validation records.")
+        "Image TFRecords. Default: the synthetic world's validation records.", origin=False)
     model: Optional[str] = option(
         None, "With --pretrained_ckpt: the zoo or IDSDS model name of the checkpoint "
         "(resnet50, vgg16_bn, bcos_resnet50, bagnet33, vit_base_patch16_224, ...).")
     pretrained_ckpt: Optional[str] = option(
         None, "A PyTorch state dict (.pth / .pth.tar, as IDSDS releases them), converted to a "
-        "SavedModel on first use (models.torch_checkpoints) instead of --model_path.")
+        "SavedModel on first use (models.torch_checkpoints) instead of --model_path.", origin=False)
     image_size: int = option(224, "With --pretrained_ckpt: the model's input side.")
     evaluation_protocol: str = option("single_deletion", 'Protocol.', PROTOCOLS)
     explainer: tuple = option(
@@ -227,9 +228,10 @@ class Config:
         'auto: logits for single deletion (IDSDS), softmax for the others.',
         ("auto", "none", "softmax"))
     nr_images: int = option(64, 'Images to score (-1: all).')
-    batch_size: int = option(32, 'Work items per model call.')
+    batch_size: int = option(32, 'Work items per model call.', origin=False)
     seed: int = option(0, 'Seed of the image order and of every random draw.')
-    output: Optional[str] = option(None, 'JSON file (default faithfulness_<protocol>.json).')
+    output: Optional[str] = option(None, 'JSON file (default faithfulness_<protocol>.json).',
+                                   origin=False)
 
 
 
@@ -289,12 +291,13 @@ def _run(f: Config, output: str) -> dict:
                            options, progress=bar.update)
     seconds = time.time() - started
     print(table(results, len(images)))
+    # every flag that changes results (docs/architecture.md, "Outputs and provenance")
     report = {"protocol": f.evaluation_protocol, "model_path": model_path,
               "model_id": loaded.model_id, "input_pattern": pattern, "n_images": len(images),
               "options": dataclasses.asdict(options), "seconds": seconds, "results": results,
               "origin": provenance.origin(
-                  {"protocol": f.evaluation_protocol, "explainer": explainers,
-                   "nr_images": f.nr_images, **dataclasses.asdict(options)},
+                  {**origin_flags(f), "protocol": f.evaluation_protocol,
+                   "explainer": explainers, **dataclasses.asdict(options)},
                   model_id=loaded.model_id,
                   data=provenance.listing_digest(records.list_files(pattern)))}
     write_json(output, report, indent=1)

@@ -21,7 +21,7 @@ from tqdm import tqdm
 
 import models
 from models import provenance
-from models.cli import option, run_binary
+from models.cli import option, origin_flags, run_binary
 from models.errors import UserError, check_fractions, check_minimum
 from models.files import exclusive, write_json
 from roar import masked_data, summaries, synthetic_setup
@@ -105,7 +105,7 @@ class Config:
         None,
         'Saliency records of the method, or image records with --saliency_method=random '
         "or oracle (default: the synthetic world's, made once and cached).")
-    eval_pattern: str = option("validation-*", 'Test shards in --data_dir.')
+    eval_pattern: str = option("validation-*", 'Test shards in --data_dir.', origin=False)
     saliency_method: Optional[str] = option(
         None, "The map: a record key (gradient_image), a ROAR code (SH), any saliency_gen method "
         "name or 'package.module:function' whose records --data_dir holds, or random / oracle "
@@ -120,9 +120,9 @@ class Config:
     fill: str = option("noisy_linear", 'Replacement.', ["mean", "zero", "noisy_linear"])
     road_noise: float = option(0.01, 'Imputation noise (absolute, [0, 1] pixels).')
     seed: int = option(0, 'Seed of the jitter and the noise.')
-    batch_size: int = option(128, 'Images per evaluation batch.')
+    batch_size: int = option(128, 'Images per evaluation batch.', origin=False)
     label_offset: int = option(0, 'Added to image-record labels.')
-    output: str = option("road", 'Output stem: <output>.json, .csv, .md, .png.')
+    output: str = option("road", 'Output stem: <output>.json, .csv, .md, .png.', origin=False)
 
 
 
@@ -215,9 +215,7 @@ def write_results(f: Config, rows: list, model, files: list) -> None:
                             ["method", "order", "p", "fraction_removed", "mean ± sd", "n"],
                             "fraction_removed", ["method", "order"], "accuracy",
                             "ROAD: accuracy of the clean model on imputed images")
-    flags = {name: getattr(f, name) for name in (
-        "ckpt_path", "data_dir", "saliency_method", "ranking", "squared_value", "tie_break",
-        "fill", "road_noise", "seed", "orders", "ratios", "label_offset")}
+    flags = origin_flags(f)  # docs/architecture.md, "Outputs and provenance"
     write_json(f.output + ".json", {"rows": rows, "flags": flags, "origin": provenance.origin(
         flags, model_id=model.model_id, data=provenance.listing_digest(files))}, indent=2)
     print(f"wrote {f.output}.json, .csv, .md and .png")

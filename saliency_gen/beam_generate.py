@@ -21,7 +21,7 @@ import time
 import models
 from models.cli import option, run_binary
 from models.errors import RecordError
-from saliency_gen import beam_support, generate, records
+from saliency_gen import beam_support, generate, records, shard_ledger
 from saliency_gen.beam_support import beam
 
 
@@ -65,9 +65,9 @@ class WriteShard(beam.DoFn):
     """((shard, method), ranges) -> the method's output shard, written atomically from the ranges
     in record order (a shard whose ranges do not cover it exactly is an error, never written)."""
 
-    def __init__(self, outputs: dict, counts: dict):
+    def __init__(self, outputs: dict, counts: dict, sources: dict):
         super().__init__()
-        self.outputs, self.counts = outputs, counts
+        self.outputs, self.counts, self.sources = outputs, counts, sources
 
     def process(self, element):
         (path, method), parts = element
@@ -82,6 +82,7 @@ class WriteShard(beam.DoFn):
             raise RecordError(f"{path}: {method} has {expected} of {self.counts[path]} records")
         records.write_serialized(self.outputs[(path, method)],
                                  (record for _, serialized in parts for record in serialized))
+        shard_ledger.seal(self.outputs[(path, method)], expected, self.sources[path])
         beam.metrics.Metrics.counter("saliency", "shards").inc()
         yield path, method, expected
 
@@ -101,6 +102,7 @@ def beam_explainer(options: beam.options.pipeline_options.PipelineOptions):
         outputs = {(item.path, method): item.outputs[method]
                    for item in work for method in item.methods}
         counts = {item.path: item.count for item in work}
+        sources = {item.path: item.source for item in work}
         print(f"beam: {len(units)} ranges of at most {generator_options['batch_size']} records "
               f"({sum(u[2] for u in units)} maps, {len(outputs)} shards)", flush=True)
 
@@ -110,7 +112,7 @@ def beam_explainer(options: beam.options.pipeline_options.PipelineOptions):
                  | "Spread" >> beam.Reshuffle()
                  | "Explain" >> beam.ParDo(ExplainRange(loaded.path, generator_options))
                  | "ByShard" >> beam.GroupByKey()
-                 | "Write" >> beam.ParDo(WriteShard(outputs, counts)))
+                 | "Write" >> beam.ParDo(WriteShard(outputs, counts, sources)))
 
         result = beam_support.run(build, options)
         return {"images": beam_support.counter(result, "maps"),

@@ -11,8 +11,8 @@ temporary name and renamed when complete: a re-run skips finished shards of the 
 (the folder's manifest.json, docs/records.md "Provenance") and redoes unfinished ones.
 `--num_shards/--shard_index` give every cluster task its own subset of input shards.
 """
+import contextlib
 import dataclasses
-import json
 import os
 import re
 import shutil
@@ -29,23 +29,27 @@ from models.cli import option, run_binary
 from models.errors import RecordError, UserError, check_minimum
 from models.files import ensure_directory, exclusive, remove_leftovers
 from models.preprocessing import CROP_VERSION, input_space
-from saliency_gen import engine, names, pipelines, records
+from saliency_gen import engine, names, pipelines, records, shard_ledger
 
 
 @dataclasses.dataclass(frozen=True)
 class Config:
     """The generator's options (one flag each)."""
 
-    input_pattern: Optional[str] = option(None, "Glob of the image TFRecord shards to explain.")
-    model_path: Optional[str] = option(None, "Model directory written by models.export.")
+    input_pattern: Optional[str] = option(None, "Glob of the image TFRecord shards to explain.",
+                                          origin=False)
+    model_path: Optional[str] = option(None, "Model directory written by models.export.",
+                                       origin="model_id")
     saliency_method: str = option(
         "roar:SH_SG", "Method name(s), comma-separated: built-in names (saliency_gen.METHODS), "
-        "registered ones, or 'package.module:function'.")
-    output_dir: Optional[str] = option(None, "Root directory of the saliency records.")
-    batch_size: int = option(32, "Images read and explained per step.")
-    chunk_size: int = option(64, "Rows per gradient evaluation (results do not depend on it).")
-    num_shards: int = option(1, "Split the input shards over this many tasks.")
-    shard_index: int = option(0, "This task's index in [0, num_shards).")
+        "registered ones, or 'package.module:function'.", origin="method")
+    output_dir: Optional[str] = option(None, "Root directory of the saliency records.",
+                                       origin=False)
+    batch_size: int = option(32, "Images read and explained per step.", origin=False)
+    chunk_size: int = option(64, "Rows per gradient evaluation (results do not depend on it).",
+                             origin=False)
+    num_shards: int = option(1, "Split the input shards over this many tasks.", origin=False)
+    shard_index: int = option(0, "This task's index in [0, num_shards).", origin=False)
     seed: int = option(0, "Seed of every random choice (noise, baselines, masks).")
     dtype: str = option("rank8", "Stored map format: rank8 (1 byte per element, exact ROAR "
                         "ranking at integer percentages), float16 or float32 (full precision).",
@@ -56,7 +60,7 @@ class Config:
     label_offset: int = option(0, "Added to every stored label (ImageNet TF-slim: -1).")
     explain: str = option("prediction", "Explain the model's predicted class (ROAR, BAM) or the "
                           "label (IDSDS).", ("prediction", "label"))
-    overwrite: bool = option(False, "Recompute finished output shards.")
+    overwrite: bool = option(False, "Recompute finished output shards.", origin=False)
 
 
 def method_directory(method):
@@ -133,26 +137,28 @@ def shard_origin(path):
     return {"file": os.path.basename(path), "bytes": os.path.getsize(path)}
 
 
-def _recorded_input(output_path):
-    """The input fingerprint in the first record of a finished saliency shard (None if absent)."""
-    for index, serialized in records.iter_serialized(output_path):
-        features = records.parse_example(serialized, f"{output_path}: record {index}")
-        if "saliency/meta" not in features:
-            return None
-        return json.loads(features["saliency/meta"].bytes_list.value[0]).get("input")
-    return None
-
-
-def _shard_is_current(input_path, output_path, overwrite):
-    """Whether the finished `output_path` can be kept: it exists, --overwrite is off and it was
-    made from this very input shard (else one line offering --overwrite)."""
+def _shard_is_current(source, output_path, overwrite):
+    """Whether the finished `output_path` can be kept: it exists, --overwrite is off, its bytes
+    match its seal (else it is redone, with a line saying why) and it was made from an input
+    of the content `source` has now (else one line offering --overwrite)."""
     if overwrite or not os.path.exists(output_path):
         return False
-    recorded, current = _recorded_input(output_path), shard_origin(input_path)
-    if recorded != current:
-        raise UserError(f"{output_path} was made from input {recorded}, not {current}; pass "
-                        "--overwrite to replace it or choose a new --output_dir")
+    entry = shard_ledger.read_seal(output_path)
+    reason = ("it has no seal (written by an older version, or killed before it was sealed)"
+              if entry is None else shard_ledger.mismatch(output_path, entry))
+    if reason:
+        print(f"redoing {output_path}: {reason}", flush=True)
+        return False
+    if entry["input"] != source:
+        raise UserError(f"{output_path} was made from input {_shown(entry['input'])}, not "
+                        f"{_shown(source)}; pass --overwrite to replace it or choose a new "
+                        "--output_dir")
     return True
+
+
+def _shown(source: dict) -> str:
+    return f"{source.get('file')} ({source.get('bytes')} bytes, sha256 " \
+           f"{str(source.get('sha256'))[:12]})"
 
 
 def claim_folder(folder, requested, overwrite):
@@ -179,6 +185,20 @@ def _finished_shards(folder):
         return []
     return [name for name in os.listdir(folder)
             if name != records.MANIFEST and not name.startswith(".")]
+
+
+def _holds_nothing_else(folder) -> bool:
+    """Whether `folder` holds at most a manifest, an empty ledger and empty method folders: no
+    shard, and no other generator's lock or unfinished file."""
+    if not os.path.isdir(folder):
+        return False
+    for name in os.listdir(folder):
+        path = os.path.join(folder, name)
+        if name == records.MANIFEST or (name == shard_ledger.LEDGER and not os.listdir(path)):
+            continue
+        if not (os.path.isdir(path) and _holds_nothing_else(path)):
+            return False
+    return True
 
 
 def _check_flags(batch_size, chunk_size, num_shards, shard_index):
@@ -222,7 +242,8 @@ def generate(input_pattern, model_path, methods_list, output_dir, *, batch_size=
     folders = {m: os.path.join(output_dir, method_directory(m)) for m in methods_list}
     created = [folder for folder in [output_dir, *folders.values()] if not os.path.exists(folder)]
     try:
-        with files_lock(output_dir, shard_index, num_shards):
+        with shards_lock(output_dir, files):
+            sources = {path: shard_ledger.fingerprint(path) for path in files}
             for method, folder in folders.items():
                 ensure_directory(folder)
                 remove_leftovers(folder, [os.path.basename(path) for path in files])
@@ -230,37 +251,44 @@ def generate(input_pattern, model_path, methods_list, output_dir, *, batch_size=
                     {"method": meta["methods"][record_key(method)], "dtype": dtype, **common},
                     model_id=loaded.model_id), overwrite)
             todo = [(path, [m for m in methods_list if not _shard_is_current(
-                path, os.path.join(folders[m], os.path.basename(path)), overwrite)])
+                sources[path], os.path.join(folders[m], os.path.basename(path)), overwrite)])
                 for path in files]
             work = [ShardWork(path, tuple(pending), records.check_file(path, "image"),
                               {m: os.path.join(folders[m], os.path.basename(path))
-                               for m in pending})
+                               for m in pending}, sources[path])
                     for path, pending in todo if pending]
             written = (explain_all or explain_here)(work, loaded, options, progress_bar)
     except BaseException:
         for folder in reversed(created):  # a failed first run leaves no empty output behind
-            if not _finished_shards(folder):
+            if _holds_nothing_else(folder):
                 shutil.rmtree(folder, ignore_errors=True)
         raise
     written["skipped"] = len(files) - written["written"]
     return written
 
 
-def files_lock(output_dir, shard_index, num_shards):
-    """The lock of one task's share of `output_dir`: a second run of the same task stops."""
-    return exclusive(os.path.join(output_dir, f"task-{shard_index}-of-{num_shards}"),
-                     what=f"task {shard_index} of {num_shards} of --output_dir")
+@contextlib.contextmanager
+def shards_lock(output_dir, files):
+    """Claims the output shards of `files` in `output_dir` (all methods) before any work: a
+    second generator whose input shards overlap this one's stops with one line, whatever its
+    --num_shards; generators of disjoint shards share the folder."""
+    with contextlib.ExitStack() as stack:
+        for path in files:
+            stack.enter_context(exclusive(os.path.join(output_dir, os.path.basename(path)),
+                                          what="the saliency shards of"))
+        yield
 
 
 @dataclasses.dataclass(frozen=True)
 class ShardWork:
-    """One input shard still to explain: its path, the methods it lacks, its record count and
-    each method's output path."""
+    """One input shard still to explain: its path, the methods it lacks, its record count,
+    each method's output path and the input's fingerprint (sealed with each output)."""
 
     path: str
     methods: tuple
     count: int
     outputs: dict
+    source: dict  # shard_ledger.fingerprint of the input shard
 
 
 def explain_here(work, loaded, options, progress_bar=True):
@@ -271,8 +299,10 @@ def explain_here(work, loaded, options, progress_bar=True):
     with tqdm(total=total, unit="map", desc="saliency", disable=not progress_bar) as bar:
         for item in work:
             for method in item.methods:
-                images += explain_shard(item.path, item.outputs[method], loaded, [method],
-                                        options, bar.update)
+                count = explain_shard(item.path, item.outputs[method], loaded, [method],
+                                      options, bar.update)
+                shard_ledger.seal(item.outputs[method], count, item.source)
+                images += count
     return {"images": images, "seconds": time.time() - started, "written": len(work)}
 
 

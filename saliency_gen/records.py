@@ -27,6 +27,7 @@ import tensorflow as tf
 
 from models.errors import MissingPathError, RecordError, UserError
 from models.files import atomic_output, is_temporary
+from saliency_gen import shard_ledger
 
 # ----------------------------------------------------------------------------------------------
 # Field specifications: key -> (kind, required, length); length None = any number of values.
@@ -264,13 +265,15 @@ MANIFEST = "manifest.json"  # the origin of a folder of shards (saliency_gen.gen
 
 def list_files(pattern, what="--input_pattern"):
     """Sorted record files matching a glob (or a single path); a clear error when nothing
-    matches. Manifests and unfinished outputs (hidden temporary names) are never listed."""
+    matches or a sealed shard no longer matches its seal (`shard_ledger`). Manifests and
+    unfinished outputs (hidden temporary names) are never listed."""
     pattern = os.fspath(pattern)
     files = sorted(path for path in glob.glob(pattern)
                    if os.path.isfile(path) and os.path.basename(path) != MANIFEST
                    and not is_temporary(path))
     if not files:
         raise MissingPathError(f"no files match {what}={pattern}; check the path or glob")
+    shard_ledger.check_listing(files)  # a sealed saliency shard cut short or edited: one line
     return files
 
 

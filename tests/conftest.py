@@ -68,12 +68,13 @@ class WritesMarker:
         return (os.system, (f"touch {self.marker}",))
 
 
-def assert_origin_covers_the_flags(config_class, settings):
-    """Every flag of `config_class` is in the origin `settings` under its name (declared
-    origin=True) or under the key it declares, unless declared as not changing results: a new
-    flag cannot be left out of the origin by accident."""
+def assert_origin_covers_the_flags(config_class, origin):
+    """Every flag of `config_class` is in the `origin`'s settings under its name (declared
+    origin=True) or under the key it declares (settings or inputs), unless declared as not
+    changing results: a new flag cannot be left out of the origin by accident."""
     import dataclasses
 
+    settings = {**origin["settings"], **origin.get("inputs", {})}
     missing = []
     for field in dataclasses.fields(config_class):
         declared = field.metadata.get("origin", True)

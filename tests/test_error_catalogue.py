@@ -253,7 +253,7 @@ def places(tiny_world, tmp_path_factory):
     busy_run = os.path.join(tmp, "out-roar-concurrent-writer", "random_baseline", "0.25",
                             "random", "remove", "element-mean", "seed_0")
     with contextlib.ExitStack() as stack:
-        for target in (os.path.join(paths["locked_maps"], "task-0-of-1"),
+        for target in (os.path.join(paths["locked_maps"], "validation-00000-of-00001.tfrecord"),
                        paths["locked_output"], busy_run):
             stack.enter_context(files.exclusive(target))
         yield paths

@@ -11,6 +11,7 @@ import pytest
 import models
 from bam import metric_definitions, metrics, region, val_set_scores
 from tests import REPO
+from tests.conftest import assert_origin_covers_the_flags
 
 # ----------------------------------------------------------------------------------------------
 # Region scores g on hand-made maps.
@@ -150,6 +151,7 @@ def test_metrics_binary_writes_json_and_csv(trained_world, tmp_path, monkeypatch
     origin = values.pop("origin")  # what made the file: flags, model ids, data
     assert origin["settings"]["num_imgs"] == 10 and origin["settings"]["seed"] == 0
     assert set(origin["inputs"]["models"]) == {"obj", "scene", "scene_only"}
+    assert_origin_covers_the_flags(metrics.Config, origin)
     assert set(values) == {"MCS", "IDR", "IIR"} and set(values["MCS"]) == {"GC", "VG", user}
     assert all(np.isfinite(v) for rows in values.values() for v in rows.values())
     monkeypatch.syspath_prepend(user_methods)

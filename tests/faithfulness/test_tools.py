@@ -16,7 +16,7 @@ import models
 import saliency_gen
 from faithfulness import evaluate, finetune
 from tests import REPO
-from tests.conftest import interrupt_at
+from tests.conftest import assert_origin_covers_the_flags, interrupt_at
 
 
 @pytest.fixture(scope="module")
@@ -81,6 +81,7 @@ def test_evaluate_binary_writes_json_and_a_table(tiny_world, exported, tmp_path)
         report = json.load(handle)
     assert report["n_images"] == 6 and set(report["results"]) == {"random", "idsds:IxG"}
     assert len(report["results"]["random"]["dauc"]["per_image"]) == 6
+    assert_origin_covers_the_flags(evaluate.Config, report["origin"])
     assert not [name for name in os.listdir(tmp_path / "out") if name != "deletion.json"]
     bad = subprocess.run([sys.executable, "-m", "faithfulness.evaluate",
                           f"--model_path={exported}"], cwd=REPO, capture_output=True,

@@ -12,7 +12,7 @@ import pytest
 
 from models import training
 from models.errors import UserError
-from roar import masked_data, masking, train
+from roar import masked_data, masking, road, train
 from saliency_gen import generate, records
 from saliency_gen.world import synthetic
 from tests import REPO
@@ -132,7 +132,7 @@ def test_binary_trains_a_random_baseline(world, tmp_path):
         metrics = json.load(handle)
     assert metrics["n_eval"] == 1000 and metrics["flags"]["ratio"] == 0.5
     assert metrics["resumptions"] == 0 and metrics["origin"]["settings"]["ratio"] == 0.5
-    assert_origin_covers_the_flags(train.Config, metrics["origin"]["settings"])
+    assert_origin_covers_the_flags(train.Config, metrics["origin"])
 
 
 def test_road_curve_without_retraining(world, known_answers):
@@ -264,7 +264,9 @@ def test_road_binary_writes_table_json_csv_and_plot(world, known_answers, tmp_pa
          f"--output={output}"], capture_output=True, text=True, cwd=REPO, check=False)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "morf p=0.50 removed 0.50" in result.stdout and "lerf p=0.50" in result.stdout
-    rows = json.loads((tmp_path / "road.json").read_text())["rows"]
+    written = json.loads((tmp_path / "road.json").read_text())
+    rows = written["rows"]
     assert [row["order"] for row in rows] == ["morf", "lerf"] and rows[0]["n"] == 1000
+    assert_origin_covers_the_flags(road.Config, written["origin"])
     assert (tmp_path / "road.png").read_bytes()[:4] == b"\x89PNG"
     assert "| oracle | morf | 0.5 | 0.5 |" in (tmp_path / "road.md").read_text()

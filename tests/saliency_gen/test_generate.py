@@ -1,4 +1,5 @@
 """The saliency-record generator: outputs, resume, sharding, clear errors."""
+import json
 import os
 import subprocess
 import sys
@@ -10,9 +11,11 @@ import tensorflow as tf
 
 import models
 import saliency_gen
+from models import files
 from models.preprocessing import input_space, load_bam_pixels
 from saliency_gen import generate, records
 from tests import REPO
+from tests.conftest import assert_origin_covers_the_flags
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +72,47 @@ def test_generator_writes_one_shard_per_input_and_resumes(tiny_world, exported, 
     redo = generate.generate(pattern, model_path, ["roar:SH", "bam:GC"], out, progress_bar=False)
     assert redo["images"] == 300 and os.path.exists(os.path.join(out, "SH", shard))
     assert not leftover.exists()
-    assert sorted(os.listdir(os.path.join(out, "SH"))) == ["manifest.json", shard]
+    assert sorted(os.listdir(os.path.join(out, "SH"))) == [".ledger", "manifest.json", shard]
+    with open(os.path.join(out, "SH", "manifest.json"), encoding="utf-8") as handle:
+        assert_origin_covers_the_flags(generate.Config, json.load(handle))
+
+
+def test_finished_means_sealed_and_overlapping_generators_are_refused(tiny_world, exported,
+                                                                      tmp_path, capsys):
+    root, _ = tiny_world
+    model_path, _ = exported
+    source = os.path.join(root, "records", "validation-00000-of-00001.tfrecord")
+    out, shard = str(tmp_path / "maps"), os.path.basename(source)
+    generate.generate(source, model_path, ["gradient"], out, progress_bar=False)
+    written = os.path.join(out, "gradient", shard)
+    sealed = open(written, "rb").read()
+    # A shard cut at a record boundary: readers refuse it, the generator redoes it.
+    kept = [record for _, record in records.iter_serialized(written)][:250]
+    records.write_serialized(written, kept)
+    with pytest.raises(models.UserError, match=r"cut short or changed\); 300 records were"):
+        records.list_files(os.path.join(out, "gradient", "validation-*"))
+    again = generate.generate(source, model_path, ["gradient"], out, progress_bar=False)
+    assert again["images"] == 300 and "redoing" in capsys.readouterr().out
+    assert open(written, "rb").read() == sealed
+    # An input relabelled in place (same name, same size): its old maps are not reused.
+    relabelled = tmp_path / "relabelled" / shard
+    relabelled.parent.mkdir()
+    first = [tf.train.Example.FromString(record) for _, record in records.iter_serialized(source)]
+    labels = first[0].features.feature["image/class/label"].int64_list.value
+    labels[0] = (labels[0] + 1) % 10
+    records.write_records(str(relabelled), first)
+    assert os.path.getsize(relabelled) == os.path.getsize(source)
+    with pytest.raises(models.UserError, match="was made from input .* pass --overwrite"):
+        generate.generate(str(relabelled), model_path, ["gradient"], out, progress_bar=False)
+    # A second generator over an overlapping shard set stops before any work, and the
+    # failed run removes nothing it did not make.
+    with files.exclusive(os.path.join(out, shard)):
+        with pytest.raises(models.UserError, match="saliency shards of .* is being written by"):
+            generate.generate(source, model_path, ["gradient", "bam:GC"], out, num_shards=1,
+                              progress_bar=False)
+    assert sorted(os.listdir(os.path.join(out, "gradient"))) == [".ledger", "manifest.json",
+                                                                 shard]
+    assert not os.path.exists(os.path.join(out, "bam_GC"))
 
 
 def test_sharding_splits_input_files(tiny_world, exported, tmp_path):
@@ -82,7 +125,8 @@ def test_sharding_splits_input_files(tiny_world, exported, tmp_path):
                                shard_index=1, progress_bar=False)
     assert first["written"] == second["written"] == 1
     assert sorted(os.listdir(tmp_path / "gradient")) == [
-        "manifest.json", "train-00000-of-00001.tfrecord", "validation-00000-of-00001.tfrecord"]
+        ".ledger", "manifest.json", "train-00000-of-00001.tfrecord",
+        "validation-00000-of-00001.tfrecord"]
     with pytest.raises(models.UserError, match=r"--shard_index=2 must be in \[0, --num_shards=2\)"):
         generate.generate(pattern, model_path, ["gradient"], str(tmp_path), num_shards=2,
                           shard_index=2)
