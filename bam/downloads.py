@@ -7,9 +7,12 @@ Fetches MSCOCO 2017 (train images and instance annotations), MiniPlaces and BAM'
 models (obj, scene, scene_only, scene1..scene10) into the layout the construction script and
 `bam.metrics` read: `<dest>/coco/{train2017, annotations}`, `<dest>/miniplaces/images/train/...`
 and `<dest>/models/<name>/saved_model.pb`. Every URL can be replaced by a flag (mirrors, dead
-links). A download goes to `<file>.part` and resumes from there with an HTTP range request; a
-finished file is checked against its SHA-256 when one is known (`--checksums`, a JSON file
-{file name: sha256}) and its digest is recorded in `<dest>/downloads.json` either way. An
+links). A download goes to `<file>.part` and resumes from there with an HTTP range request, only
+from the same URL and with the server's validator (else it starts afresh). Every archive, also
+one already on disk, is checked against its SHA-256 when one is known: `--checksums` (a JSON
+file {file name: sha256}), else the digest recorded in `<dest>/downloads.json` when the same URL
+was first fetched (none of the sources publishes one: the first download is trusted, with a
+note saying so). An
 archive is unpacked under a temporary name and renamed when complete, so a killed run never
 leaves a folder that looks finished, and a re-run skips what is done.
 """
@@ -29,7 +32,7 @@ from tqdm import tqdm
 
 from models.cli import option, run_binary
 from models.errors import UserError
-from models.files import file_sha256, write_json
+from models.files import file_sha256, read_json, write_json
 
 MODEL_NAMES = ("obj", "scene", "scene_only") + tuple(f"scene{k}" for k in range(1, 11))
 WHAT = ("coco", "miniplaces", "models")
@@ -39,12 +42,28 @@ CHUNK = 1 << 16
 def fetch(url: str, path: str, expected: Optional[str] = None, timeout: float = 60.0,
           progress: bool = True) -> str:
     """Downloads `url` to `path` (resuming `<path>.part`), checks `expected` (a SHA-256) when
-    given; returns the file's SHA-256. A finished `path` is not fetched again."""
+    given; returns the file's SHA-256. A finished `path` is not fetched again, but it is
+    checked against `expected` too. A partial file is resumed only from the same URL, with
+    the server's validator (`If-Range`), so a changed file is fetched afresh, never spliced."""
     if os.path.isfile(path):
-        return file_sha256(path)
-    partial = path + ".part"
+        digest = file_sha256(path)
+        if expected and digest != expected.lower():
+            raise UserError(f"{path}: SHA-256 {digest} does not match the expected {expected}; "
+                            "remove the file and re-run to download it again")
+        return digest
+    partial, about = path + ".part", path + ".part.json"
     have = os.path.getsize(partial) if os.path.isfile(partial) else 0
-    request = urllib.request.Request(url, headers={"Range": f"bytes={have}-"} if have else {})
+    started = _read_partial_origin(about) if have else None
+    if have and (started is None or started.get("url") != url):
+        print(f"{partial}: started from another URL (or unknown); downloading afresh",
+              flush=True)
+        have = 0
+    headers = {}
+    if have:
+        headers["Range"] = f"bytes={have}-"
+        if started.get("validator"):
+            headers["If-Range"] = started["validator"]
+    request = urllib.request.Request(url, headers=headers)
     try:
         response = urllib.request.urlopen(request, timeout=timeout)
     except urllib.error.HTTPError as error:
@@ -62,6 +81,9 @@ def fetch(url: str, path: str, expected: Optional[str] = None, timeout: float = 
             resumed = response.status == 206
             if not resumed:
                 have = 0
+                validator = response.headers.get("ETag") or response.headers.get(
+                    "Last-Modified")
+                write_json(about, {"url": url, "validator": validator})
             length = response.headers.get("Content-Length")
             total = have + int(length) if length is not None else None
             with open(partial, "ab" if resumed else "wb") as handle, tqdm(
@@ -81,10 +103,45 @@ def fetch(url: str, path: str, expected: Optional[str] = None, timeout: float = 
     digest = file_sha256(partial)
     if expected and digest != expected.lower():
         os.remove(partial)
+        os.remove(about)
         raise UserError(f"{url}: SHA-256 {digest} does not match the expected {expected}; the "
                         "file was removed, re-run to download it again (or check --checksums)")
     os.replace(partial, path)
+    os.remove(about)
     return digest
+
+
+def _read_partial_origin(path: str) -> Optional[dict]:
+    """The {"url", "validator"} a partial download started with (None if unknown)."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            value = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def read_digests(path: str, what: str) -> dict:
+    """{file name: sha256} from a JSON file (`--checksums`); one line if it has another shape."""
+    value = read_json(path, what)
+    if not (isinstance(value, dict) and all(
+            isinstance(k, str) and isinstance(v, str) and len(v) == 64 for k, v in value.items())):
+        raise UserError(f"{path}: {what} must be a JSON object {{archive file name: 64-digit "
+                        "SHA-256}")
+    return value
+
+
+def read_record(path: str) -> dict:
+    """`<dest>/downloads.json`: {archive: {"url", "sha256"}}; one line if it has another shape."""
+    if not os.path.isfile(path):
+        return {}
+    value = read_json(path, "download record")
+    if not (isinstance(value, dict) and all(
+            isinstance(entry, dict) and isinstance(entry.get("sha256"), str)
+            and isinstance(entry.get("url"), str) for entry in value.values())):
+        raise UserError(f"{path} is not a download record ({{archive: {{url, sha256}}}}); "
+                        "remove it and re-run")
+    return value
 
 
 def unpack(archive: str, target: str, inner: Optional[str] = None,
@@ -134,12 +191,12 @@ class Config:
 
     dest: str = option("bam_sources", "Where coco/, miniplaces/ and models/ go.")
     what: tuple = option(WHAT, "Which sources: coco, miniplaces, models.")
-    coco_images_url: str = option("http://images.cocodataset.org/zips/train2017.zip",
+    coco_images_url: str = option("https://images.cocodataset.org/zips/train2017.zip",
                                   "MSCOCO 2017 train images (zip).")
     coco_annotations_url: str = option(
-        "http://images.cocodataset.org/annotations/annotations_trainval2017.zip",
+        "https://images.cocodataset.org/annotations/annotations_trainval2017.zip",
         "MSCOCO 2017 annotations (zip).")
-    miniplaces_url: str = option("http://miniplaces.csail.mit.edu/data/data.tar.gz",
+    miniplaces_url: str = option("https://miniplaces.csail.mit.edu/data/data.tar.gz",
                                  "MiniPlaces (tar.gz).")
     models_url: str = option(
         "https://github.com/google-research-datasets/bam/raw/master/models",
@@ -173,27 +230,26 @@ def run(config: Config) -> dict:
     unknown = sorted(set(f.what) - set(WHAT))
     if unknown or not f.what:
         raise UserError(f"--what={','.join(f.what)} must name some of {', '.join(WHAT)}")
-    expected = {}
-    if f.checksums:
-        try:
-            with open(f.checksums, encoding="utf-8") as handle:
-                expected = json.load(handle)
-        except (OSError, ValueError) as error:
-            raise UserError(f"--checksums={f.checksums}: cannot read it ({error})") from None
+    given = read_digests(f.checksums, "--checksums") if f.checksums else {}
+    record_path = os.path.join(f.dest, "downloads.json")
+    record = read_record(record_path)
     archives = os.path.join(f.dest, "archives")
     os.makedirs(archives, exist_ok=True)
-    record_path = os.path.join(f.dest, "downloads.json")
-    record = {}
-    if os.path.isfile(record_path):
-        with open(record_path, encoding="utf-8") as handle:
-            record = json.load(handle)
     for name, url, target, inner, drop in _jobs(f):
         if os.path.isdir(target):
             print(f"{target}: already there")
             continue
         archive = os.path.join(archives, name)
-        record[name] = {"url": url, "sha256": fetch(url, archive, expected.get(name),
-                                                    timeout=f.timeout)}
+        recorded = record.get(name, {})
+        # --checksums, else the digest recorded when this URL was first fetched
+        expected = given.get(name) or (recorded.get("sha256") if recorded.get("url") == url
+                                       else None)
+        digest = fetch(url, archive, expected, timeout=f.timeout)
+        if expected is None:
+            print(f"note: {name} has no published SHA-256; this first download is trusted and "
+                  f"its digest {digest[:16]}... is recorded in {record_path}, which checks "
+                  "every later download of this URL", flush=True)
+        record[name] = {"url": url, "sha256": digest}
         write_json(record_path, record, indent=1)
         if target.startswith(os.path.join(f.dest, "models")):
             scratch = target + ".archive"

@@ -1,6 +1,7 @@
 """bam.downloads against a local HTTP server on 127.0.0.1 serving small fabricated archives in
 the real layouts: the full layout, a bad checksum, and a cut connection resumed by a range
 request to the same bytes."""
+import dataclasses
 import hashlib
 import io
 import json
@@ -140,3 +141,32 @@ def test_a_cut_connection_resumes_with_a_range_request(server, tmp_path):
     archive = tmp_path / "src" / "archives" / "miniplaces_data.tar.gz"
     assert archive.read_bytes() == FILES[path]
     assert (tmp_path / "src" / "miniplaces" / "images" / "train" / "a" / "abbey").is_dir()
+
+
+def test_every_archive_is_checked_also_one_on_disk(server, tmp_path, capsys):
+    config = _config(server, tmp_path / "src", what=("miniplaces",), keep_archives=True)
+    digests = downloads.run(config)
+    assert "this first download is trusted" in capsys.readouterr().out
+    archive = tmp_path / "src" / "archives" / "miniplaces_data.tar.gz"
+    archive.write_bytes(archive.read_bytes() + b"x")  # changed on disk after the download
+    (tmp_path / "src" / "miniplaces").rename(tmp_path / "src" / "moved")
+    with pytest.raises(UserError, match=f"does not match the expected "
+                                        f"{digests['miniplaces_data.tar.gz']}; remove the file"):
+        downloads.run(config)
+    assert not (tmp_path / "src" / "miniplaces").exists()
+    sums = tmp_path / "sums.json"
+    sums.write_text(json.dumps(["miniplaces_data.tar.gz", "0" * 64]))  # valid JSON, wrong shape
+    with pytest.raises(UserError, match="--checksums must be a JSON object"):
+        downloads.run(dataclasses.replace(config, checksums=str(sums)))
+
+
+def test_a_partial_download_from_another_url_starts_afresh(server, tmp_path):
+    archives = tmp_path / "src" / "archives"
+    archives.mkdir(parents=True)
+    (archives / "miniplaces_data.tar.gz.part").write_bytes(b"spliced" * 100)
+    (archives / "miniplaces_data.tar.gz.part.json").write_text(
+        json.dumps({"url": server.url + "/old/data.tar.gz", "validator": None}))
+    downloads.run(_config(server, tmp_path / "src", what=("miniplaces",), keep_archives=True))
+    assert server.requests[-1] == ("/places/data.tar.gz", None)  # no range request
+    assert (archives / "miniplaces_data.tar.gz").read_bytes() == FILES["/places/data.tar.gz"]
+    assert sorted(os.listdir(archives)) == ["miniplaces_data.tar.gz"]
