@@ -34,6 +34,7 @@ setup(
         "pycocotools",
         "scikit-image",
         "scikit-learn",
+        "jsonschema",  # the shape of every JSON file the project reads
     ],
     extras_require={
         # nbclient, nbformat and ipykernel execute the quickstart notebook in the test suite;

@@ -121,27 +121,12 @@ def _read_partial_origin(path: str) -> Optional[dict]:
     return value if isinstance(value, dict) else None
 
 
-def read_digests(path: str, what: str) -> dict:
-    """{file name: sha256} from a JSON file (`--checksums`); one line if it has another shape."""
-    value = read_json(path, what)
-    if not (isinstance(value, dict) and all(
-            isinstance(k, str) and isinstance(v, str) and len(v) == 64 for k, v in value.items())):
-        raise UserError(f"{path}: {what} must be a JSON object {{archive file name: 64-digit "
-                        "SHA-256}")
-    return value
-
-
-def read_record(path: str) -> dict:
-    """`<dest>/downloads.json`: {archive: {"url", "sha256"}}; one line if it has another shape."""
-    if not os.path.isfile(path):
-        return {}
-    value = read_json(path, "download record")
-    if not (isinstance(value, dict) and all(
-            isinstance(entry, dict) and isinstance(entry.get("sha256"), str)
-            and isinstance(entry.get("url"), str) for entry in value.values())):
-        raise UserError(f"{path} is not a download record ({{archive: {{url, sha256}}}}); "
-                        "remove it and re-run")
-    return value
+SHA256 = {"type": "string", "pattern": "^[0-9a-fA-F]{64}$"}
+# --checksums: {archive file name: sha256}; downloads.json: {archive: {"url", "sha256"}}.
+DIGESTS_SCHEMA = {"type": "object", "additionalProperties": SHA256}
+RECORD_SCHEMA = {"type": "object", "additionalProperties": {
+    "type": "object", "required": ["url", "sha256"],
+    "properties": {"url": {"type": "string"}, "sha256": SHA256}}}
 
 
 def unpack(archive: str, target: str, inner: Optional[str] = None,
@@ -230,9 +215,10 @@ def run(config: Config) -> dict:
     unknown = sorted(set(f.what) - set(WHAT))
     if unknown or not f.what:
         raise UserError(f"--what={','.join(f.what)} must name some of {', '.join(WHAT)}")
-    given = read_digests(f.checksums, "--checksums") if f.checksums else {}
+    given = read_json(f.checksums, "--checksums", DIGESTS_SCHEMA) if f.checksums else {}
     record_path = os.path.join(f.dest, "downloads.json")
-    record = read_record(record_path)
+    record = (read_json(record_path, "download record", RECORD_SCHEMA)
+              if os.path.isfile(record_path) else {})
     archives = os.path.join(f.dest, "archives")
     os.makedirs(archives, exist_ok=True)
     for name, url, target, inner, drop in _jobs(f):

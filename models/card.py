@@ -15,6 +15,7 @@ Kendall's tau between the metrics' rankings (`models.uncertainty`).
 """
 import dataclasses
 import hashlib
+import json
 import os
 import re
 import time
@@ -88,17 +89,37 @@ def run_cells(benchmarks: Sequence[Benchmark], methods: Sequence[str], output_di
     return cells
 
 
+# A cached cell: its origin, its values per metric (None where undefined) and their digest.
+CELL_SCHEMA = {
+    "type": "object", "required": ["origin", "values"],
+    "properties": {
+        "origin": provenance.ORIGIN_SCHEMA,
+        "values": {"type": "object", "additionalProperties": {
+            "type": "array", "items": {"type": ["number", "null"]}}},
+        "digest": {"type": "string"},
+    },
+}
+
+
+def values_digest(values: dict) -> str:
+    """SHA-256 of a cell's values as canonical JSON: a cell edited by hand no longer matches."""
+    text = json.dumps(values, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 def _cell(benchmark, method, output_dir, overwrite):
     path = cell_path(output_dir, benchmark.name, method)
     requested = provenance.origin({"benchmark": benchmark.name, "method": method,
                                    **benchmark.settings})
     if os.path.exists(path):
-        stored = read_json(path, "card cell")
-        error = provenance.mismatch_error(f"card cell {path}", stored.get("origin", {}),
-                                          requested)
-        if error is None:
+        stored = read_json(path, "card cell", CELL_SCHEMA)
+        error = provenance.mismatch_error(f"card cell {path}", stored["origin"], requested)
+        if error is None and stored.get("digest") == values_digest(stored["values"]):
             return stored["values"]
-        if not overwrite:
+        if error is None:
+            print(f"card cell {path}: its values differ from what was written (or it predates "
+                  "digests); recomputing it", flush=True)
+        elif not overwrite:
             raise error
     values = benchmark.score(method)
     missing = [m.name for m in benchmark.metrics if m.name not in values]
@@ -107,7 +128,8 @@ def _cell(benchmark, method, output_dir, overwrite):
     values = {name: [None if v is None or not np.isfinite(v) else float(v)
                      for v in np.asarray(values[name], np.float64).ravel()]
               for name in (m.name for m in benchmark.metrics)}
-    write_json(path, {"origin": requested, "values": values}, sort_keys=True)
+    write_json(path, {"origin": requested, "values": values, "digest": values_digest(values)},
+               sort_keys=True)
     return values
 
 

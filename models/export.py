@@ -132,6 +132,24 @@ def export(model, path, *, preprocessing=None, feature_layer=None, model_id=None
     return info
 
 
+_INT = {"type": "integer", "minimum": 1}
+# The fields of model_info.json every reader relies on (written by `export` above).
+INFO_SCHEMA = {
+    "type": "object",
+    "required": ["name", "model_id", "input_shape", "num_classes", "feature_layer",
+                 "preprocessing"],
+    "properties": {
+        "name": {"type": "string"}, "model_id": {"type": "string"},
+        "input_shape": {"type": "array", "items": _INT, "minItems": 3, "maxItems": 3},
+        "num_classes": _INT, "feature_layer": {"type": "string"},
+        "preprocessing": {"type": "string"},
+        "feature_shape": {"type": "array", "items": _INT},
+        "build_options": {"type": "object"}, "extra": {"type": "object"},
+        "native": {"type": "array", "items": {"type": "string"}},
+    },
+}
+
+
 def native_endpoint(name: str) -> str:
     """The SavedModel endpoint of the native explainer `name`."""
     return "native_" + name.lower()
@@ -147,7 +165,7 @@ def read_info(path):
     if not os.path.isfile(os.path.join(path, "saved_model.pb")) or not os.path.isfile(info_file):
         raise UserError(f"{path} is not a model exported by models.export (no saved_model.pb "
                         f"or {INFO_PATH}); re-export it")
-    return read_json(info_file, "model info file")
+    return read_json(info_file, "model info file", INFO_SCHEMA)
 
 
 def rebuild(path, **options):

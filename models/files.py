@@ -20,6 +20,7 @@ import os
 import secrets
 import shutil
 import socket
+from typing import Optional
 
 from models.errors import UserError
 
@@ -103,17 +104,34 @@ def write_json(path, value, **dump_options) -> None:
             json.dump(value, handle, **dump_options)
 
 
-def read_json(path, what: str = "file"):
-    """The JSON value in `path`; a missing, empty or corrupt file is one `UserError` line."""
+def read_json(path, what: str = "file", schema: Optional[dict] = None):
+    """The JSON value in `path`; a missing, empty or corrupt file is one `UserError` line, and so
+    is valid JSON of another shape than `schema` (a JSON Schema, checked with `jsonschema`)."""
     path = os.fspath(path)
     try:
         with open(path, encoding="utf-8") as handle:
-            return json.load(handle)
+            value = json.load(handle)
     except FileNotFoundError:
         raise UserError(f"{what} {path} does not exist") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise UserError(f"{what} {path} is empty or corrupt ({error}); delete it or re-create "
                         "it by re-running the job that wrote it") from None
+    if schema is not None:
+        check_shape(value, schema, f"{what} {path}")
+    return value
+
+
+def check_shape(value, schema: dict, what: str) -> None:
+    """One `UserError` line naming `what` if `value` does not fit the JSON Schema `schema`."""
+    import jsonschema  # only readers of checked files pay for it
+
+    error = jsonschema.exceptions.best_match(
+        jsonschema.Draft202012Validator(schema).iter_errors(value))
+    if error is not None:
+        where = error.json_path if error.json_path != "$" else "the top level"
+        raise UserError(f"{what} does not have the expected shape: at {where}, "
+                        f"{error.message[:120]}; delete it or re-create it by re-running the "
+                        "job that wrote it")
 
 
 def ensure_directory(path) -> str:

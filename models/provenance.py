@@ -55,6 +55,11 @@ def listing_digest(paths) -> str:
     return digest.hexdigest()[:16]
 
 
+# What every origin record holds (`origin` writes it; `check` reads it back).
+ORIGIN_SCHEMA = {"type": "object", "required": ["settings", "inputs"],
+                 "properties": {"settings": {"type": "object"}, "inputs": {"type": "object"}}}
+
+
 def origin(settings: dict, **inputs) -> dict:
     """The origin record of an output made with `settings` from `inputs` (fingerprints)."""
     return {"settings": canonical(settings), "inputs": canonical(inputs),
@@ -98,7 +103,7 @@ def check(path, requested: dict, what: str) -> bool:
     """
     if not os.path.exists(path):
         return False
-    error = mismatch_error(what, read_json(path, "origin file"), requested)
+    error = mismatch_error(what, read_json(path, "origin file", ORIGIN_SCHEMA), requested)
     if error is not None:
         raise error
     return True

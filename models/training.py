@@ -216,6 +216,18 @@ class Progress(keras.callbacks.Callback):
         write_json(self.path, {**self.state, "train_seconds": self.seconds()})
 
 
+# The backup's epoch counter and its progress record (written by the callbacks above).
+BACKUP_STATE_SCHEMA = {"type": "object",
+                       "properties": {"epoch": {"type": "integer", "minimum": 0}}}
+PROGRESS_SCHEMA = {"type": "object", "properties": {
+    "train_seconds": {"type": "number"},
+    "resumed_at_epochs": {"type": "array", "items": {"type": "integer"}}}}
+# A finished run's metrics.json: what roar.report and reuse read.
+METRICS_SCHEMA = {"type": "object", "required": ["top1", "top5", "n_eval"], "properties": {
+    "top1": {"type": "number"}, "top5": {"type": "number"},
+    "n_eval": {"type": "integer"}, "flags": {"type": "object"}}}
+
+
 def resume_state(backup):
     """(finished epochs, progress so far) of a backup folder (0 and a fresh record if none, or
     if `backup` is None)."""
@@ -224,9 +236,11 @@ def resume_state(backup):
     if backup is None:
         return epochs, state
     if os.path.exists(os.path.join(backup, BACKUP_STATE)):
-        epochs = int(read_json(os.path.join(backup, BACKUP_STATE), "backup state").get("epoch", 0))
+        epochs = read_json(os.path.join(backup, BACKUP_STATE), "backup state",
+                           BACKUP_STATE_SCHEMA).get("epoch", 0)
     if os.path.exists(os.path.join(backup, PROGRESS)):
-        state.update(read_json(os.path.join(backup, PROGRESS), "backup progress"))
+        state.update(read_json(os.path.join(backup, PROGRESS), "backup progress",
+                               PROGRESS_SCHEMA))
     if epochs > 0:
         state["resumed_at_epochs"] = [*state["resumed_at_epochs"], epochs]
     return epochs, state
@@ -244,7 +258,7 @@ def prepare_run_folder(output_dir, requested, overwrite):
         provenance.check(origin_path, requested, what)
         metrics_path = os.path.join(output_dir, "metrics.json")
         if os.path.exists(metrics_path):
-            return read_json(metrics_path, "metrics file")
+            return read_json(metrics_path, "metrics file", METRICS_SCHEMA)
     elif os.path.isdir(output_dir) and [n for n in os.listdir(output_dir)
                                         if not n.startswith(".")]:
         raise UserError(f"{what} holds a run without {ORIGIN} (from an older version); pass "
@@ -306,7 +320,7 @@ def train_and_evaluate(train_data, eval_data, *, num_classes: int, num_train: in
         with exclusive(scratch, "worker folder"):
             finished = os.path.join(output_dir, "metrics.json")
             if os.path.exists(finished) and not overwrite:
-                return read_json(finished, "metrics file")
+                return read_json(finished, "metrics file", METRICS_SCHEMA)
             try:
                 return _train(train_data, eval_data, output_dir, requested, scratch=scratch,
                               **common)

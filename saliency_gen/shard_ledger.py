@@ -17,6 +17,14 @@ LEDGER = ".ledger"
 _DIGESTS = {}  # (path, size, mtime_ns) -> sha256: each file is hashed once per process
 
 
+_FINGERPRINT = {"type": "object", "required": ["bytes", "sha256"],
+                "properties": {"bytes": {"type": "integer"}, "sha256": {"type": "string"}}}
+SEAL_SCHEMA = {"type": "object", "required": ["records", "bytes", "sha256", "input"],
+               "properties": {"records": {"type": "integer", "minimum": 0},
+                              "bytes": {"type": "integer"}, "sha256": {"type": "string"},
+                              "input": _FINGERPRINT}}
+
+
 def _sha256(path: str) -> str:
     status = os.stat(path)
     key = (os.path.abspath(path), status.st_size, status.st_mtime_ns)
@@ -46,16 +54,11 @@ def seal(shard: str, records: int, source: dict) -> None:
 
 
 def read_seal(shard: str) -> Optional[dict]:
-    """The seal of `shard` (None if it has none); a malformed seal is one line."""
+    """The seal of `shard` (None if it has none); a seal of another shape is one line."""
     path = seal_path(shard)
     if not os.path.exists(path):
         return None
-    entry = read_json(path, "shard seal")
-    if not (isinstance(entry, dict) and isinstance(entry.get("bytes"), int)
-            and isinstance(entry.get("sha256"), str) and isinstance(entry.get("input"), dict)):
-        raise UserError(f"{path} is not a shard seal (records, bytes, sha256, input); delete it "
-                        "to have the shard redone")
-    return entry
+    return read_json(path, "shard seal", SEAL_SCHEMA)
 
 
 def mismatch(shard: str, entry: dict) -> Optional[str]:

@@ -124,6 +124,15 @@ case("report-corrupt-metrics", "roar.report", ["--output_dir={corrupt_runs}"],
      "metrics.json is empty or corrupt", "{corrupt_runs}")
 case("report-empty-metrics", "roar.report", ["--output_dir={empty_runs}"],
      "metrics.json is empty or corrupt", "{empty_runs}")
+# valid JSON of the wrong shape
+case("report-wrong-shape-metrics", "roar.report", ["--output_dir={shape_runs}"],
+     "metrics.json does not have the expected shape: at the top level", "{shape_runs}")
+case("roar-wrong-shape-origin", "roar.train", [*ROAR, "--data_dir={records}", "--ratio=0.75"],
+     "origin.json does not have the expected shape", "{out}")
+case("generate-wrong-shape-model-info", "saliency_gen.generate",
+     ["--input_pattern={records}/validation-*", "--model_path={shape_info_model}",
+      "--output_dir={out}"], "model_info.json does not have the expected shape: at $.name",
+     "{out}")
 
 # bam.metrics on saved maps (no training) and flag checks
 BAM = ["--data_dir={world}", "--metrics=MCS", "--output={out}/out.json", "--methods=GC"]
@@ -195,6 +204,10 @@ def places(tiny_world, tmp_path_factory):
         target = tmp / name / damage
         target.write_bytes(target.read_bytes()[:len(target.read_bytes()) // 3])
         paths[name] = str(tmp / name)
+    shutil.copytree(model, str(tmp / "shape_info_model"))
+    info = tmp / "shape_info_model" / "assets.extra" / "model_info.json"
+    info.write_text(json.dumps(dict(json.loads(info.read_text()), name=3)))
+    paths["shape_info_model"] = str(tmp / "shape_info_model")
     validation = os.path.join(world_records, "validation-00000-of-00001.tfrecord")
     data = open(validation, "rb").read()
     (tmp / "bad.tfrecord").write_bytes(data[:5000])
@@ -226,8 +239,14 @@ def places(tiny_world, tmp_path_factory):
     os.makedirs(run_folder)
     provenance.claim(os.path.join(run_folder, "origin.json"),
                      provenance.origin({"base_learning_rate": 0.5}), "run")
+    shape_folder = os.path.join(tmp, "out-roar-wrong-shape-origin", "random_baseline", "0.75",
+                                "random", "remove", "element-mean", "seed_0")
+    os.makedirs(shape_folder)
+    with open(os.path.join(shape_folder, "origin.json"), "w", encoding="utf-8") as handle:
+        handle.write('["settings", "inputs"]')
     # roar.report inputs: a corrupt and an empty metrics.json.
-    for name, text in (("corrupt_runs", '{"top1": 0.'), ("empty_runs", "")):
+    for name, text in (("corrupt_runs", '{"top1": 0.'), ("empty_runs", ""),
+                       ("shape_runs", "[0.5, 0.7]")):
         os.makedirs(tmp / name / "run")
         (tmp / name / "run" / "metrics.json").write_text(text)
         paths[name] = str(tmp / name)

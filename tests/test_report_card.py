@@ -5,6 +5,7 @@ import base64
 import dataclasses
 import html.parser
 import importlib.util
+import json
 import os
 import re
 import shutil
@@ -151,7 +152,7 @@ def test_the_page_fits_a_1280_px_window_in_headless_chromium(card_run, tmp_path)
 
 
 def test_cells_are_reused_a_new_method_costs_only_itself_and_other_settings_are_refused(
-        card_run):
+        card_run, capsys):
     report_card, config, result = card_run
     cells = os.path.join(config.output_dir, "cells")
     before = {os.path.join(folder, name): os.stat(os.path.join(folder, name)).st_mtime_ns
@@ -164,6 +165,19 @@ def test_cells_are_reused_a_new_method_costs_only_itself_and_other_settings_are_
     assert again["card"].rows[("BAM MCS", "oracle")] == result["card"].rows[("BAM MCS", "oracle")]
     with pytest.raises(UserError, match=r"card cell .* was made with max_step_nb=8, not 9"):
         report_card.run(dataclasses.replace(config, max_step_nb=9))
+    # A cell edited by hand no longer matches its digest: it is recomputed, not shown.
+    edited = next(path for path in sorted(before) if "Deletion" in path)
+    with open(edited, encoding="utf-8") as handle:
+        stored = json.load(handle)
+    metric = sorted(stored["values"])[0]
+    written, stored["values"][metric][0] = stored["values"][metric][0], 99.0
+    with open(edited, "w", encoding="utf-8") as handle:
+        json.dump(stored, handle)
+    capsys.readouterr()
+    report_card.run(config)
+    assert "its values differ from what was written" in capsys.readouterr().out
+    with open(edited, encoding="utf-8") as handle:
+        assert json.load(handle)["values"][metric][0] == written
 
 
 def test_the_card_on_the_real_network(real_cache, monkeypatch, tmp_path, capsys):
