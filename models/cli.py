@@ -27,6 +27,7 @@ This module imports no TensorFlow, so that `quiet_startup` can run first.
 import ast
 import contextlib
 import dataclasses
+import errno
 import os
 import sys
 import typing
@@ -127,6 +128,11 @@ def flag_given(name: str, flag_values=None) -> bool:
     return (flags.FLAGS if flag_values is None else flag_values)[name].present > 0
 
 
+# File-system errors caused by the user's environment, not by the program: one line each.
+ENVIRONMENT_ERRORS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM,
+                                errno.EROFS, errno.EISDIR, errno.ENOTDIR, errno.ENAMETOOLONG})
+
+
 def run_binary(config_class, run: Callable) -> None:
     """Defines the flags of `config_class`, parses them, and calls `run(config)`; a
     `UserError` becomes one `error:` line and exit status 2."""
@@ -146,6 +152,14 @@ def run_binary(config_class, run: Callable) -> None:
             return main(argv)
         except UserError as error:
             print(f"error: {error}", file=sys.stderr)
+            sys.exit(2)
+        except OSError as error:
+            if error.errno not in ENVIRONMENT_ERRORS:
+                raise
+            # a full disk, a read-only or forbidden folder, a path of the wrong kind
+            where = f" ({error.filename})" if error.filename else ""
+            print(f"error: {error.strerror or error}{where}; free space or choose another "
+                  "path, then re-run (finished outputs are kept)", file=sys.stderr)
             sys.exit(2)
 
     app.run(guarded)

@@ -226,17 +226,38 @@ class LoadedModel:
     def __call__(self, images, training=False):
         """Logits `[N, classes]` for preprocessed images `[N, H, W, C]` (always inference mode)."""
         del training  # An exported model always runs in inference mode.
-        return self._saved.serve(self._check(images))
+        return self._checked_logits(self._saved.serve(self._check(images)))
+
+    def _checked_logits(self, logits):
+        """`logits` if the model gave a [N, classes] tensor, else one line naming the model."""
+        if not isinstance(logits, tf.Tensor) or logits.shape.rank != 2 or \
+                logits.shape[-1] not in (None, self.num_classes):
+            shape = getattr(logits, "shape", None)
+            kind = type(logits).__name__ + (f" of shape {list(shape)}" if shape is not None
+                                             else "")
+            raise UserError(f"model {self.path} returned a {kind}, not [N, {self.num_classes}] "
+                            "logits; re-export it with models.export")
+        return logits
 
     def features_and_logits(self, images):
         """(feature map `[N, h, w, k]`, logits `[N, classes]`) from one forward pass."""
-        outputs = self._saved.features_and_logits(self._check(images))
-        return outputs["features"], outputs["logits"]
+        outputs = self._outputs(self._saved.features_and_logits(self._check(images)),
+                                ("features", "logits"))
+        return outputs["features"], self._checked_logits(outputs["logits"])
 
     def cam(self, images, targets):
         """(features, logits, d logit[target] / d features) for CAM methods."""
-        outputs = self._saved.cam(self._check(images), tf.cast(targets, tf.int32))
-        return outputs["features"], outputs["logits"], outputs["gradients"]
+        outputs = self._outputs(self._saved.cam(self._check(images), tf.cast(targets, tf.int32)),
+                                ("features", "logits", "gradients"))
+        return (outputs["features"], self._checked_logits(outputs["logits"]),
+                outputs["gradients"])
+
+    def _outputs(self, outputs, names):
+        """`outputs` if it is a dict holding `names`, else one line naming the model."""
+        if not isinstance(outputs, dict) or not set(names) <= set(outputs):
+            raise UserError(f"model {self.path} returned {type(outputs).__name__} without "
+                            f"{', '.join(names)}; re-export it with models.export")
+        return outputs
 
     def guided(self, images):
         """Logits through guided ReLUs: their input gradient is the guided-backprop map."""

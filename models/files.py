@@ -80,20 +80,23 @@ def remove_leftovers(folder, names=None) -> int:
 def atomic_output(path):
     """Yields a temporary path to write `path` to; renames it to `path` only if the block succeeds.
 
-    Works for files and directories (an existing directory at `path` is replaced). On an error the
-    temporary output is removed and the error propagates.
+    Works for files and directories (an existing directory at `path` is replaced; a file
+    never replaces a directory). On an error, also in the rename, the temporary output is
+    removed and the error propagates.
     """
     path = os.fspath(path)
     ensure_directory(os.path.dirname(os.path.abspath(path)))
     temporary = temporary_name(path)
     try:
         yield temporary
+        if os.path.isdir(path) and not os.path.isdir(temporary):
+            raise UserError(f"cannot write {path}: it is a folder; give a file path")
+        if os.path.isdir(temporary) and os.path.isdir(path):
+            shutil.rmtree(path)
+        os.replace(temporary, path)
     except BaseException:
         _remove(temporary)
         raise
-    if os.path.isdir(temporary) and os.path.isdir(path):
-        shutil.rmtree(path)
-    os.replace(temporary, path)
 
 
 def write_json(path, value, **dump_options) -> None:

@@ -68,6 +68,12 @@ case("generate-truncated-saved-model", "saliency_gen.generate",
 case("generate-corrupt-model-info", "saliency_gen.generate",
      ["--input_pattern={records}/validation-*", "--model_path={bad_info_model}",
       "--output_dir={out}"], "model_info.json is empty or corrupt", "{out}")
+case("generate-model-returns-a-dict", "saliency_gen.generate",
+     ["--input_pattern={records}/validation-*", "--model_path={dict_model}",
+      "--output_dir={out}"], "dict_model returned a dict, not [N, 10] logits", "{out}")
+case("generate-model-returns-rank-3", "saliency_gen.generate",
+     ["--input_pattern={records}/validation-*", "--model_path={rank3_model}",
+      "--output_dir={out}"], "rank3_model returned a Tensor of shape [None, 64, 3]", "{out}")
 case("generate-labels-outside-classes", "saliency_gen.generate",
      ["--input_pattern={records}/validation-*", "--model_path={five_classes}",
       "--output_dir={out}"], "is outside the model's 5 classes", "{out}")
@@ -162,6 +168,21 @@ case("faithfulness-batch-size-0", "faithfulness.evaluate", [*FAITH, "--batch_siz
      "--batch_size=0 must be at least 1", "{out}")
 
 
+class _WrongOutputs(tf.Module):
+    """A SavedModel beside a copied model_info.json whose `serve` gives a dict or rank-3
+    tensor instead of logits."""
+
+    def __init__(self, kind):
+        super().__init__()
+        self.kind = kind
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 64, 64, 3], tf.float32)])
+    def serve(self, images):
+        if self.kind == "dict":
+            return {"scores": tf.reduce_mean(images, [1, 2])}
+        return tf.reduce_mean(images, 1)
+
+
 def _export(model, path):
     models.export(model, path)
     return path
@@ -204,6 +225,11 @@ def places(tiny_world, tmp_path_factory):
         target = tmp / name / damage
         target.write_bytes(target.read_bytes()[:len(target.read_bytes()) // 3])
         paths[name] = str(tmp / name)
+    for kind in ("dict", "rank3"):
+        folder = str(tmp / f"{kind}_model")
+        tf.saved_model.save(_WrongOutputs(kind), folder)
+        shutil.copytree(os.path.join(model, "assets.extra"), os.path.join(folder, "assets.extra"))
+        paths[f"{kind}_model"] = folder
     shutil.copytree(model, str(tmp / "shape_info_model"))
     info = tmp / "shape_info_model" / "assets.extra" / "model_info.json"
     info.write_text(json.dumps(dict(json.loads(info.read_text()), name=3)))

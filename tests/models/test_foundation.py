@@ -116,3 +116,25 @@ def test_an_output_lock_refuses_a_second_writer_and_leaves_nothing_behind(tmp_pa
     assert os.listdir(tmp_path) == []
     with files.exclusive(target):  # free again once released
         pass
+
+
+def test_an_output_path_of_the_wrong_kind_and_a_full_disk_are_one_line(tmp_path, monkeypatch,
+                                                                       capsys):
+    import errno
+
+    from models import files
+    from models.errors import UserError
+    (tmp_path / "taken").mkdir()
+    with pytest.raises(UserError, match=r"cannot write .*taken: it is a folder"):
+        files.write_json(tmp_path / "taken", {"a": 1})
+    assert os.listdir(tmp_path) == ["taken"]  # no hidden temporary file left behind
+
+    def full_disk(config):
+        raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "out.json"))
+
+    monkeypatch.setattr("sys.argv", ["prog"])
+    with pytest.raises(SystemExit) as ended:
+        cli.run_binary(_Config, full_disk)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert ended.value.code == 2 and len(lines) == 1
+    assert lines[0].startswith("error: No space left on device (") and "out.json" in lines[0]
