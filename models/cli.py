@@ -165,7 +165,7 @@ def run_binary(config_class, run: Callable) -> None:
     app.run(guarded)
 
 
-def _user_asked_for_logs() -> bool:
+def user_asked_for_logs() -> bool:
     """TF_CPP_MIN_LOG_LEVEL below 2 (info or warnings wanted) or a --verbosity flag."""
     level = os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")
     return (level.isdigit() and int(level) < 2) or any(
@@ -194,7 +194,7 @@ def _stderr_silenced():
 
 def quiet_startup() -> None:
     """Loads TensorFlow with its C++ start-up lines silenced (see the module docstring)."""
-    if "tensorflow" in sys.modules or _user_asked_for_logs():
+    if "tensorflow" in sys.modules or user_asked_for_logs():
         return
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     with _stderr_silenced():

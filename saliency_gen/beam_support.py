@@ -8,22 +8,31 @@ which workers finished, and whatever the number of workers. A bundle that fails 
 by the runner emits its outputs only once: the runner discards a failed attempt's outputs.
 """
 import contextlib
+import logging
 import os
+import re
 import shlex
+import sys
+import tempfile
 from typing import Optional, Sequence
 
 import numpy as np
 
-from models import uncertainty
+from models import cli, uncertainty
 from models.cli import require
 from models.errors import UserError, check_minimum
 
-beam = require("apache_beam", "scale")  # an extra: the main jobs run without it
-from apache_beam.options.pipeline_options import (  # noqa: E402
-    DirectOptions,
-    PipelineOptions,
-    StandardOptions,
-)
+_root_level = logging.getLogger().level
+logging.getLogger().setLevel(logging.ERROR)  # Beam's import warns that GCP's apitools is absent
+try:
+    beam = require("apache_beam", "scale")  # an extra: the main jobs run without it
+    from apache_beam.options.pipeline_options import (
+        DirectOptions,
+        PipelineOptions,
+        StandardOptions,
+    )
+finally:
+    logging.getLogger().setLevel(_root_level)
 
 # The runners documented in docs/scale_out.md; any other Beam runner name passes through.
 LOCAL_RUNNERS = ("DirectRunner", "BundleBasedDirectRunner")
@@ -36,6 +45,8 @@ def pipeline_options(runner: str = "DirectRunner", num_workers: int = 2,
     ("--project=p --region=r --temp_location=gs://..." for Dataflow, "--flink_master=..." ...)."""
     check_minimum("beam_workers", num_workers, 1)
     arguments = [f"--runner={runner}"]
+    if not cli.user_asked_for_logs():  # local workers: no traceback before the error line
+        arguments.append("--default_sdk_harness_log_level=CRITICAL")
     if runner == "DirectRunner":
         arguments += [f"--direct_num_workers={num_workers}",
                       "--direct_running_mode="
@@ -86,16 +97,78 @@ def run(pipeline_builder, options: PipelineOptions):
     result (for its metrics)."""
     pipeline = beam.Pipeline(options=options)
     pipeline_builder(pipeline)
-    with local_worker_threads(options):
-        result = pipeline.run()
-        result.wait_until_finish()
+    with local_worker_threads(options), quiet_beam_logs():
+        try:
+            result = pipeline.run()
+            result.wait_until_finish()
+        except Exception as error:  # noqa: BLE001 - a worker's UserError comes back wrapped
+            message = user_error_message(error)
+            if message is None:
+                raise
+            raise UserError(message) from None
     return result
 
 
-def counter(result, name: str) -> int:
-    """The committed value of the Beam counter `name` (summed over its steps), 0 if absent."""
-    query = result.metrics().query(beam.metrics.MetricsFilter().with_name(name))
-    return int(sum(item.committed or 0 for item in query["counters"]))
+# How a worker's UserError (or subclass) reads once the runner has wrapped it in text.
+_WRAPPED_USER_ERROR = re.compile(
+    r"^models\.errors\.(?:UserError|MissingPathError|ShapeError|RecordError|"
+    r"[A-Za-z]*Error): (.+?)(?: \[while running '[^']*'\])*$", re.M)
+
+
+def user_error_message(error: BaseException) -> Optional[str]:
+    """The message of the UserError behind a runner's exception (in its chain, or in the text
+    a multi-process runner made of it), without Beam's step suffix; None if there is none."""
+    seen = error
+    while seen is not None:
+        if isinstance(seen, UserError):
+            return re.sub(r"( \[while running '[^']*'\])+$", "", str(seen))
+        seen = seen.__cause__ or seen.__context__
+    found = [match for match in _WRAPPED_USER_ERROR.finditer(str(error))
+             if _is_user_error(match.group(0).split(":", 1)[0])]
+    return found[-1].group(1) if found else None
+
+
+def _is_user_error(qualified: str) -> bool:
+    from models import errors
+
+    found = getattr(errors, qualified.rsplit(".", 1)[-1], None)
+    return isinstance(found, type) and issubclass(found, UserError)
+
+
+@contextlib.contextmanager
+def quiet_beam_logs():
+    """Beam's own output while a pipeline runs (local workers' tracebacks before the error
+    they raise, harness chatter) is held back unless the user asked for logs: stderr, which
+    the local worker processes inherit, goes to a temporary file. A UserError then reaches the
+    caller as its one line alone; any other failure shows everything that was held back; a
+    success shows what was held back except Beam's INFO lines and its `apitools` warning."""
+    if cli.user_asked_for_logs():
+        yield
+        return
+    logger = logging.getLogger("apache_beam")
+    level, show = logger.level, True
+    logger.setLevel(logging.CRITICAL)
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            yield
+        except Exception as error:
+            show = user_error_message(error) is None
+            raise
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            logger.setLevel(level)
+            held.seek(0)
+            lines = held.read().decode("utf-8", "replace").splitlines()
+            if show:
+                kept = [line for line in lines if not line.startswith("INFO:")
+                        and "apitools not found" not in line]
+                if kept:
+                    print("\n".join(kept), file=sys.stderr, flush=True)
 
 
 class MeanAndInterval(beam.CombineFn):

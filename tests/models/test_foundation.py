@@ -95,12 +95,12 @@ def test_a_config_becomes_flags_and_the_flags_a_config():
 def test_start_up_logs_stay_hidden_unless_asked_for(monkeypatch):
     monkeypatch.setattr("sys.argv", ["prog"])
     monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "2")
-    assert not cli._user_asked_for_logs()
+    assert not cli.user_asked_for_logs()
     monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "0")
-    assert cli._user_asked_for_logs()
+    assert cli.user_asked_for_logs()
     monkeypatch.delenv("TF_CPP_MIN_LOG_LEVEL")
     monkeypatch.setattr("sys.argv", ["prog", "--verbosity=1"])
-    assert cli._user_asked_for_logs()
+    assert cli.user_asked_for_logs()
     assert os.environ.get("TF_CPP_MIN_LOG_LEVEL") is None
 
 

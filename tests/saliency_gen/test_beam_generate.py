@@ -83,3 +83,36 @@ def test_a_retried_bundle_gives_a_complete_identical_output(small_shards, tmp_pa
                     .bytes_list.value[0] for _, r in records.iter_serialized(
                         str(tmp_path / "beam" / folder / name))]
             assert len(keys) == len(set(keys)) and len(keys) in (11, 12, 13)
+
+
+WORKER_ERROR = '''
+import dataclasses
+from models.cli import option, run_binary
+from models.errors import RecordError
+from saliency_gen.beam_support import beam, pipeline_options, run
+
+class Broken(beam.DoFn):
+    def process(self, shard):
+        raise RecordError(f"shard {shard}: record 3: a label outside the classes")
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    workers: int = option(2, "Local worker processes.")
+
+def main(config):
+    run(lambda root: root | beam.Create([7]) | beam.ParDo(Broken()),
+        pipeline_options("DirectRunner", config.workers))
+
+if __name__ == "__main__":
+    run_binary(Config, main)
+'''
+
+
+def test_an_error_inside_a_worker_process_is_one_line(tmp_path):
+    script = tmp_path / "broken_pipeline.py"
+    script.write_text(WORKER_ERROR)
+    done = subprocess.run([sys.executable, str(script)], cwd=REPO, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert done.stderr.strip().splitlines() == [
+        "error: shard 7: record 3: a label outside the classes"], done.stderr[-3000:]
