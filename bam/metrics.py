@@ -28,7 +28,13 @@ from bam import score_cache as score_cache_files
 from models import provenance
 from models import results as result_files
 from models.cli import option, origin_flags, run_binary
-from models.errors import UserError, check_choices, check_minimum, require_both_or_neither
+from models.errors import (
+    UserError,
+    check_choices,
+    check_minimum,
+    check_unique,
+    require_both_or_neither,
+)
 from models.files import exclusive, write_json
 
 
@@ -194,6 +200,8 @@ def check_flags(config: Config) -> None:
             check_minimum(name, getattr(config, name), 1)
     if config.methods is not None and not config.methods:
         raise UserError("--methods names no method")
+    check_unique("metrics", config.metrics)
+    check_unique("methods", config.methods)
 
 
 def origin_of(config: Config, methods, data_dir, model_dir) -> dict:

@@ -27,7 +27,7 @@ from faithfulness import scorer as scoring
 from models import provenance, torch_checkpoints
 from models import results as result_files
 from models.cli import option, origin_flags, run_binary
-from models.errors import UserError, check_minimum, require_both_or_neither
+from models.errors import UserError, check_minimum, check_unique, require_both_or_neither
 from models.files import exclusive, write_json
 from saliency_gen import engine as saliency_engine
 from saliency_gen import records
@@ -172,12 +172,22 @@ def evaluate(loaded, images, labels, ids, explainers, protocol, options=Options(
 
 
 def table(results, n_images):
-    """A readable table: one row per explainer, one column per metric."""
+    """A readable table: one row per explainer, one column per metric, and the images on
+    which every metric is defined; a metric undefined on some images (a constant map or
+    curve) says so under the table (docs/faithfulness.md, "Undefined values")."""
     metrics = list(next(iter(results.values())))
-    rows = [[name, *(f"{summary[m]['mean']:.4f}" for m in metrics),
-             f"{n_images - max(summary[m]['n_excluded'] for m in metrics)}/{n_images}"]
+    rows = [[name, *(f"{summary[m]['mean']:.4f}" if np.isfinite(summary[m]["mean"])
+                     else "undefined" for m in metrics),
+             f"{n_images - max(summary[m]['n_nan'] for m in metrics)}/{n_images}"]
             for name, summary in results.items()]
-    return result_files.text_table(["explainer", *metrics, "images"], rows, align="right")
+    notes = [f"note: {name} {metric} is undefined on {summary[metric]['n_nan']} of {n_images} "
+             f"images (a constant map or curve); "
+             + ("they are left out of its mean" if summary[metric]["n_excluded"] else
+                "its mean is undefined, as in the reference")
+             for name, summary in results.items() for metric in metrics
+             if summary[metric]["n_nan"]]
+    return "\n".join([result_files.text_table(["explainer", *metrics, "images"], rows,
+                                               align="right"), *notes])
 
 
 # ----------------------------------------------------------------------------------------------
@@ -264,6 +274,7 @@ def check_flags(f: Config) -> None:
         check_minimum(name, getattr(f, name), 1)
     if not f.explainer:
         raise UserError("--explainer names no method")
+    check_unique("explainer", f.explainer)
 
 
 def _run(f: Config, output: str) -> dict:
@@ -280,6 +291,9 @@ def _run(f: Config, output: str) -> dict:
     options = Options(**{field.name: getattr(f, field.name)
                          for field in dataclasses.fields(Options)})
     images, labels, ids = load_images(pattern, loaded, f.nr_images, f.seed)
+    if f.nr_images > len(images):  # as bam.metrics' --num_imgs: never fewer than asked for
+        raise UserError(f"--nr_images={f.nr_images} exceeds the {len(images)} images of "
+                        f"{pattern}; use at most {len(images)}, or -1 for all")
     print(f"{f.evaluation_protocol}: {len(images)} images of {pattern}, model {loaded.model_id}")
     started = time.time()
     explainers = list(f.explainer)

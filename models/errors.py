@@ -42,6 +42,16 @@ def check_choices(flag: str, values, known, what: str = "value") -> None:
                         f"{', '.join(known)}")
 
 
+def check_unique(flag: str, values) -> None:
+    """Raises if the list flag `--flag` names a value twice (a method shown twice, a ratio
+    scored twice)."""
+    seen = set()
+    for value in values or ():
+        if value in seen:
+            raise UserError(f"--{flag} names {value!r} twice; give each once")
+        seen.add(value)
+
+
 def check_minimum(flag: str, value, minimum) -> None:
     """Raises unless the flag `--flag` is at least `minimum` (sizes, counts, epochs)."""
     if value is None or value < minimum:

@@ -16,6 +16,7 @@ import errno
 import fcntl
 import hashlib
 import json
+import math
 import os
 import secrets
 import shutil
@@ -101,10 +102,22 @@ def atomic_output(path):
 
 def write_json(path, value, **dump_options) -> None:
     """Writes `value` as JSON to `path` through `atomic_output`; `dump_options` go to json.dump
-    (indent, sort_keys)."""
+    (indent, sort_keys). A NaN or infinite number is written as null: JSON has no NaN, and a
+    bare `NaN` breaks strict readers."""
     with atomic_output(path) as temporary:
         with open(temporary, "w", encoding="utf-8") as handle:
-            json.dump(value, handle, **dump_options)
+            json.dump(finite_or_null(value), handle, allow_nan=False, **dump_options)
+
+
+def finite_or_null(value):
+    """`value` with every non-finite float (in dicts, lists and tuples) replaced by None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: finite_or_null(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_or_null(item) for item in value]
+    return value
 
 
 def read_json(path, what: str = "file", schema: Optional[dict] = None):

@@ -22,7 +22,7 @@ from tqdm import tqdm
 import models
 from models import provenance
 from models.cli import option, origin_flags, run_binary
-from models.errors import UserError, check_fractions, check_minimum
+from models.errors import UserError, check_fractions, check_minimum, check_unique
 from models.files import exclusive, write_json
 from roar import masked_data, summaries, synthetic_setup
 from saliency_gen.pipelines import count_records
@@ -156,7 +156,13 @@ def check_flags(f: Config) -> None:
             if not getattr(f, name):
                 raise UserError(f"--{name} is required with --data_dir")
     check_fractions("ratios", list(f.ratios))
+    check_unique("ratios", [float(r) for r in f.ratios])
+    check_unique("orders", f.orders)
     check_minimum("batch_size", f.batch_size, 1)
+    if f.output.endswith(os.sep) or os.path.isdir(f.output):
+        raise UserError(f"--output={f.output} is a folder; give a file stem such as "
+                        f"{os.path.join(f.output, 'road')} (it writes <stem>.json, .csv, .md, "
+                        ".png)")
     unknown = sorted(set(f.orders) - set(ORDERS))
     if unknown or not f.orders:
         raise UserError(f"--orders={','.join(f.orders)} must name morf and/or lerf")

@@ -26,7 +26,7 @@ from tqdm import tqdm
 import models
 from models import provenance
 from models.cli import option, run_binary
-from models.errors import RecordError, UserError, check_minimum
+from models.errors import RecordError, UserError, check_minimum, check_unique
 from models.files import ensure_directory, exclusive, remove_leftovers
 from models.preprocessing import CROP_VERSION, input_space
 from saliency_gen import engine, names, pipelines, records, shard_ledger
@@ -227,6 +227,7 @@ def generate(input_pattern, model_path, methods_list, output_dir, *, batch_size=
     _check_flags(batch_size, chunk_size, num_shards, shard_index)
     if not methods_list:
         raise UserError("--saliency_method names no method")
+    check_unique("saliency_method", methods_list)
     for method in methods_list:
         names.resolve(method)  # unknown names fail before any work
     loaded = models.load(model_path)

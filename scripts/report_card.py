@@ -28,7 +28,7 @@ from faithfulness import card as faithfulness_card
 from faithfulness import evaluate, randomisation
 from models import card, card_outputs, pretrained, progress, provenance, results
 from models.cli import option, run_binary
-from models.errors import (UserError, check_choices, check_fractions, check_minimum,
+from models.errors import (UserError, check_choices, check_fractions, check_minimum, check_unique,
                            require_both_or_neither)
 from models.files import exclusive
 from models.preprocessing import input_space
@@ -113,6 +113,8 @@ def check_flags(config: Config) -> None:
     """Empty lists, unknown benchmarks and counts out of range stop at once with one line."""
     if not config.methods:
         raise UserError("--methods names no method")
+    check_unique("methods", config.methods)
+    check_unique("benchmarks", config.benchmarks)
     for method in config.methods:  # an unknown name fails before any work
         if method != bam_card.ORACLE and method not in names.PRODUCTS:
             saliency_gen.resolve(method)

@@ -123,6 +123,12 @@ case("roar-concurrent-writer", "roar.train",
 case("roar-output-is-a-file", "roar.train",
      [*ROAR[:-1], "--output_dir={a_file}", "--data_dir={records}", "--ratio=0.5"],
      "is a file", "{tmp}/a_file")
+case("road-output-is-a-folder", "roar.road",
+     ["--ckpt_path={model}", "--data_dir={records}", "--saliency_method=random",
+      "--output={out}/"], "is a folder; give a file stem", "{out}")
+case("road-duplicate-ratio", "roar.road",
+     ["--ckpt_path={model}", "--data_dir={records}", "--saliency_method=random",
+      "--ratios=0.5,0.50", "--output={out}/road"], "--ratios names 0.5 twice", "{out}")
 case("road-ratio-above-1", "roar.road",
      ["--ckpt_path={model}", "--data_dir={records}", "--saliency_method=random",
       "--ratios=0.1,1.5", "--output={out}/road"], "--ratios=1.5 must lie in [0, 1]", None)
@@ -148,6 +154,8 @@ case("bam-unknown-metric", "bam.metrics", ["--metrics=MCS,FOO", "--output={out}/
      "unknown metric 'FOO'", "{out}")
 case("bam-num-imgs-0", "bam.metrics", ["--num_imgs=0", "--output={out}/out.json"],
      "--num_imgs=0 must be at least 1", "{out}")
+case("bam-duplicate-method", "bam.metrics", [*BAM[:-1], "--methods=GC,VG,GC"],
+     "--methods names 'GC' twice", "{out}")
 case("bam-non-square-maps", "bam.metrics", [*BAM, "--maps_dir={flat_maps}"],
      "GC.npy holds 1x64 maps", "{out}")
 case("bam-nan-maps", "bam.metrics", [*BAM, "--maps_dir={nan_bam_maps}"],
@@ -164,6 +172,12 @@ FAITH = ["--model_path={model}", "--input_pattern={records}/validation-*",
          "--output={out}/out.json"]
 case("faithfulness-negative-images", "faithfulness.evaluate", [*FAITH, "--nr_images=-7"],
      "--nr_images=-7 must be a positive count, or -1 for all", "{out}")
+case("faithfulness-more-images-than-there-are", "faithfulness.evaluate",
+     [*FAITH, "--nr_images=99999999999"], "--nr_images=99999999999 exceeds the 300 images of",
+     "{out}")
+case("faithfulness-duplicate-explainer", "faithfulness.evaluate",
+     [*FAITH, "--explainer=random,idsds:IxG,random"], "--explainer names 'random' twice",
+     "{out}")
 case("faithfulness-batch-size-0", "faithfulness.evaluate", [*FAITH, "--batch_size=0"],
      "--batch_size=0 must be at least 1", "{out}")
 

@@ -201,3 +201,12 @@ def test_the_card_on_the_real_network(real_cache, monkeypatch, tmp_path, capsys)
     assert sanity[(stages[-1], "bam:GC")] < 0.5  # all layers re-initialised: the map changes
     assert report_card.row_titles(result["config"], [243, 22]) == ["Bullmastiff", "bald eagle"]
     assert os.path.isfile(os.path.join(config.output_dir, "card.html"))
+
+
+def test_a_method_or_benchmark_named_twice_is_refused_before_any_work():
+    report_card = _card_module()
+    with pytest.raises(UserError, match="--methods names 'random' twice"):
+        report_card.check_flags(report_card.Config(methods=("random", "bam:GC", "random")))
+    with pytest.raises(UserError, match="--benchmarks names 'ROAD' twice"):
+        report_card.check_flags(report_card.Config(methods=("random",),
+                                                   benchmarks=("ROAD", "ROAD")))

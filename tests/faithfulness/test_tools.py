@@ -160,3 +160,21 @@ def test_finetune_exports_the_best_epoch_and_resumes_exactly(tiny_world, tmp_pat
     assert finetune.finetune(train, val, output, init_model=start, recipe=recipe) == result
     with pytest.raises(models.UserError, match=r"run folder .*tuned was made with seed=0, not 1"):
         finetune.finetune(train, val, output, init_model=start, recipe=recipe, seed=1)
+
+
+def test_undefined_values_are_named_and_never_a_bare_nan(tiny_world, exported, tmp_path,
+                                                          monkeypatch, capsys):
+    root, _ = tiny_world
+    monkeypatch.syspath_prepend(os.path.join(REPO, "tests", "data", "user_methods"))
+    output = tmp_path / "deletion.json"
+    evaluate.run(evaluate.Config(
+        model_path=exported, input_pattern=os.path.join(root, "records", "validation-*"),
+        evaluation_protocol="deletion", explainer=("constant_attribution:zeros",),
+        nr_images=3, max_step_nb=8, output=str(output)))
+    printed = capsys.readouterr().out
+    assert "undefined" in printed and "0/3" in printed
+    assert "note: constant_attribution:zeros dc is undefined on 3 of 3 images" in printed
+    text = output.read_text()
+    assert "NaN" not in text and "Infinity" not in text
+    dc = json.loads(text)["results"]["constant_attribution:zeros"]["dc"]
+    assert dc["mean"] is None and dc["per_image"] == [None] * 3 and dc["n_nan"] == 3
