@@ -123,6 +123,10 @@ case("roar-concurrent-writer", "roar.train",
 case("roar-output-is-a-file", "roar.train",
      [*ROAR[:-1], "--output_dir={a_file}", "--data_dir={records}", "--ratio=0.5"],
      "is a file", "{tmp}/a_file")
+case("road-shard-cut-short", "roar.road",
+     ["--ckpt_path={model}", "--data_dir={cut_maps}/gradient", "--saliency_method=gradient",
+      "--ratios=0.5", "--output={out}/road"], "cut short or changed); 300 records were sealed",
+     "{out}")
 case("road-output-is-a-folder", "roar.road",
      ["--ckpt_path={model}", "--data_dir={records}", "--saliency_method=random",
       "--output={out}/"], "is a folder; give a file stem", "{out}")
@@ -259,6 +263,11 @@ def places(tiny_world, tmp_path_factory):
     (tmp / "a_file").write_text("not a folder")
     paths["a_file"] = str(tmp / "a_file")
     generate.generate(validation, model, ["gradient"], paths["maps"], progress_bar=False)
+    # a sealed saliency shard cut at a record boundary after it was written
+    shutil.copytree(paths["maps"], tmp / "cut_maps")
+    cut = os.path.join(tmp, "cut_maps", "gradient", os.path.basename(validation))
+    records.write_serialized(cut, [record for _, record in records.iter_serialized(cut)][:240])
+    paths["cut_maps"] = str(tmp / "cut_maps")
     # roar.train data: NaN maps, 32 px maps of 64 px images, a truncated second train shard.
     for name, side, damage in (("nan_maps", 64, lambda m: m * np.nan), ("small_maps", 32, None)):
         folder = tmp / name
