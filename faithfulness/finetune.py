@@ -251,24 +251,32 @@ class Config:
     init_model: Optional[str] = option(
         None,
         "Exported zoo model to start from (default: the synthetic world's clean "
-        'small_cnn).')
-    model: Optional[str] = option(None, 'Zoo architecture instead of --init_model.')
-    weights: Optional[str] = option(None, 'With --model: imagenet or a weights file.')
-    num_classes: Optional[int] = option(None, 'With --model: number of classes.')
-    image_size: int = option(224, 'With --model: input size.')
-    train_pattern: Optional[str] = option(None, 'Training image TFRecords.')
-    eval_pattern: Optional[str] = option(None, 'Validation image TFRecords.')
-    output_dir: str = option("idsds_finetuned", 'Where the model and metrics go.')
-    epochs: Optional[int] = option(None, 'Epochs (default 30; 3 on the synthetic world).')
-    batch_size: Optional[int] = option(None, 'Batch size (default 256; 64 synthetic).')
-    learning_rate: Optional[float] = option(None, 'Initial learning rate (default 0.001).')
-    decay_every: Optional[int] = option(None, 'Epochs between x0.1 decays (default 10).')
+        'small_cnn).', origin=("init_model_id", "model"))
+    model: Optional[str] = option(None, 'Zoo architecture instead of --init_model.',
+                                  origin=("model", "init_model_id"))
+    weights: Optional[str] = option(None, 'With --model: imagenet or a weights file.',
+                                    origin=("weights", "init_model_id"))
+    num_classes: Optional[int] = option(None, 'With --model: number of classes.',
+                                        origin=("num_classes", "init_model_id"))
+    image_size: int = option(224, 'With --model: input size.',
+                             origin=("size", "init_model_id"))
+    train_pattern: Optional[str] = option(None, 'Training image TFRecords.', origin="train_data")
+    eval_pattern: Optional[str] = option(None, 'Validation image TFRecords.', origin="eval_data")
+    output_dir: str = option("idsds_finetuned", 'Where the model and metrics go.', origin=False)
+    epochs: Optional[int] = option(None, 'Epochs (default 30; 3 on the synthetic world).',
+                                   origin="epochs")
+    batch_size: Optional[int] = option(None, 'Batch size (default 256; 64 synthetic).',
+                                       origin="batch_size")
+    learning_rate: Optional[float] = option(None, 'Initial learning rate (default 0.001).',
+                                            origin="learning_rate")
+    decay_every: Optional[int] = option(None, 'Epochs between x0.1 decays (default 10).',
+                                        origin="decay_every")
     weight_decay: float = option(1e-4, 'Coupled (PyTorch-style) weight decay.')
-    grid_rows_and_cols: int = option(4, 'Grid of the random cell deletion.')
+    grid_rows_and_cols: int = option(4, 'Grid of the random cell deletion.', origin="grid")
     baseline: str = option("zeros", 'Deleted-cell baseline.', idsds.BASELINES)
     seed: int = option(0, 'Seed of the order, crops, flips and deletions.')
     overwrite: bool = option(False, 'Replace a run folder made with other settings instead of '
-                             'stopping.')
+                             'stopping.', origin=False)
 
 
 

@@ -50,12 +50,13 @@ def require(module: str, extra: str):
 
 
 def option(default: Any, help: str, choices: Optional[Sequence] = None,  # noqa: A002
-           *, origin: Union[bool, str] = True):
+           *, origin: Union[bool, str, tuple] = True):
     """A config field that is also a flag: its default, help text and allowed values.
 
     `origin` says how the flag reaches the binary's origin record (docs/architecture.md,
     "Outputs and provenance"): True, its value changes results and is recorded under its name
-    (`origin_flags`); a string, its resolved value is recorded under that key; False, it does
+    (`origin_flags`); a string, its resolved value is recorded under that key (a tuple: under
+    one of those keys, as the other flags in use decide); False, it does
     not change results (where outputs go, progress, resumption; input locations are recorded
     as digests of the data)."""
     return dataclasses.field(default=default, metadata={"help": help, "choices": choices,

@@ -78,9 +78,10 @@ def assert_origin_covers_the_flags(config_class, origin):
     missing = []
     for field in dataclasses.fields(config_class):
         declared = field.metadata.get("origin", True)
-        key = field.name if declared is True else declared
-        if key is not False and key not in settings:
-            missing.append(f"--{field.name} (origin key {key!r})")
+        keys = (field.name,) if declared is True else (
+            declared if isinstance(declared, tuple) else (declared,))
+        if declared is not False and not any(key in settings for key in keys):
+            missing.append(f"--{field.name} (origin key {' or '.join(keys)})")
     assert not missing, f"flags missing from the origin: {missing}"
 
 

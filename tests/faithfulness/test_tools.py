@@ -158,6 +158,7 @@ def test_finetune_exports_the_best_epoch_and_resumes_exactly(tiny_world, tmp_pat
     assert not os.path.exists(os.path.join(output, "backup"))
     # Finished: reused as it is; other settings stop with one line.
     assert finetune.finetune(train, val, output, init_model=start, recipe=recipe) == result
+    assert_origin_covers_the_flags(finetune.Config, result["origin"])
     with pytest.raises(models.UserError, match=r"run folder .*tuned was made with seed=0, not 1"):
         finetune.finetune(train, val, output, init_model=start, recipe=recipe, seed=1)
 
