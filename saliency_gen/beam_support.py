@@ -171,6 +171,12 @@ def quiet_beam_logs():
                     print("\n".join(kept), file=sys.stderr, flush=True)
 
 
+def counter(result, name: str) -> int:
+    """The committed value of the Beam counter `name` (summed over its steps), 0 if absent."""
+    query = result.metrics().query(beam.metrics.MetricsFilter().with_name(name))
+    return int(sum(item.committed or 0 for item in query["counters"]))
+
+
 class MeanAndInterval(beam.CombineFn):
     """Combines (unit key, value) pairs into {"mean", "low", "high", "n", "n_excluded",
     "per_image"}: the mean of the finite values and its seeded bootstrap interval

@@ -73,7 +73,7 @@ case("generate-model-returns-a-dict", "saliency_gen.generate",
       "--output_dir={out}"], "dict_model returned a dict, not [N, 10] logits", "{out}")
 case("generate-model-returns-rank-3", "saliency_gen.generate",
      ["--input_pattern={records}/validation-*", "--model_path={rank3_model}",
-      "--output_dir={out}"], "rank3_model returned a Tensor of shape [None, 64, 3]", "{out}")
+      "--output_dir={out}"], "rank3_model returned a tensor of shape [", "{out}")
 case("generate-labels-outside-classes", "saliency_gen.generate",
      ["--input_pattern={records}/validation-*", "--model_path={five_classes}",
       "--output_dir={out}"], "is outside the model's 5 classes", "{out}")
