@@ -222,7 +222,9 @@ BACKUP_STATE_SCHEMA = {"type": "object",
 PROGRESS_SCHEMA = {"type": "object", "properties": {
     "train_seconds": {"type": "number"},
     "resumed_at_epochs": {"type": "array", "items": {"type": "integer"}}}}
-# A finished run's metrics.json: what roar.report and reuse read.
+# A finished run's metrics.json, whatever trained it (ROAR, fine-tuning), and a ROAR run's, which
+# roar.report and train_and_evaluate's reuse read.
+FINISHED_SCHEMA = {"type": "object"}
 METRICS_SCHEMA = {"type": "object", "required": ["top1", "top5", "n_eval"], "properties": {
     "top1": {"type": "number"}, "top5": {"type": "number"},
     "n_eval": {"type": "integer"}, "flags": {"type": "object"}}}
@@ -258,7 +260,7 @@ def prepare_run_folder(output_dir, requested, overwrite):
         provenance.check(origin_path, requested, what)
         metrics_path = os.path.join(output_dir, "metrics.json")
         if os.path.exists(metrics_path):
-            return read_json(metrics_path, "metrics file", METRICS_SCHEMA)
+            return read_json(metrics_path, "metrics file", FINISHED_SCHEMA)
     elif os.path.isdir(output_dir) and [n for n in os.listdir(output_dir)
                                         if not n.startswith(".")]:
         raise UserError(f"{what} holds a run without {ORIGIN} (from an older version); pass "
