@@ -18,7 +18,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from models import cli, uncertainty
+from models import cli, errors, uncertainty
 from models.cli import require
 from models.errors import UserError, check_minimum
 
@@ -129,8 +129,6 @@ def user_error_message(error: BaseException) -> Optional[str]:
 
 
 def _is_user_error(qualified: str) -> bool:
-    from models import errors
-
     found = getattr(errors, qualified.rsplit(".", 1)[-1], None)
     return isinstance(found, type) and issubclass(found, UserError)
 
