@@ -12,13 +12,11 @@ from the same URL and with the server's validator (else it starts afresh). Every
 one already on disk, is checked against its SHA-256 when one is known: `--checksums` (a JSON
 file {file name: sha256}), else the digest recorded in `<dest>/downloads.json` when the same URL
 was first fetched (none of the sources publishes one: the first download is trusted, with a
-note saying so). An
-archive is unpacked under a temporary name and renamed when complete, so a killed run never
-leaves a folder that looks finished, and a re-run skips what is done.
+note saying so). An archive is unpacked under a temporary name and renamed when complete, so a
+killed run never leaves a folder that looks finished, and a re-run skips what is done.
 """
 import dataclasses
 import http.client
-import json
 import os
 import shutil
 import socket
@@ -112,16 +110,16 @@ def fetch(url: str, path: str, expected: Optional[str] = None, timeout: float = 
 
 
 def _read_partial_origin(path: str) -> Optional[dict]:
-    """The {"url", "validator"} a partial download started with (None if unknown)."""
+    """The {"url", "validator"} a partial download started with (None if missing or unreadable:
+    the part is then fetched afresh)."""
     try:
-        with open(path, encoding="utf-8") as handle:
-            value = json.load(handle)
-    except (OSError, ValueError):
+        return read_json(path, "partial download record", PARTIAL_SCHEMA)
+    except UserError:
         return None
-    return value if isinstance(value, dict) else None
 
 
 SHA256 = {"type": "string", "pattern": "^[0-9a-fA-F]{64}$"}
+PARTIAL_SCHEMA = {"type": "object", "required": ["url"]}
 # --checksums: {archive file name: sha256}; downloads.json: {archive: {"url", "sha256"}}.
 DIGESTS_SCHEMA = {"type": "object", "additionalProperties": SHA256}
 RECORD_SCHEMA = {"type": "object", "additionalProperties": {

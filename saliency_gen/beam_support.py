@@ -109,10 +109,10 @@ def run(pipeline_builder, options: PipelineOptions):
     return result
 
 
-# How a worker's UserError (or subclass) reads once the runner has wrapped it in text.
-_WRAPPED_USER_ERROR = re.compile(
-    r"^models\.errors\.(?:UserError|MissingPathError|ShapeError|RecordError|"
-    r"[A-Za-z]*Error): (.+?)(?: \[while running '[^']*'\])*$", re.M)
+# How an error of models.errors reads once the runner has wrapped it in text (`_is_user_error`
+# keeps the UserError kinds), and the step names Beam appends to its message.
+_WRAPPED_ERROR = re.compile(r"^models\.errors\.([A-Za-z]*Error): (.+)$", re.M)
+_STEP_SUFFIX = re.compile(r"( \[while running '[^']*'\])+$")
 
 
 def user_error_message(error: BaseException) -> Optional[str]:
@@ -121,15 +121,15 @@ def user_error_message(error: BaseException) -> Optional[str]:
     seen = error
     while seen is not None:
         if isinstance(seen, UserError):
-            return re.sub(r"( \[while running '[^']*'\])+$", "", str(seen))
+            return _STEP_SUFFIX.sub("", str(seen))
         seen = seen.__cause__ or seen.__context__
-    found = [match for match in _WRAPPED_USER_ERROR.finditer(str(error))
-             if _is_user_error(match.group(0).split(":", 1)[0])]
-    return found[-1].group(1) if found else None
+    found = [match.group(2) for match in _WRAPPED_ERROR.finditer(str(error))
+             if _is_user_error(match.group(1))]
+    return _STEP_SUFFIX.sub("", found[-1]) if found else None
 
 
-def _is_user_error(qualified: str) -> bool:
-    found = getattr(errors, qualified.rsplit(".", 1)[-1], None)
+def _is_user_error(name: str) -> bool:
+    found = getattr(errors, name, None)
     return isinstance(found, type) and issubclass(found, UserError)
 
 
