@@ -98,7 +98,7 @@ def export(model, path, *, preprocessing=None, feature_layer=None, model_id=None
 
     # A plain tf.Module holding the endpoints and the variables they read: saving it traces
     # each endpoint once, where Keras' ExportArchive also traced every layer's functions
-    # (2.4x the time for a ResNet-50, docs/models.md).
+    # (about 2x the time for a ResNet-50: scripts/bench_export.py, docs/models.md).
     endpoints = {
         "serve": (lambda images: model(images, training=False), [image_spec]),
         "features_and_logits": (lambda images: dict(zip(
