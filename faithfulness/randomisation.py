@@ -59,20 +59,28 @@ def benchmark(model_path: str, images, labels, ids, *, data: dict, seed: int = 0
     better). `maps_of(method)`, when given, supplies the trained model's maps of at least
     `images` (their first len(images) are used)."""
     loaded = models.load(model_path)
-    count = len(weighted_layers(models.rebuild(model_path)))
+    # One randomised model serves every stage and method, its weights set per stage in place:
+    # the methods' traced functions are reused (a rebuilt model per stage meant a new trace of
+    # every method per stage, most of the check's time on a real network).
+    randomised = models.rebuild(model_path)
+    count = len(weighted_layers(randomised))
     chosen = stages(count)
 
     def explain(model, method):
         return saliency_gen.attribute(model, images, method, labels, batch_size=batch_size,
                                       seed=seed, ids=ids, preprocessing=loaded.preprocessing)
 
-    randomised = {}  # stage -> its randomised model, built once and shared by the methods
+    trained_values = [(variable, variable.numpy()) for layer in weighted_layers(randomised)
+                      for variable in layer.weights]
+    current = [0]  # the stage the randomised model is at
 
     def model_at(k):
-        if k not in randomised:
-            randomised[k] = models.rebuild(model_path)
-            randomise_top(randomised[k], k, seed)
-        return randomised[k]
+        if current[0] != k:
+            for variable, value in trained_values:
+                variable.assign(value)
+            randomise_top(randomised, k, seed)
+            current[0] = k
+        return randomised
 
     def score(method):
         trained = explain(loaded, method) if maps_of is None else maps_of(method)[:len(images)]

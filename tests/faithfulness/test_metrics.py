@@ -426,3 +426,30 @@ def test_bad_inputs_give_one_clear_error():
     with pytest.raises(UserError, match="output has shape"):
         faithfulness.Deletion()(lambda images: tf.reduce_mean(images, [1, 2, 3]), x,
                                 np.ones((2, 4, 4)), [0, 0])
+
+
+def test_the_randomisation_check_equals_a_fresh_model_per_stage(tmp_path):
+    """The check keeps one randomised model and sets its weights per stage; visiting the stages
+    for a second method must give what a freshly rebuilt, freshly randomised model gives."""
+    import models
+    import saliency_gen
+    from faithfulness import randomisation
+
+    path = str(tmp_path / "cnn")
+    models.export(models.build("small_cnn", 3, (16, 16, 3)), path)
+    images = np.random.default_rng(0).uniform(size=(3, 16, 16, 3)).astype(np.float32)
+    labels, ids = [0, 1, 2], np.arange(3)
+    check = randomisation.benchmark(path, images, labels, ids, data={}, batch_size=8)
+    first, second = check.score("gradient"), check.score("grad_x_input")  # stages revisited
+    trained = models.load(path)
+    for method, scores in (("gradient", first), ("grad_x_input", second)):
+        original = randomisation._flat_abs(
+            saliency_gen.attribute(trained, images, method, labels, ids=ids,
+                                   preprocessing=trained.preprocessing))
+        for k in randomisation.stages(len(randomisation.weighted_layers(models.rebuild(path)))):
+            fresh = models.rebuild(path)
+            randomisation.randomise_top(fresh, k)
+            expected = stats.spearman(original, randomisation._flat_abs(
+                saliency_gen.attribute(fresh, images, method, labels, ids=ids,
+                                       preprocessing=trained.preprocessing)))
+            assert scores[f"top {k}"] == pytest.approx(expected, abs=1e-6), (method, k)
