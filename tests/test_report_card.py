@@ -183,8 +183,10 @@ def test_cells_are_reused_a_new_method_costs_only_itself_and_other_settings_are_
 def test_the_card_on_the_real_network(real_cache, monkeypatch, tmp_path, capsys):
     monkeypatch.setenv("XDG_CACHE_HOME", real_cache)  # the session's converted Lite0 and photos
     report_card = _card_module()
+    # ROAD is left out here: its 224-px imputation is most of the card's time on this network,
+    # and its input-space handling is the synthetic card's (an ImageNet-space model) too.
     config = report_card.Config(pretrained="efficientnet_lite0", methods=("bam:GC", "random"),
-                                benchmarks=("BAM", "ROAD", "Deletion", "ADD", "IDSDS"),
+                                benchmarks=("BAM", "Deletion", "ADD", "IDSDS"),
                                 nr_images=2, max_step_nb=8, gallery_images=2,
                                 output_dir=str(tmp_path / "card"))
     result = report_card.run(config)
@@ -192,8 +194,8 @@ def test_the_card_on_the_real_network(real_cache, monkeypatch, tmp_path, capsys)
     assert "note: BAM: not run on a pretrained network and photos" in printed
     columns = [metric.name for metric in result["card"].metrics]
     assert not [name for name in columns if name.startswith("BAM")]
-    assert {"ROAD MoRF", "Deletion dauc", "IDSDS sds", "ADD add"} <= set(columns)
-    assert result["card"].settings["ROAD"]["n_images"] == 2
+    assert {"Deletion dauc", "IDSDS sds", "ADD add"} <= set(columns)
+    assert result["card"].settings["Deletion"]["n_images"] == 2
     sanity = {(row["metric"], row["method"]): row["value"] for row in
               report_card.card.as_records(result["sanity"])}
     stages = sorted({metric for metric, _ in sanity}, key=lambda name: int(name.split()[-1]))
