@@ -20,6 +20,10 @@ from tests.conftest import assert_origin_covers_the_flags, interrupt_at
 
 SIZE, T, V = 32, 50, 10  # 5,000 train and 1,000 test images of 32 x 32
 RECIPE = training.with_overrides(training.SYNTHETIC_RECIPE, epochs=5.0)
+# The known-answer runs train the cheap plain CNN (stride-2 convolutions, about 14x fewer
+# multiply-adds than small_cnn at 32 px): 15 s a run here instead of 60, and the controls' answers
+# are the same; it reaches about 0.5 clean top-1 in 5 epochs (chance: 0.1).
+MODEL = "plain_cnn"
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +38,7 @@ def _run(world, tmp_path, name, control, ratio, keep=False):
     return train.run_masked(world["train"], world["validation"],
                             masked_data.MaskConfig(ratio=ratio, keep_information=keep),
                             output_dir=str(tmp_path / name), recipe=RECIPE, control=control,
-                            size=SIZE)
+                            size=SIZE, model_name=MODEL)
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +54,7 @@ def test_known_answers_of_the_controls(known_answers):
     results, _ = known_answers
     top1 = {name: result["top1"] for name, result in results.items()}
     assert all(result["n_eval"] == 100 * V for result in results.values())
-    assert top1["clean"] > 0.6, top1
+    assert top1["clean"] > 0.4, top1
     # The oracle removes the whole object (90% of the image): back to chance (0.1).
     assert abs(top1["oracle90"] - 0.1) <= 0.15, top1
     # Half the pixels at random: retraining keeps most of the accuracy.
