@@ -29,7 +29,8 @@ def test_retraining_cells_are_the_runs_top1_per_seed_and_are_reused(tiny_world, 
     records_dir = os.path.join(root, "records")
     work = str(tmp_path / "work")
     benchmark = card.retraining_benchmark(model_path, records_dir, work, num_classes=10,
-                                          ratio=0.3, seeds=(0, 1), recipe=RECIPE)
+                                          ratio=0.3, seeds=(0, 1), recipe=RECIPE,
+                                          model_name="plain_cnn")
     assert [m.unit for m in benchmark.metrics] == ["seed", "seed"]
     values = benchmark.score("gradient_image")
     assert len(values["ROAR top-1"]) == 2 and len(values["KAR top-1"]) == 2
@@ -41,7 +42,8 @@ def test_retraining_cells_are_the_runs_top1_per_seed_and_are_reused(tiny_world, 
         sorted(glob.glob(os.path.join(maps, "validation-*"))),
         masked_data.MaskConfig(ratio=0.3, keep_information=True, seed=1),
         output_dir=str(tmp_path / "direct"), recipe=RECIPE, source="saliency",
-        map_key=masked_data.record_key_of("gradient_image"), num_classes=10, seed=1)
+        map_key=masked_data.record_key_of("gradient_image"), num_classes=10, seed=1,
+        model_name="plain_cnn")
     assert values["KAR top-1"][1] == direct["top1"]
     before = _mtimes(work)
     assert len(before) == 4  # 2 modes x 2 seeds
