@@ -8,16 +8,20 @@ Target `dog_bedroom` (its class resolved through `tcav/obj_categories.txt` or
 counterpart `random_counter_part`, at most `--max_examples` images per set, the model's own
 preprocessing (`--tcav_raw_inputs` feeds 0-255 RGB as the original did). Prints a table per model
 (`bam.tcav_experiment`) and writes JSON `{"<bottleneck>": {"score", "std", "p_value", ...}}` (one
-model) or `{"<model>": {...}, "tcav_mcs": {"<bottleneck>": obj - scene}}` (several). When both obj
+model) or `{"<model>": {...}, "tcav_mcs": {"<bottleneck>": obj - scene}}` (several), with an
+`"origin"`: the flags that change the scores, the models' ids and the data folder. When both obj
 and scene are given, the TCAV model contrast (obj score - scene score per bottleneck) is computed
 here. Without `--data_dir` / `--model_dir` it uses the built-in synthetic world and its models.
 """
 import dataclasses
+import os
 from typing import Optional
 
+import models
 from bam import synthetic_setup
 from bam.tcav_experiment import contrast, model_tcav, table
-from models.cli import option, run_binary
+from models import provenance
+from models.cli import option, origin_flags, run_binary
 from models.errors import require_both_or_neither
 from models.files import write_json
 
@@ -28,14 +32,15 @@ class Config:
 
     model: tuple = option(("obj",), 'Models under --model_dir: obj, scene, scene1..scene10.')
     data_dir: Optional[str] = option(None, 'BAM data root with tcav/ (default: synthetic world).')
-    model_dir: Optional[str] = option(None, 'Exported models (default: the synthetic models).')
-    output: Optional[str] = option(None, 'JSON file (default tcav_<models>.json).')
+    model_dir: Optional[str] = option(None, 'Exported models (default: the synthetic models).',
+                                      origin="models")
+    output: Optional[str] = option(None, 'JSON file (default tcav_<models>.json).', origin=False)
     bottlenecks: tuple = option((), 'Bottlenecks (default: block_layer1.. and logit).')
     num_random_exp: int = option(2, 'Random sets random500_0..N-1.')
     max_examples: int = option(100, 'Images per set.')
     alpha: float = option(0.1, 'CAV regularisation.')
     seed: int = option(0, 'Seed of the CAV splits and SGD.')
-    batch_size: int = option(64, 'Images per batch.')
+    batch_size: int = option(64, 'Images per batch.', origin=False)
     tcav_raw_inputs: bool = option(False, "Feed raw 0-255 RGB (the original's bug).")
 
 
@@ -58,7 +63,12 @@ def run(config: Config) -> dict:
         print("TCAV model contrast (obj - scene): " + ", ".join(
             f"{name} {value:+.3f}" for name, value in report["tcav_mcs"].items()))
     output = f.output or f"tcav_{'_'.join(f.model)}.json"
-    write_json(output, report[f.model[0]] if len(report) == 1 else report, indent=1)
+    origin = provenance.origin(
+        origin_flags(f), data_dir=os.path.abspath(data_dir),
+        models={name: models.read_info(os.path.join(model_dir, name))["model_id"]
+                for name in f.model})
+    written = report[f.model[0]] if len(report) == 1 else report
+    write_json(output, dict(written, origin=origin), indent=1)
     print(f"wrote {output}")
     return report
 

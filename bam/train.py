@@ -228,7 +228,7 @@ def train_classifier(data_dir, dataset_name, model_name="small_cnn", input_size=
                   metrics=["accuracy"])
     config = {"dataset": dataset_name, "model": model_name, "input_size": input_size,
               "epochs": epochs, "batch_size": batch_size, "learning_rate": learning_rate,
-              "optimizer": optimizer, "seed": seed,
+              "optimizer": optimizer, "seed": seed, "max_seconds": max_seconds,
               "model_options": {k: str(v) for k, v in sorted(model_options.items())}}
     backup, resumed_from, progress = _backup_callbacks(backup_dir, config, overwrite)
     stream = epoch_stream(train_data, len(train_y), first_epoch=resumed_from, epochs=epochs,
@@ -259,9 +259,10 @@ _MEASURED = ("val_accuracy", "num_train", "num_val", "epochs_run", "resumed_from
              "pipeline")  # results, not settings
 
 
-def train_and_export(data_dir, dataset_name, model_dir, **options):
+def train_and_export(data_dir, dataset_name, model_dir, settings=None, **options):
     """Trains on `<data_dir>/<dataset_name>`, exports `<model_dir>/<dataset_name>` (SavedModel)
     and writes the report beside it as `<model_dir>/<dataset_name>.json`; returns the report.
+    The export's origin holds the training settings, plus `settings` (e.g. the preset).
 
     Until the export, an epoch backup lives in `<model_dir>/<dataset_name>.backup` so that a
     killed run resumes there.
@@ -271,8 +272,8 @@ def train_and_export(data_dir, dataset_name, model_dir, **options):
     path = os.path.join(model_dir, dataset_name)
     info = models.export(model, path, preprocessing="caffe_rgb", overwrite=True,
                          extra=dict(report, origin=provenance.origin(
-                             {k: report[k] for k in sorted(report) if k not in _MEASURED},
-                             data_dir=os.path.abspath(data_dir))))
+                             {**{k: report[k] for k in sorted(report) if k not in _MEASURED},
+                              **(settings or {})}, data_dir=os.path.abspath(data_dir))))
     report = dict(report, model_path=path, model_id=info["model_id"])
     write_json(os.path.join(model_dir, f"{dataset_name}.json"), report, indent=2, sort_keys=True)
     shutil.rmtree(backup_dir, ignore_errors=True)
@@ -287,7 +288,8 @@ class Config:
         "obj",
         'Dataset folder to train on: obj, scene, scene_only, scene1..scene10.')
     data_dir: Optional[str] = option(None, 'BAM data root (holds obj/, scene/, ...).')
-    model_dir: Optional[str] = option(None, 'Where to export the model (<model_dir>/<dataset>).')
+    model_dir: Optional[str] = option(None, 'Where to export the model (<model_dir>/<dataset>).',
+                                      origin=False)
     preset: str = option(
         "auto",
         'Defaults for the flags below: synthetic (small_cnn) or real (ImageNet ResNet-50 '
@@ -297,7 +299,7 @@ class Config:
     weights: Optional[str] = option(
         None,
         "Initial weights for keras_resnet50 / vgg16: 'imagenet' (downloaded by Keras), a "
-        "local Keras weights file, or 'none'.")
+        "local Keras weights file, or 'none'.", origin="model_options")
     input_size: Optional[int] = option(None, "Model input side (synthetic: the images' size).")
     epochs: Optional[int] = option(None, 'Training epochs.')
     batch_size: Optional[int] = option(None, 'Training batch size.')
@@ -310,11 +312,11 @@ class Config:
         "auto",
         'memory: decode once into RAM; stream: decode in tf.data; auto: stream above 2 '
         'GiB of decoded pixels.',
-        PIPELINES)
+        PIPELINES, origin=False)  # the same batches either way (tested)
     max_seconds: Optional[float] = option(None, 'Stop training after this wall-clock budget.')
     seed: int = option(0, 'Seed of initialisation and data order.')
     overwrite: bool = option(False, 'Discard a backup made with other settings instead of '
-                             'stopping.')
+                             'stopping.', origin=False)
 
 
 
@@ -347,7 +349,7 @@ def run(config: Config) -> dict:
         preset)
     print(f"training {f.dataset} with the {preset} preset: "
           + ", ".join(f"{key}={value}" for key, value in sorted(options.items())))
-    report = train_and_export(f.data_dir, f.dataset, f.model_dir, seed=f.seed,
+    report = train_and_export(f.data_dir, f.dataset, f.model_dir, {"preset": preset}, seed=f.seed,
                               max_seconds=f.max_seconds, pipeline=f.pipeline, verbose=1,
                               overwrite=f.overwrite, **options)
     print(f"{f.dataset}: val accuracy {report['val_accuracy']:.4f} on {report['num_val']} images "

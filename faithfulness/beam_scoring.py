@@ -33,19 +33,24 @@ from saliency_gen.beam_support import beam
 class Config:
     """beam_scoring's options (one flag each)."""
 
-    input_pattern: Optional[str] = option(None, "Saliency records (images and maps).")
-    model_path: Optional[str] = option(None, "The model the maps explain (models.export).")
-    saliency_method: Optional[str] = option(None, "The maps' method name or record key.")
+    input_pattern: Optional[str] = option(None, "Saliency records (images and maps).",
+                                          origin="data")
+    model_path: Optional[str] = option(None, "The model the maps explain (models.export).",
+                                       origin="model_id")
+    saliency_method: Optional[str] = option(None, "The maps' method name or record key.",
+                                            origin="map_key")
     evaluation_protocol: str = option("single_deletion", "Protocol (faithfulness.evaluate).",
-                                      evaluate.PROTOCOLS)
+                                      evaluate.PROTOCOLS, origin="protocol")
     geometry: str = option("auto", "How images reach the model's size (as the generator).",
                            ("auto", "center_crop", "none"))
     batch_size: int = option(32, "Work items per model call, and records per work unit.")
     seed: int = option(0, "Seed of the protocols' draws and of the bootstrap.")
-    output: str = option("faithfulness_beam.json", "JSON report.")
-    runner: str = option("DirectRunner", "Beam runner (see saliency_gen.beam_generate).")
-    beam_workers: int = option(2, "DirectRunner: worker processes (1: in this process).")
-    beam_options: str = option("", "More Beam pipeline flags, as one string.")
+    output: str = option("faithfulness_beam.json", "JSON report.", origin=False)
+    runner: str = option("DirectRunner", "Beam runner (see saliency_gen.beam_generate).",
+                         origin=False)
+    beam_workers: int = option(2, "DirectRunner: worker processes (1: in this process).",
+                               origin=False)
+    beam_options: str = option("", "More Beam pipeline flags, as one string.", origin=False)
 
 
 def map_key(method: str) -> str:
@@ -126,6 +131,7 @@ def run(config: Config) -> dict:
               "n_images": sum(count for _, count in counts),
               "options": dataclasses.asdict(options),
               "origin": provenance.origin({"protocol": f.evaluation_protocol, "map_key": key,
+                                           "geometry": f.geometry,
                                            **dataclasses.asdict(options)},
                                           model_id=loaded.model_id,
                                           data=provenance.listing_digest(files))}

@@ -29,9 +29,11 @@ VALUES = ("accuracy", "true_class_probability")
 class Config(road.Config):
     """roar.road's options plus the Beam runner's."""
 
-    runner: str = option("DirectRunner", "Beam runner (see saliency_gen.beam_generate).")
-    beam_workers: int = option(2, "DirectRunner: worker processes (1: in this process).")
-    beam_options: str = option("", "More Beam pipeline flags, as one string.")
+    runner: str = option("DirectRunner", "Beam runner (see saliency_gen.beam_generate).",
+                         origin=False)
+    beam_workers: int = option(2, "DirectRunner: worker processes (1: in this process).",
+                               origin=False)
+    beam_options: str = option("", "More Beam pipeline flags, as one string.", origin=False)
 
 
 class ScoreRoadRange(beam.DoFn):

@@ -31,10 +31,11 @@ class Config(generate.Config):
 
     runner: str = option("DirectRunner", "Beam runner: DirectRunner (local processes), "
                          "BundleBasedDirectRunner (this process), DataflowRunner, FlinkRunner, "
-                         "SparkRunner, ...")
-    beam_workers: int = option(2, "DirectRunner: worker processes (1: in this process).")
+                         "SparkRunner, ...", origin=False)
+    beam_workers: int = option(2, "DirectRunner: worker processes (1: in this process).",
+                               origin=False)
     beam_options: str = option("", "More Beam pipeline flags, as one string (e.g. Dataflow's "
-                               "--project, --region, --temp_location).")
+                               "--project, --region, --temp_location).", origin=False)
 
 
 class ExplainRange(beam.DoFn):

@@ -27,7 +27,7 @@ from bam import synthetic_setup
 from faithfulness import card as faithfulness_card
 from faithfulness import evaluate, randomisation
 from models import card, card_outputs, pretrained, progress, provenance, results
-from models.cli import option, run_binary
+from models.cli import option, origin_flags, run_binary
 from models.errors import (UserError, check_choices, check_fractions, check_minimum, check_unique,
                            require_both_or_neither)
 from models.files import exclusive
@@ -74,11 +74,12 @@ class Config:
     batch_size: int = option(32, "Work items per model call.")
     seed: int = option(0, "Seed of the image samples, the random draws and the bootstrap.")
     output_dir: Optional[str] = option(None, "Where the cells and the card go (default: "
-                                       "report_card, or report_card_<--pretrained>).")
-    cache_dir: Optional[str] = option(None, "Cache of the synthetic world.")
+                                       "report_card, or report_card_<--pretrained>).",
+                                       origin=False)
+    cache_dir: Optional[str] = option(None, "Cache of the synthetic world.", origin=False)
     train_models: bool = option(False, "Train the synthetic world's models on this machine "
                                 "instead of loading the weights shipped with the package.")
-    overwrite: bool = option(False, "Recompute cells made with other settings.")
+    overwrite: bool = option(False, "Recompute cells made with other settings.", origin=False)
     rmcs: bool = option(False, "Add BAM's RMCS (trains the ten relative scene models once on "
                         "the synthetic world).")
     retraining: bool = option(False, "Add ROAR / KAR retraining at --retraining_ratio (costly: "
@@ -368,7 +369,8 @@ def _run(config: Config) -> dict:
              "best mean of the column. ↑: higher is better, ↓: lower is better.")
     paths = card_outputs.write_card(summary, config.output_dir, sections,
                                     title="Saliency report card", intro=intro,
-                                    extra={"seconds": time.time() - started},
+                                    extra={"seconds": time.time() - started,
+                                           "origin": provenance.origin(origin_flags(config))},
                                     about=about_rows(config, inputs, time.time() - started))
     print(f"\nwrote {paths['html']}, {paths['md']}, {paths['csv']} and {paths['json']} "
           f"in {time.time() - started:.0f} s")

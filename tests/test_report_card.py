@@ -15,6 +15,7 @@ import pytest
 
 from models.errors import UserError
 from tests import REPO
+from tests.conftest import assert_origin_covers_the_flags
 
 
 def _card_module():
@@ -130,6 +131,10 @@ def test_the_html_page_holds_every_cell_and_embeds_every_picture(card_run):
         assert base64.b64decode(src.split(",", 1)[1])[:8] == b"\x89PNG\r\n\x1a\n"
     for kind in ("md", "csv", "json"):
         assert os.path.getsize(result["paths"][kind]) > 0
+    with open(result["paths"]["json"], encoding="utf-8") as handle:
+        origin = json.load(handle)["origin"]
+    assert origin["settings"]["methods"] == ["bam:GC", "random", "oracle"]
+    assert_origin_covers_the_flags(type(config), origin)
     assert os.path.isfile(os.path.join(config.output_dir, "card_agreement.png"))
 
 

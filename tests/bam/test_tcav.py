@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 import models
-from bam import tcav, tcav_experiment
+from bam import run_tcav, tcav, tcav_experiment
 from tests import REPO
+from tests.conftest import assert_origin_covers_the_flags
 
 
 def red_model():
@@ -108,6 +109,9 @@ def test_run_tcav_binary_on_a_tiny_world(tiny_world, tmp_path):
     assert report["tcav_mcs"]["logit"] == pytest.approx(
         report["obj"]["logit"]["score"] - report["scene"]["logit"]["score"])
     assert "TCAV model contrast (obj - scene): logit" in run.stdout
+    assert set(report["origin"]["inputs"]["models"]) == {"obj", "scene"}
+    assert report["origin"]["settings"]["max_examples"] == 20
+    assert_origin_covers_the_flags(run_tcav.Config, report["origin"])
     bad = subprocess.run([sys.executable, "-m", "bam.run_tcav", f"--data_dir={root}"],
                          cwd=REPO, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "pass both --data_dir and --model_dir" in bad.stderr

@@ -14,7 +14,7 @@ import models
 from bam import train
 from models.errors import UserError
 from tests import REPO
-from tests.conftest import interrupt_at
+from tests.conftest import assert_origin_covers_the_flags, interrupt_at
 
 
 def test_small_cnn_learns_scene_labels_of_the_tiny_world(tiny_world):
@@ -119,6 +119,9 @@ def test_binary_fine_tunes_from_a_weights_file_on_real_format_data(real_bam, tmp
     assert report["num_train"] == 30 and report["num_val"] == 20
     assert report["model_options"] == {"weights": weights}
     assert not os.path.exists(model_dir / "scene3.backup")
+    origin = models.read_info(str(model_dir / "scene3"))["origin"]
+    assert origin["settings"]["preset"] == "real" and origin["settings"]["max_seconds"] is None
+    assert_origin_covers_the_flags(train.Config, origin)
     loaded = models.load(str(model_dir / "scene3"))
     image = tf.constant(np.random.default_rng(0).normal(size=(1, 32, 32, 3)), tf.float32)
     with tf.GradientTape() as tape:

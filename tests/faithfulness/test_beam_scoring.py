@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 
 import models
-from faithfulness import evaluate
+from faithfulness import beam_scoring, evaluate
 from saliency_gen import generate
 from saliency_gen.pipelines import load_images
 from tests import REPO
+from tests.conftest import assert_origin_covers_the_flags
 
 
 @pytest.mark.parametrize("protocol", ["single_deletion", "deletion"])
@@ -32,6 +33,7 @@ def test_beam_scores_equal_the_single_process_binary(small_shards, tmp_path, pro
     assert done.returncode == 0, done.stderr[-2000:]
     with open(output, encoding="utf-8") as handle:
         report = json.load(handle)
+    assert_origin_covers_the_flags(beam_scoring.Config, report["origin"])
     loaded = models.load(model_path)
     images, labels, ids = load_images(pattern, loaded, -1, 0)
     options = evaluate.Options(batch_size=8)

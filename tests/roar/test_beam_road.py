@@ -7,9 +7,10 @@ import sys
 
 import pytest
 
-from roar import road
+from roar import beam_road, road
 from saliency_gen import generate
 from tests import REPO
+from tests.conftest import assert_origin_covers_the_flags
 
 
 def test_beam_road_rows_equal_the_single_process_binary(small_shards, tmp_path):
@@ -26,7 +27,9 @@ def test_beam_road_rows_equal_the_single_process_binary(small_shards, tmp_path):
          f"--output={tmp_path / 'beam'}"],
         cwd=REPO, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
-    found = json.loads((tmp_path / "beam.json").read_text())["rows"]
+    written = json.loads((tmp_path / "beam.json").read_text())
+    assert_origin_covers_the_flags(beam_road.Config, written["origin"])
+    found = written["rows"]
     assert [(r["order"], r["p"]) for r in found] == [(r["order"], r["p"]) for r in expected]
     for mine, theirs in zip(found, expected):
         assert mine["n"] == theirs["n"] == 36

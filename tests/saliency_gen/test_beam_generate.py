@@ -1,12 +1,13 @@
 """Saliency generation as a Beam pipeline: the same bytes as the single-process generator,
 whatever the number of workers, and a retried bundle neither drops nor duplicates a record."""
+import json
 import os
 import subprocess
 import sys
 
 from saliency_gen import beam_generate, beam_support, generate, records
 from tests import REPO
-from tests.conftest import tree_digests
+from tests.conftest import assert_origin_covers_the_flags, tree_digests
 
 USER_METHODS = os.path.join(REPO, "tests", "data", "user_methods")
 
@@ -52,6 +53,8 @@ def test_two_worker_pipeline_writes_the_single_process_bytes(small_shards, tmp_p
     shards = [name for name in expected if name.endswith(".tfrecord")]
     assert len(shards) == 6
     assert {name: found.get(name) for name in expected} == expected  # manifests included
+    with open(os.path.join(beam, "SH", "manifest.json"), encoding="utf-8") as handle:
+        assert_origin_covers_the_flags(beam_generate.Config, json.load(handle))
     assert records.check_file(os.path.join(beam, "SH", os.path.basename(shards[0])), "saliency",
                               key="gradient_image") in (11, 12, 13)
 
