@@ -118,7 +118,7 @@ def explain_records(path, loaded, methods_list, options, progress=None, start=0,
                         {name: values[n] for name, values in maps.items()},
                         prediction_class=int(predictions[n]), height=int(heights[n]),
                         width=int(widths[n]), example_key=key, model_id=loaded.model_id,
-                        meta={**options["meta"], "input": shard_origin(path)},
+                        meta={**options["meta"], "input": shard_ledger.identity(path)},
                         dtype=options["dtype"])
                 except UserError as error:
                     raise RecordError(f"{path}: record {index + n} ({key}): {error}") from None
@@ -130,11 +130,6 @@ def explain_records(path, loaded, methods_list, options, progress=None, start=0,
         raise RecordError(f"{path}: cannot decode an image or fit it to the model's input "
                           f"{loaded.input_shape} ({detail}); check --geometry or re-create the "
                           "shard") from None
-
-
-def shard_origin(path):
-    """The fingerprint of an input shard recorded in every map record made from it."""
-    return {"file": os.path.basename(path), "bytes": os.path.getsize(path)}
 
 
 def _shard_is_current(source, output_path, overwrite):

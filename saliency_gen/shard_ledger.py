@@ -33,10 +33,14 @@ def _sha256(path: str) -> str:
     return _DIGESTS[key]
 
 
+def identity(path: str) -> dict:
+    """{"file", "bytes"} of an input shard: what every map record made from it carries."""
+    return {"file": os.path.basename(path), "bytes": os.path.getsize(path)}
+
+
 def fingerprint(path: str) -> dict:
-    """{"file", "bytes", "sha256"} of an input shard."""
-    return {"file": os.path.basename(path), "bytes": os.path.getsize(path),
-            "sha256": _sha256(path)}
+    """{"file", "bytes", "sha256"} of an input shard: what a seal records."""
+    return {**identity(path), "sha256": _sha256(path)}
 
 
 def seal_path(shard: str) -> str:
