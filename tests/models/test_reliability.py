@@ -1,0 +1,59 @@
+"""Known answers of the metric-reliability statistics (models.reliability): Krippendorff's
+published example, a hand-computed disagreement and split, and metrics built to be perfectly
+consistent or unreliable."""
+import numpy as np
+import pytest
+
+from models import reliability
+
+NAN = np.nan
+# Krippendorff (2011), "Computing Krippendorff's alpha-reliability": 4 observers, 12 units.
+PUBLISHED = [[1, 2, 3, 3, 2, 1, 4, 1, 2, NAN, NAN, NAN],
+             [1, 2, 3, 3, 2, 2, 4, 1, 2, 5, NAN, 3],
+             [NAN, 3, 3, 3, 2, 3, 4, 2, 2, 5, 1, NAN],
+             [1, 2, 3, 3, 2, 4, 4, 1, 2, 5, 1, NAN]]
+
+
+def test_ordinal_alpha_of_the_published_example_and_a_hand_case():
+    assert reliability.ordinal_alpha(PUBLISHED) == pytest.approx(0.815, abs=5e-4)
+    # two images ranking two methods in opposite orders: 1 - (n - 1) * 4 / (2 * 2 * 2) = -0.5
+    assert reliability.ordinal_alpha([[1, 2], [2, 1]]) == pytest.approx(-0.5)
+
+
+def test_ranks_follow_the_direction_and_share_ties():
+    values = [[0.9, 0.1, 0.5], [0.2, 0.2, 0.7], [NAN, 0.1, 0.2]]
+    assert reliability.unit_ranks(values, True)[:2].tolist() == [[1, 3, 2], [2.5, 2.5, 1]]
+    assert reliability.unit_ranks(values, False)[0].tolist() == [3, 1, 2]
+    assert np.isnan(reliability.unit_ranks(values, True)[2]).all()
+
+
+def test_a_consistent_metric_scores_one_and_an_unreliable_one_about_zero():
+    rng = np.random.default_rng(0)
+    consistent = np.arange(6)[None, :] + rng.uniform(0, 0.5, (200, 1))  # every image: same order
+    assert reliability.alpha(consistent, True) == 1.0
+    assert reliability.split_half(consistent) == 1.0
+    noise = rng.uniform(size=(1000, 8))  # no image agrees with another beyond chance
+    assert abs(reliability.alpha(noise, True)) < 0.02
+    assert reliability.split_half(noise) < 0.5
+    estimate = reliability.metric_reliability(consistent, True, separated_pairs=15)
+    assert estimate["alpha"].low == estimate["alpha"].high == 1.0
+    assert estimate["separated"] == 1.0
+
+
+def test_split_half_of_a_hand_case():
+    # Each half is one image: ranks (1, 2, 3) against (1, 3, 2) give Spearman 1 - 6 * 2 / 24 =
+    # 0.5 whichever image comes first; Spearman-Brown: 2 * 0.5 / 1.5 = 2 / 3.
+    assert reliability.split_half([[1, 2, 3], [1, 3, 2]]) == pytest.approx(2 / 3)
+    assert np.isnan(reliability.split_half([[1, 2, 3]]))  # one image cannot be split
+
+
+def test_intervals_are_seeded_and_hold_the_estimate():
+    rng = np.random.default_rng(1)
+    values = np.arange(5)[None, :] * 0.1 + rng.normal(0, 0.2, (60, 5))
+    first = reliability.metric_reliability(values, False, separated_pairs=3, seed=4)
+    again = reliability.metric_reliability(values, False, separated_pairs=3, seed=4)
+    assert first == again and first["separated"] == 0.3
+    for name in ("alpha", "split_half"):
+        estimate = first[name]
+        assert estimate.low <= estimate.value <= estimate.high and estimate.low < estimate.high
+    assert 0.2 < first["alpha"].value < 0.9  # a real but imperfect agreement
