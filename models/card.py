@@ -11,7 +11,8 @@ point (scripts/report_card.py) knows all three, so they stay siblings.
 the origin matches and refused with one line otherwise; so a killed card resumes and a re-run
 with one more method computes only that method. `summarise` turns the cells into the card: a
 mean with a 95% bootstrap interval per (metric, method), ranks from paired comparisons, and
-Kendall's tau between the metrics' rankings (`models.uncertainty`).
+Kendall's tau between the metrics' rankings (`models.uncertainty`), and how far each metric's
+ranking can be trusted (`models.reliability`).
 """
 import dataclasses
 import hashlib
@@ -23,7 +24,7 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from models import provenance, uncertainty
+from models import provenance, reliability, uncertainty
 from models.errors import UserError
 from models.files import read_json, write_json
 
@@ -147,12 +148,14 @@ class Card:
     agreement: tuple  # (metric names, Kendall tau matrix)
     settings: dict
     beats: list = dataclasses.field(default_factory=list)  # the separated pairs, as dicts
+    # {metric name: {"alpha", "split_half": Estimate, "separated": share}} (models.reliability)
+    trust: dict = dataclasses.field(default_factory=dict)
 
 
 def summarise(benchmarks: Sequence[Benchmark], methods: Sequence[str], cells: dict,
               seed: int = 0) -> Card:
     """Intervals, ranks and the Kendall agreement of the computed `cells`."""
-    metrics, rows, orderings, wins = [], {}, {}, []
+    metrics, rows, orderings, wins, trust = [], {}, {}, [], {}
     for benchmark in benchmarks:
         for metric in benchmark.metrics:
             column = dataclasses.replace(metric, name=f"{benchmark.name} {metric.name}")
@@ -172,6 +175,10 @@ def summarise(benchmarks: Sequence[Benchmark], methods: Sequence[str], cells: di
                              "difference": difference.value, "ci_low": difference.low,
                              "ci_high": difference.high, "n": difference.n})
             ranking = {method: 1 + count for method, count in beaten.items()}
+            if len(scored) >= 2:
+                trust[column.name] = reliability.metric_reliability(
+                    np.stack(list(scored.values()), axis=1), metric.higher_is_better,
+                    len(separated), seed)
             for method, per_unit in values.items():
                 rows[(column.name, method)] = {
                     "estimate": uncertainty.interval(per_unit, seed),
@@ -180,7 +187,7 @@ def summarise(benchmarks: Sequence[Benchmark], methods: Sequence[str], cells: di
             orderings[column.name] = {method: sign * rows[(column.name, method)]["estimate"].value
                                       for method in scored}
     return Card(metrics, list(methods), rows, uncertainty.kendall_matrix(orderings),
-                {b.name: b.settings for b in benchmarks}, wins)
+                {b.name: b.settings for b in benchmarks}, wins, trust)
 
 
 def as_records(card: Card) -> list:

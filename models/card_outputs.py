@@ -81,6 +81,36 @@ def agreement_rows(card: Card) -> tuple:
     return ["tau", *names], rows
 
 
+TRUST_CAVEAT = ("How far each metric's ranking of the methods can be trusted (Tomsett et al. "
+                "2020): alpha is Krippendorff's ordinal alpha with the images as raters of the "
+                "methods' ranking (1: every image ranks them alike, 0: no more than chance); "
+                "split-half is the Spearman-Brown reliability of the ranking from two random "
+                "halves of the images; separated is the share of method pairs the paired "
+                "bootstrap tells apart. Brackets: 95% bootstrap intervals over images.")
+
+
+def _estimate_text(estimate) -> str:
+    if math.isnan(estimate.value):
+        return "n/a"
+    return f"{estimate.value:.2f} [{estimate.low:.2f}, {estimate.high:.2f}]"
+
+
+def trust_rows(card: Card) -> tuple:
+    """(header, rows) of the reliability table: one row per metric that ranks methods."""
+    rows = [[name, _estimate_text(found["alpha"]), _estimate_text(found["split_half"]),
+             "n/a" if math.isnan(found["separated"]) else f"{found['separated']:.0%}"]
+            for name, found in card.trust.items()]
+    return ["metric", "alpha", "split-half", "separated pairs"], rows
+
+
+def trust_records(card: Card) -> dict:
+    """The reliability table for JSON: {metric: {"alpha", "split_half": {value, low, high, n},
+    "separated": share}} (NaN is written as null)."""
+    return {name: {**{key: dataclasses.asdict(found[key])
+                      for key in ("alpha", "split_half")}, "separated": found["separated"]}
+            for name, found in card.trust.items()}
+
+
 def heat_map_png(card: Card) -> bytes:
     """The Kendall tau matrix as a heat map (red: agree, blue: disagree)."""
     pyplot = results.pyplot()
@@ -265,6 +295,10 @@ def html_page(card: Card, sections: Sequence[Section], title: str, intro: str,
     parts += ["<h2>Agreement between benchmarks</h2>",
               f"<p class=small>{html.escape(AGREEMENT_CAVEAT)}</p>",
               _image(heat_map_png(card), "agreement heat map")]
+    if card.trust:
+        parts += ["<h2>How far to trust each metric</h2>",
+                  f"<p class=small>{html.escape(TRUST_CAVEAT)}</p>",
+                  _html_table(*trust_rows(card))]
     for section in sections:
         parts.append(f"<h2>{html.escape(section.title)}</h2>")
         if section.text:
@@ -291,6 +325,9 @@ def markdown_page(card: Card, sections: Sequence[Section], title: str, intro: st
               markdown_table(*agreement_rows(card))]
     if "agreement" in pictures:
         parts.append(f"![agreement]({pictures['agreement']})\n")
+    if card.trust:
+        parts += ["## How far to trust each metric\n", TRUST_CAVEAT + "\n",
+                  markdown_table(*trust_rows(card))]
     for section in sections:
         parts.append(f"## {section.title}\n")
         if section.text:
@@ -327,6 +364,6 @@ def write_card(card: Card, output_dir: str, sections: Sequence[Section] = (),
                                                          for v in row] for row in matrix]},
         "sections": [{"title": s.title, "text": s.text, "header": list(s.header),
                       "rows": [list(r) for r in s.rows]} for s in sections],
-        "about": dict(about), "notes": notes(card),
+        "about": dict(about), "notes": notes(card), "trust": trust_records(card),
         "settings": card.settings, **(extra or {})}, default=repr)), indent=1)
     return paths

@@ -358,6 +358,9 @@ def _run(config: Config) -> dict:
     header, rows = card_outputs.agreement_rows(summary)
     print("\nKendall's tau between the benchmarks' method rankings\n"
           + results.text_table(header, rows))
+    if summary.trust:
+        print("\nHow far to trust each metric (alpha, split-half: 95% intervals)\n"
+              + results.text_table(*card_outputs.trust_rows(summary)))
     for section in sections:
         if section.header:
             print(f"\n{section.title}\n" + results.text_table(section.header,
