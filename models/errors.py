@@ -58,12 +58,22 @@ def check_minimum(flag: str, value, minimum) -> None:
         raise UserError(f"--{flag}={value} must be at least {minimum}")
 
 
+def whole_percent(flag: str, value) -> int:
+    """The ratio `value` of `--flag` as a whole percentage; one line unless it is a number that
+    is a multiple of 0.01 in [0, 1] (ROAR's and ROAD's thresholds are whole percents of the
+    pixels, docs/roar.md)."""
+    try:
+        fraction = float(value)
+    except (TypeError, ValueError):
+        raise UserError(f"--{flag}={value} is not a number") from None
+    percent = round(fraction * 100)
+    if abs(percent - fraction * 100) > 1e-6 or not 0 <= percent <= 100:
+        raise UserError(f"--{flag}={value} must be a multiple of 0.01 in [0, 1] (a whole "
+                        "percent of the pixels)")
+    return percent
+
+
 def check_fractions(flag: str, values) -> None:
-    """Raises unless every value of the flag `--flag` lies in [0, 1] (ratios of pixels)."""
+    """Raises unless every value of the flag `--flag` is a whole percent (`whole_percent`)."""
     for value in values if isinstance(values, (list, tuple)) else [values]:
-        try:
-            fraction = float(value)
-        except ValueError:
-            raise UserError(f"--{flag}={value} is not a number") from None
-        if not 0.0 <= fraction <= 1.0:
-            raise UserError(f"--{flag}={value} must lie in [0, 1] (a fraction of the pixels)")
+        whole_percent(flag, value)

@@ -22,6 +22,7 @@ same image gets the same mask in every epoch and run; or per read with an epoch)
 import numpy as np
 import tensorflow as tf
 
+from models.errors import whole_percent
 from roar import imputation
 from saliency_gen.pipelines import key_seeds
 from saliency_gen.records import ranking_cut
@@ -33,11 +34,9 @@ JITTER = 1e-4
 
 
 def percent(ratio):
-    """`ratio` as an integer percentage (ROAR's thresholds are whole percents)."""
-    value = round(float(ratio) * 100)
-    if abs(value - float(ratio) * 100) > 1e-6 or not 0 <= value <= 100:
-        raise ValueError(f"ratio must be a multiple of 0.01 in [0, 1]; got {ratio}")
-    return value
+    """`ratio` as an integer percentage (ROAR's thresholds are whole percents): the flags'
+    own rule (`models.errors.whole_percent`), so a library caller gets the same one line."""
+    return whole_percent("ratio", ratio)
 
 
 def feature_scores(saliency, unit="element", squared=True, tie_break="index", seed=0):

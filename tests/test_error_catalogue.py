@@ -92,7 +92,10 @@ case("generate-concurrent-writer", "saliency_gen.generate",
 ROAR = ["--transformation=random_baseline", "--dataset_name=synthetic", "--epochs=1",
         "--batch_size=4", "--output_dir={out}"]
 case("roar-ratio-above-1", "roar.train", [*ROAR, "--data_dir={records}", "--ratio=1.5"],
-     "--ratio=1.5 must lie in [0, 1]", "{out}")
+     "--ratio=1.5 must be a multiple of 0.01 in [0, 1]", "{out}")
+case("roar-ratio-not-a-whole-percent", "roar.train", [*ROAR, "--data_dir={records}",
+                                                      "--ratio=0.555"],
+     "--ratio=0.555 must be a multiple of 0.01 in [0, 1]", "{out}")
 case("roar-ratio-missing", "roar.train", [*ROAR, "--data_dir={records}"],
      "--ratio is required", "{out}")
 case("roar-epochs-0", "roar.train", [*ROAR, "--data_dir={records}", "--ratio=0.5",
@@ -135,7 +138,7 @@ case("road-duplicate-ratio", "roar.road",
       "--ratios=0.5,0.50", "--output={out}/road"], "--ratios names 0.5 twice", "{out}")
 case("road-ratio-above-1", "roar.road",
      ["--ckpt_path={model}", "--data_dir={records}", "--saliency_method=random",
-      "--ratios=0.1,1.5", "--output={out}/road"], "--ratios=1.5 must lie in [0, 1]", None)
+      "--ratios=0.1,1.5", "--output={out}/road"], "--ratios=1.5 must be a multiple of 0.01 in [0, 1]", None)
 case("report-corrupt-metrics", "roar.report", ["--output_dir={corrupt_runs}"],
      "metrics.json is empty or corrupt", "{corrupt_runs}")
 case("report-empty-metrics", "roar.report", ["--output_dir={empty_runs}"],

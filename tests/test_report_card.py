@@ -118,11 +118,16 @@ def test_the_html_page_holds_every_cell_and_embeds_every_picture(card_run):
     # notes: the random control's IIR, and how coarse tau is over three methods
     assert "BAM IIR: a map that does not change with the input scores 1" in text
     assert "tau over 3 methods can take only 4 values" in text
-    # the main table (about: 10 rows; header + 3 methods) and the randomisation check (header
-    # + 3 methods, one column per stage); the agreement is a heat map, not a second table
+    # the main table (about: 10 rows; header + 3 methods), the trust table (header + 8 metrics)
+    # and the randomisation check (header + 3 methods, one column per stage); the agreement is
+    # a heat map, not a second table
     sanity, gallery = result["sections"]
     assert len(card.metrics) == 8 and len(sanity.header) == 5  # small_cnn: stages 1, 2, 3, 7
-    assert len(page.cells) == 2 * 10 + 9 * 4 + 5 * 4
+    # how far to trust each metric: one row (4 cells) per metric that ranks at least two methods
+    assert set(card.trust) == {metric.name for metric in card.metrics}
+    assert card.trust["BAM MCS"]["separated"] == 1.0  # oracle > bam:GC > random, all separated
+    assert "How far to trust each metric" in text
+    assert len(page.cells) == 2 * 10 + 9 * 4 + 4 * 9 + 5 * 4
     random_row = next(row for row in sanity.rows if row[0] == "random")
     assert all(cell.startswith("1.000 [1.000, 1.000]") for cell in random_row[1:])
     assert len(page.images) == 2 and gallery.png is not None  # agreement and gallery
