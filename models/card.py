@@ -152,6 +152,29 @@ class Card:
     trust: dict = dataclasses.field(default_factory=dict)
 
 
+def blurred(method: str) -> str:
+    """The name of `method`'s blur control: its maps smoothed (saliency_gen.transforms.blur)."""
+    return f"blur({method})"
+
+
+def unblurred(method: str) -> Optional[str]:
+    """The method a blur control smooths, or None for any other name."""
+    if method.startswith("blur(") and method.endswith(")"):
+        return method[len("blur("):-1]
+    return None
+
+
+def rewards_blur(oriented: dict) -> Optional[bool]:
+    """Does a metric rank blur(m) above m for most methods m? `oriented` maps the metric's
+    methods to their mean, higher being better; None when no method has its blur control."""
+    pairs = [(oriented[blurred(m)], oriented[m]) for m in oriented
+             if blurred(m) in oriented and np.isfinite(oriented[m])
+             and np.isfinite(oriented[blurred(m)])]
+    if not pairs:
+        return None
+    return sum(blur > plain for blur, plain in pairs) > len(pairs) / 2
+
+
 def summarise(benchmarks: Sequence[Benchmark], methods: Sequence[str], cells: dict,
               seed: int = 0) -> Card:
     """Intervals, ranks and the Kendall agreement of the computed `cells`."""
@@ -175,10 +198,11 @@ def summarise(benchmarks: Sequence[Benchmark], methods: Sequence[str], cells: di
                              "difference": difference.value, "ci_low": difference.low,
                              "ci_high": difference.high, "n": difference.n})
             ranking = {method: 1 + count for method, count in beaten.items()}
-            if len(scored) >= 2:
+            judged = {m: v for m, v in scored.items() if unblurred(m) is None}  # no controls
+            if len(judged) >= 2:
                 trust[column.name] = reliability.metric_reliability(
-                    np.stack(list(scored.values()), axis=1), metric.higher_is_better,
-                    len(separated), seed)
+                    np.stack(list(judged.values()), axis=1), metric.higher_is_better,
+                    sum(w in judged and v in judged for w, v, _ in separated), seed)
             for method, per_unit in values.items():
                 rows[(column.name, method)] = {
                     "estimate": uncertainty.interval(per_unit, seed),
@@ -186,6 +210,8 @@ def summarise(benchmarks: Sequence[Benchmark], methods: Sequence[str], cells: di
             sign = 1.0 if metric.higher_is_better else -1.0
             orderings[column.name] = {method: sign * rows[(column.name, method)]["estimate"].value
                                       for method in scored}
+            if column.name in trust:
+                trust[column.name]["rewards_blur"] = rewards_blur(orderings[column.name])
     return Card(metrics, list(methods), rows, uncertainty.kendall_matrix(orderings),
                 {b.name: b.settings for b in benchmarks}, wins, trust)
 

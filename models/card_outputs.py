@@ -86,7 +86,9 @@ TRUST_CAVEAT = ("How far each metric's ranking of the methods can be trusted (To
                 "methods' ranking (1: every image ranks them alike, 0: no more than chance); "
                 "split-half is the Spearman-Brown reliability of the ranking from two random "
                 "halves of the images; separated is the share of method pairs the paired "
-                "bootstrap tells apart. Brackets: 95% bootstrap intervals over images.")
+                "bootstrap tells apart (all three over your methods, not the blur controls); "
+                "rewards blur: blur(m) ranks above m for most methods m (with --blur_controls). "
+                "Brackets: 95% bootstrap intervals over images.")
 
 
 def _estimate_text(estimate) -> str:
@@ -97,17 +99,20 @@ def _estimate_text(estimate) -> str:
 
 def trust_rows(card: Card) -> tuple:
     """(header, rows) of the reliability table: one row per metric that ranks methods."""
+    verdicts = {True: "yes", False: "no", None: "-"}
     rows = [[name, _estimate_text(found["alpha"]), _estimate_text(found["split_half"]),
-             "n/a" if math.isnan(found["separated"]) else f"{found['separated']:.0%}"]
+             "n/a" if math.isnan(found["separated"]) else f"{found['separated']:.0%}",
+             verdicts[found.get("rewards_blur")]]
             for name, found in card.trust.items()]
-    return ["metric", "alpha", "split-half", "separated pairs"], rows
+    return ["metric", "alpha", "split-half", "separated pairs", "rewards blur"], rows
 
 
 def trust_records(card: Card) -> dict:
     """The reliability table for JSON: {metric: {"alpha", "split_half": {value, low, high, n},
     "separated": share}} (NaN is written as null)."""
     return {name: {**{key: dataclasses.asdict(found[key])
-                      for key in ("alpha", "split_half")}, "separated": found["separated"]}
+                      for key in ("alpha", "split_half")}, "separated": found["separated"],
+                   "rewards_blur": found.get("rewards_blur")}
             for name, found in card.trust.items()}
 
 

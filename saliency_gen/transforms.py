@@ -1,6 +1,8 @@
 """Post-processing of maps, the separate last step of every method (docs/saliency.md,
-"Conventions"): a transform (raw, abs, relu, square), then an optional sum over channels."""
+"Conventions"): a transform (raw, abs, relu, square), then an optional sum over channels; and
+the report card's blur control (`blur`)."""
 import numpy as np
+import scipy.ndimage
 
 from models.errors import UserError
 
@@ -28,3 +30,15 @@ def postprocess(maps, transform: str = "raw", reduce: str = "none") -> np.ndarra
     if reduce == "sum":
         maps = maps.sum(axis=-1, keepdims=True)
     return maps
+
+
+BLUR_SIDE_FRACTION = 1 / 32  # the blur control's sigma, as a fraction of the image side
+
+
+def blur(maps) -> np.ndarray:
+    """Every map of `maps` [N, H, W, C] smoothed by a Gaussian over H and W (each channel on its
+    own, reflecting at the borders) of sigma = side / 32 (2 px at 64 px, 7 px at 224 px): the
+    report card's `blur(method)` control (docs/report_card.md, "How far to trust each metric")."""
+    maps = np.asarray(maps, np.float32)
+    sigma = BLUR_SIDE_FRACTION * max(maps.shape[1], maps.shape[2])
+    return scipy.ndimage.gaussian_filter(maps, sigma=(0, sigma, sigma, 0)).astype(np.float32)

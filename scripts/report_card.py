@@ -33,7 +33,7 @@ from models.errors import (UserError, check_choices, check_fractions, check_mini
 from models.files import exclusive
 from models.preprocessing import input_space
 from roar import card as roar_card
-from saliency_gen import names, pipelines, records
+from saliency_gen import names, pipelines, records, transforms
 from saliency_gen.sources import photos
 from saliency_gen.world import cache, dataset
 
@@ -90,6 +90,10 @@ class Config:
     sanity: bool = option(True, "Add the cascading model-randomisation check (needs a zoo "
                           "model export).")
     gallery_images: int = option(4, "Images in the map gallery (0: none).")
+    blur_controls: bool = option(False, "Add blur(<method>) for each method but the controls: "
+                                 "its maps smoothed by a Gaussian of sigma = image side / 32, "
+                                 "so the card can say which metrics reward blur (image-level "
+                                 "benchmarks only; about doubles their cost).")
 
 
 def resolved(config: Config) -> Config:
@@ -101,6 +105,9 @@ def resolved(config: Config) -> Config:
     methods = config.methods
     if methods is None:
         methods = REAL_METHODS if config.pretrained else BAM_METHODS + CONTROLS
+    if config.blur_controls:
+        methods = (*methods, *(card.blurred(m) for m in methods
+                               if m not in CONTROLS and card.unblurred(m) is None))
     config = dataclasses.replace(config, methods=tuple(methods), output_dir=config.output_dir or (
         f"report_card_{config.pretrained}" if config.pretrained else "report_card"))
     if config.pretrained:
@@ -117,8 +124,9 @@ def check_flags(config: Config) -> None:
     check_unique("methods", config.methods)
     check_unique("benchmarks", config.benchmarks)
     for method in config.methods:  # an unknown name fails before any work
-        if method != bam_card.ORACLE and method not in names.PRODUCTS:
-            saliency_gen.resolve(method)
+        plain = card.unblurred(method) or method
+        if plain != bam_card.ORACLE and plain not in names.PRODUCTS:
+            saliency_gen.resolve(plain)
     check_choices("benchmarks", config.benchmarks, BENCHMARKS, "benchmark")
     for name in ("nr_images", "num_imgs", "max_step_nb", "batch_size"):
         check_minimum(name, getattr(config, name), 1)
@@ -149,13 +157,15 @@ class Inputs:
 
 def map_memo(loaded, images, labels, ids, seed: int, batch_size: int):
     """`maps_of(method)`: the method's maps of `images` (explaining `labels`), computed the
-    first time a benchmark asks and shared by every image-level benchmark and the gallery."""
+    first time a benchmark asks and shared by every image-level benchmark and the gallery;
+    `blur(m)` is m's maps smoothed (saliency_gen.transforms.blur)."""
     found = {}
 
     def maps_of(method):
         if method not in found:
-            found[method] = saliency_gen.attribute(loaded, images, method, labels,
-                                                   batch_size=batch_size, seed=seed, ids=ids)
+            plain = card.unblurred(method)
+            found[method] = transforms.blur(maps_of(plain)) if plain else saliency_gen.attribute(
+                loaded, images, method, labels, batch_size=batch_size, seed=seed, ids=ids)
         return found[method]
 
     return maps_of
@@ -229,7 +239,11 @@ def build_benchmarks(config: Config, inputs: Optional[Inputs]) -> list:
             inputs.model_path, os.path.dirname(inputs.pattern), work_dir,
             num_classes=inputs.loaded.num_classes, ratio=config.retraining_ratio,
             seeds=tuple(int(s) for s in config.retraining_seeds)))
-    return found
+    # the blur controls are maps of the card's images: the image-level benchmarks only
+    image_level = {"ROAD", *faithfulness_card.PROTOCOLS}
+    return [benchmark if benchmark.name in image_level else dataclasses.replace(
+        benchmark, supports=lambda method, own=benchmark.supports: (
+            own(method) and card.unblurred(method) is None)) for benchmark in found]
 
 
 def sanity_benchmark(config: Config, inputs: Inputs):
@@ -245,7 +259,8 @@ def sanity_benchmark(config: Config, inputs: Inputs):
         inputs.model_path, inputs.images[:count], inputs.labels[:count], inputs.ids[:count],
         data=inputs.data, seed=config.seed, batch_size=config.batch_size,
         maps_of=inputs.maps_of)
-    return dataclasses.replace(checked, supports=lambda method: method != bam_card.ORACLE)
+    return dataclasses.replace(checked, supports=lambda method: (
+        method != bam_card.ORACLE and card.unblurred(method) is None))
 
 
 def gallery(config: Config, inputs: Inputs) -> card_outputs.Section:

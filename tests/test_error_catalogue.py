@@ -138,7 +138,8 @@ case("road-duplicate-ratio", "roar.road",
       "--ratios=0.5,0.50", "--output={out}/road"], "--ratios names 0.5 twice", "{out}")
 case("road-ratio-above-1", "roar.road",
      ["--ckpt_path={model}", "--data_dir={records}", "--saliency_method=random",
-      "--ratios=0.1,1.5", "--output={out}/road"], "--ratios=1.5 must be a multiple of 0.01 in [0, 1]", None)
+      "--ratios=0.1,1.5", "--output={out}/road"],
+     "--ratios=1.5 must be a multiple of 0.01 in [0, 1]", None)
 case("report-corrupt-metrics", "roar.report", ["--output_dir={corrupt_runs}"],
      "metrics.json is empty or corrupt", "{corrupt_runs}")
 case("report-empty-metrics", "roar.report", ["--output_dir={empty_runs}"],

@@ -123,11 +123,11 @@ def test_the_html_page_holds_every_cell_and_embeds_every_picture(card_run):
     # a heat map, not a second table
     sanity, gallery = result["sections"]
     assert len(card.metrics) == 8 and len(sanity.header) == 5  # small_cnn: stages 1, 2, 3, 7
-    # how far to trust each metric: one row (4 cells) per metric that ranks at least two methods
+    # how far to trust each metric: one row (5 cells) per metric that ranks at least two methods
     assert set(card.trust) == {metric.name for metric in card.metrics}
     assert card.trust["BAM MCS"]["separated"] == 1.0  # oracle > bam:GC > random, all separated
     assert "How far to trust each metric" in text
-    assert len(page.cells) == 2 * 10 + 9 * 4 + 4 * 9 + 5 * 4
+    assert len(page.cells) == 2 * 10 + 9 * 4 + 5 * 9 + 5 * 4
     random_row = next(row for row in sanity.rows if row[0] == "random")
     assert all(cell.startswith("1.000 [1.000, 1.000]") for cell in random_row[1:])
     assert len(page.images) == 2 and gallery.png is not None  # agreement and gallery
@@ -188,6 +188,13 @@ def test_cells_are_reused_a_new_method_costs_only_itself_and_other_settings_are_
     assert "its values differ from what was written" in capsys.readouterr().out
     with open(edited, encoding="utf-8") as handle:
         assert json.load(handle)["values"][metric][0] == written
+    # blur controls are maps of the card's images: the image-level benchmarks only
+    blurred = report_card.run(dataclasses.replace(config, blur_controls=True))["card"]
+    assert blurred.methods == [*config.methods, "blur(bam:GC)"]  # the controls get none
+    assert ("ROAD MoRF", "blur(bam:GC)") in blurred.rows
+    assert ("BAM MCS", "blur(bam:GC)") not in blurred.rows
+    assert blurred.trust["ROAD MoRF"]["rewards_blur"] in (True, False)
+    assert blurred.trust["BAM MCS"]["rewards_blur"] is None
 
 
 def test_the_card_on_the_real_network(real_cache, monkeypatch, tmp_path, capsys):

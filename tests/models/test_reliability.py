@@ -57,3 +57,39 @@ def test_intervals_are_seeded_and_hold_the_estimate():
         estimate = first[name]
         assert estimate.low <= estimate.value <= estimate.high and estimate.low < estimate.high
     assert 0.2 < first["alpha"].value < 0.9  # a real but imperfect agreement
+
+
+def test_the_card_flags_a_metric_that_rewards_blur_and_judges_only_real_methods():
+    from models import card
+
+    rng = np.random.default_rng(2)
+    methods = ["a", "b", "c"]
+    names = methods + [card.blurred(m) for m in methods]
+    benchmark = card.Benchmark(name="Toy", settings={}, score=None, metrics=(
+        card.Metric("smooth", True), card.Metric("sharp", True), card.Metric("lower", False)))
+    cells = {}
+    for index, name in enumerate(names):
+        base = methods.index(card.unblurred(name) or name)
+        blur = card.unblurred(name) is not None
+        cells[("Toy", name)] = {
+            "smooth": list(base + 0.5 * blur + rng.normal(0, 0.1, 40)),  # blur scores higher
+            "sharp": list(base - 0.5 * blur + rng.normal(0, 0.1, 40)),  # blur scores lower
+            "lower": list(base - 0.5 * blur + rng.normal(0, 0.1, 40))}  # lower is better
+    summary = card.summarise([benchmark], names, cells)
+    verdicts = {name: found["rewards_blur"] for name, found in summary.trust.items()}
+    assert verdicts == {"Toy smooth": True, "Toy sharp": False, "Toy lower": True}
+    # reliability is over a, b and c only: 3 pairs, all separated by 1 with noise 0.1
+    assert summary.trust["Toy smooth"]["separated"] == 1.0
+    assert card.rewards_blur({"a": 1.0, "b": 2.0}) is None  # no blur control
+    assert card.unblurred("blur(bam:GC)") == "bam:GC" and card.unblurred("bam:GC") is None
+
+
+def test_the_blur_control_is_a_gaussian_of_a_32nd_of_the_side():
+    from saliency_gen import transforms
+
+    delta = np.zeros((1, 64, 64, 2), np.float32)
+    delta[0, 32, 32, 0] = 1.0
+    blurred = transforms.blur(delta)
+    assert blurred[0, 32, 32, 0] == pytest.approx(1 / (2 * np.pi * 2.0 ** 2), rel=0.02)  # sigma 2
+    assert blurred[..., 0].sum() == pytest.approx(1.0, abs=1e-5)  # mass kept
+    assert np.all(blurred[..., 1] == 0)  # channels stay apart
