@@ -189,6 +189,16 @@ def test_bam_ggc_sg_is_the_product_of_its_smoothed_parts():
     np.testing.assert_allclose(product, parts[0] * parts[1], rtol=1e-6)
 
 
+def test_centre_gaussian_is_one_at_the_centre_and_exp_minus_half_one_sigma_away():
+    images = np.random.default_rng(0).uniform(size=(2, 9, 13, 3)).astype(np.float32)
+    result = saliency_gen.attribute(None, images, "centre_gaussian")
+    assert result.shape == images.shape and np.array_equal(result[0], result[1])  # image-free
+    assert result[0, 4, 6, 0] == pytest.approx(1.0)
+    # sigma = side / 4: 2.25 rows, 3.25 columns; two columns from the centre: exp(-0.5 (2/3.25)^2)
+    assert result[0, 4, 8, 2] == pytest.approx(np.exp(-0.5 * (2 / 3.25) ** 2), rel=1e-5)
+    assert result[0, 0, 6, 1] == pytest.approx(np.exp(-0.5 * (4 / 2.25) ** 2), rel=1e-5)
+
+
 def test_sobel_equals_scipy():
     images = _images(2, size=12)
     result = saliency_gen.attribute(None, images, "sobel")
