@@ -216,6 +216,23 @@ def summarise(benchmarks: Sequence[Benchmark], methods: Sequence[str], cells: di
                 {b.name: b.settings for b in benchmarks}, wins, trust)
 
 
+def oriented_means(card: Card, metric_name: str) -> dict:
+    """{method: mean} of one column of `card`, signed so that higher is better (finite only)."""
+    metric = next(m for m in card.metrics if m.name == metric_name)
+    sign = 1.0 if metric.higher_is_better else -1.0
+    return {method: sign * row["estimate"].value for (name, method), row in card.rows.items()
+            if name == metric_name and np.isfinite(row["estimate"].value)}
+
+
+def ranking_agreement(first: dict, second: dict) -> float:
+    """Kendall's tau-b between two {method: oriented score} rankings over the methods both
+    hold (NaN when fewer than two or one ranking is constant)."""
+    shared = [method for method in first if method in second]
+    _, matrix = uncertainty.kendall_matrix({"first": {m: first[m] for m in shared},
+                                            "second": {m: second[m] for m in shared}})
+    return float(matrix[0, 1])
+
+
 def as_records(card: Card) -> list:
     """One flat dict per (metric, method) cell: the CSV / JSON rows of the card."""
     records = []

@@ -40,6 +40,19 @@ from saliency_gen.world import cache, dataset
 BAM_METHODS = ("bam:GC", "bam:VG", "bam:SG", "bam:IG", "bam:IG-SG", "bam:GxI", "bam:GB",
                "bam:GGC")
 CONTROLS = ("random", bam_card.ORACLE)
+# The free choices of each protocol that its literature varies (docs/report_card.md, "How far
+# to trust each metric"): (label, changed evaluate.Options); QUARTER: a quarter of the steps.
+QUARTER = "quarter"
+VARIANTS = {
+    "Deletion": (("blur substrate", {"data_replace_method": "blur"}),
+                 ("a quarter of the steps", {"max_step_nb": QUARTER})),
+    "Insertion": (("black substrate", {"data_replace_method": "black"}),
+                  ("a quarter of the steps", {"max_step_nb": QUARTER})),
+    "IIC/AD": (("blur substrate", {"data_replace_method": "blur"}),),
+    "ADD": (("blur substrate", {"data_replace_method": "blur"}),),
+    "IDSDS": (("blur baseline", {"sd_baseline": "blur"}),
+              ("random baseline", {"sd_baseline": "random"})),
+}
 # The real network's default: BAM's methods but IG-SG (625 gradients per image), and random.
 REAL_METHODS = ("bam:GC", "bam:VG", "bam:SG", "bam:IG", "bam:GxI", "bam:GB", "bam:GGC", "random")
 BAM_NEEDS_ITS_DATA = ("BAM: not run on a pretrained network and photos: BAM needs its own data "
@@ -90,6 +103,9 @@ class Config:
     sanity: bool = option(True, "Add the cascading model-randomisation check (needs a zoo "
                           "model export).")
     gallery_images: int = option(4, "Images in the map gallery (0: none).")
+    variants: bool = option(False, "Run the faithfulness protocols again under the settings "
+                            "their literature varies (substrate, step count, baseline) and show "
+                            "how far each metric's ranking moves (costs one run per variant).")
     blur_controls: bool = option(False, "Add blur(<method>) for each method but the controls: "
                                  "its maps smoothed by a Gaussian of sigma = image side / 32, "
                                  "so the card can say which metrics reward blur (image-level "
@@ -246,6 +262,45 @@ def build_benchmarks(config: Config, inputs: Optional[Inputs]) -> list:
             own(method) and card.unblurred(method) is None)) for benchmark in found]
 
 
+def variant_benchmarks(config: Config, inputs: Inputs) -> dict:
+    """{variant benchmark: (protocol's card name, variant label)}: each chosen faithfulness
+    protocol again under each of its `VARIANTS`, cached as cells like the others."""
+    base = evaluate.Options(max_step_nb=config.max_step_nb, batch_size=config.batch_size,
+                            seed=config.seed)
+    found = {}
+    for name in config.benchmarks:
+        for label, changes in VARIANTS.get(name, ()):
+            options = dataclasses.replace(base, **{
+                key: max(2, base.max_step_nb // 4) if value == QUARTER else value
+                for key, value in changes.items()})
+            [benchmark] = faithfulness_card.benchmarks(
+                inputs.loaded, inputs.images, inputs.labels, inputs.ids, data=inputs.data,
+                names=(name,), options=options, maps_of=inputs.maps_of)
+            found[dataclasses.replace(
+                benchmark, name=f"{name} [{label}]",
+                supports=lambda method: method != bam_card.ORACLE)] = (name, label)
+    return found
+
+
+def sensitivity_section(summary, variants: dict, variant_card) -> card_outputs.Section:
+    """Kendall's tau between each metric's method ranking under a variant and by default."""
+    rows = []
+    for benchmark, (name, label) in variants.items():
+        for metric in benchmark.metrics:
+            tau = card.ranking_agreement(
+                card.oriented_means(summary, f"{name} {metric.name}"),
+                card.oriented_means(variant_card, f"{benchmark.name} {metric.name}"))
+            rows.append((f"{name} {metric.name}", label, "n/a" if np.isnan(tau) else
+                         f"{tau:+.2f}"))
+    return card_outputs.Section(
+        "Sensitivity to the metrics' free choices",
+        "Kendall's tau between each metric's ranking of the methods with its default settings "
+        "and with one setting changed as its literature does (+1: the same ranking, 0: "
+        "unrelated, -1: reversed). A metric whose ranking moves with a free choice measures "
+        "that choice as much as the maps.",
+        ("metric", "variant", "Kendall tau with the default"), tuple(rows))
+
+
 def sanity_benchmark(config: Config, inputs: Inputs):
     """The randomisation check on the first images, or None (with a note) for a model that
     cannot be rebuilt from its export."""
@@ -350,13 +405,16 @@ def _run(config: Config) -> dict:
     benchmarks = build_benchmarks(config, inputs)
     checks = [sanity_benchmark(config, inputs)] if config.sanity else []
     checks = [check for check in checks if check is not None]
-    every = [*benchmarks, *checks]
+    variants = variant_benchmarks(config, inputs) if config.variants else {}
+    every = [*benchmarks, *checks, *variants]
     with progress.CostBar({b.name: len(config.methods) for b in every},
                           {b.name: b.cost for b in every}, "report card") as bar:
         cells = card.run_cells(benchmarks, config.methods, config.output_dir, bar.finished,
                                overwrite=config.overwrite)
         check_cells = card.run_cells(checks, config.methods, config.output_dir, bar.finished,
                                      overwrite=config.overwrite)
+        variant_cells = card.run_cells(list(variants), config.methods, config.output_dir,
+                                       bar.finished, overwrite=config.overwrite)
     summary = card.summarise(benchmarks, config.methods, cells, config.seed)
     sections, sanity = [], None
     if checks:
@@ -367,6 +425,9 @@ def _run(config: Config) -> dict:
             "model whose top k weighted layers were re-initialised (Adebayo et al. 2018), on "
             f"{checks[0].settings['n_images']} images. A map that explains the model should "
             "lose its resemblance (towards 0); near 1 means the map ignores the weights."))
+    if variants:
+        sections.append(sensitivity_section(summary, variants, card.summarise(
+            list(variants), config.methods, variant_cells, config.seed)))
     if config.gallery_images:
         sections.append(gallery(config, inputs))
     print(card_outputs.card_table(summary))

@@ -189,12 +189,22 @@ def test_cells_are_reused_a_new_method_costs_only_itself_and_other_settings_are_
     with open(edited, encoding="utf-8") as handle:
         assert json.load(handle)["values"][metric][0] == written
     # blur controls are maps of the card's images: the image-level benchmarks only
-    blurred = report_card.run(dataclasses.replace(config, blur_controls=True))["card"]
+    controlled = report_card.run(dataclasses.replace(config, blur_controls=True,
+                                                     variants=True))
+    blurred = controlled["card"]
     assert blurred.methods == [*config.methods, "blur(bam:GC)"]  # the controls get none
     assert ("ROAD MoRF", "blur(bam:GC)") in blurred.rows
     assert ("BAM MCS", "blur(bam:GC)") not in blurred.rows
     assert blurred.trust["ROAD MoRF"]["rewards_blur"] in (True, False)
     assert blurred.trust["BAM MCS"]["rewards_blur"] is None
+    # the protocols again under the settings their literature varies: tau with the default
+    sensitivity = next(section for section in controlled["sections"]
+                       if section.title == "Sensitivity to the metrics' free choices")
+    assert [row[:2] for row in sensitivity.rows] == [
+        ("Deletion dauc", "blur substrate"), ("Deletion dc", "blur substrate"),
+        ("Deletion dauc", "a quarter of the steps"), ("Deletion dc", "a quarter of the steps"),
+        ("IDSDS sds", "blur baseline"), ("IDSDS sds", "random baseline")]
+    assert all(row[2] == "n/a" or -1 <= float(row[2]) <= 1 for row in sensitivity.rows)
 
 
 def test_the_card_on_the_real_network(real_cache, monkeypatch, tmp_path, capsys):

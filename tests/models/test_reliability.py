@@ -93,3 +93,17 @@ def test_the_blur_control_is_a_gaussian_of_a_32nd_of_the_side():
     assert blurred[0, 32, 32, 0] == pytest.approx(1 / (2 * np.pi * 2.0 ** 2), rel=0.02)  # sigma 2
     assert blurred[..., 0].sum() == pytest.approx(1.0, abs=1e-5)  # mass kept
     assert np.all(blurred[..., 1] == 0)  # channels stay apart
+
+
+def test_ranking_agreement_of_a_variant_with_its_default():
+    from models import card
+
+    same, reversed_ = {"a": 1.0, "b": 2.0, "c": 3.0}, {"a": 3.0, "b": 2.0, "c": 1.0}
+    assert card.ranking_agreement(same, {"a": 10.0, "b": 20.0, "c": 30.0, "d": 0.0}) == 1.0
+    assert card.ranking_agreement(same, reversed_) == -1.0
+    assert np.isnan(card.ranking_agreement(same, {"a": 1.0}))  # one shared method
+    benchmark = card.Benchmark(name="T", settings={}, score=None,
+                               metrics=(card.Metric("low", False),))
+    summary = card.summarise([benchmark], ["a", "b"], {
+        ("T", "a"): {"low": [1.0, 1.0]}, ("T", "b"): {"low": [2.0, 2.0]}})
+    assert card.oriented_means(summary, "T low") == {"a": -1.0, "b": -2.0}  # lower is better
