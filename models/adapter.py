@@ -25,7 +25,7 @@ from models import executor, tf1_models, zoo
 from models import guided as guided_views
 from models import native as native_views
 from models.errors import UserError
-from models.export import INFO_PATH, LoadedModel
+from models.exporting import INFO_PATH, LoadedModel
 from models.loading import load
 from models.tracing import quiet_retracing
 

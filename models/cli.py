@@ -16,8 +16,9 @@ importable `run(config)`, which a notebook can call with a `Config` of its own:
 
 `run_binary` prints a `UserError` as one `error: ...` line with exit status 2 and hides log
 messages below WARNING unless --verbosity is given. `quiet_startup` (called by `models` on
-import, before TensorFlow loads) silences TensorFlow's C++ start-up lines (CUDA stubs, CPU
-feature notes), unless the user sets TF_CPP_MIN_LOG_LEVEL to 0 or 1 or passes --verbosity.
+import) makes TensorFlow's C++ start-up lines (CUDA stubs, CPU feature notes) silent whenever
+TensorFlow first loads, without loading it, unless the user sets TF_CPP_MIN_LOG_LEVEL to 0 or 1
+or passes --verbosity.
 `answer_help_early` (also called by `models` on import) answers `--help` / `-h` with the
 binary's own flags, read from its source, and exits before TensorFlow loads; `--helpfull` still
 lists every absl flag.
@@ -193,15 +194,49 @@ def _stderr_silenced():
         os.close(saved)
 
 
+class _QuietLoader:
+    """Runs TensorFlow's own loader with file descriptor 2 silenced, then probes the devices
+    (whose CUDA lines would come later) under the same silence."""
+
+    def __init__(self, loader):
+        self._loader = loader
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module) -> None:
+        with _stderr_silenced():
+            self._loader.exec_module(module)
+            module.config.list_physical_devices()
+
+    def __getattr__(self, name: str):  # resources, source, ...: the real loader's
+        return getattr(self._loader, name)
+
+
+class _QuietTensorFlow:
+    """A meta-path finder that hands the first `import tensorflow` a `_QuietLoader`, then
+    steps aside: TensorFlow loads only when something needs it, and quietly."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "tensorflow":
+            return None
+        sys.meta_path.remove(self)
+        import importlib.machinery
+
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _QuietLoader(spec.loader)
+        return spec
+
+
 def quiet_startup() -> None:
-    """Loads TensorFlow with its C++ start-up lines silenced (see the module docstring)."""
+    """Makes TensorFlow's C++ start-up lines silent whenever it first loads (see the module
+    docstring), without loading it now: light modules stay light."""
     if "tensorflow" in sys.modules or user_asked_for_logs():
         return
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    with _stderr_silenced():
-        import tensorflow as tf
-
-        tf.config.list_physical_devices()  # the device probe logs its CUDA lines here
+    if not any(isinstance(finder, _QuietTensorFlow) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _QuietTensorFlow())
 
 
 HELP_FLAGS = ("--help", "-h", "--helpshort", "-?")

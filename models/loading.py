@@ -3,23 +3,23 @@
 (`models.tf1_models`)."""
 import os
 
-from models import export, tf1_models
+from models import exporting, tf1_models
 
 
 def _is_export(path) -> bool:
-    return os.path.isfile(os.path.join(os.fspath(path), export.INFO_PATH))
+    return os.path.isfile(os.path.join(os.fspath(path), exporting.INFO_PATH))
 
 
-def load(path) -> export.LoadedModel:
-    """The model in `path`: an export (`models.export.LoadedModel`) or a TF1 SavedModel with
+def load(path) -> exporting.LoadedModel:
+    """The model in `path`: an export (`models.exporting.LoadedModel`) or a TF1 SavedModel with
     BAM's tensor names (`models.tf1_models.Tf1Model`); anything else is a one-line error."""
     if not _is_export(path) and os.path.isdir(os.fspath(path)) and tf1_models.is_tf1(path):
         return tf1_models.Tf1Model(path)
-    return export.LoadedModel(path)
+    return exporting.LoadedModel(path)
 
 
 def read_info(path) -> dict:
     """The recorded identity of the model in `path` (see `load`), without loading it."""
     if not _is_export(path) and os.path.isdir(os.fspath(path)) and tf1_models.is_tf1(path):
         return tf1_models.read_info(path)
-    return export.read_info(path)
+    return exporting.read_info(path)

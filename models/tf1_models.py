@@ -21,7 +21,7 @@ import tempfile
 import tensorflow as tf
 
 from models.errors import UserError
-from models.export import LoadedModel
+from models.exporting import LoadedModel
 from models.files import file_sha256
 from models.preprocessing import check_images, input_space
 

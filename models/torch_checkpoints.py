@@ -26,7 +26,7 @@ import numpy as np
 from models import zoo
 from models.cli import option, run_binary
 from models.errors import UserError
-from models.export import INFO_PATH, export
+from models.exporting import INFO_PATH, export
 from models.files import file_sha256, project_cache_dir
 from models.torch_pickle import read_checkpoint
 

@@ -22,7 +22,7 @@ import tensorflow as tf
 
 from models import distribution, provenance
 from models.errors import UserError
-from models.export import export
+from models.exporting import export
 from models.files import ensure_directory, exclusive, read_json, write_json
 from models.zoo import build
 

@@ -26,7 +26,7 @@ import tensorflow as tf
 from bam import synthetic_setup
 from models import provenance
 from models.cli import option, run_binary
-from models.export import read_info
+from models.exporting import read_info
 from models.files import read_json
 from saliency_gen.world import cache, shipped
 

@@ -26,7 +26,7 @@ import shutil
 from typing import Optional
 
 from models.errors import UserError
-from models.export import INFO_PATH, WEIGHTS_PATH, build_with_weights, export, weights_digest
+from models.exporting import INFO_PATH, WEIGHTS_PATH, build_with_weights, export, weights_digest
 from models.files import atomic_output, file_sha256, read_json, write_json
 from saliency_gen.world import synthetic
 

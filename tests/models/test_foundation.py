@@ -104,6 +104,28 @@ def test_start_up_logs_stay_hidden_unless_asked_for(monkeypatch):
     assert os.environ.get("TF_CPP_MIN_LOG_LEVEL") is None
 
 
+def test_the_foundation_imports_without_tensorflow_and_tensorflow_loads_quietly():
+    """errors, flags, files, provenance and the statistics load no TensorFlow; the first model
+    loads it, and its C++ start-up lines stay hidden (stderr stays empty)."""
+    import subprocess
+    import sys
+
+    from tests import REPO
+
+    light = ("import sys; import models.errors, models.cli, models.files, models.provenance, "
+             "models.uncertainty, models.reliability; "
+             "print(sorted({'tensorflow', 'keras'} & set(sys.modules)))")
+    done = subprocess.run([sys.executable, "-c", light], cwd=REPO, capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stderr[-2000:]
+    heavy = "import models; models.build('small_cnn', 3, (16, 16, 3)); print('built')"
+    env = {key: value for key, value in os.environ.items() if key != "TF_CPP_MIN_LOG_LEVEL"}
+    done = subprocess.run([sys.executable, "-c", heavy], cwd=REPO, capture_output=True,
+                          text=True, timeout=300, env=env)
+    assert done.returncode == 0 and done.stdout.strip() == "built", done.stderr[-2000:]
+    assert done.stderr == ""
+
+
 def test_an_output_lock_refuses_a_second_writer_and_leaves_nothing_behind(tmp_path):
     from models import files
     from models.errors import UserError
