@@ -2,7 +2,8 @@
 on the default synthetic world with the shipped models (in the session's temporary cache): its
 table is pinned, so a change of the main job's numbers is a decision made here, not an accident.
 
-The values below were printed on an AMD EPYC (Zen 3, AVX2, oneDNN on) with TensorFlow 2.21. The
+The values below were printed on an AMD EPYC (Zen 3, AVX2) with TensorFlow 2.21 (whose oneDNN
+kernels are off by default on that CPU: no start-up line says they are on). The
 shipped weights make them the same on other CPUs up to inference rounding: MCS is compared to
 1e-3 and at most one rate of the 16 may move by one image (0.1) where an image's score sits on a
 threshold."""
