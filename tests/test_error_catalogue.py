@@ -84,6 +84,10 @@ case("generate-output-not-creatable", "saliency_gen.generate",
 case("generate-other-seed", "saliency_gen.generate",
      [*GEN, "--output_dir={maps}", "--saliency_method=gradient", "--seed=7"],
      "was made with seed=0, not 7; pass --overwrite", "{maps}")
+case("generate-relabelled-input", "saliency_gen.generate",
+     ["--input_pattern={relabelled}", "--model_path={model}", "--output_dir={relabelled_maps}",
+      "--saliency_method=gradient"],
+     "was made from input validation-00000-of-00001.tfrecord", "{relabelled_maps}")
 case("generate-concurrent-writer", "saliency_gen.generate",
      [*GEN, "--output_dir={locked_maps}", "--saliency_method=gradient"],
      "is being written by process", "{locked_maps}")
@@ -229,6 +233,12 @@ def _saliency_shard(path, world_records, side, damage=None):
     records.write_records(path, examples)
 
 
+# bam.downloads
+case("downloads-archive-on-disk-with-another-digest", "bam.downloads",
+     ["--dest={sources}", "--what=miniplaces", "--checksums={sums}"],
+     "does not match the expected 0000", "{sources}")
+
+
 @pytest.fixture(scope="module")
 def places(tiny_world, tmp_path_factory):
     """{placeholder: path} of everything the cases read, plus locks held while they run."""
@@ -272,6 +282,25 @@ def places(tiny_world, tmp_path_factory):
     cut = os.path.join(tmp, "cut_maps", "gradient", os.path.basename(validation))
     records.write_serialized(cut, [record for _, record in records.iter_serialized(cut)][:240])
     paths["cut_maps"] = str(tmp / "cut_maps")
+    # an input shard relabelled in place after its maps were made (same name, other content)
+    relabelled = tmp / "relabelled"
+    relabelled.mkdir()
+    shard = str(relabelled / os.path.basename(validation))
+    shutil.copy(validation, shard)
+    generate.generate(shard, model, ["gradient"], str(tmp / "relabelled_maps"),
+                      progress_bar=False)
+    examples = [tf.train.Example.FromString(record)
+                for _, record in records.iter_serialized(shard)]
+    for example in examples:
+        labels = example.features.feature["image/class/label"].int64_list.value
+        labels[0] = (labels[0] + 1) % 10
+    records.write_serialized(shard, [example.SerializeToString() for example in examples])
+    paths["relabelled"], paths["relabelled_maps"] = shard, str(tmp / "relabelled_maps")
+    # an archive already on disk whose digest is not the one --checksums gives
+    (tmp / "sources" / "archives").mkdir(parents=True)
+    (tmp / "sources" / "archives" / "miniplaces_data.tar.gz").write_bytes(b"not the archive")
+    (tmp / "sums.json").write_text(json.dumps({"miniplaces_data.tar.gz": "0" * 64}))
+    paths["sources"], paths["sums"] = str(tmp / "sources"), str(tmp / "sums.json")
     # roar.train data: NaN maps, 32 px maps of 64 px images, a truncated second train shard.
     for name, side, damage in (("nan_maps", 64, lambda m: m * np.nan), ("small_maps", 32, None)):
         folder = tmp / name
@@ -379,6 +408,6 @@ def test_no_data_file_ran_code(outcomes, places):
 def test_the_catalogue_covers_every_binary_with_bad_input():
     modules = {param.values[0] for param in CASES}
     assert modules == {"saliency_gen.generate", "roar.train", "roar.road", "roar.report",
-                       "bam.metrics", "faithfulness.evaluate"}
+                       "bam.metrics", "bam.downloads", "faithfulness.evaluate"}
     assert len(CASES) == len({param.id for param in CASES}) >= 35
     json.dumps([param.values for param in CASES])  # plain data, readable in a failure report
