@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import models
-from bam import run_tcav, tcav, tcav_experiment
+from bam import tcav, tcav_experiment
+from bam.run_tcav import Config as RunTcavConfig
 from tests import REPO
 from tests.conftest import assert_origin_covers_the_flags
 
@@ -111,7 +112,7 @@ def test_run_tcav_binary_on_a_tiny_world(tiny_world, tmp_path):
     assert "TCAV model contrast (obj - scene): logit" in run.stdout
     assert set(report["origin"]["inputs"]["models"]) == {"obj", "scene"}
     assert report["origin"]["settings"]["max_examples"] == 20
-    assert_origin_covers_the_flags(run_tcav.Config, report["origin"])
+    assert_origin_covers_the_flags(RunTcavConfig, report["origin"])
     bad = subprocess.run([sys.executable, "-m", "bam.run_tcav", f"--data_dir={root}"],
                          cwd=REPO, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "pass both --data_dir and --model_dir" in bad.stderr

@@ -119,7 +119,7 @@ def test_binary_fine_tunes_from_a_weights_file_on_real_format_data(real_bam, tmp
     assert report["num_train"] == 30 and report["num_val"] == 20
     assert report["model_options"] == {"weights": weights}
     assert not os.path.exists(model_dir / "scene3.backup")
-    origin = models.read_info(str(model_dir / "scene3"))["origin"]
+    origin = models.read_info(str(model_dir / "scene3"))["extra"]["origin"]
     assert origin["settings"]["preset"] == "real" and origin["settings"]["max_seconds"] is None
     assert_origin_covers_the_flags(train.Config, origin)
     loaded = models.load(str(model_dir / "scene3"))
