@@ -262,12 +262,12 @@ def build_benchmarks(config: Config, inputs: Optional[Inputs]) -> list:
             own(method) and card.unblurred(method) is None)) for benchmark in found]
 
 
-def variant_benchmarks(config: Config, inputs: Inputs) -> dict:
-    """{variant benchmark: (protocol's card name, variant label)}: each chosen faithfulness
+def variant_benchmarks(config: Config, inputs: Inputs) -> list:
+    """[(variant benchmark, protocol's card name, variant label)]: each chosen faithfulness
     protocol again under each of its `VARIANTS`, cached as cells like the others."""
     base = evaluate.Options(max_step_nb=config.max_step_nb, batch_size=config.batch_size,
                             seed=config.seed)
-    found = {}
+    found = []
     for name in config.benchmarks:
         for label, changes in VARIANTS.get(name, ()):
             options = dataclasses.replace(base, **{
@@ -276,16 +276,16 @@ def variant_benchmarks(config: Config, inputs: Inputs) -> dict:
             [benchmark] = faithfulness_card.benchmarks(
                 inputs.loaded, inputs.images, inputs.labels, inputs.ids, data=inputs.data,
                 names=(name,), options=options, maps_of=inputs.maps_of)
-            found[dataclasses.replace(
+            found.append((dataclasses.replace(
                 benchmark, name=f"{name} [{label}]",
-                supports=lambda method: method != bam_card.ORACLE)] = (name, label)
+                supports=lambda method: method != bam_card.ORACLE), name, label))
     return found
 
 
-def sensitivity_section(summary, variants: dict, variant_card) -> card_outputs.Section:
+def sensitivity_section(summary, variants: list, variant_card) -> card_outputs.Section:
     """Kendall's tau between each metric's method ranking under a variant and by default."""
     rows = []
-    for benchmark, (name, label) in variants.items():
+    for benchmark, name, label in variants:
         for metric in benchmark.metrics:
             tau = card.ranking_agreement(
                 card.oriented_means(summary, f"{name} {metric.name}"),
@@ -405,15 +405,16 @@ def _run(config: Config) -> dict:
     benchmarks = build_benchmarks(config, inputs)
     checks = [sanity_benchmark(config, inputs)] if config.sanity else []
     checks = [check for check in checks if check is not None]
-    variants = variant_benchmarks(config, inputs) if config.variants else {}
-    every = [*benchmarks, *checks, *variants]
+    variants = variant_benchmarks(config, inputs) if config.variants else []
+    variant_list = [benchmark for benchmark, _, _ in variants]
+    every = [*benchmarks, *checks, *variant_list]
     with progress.CostBar({b.name: len(config.methods) for b in every},
                           {b.name: b.cost for b in every}, "report card") as bar:
         cells = card.run_cells(benchmarks, config.methods, config.output_dir, bar.finished,
                                overwrite=config.overwrite)
         check_cells = card.run_cells(checks, config.methods, config.output_dir, bar.finished,
                                      overwrite=config.overwrite)
-        variant_cells = card.run_cells(list(variants), config.methods, config.output_dir,
+        variant_cells = card.run_cells(variant_list, config.methods, config.output_dir,
                                        bar.finished, overwrite=config.overwrite)
     summary = card.summarise(benchmarks, config.methods, cells, config.seed)
     sections, sanity = [], None
@@ -427,7 +428,7 @@ def _run(config: Config) -> dict:
             "lose its resemblance (towards 0); near 1 means the map ignores the weights."))
     if variants:
         sections.append(sensitivity_section(summary, variants, card.summarise(
-            list(variants), config.methods, variant_cells, config.seed)))
+            variant_list, config.methods, variant_cells, config.seed)))
     if config.gallery_images:
         sections.append(gallery(config, inputs))
     print(card_outputs.card_table(summary))
