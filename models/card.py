@@ -176,8 +176,10 @@ def rewards_blur(oriented: dict) -> Optional[bool]:
 
 
 def summarise(benchmarks: Sequence[Benchmark], methods: Sequence[str], cells: dict,
-              seed: int = 0) -> Card:
-    """Intervals, ranks and the Kendall agreement of the computed `cells`."""
+              seed: int = 0, judge: bool = True) -> Card:
+    """Intervals, ranks and the Kendall agreement of the computed `cells`; with `judge`, also
+    how far each metric can be trusted (`Card.trust`: bootstraps, so left out of cards whose
+    trust table nobody reads)."""
     metrics, rows, orderings, wins, trust = [], {}, {}, [], {}
     for benchmark in benchmarks:
         for metric in benchmark.metrics:
@@ -199,7 +201,7 @@ def summarise(benchmarks: Sequence[Benchmark], methods: Sequence[str], cells: di
                              "ci_high": difference.high, "n": difference.n})
             ranking = {method: 1 + count for method, count in beaten.items()}
             judged = {m: v for m, v in scored.items() if unblurred(m) is None}  # no controls
-            if len(judged) >= 2:
+            if judge and len(judged) >= 2:
                 trust[column.name] = reliability.metric_reliability(
                     np.stack(list(judged.values()), axis=1), metric.higher_is_better,
                     sum(w in judged and v in judged for w, v, _ in separated), seed)

@@ -419,7 +419,7 @@ def _run(config: Config) -> dict:
     summary = card.summarise(benchmarks, config.methods, cells, config.seed)
     sections, sanity = [], None
     if checks:
-        sanity = card.summarise(checks, config.methods, check_cells, config.seed)
+        sanity = card.summarise(checks, config.methods, check_cells, config.seed, judge=False)
         sections.append(card_outputs.section_of(
             sanity, "Sanity check: cascading model randomisation",
             "Spearman correlation between each method's maps on the trained model and on the "
@@ -428,7 +428,7 @@ def _run(config: Config) -> dict:
             "lose its resemblance (towards 0); near 1 means the map ignores the weights."))
     if variants:
         sections.append(sensitivity_section(summary, variants, card.summarise(
-            variant_list, config.methods, variant_cells, config.seed)))
+            variant_list, config.methods, variant_cells, config.seed, judge=False)))
     if config.gallery_images:
         sections.append(gallery(config, inputs))
     print(card_outputs.card_table(summary))
