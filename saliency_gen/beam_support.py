@@ -91,10 +91,35 @@ def local_worker_threads(options: PipelineOptions):
             os.environ.pop(name, None)
 
 
+def _close_connections_not_yet_started() -> None:
+    """Works around a race in Beam's local runner (docs/scale_out.md, "A failure ends the
+    run"): when a pipeline fails before one of its local worker processes has connected, Beam
+    closes that worker's control connection without queueing the end-of-work marker, the worker
+    connects afterwards and waits for work forever, and the runner waits for it forever. Here
+    the marker is queued whatever the connection's state, so a late worker is told at once that
+    there is nothing to do and exits."""
+    from apache_beam.runners.portability.fn_api_runner import worker_handlers
+
+    connection = worker_handlers.ControlConnection
+    if getattr(connection.close, "queues_the_marker_early", False):
+        return
+    servicer = worker_handlers.BeamFnControlServicer
+    beam_close = connection.close
+
+    def close(self) -> None:
+        if self._state == servicer.UNSTARTED_STATE:  # the worker has not connected yet
+            self._push_queue.put(servicer._DONE_MARKER)
+        beam_close(self)
+
+    close.queues_the_marker_early = True
+    connection.close = close
+
+
 def run(pipeline_builder, options: PipelineOptions):
     """Builds a pipeline with `pipeline_builder(root)` and runs it to completion (local
     workers with their share of the cores, `local_worker_threads`); returns the runner's
     result (for its metrics)."""
+    _close_connections_not_yet_started()
     pipeline = beam.Pipeline(options=options)
     pipeline_builder(pipeline)
     with local_worker_threads(options), quiet_beam_logs():
