@@ -58,7 +58,8 @@ def benchmark(model_path: str, images, labels, ids, *, data: dict, seed: int = 0
     space), explaining `labels`: one metric per stage, the mean Spearman correlation (lower is
     better). `maps_of(method)`, when given, supplies the trained model's maps of at least
     `images` (their first len(images) are used)."""
-    loaded = models.load(model_path)
+    info = models.read_info(model_path)
+    loaded = models.load(model_path) if maps_of is None else None  # the trained maps' source
     # One randomised model serves every stage and method, its weights set per stage in place:
     # the methods' traced functions are reused (a rebuilt model per stage meant a new trace of
     # every method per stage, most of the check's time on a real network).
@@ -68,7 +69,7 @@ def benchmark(model_path: str, images, labels, ids, *, data: dict, seed: int = 0
 
     def explain(model, method):
         return saliency_gen.attribute(model, images, method, labels, batch_size=batch_size,
-                                      seed=seed, ids=ids, preprocessing=loaded.preprocessing)
+                                      seed=seed, ids=ids, preprocessing=info["preprocessing"])
 
     trained_values = [(variable, variable.numpy()) for layer in weighted_layers(randomised)
                       for variable in layer.weights]
@@ -93,6 +94,6 @@ def benchmark(model_path: str, images, labels, ids, *, data: dict, seed: int = 0
         metrics=tuple(Metric(f"top {k}", False, about=f"Spearman correlation of the maps after "
                                                        f"the top {k} of {count} weighted layers "
                                                        "are re-initialised") for k in chosen),
-        score=score, settings={"model_id": loaded.model_id, "n_images": len(images),
+        score=score, settings={"model_id": info["model_id"], "n_images": len(images),
                                "seed": seed, "stages": chosen, **data},
         cost=2.0 * len(chosen))
