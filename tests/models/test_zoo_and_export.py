@@ -7,25 +7,20 @@ import pytest
 import tensorflow as tf
 
 import models
-from models import resnet_v15
+from models import resnet_v15, torch_checkpoints
+from tests.models import round_trip, test_torch_conversion
 
 SIZE = 32
-
-
-def _input_gradient(call, images, class_index):
-    images = tf.convert_to_tensor(images)
-    with tf.GradientTape() as tape:
-        tape.watch(images)
-        score = tf.reduce_sum(call(images)[:, class_index])
-    return tape.gradient(score, images).numpy()
 
 
 # Same builder as a tested family member with another depth or width (their layouts are checked
 # by the parameter counts of tests/models/test_idsds_zoo.py): no second export round trip.
 DEPTH_TWINS = {"resnet34", "resnet101", "resnet152", "wide_resnet50_2", "vgg13", "vgg16_tv",
                "vgg19"}
-# Round-tripped at its real weights and size instead (tests/models/test_real_network.py).
-REAL_WEIGHTS = {"efficientnet_lite0"}
+# Round-tripped with real weights instead: at 224 px (tests/models/test_real_network.py), and
+# from PyTorch checkpoints, each export checked the same way (tests/models/test_torch_conversion.py).
+REAL_WEIGHTS = {"efficientnet_lite0", *(torch_checkpoints.zoo_name(name)
+                                        for name in test_torch_conversion.FIXTURE_TABLE)}
 
 
 @pytest.mark.parametrize("name", sorted(set(models.REGISTRY) - DEPTH_TWINS - REAL_WEIGHTS))
@@ -37,23 +32,13 @@ def test_gradient_round_trip_through_export(name, tmp_path):
     info = models.export(model, path)
     loaded = models.load(path)
 
-    live = _input_gradient(lambda x: model(x, training=False), images, 2)
-    reloaded = _input_gradient(loaded, images, 2)
-    assert np.abs(live).max() > 0, "a zero gradient would make the comparison vacuous"
-    np.testing.assert_allclose(reloaded, live, rtol=1e-5, atol=1e-6 * np.abs(live).max())
-
-    features, logits = loaded.features_and_logits(images)
-    live_features, live_logits = models.features_and_logits_model(model)(images, training=False)
-    np.testing.assert_allclose(features.numpy(), live_features.numpy(), rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(logits.numpy(), live_logits.numpy(), rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(loaded(images).numpy(), live_logits.numpy(), rtol=1e-5, atol=1e-5)
+    round_trip.assert_export_matches(model, loaded, images, [2, 2, 2])
 
     assert loaded.name == name and info["name"] == name
     assert loaded.input_shape == (side, side, 3) and loaded.num_classes == 5
     assert loaded.feature_layer == models.FEATURE_LAYER
     assert loaded.preprocessing == models.spec(name).preprocessing
     assert loaded.model_id == f"{name}-{models.weights_digest(model)}"
-    assert features.shape[0] == 3 and len(features.shape) == 4
 
 
 def test_default_signature_maps_images_to_logits(tmp_path):

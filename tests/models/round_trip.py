@@ -1,0 +1,37 @@
+"""The export round trip, checked one way wherever a test exports a model: the loaded export
+gives the live Keras model's logits, features and input gradients."""
+import numpy as np
+import tensorflow as tf
+
+import models
+
+
+def input_gradient(call, images, labels) -> np.ndarray:
+    """d(logit of each image's label)/d(image) through `call`."""
+    images = tf.convert_to_tensor(images)
+    with tf.GradientTape() as tape:
+        tape.watch(images)
+        score = tf.reduce_sum(tf.gather(call(images), labels, batch_dims=1))
+    return tape.gradient(score, images).numpy()
+
+
+def _close(found, expected, tolerance: float) -> None:
+    found, expected = np.asarray(found), np.asarray(expected)
+    np.testing.assert_allclose(found, expected, rtol=tolerance,
+                               atol=tolerance * float(np.abs(expected).max()))
+
+
+def assert_export_matches(live, loaded, images, labels, tolerance: float = 1e-5) -> None:
+    """`loaded` (models.load of the export of `live`) agrees with `live` on `images` within
+    `tolerance` of each quantity's largest magnitude: logits, the Grad-CAM layer's features,
+    and input gradients (non-zero: not a vacuous comparison)."""
+    features, logits = loaded.features_and_logits(images)
+    live_features, live_logits = models.features_and_logits_model(live)(images, training=False)
+    _close(logits, live_logits, tolerance)
+    _close(features, live_features, tolerance)
+    _close(loaded(images), live_logits, tolerance)
+    labels = np.asarray(labels, np.int64)
+    exported = input_gradient(loaded, images, labels)
+    rebuilt = input_gradient(lambda x: live(x, training=False), images, labels)
+    assert np.abs(rebuilt).max() > 0, "a zero gradient would make the comparison vacuous"
+    _close(exported, rebuilt, tolerance)
