@@ -18,7 +18,7 @@ SIZE = 32
 DEPTH_TWINS = {"resnet34", "resnet101", "resnet152", "wide_resnet50_2", "vgg13", "vgg16_tv",
                "vgg19"}
 # Round-tripped with real weights instead: at 224 px (tests/models/test_real_network.py), and
-# from PyTorch checkpoints, each export checked the same way (tests/models/test_torch_conversion.py).
+# from PyTorch checkpoints (tests/models/test_torch_conversion.py), each export checked alike.
 REAL_WEIGHTS = {"efficientnet_lite0", *(torch_checkpoints.zoo_name(name)
                                         for name in test_torch_conversion.FIXTURE_TABLE)}
 
