@@ -12,14 +12,19 @@ The binaries are `python -m bam.metrics` (MCS, IDR, IIR, RMCS), `bam.train` and 
 each has an importable `run(Config(...))`, and `bam.metrics.compute` gives the metrics without
 printing.
 """
-import models  # noqa: F401, I001  (first: TensorFlow loads quietly)
-from bam.metric_definitions import (METHODS, METRICS, PAIRS, correct_set, metric_value,
-                                    sample_indices)
-from bam.tcav_experiment import model_tcav
-from bam.region import object_masks, region_scores
-from bam.tcav import TcavModel, TcavResult, run_tcav
-from bam.val_set_scores import ValSet, load_val_set, score_pair
+import models  # noqa: F401  (first: TensorFlow, whenever it loads, loads quietly)
+from models.lazy import lazy_names
 
-__all__ = ["METHODS", "METRICS", "PAIRS", "TcavModel", "TcavResult", "ValSet", "correct_set",
-           "load_val_set", "metric_value", "model_tcav", "object_masks", "region_scores",
-           "run_tcav", "sample_indices", "score_pair"]
+_EXPORTS = {  # name -> the module that defines it
+    "METHODS": "bam.metric_definitions", "METRICS": "bam.metric_definitions",
+    "PAIRS": "bam.metric_definitions", "correct_set": "bam.metric_definitions",
+    "metric_value": "bam.metric_definitions", "sample_indices": "bam.metric_definitions",
+    "model_tcav": "bam.tcav_experiment",
+    "object_masks": "bam.region", "region_scores": "bam.region",
+    "TcavModel": "bam.tcav", "TcavResult": "bam.tcav", "run_tcav": "bam.tcav",
+    "ValSet": "bam.val_set_scores", "load_val_set": "bam.val_set_scores",
+    "score_pair": "bam.val_set_scores",
+}
+
+__all__ = sorted(_EXPORTS)
+__getattr__ = lazy_names(__name__, _EXPORTS)

@@ -6,13 +6,20 @@
 Every metric scores all perturbed images of all curves in fixed-size chunks inside one traced
 function (`faithfulness.scorer`); the classes mirror `saliency_maps_metrics`' API.
 """
-import models  # noqa: F401, I001  (first: TensorFlow loads quietly)
-from faithfulness.curves import CurveResult, Deletion, Insertion, RiseDeletion, RiseInsertion
-from faithfulness.single_step import ADD, IIC_AD
-from models.errors import UserError
-from faithfulness.idsds import incremental_deletion, random_cell_deletion, single_deletion
-from faithfulness.substrates import box_blur, idsds_blur, rise_blur
+import models  # noqa: F401  (first: TensorFlow, whenever it loads, loads quietly)
+from models.lazy import lazy_names
 
-__all__ = ["ADD", "IIC_AD", "CurveResult", "Deletion", "Insertion", "RiseDeletion",
-           "RiseInsertion", "UserError", "box_blur", "idsds_blur", "incremental_deletion",
-           "random_cell_deletion", "rise_blur", "single_deletion"]
+_EXPORTS = {  # name -> the module that defines it
+    "CurveResult": "faithfulness.curves", "Deletion": "faithfulness.curves",
+    "Insertion": "faithfulness.curves", "RiseDeletion": "faithfulness.curves",
+    "RiseInsertion": "faithfulness.curves",
+    "ADD": "faithfulness.single_step", "IIC_AD": "faithfulness.single_step",
+    "UserError": "models.errors",
+    "incremental_deletion": "faithfulness.idsds", "random_cell_deletion": "faithfulness.idsds",
+    "single_deletion": "faithfulness.idsds",
+    "box_blur": "faithfulness.substrates", "idsds_blur": "faithfulness.substrates",
+    "rise_blur": "faithfulness.substrates",
+}
+
+__all__ = sorted(_EXPORTS)
+__getattr__ = lazy_names(__name__, _EXPORTS)

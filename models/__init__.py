@@ -9,9 +9,8 @@ Importing the package (or a light module of it: errors, files, provenance, cli, 
 does not load TensorFlow; the names below load their modules on first use (docs/architecture.md,
 "Light imports").
 """
-import importlib
-
 from models import cli as _cli
+from models import lazy as _lazy
 
 _cli.answer_help_early()  # --help: the binary's flags, without loading TensorFlow
 _cli.quiet_startup()  # TensorFlow's C++ start-up lines stay hidden whenever it loads
@@ -32,18 +31,4 @@ _EXPORTS = {  # name -> the module that defines it
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str):
-    """The package's names, and its submodules, loaded on first use."""
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(_EXPORTS[name]), name)
-    elif not name.startswith("__"):
-        try:
-            value = importlib.import_module(f"models.{name}")
-        except ModuleNotFoundError as error:
-            if error.name != f"models.{name}":
-                raise
-            raise AttributeError(f"module 'models' has no attribute {name!r}") from None
-    else:
-        raise AttributeError(f"module 'models' has no attribute {name!r}")
-    globals()[name] = value
-    return value
+__getattr__ = _lazy.lazy_names(__name__, _EXPORTS)

@@ -12,6 +12,13 @@ from typing import Optional, Sequence
 from models.files import atomic_output
 
 
+# A ROAR or fine-tuning run's metrics.json (top-1 and top-5 on the test images), as the
+# training loop writes it and roar.report and the runs' reuse read it.
+METRICS_SCHEMA = {"type": "object", "required": ["top1", "top5", "n_eval"], "properties": {
+    "top1": {"type": "number"}, "top5": {"type": "number"},
+    "n_eval": {"type": "integer"}, "flags": {"type": "object"}}}
+
+
 def text_table(header: Sequence, rows: Sequence[Sequence], align: str = "left") -> str:
     """Columns padded to their widest cell, a rule under the header; `align="right"` right-aligns
     every column but the first (numbers)."""

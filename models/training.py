@@ -20,7 +20,7 @@ from typing import Optional
 import keras
 import tensorflow as tf
 
-from models import distribution, provenance
+from models import distribution, provenance, results
 from models.errors import UserError
 from models.exporting import export
 from models.files import ensure_directory, exclusive, read_json, write_json
@@ -224,10 +224,8 @@ PROGRESS_SCHEMA = {"type": "object", "properties": {
     "resumed_at_epochs": {"type": "array", "items": {"type": "integer"}}}}
 # A finished run's metrics.json, whatever trained it (ROAR, fine-tuning), and a ROAR run's, which
 # roar.report and train_and_evaluate's reuse read.
+# (METRICS_SCHEMA lives with the results writer, which roar.report loads without TensorFlow.)
 FINISHED_SCHEMA = {"type": "object"}
-METRICS_SCHEMA = {"type": "object", "required": ["top1", "top5", "n_eval"], "properties": {
-    "top1": {"type": "number"}, "top5": {"type": "number"},
-    "n_eval": {"type": "integer"}, "flags": {"type": "object"}}}
 
 
 def resume_state(backup):
@@ -322,7 +320,7 @@ def train_and_evaluate(train_data, eval_data, *, num_classes: int, num_train: in
         with exclusive(scratch, "worker folder"):
             finished = os.path.join(output_dir, "metrics.json")
             if os.path.exists(finished) and not overwrite:
-                return read_json(finished, "metrics file", METRICS_SCHEMA)
+                return read_json(finished, "metrics file", results.METRICS_SCHEMA)
             try:
                 return _train(train_data, eval_data, output_dir, requested, scratch=scratch,
                               **common)

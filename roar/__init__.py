@@ -11,10 +11,15 @@ images whose most (or least) important features are replaced (docs/roar.md).
 The binaries are `python -m roar.train`, `roar.road`, `roar.sweep` and `roar.report`; each has an
 importable `run(Config(...))`.
 """
-import models  # noqa: F401, I001  (first: TensorFlow loads quietly)
-from roar.imputation import noisy_linear_impute
-from roar.masked_data import MaskConfig, masked_dataset
-from roar.masking import feature_mask, feature_scores, oracle_scores, random_scores, replace
+import models  # noqa: F401  (first: TensorFlow, whenever it loads, loads quietly)
+from models.lazy import lazy_names
 
-__all__ = ["MaskConfig", "feature_mask", "feature_scores", "masked_dataset",
-           "noisy_linear_impute", "oracle_scores", "random_scores", "replace"]
+_EXPORTS = {  # name -> the module that defines it
+    "noisy_linear_impute": "roar.imputation",
+    "MaskConfig": "roar.masked_data", "masked_dataset": "roar.masked_data",
+    "feature_mask": "roar.masking", "feature_scores": "roar.masking",
+    "oracle_scores": "roar.masking", "random_scores": "roar.masking", "replace": "roar.masking",
+}
+
+__all__ = sorted(_EXPORTS)
+__getattr__ = lazy_names(__name__, _EXPORTS)

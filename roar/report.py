@@ -13,7 +13,7 @@ import glob
 import os
 from typing import Optional
 
-from models import training
+from models import results
 from models.cli import option, run_binary
 from models.errors import UserError
 from models.files import read_json
@@ -33,7 +33,7 @@ def collect(output_dir):
     rows = []
     for path in sorted(glob.glob(os.path.join(output_dir, "**", "metrics.json"),
                                  recursive=True)):
-        metrics = read_json(path, "metrics file", training.METRICS_SCHEMA)
+        metrics = read_json(path, "metrics file", results.METRICS_SCHEMA)
         run_flags = metrics.get("flags", {})
         transformation = run_flags.get("transformation", "modified_image")
         method = {"random_baseline": "random", "raw_image": "clean"}.get(

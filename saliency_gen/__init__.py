@@ -12,14 +12,19 @@ A method is a unit (`saliency_gen.units.Method`, one module each under `saliency
 `saliency_gen.METHODS` lists every built-in name; `saliency_gen.records` owns the TFRecord
 schemas; `python -m saliency_gen.generate` writes saliency records (docs/saliency.md).
 """
-import models  # noqa: F401, I001  (first: TensorFlow loads quietly)
-from saliency_gen import methods  # noqa: F401  (registers the built-in units)
-from saliency_gen.engine import attribute, predict
-from saliency_gen.names import METHODS, method_names, resolve
-from saliency_gen.plugins import register_method
-from saliency_gen.spec import MethodSpec
-from saliency_gen.transforms import postprocess
-from saliency_gen.units import Items, Method, Param, Plan, register
+import models  # noqa: F401  (first: TensorFlow, whenever it loads, loads quietly)
+from models.lazy import lazy_names
 
-__all__ = ["METHODS", "Items", "Method", "MethodSpec", "Param", "Plan", "attribute",
-           "method_names", "postprocess", "predict", "register", "register_method", "resolve"]
+_EXPORTS = {  # name -> the module that defines it
+    "attribute": "saliency_gen.engine", "predict": "saliency_gen.engine",
+    "METHODS": "saliency_gen.names", "method_names": "saliency_gen.names",
+    "resolve": "saliency_gen.names",
+    "register_method": "saliency_gen.plugins",
+    "MethodSpec": "saliency_gen.spec",
+    "postprocess": "saliency_gen.transforms",
+    "Items": "saliency_gen.units", "Method": "saliency_gen.units", "Param": "saliency_gen.units",
+    "Plan": "saliency_gen.units", "register": "saliency_gen.units",
+}
+
+__all__ = sorted(_EXPORTS)
+__getattr__ = lazy_names(__name__, _EXPORTS)

@@ -140,7 +140,7 @@ def register_method(name: str, method, *, params: Optional[dict] = None, traced:
     unit = method if isinstance(method, Method) else FunctionMethod(
         name, method, params, traced, wrappable, evaluations)
     if replace:
-        units.REGISTRY.pop(name, None)
+        units.registered().pop(name, None)
     units.register(unit, name)
     return unit
 

@@ -15,6 +15,7 @@ chunk by chunk (`models.executor`); noise wrappers (`saliency_gen.noise`) and tr
 traced (a bridge to numpy code) returns a `HostPlan` instead: one call per group of images.
 """
 import dataclasses
+import importlib
 from typing import Any, Callable, Dict, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
@@ -159,6 +160,14 @@ class Method:
 REGISTRY: Dict[str, Method] = {}
 
 
+def registered() -> Dict[str, Method]:
+    """The registry (name -> unit), once the built-in units (`saliency_gen.methods`) have
+    registered themselves: importing the package does not load them (docs/architecture.md,
+    "Light imports")."""
+    importlib.import_module("saliency_gen.methods")  # a no-op after the first time
+    return REGISTRY
+
+
 def register(method, name: Optional[str] = None):
     """Registers a `Method` (class or instance) under `name` (default: its own `name`); returns
     it unchanged so it can decorate a class. Names are unique: registering a taken name for
@@ -167,7 +176,7 @@ def register(method, name: Optional[str] = None):
     name = name or getattr(unit, "name", "")
     if not isinstance(unit, Method) or not name:
         raise UserError(f"{method!r} is not a saliency_gen Method with a name")
-    if name in REGISTRY and REGISTRY[name] is not unit:
+    if name in registered() and REGISTRY[name] is not unit:
         raise UserError(f"a method called {name!r} is already registered; choose another name")
     REGISTRY[name] = unit
     return method
@@ -175,7 +184,7 @@ def register(method, name: Optional[str] = None):
 
 def unit(name: str) -> Method:
     """The registered unit called `name`, or None."""
-    return REGISTRY.get(name)
+    return registered().get(name)
 
 
 def gradient_of(function: Callable, x, targets):

@@ -105,15 +105,17 @@ def test_start_up_logs_stay_hidden_unless_asked_for(monkeypatch):
 
 
 def test_the_foundation_imports_without_tensorflow_and_tensorflow_loads_quietly():
-    """errors, flags, files, provenance and the statistics load no TensorFlow; the first model
-    loads it, and its C++ start-up lines stay hidden (stderr stays empty)."""
+    """errors, flags, files, provenance and the statistics load no TensorFlow, nor do the four
+    benchmark packages, ROAR's report and BAM's downloader; the first model loads it, and its
+    C++ start-up lines stay hidden (stderr stays empty)."""
     import subprocess
     import sys
 
     from tests import REPO
 
     light = ("import sys; import models.errors, models.cli, models.files, models.provenance, "
-             "models.uncertainty, models.reliability; "
+             "models.uncertainty, models.reliability, bam, roar, faithfulness, saliency_gen, "
+             "roar.report, bam.downloads; "
              "print(sorted({'tensorflow', 'keras'} & set(sys.modules)))")
     done = subprocess.run([sys.executable, "-c", light], cwd=REPO, capture_output=True,
                           text=True, timeout=120, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})

@@ -41,7 +41,7 @@ def _register(name, fn, **options):
 
 @pytest.fixture(autouse=True)
 def _forget_user_methods():
-    before = set(units.REGISTRY)
+    before = set(units.registered())  # the built-ins loaded first
     yield
     for name in set(units.REGISTRY) - before:
         del units.REGISTRY[name]

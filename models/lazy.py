@@ -1,0 +1,28 @@
+"""Packages whose names load on first use (docs/architecture.md, "Light imports"): importing a
+package, or a light module of it, then loads no TensorFlow; `package.name` imports the module
+that defines `name` (or the submodule `package.name`) the first time it is asked for."""
+import importlib
+import sys
+from typing import Callable, Mapping
+
+
+def lazy_names(package: str, exports: Mapping[str, str]) -> Callable[[str], object]:
+    """The module `__getattr__` of `package`: each name of `exports` (name -> defining module)
+    and each submodule, imported on first use and then kept in the package's namespace."""
+
+    def __getattr__(name: str):
+        if name in exports:
+            value = getattr(importlib.import_module(exports[name]), name)
+        elif not name.startswith("__"):
+            try:
+                value = importlib.import_module(f"{package}.{name}")
+            except ModuleNotFoundError as error:
+                if error.name != f"{package}.{name}":
+                    raise
+                raise AttributeError(f"module {package!r} has no attribute {name!r}") from None
+        else:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        setattr(sys.modules[package], name, value)
+        return value
+
+    return __getattr__
