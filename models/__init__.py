@@ -14,6 +14,7 @@ from models import lazy as _lazy
 
 _cli.answer_help_early()  # --help: the binary's flags, without loading TensorFlow
 _cli.quiet_startup()  # TensorFlow's C++ start-up lines stay hidden whenever it loads
+_cli.fast_kernels()  # oneDNN on, unless the user chose
 
 _EXPORTS = {  # name -> the module that defines it
     "adapt": "models.adapter",

@@ -41,6 +41,25 @@ def cpu_model() -> str:
     return "unknown"
 
 
+def cpu_flags() -> str:
+    """The vector instruction sets of the CPU that matter to TensorFlow's kernels."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            flags = next((line.split(":", 1)[1].split() for line in handle
+                          if line.startswith("flags")), [])
+    except OSError:
+        flags = []
+    wanted = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile")
+    return " ".join(flag for flag in wanted if flag in flags) or "none known"
+
+
+def machine() -> str:
+    """One line for every figure: CPU model, cores, instruction sets, the oneDNN setting."""
+    onednn = os.environ.get("TF_ENABLE_ONEDNN_OPTS", "TensorFlow's default")
+    return (f"{cpu_model()}, {os.cpu_count()} CPUs, {cpu_flags()}; "
+            f"TF_ENABLE_ONEDNN_OPTS={onednn}")
+
+
 def canonical(value):
     """`value` as plain JSON (tuples become lists, other objects their repr)."""
     return json.loads(json.dumps(value, sort_keys=True, default=repr))
