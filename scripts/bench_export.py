@@ -55,6 +55,7 @@ def _timed(function) -> float:
 
 def run(config: Config) -> dict:
     """Exports and loads each model both ways; prints the table and returns the seconds."""
+    print(f"machine: {provenance.machine()}", flush=True)
     import tensorflow as tf
 
     rows = {}

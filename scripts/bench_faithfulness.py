@@ -35,7 +35,7 @@ import tensorflow as tf
 
 import faithfulness
 from faithfulness import torch_twin
-from models import pretrained
+from models import pretrained, provenance
 from models.cli import option, run_binary
 
 CLASSES = 10
@@ -159,6 +159,7 @@ class Config:
 
 
 def run(config: Config):
+    print(f"machine: {provenance.machine()}", flush=True)
     for name in config.models:
         if name in pretrained.PRETRAINED:
             real = dataclasses.replace(config, images=config.real_images,

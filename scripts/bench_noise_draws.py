@@ -19,6 +19,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from models import provenance
 from models.cli import option, run_binary
 from models.tracing import quiet_retracing
 from saliency_gen import noise
@@ -37,6 +38,7 @@ class Config:
 
 
 def run(config: Config) -> dict:
+    print(f"machine: {provenance.machine()}", flush=True)
     keras.utils.set_random_seed(0)
     shape = [config.image_size, config.image_size, 3]
     model = models.build(config.model, 10, tuple(shape))

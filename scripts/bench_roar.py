@@ -20,6 +20,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from models import provenance
 from models.cli import option, run_binary
 from roar import imputation, masked_data
 from saliency_gen.world import synthetic
@@ -87,6 +88,7 @@ class Config:
 
 
 def run(config: Config):
+    print(f"machine: {provenance.machine()}", flush=True)
     with tempfile.TemporaryDirectory() as scratch:
         world = os.path.join(scratch, "world")
         synthetic.build_world(world, seed=0, image_size=config.image_size,

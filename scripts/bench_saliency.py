@@ -42,7 +42,7 @@ import numpy as np
 import tensorflow as tf
 
 import saliency_gen
-from models import pretrained
+from models import pretrained, provenance
 from models.cli import option, run_binary
 from saliency_gen import noise
 from saliency_gen.methods import pair
@@ -295,6 +295,7 @@ def bench_model(entry, config):
 
 
 def run(config: Config):
+    print(f"machine: {provenance.machine()}", flush=True)
     saliency_gen.register_method("bench_blob", gradient_times_blob, replace=True)
     results = [bench_model(name, config) for name in config.models]
     rows = [row for result in results for row in result["rows"]]

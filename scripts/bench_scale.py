@@ -77,6 +77,7 @@ class Config:
 
 def run(args: Config) -> None:
     """Runs both comparisons and prints the table (whole processes timed)."""
+    print(f"machine: {provenance.machine()}", flush=True)
     root = tempfile.mkdtemp(prefix="bench_scale_")
     paths = make_records(root, args.images)
     pattern = os.path.join(root, "train-*")
