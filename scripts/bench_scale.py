@@ -12,7 +12,8 @@ processes with one TensorFlow thread each (`saliency_gen.beam_support.local_work
 the cores shared out). Whole processes are
 timed (start-up included), so the ratios are what a user sees.
 
-    python scripts/bench_scale.py [--images=2048] [--epochs=2]
+    python scripts/bench_scale.py [--images=2048] [--epochs=2] [--models=plain_cnn,small_resnet]
+        [--workloads=generation,training]
 """
 import dataclasses
 import io
@@ -28,11 +29,12 @@ from PIL import Image
 
 from models import provenance
 from models.cli import option, run_binary
+from models.errors import UserError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def make_records(root, images, size=64, shards=4):
+def make_records(root, images, chosen, size=64, shards=4):
     import keras
 
     import models
@@ -52,7 +54,7 @@ def make_records(root, images, size=64, shards=4):
         records.write_records(os.path.join(root, name.replace("train", "validation")),
                               examples[: max(1, per // 4)])
     paths = {}
-    for model in ("plain_cnn", "small_resnet"):
+    for model in chosen:
         keras.utils.set_random_seed(0)
         paths[model] = os.path.join(root, model)
         models.export(models.build(model, 10, (size, size, 3)), paths[model])
@@ -73,16 +75,22 @@ class Config:
     images: int = option(2048, "Random 64-px images to explain and train on.")
     epochs: int = option(2, "Training epochs of each training comparison.")
     method: str = option("roar:SH_SG", "Saliency method of the generation comparison.")
+    models: str = option("plain_cnn,small_resnet", "Models compared, comma-separated.")
+    workloads: str = option("generation,training", "Comparisons run: generation, training.")
 
 
 def run(args: Config) -> None:
     """Runs both comparisons and prints the table (whole processes timed)."""
     print(f"machine: {provenance.machine()}", flush=True)
     root = tempfile.mkdtemp(prefix="bench_scale_")
-    paths = make_records(root, args.images)
+    chosen, workloads = args.models.split(","), args.workloads.split(",")
+    unknown = sorted(set(workloads) - {"generation", "training"})
+    if unknown:
+        raise UserError(f"--workloads: unknown {', '.join(unknown)} (generation, training)")
+    paths = make_records(root, args.images, chosen)
     pattern = os.path.join(root, "train-*")
     rows = []
-    for model, path in paths.items():
+    for model, path in (paths.items() if "generation" in workloads else ()):
         common = [f"--input_pattern={pattern}", f"--model_path={path}",
                   f"--saliency_method={args.method}", "--batch_size=16"]
         single = timed([sys.executable, "-m", "saliency_gen.generate", *common,
@@ -91,7 +99,7 @@ def run(args: Config) -> None:
                       f"--output_dir={root}/beam_{model}", "--beam_workers=2"])
         rows.append((f"generation {model} ({args.method})", args.images / single,
                      args.images / beam, "images/s"))
-    for model in ("plain_cnn", "small_resnet"):
+    for model in (chosen if "training" in workloads else ()):
         train = [sys.executable, "-m", "roar.train", "--transformation=raw_image",
                  f"--data_dir={root}", "--num_classes=10", f"--model={model}",
                  f"--epochs={args.epochs}", "--batch_size=32", "--optimizer=sgd",
@@ -106,7 +114,7 @@ def run(args: Config) -> None:
     for name, base, scaled, unit in rows:
         print(f"{name:58} {base:7.2f} {unit:>8} {scaled:7.2f} {unit:>8} {scaled / base:7.2f}")
     print(json.dumps({"images": args.images, "epochs": args.epochs, "cores": os.cpu_count(),
-                      "cpu": provenance.cpu_model()}))
+                      "machine": provenance.machine()}))
 
 
 if __name__ == "__main__":
