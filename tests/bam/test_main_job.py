@@ -3,7 +3,8 @@ on the default synthetic world with the shipped models (in the session's tempora
 table is pinned, so a change of the main job's numbers is a decision made here, not an accident.
 
 The values below were printed on an AMD EPYC (Zen 3, AVX2) with TensorFlow 2.21 (whose oneDNN
-kernels are off by default on that CPU: no start-up line says they are on). The
+kernels are off by default on that CPU: no start-up line says they are on); with oneDNN on,
+the project's default since (docs/architecture.md, "oneDNN"), the table prints the same. The
 shipped weights make them the same on other CPUs up to inference rounding: MCS is compared to
 1e-3 and at most one rate of the 16 may move by one image (0.1) where an image's score sits on a
 threshold."""
