@@ -180,7 +180,6 @@ def small_shards(tmp_path_factory):
     import numpy as np
     from PIL import Image
 
-    import models
     from saliency_gen import records
 
     root = tmp_path_factory.mktemp("small_shards")
