@@ -29,26 +29,24 @@ def package_version() -> str:
         return "unknown"
 
 
-def cpu_model() -> str:
-    """The CPU's model name (/proc/cpuinfo), to go with every figure and trained weight."""
+def _cpuinfo(field: str) -> str:
+    """The first value of `field` in /proc/cpuinfo ("" when absent or unreadable)."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            for line in handle:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
+            return next((line.split(":", 1)[1].strip() for line in handle
+                         if line.startswith(field)), "")
     except OSError:
-        pass
-    return "unknown"
+        return ""
+
+
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo), to go with every figure and trained weight."""
+    return _cpuinfo("model name") or "unknown"
 
 
 def cpu_flags() -> str:
     """The vector instruction sets of the CPU that matter to TensorFlow's kernels."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            flags = next((line.split(":", 1)[1].split() for line in handle
-                          if line.startswith("flags")), [])
-    except OSError:
-        flags = []
+    flags = _cpuinfo("flags").split()
     wanted = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile")
     return " ".join(flag for flag in wanted if flag in flags) or "none known"
 

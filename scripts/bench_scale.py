@@ -82,11 +82,11 @@ class Config:
 def run(args: Config) -> None:
     """Runs both comparisons and prints the table (whole processes timed)."""
     print(f"machine: {provenance.machine()}", flush=True)
-    root = tempfile.mkdtemp(prefix="bench_scale_")
     chosen, workloads = args.models.split(","), args.workloads.split(",")
     unknown = sorted(set(workloads) - {"generation", "training"})
     if unknown:
         raise UserError(f"--workloads: unknown {', '.join(unknown)} (generation, training)")
+    root = tempfile.mkdtemp(prefix="bench_scale_")
     paths = make_records(root, args.images, chosen)
     pattern = os.path.join(root, "train-*")
     rows = []
