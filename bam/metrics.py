@@ -23,8 +23,7 @@ from typing import Optional
 from tqdm import tqdm
 
 import models
-from bam import metric_definitions, rmcs, synthetic_setup, val_set_scores
-from bam import score_cache as score_cache_files
+from bam import metric_definitions
 from models import provenance
 from models import results as result_files
 from models.cli import option, origin_flags, run_binary
@@ -36,6 +35,13 @@ from models.errors import (
     require_both_or_neither,
 )
 from models.files import exclusive, write_json
+from models.lazy import lazy_module
+
+# Loaded on first use: a bad flag is reported before TensorFlow starts (docs/architecture.md).
+rmcs = lazy_module("bam.rmcs")
+synthetic_setup = lazy_module("bam.synthetic_setup")
+val_set_scores = lazy_module("bam.val_set_scores")
+score_cache_files = lazy_module("bam.score_cache")
 
 
 def compute(data_dir, model_dir, metric_names, methods, num_imgs=10, seed=0, noise_seed=0,

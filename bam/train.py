@@ -29,7 +29,7 @@ import numpy as np
 import tensorflow as tf
 
 import models
-from models import provenance, training
+from models import provenance, recipes, training
 from models.cli import option, run_binary
 from models.errors import UserError
 from models.files import ensure_directory, read_json, write_json
@@ -322,7 +322,7 @@ class Config:
 
 def resolved_options(values: dict, preset: str) -> dict:
     """Training keyword arguments from option `values` (None = unset) and a preset's recipe."""
-    options = dataclasses.asdict(training.with_overrides(PRESETS[preset], **values))
+    options = dataclasses.asdict(recipes.with_overrides(PRESETS[preset], **values))
     weights = options.pop("weights")
     model_options = {}
     if weights is not None and weights.lower() != "none":

@@ -22,17 +22,26 @@ import numpy as np
 from tqdm import tqdm
 
 import models
-from faithfulness import curves, idsds, inputs, single_step, stats
-from faithfulness import scorer as scoring
-from models import provenance, torch_checkpoints
+from faithfulness.protocols import BASELINES, ORDERS
+from models import provenance
 from models import results as result_files
 from models.cli import option, origin_flags, run_binary
 from models.errors import UserError, check_minimum, check_unique, require_both_or_neither
 from models.files import exclusive, write_json
-from saliency_gen import engine as saliency_engine
-from saliency_gen import records
-from saliency_gen.pipelines import load_images
-from saliency_gen.world import cache
+from models.lazy import lazy_module
+
+# Loaded on first use: a bad flag is reported before TensorFlow starts (docs/architecture.md).
+curves = lazy_module("faithfulness.curves")
+idsds = lazy_module("faithfulness.idsds")
+inputs = lazy_module("faithfulness.inputs")
+single_step = lazy_module("faithfulness.single_step")
+stats = lazy_module("faithfulness.stats")
+scoring = lazy_module("faithfulness.scorer")
+torch_checkpoints = lazy_module("models.torch_checkpoints")
+saliency_engine = lazy_module("saliency_gen.engine")
+records = lazy_module("saliency_gen.records")
+pipelines = lazy_module("saliency_gen.pipelines")
+cache = lazy_module("saliency_gen.world.cache")
 
 PROTOCOLS = ("single_deletion", "incremental_deletion", "deletion", "insertion", "iic_ad", "add")
 DEFAULT_EXPLAINERS = "idsds:IxG,idsds:IG,idsds:Grad-CAM,idsds:IxG abs,random"
@@ -222,10 +231,10 @@ class Config:
         'Applied to the attribution before the channel sum.',
         ("raw", "abs", "relu"))
     grid_rows_and_cols: int = option(4, 'Single deletion grid G (G x G cells).')
-    sd_baseline: str = option("zeros", 'Single deletion baseline.', idsds.BASELINES)
-    id_baseline: str = option("zeros", 'Incremental deletion baseline.', idsds.BASELINES)
+    sd_baseline: str = option("zeros", 'Single deletion baseline.', BASELINES)
+    id_baseline: str = option("zeros", 'Incremental deletion baseline.', BASELINES)
     id_steps: int = option(32, 'Incremental deletion steps S.')
-    id_order: str = option("ascending", 'Deletion order.', idsds.ORDERS)
+    id_order: str = option("ascending", 'Deletion order.', ORDERS)
     id_update_attribution: bool = option(False, 'Re-explain before every step.')
     id_baseline_gaussian_kernel: int = option(51, 'Blur baseline kernel size (odd).')
     id_baseline_gaussian_sigma: float = option(41.0, 'Blur baseline sigma.')
@@ -290,7 +299,7 @@ def _run(f: Config, output: str) -> dict:
     loaded = models.load(model_path)
     options = Options(**{field.name: getattr(f, field.name)
                          for field in dataclasses.fields(Options)})
-    images, labels, ids = load_images(pattern, loaded, f.nr_images, f.seed)
+    images, labels, ids = pipelines.load_images(pattern, loaded, f.nr_images, f.seed)
     if f.nr_images > len(images):  # as bam.metrics' --num_imgs: never fewer than asked for
         raise UserError(f"--nr_images={f.nr_images} exceeds the {len(images)} images of "
                         f"{pattern}; use at most {len(images)}, or -1 for all")

@@ -26,8 +26,8 @@ import keras
 import tensorflow as tf
 
 import models
-from faithfulness import idsds
-from models import provenance, training
+from faithfulness import idsds, protocols
+from models import provenance, recipes, training
 from models.cli import option, run_binary
 from models.errors import UserError
 from models.files import atomic_output, exclusive, write_json
@@ -273,7 +273,7 @@ class Config:
                                         origin="decay_every")
     weight_decay: float = option(1e-4, 'Coupled (PyTorch-style) weight decay.')
     grid_rows_and_cols: int = option(4, 'Grid of the random cell deletion.', origin="grid")
-    baseline: str = option("zeros", 'Deleted-cell baseline.', idsds.BASELINES)
+    baseline: str = option("zeros", 'Deleted-cell baseline.', protocols.BASELINES)
     seed: int = option(0, 'Seed of the order, crops, flips and deletions.')
     overwrite: bool = option(False, 'Replace a run folder made with other settings instead of '
                              'stopping.', origin=False)
@@ -292,7 +292,7 @@ def run(config: Config) -> dict:
         eval_pattern = eval_pattern or os.path.join(shards, "validation-*")
     if not (train_pattern and eval_pattern):
         raise UserError("pass --train_pattern and --eval_pattern")
-    recipe = training.with_overrides(
+    recipe = recipes.with_overrides(
         PRESETS["synthetic" if synthetic else "real"], epochs=f.epochs,
         batch_size=f.batch_size, learning_rate=f.learning_rate, decay_every=f.decay_every,
         weight_decay=f.weight_decay, grid=f.grid_rows_and_cols, baseline=f.baseline)

@@ -19,10 +19,9 @@ import tensorflow as tf
 
 from faithfulness import inputs, ranking, resample, stats, substrates
 from faithfulness import scorer as scoring
+from faithfulness.protocols import BASELINES, ORDERS
 from models.errors import ShapeError, UserError
 
-BASELINES = ("zeros", "blur", "random")
-ORDERS = ("ascending", "descending")
 log = logging.getLogger(__name__)
 
 

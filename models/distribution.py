@@ -19,9 +19,10 @@ import json
 import os
 from typing import Callable
 
-import tensorflow as tf
-
 from models.errors import UserError
+from models.lazy import lazy_module
+
+tf = lazy_module("tensorflow")  # loaded on first use: the strategy names stay light
 
 STRATEGIES = ("default", "mirrored", "multi_worker", "tpu")
 

@@ -3,6 +3,7 @@ package, or a light module of it, then loads no TensorFlow; `package.name` impor
 that defines `name` (or the submodule `package.name`) the first time it is asked for."""
 import importlib
 import sys
+import types
 from typing import Callable, Mapping
 
 
@@ -26,3 +27,26 @@ def lazy_names(package: str, exports: Mapping[str, str]) -> Callable[[str], obje
         return value
 
     return __getattr__
+
+
+
+class _ModuleOnFirstUse(types.ModuleType):
+    """Stands for the module of the same name: reading (or setting) an attribute imports it, if
+    it is not yet imported, and forwards to it. The import system's own locks make the first use
+    safe from any thread."""
+
+    def __getattr__(self, attribute: str):
+        return getattr(importlib.import_module(self.__name__), attribute)
+
+    def __setattr__(self, attribute: str, value) -> None:
+        setattr(importlib.import_module(self.__name__), attribute, value)
+
+    def __delattr__(self, attribute: str) -> None:
+        delattr(importlib.import_module(self.__name__), attribute)
+
+
+def lazy_module(name: str) -> types.ModuleType:
+    """The module `name`, imported on the first use of one of its attributes instead of now: a
+    binary takes its heavy modules this way, so that its flags are checked, and a bad one
+    reported, before TensorFlow loads (docs/architecture.md, "Light imports")."""
+    return sys.modules.get(name) or _ModuleOnFirstUse(name)

@@ -1,11 +1,6 @@
-"""Training a zoo classifier from scratch with a recipe: the loop that ROAR / KAR retraining
-and the synthetic world's clean model share, and the one recipe convention of the project
-(docs/architecture.md, "Recipes and presets").
+"""Training a zoo classifier from scratch with a recipe (`models.recipes`): the loop that ROAR /
+KAR retraining and the synthetic world's clean model share.
 
-Recipes are frozen dataclasses; a binary keeps its presets in a dict `PRESETS = {"synthetic":
-..., "real": ...}` and applies the flags the user set with `with_overrides`. `Recipe` here is
-the ROAR recipe (label smoothing 0.1, Nesterov SGD with momentum 0.9, a learning rate scaled by
-batch / 256 with a linear warm-up and step decays, weight decay where the model has it);
 `train_and_evaluate` fits a registered model on batched (image, label) data under a
 `tf.distribute` strategy, keeps an epoch backup so a killed run resumes, logs to TensorBoard,
 evaluates on every test image and exports the model with `metrics.json` beside it.
@@ -24,44 +19,8 @@ from models import distribution, provenance, results
 from models.errors import UserError
 from models.exporting import export
 from models.files import ensure_directory, exclusive, read_json, write_json
+from models.recipes import PRECISIONS, Recipe
 from models.zoo import build
-
-PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
-
-
-@dataclasses.dataclass(frozen=True)
-class Recipe:
-    """The ROAR optimisation recipe; the defaults are the original's shape with a short
-    schedule for small models."""
-
-    epochs: float = 10.0
-    batch_size: int = 64
-    optimizer: str = "sgd"
-    base_learning_rate: float = 0.1
-    weight_decay: float = 1e-4
-    label_smoothing: float = 0.1
-    momentum: float = 0.9
-    warmup_epochs: float = 5.0
-    decay_epochs: tuple = (30.0, 60.0, 80.0)
-    decay_multipliers: tuple = (0.1, 0.01, 0.001)
-
-
-# Small models on the synthetic world (Adam, 4 epochs) and the paper's ImageNet schedule.
-SYNTHETIC_RECIPE = Recipe(epochs=4.0, batch_size=64, optimizer="adam", base_learning_rate=0.004,
-                          warmup_epochs=1.0, decay_epochs=(3.0,), decay_multipliers=(0.1,))
-REAL_RECIPE = Recipe(epochs=90.0, batch_size=256, optimizer="sgd", base_learning_rate=0.1,
-                     warmup_epochs=5.0, decay_epochs=(30.0, 60.0, 80.0),
-                     decay_multipliers=(0.1, 0.01, 0.001))
-
-
-def with_overrides(recipe, **overrides):
-    """`recipe` with every override that is not None (a flag the user set) applied."""
-    given = {key: value for key, value in overrides.items() if value is not None}
-    fields = {field.name for field in dataclasses.fields(recipe)}
-    unknown = sorted(set(given) - fields)
-    if unknown:
-        raise UserError(f"{type(recipe).__name__} has no setting {', '.join(unknown)}")
-    return dataclasses.replace(recipe, **given)
 
 
 @keras.saving.register_keras_serializable(package="models")

@@ -20,7 +20,7 @@ import tensorflow as tf
 
 import models
 import saliency_gen
-from models import executor, provenance, training
+from models import executor, provenance, recipes
 from models.adapter import adapt
 from models.card import Benchmark, Metric
 from models.preprocessing import input_space
@@ -145,7 +145,7 @@ def retraining_benchmark(model_path: str, records_dir: str, work_dir: str, *,
     `<work_dir>/runs/...`, reused when finished with the same origin. `random` and `oracle` are
     the record-level controls of roar.train.
     """
-    recipe = recipe or training.Recipe()
+    recipe = recipe or recipes.Recipe()
     maps_root = os.path.join(work_dir, "saliency")
 
     def score(method):

@@ -16,7 +16,6 @@ import os
 from typing import Optional
 
 import numpy as np
-import tensorflow as tf
 from tqdm import tqdm
 
 import models
@@ -24,8 +23,14 @@ from models import provenance
 from models.cli import option, origin_flags, run_binary
 from models.errors import UserError, check_fractions, check_minimum, check_unique
 from models.files import exclusive, write_json
-from roar import masked_data, summaries, synthetic_setup
-from saliency_gen.pipelines import count_records
+from models.lazy import lazy_module
+
+# Loaded on first use: a bad flag is reported before TensorFlow starts (docs/architecture.md).
+tf = lazy_module("tensorflow")
+masked_data = lazy_module("roar.masked_data")
+summaries = lazy_module("roar.summaries")
+synthetic_setup = lazy_module("roar.synthetic_setup")
+pipelines = lazy_module("saliency_gen.pipelines")
 
 ORDERS = ("morf", "lerf")
 
@@ -176,7 +181,7 @@ class Inputs:
     source: str       # "saliency" records, or "images" with a control map
     control: Optional[str]
     map_key: Optional[str]
-    mask: masked_data.MaskConfig
+    mask: "masked_data.MaskConfig"
     ratios: list
 
 
@@ -202,7 +207,7 @@ def describe(row: dict) -> str:
 def _curves(f: Config) -> list:
     model = models.load(f.ckpt_path)
     read = inputs(f)
-    total = count_records(read.files) * len(read.ratios) * len(f.orders)
+    total = pipelines.count_records(read.files) * len(read.ratios) * len(f.orders)
     with tqdm(total=total, unit="img", desc="ROAD", disable=None) as bar:
         rows = evaluate_curve(
             model, read.files, read.source, read.mask, ratios=read.ratios, orders=f.orders,

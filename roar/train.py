@@ -20,13 +20,19 @@ from typing import Optional
 import numpy as np
 
 import models
-from models import distribution, provenance, training
+from models import distribution, provenance, recipes
 from models.cli import option, origin_flags, run_binary
 from models.errors import UserError, check_fractions, check_minimum
 from models.files import ensure_directory, write_json
-from models.training import Recipe, train_and_evaluate
-from roar import masked_data, synthetic_setup, tfds_source
-from saliency_gen.pipelines import count_records
+from models.lazy import lazy_module
+from models.recipes import Recipe
+
+# Loaded on first use: a bad flag is reported before TensorFlow starts (docs/architecture.md).
+training = lazy_module("models.training")
+masked_data = lazy_module("roar.masked_data")
+synthetic_setup = lazy_module("roar.synthetic_setup")
+tfds_source = lazy_module("roar.tfds_source")
+pipelines = lazy_module("saliency_gen.pipelines")
 
 
 def run_masked(train_files, eval_files, config, *, output_dir, recipe=Recipe(),
@@ -55,10 +61,11 @@ def run_masked(train_files, eval_files, config, *, output_dir, recipe=Recipe(),
                         geometry=geometry, label_offset=label_offset, random_mask=random_mask,
                         train_crop=train_crop)
     try:
-        return train_and_evaluate(
+        return training.train_and_evaluate(
             train_data, eval_data, num_classes=num_classes,
-            num_train=num_train or count_records(train_files),
-            num_eval=num_eval or count_records(eval_files), size=size, output_dir=output_dir,
+            num_train=num_train or pipelines.count_records(train_files),
+            num_eval=num_eval or pipelines.count_records(eval_files), size=size,
+            output_dir=output_dir,
             model_name=model_name, recipe=recipe, strategy=strategy, seed=seed,
             verbose=verbose, flags_record=flags_record, inputs=inputs, overwrite=overwrite,
             callbacks=callbacks, precision=precision, cpu_replicas=cpu_replicas,
@@ -217,7 +224,7 @@ class Config:
     cpu_replicas: int = option(0, "With --strategy=mirrored: split the CPU into this many "
                                "logical devices (data parallelism without GPUs).")
     precision: str = option("float32", "Training precision; logits and loss stay float32 "
-                            "and the exported model is float32.", training.PRECISIONS)
+                            "and the exported model is float32.", recipes.PRECISIONS)
     stop_after_epochs: Optional[int] = option(None, "End this invocation after this many "
                                               "epochs (keeping the backup): a re-run resumes.",
                                               origin=False)
@@ -263,7 +270,10 @@ class Config:
 
 
 def check_flags(f: Config) -> None:
-    """Out-of-range flags stop the run with one line before any data is read."""
+    """Missing or out-of-range flags stop the run with one line before any data is read (and
+    before TensorFlow starts)."""
+    if f.transformation != "raw_image" and f.ratio is None:
+        raise UserError("--ratio is required (the fraction of features replaced)")
     if f.ratio is not None:
         check_fractions("ratio", f.ratio)
     for name, minimum in (("batch_size", 1), ("eval_batch_size", 1),
@@ -275,20 +285,20 @@ def check_flags(f: Config) -> None:
         raise UserError(f"--epochs={f.epochs} must be positive")
 
 
-PRESETS = {"synthetic": training.SYNTHETIC_RECIPE, "real": training.REAL_RECIPE}
+PRESETS = {"synthetic": recipes.SYNTHETIC_RECIPE, "real": recipes.REAL_RECIPE}
 
 
 def recipe_from_flags(f: Config, synthetic: bool) -> Recipe:
     """The recipe: the synthetic or real preset with the options the user set; one x0.1 step
     per decay epoch."""
-    recipe = training.with_overrides(
+    recipe = recipes.with_overrides(
         PRESETS["synthetic" if synthetic else "real"], epochs=f.epochs, batch_size=f.batch_size,
         optimizer=f.optimizer, base_learning_rate=f.base_learning_rate,
         warmup_epochs=f.warmup_epochs, weight_decay=f.weight_decay,
         decay_epochs=None if f.lr_decay_epochs is None else tuple(
             float(e) for e in f.lr_decay_epochs))
     multipliers = tuple(0.1 ** (k + 1) for k in range(len(recipe.decay_epochs)))
-    return training.with_overrides(recipe, decay_multipliers=multipliers)
+    return recipes.with_overrides(recipe, decay_multipliers=multipliers)
 
 
 def run_directory(output_dir, transformation, ratio, method, keep, ranking, fill, seed):
@@ -310,8 +320,6 @@ def run(config: Config, verbose: int = 1) -> dict:
     # The small-model defaults apply to the synthetic world.
     synthetic = (f.data_dir is None and not f.tfds_name) or f.dataset_name == "synthetic"
     transformation = f.transformation
-    if transformation != "raw_image" and f.ratio is None:
-        raise UserError("--ratio is required (the fraction of features replaced)")
     ratio = 0.0 if transformation == "raw_image" else f.ratio
     method = f.saliency_method or ("gradient_image" if synthetic else "ig_smooth_2")
     if transformation == "random_baseline":

@@ -20,7 +20,6 @@ import time
 from typing import Optional
 
 import numpy as np
-import tensorflow as tf
 from tqdm import tqdm
 
 import models
@@ -28,8 +27,17 @@ from models import provenance
 from models.cli import option, run_binary
 from models.errors import RecordError, UserError, check_minimum, check_unique
 from models.files import ensure_directory, exclusive, remove_leftovers
-from models.preprocessing import CROP_VERSION, input_space
-from saliency_gen import engine, names, pipelines, records, shard_ledger
+from models.lazy import lazy_module
+from saliency_gen import shard_ledger
+from saliency_gen.formats import MAP_DTYPES
+
+# Loaded on first use: a bad flag is reported before TensorFlow starts (docs/architecture.md).
+tf = lazy_module("tensorflow")
+preprocessing = lazy_module("models.preprocessing")
+engine = lazy_module("saliency_gen.engine")
+names = lazy_module("saliency_gen.names")
+pipelines = lazy_module("saliency_gen.pipelines")
+records = lazy_module("saliency_gen.records")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,7 +61,7 @@ class Config:
     seed: int = option(0, "Seed of every random choice (noise, baselines, masks).")
     dtype: str = option("rank8", "Stored map format: rank8 (1 byte per element, exact ROAR "
                         "ranking at integer percentages), float16 or float32 (full precision).",
-                        records.MAP_DTYPES)
+                        MAP_DTYPES)
     geometry: str = option("auto", "How images reach the model's input size: center_crop "
                            "(ROAR's crop_224), none (images already have it) or auto (none when "
                            "they do, else center_crop).", ("auto", "center_crop", "none"))
@@ -87,7 +95,7 @@ def explain_records(path, loaded, methods_list, options, progress=None, start=0,
     input shard `path` (count -1: to the end), explained in batches of options["batch_size"]
     from `start`. Each map depends on its image and key only (docs/saliency.md), so any split
     of a shard into ranges gives the same examples as the whole shard."""
-    space = input_space(loaded.preprocessing)
+    space = preprocessing.input_space(loaded.preprocessing)
     if loaded.input_shape[0] != loaded.input_shape[1] and options["geometry"] != "none":
         raise UserError(f"model {loaded.path} takes non-square input; use --geometry=none")
     dataset = pipelines.explanation_inputs([path], loaded.input_shape, space, options["geometry"],
@@ -228,7 +236,8 @@ def generate(input_pattern, model_path, methods_list, output_dir, *, batch_size=
     loaded = models.load(model_path)
     files = records.list_files(input_pattern)[shard_index::num_shards]
     common = {"seed": seed, "preprocessing": loaded.preprocessing, "geometry": geometry,
-              "crop_version": CROP_VERSION, "explain": explain, "label_offset": label_offset}
+              "crop_version": preprocessing.CROP_VERSION, "explain": explain,
+              "label_offset": label_offset}
     meta = {"methods": {record_key(m): {"name": m, **{k: repr(v) for k, v in
                                                       names.resolve(m).options.items()}}
                         for m in methods_list}, "model_id": loaded.model_id, **common}

@@ -28,6 +28,7 @@ import tensorflow as tf
 from models.errors import MissingPathError, RecordError, UserError
 from models.files import atomic_output, is_temporary
 from saliency_gen import shard_ledger
+from saliency_gen.formats import MAP_DTYPES
 
 # ----------------------------------------------------------------------------------------------
 # Field specifications: key -> (kind, required, length); length None = any number of values.
@@ -62,7 +63,6 @@ SALIENCY_FIELDS = {
     "saliency/model_id": ("bytes", False, 1),
     "saliency/meta": ("bytes", False, 1),
 }
-MAP_DTYPES = ("rank8", "float16", "float32")
 # rank8 bucket cuts, in percent of elements: ROAR's integer percentages plus finer top ranks.
 RANK8_CUT_PERCENTS = tuple(sorted({float(q) for q in range(1, 100)}
                                   | {q + 0.5 for q in range(28)}))

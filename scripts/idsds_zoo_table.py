@@ -19,7 +19,7 @@ os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
 import models  # noqa: E402  (after the environment setting above)
 from faithfulness import evaluate  # noqa: E402
-from models import results, training  # noqa: E402
+from models import recipes, results, training  # noqa: E402
 from models.cli import option, run_binary  # noqa: E402
 from saliency_gen import pipelines, records  # noqa: E402
 from saliency_gen.world import cache  # noqa: E402
@@ -41,7 +41,7 @@ def run(args: Config) -> dict:
     shards = cache.records_dir(seed=args.seed)
     files = {split: records.list_files(os.path.join(shards, f"{split}-*"), split)
              for split in ("train", "validation")}
-    recipe = training.with_overrides(training.SYNTHETIC_RECIPE, epochs=args.epochs,
+    recipe = recipes.with_overrides(recipes.SYNTHETIC_RECIPE, epochs=args.epochs,
                                      decay_epochs=(max(1.0, args.epochs - 1),))
     table, report = [], {}
     for name in args.models:

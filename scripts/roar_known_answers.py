@@ -12,7 +12,7 @@ import glob
 import os
 import tempfile
 
-from models import training
+from models import recipes
 from models.cli import option, run_binary
 from roar import masked_data, train
 from saliency_gen.world import synthetic
@@ -43,7 +43,7 @@ class Config:
 
 def run(config: Config):
     size, t, v = config.image_size, config.train_per_pair, config.val_per_pair
-    recipe = training.with_overrides(training.SYNTHETIC_RECIPE, epochs=config.epochs)
+    recipe = recipes.with_overrides(recipes.SYNTHETIC_RECIPE, epochs=config.epochs)
     with tempfile.TemporaryDirectory() as scratch:
         world = os.path.join(scratch, "world")
         synthetic.build_world(world, seed=config.seed, image_size=size, train_per_pair=t,

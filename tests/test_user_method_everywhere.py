@@ -15,7 +15,7 @@ import pytest
 import models
 import saliency_gen
 from faithfulness import evaluate as faithfulness_evaluate
-from models import training
+from models import recipes
 from models.preprocessing import input_space
 from roar import masked_data, road, train
 from saliency_gen import generate, pipelines, records
@@ -124,4 +124,4 @@ def test_roar_training_on_the_generated_records_matches_the_python_api(generated
     assert by_binary["model_id"] == in_python["model_id"]  # the same weights, bit for bit
     assert by_binary["top1"] == in_python["top1"] and by_binary["top5"] == in_python["top5"]
     assert by_binary["recipe"] == json.loads(json.dumps(
-        training.with_overrides(training.SYNTHETIC_RECIPE, epochs=1.0, batch_size=32).__dict__))
+        recipes.with_overrides(recipes.SYNTHETIC_RECIPE, epochs=1.0, batch_size=32).__dict__))

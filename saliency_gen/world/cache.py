@@ -19,7 +19,7 @@ import os
 import shutil
 from typing import Callable, Optional
 
-from models import progress, training
+from models import progress, recipes, training
 from models.files import project_cache_dir, write_json
 from saliency_gen import pipelines, records
 from saliency_gen.world import shipped as shipped_models
@@ -73,7 +73,7 @@ def clean_model(seed: int = 0, folder: Optional[str] = None, log: Callable = pri
         shards = records_dir(seed, folder, log)
         files = {split: records.list_files(os.path.join(shards, f"{split}-*"), split)
                  for split in ("train", "validation")}
-        recipe = training.SYNTHETIC_RECIPE
+        recipe = recipes.SYNTHETIC_RECIPE
         train_data = pipelines.image_batches(files["train"], training=True,
                                              batch_size=recipe.batch_size, size=IMAGE_SIZE,
                                              seed=seed)

@@ -105,9 +105,10 @@ def test_start_up_logs_stay_hidden_unless_asked_for(monkeypatch):
 
 
 def test_the_foundation_imports_without_tensorflow_and_tensorflow_loads_quietly():
-    """errors, flags, files, provenance and the statistics load no TensorFlow, nor do the four
-    benchmark packages, ROAR's report and BAM's downloader; the first model loads it, and its
-    C++ start-up lines stay hidden (stderr stays empty)."""
+    """errors, flags, files, provenance, the statistics and the recipes load no TensorFlow, nor
+    do the four benchmark packages, ROAR's report, BAM's downloader and the binaries that check
+    their flags before it starts (their heavy modules load on first use); the first model loads
+    it, and its C++ start-up lines stay hidden (stderr stays empty)."""
     import subprocess
     import sys
 
@@ -115,7 +116,8 @@ def test_the_foundation_imports_without_tensorflow_and_tensorflow_loads_quietly(
 
     light = ("import sys; import models.errors, models.cli, models.files, models.provenance, "
              "models.uncertainty, models.reliability, bam, roar, faithfulness, saliency_gen, "
-             "roar.report, bam.downloads; "
+             "models.recipes, roar.report, bam.downloads, saliency_gen.generate, roar.train, "
+             "roar.road, bam.metrics, faithfulness.evaluate; "
              "print(sorted({'tensorflow', 'keras'} & set(sys.modules)))")
     done = subprocess.run([sys.executable, "-c", light], cwd=REPO, capture_output=True,
                           text=True, timeout=120, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
@@ -126,6 +128,22 @@ def test_the_foundation_imports_without_tensorflow_and_tensorflow_loads_quietly(
                           text=True, timeout=300, env=env)
     assert done.returncode == 0 and done.stdout.strip() == "built", done.stderr[-2000:]
     assert done.stderr == ""
+
+
+def test_a_lazy_module_imports_on_first_use_and_forwards_settings(tmp_path, monkeypatch):
+    import sys
+
+    from models.lazy import lazy_module
+
+    (tmp_path / "lazy_probe.py").write_text("VALUE = 41\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    probe = lazy_module("lazy_probe")
+    assert "lazy_probe" not in sys.modules  # nothing imported yet
+    assert probe.VALUE == 41 and "lazy_probe" in sys.modules
+    probe.VALUE = 42  # a setting (a test's monkeypatch) reaches the real module
+    assert sys.modules["lazy_probe"].VALUE == 42
+    assert lazy_module("lazy_probe") is sys.modules["lazy_probe"]  # once imported, itself
+    del sys.modules["lazy_probe"]
 
 
 def test_an_output_lock_refuses_a_second_writer_and_leaves_nothing_behind(tmp_path):

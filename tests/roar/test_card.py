@@ -8,11 +8,11 @@ import os
 import keras
 
 import models
-from models import training
+from models import recipes
 from roar import card, masked_data, train
 from saliency_gen import generate
 
-RECIPE = training.with_overrides(training.SYNTHETIC_RECIPE, epochs=1.0, batch_size=50)
+RECIPE = recipes.with_overrides(recipes.SYNTHETIC_RECIPE, epochs=1.0, batch_size=50)
 
 
 def _mtimes(root):

@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from models import training
+from models import recipes
 from models.errors import UserError
 from roar import masked_data, masking, road, train
 from saliency_gen import generate, records
@@ -19,7 +19,7 @@ from tests import REPO
 from tests.conftest import assert_origin_covers_the_flags, interrupt_at
 
 SIZE, T, V = 32, 50, 10  # 5,000 train and 1,000 test images of 32 x 32
-RECIPE = training.with_overrides(training.SYNTHETIC_RECIPE, epochs=5.0)
+RECIPE = recipes.with_overrides(recipes.SYNTHETIC_RECIPE, epochs=5.0)
 # The known-answer runs train the cheap plain CNN (stride-2 convolutions, about 14x fewer
 # multiply-adds than small_cnn at 32 px): 15 s a run here instead of 60, and the controls' answers
 # are the same; it reaches about 0.5 clean top-1 in 5 epochs (chance: 0.1).
@@ -228,7 +228,7 @@ def test_a_tensorflow_datasets_split_becomes_masked_records(tmp_path):
 
 
 def test_a_killed_run_resumes_exactly_and_other_settings_are_refused(world, tmp_path):
-    recipe = training.with_overrides(training.SYNTHETIC_RECIPE, epochs=3.0)
+    recipe = recipes.with_overrides(recipes.SYNTHETIC_RECIPE, epochs=3.0)
     config = masked_data.MaskConfig(ratio=0.3)
     files = world["validation"]  # small: 1,000 images
 
@@ -253,7 +253,7 @@ def test_a_killed_run_resumes_exactly_and_other_settings_are_refused(world, tmp_
     with pytest.raises(UserError, match=r"run folder .*killed was made with "
                                         r"base_learning_rate=0.004, not 0.01; pass --overwrite"):
         train.run_masked(files, files, config, output_dir=str(killed), control="random",
-                         recipe=training.with_overrides(recipe, base_learning_rate=0.01))
+                         recipe=recipes.with_overrides(recipe, base_learning_rate=0.01))
     with pytest.raises(UserError, match=r"made with train_crop=none, not inception"):
         run("killed", train_crop="inception")  # a pipeline setting is part of the origin
 
