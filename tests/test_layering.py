@@ -1,6 +1,6 @@
 """The package structure: the benchmarks are siblings on top of saliency_gen and models.
 
-Parses every module's imports (function-local ones included) and checks the rules of
+Parses every module's imports (function-local and deferred ones included) and checks the rules of
 docs/architecture.md ("Layers"): no module of bam/, roar/ or faithfulness/ imports another of
 those three packages; saliency_gen imports only models; models imports no other package of the
 project; no project import hides inside a function; and the module import graph has no cycle.
@@ -37,8 +37,15 @@ def _modules():
 MODULES = _modules()
 
 
+def _lazy_import(node) -> bool:
+    """Is `node` a call `lazy_module("dotted.name")` (an import deferred to first use)?"""
+    return (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
+            and getattr(node.func, "id", getattr(node.func, "attr", None)) == "lazy_module")
+
+
 def _imports(path, module):
-    """[(imported module, line, inside a function)] of the project modules `module` imports."""
+    """[(imported module, line, inside a function)] of the project modules `module` imports,
+    deferred ones (`lazy_module`) included."""
     tree = ast.parse(open(path, encoding="utf-8").read(), path)
     package = module if path.endswith("__init__.py") else module.rpartition(".")[0]
     found = []
@@ -55,6 +62,8 @@ def _imports(path, module):
                                     + ([base] if base else []))
                 names = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base
                          for alias in child.names]
+            elif _lazy_import(child):  # models.lazy.lazy_module("package.module")
+                names = [child.args[0].value]
             else:
                 visit(child, inner)
                 continue
@@ -120,7 +129,9 @@ def test_the_module_graph_has_no_cycle():
 def test_the_checks_catch_what_they_forbid(tmp_path):
     """Each check sees its kind of violation (so the tests above can fail)."""
     path = tmp_path / "probe.py"
-    path.write_text("from roar import masked_data\n\n\ndef f():\n    from models import zoo\n")
+    path.write_text("from roar import masked_data\n\n\ndef f():\n    from models import zoo\n"
+                    "\n\nrmcs = lazy_module('bam.rmcs')\n")
     assert _imports(str(path), "faithfulness.probe") == [("roar.masked_data", 1, False),
-                                                         ("models.zoo", 5, True)]
+                                                         ("models.zoo", 5, True),
+                                                         ("bam.rmcs", 8, False)]
     assert _cycles({"a": ["b"], "b": ["c"], "c": ["a"], "d": ["a"]}) == ["a -> b -> c -> a"]
