@@ -82,6 +82,13 @@ def local_worker_threads(options: PipelineOptions):
     local = (options.view_as(StandardOptions).runner in LOCAL_RUNNERS
              and direct.direct_running_mode == "multi_processing" and workers > 1)
     chosen = [name for name in THREAD_VARIABLES if name not in os.environ] if local else []
+    if chosen:
+        # This process keeps its own pools: TensorFlow makes them when its runtime starts, so
+        # it starts now, before the variables change (else a process whose first TensorFlow
+        # work ran inside this block, a test process among them, kept one thread for good).
+        import tensorflow as tf
+
+        tf.config.list_logical_devices()
     threads = str(max(1, (os.cpu_count() or 1) // workers))
     os.environ.update({name: threads for name in chosen})
     try:
