@@ -99,7 +99,7 @@ def test_faithfulness_binary_gives_the_python_api_scores(generated, monkeypatch)
     report = json.loads(output.read_text())
     monkeypatch.syspath_prepend(USER_METHODS)
     loaded = models.load(generated["model"])
-    images, labels, ids = faithfulness_evaluate.load_images(pattern, loaded, 12, 0)
+    images, labels, ids = pipelines.load_images(pattern, loaded, 12, 0)
     expected = faithfulness_evaluate.evaluate(loaded, images, labels, ids, [METHOD],
                                               "single_deletion",
                                               faithfulness_evaluate.Options(batch_size=8))

@@ -15,6 +15,7 @@ import faithfulness
 import models
 import saliency_gen
 from faithfulness import evaluate, finetune
+from saliency_gen import pipelines
 from tests import REPO
 from tests.conftest import assert_origin_covers_the_flags, interrupt_at
 
@@ -48,11 +49,11 @@ def test_evaluate_equals_the_library_and_ignores_grouping(tiny_world, exported):
     root, _ = tiny_world
     loaded = models.load(exported)
     pattern = os.path.join(root, "records", "validation-*")
-    images, labels, ids = evaluate.load_images(pattern, loaded, nr_images=20, seed=0)
-    again = evaluate.load_images(pattern, loaded, nr_images=20, seed=0)
+    images, labels, ids = pipelines.load_images(pattern, loaded, nr_images=20, seed=0)
+    again = pipelines.load_images(pattern, loaded, nr_images=20, seed=0)
     np.testing.assert_array_equal(again[0], images)
     assert len(images) == 20 and not np.array_equal(
-        evaluate.load_images(pattern, loaded, nr_images=20, seed=1)[2], ids)
+        pipelines.load_images(pattern, loaded, nr_images=20, seed=1)[2], ids)
     options = evaluate.Options(batch_size=16)
     whole = evaluate.evaluate(loaded, images, labels, ids, ["idsds:IxG"], "single_deletion",
                               options)
