@@ -29,7 +29,6 @@ def lazy_names(package: str, exports: Mapping[str, str]) -> Callable[[str], obje
     return __getattr__
 
 
-
 class _ModuleOnFirstUse(types.ModuleType):
     """Stands for the module of the same name: reading (or setting) an attribute imports it, if
     it is not yet imported, and forwards to it. The import system's own locks make the first use

@@ -42,7 +42,7 @@ def run(args: Config) -> dict:
     files = {split: records.list_files(os.path.join(shards, f"{split}-*"), split)
              for split in ("train", "validation")}
     recipe = recipes.with_overrides(recipes.SYNTHETIC_RECIPE, epochs=args.epochs,
-                                     decay_epochs=(max(1.0, args.epochs - 1),))
+                                    decay_epochs=(max(1.0, args.epochs - 1),))
     table, report = [], {}
     for name in args.models:
         spec = models.spec(name)
