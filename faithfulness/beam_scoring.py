@@ -30,8 +30,8 @@ from saliency_gen.beam_support import beam
 
 
 @dataclasses.dataclass(frozen=True)
-class Config:
-    """beam_scoring's options (one flag each)."""
+class Config(beam_support.RunnerOptions):
+    """beam_scoring's options (one flag each), after the Beam runner's."""
 
     input_pattern: Optional[str] = option(None, "Saliency records (images and maps).",
                                           origin="data")
@@ -43,14 +43,9 @@ class Config:
                                       evaluate.PROTOCOLS, origin="protocol")
     geometry: str = option("auto", "How images reach the model's size (as the generator).",
                            ("auto", "center_crop", "none"))
-    batch_size: int = option(32, "Work items per model call, and records per work unit.")
+    batch_size: int = option(32, "Work items per model call.")
     seed: int = option(0, "Seed of the protocols' draws and of the bootstrap.")
     output: str = option("faithfulness_beam.json", "JSON report.", origin=False)
-    runner: str = option("DirectRunner", "Beam runner (see saliency_gen.beam_generate).",
-                         origin=False)
-    beam_workers: int = option(2, "DirectRunner: worker processes (1: in this process).",
-                               origin=False)
-    beam_options: str = option("", "More Beam pipeline flags, as one string.", origin=False)
 
 
 def map_key(method: str) -> str:
@@ -135,8 +130,7 @@ def run(config: Config) -> dict:
                                            **dataclasses.asdict(options)},
                                           model_id=loaded.model_id,
                                           data=provenance.listing_digest(files))}
-    units = beam_support.record_ranges(counts, f.batch_size)
-    pipeline_options = beam_support.pipeline_options(f.runner, f.beam_workers, f.beam_options)
+    units = f.work_ranges(counts, f.batch_size)
     output = os.path.abspath(f.output)
 
     def build(root):
@@ -150,7 +144,7 @@ def run(config: Config) -> dict:
              | "Write" >> beam.ParDo(WriteReport(output, header)))
 
     with exclusive(output, "--output"):
-        beam_support.run(build, pipeline_options)
+        beam_support.run(build, f.pipeline_options())
     report = read_json(output, "report")
     rows = [[metric, f"{s['mean']:.4f}", f"[{s['low']:.4f}, {s['high']:.4f}]", str(s["n"])]
             for metric, s in report["results"].items()]

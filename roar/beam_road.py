@@ -15,7 +15,7 @@ import dataclasses
 import os
 
 import models
-from models.cli import option, run_binary
+from models.cli import run_binary
 from models.files import exclusive, read_json, write_json
 from roar import road
 from saliency_gen import beam_support
@@ -26,14 +26,8 @@ VALUES = ("accuracy", "true_class_probability")
 
 
 @dataclasses.dataclass(frozen=True)
-class Config(road.Config):
+class Config(road.Config, beam_support.RunnerOptions):
     """roar.road's options plus the Beam runner's."""
-
-    runner: str = option("DirectRunner", "Beam runner (see saliency_gen.beam_generate).",
-                         origin=False)
-    beam_workers: int = option(2, "DirectRunner: worker processes (1: in this process).",
-                               origin=False)
-    beam_options: str = option("", "More Beam pipeline flags, as one string.", origin=False)
 
 
 class ScoreRoadRange(beam.DoFn):
@@ -84,7 +78,7 @@ def run(config: Config) -> list:
         read = road.inputs(f)
         counts = [(path, count_records([path])) for path in read.files]
         units = [(path, start, count, order, p)
-                 for path, start, count in beam_support.record_ranges(counts, f.batch_size)
+                 for path, start, count in f.work_ranges(counts, f.batch_size)
                  for order in f.orders for p in read.ratios]
         scratch = os.path.abspath(f.output) + ".combined.json"
 
@@ -98,8 +92,7 @@ def run(config: Config) -> list:
                  | "Collect" >> beam.combiners.ToList()
                  | "Gather" >> beam.ParDo(Gather(scratch)))
 
-        beam_support.run(build, beam_support.pipeline_options(f.runner, f.beam_workers,
-                                                              f.beam_options))
+        beam_support.run(build, f.pipeline_options())
         combined = {tuple(key): summary for key, summary in read_json(scratch, "ROAD scores")}
         os.remove(scratch)
         rows = []

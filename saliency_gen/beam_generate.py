@@ -19,23 +19,15 @@ import dataclasses
 import time
 
 import models
-from models.cli import option, run_binary
+from models.cli import run_binary
 from models.errors import RecordError
 from saliency_gen import beam_support, generate, records, shard_ledger
 from saliency_gen.beam_support import beam
 
 
 @dataclasses.dataclass(frozen=True)
-class Config(generate.Config):
+class Config(generate.Config, beam_support.RunnerOptions):
     """The generator's options plus the Beam runner's."""
-
-    runner: str = option("DirectRunner", "Beam runner: DirectRunner (local processes), "
-                         "BundleBasedDirectRunner (this process), DataflowRunner, FlinkRunner, "
-                         "SparkRunner, ...", origin=False)
-    beam_workers: int = option(2, "DirectRunner: worker processes (1: in this process).",
-                               origin=False)
-    beam_options: str = option("", "More Beam pipeline flags, as one string (e.g. Dataflow's "
-                               "--project, --region, --temp_location).", origin=False)
 
 
 class ExplainRange(beam.DoFn):
@@ -88,7 +80,7 @@ class WriteShard(beam.DoFn):
         yield path, method, expected
 
 
-def beam_explainer(options: beam.options.pipeline_options.PipelineOptions):
+def beam_explainer(runner: beam_support.RunnerOptions):
     """An `explain_all` for `generate.generate` that runs the work as a Beam pipeline."""
 
     def explain_all(work, loaded, generator_options, progress_bar=True):
@@ -96,7 +88,7 @@ def beam_explainer(options: beam.options.pipeline_options.PipelineOptions):
         started = time.time()
         units = [(item.path, start, count, method)
                  for item in work for method in item.methods
-                 for _, start, count in beam_support.record_ranges(
+                 for _, start, count in runner.work_ranges(
                      [(item.path, item.count)], generator_options["batch_size"])]
         if not units:
             return {"images": 0, "seconds": 0.0, "written": 0}
@@ -104,7 +96,7 @@ def beam_explainer(options: beam.options.pipeline_options.PipelineOptions):
                    for item in work for method in item.methods}
         counts = {item.path: item.count for item in work}
         sources = {item.path: item.source for item in work}
-        print(f"beam: {len(units)} ranges of at most {generator_options['batch_size']} records "
+        print(f"beam: {len(units)} ranges of at most {max(u[2] for u in units)} records "
               f"({sum(u[2] for u in units)} maps, {len(outputs)} shards)", flush=True)
 
         def build(root):
@@ -115,7 +107,7 @@ def beam_explainer(options: beam.options.pipeline_options.PipelineOptions):
                  | "ByShard" >> beam.GroupByKey()
                  | "Write" >> beam.ParDo(WriteShard(outputs, counts, sources)))
 
-        result = beam_support.run(build, options)
+        result = beam_support.run(build, runner.pipeline_options())
         return {"images": beam_support.counter(result, "maps"),
                 "seconds": time.time() - started, "written": len(work)}
 
@@ -124,9 +116,7 @@ def beam_explainer(options: beam.options.pipeline_options.PipelineOptions):
 
 def run(config: Config) -> dict:
     """Runs the generator's pipeline with `config`; prints and returns the summary."""
-    options = beam_support.pipeline_options(config.runner, config.beam_workers,
-                                            config.beam_options)
-    return generate.run(config, explain_all=beam_explainer(options))
+    return generate.run(config, explain_all=beam_explainer(config))
 
 
 if __name__ == "__main__":

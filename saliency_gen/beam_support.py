@@ -8,6 +8,7 @@ which workers finished, and whatever the number of workers. A bundle that fails 
 by the runner emits its outputs only once: the runner discards a failed attempt's outputs.
 """
 import contextlib
+import dataclasses
 import logging
 import os
 import re
@@ -19,7 +20,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from models import cli, errors, uncertainty
-from models.cli import require
+from models.cli import option, require
 from models.errors import UserError, check_minimum
 
 _root_level = logging.getLogger().level
@@ -57,6 +58,37 @@ def pipeline_options(runner: str = "DirectRunner", num_workers: int = 2,
         raise UserError(f"--beam_options cannot be parsed ({error}); quote values with "
                         "spaces") from None
     return PipelineOptions(arguments)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunnerOptions:
+    """The Beam runner's flags, shared by the project's Beam binaries (their configs inherit
+    it). None of them changes results: maps and scores are keyed by example, not by worker or
+    work unit (docs/scale_out.md)."""
+
+    runner: str = option("DirectRunner", "Beam runner: DirectRunner (local processes), "
+                         "BundleBasedDirectRunner (this process), DataflowRunner, FlinkRunner, "
+                         "SparkRunner, ...", origin=False)
+    beam_workers: int = option(2, "DirectRunner: worker processes (1: in this process).",
+                               origin=False)
+    beam_options: str = option("", "More Beam pipeline flags, as one string (e.g. Dataflow's "
+                               "--project, --region, --temp_location).", origin=False)
+    unit_records: int = option(256, "Records per work unit, rounded up to a multiple of "
+                               "--batch_size: a unit pays a fixed set-up (its input pipeline), "
+                               "so small units cost time; large ones spread less evenly.",
+                               origin=False)
+
+    def pipeline_options(self) -> PipelineOptions:
+        """The Beam options these flags ask for (`pipeline_options`)."""
+        return pipeline_options(self.runner, self.beam_workers, self.beam_options)
+
+    def work_ranges(self, counts: Sequence[tuple], batch_size: int) -> list:
+        """The work units (path, start, count) over the (path, record count) pairs: ranges of
+        --unit_records rounded up to a multiple of `batch_size`, so that a unit's batches are
+        the single-process run's batches."""
+        check_minimum("unit_records", self.unit_records, 1)
+        check_minimum("batch_size", batch_size, 1)
+        return record_ranges(counts, -(-self.unit_records // batch_size) * batch_size)
 
 
 def record_ranges(counts: Sequence[tuple], size: int) -> list:

@@ -27,7 +27,7 @@ def test_beam_scores_equal_the_single_process_binary(small_shards, tmp_path, pro
         [sys.executable, "-m", "faithfulness.beam_scoring",
          f"--input_pattern={saliency}/{generate.method_directory(method)}/validation-*",
          f"--model_path={model_path}", f"--saliency_method={method}",
-         f"--evaluation_protocol={protocol}", "--batch_size=8", "--beam_workers=2",
+         f"--evaluation_protocol={protocol}", "--batch_size=8", "--unit_records=1", "--beam_workers=2",
          f"--output={output}"],
         cwd=REPO, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -23,7 +23,7 @@ def test_beam_road_rows_equal_the_single_process_binary(small_shards, tmp_path):
     done = subprocess.run(
         [sys.executable, "-m", "roar.beam_road", *(f"--{k}={v}" for k, v in flags.items()
                                                    if k != "ratios"),
-         "--ratios=0.3,0.7", "--batch_size=5", "--beam_workers=2",
+         "--ratios=0.3,0.7", "--batch_size=5", "--unit_records=5", "--beam_workers=2",
          f"--output={tmp_path / 'beam'}"],
         cwd=REPO, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]

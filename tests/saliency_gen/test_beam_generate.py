@@ -20,6 +20,9 @@ def _environment(**extra):
 def test_record_ranges_cover_every_record_once():
     ranges = beam_support.record_ranges([("a", 13), ("b", 5), ("c", 0)], 5)
     assert ranges == [("a", 0, 5), ("a", 5, 5), ("a", 10, 3), ("b", 0, 5)]
+    # work units: --unit_records rounded up to whole batches (7 -> 2 batches of 4)
+    runner = beam_support.RunnerOptions(unit_records=7)
+    assert runner.work_ranges([("a", 13)], 4) == [("a", 0, 8), ("a", 8, 5)]
 
 
 def test_local_workers_share_the_cores(monkeypatch):
@@ -45,7 +48,7 @@ def test_two_worker_pipeline_writes_the_single_process_bytes(small_shards, tmp_p
     done = subprocess.run(
         [sys.executable, "-m", "saliency_gen.beam_generate", f"--input_pattern={pattern}",
          f"--model_path={model_path}", f"--saliency_method={methods}", f"--output_dir={beam}",
-         "--batch_size=5", "--chunk_size=7", "--beam_workers=2"],
+         "--batch_size=5", "--chunk_size=7", "--beam_workers=2", "--unit_records=5"],
         cwd=REPO, env=_environment(), capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "wrote 72 maps in 3 shard(s)" in done.stdout
@@ -68,7 +71,8 @@ def test_a_retried_bundle_gives_a_complete_identical_output(small_shards, tmp_pa
     try:
         config = beam_generate.Config(input_pattern=pattern, model_path=model_path,
                                       saliency_method=method, output_dir=str(tmp_path / "beam"),
-                                      batch_size=4, runner="BundleBasedDirectRunner")
+                                      batch_size=4, unit_records=4,
+                                      runner="BundleBasedDirectRunner")
         result = beam_generate.run(config)
         assert marker.exists()  # the injected failure did happen, and the runner retried
         assert result["images"] == 36
