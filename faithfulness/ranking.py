@@ -10,18 +10,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from models.errors import UserError
+from models.errors import UserError, first_non_finite
 
 REMAINDERS = ("partial", "error")
 
 
 def check_finite(maps, what="explanations"):
     """Raises one clear error naming the first map with a NaN or infinite value."""
-    flat = np.asarray(maps).reshape(len(maps), -1)
-    finite = np.isfinite(flat).all(axis=1)
-    if not finite.all():
-        raise UserError(f"{what}[{int(np.flatnonzero(~finite)[0])}] contains NaN or infinite "
-                        "values; fix or drop that map")
+    bad = first_non_finite(maps)
+    if bad is not None:
+        raise UserError(f"{what}[{bad}] contains NaN or infinite values; fix or drop that map")
 
 
 def orders(maps, descending=True):

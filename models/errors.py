@@ -5,6 +5,7 @@ fault and says what to do. Binaries run through `models.cli.run_binary`, so such
 as a single `error: ...` line with exit status 2 instead of a traceback from deep inside
 TensorFlow.
 """
+from typing import Optional
 
 
 class UserError(ValueError):
@@ -77,3 +78,20 @@ def check_fractions(flag: str, values) -> None:
     """Raises unless every value of the flag `--flag` is a whole percent (`whole_percent`)."""
     for value in values if isinstance(values, (list, tuple)) else [values]:
         whole_percent(flag, value)
+
+
+
+def first_non_finite(values) -> Optional[int]:
+    """The index of the first row of `values` [N, ...] that holds a NaN or an infinity, or None.
+    A finite sum proves every value finite (NaN and infinities propagate through a sum), so the
+    common case costs one vectorised sum instead of an elementwise test; only a sum that is not
+    finite (a bad value, or finite values overflowing) is looked at row by row."""
+    import numpy as np  # here, so that importing the errors stays free
+
+    values = np.asarray(values)
+    if values.size == 0 or not np.issubdtype(values.dtype, np.floating):
+        return None
+    if np.isfinite(values.sum(dtype=values.dtype)):
+        return None
+    finite = np.isfinite(values.reshape(len(values), -1)).all(axis=1)
+    return None if finite.all() else int(np.flatnonzero(~finite)[0])

@@ -21,7 +21,7 @@ import tensorflow as tf
 
 from models import executor
 from models.adapter import Adapter, adapt
-from models.errors import ShapeError, UserError
+from models.errors import ShapeError, UserError, first_non_finite
 from models.tracing import quiet_retracing
 from saliency_gen import names, noise, transforms
 from saliency_gen.spec import MethodSpec
@@ -128,10 +128,10 @@ def attribute(model, images, method: str, targets: Optional[Sequence[int]] = Non
     if images.ndim != 4:
         raise ShapeError(f"images have shape {images.shape}; expected [N, H, W, C]")
     count = len(images)
-    finite = np.isfinite(images.reshape(count, -1)).all(axis=1)
-    if not finite.all():
-        raise UserError(f"image {int(np.flatnonzero(~finite)[0])} contains NaN or infinite "
-                        "values; fix the input before explaining it")
+    bad = first_non_finite(images)
+    if bad is not None:
+        raise UserError(f"image {bad} contains NaN or infinite values; fix the input before "
+                        "explaining it")
     ids = np.arange(count, dtype=np.int64) if ids is None else np.asarray(ids, np.int64)
     if ids.shape != (count,):
         raise ShapeError(f"ids have shape {ids.shape}; expected [{count}]")

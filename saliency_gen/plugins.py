@@ -23,10 +23,9 @@ import importlib
 import inspect
 from typing import Callable, Optional
 
-import numpy as np
 import tensorflow as tf
 
-from models.errors import UserError
+from models.errors import UserError, first_non_finite
 from saliency_gen import units
 from saliency_gen.units import HostPlan, Method, Param, Plan
 
@@ -117,11 +116,11 @@ class FunctionMethod(Method):
         return HostPlan(run)
 
     def check_maps(self, maps, name):
-        finite = np.isfinite(maps.reshape(len(maps), -1)).all(axis=1)
-        if not finite.all():
-            raise UserError(f"method {name!r} returned NaN or infinite values for image "
-                            f"{int(np.flatnonzero(~finite)[0])}; make the function return "
-                            "finite maps (e.g. guard divisions by zero)")
+        bad = first_non_finite(maps)
+        if bad is not None:
+            raise UserError(f"method {name!r} returned NaN or infinite values for image {bad}; "
+                            "make the function return finite maps (e.g. guard divisions by "
+                            "zero)")
 
 
 def register_method(name: str, method, *, params: Optional[dict] = None, traced: bool = True,

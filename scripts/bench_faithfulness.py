@@ -4,8 +4,9 @@
 
 One CNN (three stride-2 convolutions, global pooling, softmax) built identically in Keras and
 PyTorch, at two widths, and the real-size EfficientNet-Lite0 with its ImageNet weights (docs/
-real_model.md; no PyTorch twin, so no reference columns; --real_images images). For Deletion (14 x 14 maps, 197 forward passes per image), Insertion (same, blur
-substrate) and IDSDS single deletion (4 x 4 grid, 17 passes per image) it prints images/s of:
+real_model.md; no PyTorch twin, so no reference columns; --real_images images). For Deletion
+(14 x 14 maps, 197 forward passes per image), Insertion (same, blur substrate) and IDSDS
+single deletion (4 x 4 grid, 17 passes per image) it prints images/s of:
 
 * ours: the `faithfulness` metric, end to end, from images already in a tf.Tensor (as the
   reference gets torch tensors);
@@ -52,18 +53,6 @@ def pretrained_model(name):
     """A pretrained zoo model (`models.pretrained`) with a softmax on top."""
     model = models.rebuild(pretrained.export_path(name))
     return keras.Model(model.input, keras.layers.Softmax()(model.output))
-
-
-def torch_model(model, widths):
-    import torch
-
-    modules, channels = [], 3
-    for width in widths:
-        modules += [torch.nn.Conv2d(channels, width, 3, stride=2, padding=1), torch.nn.ReLU()]
-        channels = width
-    modules += [torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
-                torch.nn.Linear(channels, CLASSES), torch.nn.Softmax(dim=1)]
-    return torch_twin.copy_weights(model, torch.nn.Sequential(*modules))
 
 
 def best_times(runs, repeats):
@@ -184,7 +173,7 @@ def measure(widths, config, model=None):
             if not hasattr(np, "trapz"):
                 np.trapz = np.trapezoid
             torch.set_num_threads(os.cpu_count())
-            twin = torch_model(model, widths)
+            twin = torch_twin.plain_cnn(model, softmax=True)
         except ImportError:
             pass
     rows = []
@@ -253,7 +242,8 @@ def print_table(title, rows, config):
         bound = f"{reference_seconds / ceiling:16.1f}x" if reference_seconds else f"{'-':>17}"
         print(f"{name:<16} {count:>6} {passes:>7} {rate(count, seconds, 10)} "
               f"{rate(count, ceiling, 8)} {ceiling / seconds:>6.2f} "
-              f"{rate(count, reference_seconds, 9)} {speed} {bound} {rate(count, twin_seconds, 13)}")
+              f"{rate(count, reference_seconds, 9)} {speed} {bound} "
+              f"{rate(count, twin_seconds, 13)}")
 
 if __name__ == "__main__":
     run_binary(Config, run)

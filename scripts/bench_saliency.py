@@ -23,15 +23,22 @@ px and shrink with the pixel count, at least 8 and 4):
   generator (stateless Philox normals) and taking the raw gradients of the noisy images at the
   ceiling's batch size. Engine / noise peer isolates the engine's own overhead from the cost of
   the Gaussian draws, which is large next to a cheap model's gradient;
+* Captum (IG and SmoothGrad^2): Captum's `IntegratedGradients` (25 steps, zero baseline) and
+  `NoiseTunnel(Saliency)` with `nt_type="smoothgrad_sq"` (25 samples) on the model's PyTorch
+  twin with the same weights (`faithfulness.torch_twin`; plain_cnn and small_resnet), on the
+  same images as the engine, measured beside it; the better of Captum's batch settings (all
+  steps or samples at once, or 256 inputs per batch). Skipped when torch or captum is absent
+  (`pip install torch==2.13.0 captum`);
 * PAIR: `saliency.core` images/s at its defaults (one gradient per call) and with `batch_size`
   tuned where PAIR has one (IG), for the methods PAIR has; its VarGrad row times the equivalent
   loop of 25 `GetMask` calls on noisy inputs.
 
-Prints a table per model with the ratios engine/ceiling (target >= 0.9 for every method) and
-engine/PAIR, and writes them as JSON with --output_json.
+Prints a table per model with the ratios engine/ceiling (target >= 0.9 for every method),
+engine/Captum (target >= 2) and engine/PAIR, and writes them as JSON with --output_json.
 """
 import models  # noqa: I001  (first: TensorFlow loads quietly)
 import dataclasses
+import functools
 import json
 import os
 import time
@@ -43,6 +50,7 @@ import tensorflow as tf
 
 import saliency_gen
 from models import pretrained, provenance
+from faithfulness import torch_twin
 from models.cli import option, run_binary
 from saliency_gen import noise
 from saliency_gen.methods import pair
@@ -59,6 +67,9 @@ METHODS = (
     ("user: gradient x blob", "bench_blob", 1, {}, False),
     ("user: SmoothGrad^2 (25)", "smoothgrad_sq(bench_blob)", 25, {"nsamples": 25}, False),
 )
+
+
+CAPTUM_METHODS = ("integrated_gradients", "smoothgrad_sq(gradient)")  # Captum peers exist
 
 
 def gradient_times_blob(model, images, targets):
@@ -208,6 +219,56 @@ def pair_rate(model, images, targets, method, params, batch_size=None):
     return len(images) / _best_time(run, 1)
 
 
+def captum_runs(twin, images, targets, method, params) -> dict:
+    """{setting: callable} running Captum's `method` on the PyTorch `twin` for `images`
+    (NHWC numpy, moved to NCHW once): IG with a zero baseline, or NoiseTunnel SmoothGrad^2 of
+    the plain gradient; one callable per batch setting (None: all steps or samples at once)."""
+    import torch
+    from captum.attr import IntegratedGradients, NoiseTunnel, Saliency
+
+    x = torch.tensor(np.ascontiguousarray(images.transpose(0, 3, 1, 2)))
+    t = torch.tensor(targets.astype(np.int64))
+    runs = {}
+    for batch in (None, 256):
+        if method == "integrated_gradients":
+            explainer = IntegratedGradients(twin)
+            runs[batch] = functools.partial(explainer.attribute, x, baselines=torch.zeros_like(x),
+                                            target=t, n_steps=params["steps"],
+                                            internal_batch_size=batch)
+        else:
+            sigma = 0.15 * float(images.max() - images.min())
+            explainer = NoiseTunnel(Saliency(twin))
+            samples = params["nsamples"]
+            runs[batch] = functools.partial(
+                explainer.attribute, x, nt_type="smoothgrad_sq", nt_samples=samples,
+                nt_samples_batch_size=None if batch is None else max(1, batch // len(images)),
+                stdevs=sigma, target=t)
+    return runs
+
+
+def pytorch_twin(model, name):
+    """The model's PyTorch twin (`faithfulness.torch_twin`), or None without torch / captum or a
+    twin builder; prints how far its logits are from the Keras model's."""
+    builder = torch_twin.TWINS.get(name)
+    try:
+        import captum  # noqa: F401
+        import torch
+    except ImportError:
+        return None
+    if builder is None:
+        return None
+    torch.set_num_threads(os.cpu_count())
+    twin = builder(model)
+    probe = np.random.default_rng(1).normal(0, 50, (4, *model.input_shape[1:])).astype(
+        np.float32)
+    with torch.no_grad():
+        theirs = twin(torch.tensor(probe.transpose(0, 3, 1, 2))).numpy()
+    ours = saliency_gen.predict(model, probe)
+    print(f"PyTorch twin of {name}: largest |logit difference| "
+          f"{np.abs(theirs - ours).max():.2e} (logits up to {np.abs(ours).max():.2e})")
+    return twin
+
+
 def benchmark_model(entry: str):
     """(Keras model, side) of a `name@side` entry: the pretrained weights where the project
     has them (`models.pretrained`), else random weights (seeded)."""
@@ -239,6 +300,7 @@ def bench_model(entry, config):
           "batch size: " + ", ".join(f"{b}: {r:.0f}/s" for b, r in rates.items()))
     ceiling_run, ceiling_count = gradient_runner(model, images, targets, best_batch, static)
     chunks = sorted({ENGINE_DEFAULT_CHUNK, best_batch})
+    twin = pytorch_twin(model, entry.partition("@")[0])
     rows = []
     for label, method, per_image, params, in_pair in METHODS:
         count = config.num_images if per_image == 1 else config.heavy_images
@@ -252,6 +314,11 @@ def bench_model(entry, config):
         if "(" in method:  # a noise wrapper: its noise peer, measured beside the engine
             runs["peer"] = noise_peer_runner(model, images[:count], targets[:count], best_batch,
                                              params["nsamples"])
+        captum = {}
+        if twin is not None and method in CAPTUM_METHODS:
+            captum = {("captum", setting): run for setting, run in captum_runs(
+                twin, images[:count], targets[:count], method, params).items()}
+            runs.update(captum)
         # A one-gradient run of a cheap model lasts a tenth of a second: more turns against jitter.
         seconds = interleaved(runs, config.repeats * (4 if per_image == 1 else 1))
         chunk = min(chunks, key=seconds.get)
@@ -263,6 +330,11 @@ def bench_model(entry, config):
         if "peer" in runs:
             row.update(noise_peer_images_per_s=count / seconds["peer"],
                        ratio_to_noise_peer=seconds["peer"] / seconds[chunk])
+        if captum:
+            setting = min(captum, key=seconds.get)
+            row.update(captum_images_per_s=count / seconds[setting],
+                       captum_batch=setting[1] or "all",
+                       speedup_vs_captum=seconds[setting] / seconds[chunk])
         if in_pair and config.pair_images:
             pair_images, pair_targets = images[:config.pair_images], targets[:config.pair_images]
             pair_default = pair_rate(model, pair_images, pair_targets, method, params)
@@ -279,17 +351,20 @@ def bench_model(entry, config):
           f"images for one-gradient methods, {config.heavy_images} for 25-gradient ones\n")
     print(f"{'method':<24}{'engine img/s':>13}{'chunk':>6}{'ceiling':>10}{'ratio':>7}"
           f"{'noise peer':>11}"
-          f"{'ratio':>7}{'PAIR dflt':>11}{'PAIR tuned':>11}{'x tuned':>8}")
+          f"{'ratio':>7}{'Captum':>9}{'x Captum':>9}{'PAIR dflt':>11}{'PAIR tuned':>11}"
+          f"{'x tuned':>8}")
     for row in rows:
         pair_cells = (f"{row['pair_default_images_per_s']:>11.2f}"
                       f"{row['pair_tuned_images_per_s']:>11.2f}"
                       f"{row['speedup_vs_pair_tuned']:>8.1f}"
                       if "pair_tuned_images_per_s" in row else f"{'-':>11}{'-':>11}{'-':>8}")
+        captum_cells = (f"{row['captum_images_per_s']:>9.2f}{row['speedup_vs_captum']:>9.2f}"
+                        if "captum_images_per_s" in row else f"{'-':>9}{'-':>9}")
         peer_cells = (f"{row['noise_peer_images_per_s']:>11.2f}{row['ratio_to_noise_peer']:>7.2f}"
                       if "noise_peer_images_per_s" in row else f"{'-':>11}{'-':>7}")
         print(f"{row['method']:<24}{row['engine_images_per_s']:>13.2f}{row['engine_chunk']:>6}"
               f"{row['ceiling_images_per_s']:>10.2f}{row['ratio_to_ceiling']:>7.2f}"
-              + peer_cells + pair_cells)
+              + peer_cells + captum_cells + pair_cells)
     return {"model": name, "ceiling_batch": best_batch, "ceiling_static_shape": static,
             "ceiling_rates": rates, "rows": rows}
 
@@ -304,6 +379,13 @@ def run(config: Config):
     print(f"\nengine/ceiling >= 0.9 for every method and model: {'yes' if ceiling_ok else 'NO'}"
           f" (lowest {min(row['ratio_to_ceiling'] for row in rows):.2f}); noise wrappers / "
           f"their noise peer: lowest {min(row['ratio_to_noise_peer'] for row in peer_rows):.2f}")
+    captum_rows = [row for row in rows if "speedup_vs_captum" in row]
+    if captum_rows:
+        lowest = min(row["speedup_vs_captum"] for row in captum_rows)
+        print(f"engine >= 2x Captum (IG, SmoothGrad^2) on every model with a twin: "
+              f"{'yes' if lowest >= 2 else 'NO'} (lowest {lowest:.2f}x)")
+    else:
+        print("Captum: not measured (torch or captum missing; pip install torch==2.13.0 captum)")
     if config.output_json:
         with open(config.output_json, "w", encoding="utf-8") as handle:
             json.dump({"results": results}, handle, indent=2)

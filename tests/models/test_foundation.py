@@ -4,15 +4,16 @@ import dataclasses
 import os
 from typing import Optional
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 from absl import flags
 
-import keras
 import models
 from models import cli, executor
 from models.adapter import CallableAdapter, KerasAdapter, LoadedAdapter, adapt
+from models.errors import first_non_finite
 
 
 @pytest.mark.parametrize("chunk", [1, 3, 4, 16])
@@ -67,6 +68,23 @@ def test_the_adapter_separates_outputs_from_logits(tmp_path):
         plain.prepare(guided=True)
     with pytest.raises(models.UserError, match="is not a SavedModel directory"):
         adapt(str(tmp_path))
+    reloaded = models.load(tmp_path / "m")  # one adapter per loaded model: traced once
+    assert adapt(reloaded) is adapt(reloaded) and adapt(reloaded).loaded is reloaded
+    with pytest.raises(models.UserError, match="re-export it to use 'other'"):
+        adapt(reloaded, "other")
+
+
+def test_the_first_non_finite_row_is_found_whatever_the_sum():
+    values = np.ones((4, 3, 2), np.float32)
+    assert first_non_finite(values) is None
+    assert first_non_finite(np.full((3, 2), 3e38, np.float32)) is None  # the sum overflows
+    assert first_non_finite(np.arange(6).reshape(3, 2)) is None  # integers are finite
+    assert first_non_finite(np.zeros((0, 5), np.float32)) is None
+    for bad in (np.nan, np.inf, -np.inf):
+        values[2, 1, 0] = bad
+        assert first_non_finite(values) == 2
+    values[1, 0, 0], values[2, 1, 0] = np.inf, -np.inf  # they cancel into NaN, not a number
+    assert first_non_finite(values) == 1
 
 
 @dataclasses.dataclass(frozen=True)

@@ -33,7 +33,8 @@ def test_local_workers_share_the_cores(monkeypatch):
     with beam_support.local_worker_threads(beam_support.pipeline_options("DirectRunner", 2)):
         assert os.environ["TF_NUM_INTRAOP_THREADS"] == share
         assert os.environ["TF_NUM_INTEROP_THREADS"] == "3"
-    assert "TF_NUM_INTRAOP_THREADS" not in os.environ and os.environ["TF_NUM_INTEROP_THREADS"] == "3"
+    assert "TF_NUM_INTRAOP_THREADS" not in os.environ
+    assert os.environ["TF_NUM_INTEROP_THREADS"] == "3"
     with beam_support.local_worker_threads(beam_support.pipeline_options("DirectRunner", 1)):
         assert "TF_NUM_INTRAOP_THREADS" not in os.environ  # in-process: nothing to share
 

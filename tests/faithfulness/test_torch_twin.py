@@ -1,0 +1,29 @@
+"""The PyTorch twins of the benchmark models compute the Keras models' logits (the Captum peer
+of scripts/bench_saliency.py runs on them). Skipped without torch (`pip install torch==2.13.0`)."""
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import keras  # noqa: E402
+
+import models  # noqa: E402
+from faithfulness import torch_twin  # noqa: E402
+
+
+@pytest.mark.parametrize("name", sorted(torch_twin.TWINS))
+def test_the_twin_gives_the_keras_logits(name):
+    keras.utils.set_random_seed(3)
+    model = models.build(name, 7, (32, 32, 3))
+    for layer in model.layers:  # batch norm statistics away from (0, 1), so that they count
+        if isinstance(layer, keras.layers.BatchNormalization):
+            channels = layer.moving_mean.shape[0]
+            layer.moving_mean.assign(np.random.default_rng(0).normal(0, 0.5, channels))
+            layer.moving_variance.assign(np.random.default_rng(1).uniform(0.5, 2.0, channels))
+    images = np.random.default_rng(2).normal(0, 1, (3, 32, 32, 3)).astype(np.float32)
+    twin = torch_twin.TWINS[name](model)
+    with torch.no_grad():
+        theirs = twin(torch.tensor(images.transpose(0, 3, 1, 2))).numpy()
+    ours = np.asarray(model(images, training=False))
+    assert np.abs(ours).max() > 1e-2  # a network that computes something
+    np.testing.assert_allclose(theirs, ours, rtol=1e-4, atol=1e-4 * np.abs(ours).max())
