@@ -82,16 +82,12 @@ def check_fractions(flag: str, values) -> None:
 
 
 def first_non_finite(values) -> Optional[int]:
-    """The index of the first row of `values` [N, ...] that holds a NaN or an infinity, or None.
-    A finite sum proves every value finite (NaN and infinities propagate through a sum), so the
-    common case costs one vectorised sum instead of an elementwise test; only a sum that is not
-    finite (a bad value, or finite values overflowing) is looked at row by row."""
+    """The index of the first row of `values` [N, ...] that holds a NaN or an infinity, or None
+    (integer arrays are finite)."""
     import numpy as np  # here, so that importing the errors stays free
 
     values = np.asarray(values)
     if values.size == 0 or not np.issubdtype(values.dtype, np.floating):
-        return None
-    if np.isfinite(values.sum(dtype=values.dtype)):
         return None
     finite = np.isfinite(values.reshape(len(values), -1)).all(axis=1)
     return None if finite.all() else int(np.flatnonzero(~finite)[0])
