@@ -116,7 +116,7 @@ def logits_model(model):
     if isinstance(last, keras.layers.Softmax) or (
             isinstance(last, keras.layers.Activation)
             and getattr(last.activation, "__name__", "") == "softmax"):
-        return keras.Model(model.input, last.input, name=f"{model.name}_logits")
+        return keras.Model(model.inputs[0], last.input, name=f"{model.name}_logits")
     activation = getattr(last, "activation", None)
     if activation is not None and getattr(activation, "__name__", "") == "softmax":
         identity = keras.layers.Identity(name="logits")

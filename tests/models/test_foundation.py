@@ -61,6 +61,8 @@ def test_the_adapter_separates_outputs_from_logits(tmp_path):
     assert isinstance(loaded, LoadedAdapter) and loaded.preprocessing == "caffe_rgb"
     np.testing.assert_allclose(loaded.predict(images, batch_size=4), logits, rtol=1e-5,
                                atol=1e-6)
+    sequential = keras.Sequential([keras.Input((16, 16, 3)), base, keras.layers.Softmax()])
+    np.testing.assert_allclose(adapt(sequential).logits(images).numpy(), logits, rtol=1e-6)
     plain = adapt(lambda x: {"scores": tf.reduce_sum(x, [1, 2])}, output_key="scores")
     assert isinstance(plain, CallableAdapter) and plain.num_classes is None
     np.testing.assert_allclose(plain.predict(images), images.sum((1, 2)), rtol=1e-5)
