@@ -143,14 +143,20 @@ class LoadedAdapter(Adapter):
     """A SavedModel reloaded with `models.load`."""
 
     def __init__(self, loaded, feature_layer=None):
-        if feature_layer not in (None, loaded.feature_layer):
-            raise UserError(f"model {loaded.path} was exported with feature layer "
-                            f"{loaded.feature_layer!r}; re-export it to use {feature_layer!r}")
+        self.check_feature_layer(loaded, feature_layer)
         self.model = self.loaded = loaded
         self.input_shape = loaded.input_shape
         self.num_classes = loaded.num_classes
         self.name = loaded.name
         self.preprocessing = loaded.preprocessing
+
+    @staticmethod
+    def check_feature_layer(loaded, feature_layer) -> None:
+        """A one-line error unless `feature_layer` is None or the one `loaded` was exported
+        with (its Grad-CAM endpoint is fixed at export)."""
+        if feature_layer not in (None, loaded.feature_layer):
+            raise UserError(f"model {loaded.path} was exported with feature layer "
+                            f"{loaded.feature_layer!r}; re-export it to use {feature_layer!r}")
 
     def prepare(self, guided=False, cam=False):
         """Nothing to build; fails early if guided backprop is asked of a model without it."""
@@ -218,12 +224,10 @@ def adapt(model, feature_layer: Optional[str] = None, output_key: Optional[str] 
     if isinstance(model, LoadedModel):
         # One adapter per loaded model, kept on it: its traced predictors are reused by every
         # call (a fresh adapter per call retraced `predict` on every batch, 0.3-0.4 s each).
-        adapter = getattr(model, "_adapter", None)
-        if adapter is None:
-            adapter = model._adapter = LoadedAdapter(model, feature_layer)
-        elif feature_layer is not None:
-            LoadedAdapter(model, feature_layer)  # the same check: one line if it differs
-        return adapter
+        LoadedAdapter.check_feature_layer(model, feature_layer)
+        if getattr(model, "_adapter", None) is None:
+            model._adapter = LoadedAdapter(model)
+        return model._adapter
     if hasattr(model, "layers") and hasattr(model, "inputs"):
         return KerasAdapter(model, feature_layer)
     return CallableAdapter(model, output_key)

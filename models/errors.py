@@ -80,7 +80,6 @@ def check_fractions(flag: str, values) -> None:
         whole_percent(flag, value)
 
 
-
 def first_non_finite(values) -> Optional[int]:
     """The index of the first row of `values` [N, ...] that holds a NaN or an infinity, or None
     (integer arrays are finite)."""

@@ -50,8 +50,8 @@ import numpy as np
 import tensorflow as tf
 
 import saliency_gen
-from models import pretrained, provenance
 from faithfulness import torch_twin
+from models import pretrained, provenance
 from models.cli import option, run_binary
 from saliency_gen import noise
 from saliency_gen.methods import pair
@@ -229,22 +229,18 @@ def captum_runs(twin, images, targets, method, params) -> dict:
 
     x = torch.tensor(np.ascontiguousarray(images.transpose(0, 3, 1, 2)))
     t = torch.tensor(targets.astype(np.int64))
-    runs = {}
-    for batch in (None, 256):
-        if method == "integrated_gradients":
-            explainer = IntegratedGradients(twin)
-            runs[batch] = functools.partial(explainer.attribute, x, baselines=torch.zeros_like(x),
-                                            target=t, n_steps=params["steps"],
-                                            internal_batch_size=batch)
-        else:
-            sigma = 0.15 * float(images.max() - images.min())
-            explainer = NoiseTunnel(Saliency(twin))
-            samples = params["nsamples"]
-            runs[batch] = functools.partial(
-                explainer.attribute, x, nt_type="smoothgrad_sq", nt_samples=samples,
-                nt_samples_batch_size=None if batch is None else max(1, batch // len(images)),
-                stdevs=sigma, target=t)
-    return runs
+    if method == "integrated_gradients":
+        explainer = IntegratedGradients(twin)
+        return {batch: functools.partial(explainer.attribute, x, baselines=torch.zeros_like(x),
+                                         target=t, n_steps=params["steps"],
+                                         internal_batch_size=batch)
+                for batch in (None, 256)}
+    explainer = NoiseTunnel(Saliency(twin))
+    sigma = 0.15 * float(images.max() - images.min())
+    return {batch: functools.partial(
+        explainer.attribute, x, nt_type="smoothgrad_sq", nt_samples=params["nsamples"],
+        nt_samples_batch_size=None if batch is None else max(1, batch // len(images)),
+        stdevs=sigma, target=t) for batch in (None, 256)}
 
 
 def pytorch_twin(model, name):
