@@ -1,17 +1,17 @@
 """The error catalogue: every bad input, clash and damaged file a user has met, run through the
-binaries as a user would (a subprocess each), with the one-line promise of docs/architecture.md
-("Errors" and "Outputs and provenance"): exit status 2, exactly one `error:` line that names the
-culprit, no traceback, and no output file left behind or changed.
+binaries as a user would (`python -m ...`, a process each, forked warm by tests/binaries.py),
+with the one-line promise of docs/architecture.md ("Errors" and "Outputs and provenance"): exit
+status 2, exactly one `error:` line that names the culprit, no traceback, and no output file
+left behind or changed.
 
 The fixtures build one tiny world, models and damaged copies of its files; the cases run three
-processes at a time to keep the whole catalogue within a couple of minutes on two cores.
+processes at a time (about a minute for the whole catalogue on two cores).
 """
 import concurrent.futures
 import contextlib
 import json
 import os
 import shutil
-import subprocess
 import sys
 
 import keras
@@ -23,7 +23,7 @@ import models
 from bam import val_set_scores
 from models import files, provenance
 from saliency_gen import generate, records
-from tests import REPO
+from tests import binaries
 from tests.conftest import WritesMarker, tree_digests
 
 CASES = []  # (id, module, arguments (with {placeholders}), expected text, watched output)
@@ -376,8 +376,7 @@ def _run_case(module, arguments, watched, places):
     arguments = [argument.format(**places) for argument in arguments]
     watched = watched.format(**places) if watched else None
     before = _snapshot(watched)
-    done = subprocess.run([sys.executable, "-m", module, *arguments], cwd=REPO,
-                          capture_output=True, text=True, timeout=600)
+    done = binaries.run([sys.executable, "-m", module, *arguments], timeout=600)
     return done, before, _snapshot(watched)
 
 

@@ -5,7 +5,6 @@ values the same computation gives through the Python API. (bam.metrics is covere
 tests/bam/test_metrics.py, on its trained world.)"""
 import json
 import os
-import subprocess
 import sys
 
 import keras
@@ -19,7 +18,7 @@ from models import recipes
 from models.preprocessing import input_space
 from roar import masked_data, road, train
 from saliency_gen import generate, pipelines, records
-from tests import REPO
+from tests import REPO, binaries
 
 USER_METHODS = os.path.join(REPO, "tests", "data", "user_methods")
 METHOD = "blob_attribution:gradient_times_blob"
@@ -28,8 +27,8 @@ FOLDER = generate.method_directory(METHOD)  # also its record key
 
 def _binary(module, *arguments):
     environment = dict(os.environ, PYTHONPATH=USER_METHODS)
-    done = subprocess.run([sys.executable, "-m", module, *arguments], cwd=REPO, text=True,
-                          capture_output=True, env=environment, timeout=900)
+    done = binaries.run([sys.executable, "-m", module, *arguments], cwd=REPO, text=True,
+                        capture_output=True, env=environment, timeout=900)
     assert done.returncode == 0, done.stderr
     return done
 

@@ -3,7 +3,6 @@ MiniPlaces-style folder in the real formats: extraction rules, skips, layout, de
 index rules, relative sets, resumption and errors."""
 import json
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -14,7 +13,7 @@ from bam import coco_miniplaces
 from models.errors import UserError
 from saliency_gen.world import compositing, construction, dataset
 from saliency_gen.world.dataset import OBJECT_CLASSES, OBJECT_LABEL, SCENE_CLASSES, SCENE_LABEL
-from tests import REPO, fabricated
+from tests import REPO, binaries, fabricated
 from tests.conftest import tree_digests
 from tests.fabricated import CATEGORY_ID, N, T, V
 
@@ -251,14 +250,14 @@ def test_bad_sources_give_clear_errors(real_sources, tmp_path):
 def test_script_runs_and_reports_errors_in_one_line(real_sources, tmp_path):
     coco_dir, miniplaces_dir, _ = real_sources
     script = os.path.join(REPO, "scripts", "construct_bam_dataset.py")
-    result = subprocess.run(
+    result = binaries.run(
         [sys.executable, script, f"--coco_dir={coco_dir}", f"--miniplaces_dir={miniplaces_dir}",
          f"--output_dir={tmp_path / 'data'}", f"--images_per_class={N}", f"--val_per_class={V}"],
         capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
     assert "stop_sign" in result.stdout and "built" in result.stdout
     assert os.path.isfile(tmp_path / "data" / "scene10" / "dog_classes.txt")
-    result = subprocess.run(
+    result = binaries.run(
         [sys.executable, script, f"--coco_dir={tmp_path / 'nowhere'}",
          f"--miniplaces_dir={miniplaces_dir}", f"--output_dir={tmp_path / 'other'}"],
         capture_output=True, text=True, check=False)

@@ -10,13 +10,12 @@ shipped weights make them the same on other CPUs up to inference rounding: MCS i
 threshold."""
 import json
 import os
-import subprocess
 import sys
 
 from models.files import project_cache_dir
 from saliency_gen.world import shipped
 from scripts.measure_first_run import readme_main_job
-from tests import REPO
+from tests import REPO, binaries
 
 METHODS = ("GC", "VG", "SG", "IG", "IG-SG", "GxI", "GB", "GGC")
 PINNED = {  # GC, VG, SG, IG, IG-SG, GxI, GB, GGC (9 of 10 images correct for MCS, 10 for both)
@@ -28,9 +27,9 @@ PINNED = {  # GC, VG, SG, IG, IG-SG, GxI, GB, GGC (9 of 10 images correct for MC
 
 def test_the_main_jobs_table_is_pinned(tmp_path):
     output = tmp_path / "bam_metrics.json"
-    done = subprocess.run([sys.executable, *readme_main_job(), f"--output={output}"],
-                          check=False, cwd=REPO, capture_output=True, text=True,
-                          timeout=900)
+    done = binaries.run([sys.executable, *readme_main_job(), f"--output={output}"],
+                        check=False, cwd=REPO, capture_output=True, text=True,
+                        timeout=900)
     assert done.returncode == 0, done.stderr[-2000:]
     # nothing was trained or made here (whichever test first set up the world loaded them)
     assert "trained " not in done.stdout and "delta patch:" not in done.stdout
@@ -53,8 +52,8 @@ def test_the_main_jobs_table_is_pinned(tmp_path):
     kept = os.path.join(cache, "bam_scores")
     assert len(os.listdir(kept)) == 5  # obj on obj; scene on scene, scene_only; scene_only on 2
     again = tmp_path / "again.json"
-    rerun = subprocess.run([sys.executable, *readme_main_job(), f"--output={again}"],
-                           check=False, cwd=REPO, capture_output=True, text=True, timeout=300)
+    rerun = binaries.run([sys.executable, *readme_main_job(), f"--output={again}"],
+                         check=False, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     assert json.loads(again.read_text()) == values
 

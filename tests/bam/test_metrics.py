@@ -2,7 +2,6 @@
 and the bam.metrics binary end to end on a small synthetic world."""
 import json
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -10,7 +9,7 @@ import pytest
 
 import models
 from bam import metric_definitions, metrics, region, val_set_scores
-from tests import REPO
+from tests import REPO, binaries
 from tests.conftest import assert_origin_covers_the_flags
 
 # ----------------------------------------------------------------------------------------------
@@ -141,7 +140,7 @@ def test_metrics_binary_writes_json_and_csv(trained_world, tmp_path, monkeypatch
     output = tmp_path / "out.json"
     user_methods = os.path.join(REPO, "tests", "data", "user_methods")
     user = "blob_attribution:gradient_times_blob"
-    done = subprocess.run(
+    done = binaries.run(
         [sys.executable, "-m", "bam.metrics", f"--data_dir={data_dir}", f"--model_dir={model_dir}",
          "--metrics=MCS,IDR,IIR", f"--methods=GC,VG,{user}", "--num_imgs=10",
          f"--output={output}"], cwd=REPO, capture_output=True, text=True, timeout=600,
@@ -161,7 +160,7 @@ def test_metrics_binary_writes_json_and_csv(trained_world, tmp_path, monkeypatch
     assert not done.stderr.startswith(("WARNING: All log messages", "I0000"))  # quiet start
     assert "Results for IIR:" in done.stdout and "GradCam," in done.stdout
     assert (tmp_path / "out.csv").read_text().startswith("metric,method,value,images_used")
-    bad = subprocess.run(
+    bad = binaries.run(
         [sys.executable, "-m", "bam.metrics", f"--data_dir={tmp_path}/none",
          f"--model_dir={model_dir}", "--num_imgs=10"],
         cwd=REPO, capture_output=True, text=True, timeout=300)

@@ -3,7 +3,6 @@
 import json
 import os
 import shutil
-import subprocess
 import sys
 
 import keras
@@ -13,7 +12,7 @@ import pytest
 import models
 from bam import rmcs
 from saliency_gen.world import construction
-from tests import REPO
+from tests import REPO, binaries
 
 
 def test_relative_curves_known_answer():
@@ -76,7 +75,7 @@ def test_accuracy_drops_compare_with_and_without_the_dog(relative_world):
 def test_rmcs_binary_writes_curves_table_and_plot(relative_world, tmp_path):
     data_dir, model_dir = relative_world
     output = str(tmp_path / "bam.json")
-    run = subprocess.run(
+    run = binaries.run(
         [sys.executable, "-m", "bam.metrics", "--metrics=RMCS", f"--data_dir={data_dir}",
          f"--model_dir={model_dir}", "--num_imgs=3", "--methods=VG,GC", "--rmcs_tcav=false",
          f"--output={output}"], cwd=REPO, capture_output=True, text=True, timeout=600)

@@ -1,7 +1,6 @@
 """TCAV in TF2: a concept the model provably uses scores ~1 with a significant p-value, one it
 ignores does not; gradients are exact; CAVs are deterministic for a seed; the binary's contrast."""
 import json
-import subprocess
 import sys
 
 import keras
@@ -11,7 +10,7 @@ import pytest
 import models
 from bam import tcav, tcav_experiment
 from bam.run_tcav import Config as RunTcavConfig
-from tests import REPO
+from tests import REPO, binaries
 from tests.conftest import assert_origin_covers_the_flags
 
 
@@ -101,7 +100,7 @@ def test_run_tcav_binary_on_a_tiny_world(tiny_world, tmp_path):
     assert tcav_experiment.target_class(root, "obj") == 2
     assert tcav_experiment.target_class(root, "scene3") == 1
     output = tmp_path / "tcav.json"
-    run = subprocess.run(
+    run = binaries.run(
         [sys.executable, "-m", "bam.run_tcav", "--model=obj,scene", f"--data_dir={root}",
          f"--model_dir={model_dir}", "--bottlenecks=logit", "--max_examples=20",
          f"--output={output}"], cwd=REPO, capture_output=True, text=True, timeout=300)
@@ -113,6 +112,6 @@ def test_run_tcav_binary_on_a_tiny_world(tiny_world, tmp_path):
     assert set(report["origin"]["inputs"]["models"]) == {"obj", "scene"}
     assert report["origin"]["settings"]["max_examples"] == 20
     assert_origin_covers_the_flags(RunTcavConfig, report["origin"])
-    bad = subprocess.run([sys.executable, "-m", "bam.run_tcav", f"--data_dir={root}"],
-                         cwd=REPO, capture_output=True, text=True, timeout=120)
+    bad = binaries.run([sys.executable, "-m", "bam.run_tcav", f"--data_dir={root}"],
+                       cwd=REPO, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "pass both --data_dir and --model_dir" in bad.stderr

@@ -2,7 +2,6 @@
 with the same batches, resumes after a kill, and fine-tunes ResNet-50 on real-format data."""
 import json
 import os
-import subprocess
 import sys
 
 import keras
@@ -13,7 +12,7 @@ import tensorflow as tf
 import models
 from bam import train
 from models.errors import UserError
-from tests import REPO
+from tests import REPO, binaries
 from tests.conftest import assert_origin_covers_the_flags, interrupt_at
 
 
@@ -110,7 +109,7 @@ def test_binary_fine_tunes_from_a_weights_file_on_real_format_data(real_bam, tmp
                f"--model_dir={model_dir}", "--model=vgg16", f"--weights={weights}",
                "--input_size=32",
                "--epochs=1", "--batch_size=16", "--pipeline=stream"]
-    result = subprocess.run(command, capture_output=True, text=True, cwd=REPO, check=False)
+    result = binaries.run(command, capture_output=True, text=True, cwd=REPO, check=False)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "with the real preset" in result.stdout
     with open(model_dir / "scene3.json") as handle:
@@ -128,7 +127,7 @@ def test_binary_fine_tunes_from_a_weights_file_on_real_format_data(real_bam, tmp
         tape.watch(image)
         logit = loaded(image)[0, 1]
     assert float(tf.reduce_sum(tf.abs(tape.gradient(logit, image)))) > 0
-    result = subprocess.run(command + ["--weights=imagenet", "--model=small_cnn"],
+    result = binaries.run(command + ["--weights=imagenet", "--model=small_cnn"],
                             capture_output=True, text=True, cwd=REPO, check=False)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "applies to keras_resnet50 and vgg16" in result.stderr

@@ -1,7 +1,6 @@
 """Faithfulness scoring as a Beam pipeline over saliency records: per-image scores in two
 worker processes, combined into means equal to faithfulness.evaluate's (1e-6) with intervals."""
 import json
-import subprocess
 import sys
 
 import numpy as np
@@ -11,7 +10,7 @@ import models
 from faithfulness import beam_scoring, evaluate
 from saliency_gen import generate
 from saliency_gen.pipelines import load_images
-from tests import REPO
+from tests import REPO, binaries
 from tests.conftest import assert_origin_covers_the_flags
 
 
@@ -23,7 +22,7 @@ def test_beam_scores_equal_the_single_process_binary(small_shards, tmp_path, pro
     generate.generate(pattern, model_path, [method], saliency, explain="label",
                       dtype="float32", progress_bar=False)
     output = str(tmp_path / "beam.json")
-    done = subprocess.run(
+    done = binaries.run(
         [sys.executable, "-m", "faithfulness.beam_scoring",
          f"--input_pattern={saliency}/{generate.method_directory(method)}/validation-*",
          f"--model_path={model_path}", f"--saliency_method={method}",

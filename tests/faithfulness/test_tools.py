@@ -3,7 +3,6 @@ world: results equal the library calls, groups and chunks do not change them, th
 recipe's pieces (coupled weight decay, crops, deletions), exports, resume and one-line errors."""
 import json
 import os
-import subprocess
 import sys
 
 import keras
@@ -16,7 +15,7 @@ import models
 import saliency_gen
 from faithfulness import evaluate, finetune
 from saliency_gen import pipelines
-from tests import REPO
+from tests import REPO, binaries
 from tests.conftest import assert_origin_covers_the_flags, interrupt_at
 
 
@@ -71,7 +70,7 @@ def test_evaluate_equals_the_library_and_ignores_grouping(tiny_world, exported):
 def test_evaluate_binary_writes_json_and_a_table(tiny_world, exported, tmp_path):
     root, _ = tiny_world
     output = str(tmp_path / "out" / "deletion.json")
-    run = subprocess.run(
+    run = binaries.run(
         [sys.executable, "-m", "faithfulness.evaluate", f"--model_path={exported}",
          f"--input_pattern={os.path.join(root, 'records', 'validation-*')}",
          "--evaluation_protocol=deletion", "--explainer=random,idsds:IxG", "--nr_images=6",
@@ -84,14 +83,14 @@ def test_evaluate_binary_writes_json_and_a_table(tiny_world, exported, tmp_path)
     assert len(report["results"]["random"]["dauc"]["per_image"]) == 6
     assert_origin_covers_the_flags(evaluate.Config, report["origin"])
     assert not [name for name in os.listdir(tmp_path / "out") if name != "deletion.json"]
-    bad = subprocess.run([sys.executable, "-m", "faithfulness.evaluate",
-                          f"--model_path={exported}"], cwd=REPO, capture_output=True,
-                         text=True, timeout=120)
+    bad = binaries.run([sys.executable, "-m", "faithfulness.evaluate",
+                        f"--model_path={exported}"], cwd=REPO, capture_output=True,
+                       text=True, timeout=120)
     assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].startswith(
         "error: pass both --model_path and --input_pattern")
-    missing = subprocess.run([sys.executable, "-m", "faithfulness.evaluate",
-                              f"--model_path={exported}", "--input_pattern=/nowhere/*"],
-                             cwd=REPO, capture_output=True, text=True, timeout=120)
+    missing = binaries.run([sys.executable, "-m", "faithfulness.evaluate",
+                            f"--model_path={exported}", "--input_pattern=/nowhere/*"],
+                           cwd=REPO, capture_output=True, text=True, timeout=120)
     assert missing.returncode == 2 and "/nowhere/*" in missing.stderr.splitlines()[-1]
 
 

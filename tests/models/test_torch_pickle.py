@@ -2,7 +2,6 @@
 (`models.torch_pickle`): both serialisations, crafted pickles refused before anything runs,
 truncated files one line; with torch installed, every tensor equals `torch.load`'s."""
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -10,7 +9,7 @@ import pytest
 
 from models import torch_pickle
 from models.errors import UserError
-from tests import torch_format
+from tests import binaries, torch_format
 from tests.conftest import WritesMarker
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -35,7 +34,7 @@ def test_the_converter_binary_refuses_a_crafted_checkpoint_in_one_line(tmp_path)
     marker, output = tmp_path / "marker", tmp_path / "export"
     path = str(tmp_path / "resnet18.pth")
     torch_format.write_checkpoint(path, {"fc.weight": WritesMarker(marker)}, legacy=True)
-    result = subprocess.run(
+    result = binaries.run(
         [sys.executable, "-m", "models.torch_checkpoints", "--model=resnet18",
          f"--checkpoint={path}", f"--output={output}"],
         capture_output=True, text=True, cwd=ROOT, timeout=300)

@@ -2,14 +2,13 @@
 size than roar.road's batches, and rows equal to roar.road's within 1e-6, with intervals."""
 import json
 import os
-import subprocess
 import sys
 
 import pytest
 
 from roar import beam_road, road
 from saliency_gen import generate
-from tests import REPO
+from tests import REPO, binaries
 from tests.conftest import assert_origin_covers_the_flags
 
 
@@ -20,7 +19,7 @@ def test_beam_road_rows_equal_the_single_process_binary(small_shards, tmp_path):
     flags = {"ckpt_path": model_path, "data_dir": os.path.join(saliency, "SH"),
              "saliency_method": "SH", "ratios": ("0.3", "0.7")}
     expected = road.run(road.Config(**flags, batch_size=16, output=str(tmp_path / "single")))
-    done = subprocess.run(
+    done = binaries.run(
         [sys.executable, "-m", "roar.beam_road", *(f"--{k}={v}" for k, v in flags.items()
                                                    if k != "ratios"),
          "--ratios=0.3,0.7", "--batch_size=5", "--unit_records=5", "--beam_workers=2",

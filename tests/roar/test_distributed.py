@@ -2,16 +2,16 @@
 MultiWorkerMirroredStrategy with two worker processes on 127.0.0.1 follow one device's loss
 trajectory with the same global batch; a multi-worker run stopped after an epoch resumes to the
 uninterrupted run's result."""
+import concurrent.futures
 import json
 import os
 import socket
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 
-from tests import REPO
+from tests import REPO, binaries
 
 # plain_cnn (no batch norm, so replicas compute exactly the one-device loss), SGD, 3 epochs of
 # 3 steps of 12 images. Tolerance: float sums in another order, amplified by 9 steps of SGD.
@@ -35,8 +35,7 @@ def _metrics(output_dir):
 
 
 def _run(arguments, env=None):
-    done = subprocess.run(arguments, cwd=REPO, env=env or dict(os.environ),
-                          capture_output=True, text=True, timeout=TIMEOUT)
+    done = binaries.run(arguments, cwd=REPO, env=env, timeout=TIMEOUT)
     assert done.returncode == 0, done.stderr[-3000:]
     return done
 
@@ -56,21 +55,13 @@ def _two_workers(arguments):
     standard outputs."""
     ports = _free_ports(2)
     cluster = {"worker": [f"127.0.0.1:{port}" for port in ports]}
-    processes = [subprocess.Popen(
-        arguments, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "TF_CONFIG": json.dumps(
-            {"cluster": cluster, "task": {"type": "worker", "index": index}})})
-        for index in range(2)]
-    outputs = []
-    try:
-        for process in processes:
-            out, err = process.communicate(timeout=TIMEOUT)
-            assert process.returncode == 0, err[-3000:]
-            outputs.append(out)
-    finally:
-        for process in processes:
-            if process.poll() is None:
-                process.kill()
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        done = list(pool.map(lambda index: binaries.run(
+            arguments, cwd=REPO, timeout=TIMEOUT, env={**os.environ, "TF_CONFIG": json.dumps(
+                {"cluster": cluster, "task": {"type": "worker", "index": index}})}), range(2)))
+    for worker in done:
+        assert worker.returncode == 0, worker.stderr[-3000:]
+    outputs = [worker.stdout for worker in done]
     return outputs
 
 

@@ -4,7 +4,6 @@ the training binary."""
 import glob
 import json
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -15,7 +14,7 @@ from models.errors import UserError
 from roar import masked_data, masking, road, train
 from saliency_gen import generate, records
 from saliency_gen.world import synthetic
-from tests import REPO
+from tests import REPO, binaries
 from tests.conftest import assert_origin_covers_the_flags, interrupt_at
 
 SIZE, T, V = 32, 50, 10  # 5,000 train and 1,000 test images of 32 x 32
@@ -127,7 +126,7 @@ def test_binary_trains_a_random_baseline(world, tmp_path):
     command = [sys.executable, "-m", "roar.train", "--ratio=0.5",
                "--transformation=random_baseline", f"--data_dir={records_dir}",
                "--dataset_name=synthetic", "--epochs=1", f"--output_dir={tmp_path}"]
-    result = subprocess.run(command, capture_output=True, text=True, cwd=REPO, check=False)
+    result = binaries.run(command, capture_output=True, text=True, cwd=REPO, check=False)
     assert result.returncode == 0, result.stderr[-2000:]
     found = glob.glob(str(tmp_path / "random_baseline" / "0.50" / "random" / "remove" / "*" /
                           "seed_0" / "metrics.json"))
@@ -262,7 +261,7 @@ def test_road_binary_writes_table_json_csv_and_plot(world, known_answers, tmp_pa
     _, tmp = known_answers
     records_dir = os.path.dirname(world["validation"][0])
     output = tmp_path / "road"
-    result = subprocess.run(
+    result = binaries.run(
         [sys.executable, "-m", "roar.road", f"--ckpt_path={tmp / 'clean' / 'model'}",
          f"--data_dir={records_dir}", "--saliency_method=oracle", "--ratios=0.5",
          f"--output={output}"], capture_output=True, text=True, cwd=REPO, check=False)

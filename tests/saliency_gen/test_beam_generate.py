@@ -2,11 +2,10 @@
 whatever the number of workers, and a retried bundle neither drops nor duplicates a record."""
 import json
 import os
-import subprocess
 import sys
 
 from saliency_gen import beam_generate, beam_support, generate, records
-from tests import REPO
+from tests import REPO, binaries
 from tests.conftest import assert_origin_covers_the_flags, tree_digests
 
 USER_METHODS = os.path.join(REPO, "tests", "data", "user_methods")
@@ -46,7 +45,7 @@ def test_two_worker_pipeline_writes_the_single_process_bytes(small_shards, tmp_p
     generate.generate(pattern, model_path, methods.split(","), single, batch_size=5,
                       chunk_size=16, progress_bar=False)
     beam = str(tmp_path / "beam")
-    done = subprocess.run(
+    done = binaries.run(
         [sys.executable, "-m", "saliency_gen.beam_generate", f"--input_pattern={pattern}",
          f"--model_path={model_path}", f"--saliency_method={methods}", f"--output_dir={beam}",
          "--batch_size=5", "--chunk_size=7", "--beam_workers=2", "--unit_records=5"],
@@ -132,8 +131,8 @@ def test_a_worker_that_connects_after_the_run_ended_is_told_to_stop():
 def test_an_error_inside_a_worker_process_is_one_line(tmp_path):
     script = tmp_path / "broken_pipeline.py"
     script.write_text(WORKER_ERROR)
-    done = subprocess.run([sys.executable, str(script)], cwd=REPO, capture_output=True,
-                          text=True, timeout=300)
+    done = binaries.run([sys.executable, str(script)], cwd=REPO, capture_output=True,
+                        text=True, timeout=300)
     assert done.returncode == 2, done.stderr[-3000:]
     assert done.stderr.strip().splitlines() == [
         "error: shard 7: record 3: a label outside the classes"], done.stderr[-3000:]

@@ -1,7 +1,6 @@
 """The saliency-record generator: outputs, resume, sharding, clear errors."""
 import json
 import os
-import subprocess
 import sys
 
 import keras
@@ -14,7 +13,7 @@ import saliency_gen
 from models import files
 from models.preprocessing import input_space, load_bam_pixels
 from saliency_gen import generate, records
-from tests import REPO
+from tests import REPO, binaries
 from tests.conftest import assert_origin_covers_the_flags
 
 
@@ -138,8 +137,8 @@ def test_binary_writes_float16_maps(tiny_world, exported, tmp_path):
     model_path, _ = exported
 
     def run(*args):
-        return subprocess.run([sys.executable, "-m", "saliency_gen.generate", *args], cwd=REPO,
-                              capture_output=True, text=True, timeout=300)
+        return binaries.run([sys.executable, "-m", "saliency_gen.generate", *args], cwd=REPO,
+                            capture_output=True, text=True, timeout=300)
 
     done = run(f"--input_pattern={root}/records/validation-*", f"--model_path={model_path}",
                f"--output_dir={tmp_path / 'ok'}", "--saliency_method=sobel", "--dtype=float16")

@@ -2,7 +2,6 @@
 import io
 import math
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -13,7 +12,7 @@ from PIL import Image
 from saliency_gen import records
 from saliency_gen.world import compositing, construction, dataset, synthetic
 from saliency_gen.world.dataset import OBJECT_CLASSES, OBJECT_LABEL, SCENE_CLASSES, SCENE_LABEL
-from tests import REPO
+from tests import REPO, binaries
 from tests.conftest import TINY_WORLD, tree_digests
 
 T, V, S = TINY_WORLD["train_per_pair"], TINY_WORLD["val_per_pair"], TINY_WORLD["image_size"]
@@ -210,8 +209,8 @@ def test_interrupted_build_leaves_nothing_that_looks_finished(tmp_path):
 
 def test_script_builds_the_same_bytes_and_reports_errors_in_one_line(tmp_path):
     script = os.path.join(REPO, "scripts", "construct_synthetic_bam.py")
-    run = lambda *args: subprocess.run([sys.executable, script, *args],  # noqa: E731
-                                       capture_output=True, text=True, timeout=300)
+    run = lambda *args: binaries.run([sys.executable, script, *args],  # noqa: E731
+                                     capture_output=True, text=True, timeout=300)
     out = str(tmp_path / "w")
     done = run(f"--output_dir={out}", "--seed=1", "--train_per_pair=1", "--val_per_pair=1")
     assert done.returncode == 0, done.stderr
