@@ -1,5 +1,6 @@
 """Shared fixtures: a tiny synthetic BAM world and a tiny real-format BAM build
 (fabricated MSCOCO + MiniPlaces), each built once per session."""
+import contextlib
 import hashlib
 import os
 import shutil
@@ -119,6 +120,20 @@ def built_once(tmp_path_factory, name, build):
         return json.loads(done.read_text())
 
 
+@contextlib.contextmanager
+def _cache_home(folder):
+    """XDG_CACHE_HOME set to `folder` inside the block (a build shared by the workers)."""
+    saved = os.environ.get("XDG_CACHE_HOME")
+    os.environ["XDG_CACHE_HOME"] = folder
+    try:
+        yield
+    finally:
+        if saved is None:
+            del os.environ["XDG_CACHE_HOME"]
+        else:
+            os.environ["XDG_CACHE_HOME"] = saved
+
+
 @pytest.fixture(scope="session")
 def tiny_world(tmp_path_factory):
     from saliency_gen.world import synthetic
@@ -131,13 +146,24 @@ def tiny_world(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def trained_world():
+def trained_world(tmp_path_factory):
     """(data_dir, model_dir, reports): the default synthetic world in the session's cache with
     its obj, scene and scene_only models and delta patch, as the main job uses them: shipped
-    with the package, so nothing is trained (saliency_gen.world.shipped)."""
+    with the package, so nothing is trained (saliency_gen.world.shipped). Built once per run
+    and hard-linked into each worker's cache (every cache file is written under a temporary
+    name and renamed, so no worker changes another's copy)."""
     from bam import synthetic_setup
-    from models.files import read_json
+    from models.files import project_cache_dir, read_json
 
+    def build(folder):
+        with _cache_home(str(folder)):
+            synthetic_setup.prepare(log=lambda *_: None)
+            return project_cache_dir("synthetic_seed0")
+
+    built = built_once(tmp_path_factory, "trained_world", build)
+    own = project_cache_dir("synthetic_seed0")
+    if not os.path.isdir(own):
+        shutil.copytree(built, own, copy_function=os.link)
     data_dir, model_dir = synthetic_setup.prepare(log=lambda *_: None)
     reports = {name: read_json(os.path.join(model_dir, f"{name}.json"))
                for name in synthetic_setup.MODELS}
@@ -206,15 +232,8 @@ def real_cache(tmp_path_factory):
     from models.files import project_cache_dir
 
     def build(folder):
-        saved = os.environ.get("XDG_CACHE_HOME")
-        os.environ["XDG_CACHE_HOME"] = str(folder)
-        try:
+        with _cache_home(str(folder)):
             pretrained.export_path("efficientnet_lite0", project_cache_dir("converted"))
-        finally:
-            if saved is None:
-                del os.environ["XDG_CACHE_HOME"]
-            else:
-                os.environ["XDG_CACHE_HOME"] = saved
         return str(folder)
 
     return built_once(tmp_path_factory, "real_cache", build)

@@ -12,7 +12,7 @@ nbclient = pytest.importorskip("nbclient")
 nbformat = pytest.importorskip("nbformat")
 
 
-def test_quickstart_notebook_runs(tmp_path):
+def test_quickstart_notebook_runs(trained_world, tmp_path):
     notebook = nbformat.read(os.path.join(REPO, "docs", "quickstart.ipynb"), as_version=4)
     started = time.time()
     nbclient.NotebookClient(notebook, timeout=600, kernel_name="python3",

@@ -25,7 +25,7 @@ PINNED = {  # GC, VG, SG, IG, IG-SG, GxI, GB, GGC (9 of 10 images correct for MC
 }
 
 
-def test_the_main_jobs_table_is_pinned(tmp_path):
+def test_the_main_jobs_table_is_pinned(trained_world, tmp_path):
     output = tmp_path / "bam_metrics.json"
     done = binaries.run([sys.executable, *readme_main_job(), f"--output={output}"],
                         check=False, cwd=REPO, capture_output=True, text=True,
