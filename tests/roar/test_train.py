@@ -17,11 +17,13 @@ from saliency_gen.world import synthetic
 from tests import REPO, binaries
 from tests.conftest import assert_origin_covers_the_flags, interrupt_at
 
-SIZE, T, V = 32, 50, 10  # 5,000 train and 1,000 test images of 32 x 32
+SIZE, T, V = 32, 30, 10  # 3,000 train and 1,000 test images of 32 x 32
 RECIPE = recipes.with_overrides(recipes.SYNTHETIC_RECIPE, epochs=5.0)
 # The known-answer runs train the cheap plain CNN (stride-2 convolutions, about 14x fewer
-# multiply-adds than small_cnn at 32 px): 15 s a run here instead of 60, and the controls' answers
-# are the same; it reaches about 0.5 clean top-1 in 5 epochs (chance: 0.1).
+# multiply-adds than small_cnn at 32 px), whose controls give the same answers. On 3,000 training
+# images (about 11 s a run) it reaches 0.37-0.39 clean top-1 in 5 epochs on worlds of seed 1 and 2
+# (chance: 0.1; about 0.5 on 5,000 images, 20 s a run); the controls keep their margins: oracle90
+# 0.10, random50 0.79-0.84 of clean, KAR's oracle above its random by 0.5.
 MODEL = "plain_cnn"
 
 
@@ -53,7 +55,7 @@ def test_known_answers_of_the_controls(known_answers):
     results, _ = known_answers
     top1 = {name: result["top1"] for name, result in results.items()}
     assert all(result["n_eval"] == 100 * V for result in results.values())
-    assert top1["clean"] > 0.4, top1
+    assert top1["clean"] > 0.3, top1
     # The oracle removes the whole object (90% of the image): back to chance (0.1).
     assert abs(top1["oracle90"] - 0.1) <= 0.15, top1
     # Half the pixels at random: retraining keeps most of the accuracy.
