@@ -27,38 +27,6 @@ def pytest_sessionstart(session):
     _SESSIONS.append(session)
 
 
-# The longest test files (seconds in CI's run of 0f819a5, two workers), run first: pytest-xdist
-# hands out whole files in collection order, so a long file collected last kept one worker busy
-# while the other sat idle (longest first keeps the two workers' loads even).
-LONGEST_FILES = (
-    "roar/test_train.py",  # 220
-    "models/test_torch_conversion.py",  # 140
-    "test_report_card.py",  # 133
-    "bam/test_train.py",  # 129
-    "bam/test_main_job.py",  # 86
-    "bam/test_metrics.py",  # 81
-    "saliency_gen/test_engine.py",  # 78
-    "models/test_zoo_and_export.py",  # 76
-    "faithfulness/test_beam_scoring.py",  # 72
-    "models/test_native_explainers.py",  # 68
-    "roar/test_beam_road.py",  # 62
-    "roar/test_distributed.py",  # 61
-    "test_error_catalogue.py",  # 59
-)
-
-
-def pytest_collection_modifyitems(session, config, items):
-    """Tests of the longest files first, in the order above; the rest keep their order."""
-    rank = {name: index for index, name in enumerate(LONGEST_FILES)}
-
-    def position(item):
-        path = item.nodeid.split("::")[0]
-        name = path[len("tests/"):] if path.startswith("tests/") else path
-        return rank.get(name, len(rank))
-
-    items.sort(key=position)  # stable: the order inside a file is kept
-
-
 @pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config):
     """Removes the session's cache, then ends the process without CPython's finalisation. By
