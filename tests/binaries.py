@@ -116,8 +116,7 @@ def _serve(path: str) -> None:
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(16)
-    threading_free_watch = os.fork()
-    if threading_free_watch == 0:  # a watcher: stdin closes when the test process ends
+    if os.fork() == 0:  # a watcher: stdin closes when the test process ends
         sys.stdin.buffer.read()
         os.kill(os.getppid(), signal.SIGTERM)
         os._exit(0)
