@@ -20,6 +20,7 @@ import atexit
 import json
 import os
 import runpy
+import shutil
 import signal
 import socket
 import subprocess
@@ -31,7 +32,9 @@ import traceback
 from tests import REPO
 
 # Variables a forked child can take from the request: read after start-up, not while importing.
-_RUNTIME_VARIABLES = frozenset({"XDG_CACHE_HOME", "TF_CONFIG", "PYTHONPATH"})
+# (pytest itself sets PYTEST_CURRENT_TEST for every test.)
+_RUNTIME_VARIABLES = frozenset({"XDG_CACHE_HOME", "TF_CONFIG", "PYTHONPATH",
+                                "PYTEST_CURRENT_TEST"})
 _WARM_IMPORTS = ("models", "tensorflow", "keras", "saliency_gen.generate", "roar.train",
                  "roar.road", "bam.metrics", "faithfulness.evaluate")
 
@@ -85,8 +88,9 @@ def _forkable(command, environment) -> bool:
         return False
     if command[1] != "-m" and not str(command[1]).endswith(".py"):
         return False
-    keys = (set(environment) | set(os.environ)) - _RUNTIME_VARIABLES
-    return all(environment.get(key) == os.environ.get(key) for key in keys)
+    started = _server.get("environment", os.environ)  # the warm server starts with os.environ
+    keys = (set(environment) | set(started)) - _RUNTIME_VARIABLES
+    return all(environment.get(key) == started.get(key) for key in keys)
 
 
 def _warm_server() -> str:
@@ -95,13 +99,15 @@ def _warm_server() -> str:
         if "path" not in _server:
             folder = tempfile.mkdtemp(prefix="warm-")
             path = os.path.join(folder, "socket")
+            environment = dict(os.environ)
             process = subprocess.Popen([sys.executable, "-m", "tests.binaries", path],
-                                       cwd=REPO, stdin=subprocess.PIPE,
+                                       cwd=REPO, env=environment, stdin=subprocess.PIPE,
                                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
             if process.stdout.readline().strip() != b"ready":
                 raise RuntimeError("the warm server did not start")
             atexit.register(process.kill)
-            _server.update(path=path, process=process)
+            atexit.register(shutil.rmtree, folder, ignore_errors=True)
+            _server.update(path=path, process=process, environment=environment)
         return _server["path"]
 
 
