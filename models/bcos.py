@@ -60,12 +60,15 @@ class BcosConv2D(layers.Layer):
     def call(self, inputs):
         norm = tf.sqrt(tf.reduce_sum(tf.square(self.kernel), axis=[0, 1, 2], keepdims=True))
         unit = self.kernel / tf.maximum(norm, 1e-12)
-        strides = [1, self.strides, self.strides, 1]
-        out = tf.nn.conv2d(self._padded(inputs), unit, strides, "VALID")
-        squares = tf.reduce_sum(tf.square(inputs), axis=-1, keepdims=True)
-        window = tf.ones([self.kernel_size, self.kernel_size, 1, 1], inputs.dtype)
-        patch_norm = tf.sqrt(tf.nn.conv2d(self._padded(squares), window, strides, "VALID")
-                             + 1e-6)
+        padded, step = self._padded(inputs), self.strides
+        if self.kernel_size == 1 and step > 1:  # subsample first: oneDNN's strided 1x1 kernel
+            padded, step = padded[:, ::step, ::step, :], 1  # is unsafe (docs/architecture.md)
+        out = tf.nn.conv2d(padded, unit, step, "VALID")
+        squares = tf.reduce_sum(tf.square(padded), axis=-1, keepdims=True)
+        if self.kernel_size > 1:  # the sum of squares over each patch
+            window = tf.ones([self.kernel_size, self.kernel_size, 1, 1], inputs.dtype)
+            squares = tf.nn.conv2d(squares, window, step, "VALID")
+        patch_norm = tf.sqrt(squares + 1e-6)
         scale = tf.abs(out) / patch_norm
         if self.explaining:
             scale = tf.stop_gradient(scale)

@@ -3,7 +3,8 @@
 Each layer computes exactly what its PyTorch counterpart computes, so that a converted state dict
 gives the same logits (`models.torch_checkpoints`): adaptive average pooling with PyTorch's bin
 edges, a channels-first flatten (the order of `torch.flatten` on NCHW), and Fixup's scalar bias
-and scale parameters. Every layer is serialisable, so exported models reload.
+and scale parameters; and a strided 1x1 convolution that avoids a oneDNN defect. Every layer is
+serialisable, so exported models reload.
 """
 import math
 
@@ -82,3 +83,30 @@ class ScalarScale(keras.layers.Layer):
 
     def call(self, inputs):
         return inputs * self.scale
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class StridedPointwiseConv2D(keras.layers.Conv2D):
+    """A 1x1 convolution with a stride > 1, computed as a subsample then a stride-1 convolution:
+    the same values and weights as `Conv2D(filters, 1, strides=s)`. oneDNN's own strided 1x1
+    kernel corrupts the heap in its gradients on AVX2 CPUs when the input has fewer than 16
+    channels (docs/architecture.md, "oneDNN")."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if tuple(self.kernel_size) != (1, 1) or self.data_format != "channels_last":
+            raise ValueError("StridedPointwiseConv2D is a channels-last 1x1 convolution")
+
+    def convolution_op(self, inputs, kernel):
+        rows, cols = self.strides
+        return keras.ops.conv(inputs[:, ::rows, ::cols, :], kernel, strides=1,
+                              padding=self.padding, dilation_rate=self.dilation_rate,
+                              data_format=self.data_format)
+
+
+def conv2d(filters: int, kernel: int, strides: int = 1, **kwargs) -> keras.layers.Conv2D:
+    """`keras.layers.Conv2D(filters, kernel, strides, ...)`, as `StridedPointwiseConv2D` when
+    it is a strided 1x1 convolution (the zoo's ResNet shortcuts)."""
+    if kernel == 1 and strides > 1:
+        return StridedPointwiseConv2D(filters, kernel, strides=strides, **kwargs)
+    return keras.layers.Conv2D(filters, kernel, strides=strides, **kwargs)

@@ -13,6 +13,8 @@ names (block_layer1..4) map to the same layers in both implementations.
 import keras
 from keras import layers
 
+from models.layers import conv2d
+
 BLOCKS_PER_GROUP = (3, 4, 6, 3)
 FILTERS_PER_GROUP = (64, 128, 256, 512)
 STRIDES_PER_GROUP = (1, 2, 2, 2)
@@ -25,7 +27,7 @@ def _conv(x, filters, kernel, stride, name, regularizer):
         before = total // 2
         x = layers.ZeroPadding2D(((before, total - before), (before, total - before)),
                                  name=f"{name}_pad")(x)
-    return layers.Conv2D(
+    return conv2d(
         filters, kernel, strides=stride, padding="valid" if stride > 1 else "same", use_bias=False,
         kernel_initializer=keras.initializers.VarianceScaling(1.0, "fan_in", "truncated_normal"),
         kernel_regularizer=regularizer, name=f"{name}_conv")(x)

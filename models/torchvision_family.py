@@ -26,6 +26,7 @@ from models.layers import (
     ChannelsFirstFlatten,
     ScalarBias,
     ScalarScale,
+    conv2d,
 )
 
 BN_EPSILON = 1e-5
@@ -47,8 +48,8 @@ def conv(x, filters, kernel, name, stride=1, padding=0, use_bias=False, initiali
     """PyTorch's Conv2d: explicit symmetric zero padding, then a valid convolution."""
     if padding:
         x = layers.ZeroPadding2D(padding, name=f"{name}_pad")(x)
-    return layers.Conv2D(filters, kernel, strides=stride, use_bias=use_bias, name=name,
-                         kernel_initializer=initializer or "he_normal")(x)
+    return conv2d(filters, kernel, strides=stride, use_bias=use_bias, name=name,
+                  kernel_initializer=initializer or "he_normal")(x)
 
 
 def batch_norm(x, name):

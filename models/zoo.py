@@ -20,7 +20,7 @@ from keras import layers
 
 from models import bagnet, bcos, efficientnet_lite, resnet_v15, torchvision_family, vit
 from models.errors import UserError
-from models.layers import FEATURE_LAYER
+from models.layers import FEATURE_LAYER, conv2d
 
 
 @keras.saving.register_keras_serializable(package="models")
@@ -130,8 +130,7 @@ def _build_plain_cnn(num_classes, input_shape, widths=(16, 32, 64)):
 def _basic_block(x, filters, stride, name):
     shortcut = x
     if stride != 1 or x.shape[-1] != filters:
-        shortcut = layers.Conv2D(filters, 1, strides=stride, use_bias=False,
-                                 name=f"{name}_0_conv")(x)
+        shortcut = conv2d(filters, 1, strides=stride, use_bias=False, name=f"{name}_0_conv")(x)
         shortcut = layers.BatchNormalization(name=f"{name}_0_bn")(shortcut)
     y = layers.Conv2D(filters, 3, strides=stride, padding="same", use_bias=False,
                       name=f"{name}_1_conv")(x)
