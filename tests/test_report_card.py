@@ -184,13 +184,12 @@ def test_cells_are_reused_a_new_method_costs_only_itself_and_other_settings_are_
     with open(edited, "w", encoding="utf-8") as handle:
         json.dump(stored, handle)
     capsys.readouterr()
-    report_card.run(config)
+    # (the same run adds the blur controls, maps of the card's images: image-level benchmarks)
+    controlled = report_card.run(dataclasses.replace(config, blur_controls=True,
+                                                     variants=True))
     assert "its values differ from what was written" in capsys.readouterr().out
     with open(edited, encoding="utf-8") as handle:
         assert json.load(handle)["values"][metric][0] == written
-    # blur controls are maps of the card's images: the image-level benchmarks only
-    controlled = report_card.run(dataclasses.replace(config, blur_controls=True,
-                                                     variants=True))
     blurred = controlled["card"]
     assert blurred.methods == [*config.methods, "blur(bam:GC)"]  # the controls get none
     assert ("ROAD MoRF", "blur(bam:GC)") in blurred.rows
