@@ -78,8 +78,9 @@ def test_pipeline_is_deterministic_and_evaluation_covers_every_image_in_order(wo
     config = masked_data.MaskConfig(ratio=0.3)
 
     def first_batch(seed):
-        ds = masked_data.masked_dataset(world["train"], "images", config, training=True, batch_size=16,
-                                        size=SIZE, control="random", seed=seed, with_keys=True)
+        ds = masked_data.masked_dataset(world["train"], "images", config, training=True,
+                                        batch_size=16, size=SIZE, control="random", seed=seed,
+                                        with_keys=True)
         keys, images, _ = next(iter(ds))
         return keys.numpy(), images.numpy()
 
@@ -195,8 +196,8 @@ def test_per_read_random_masks_change_every_epoch_and_fixed_ones_do_not(world):
     patterns = {}
     for mode in ("fixed", "per_read"):
         ds = masked_data.masked_dataset(world["validation"], "images", config, training=True,
-                                        batch_size=1000, size=SIZE, control="random", random_mask=mode,
-                                        with_keys=True)
+                                        batch_size=1000, size=SIZE, control="random",
+                                        random_mask=mode, with_keys=True)
         if mode == "fixed":
             ds = ds.repeat()
         epochs = []
@@ -220,8 +221,9 @@ def test_a_tensorflow_datasets_split_becomes_masked_records(tmp_path):
         again = tfds_source.tfds_to_records("cifar10", "test", str(tmp_path), "validation")
         assert tfds_source.tfds_num_classes("cifar10") == 10
     assert files == again and len(files) == 1
-    ds = masked_data.masked_dataset(files, "images", masked_data.MaskConfig(ratio=0.5), training=False,
-                                    batch_size=12, control="random", with_keys=True)
+    ds = masked_data.masked_dataset(files, "images", masked_data.MaskConfig(ratio=0.5),
+                                    training=False, batch_size=12, control="random",
+                                    with_keys=True)
     keys, images, labels = next(iter(ds))
     assert images.shape == (12, 32, 32, 3) and keys.numpy()[0].startswith(b"cifar10-test")
     assert (images.numpy() == 0).reshape(12, -1).sum(1).tolist() == [1536] * 12
