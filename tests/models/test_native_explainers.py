@@ -1,7 +1,8 @@
 """Native explainers' known answers: BagNet patch evidence and B-cos contributions sum to the
 logit (minus the bias), Rollout of identity attention gives the patches nothing and of uniform
-attention gives them equal shares; exported models explain as the live ones; a model without
-the explainer is a one-line error."""
+attention gives them equal shares; exported models explain as the live ones (BagNet here, B-cos
+and Chefer's LRP on the converted checkpoints of tests/models/test_torch_conversion.py); a model
+without the explainer is a one-line error."""
 import keras
 import numpy as np
 import pytest
@@ -40,7 +41,7 @@ def test_bagnet_patch_evidence_sums_to_the_logit():
     assert np.std(patches) > 1e-3  # not a constant map
 
 
-def test_bcos_contributions_sum_to_the_logit_minus_its_bias(tmp_path):
+def test_bcos_contributions_sum_to_the_logit_minus_its_bias():
     model = _build("bcos_resnet50")
     images = _images()
     for layer in model.layers:  # gains of 4: features of order 10 instead of 1e-4
@@ -64,10 +65,6 @@ def test_bcos_contributions_sum_to_the_logit_minus_its_bias(tmp_path):
         score = tf.reduce_sum(tf.gather(model(x), TARGETS, batch_dims=1))
     plain = (tape.gradient(score, x) * x).numpy().sum(axis=(1, 2, 3))
     assert np.abs(plain - maps.sum(axis=(1, 2))).max() > 1e-3
-    models.export(model, tmp_path / "bcos")
-    found = saliency_gen.attribute(models.load(tmp_path / "bcos"), images, "idsds:Bcos",
-                                   targets=TARGETS, batch_size=2)[..., 0]
-    np.testing.assert_allclose(found, maps, rtol=1e-4, atol=1e-6)
 
 
 def test_rollout_of_identity_and_uniform_attention():
@@ -99,7 +96,7 @@ def test_a_model_without_the_explainer_is_a_one_line_error():
         saliency_gen.attribute(model, _images(), "idsds:Bcos", targets=TARGETS)
 
 
-def test_chefer_lrp_conserves_relevance_through_every_block(tmp_path):
+def test_chefer_lrp_conserves_relevance_through_every_block():
     from models import chefer_lrp
 
     model = models.build("vit_b_16", 5, (32, 32, 3), patch=8, dim=32, depth=3, heads=2)
@@ -110,11 +107,6 @@ def test_chefer_lrp_conserves_relevance_through_every_block(tmp_path):
     maps = native.explain("CheferLRP", model, images, TARGETS).numpy()
     other = native.explain("CheferLRP", model, images, (TARGETS + 1) % 5).numpy()
     assert maps.min() >= 0 and np.abs(maps - other).max() > 1e-6  # class-dependent
-    models.export(model, tmp_path / "vit")
-    found = saliency_gen.attribute(models.load(tmp_path / "vit"), images, "idsds:CheferLRP",
-                                   targets=TARGETS, batch_size=2)[..., 0]
-    # Relevance ratios amplify float32 summation-order noise (batches of 2 against 3): 1e-3.
-    np.testing.assert_allclose(found, maps, rtol=1e-3, atol=1e-6)
 
 
 def test_applicable_explainers_follow_the_architecture(tmp_path):

@@ -12,13 +12,16 @@ import numpy as np
 import pytest
 
 import models
-from models import torch_checkpoints
+import saliency_gen
+from models import native, torch_checkpoints
 from tests import torch_format
 from tests.models import round_trip
 
 FIXTURES = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "torch_checkpoints")
 with open(os.path.join(FIXTURES, "fixtures.json"), encoding="utf-8") as _handle:
     FIXTURE_TABLE = json.load(_handle)
+# The architectures' own explainers, checked on the export here (no second export elsewhere).
+NATIVE = {"bcos_resnet50": "Bcos", "vit_b_16": "CheferLRP"}
 
 
 @pytest.mark.parametrize("name", sorted(FIXTURE_TABLE))
@@ -43,7 +46,16 @@ def test_fixture_checkpoint_converts_to_the_recorded_pytorch_logits(name, tmp_pa
     # one): the live model with the same tensors gives the same features and input gradients.
     live = models.build(info["name"], 10, (entry["side"],) * 2 + (3,), **entry["options"])
     torch_checkpoints.load_state_dict(live, torch_checkpoints.read_state_dict(checkpoint))
-    round_trip.assert_export_matches(live, loaded, images, np.argmax(logits, axis=1))
+    labels = np.argmax(logits, axis=1)
+    round_trip.assert_export_matches(live, loaded, images, labels)
+    if info["name"] in NATIVE:  # the model's own explainer answers alike from the export
+        explainer = NATIVE[info["name"]]
+        maps = native.explain(explainer, live, images, labels).numpy()
+        found = saliency_gen.attribute(loaded, images, f"idsds:{explainer}", targets=labels,
+                                       batch_size=2)[..., 0]
+        assert np.abs(maps).max() > 0
+        # Relevance ratios amplify float32 summation-order noise (batches of 2): 1e-3.
+        np.testing.assert_allclose(found, maps, rtol=1e-3, atol=1e-6 * np.abs(maps).max())
 
 
 def _torch_modules():
