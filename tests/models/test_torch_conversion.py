@@ -20,8 +20,11 @@ from tests.models import round_trip
 FIXTURES = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "torch_checkpoints")
 with open(os.path.join(FIXTURES, "fixtures.json"), encoding="utf-8") as _handle:
     FIXTURE_TABLE = json.load(_handle)
-# The architectures' own explainers, checked on the export here (no second export elsewhere).
-NATIVE = {"bcos_resnet50": "Bcos", "vit_b_16": "CheferLRP"}
+# The architectures' own explainers, checked on the export here (no second export elsewhere),
+# with their relative tolerances: Chefer's relevance ratios amplify float32 summation-order noise
+# (batches of 2 against the whole batch), B-cos's contributions do not. The absolute floor is a
+# millionth of the largest value (the B-cos fixture's maps reach 66, its logits 7.9e3).
+NATIVE = {"bcos_resnet50": ("Bcos", 1e-4), "vit_b_16": ("CheferLRP", 1e-3)}
 
 
 @pytest.mark.parametrize("name", sorted(FIXTURE_TABLE))
@@ -49,13 +52,12 @@ def test_fixture_checkpoint_converts_to_the_recorded_pytorch_logits(name, tmp_pa
     labels = np.argmax(logits, axis=1)
     round_trip.assert_export_matches(live, loaded, images, labels)
     if info["name"] in NATIVE:  # the model's own explainer answers alike from the export
-        explainer = NATIVE[info["name"]]
+        explainer, tolerance = NATIVE[info["name"]]
         maps = native.explain(explainer, live, images, labels).numpy()
         found = saliency_gen.attribute(loaded, images, f"idsds:{explainer}", targets=labels,
                                        batch_size=2)[..., 0]
         assert np.abs(maps).max() > 0
-        # Relevance ratios amplify float32 summation-order noise (batches of 2): 1e-3.
-        np.testing.assert_allclose(found, maps, rtol=1e-3, atol=1e-6 * np.abs(maps).max())
+        np.testing.assert_allclose(found, maps, rtol=tolerance, atol=1e-6 * np.abs(maps).max())
 
 
 def _torch_modules():
