@@ -138,6 +138,20 @@ def _array(values) -> np.ndarray:
     return np.array([np.nan if v is None else v for v in values], np.float64)
 
 
+def unit_table(cells: dict, benchmark: str, metric: str, methods: Sequence[str]):
+    """[units, methods] of one metric's per-unit values (NaN where undefined), or None when a
+    method has no cell or the methods were scored on different numbers of units."""
+    columns = []
+    for method in methods:
+        cell = cells.get((benchmark, method))
+        if cell is None:
+            return None
+        columns.append(_array(cell[metric]))
+    if not columns or len({len(c) for c in columns}) > 1:
+        return None
+    return np.stack(columns, axis=1)
+
+
 @dataclasses.dataclass
 class Card:
     """The summarised card: rows per (metric, method), and the agreement between metrics."""

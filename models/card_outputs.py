@@ -88,6 +88,11 @@ TRUST_CAVEAT = ("How far each metric's ranking of the methods can be trusted (To
                 "halves of the images; separated is the share of method pairs the paired "
                 "bootstrap tells apart (all three over your methods, not the blur controls); "
                 "rewards blur: blur(m) ranks above m for most methods m (with --blur_controls). "
+                "Resilience, reactivity and MC (Hedström et al. 2023, MetaQuantus; image-level "
+                "metrics, your methods without the controls): resilience is how little the "
+                "scores and the images' rankings move under small input noise, reactivity how "
+                "much the scores drop when the maps are a randomised model's, MC their mean "
+                "(all in [0, 1], higher is better; docs/report_card.md). "
                 "Brackets: 95% bootstrap intervals over images.")
 
 
@@ -97,23 +102,56 @@ def _estimate_text(estimate) -> str:
     return f"{estimate.value:.2f} [{estimate.low:.2f}, {estimate.high:.2f}]"
 
 
+def _share_text(value) -> str:
+    return "-" if value is None else "n/a" if math.isnan(value) else f"{value:.2f}"
+
+
 def trust_rows(card: Card) -> tuple:
     """(header, rows) of the reliability table: one row per metric that ranks methods."""
     verdicts = {True: "yes", False: "no", None: "-"}
-    rows = [[name, _estimate_text(found["alpha"]), _estimate_text(found["split_half"]),
-             "n/a" if math.isnan(found["separated"]) else f"{found['separated']:.0%}",
-             verdicts[found.get("rewards_blur")]]
-            for name, found in card.trust.items()]
-    return ["metric", "alpha", "split-half", "separated pairs", "rewards blur"], rows
+    rows = []
+    for name, found in card.trust.items():
+        meta = found.get("meta") or {}
+        scores = (meta.get("resilience", {}).get("score"), meta.get("reactivity", {}).get("score"),
+                  meta.get("mc"))
+        rows.append([name, _estimate_text(found["alpha"]), _estimate_text(found["split_half"]),
+                     "n/a" if math.isnan(found["separated"]) else f"{found['separated']:.0%}",
+                     verdicts[found.get("rewards_blur")], *map(_share_text, scores)])
+    return ["metric", "alpha", "split-half", "separated pairs", "rewards blur", "resilience",
+            "reactivity", "MC"], rows
 
 
 def trust_records(card: Card) -> dict:
     """The reliability table for JSON: {metric: {"alpha", "split_half": {value, low, high, n},
-    "separated": share}} (NaN is written as null)."""
+    "separated": share, "rewards_blur", "meta": {"resilience": {iac, iec, score},
+    "reactivity": {...}, "mc"} or null}} (NaN is written as null)."""
     return {name: {**{key: dataclasses.asdict(found[key])
                       for key in ("alpha", "split_half")}, "separated": found["separated"],
-                   "rewards_blur": found.get("rewards_blur")}
+                   "rewards_blur": found.get("rewards_blur"), "meta": found.get("meta")}
             for name, found in card.trust.items()}
+
+
+def trust_png(card: Card) -> Optional[bytes]:
+    """Each metric's resilience (x) against its reactivity (y), or None without a
+    meta-evaluation: the metrics worth trusting sit top right."""
+    points = [(name, found["meta"]["resilience"]["score"], found["meta"]["reactivity"]["score"])
+              for name, found in card.trust.items() if found.get("meta")]
+    points = [p for p in points if math.isfinite(p[1]) and math.isfinite(p[2])]
+    if not points:
+        return None
+    pyplot = results.pyplot()
+    figure, axes = pyplot.subplots(figsize=(6.0, 5.0))
+    axes.scatter([p[1] for p in points], [p[2] for p in points], color="tab:blue")
+    for name, x, y in points:
+        axes.annotate(name, (x, y), textcoords="offset points", xytext=(4, 3), fontsize=8)
+    axes.set_xlim(-0.02, 1.05)
+    axes.set_ylim(-0.02, 1.05)
+    axes.set_xlabel("resilience to input noise (higher: steadier)")
+    axes.set_ylabel("reactivity to a randomised model's maps (higher: reacts)")
+    axes.set_title("How far to trust each metric")
+    axes.grid(alpha=0.3)
+    figure.tight_layout()
+    return results.figure_png(figure)
 
 
 def heat_map_png(card: Card) -> bytes:
@@ -304,6 +342,9 @@ def html_page(card: Card, sections: Sequence[Section], title: str, intro: str,
         parts += ["<h2>How far to trust each metric</h2>",
                   f"<p class=small>{html.escape(TRUST_CAVEAT)}</p>",
                   _html_table(*trust_rows(card))]
+        trust = trust_png(card)
+        if trust:
+            parts.append(_image(trust, "resilience against reactivity"))
     for section in sections:
         parts.append(f"<h2>{html.escape(section.title)}</h2>")
         if section.text:
@@ -333,6 +374,8 @@ def markdown_page(card: Card, sections: Sequence[Section], title: str, intro: st
     if card.trust:
         parts += ["## How far to trust each metric\n", TRUST_CAVEAT + "\n",
                   markdown_table(*trust_rows(card))]
+        if "trust" in pictures:
+            parts.append(f"![resilience against reactivity]({pictures['trust']})\n")
     for section in sections:
         parts.append(f"## {section.title}\n")
         if section.text:
@@ -353,6 +396,10 @@ def write_card(card: Card, output_dir: str, sections: Sequence[Section] = (),
              for kind in ("html", "md", "csv", "json")}
     pictures = {"agreement": "card_agreement.png"}
     results.write_bytes(os.path.join(output_dir, pictures["agreement"]), heat_map_png(card))
+    trust = trust_png(card)
+    if trust:
+        pictures["trust"] = "card_trust.png"
+        results.write_bytes(os.path.join(output_dir, pictures["trust"]), trust)
     for number, section in enumerate(sections, 1):
         if section.png:
             pictures[section.title] = f"card_section{number}.png"

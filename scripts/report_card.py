@@ -26,7 +26,7 @@ from bam import card as bam_card
 from bam import synthetic_setup
 from faithfulness import card as faithfulness_card
 from faithfulness import evaluate, randomisation
-from models import card, card_outputs, pretrained, progress, provenance, results
+from models import card, card_outputs, meta_evaluation, pretrained, progress, provenance, results
 from models.cli import option, origin_flags, run_binary
 from models.errors import (UserError, check_choices, check_fractions, check_minimum, check_unique,
                            require_both_or_neither)
@@ -39,7 +39,16 @@ from saliency_gen.world import cache, dataset
 
 BAM_METHODS = ("bam:GC", "bam:VG", "bam:SG", "bam:IG", "bam:IG-SG", "bam:GxI", "bam:GB",
                "bam:GGC")
-CONTROLS = ("random", bam_card.ORACLE)
+# Controls: the random map and the object mask, and maps that ignore the model (a centre
+# Gaussian, Sobel edges, a constant): they test the metrics more than the methods.
+MODEL_FREE = ("centre_gaussian", "sobel", "constant")
+CONTROLS = ("random", bam_card.ORACLE, *MODEL_FREE)
+# The meta-evaluation's perturbations (docs/report_card.md, "Resilience and reactivity"): the
+# minor one adds Gaussian noise of this sd (a fraction of the images' value range) to the
+# images; the disruptive one takes the maps of the model with every weighted layer
+# re-initialised.
+MINOR_NOISE = 0.01
+PERTURBATIONS = {"minor": "input noise", "disruptive": "randomised-model maps"}
 # The free choices of each protocol that its literature varies (docs/report_card.md, "How far
 # to trust each metric"): (label, changed evaluate.Options); QUARTER: a quarter of the steps.
 QUARTER = "quarter"
@@ -54,7 +63,8 @@ VARIANTS = {
               ("random baseline", {"sd_baseline": "random"})),
 }
 # The real network's default: BAM's methods but IG-SG (625 gradients per image), and random.
-REAL_METHODS = ("bam:GC", "bam:VG", "bam:SG", "bam:IG", "bam:GxI", "bam:GB", "bam:GGC", "random")
+REAL_METHODS = ("bam:GC", "bam:VG", "bam:SG", "bam:IG", "bam:GxI", "bam:GB", "bam:GGC", "random",
+                *MODEL_FREE)
 BAM_NEEDS_ITS_DATA = ("BAM: not run on a pretrained network and photos: BAM needs its own data "
                       "set (objects pasted into scenes, and models trained on it to know which "
                       "pixels matter); see docs/bam.md")
@@ -68,8 +78,8 @@ class Config:
 
     methods: Optional[tuple] = option(
         None, "Methods: saliency_gen names, registered methods, 'package.module:function', and "
-        "the controls random and oracle (default: the eight BAM methods, random and oracle; "
-        "with --pretrained: " + ",".join(REAL_METHODS) + ").")
+        "the controls " + ", ".join(CONTROLS) + " (default: the eight BAM methods and the "
+        "controls; with --pretrained: " + ",".join(REAL_METHODS) + ").")
     pretrained: Optional[str] = option(
         None, "Run on a real pretrained network and the 20 real ImageNet photos instead "
         "(docs/real_model.md); BAM's columns stay empty.", choices=tuple(pretrained.PRETRAINED))
@@ -106,10 +116,14 @@ class Config:
     variants: bool = option(False, "Run the faithfulness protocols again under the settings "
                             "their literature varies (substrate, step count, baseline) and show "
                             "how far each metric's ranking moves (costs one run per variant).")
-    blur_controls: bool = option(False, "Add blur(<method>) for each method but the controls: "
+    blur_controls: bool = option(True, "Add blur(<method>) for each method but the controls: "
                                  "its maps smoothed by a Gaussian of sigma = image side / 32, "
                                  "so the card can say which metrics reward blur (image-level "
-                                 "benchmarks only; about doubles their cost).")
+                                 "benchmarks only).")
+    meta_evaluation: bool = option(True, "Judge each image-level metric by its resilience to "
+                                   "input noise and its reactivity to a randomised model's "
+                                   "maps (MetaQuantus; two more runs of those benchmarks, "
+                                   "without the controls).")
 
 
 def resolved(config: Config) -> Config:
@@ -171,17 +185,20 @@ class Inputs:
     maps_of: object = None  # method -> its maps of `images`, computed once per card run
 
 
-def map_memo(loaded, images, labels, ids, seed: int, batch_size: int):
+def map_memo(loaded, images, labels, ids, seed: int, batch_size: int,
+             preprocessing: Optional[str] = None):
     """`maps_of(method)`: the method's maps of `images` (explaining `labels`), computed the
     first time a benchmark asks and shared by every image-level benchmark and the gallery;
-    `blur(m)` is m's maps smoothed (saliency_gen.transforms.blur)."""
+    `blur(m)` is m's maps smoothed (saliency_gen.transforms.blur). `preprocessing` names the
+    input space of a Keras model (a loaded export knows its own)."""
     found = {}
 
     def maps_of(method):
         if method not in found:
             plain = card.unblurred(method)
             found[method] = transforms.blur(maps_of(plain)) if plain else saliency_gen.attribute(
-                loaded, images, method, labels, batch_size=batch_size, seed=seed, ids=ids)
+                loaded, images, method, labels, batch_size=batch_size, seed=seed, ids=ids,
+                preprocessing=preprocessing)
         return found[method]
 
     return maps_of
@@ -301,6 +318,69 @@ def sensitivity_section(summary, variants: list, variant_card) -> card_outputs.S
         ("metric", "variant", "Kendall tau with the default"), tuple(rows))
 
 
+def perturbed_inputs(config: Config, inputs: Inputs) -> dict:
+    """{"minor" / "disruptive": Inputs} of the meta-evaluation (`PERTURBATIONS`): the minor
+    perturbation's images carry seeded Gaussian noise (sd `MINOR_NOISE` of their value range) and
+    get their own maps; the disruptive one keeps the images and takes the maps of the model with
+    every weighted layer re-initialised (left out, with a note, for a model that cannot be
+    rebuilt from its export)."""
+    images = np.asarray(inputs.images, np.float32)
+    sd = MINOR_NOISE * float(images.max() - images.min())
+    noisy = images + np.random.default_rng([config.seed, 0x4E01]).normal(
+        0.0, sd, images.shape).astype(np.float32)
+    found = {"minor": dataclasses.replace(
+        inputs, images=noisy, data={**inputs.data, "perturbation": f"input noise, sd {sd:.4g}"},
+        maps_of=map_memo(inputs.loaded, noisy, inputs.labels, inputs.ids, config.seed,
+                         config.batch_size))}
+    try:
+        randomised = models.rebuild(inputs.model_path)
+    except UserError as error:
+        print(f"note: no reactivity to a randomised model: {error}")
+        return found
+    randomisation.randomise_top(randomised, len(randomisation.weighted_layers(randomised)),
+                                config.seed)
+    found["disruptive"] = dataclasses.replace(
+        inputs, data={**inputs.data, "perturbation": "maps of the fully randomised model"},
+        maps_of=map_memo(randomised, inputs.images, inputs.labels, inputs.ids, config.seed,
+                         config.batch_size, models.read_info(inputs.model_path)["preprocessing"]))
+    return found
+
+
+def judged_by_meta_evaluation(method: str) -> bool:
+    """The methods the meta-evaluation perturbs: not the controls, not the blur controls."""
+    return method not in CONTROLS and card.unblurred(method) is None
+
+
+def meta_benchmarks(config: Config, inputs: Inputs) -> dict:
+    """{kind: {benchmark name: benchmark}}: the image-level benchmarks again on each
+    perturbation's inputs, named "<benchmark> [<perturbation>]" and cached as cells."""
+    image_level = dataclasses.replace(
+        config, benchmarks=tuple(b for b in config.benchmarks if b != "BAM"), rmcs=False,
+        retraining=False)
+    return {kind: {benchmark.name: dataclasses.replace(
+        benchmark, name=f"{benchmark.name} [{PERTURBATIONS[kind]}]",
+        supports=judged_by_meta_evaluation) for benchmark in build_benchmarks(image_level,
+                                                                             perturbed)}
+            for kind, perturbed in perturbed_inputs(config, inputs).items()}
+
+
+def meta_evaluate(summary, benchmarks: list, meta: dict, cells: dict) -> None:
+    """Adds each image-level metric's resilience, reactivity and MC (models.meta_evaluation)
+    to `summary.trust`, over the methods the perturbations judge."""
+    methods = [m for m in summary.methods if judged_by_meta_evaluation(m)]
+    for benchmark in benchmarks:
+        perturbed = [meta.get(kind, {}).get(benchmark.name) for kind in PERTURBATIONS]
+        if None in perturbed:
+            continue
+        for metric in benchmark.metrics:
+            column = f"{benchmark.name} {metric.name}"
+            tables = [card.unit_table(cells, b.name, metric.name, methods)
+                      for b in (benchmark, *perturbed)]
+            if column in summary.trust and all(t is not None for t in tables):
+                summary.trust[column]["meta"] = meta_evaluation.meta_consistency(
+                    *tables, metric.higher_is_better)
+
+
 def sanity_benchmark(config: Config, inputs: Inputs):
     """The randomisation check on the first images, or None (with a note) for a model that
     cannot be rebuilt from its export."""
@@ -373,7 +453,10 @@ def about_rows(config: Config, inputs: Optional[Inputs], seconds: float) -> list
                       if not (name == "BAM" and config.pretrained)]
     rows += [("Methods", ", ".join(config.methods)),
              ("Settings", f"benchmarks {', '.join(run_benchmarks)}; deletion / insertion "
-                          f"steps at most {config.max_step_nb}; batch {config.batch_size}"),
+                          f"steps at most {config.max_step_nb}; batch {config.batch_size}"
+                          + ("; blur controls" if config.blur_controls else "")
+                          + (f"; meta-evaluation (input noise sd {MINOR_NOISE} of the range, "
+                             "fully randomised model)" if config.meta_evaluation else "")),
              ("Seeds", f"{config.seed} (image sample, random draws, bootstrap)"),
              ("Version", f"attribution-benchmarks {package_version()}"),
              ("Date", time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())),
@@ -407,7 +490,9 @@ def _run(config: Config) -> dict:
     checks = [check for check in checks if check is not None]
     variants = variant_benchmarks(config, inputs) if config.variants else []
     variant_list = [benchmark for benchmark, _, _ in variants]
-    every = [*benchmarks, *checks, *variant_list]
+    meta = meta_benchmarks(config, inputs) if config.meta_evaluation and inputs else {}
+    meta_list = [benchmark for found in meta.values() for benchmark in found.values()]
+    every = [*benchmarks, *checks, *variant_list, *meta_list]
     with progress.CostBar({b.name: len(config.methods) for b in every},
                           {b.name: b.cost for b in every}, "report card") as bar:
         cells = card.run_cells(benchmarks, config.methods, config.output_dir, bar.finished,
@@ -416,7 +501,10 @@ def _run(config: Config) -> dict:
                                      overwrite=config.overwrite)
         variant_cells = card.run_cells(variant_list, config.methods, config.output_dir,
                                        bar.finished, overwrite=config.overwrite)
+        meta_cells = card.run_cells(meta_list, config.methods, config.output_dir,
+                                    bar.finished, overwrite=config.overwrite)
     summary = card.summarise(benchmarks, config.methods, cells, config.seed)
+    meta_evaluate(summary, benchmarks, meta, {**cells, **meta_cells})
     sections, sanity = [], None
     if checks:
         sanity = card.summarise(checks, config.methods, check_cells, config.seed, judge=False)

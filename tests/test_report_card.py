@@ -58,6 +58,7 @@ def card_run(trained_world, tmp_path_factory):
         model_path=os.path.join(model_dir, "obj"),
         input_pattern=os.path.join(data_dir, "records", "validation-*"), nr_images=12,
         data_dir=data_dir, bam_model_dir=model_dir, num_imgs=40, max_step_nb=8, gallery_images=2,
+        blur_controls=False, meta_evaluation=False,
         output_dir=str(tmp_path_factory.mktemp("card") / "card"))
     return report_card, config, report_card.run(config)
 
@@ -123,11 +124,11 @@ def test_the_html_page_holds_every_cell_and_embeds_every_picture(card_run):
     # a heat map, not a second table
     sanity, gallery = result["sections"]
     assert len(card.metrics) == 8 and len(sanity.header) == 5  # small_cnn: stages 1, 2, 3, 7
-    # how far to trust each metric: one row (5 cells) per metric that ranks at least two methods
+    # how far to trust each metric: one row (8 cells) per metric that ranks at least two methods
     assert set(card.trust) == {metric.name for metric in card.metrics}
     assert card.trust["BAM MCS"]["separated"] == 1.0  # oracle > bam:GC > random, all separated
     assert "How far to trust each metric" in text
-    assert len(page.cells) == 2 * 10 + 9 * 4 + 5 * 9 + 5 * 4
+    assert len(page.cells) == 2 * 10 + 9 * 4 + 8 * 9 + 5 * 4
     random_row = next(row for row in sanity.rows if row[0] == "random")
     assert all(cell.startswith("1.000 [1.000, 1.000]") for cell in random_row[1:])
     assert len(page.images) == 2 and gallery.png is not None  # agreement and gallery
@@ -184,9 +185,10 @@ def test_cells_are_reused_a_new_method_costs_only_itself_and_other_settings_are_
     with open(edited, "w", encoding="utf-8") as handle:
         json.dump(stored, handle)
     capsys.readouterr()
-    # (the same run adds the blur controls, maps of the card's images: image-level benchmarks)
-    controlled = report_card.run(dataclasses.replace(config, blur_controls=True,
-                                                     variants=True))
+    # (the same run adds the blur controls, maps of the card's images: image-level benchmarks,
+    # and the meta-evaluation's two perturbed runs of those benchmarks)
+    controlled = report_card.run(dataclasses.replace(config, blur_controls=True, variants=True,
+                                                     meta_evaluation=True))
     assert "its values differ from what was written" in capsys.readouterr().out
     with open(edited, encoding="utf-8") as handle:
         assert json.load(handle)["values"][metric][0] == written
@@ -196,6 +198,18 @@ def test_cells_are_reused_a_new_method_costs_only_itself_and_other_settings_are_
     assert ("BAM MCS", "blur(bam:GC)") not in blurred.rows
     assert blurred.trust["ROAD MoRF"]["rewards_blur"] in (True, False)
     assert blurred.trust["BAM MCS"]["rewards_blur"] is None
+    # resilience and reactivity of the image-level metrics, over bam:GC (the one method that is
+    # not a control); BAM is not perturbed
+    for column in ("ROAD MoRF", "Deletion dauc", "IDSDS sds"):
+        meta = blurred.trust[column]["meta"]
+        assert set(meta) == {"resilience", "reactivity", "mc"}, column
+        assert all(0.0 <= meta[side][key] <= 1.0 for side in ("resilience", "reactivity")
+                   for key in ("iac", "iec"))
+        assert meta["resilience"]["iec"] == 1.0  # one method: its rank cannot move
+    assert "meta" not in blurred.trust["BAM MCS"]
+    assert os.path.isfile(os.path.join(config.output_dir, "card_trust.png"))  # the plot
+    assert [name for name in os.listdir(cells) if "input_noise" in name
+            or "randomised-model" in name] != []
     # the protocols again under the settings their literature varies: tau with the default
     sensitivity = next(section for section in controlled["sections"]
                        if section.title == "Sensitivity to the metrics' free choices")
@@ -214,6 +228,7 @@ def test_the_card_on_the_real_network(real_cache, monkeypatch, tmp_path, capsys)
     config = report_card.Config(pretrained="efficientnet_lite0", methods=("bam:GC", "random"),
                                 benchmarks=("BAM", "Deletion"),
                                 nr_images=2, max_step_nb=8, gallery_images=2,
+                                blur_controls=False, meta_evaluation=False,
                                 output_dir=str(tmp_path / "card"))
     result = report_card.run(config)
     printed = capsys.readouterr().out

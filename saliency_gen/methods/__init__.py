@@ -11,6 +11,7 @@
 | `occlusion` | occlusion |
 | `sobel` | sobel |
 | `centre_gaussian` | centre_gaussian |
+| `constant` | constant |
 | `random` | random |
 | `pair` | xrai, blur_ig, guided_ig (bridges to PAIR `saliency.core`) |
 | `native` | bcos, bagnet, rollout, chefer_lrp (the model's own explanation, zoo only) |
@@ -28,9 +29,11 @@ from saliency_gen.methods import rise
 from saliency_gen.methods import occlusion
 from saliency_gen.methods import sobel
 from saliency_gen.methods import centre_gaussian
+from saliency_gen.methods import constant
 from saliency_gen.methods import random
 from saliency_gen.methods import pair
 from saliency_gen.methods import native
 
-__all__ = ["cam", "centre_gaussian", "gradient", "guided_backprop", "integrated_gradients",
-           "native", "occlusion", "pair", "random", "rise", "smooth_cam", "sobel"]
+__all__ = ["cam", "centre_gaussian", "constant", "gradient", "guided_backprop",
+           "integrated_gradients", "native", "occlusion", "pair", "random", "rise", "smooth_cam",
+           "sobel"]

@@ -199,6 +199,12 @@ def test_centre_gaussian_is_one_at_the_centre_and_exp_minus_half_one_sigma_away(
     assert result[0, 0, 6, 1] == pytest.approx(np.exp(-0.5 * (4 / 2.25) ** 2), rel=1e-5)
 
 
+def test_constant_is_ones_of_the_images_shape():
+    images = np.random.default_rng(0).uniform(size=(2, 5, 7, 3)).astype(np.float32)
+    result = saliency_gen.attribute(None, images, "constant")
+    assert result.shape == images.shape and np.all(result == 1.0)
+
+
 def test_sobel_equals_scipy():
     images = _images(2, size=12)
     result = saliency_gen.attribute(None, images, "sobel")

@@ -1,0 +1,84 @@
+"""A metric judged by how it reacts to perturbations (Hedström et al. 2023, MetaQuantus; docs/
+report_card.md, "Resilience and reactivity").
+
+A metric scores every method on the same units (images): `values` [units, methods]. It is run
+again after a minor perturbation that should not change what the maps show (small input noise:
+`minor` [units, methods]) and after a disruptive one that should (the maps of a fully
+randomised model: `disruptive`). Four numbers in [0, 1], higher is better:
+- IAC resilience: per method, the p-value of the Wilcoxon signed-rank test (two-sided, zero
+  differences split) between the unperturbed and the minor-perturbed scores, averaged over the
+  methods (high: the scores did not move);
+- IAC reactivity: the same with the disruptive perturbation, 1 - p (high: they moved);
+- IEC resilience: the share of (image, rank position) at which the same method sits before and
+  after the minor perturbation (the images' rankings of the methods survive);
+- IEC reactivity: the share of (image, method) whose unperturbed score beats its disruptive one
+  (the metric prefers the real maps to the randomised model's).
+Resilience is the mean of the two resilience numbers, reactivity the mean of the two reactivity
+numbers, and the meta-consistency score MC the mean of all four. Units with a non-finite value
+in any of the three tables are left out.
+"""
+import numpy as np
+import scipy.stats
+
+
+def _finite_rows(*tables: np.ndarray) -> list:
+    tables = [np.asarray(t, np.float64) for t in tables]
+    shapes = {t.shape for t in tables}
+    if len(shapes) != 1 or tables[0].ndim != 2:
+        raise ValueError(f"the tables must share one [units, methods] shape, got {shapes}")
+    keep = np.logical_and.reduce([np.isfinite(t).all(axis=1) for t in tables])
+    return [t[keep] for t in tables]
+
+
+def wilcoxon_p(before, after) -> float:
+    """Two-sided Wilcoxon signed-rank p-value of paired scores (zero differences split between
+    the signs); 1 when nothing moved, NaN with no pair."""
+    before, after = np.asarray(before, np.float64), np.asarray(after, np.float64)
+    if before.size == 0:
+        return float("nan")
+    if np.array_equal(before, after):
+        return 1.0
+    return float(scipy.stats.wilcoxon(before, after, zero_method="zsplit",
+                                      alternative="two-sided").pvalue)
+
+
+def rank_positions(values: np.ndarray, higher_is_better: bool) -> np.ndarray:
+    """[units, methods] -> per unit, the method at each rank position (best first; ties by
+    method order)."""
+    oriented = -values if higher_is_better else values
+    return np.argsort(oriented, axis=1, kind="stable")
+
+
+def resilience(values, minor, higher_is_better: bool) -> dict:
+    """{"iac", "iec", "score"} of one metric under a minor perturbation."""
+    values, minor = _finite_rows(values, minor)
+    if not len(values):
+        return {"iac": float("nan"), "iec": float("nan"), "score": float("nan")}
+    iac = float(np.mean([wilcoxon_p(values[:, m], minor[:, m])
+                         for m in range(values.shape[1])]))
+    iec = float(np.mean(rank_positions(values, higher_is_better)
+                        == rank_positions(minor, higher_is_better)))
+    return {"iac": iac, "iec": iec, "score": (iac + iec) / 2}
+
+
+def reactivity(values, disruptive, higher_is_better: bool) -> dict:
+    """{"iac", "iec", "score"} of one metric under a disruptive perturbation."""
+    values, disruptive = _finite_rows(values, disruptive)
+    if not len(values):
+        return {"iac": float("nan"), "iec": float("nan"), "score": float("nan")}
+    iac = float(np.mean([1.0 - wilcoxon_p(values[:, m], disruptive[:, m])
+                         for m in range(values.shape[1])]))
+    better = values > disruptive if higher_is_better else values < disruptive
+    iec = float(np.mean(better))
+    return {"iac": iac, "iec": iec, "score": (iac + iec) / 2}
+
+
+def meta_consistency(values, minor, disruptive, higher_is_better: bool) -> dict:
+    """{"resilience": {...}, "reactivity": {...}, "mc"} of one metric's [units, methods]
+    values, minor- and disruptive-perturbed values (the same units and methods)."""
+    values, minor, disruptive = _finite_rows(values, minor, disruptive)
+    found = {"resilience": resilience(values, minor, higher_is_better),
+             "reactivity": reactivity(values, disruptive, higher_is_better)}
+    parts = [found[side][key] for side in found for key in ("iac", "iec")]
+    found["mc"] = float(np.mean(parts)) if np.isfinite(parts).all() else float("nan")
+    return found
