@@ -48,14 +48,22 @@ def pixel_ranks(maps, seed: int = 0) -> np.ndarray:
     return ranks.astype(np.int32)
 
 
-def road_function(loaded, shape, keep_top: bool, *, seed=0, noise=0.01, batch_size=32):
+# The imputers ROAD's card benchmark offers: ROAD's own (noisy linear, noise 0.01), and the
+# fixed fill its paper compares it with, here the images' mean colour (a --variants choice).
+IMPUTERS = ("noisy_linear", "mean")
+
+
+def road_function(loaded, shape, keep_top: bool, *, seed=0, noise=0.01, batch_size=32,
+                  imputer: str = "noisy_linear", fill=None):
     """A traced function (pixels, labels, ids, ranks, cuts) -> float [len(cuts) * N]: the
     true-class probability of every image with its pixels of rank < cut imputed (rank >= cut
     when `keep_top`), each (cut, image) pair one executor item. Made once per benchmark, so
-    every method reuses one trace."""
+    every method reuses one trace. `imputer="mean"` fills the removed pixels with `fill` (a
+    colour in pixel space) instead of ROAD's noisy linear imputation."""
     n, height, width, _ = shape
     space = input_space(loaded.preprocessing)
     call = adapt(loaded).logits
+    fill = None if fill is None else tf.constant(fill, tf.float32)
 
     @tf.function(reduce_retracing=True)
     def run(pixels, labels, ids, ranks, cuts):
@@ -65,9 +73,12 @@ def road_function(loaded, shape, keep_top: bool, *, seed=0, noise=0.01, batch_si
             image_ranks = tf.gather(ranks, image)
             removed = image_ranks >= cut if keep_top else image_ranks < cut
             removed = tf.reshape(removed, [-1, height, width])
-            imputed = imputation.noisy_linear_impute(
-                tf.gather(pixels, image), removed, noise_std=noise, seed=seed,
-                keys=tf.gather(ids, image))
+            if imputer == "mean":
+                imputed = tf.where(removed[..., None], fill, tf.gather(pixels, image))
+            else:
+                imputed = imputation.noisy_linear_impute(
+                    tf.gather(pixels, image), removed, noise_std=noise, seed=seed,
+                    keys=tf.gather(ids, image))
             probabilities = tf.nn.softmax(tf.cast(call(space.from_pixels(imputed)), tf.float32))
             return tf.gather(probabilities, tf.gather(labels, image), batch_dims=1)
         return executor.collect(tf.shape(cuts)[0] * n, batch_size, compute)
@@ -87,10 +98,12 @@ def oracle_maps(masks) -> np.ndarray:
 
 
 def benchmark(loaded, images, labels, ids, masks=None, *, data: dict, ratios=RATIOS,
-              seed: int = 0, batch_size: int = 32, maps_of=None) -> Benchmark:
+              seed: int = 0, batch_size: int = 32, maps_of=None,
+              imputer: str = "noisy_linear") -> Benchmark:
     """ROAD MoRF / LeRF of `loaded` on `images` (model input space), explaining `labels`;
     `masks` [N, H, W] (object masks) enable the oracle. `data` fingerprints the images;
-    `maps_of(method)`, when given, supplies a method's maps (shared by a card's benchmarks)."""
+    `maps_of(method)`, when given, supplies a method's maps (shared by a card's benchmarks);
+    `imputer` is one of `IMPUTERS`."""
     space = input_space(loaded.preprocessing)
     pixels = np.asarray(space.to_pixels(tf.constant(images, tf.float32)), np.float32)
     features = images.shape[1] * images.shape[2]
@@ -98,8 +111,10 @@ def benchmark(loaded, images, labels, ids, masks=None, *, data: dict, ratios=RAT
     lerf_cuts = [ranking_cut(round(100 * (1 - p)), features) for p in ratios]  # keep the top p
 
     shape = images.shape
-    morf_run = road_function(loaded, shape, False, seed=seed, batch_size=batch_size)
-    lerf_run = road_function(loaded, shape, True, seed=seed, batch_size=batch_size)
+    fill = pixels.mean(axis=(0, 1, 2)) if imputer == "mean" else None
+    morf_run, lerf_run = (road_function(loaded, shape, keep_top, seed=seed,
+                                        batch_size=batch_size, imputer=imputer, fill=fill)
+                          for keep_top in (False, True))
     constants = (tf.constant(pixels, tf.float32), tf.constant(labels, tf.int32),
                  tf.constant(ids, tf.int64))
 
@@ -123,7 +138,9 @@ def benchmark(loaded, images, labels, ids, masks=None, *, data: dict, ratios=RAT
         supports=lambda method: method != ORACLE or masks is not None,
         settings={"model_id": loaded.model_id, "n_images": len(images),
                   "ratios": [float(r) for r in ratios], "seed": seed, "noise": 0.01,
-                  "ranking": "pixel, signed, jitter", **data},
+                  "ranking": "pixel, signed, jitter", **data,
+                  # (the default leaves the key out: cells made before it existed stay valid)
+                  **({} if imputer == "noisy_linear" else {"imputer": imputer})},
         cost=4.0 * len(ratios))
 
 

@@ -61,6 +61,7 @@ VARIANTS = {
     "ADD": (("blur substrate", {"data_replace_method": "blur"}),),
     "IDSDS": (("blur baseline", {"sd_baseline": "blur"}),
               ("random baseline", {"sd_baseline": "random"})),
+    "ROAD": (("mean-colour imputer", {"imputer": "mean"}),),
 }
 # The real network's default: BAM's methods but IG-SG (625 gradients per image), and random.
 REAL_METHODS = ("bam:GC", "bam:VG", "bam:SG", "bam:IG", "bam:GxI", "bam:GB", "bam:GGC", "random",
@@ -116,14 +117,15 @@ class Config:
     variants: bool = option(False, "Run the faithfulness protocols again under the settings "
                             "their literature varies (substrate, step count, baseline) and show "
                             "how far each metric's ranking moves (costs one run per variant).")
-    blur_controls: bool = option(True, "Add blur(<method>) for each method but the controls: "
+    blur_controls: bool = option(False, "Add blur(<method>) for each method but the controls: "
                                  "its maps smoothed by a Gaussian of sigma = image side / 32, "
                                  "so the card can say which metrics reward blur (image-level "
-                                 "benchmarks only).")
+                                 "benchmarks only; about doubles their cost).")
     meta_evaluation: bool = option(True, "Judge each image-level metric by its resilience to "
                                    "input noise and its reactivity to a randomised model's "
-                                   "maps (MetaQuantus; two more runs of those benchmarks, "
-                                   "without the controls).")
+                                   "maps (MetaQuantus: those benchmarks again on the first "
+                                   "--meta_images images, twice, without the controls).")
+    meta_images: int = option(16, "Images of the meta-evaluation's perturbed runs.")
 
 
 def resolved(config: Config) -> Config:
@@ -158,7 +160,7 @@ def check_flags(config: Config) -> None:
         if plain != bam_card.ORACLE and plain not in names.PRODUCTS:
             saliency_gen.resolve(plain)
     check_choices("benchmarks", config.benchmarks, BENCHMARKS, "benchmark")
-    for name in ("nr_images", "num_imgs", "max_step_nb", "batch_size"):
+    for name in ("nr_images", "num_imgs", "max_step_nb", "batch_size", "meta_images"):
         check_minimum(name, getattr(config, name), 1)
     check_minimum("gallery_images", config.gallery_images, 0)
     check_fractions("retraining_ratio", [config.retraining_ratio])
@@ -287,6 +289,15 @@ def variant_benchmarks(config: Config, inputs: Inputs) -> list:
     found = []
     for name in config.benchmarks:
         for label, changes in VARIANTS.get(name, ()):
+            if name == "ROAD":
+                benchmark = roar_card.benchmark(
+                    inputs.loaded, inputs.images, inputs.labels, inputs.ids, data=inputs.data,
+                    seed=config.seed, batch_size=config.batch_size, maps_of=inputs.maps_of,
+                    **changes)
+                found.append((dataclasses.replace(
+                    benchmark, name=f"{name} [{label}]",
+                    supports=lambda method: method != bam_card.ORACLE), name, label))
+                continue
             options = dataclasses.replace(base, **{
                 key: max(2, base.max_step_nb // 4) if value == QUARTER else value
                 for key, value in changes.items()})
@@ -319,11 +330,15 @@ def sensitivity_section(summary, variants: list, variant_card) -> card_outputs.S
 
 
 def perturbed_inputs(config: Config, inputs: Inputs) -> dict:
-    """{"minor" / "disruptive": Inputs} of the meta-evaluation (`PERTURBATIONS`): the minor
-    perturbation's images carry seeded Gaussian noise (sd `MINOR_NOISE` of their value range) and
-    get their own maps; the disruptive one keeps the images and takes the maps of the model with
-    every weighted layer re-initialised (left out, with a note, for a model that cannot be
-    rebuilt from its export)."""
+    """{"minor" / "disruptive": Inputs} of the meta-evaluation (`PERTURBATIONS`) on the first
+    --meta_images images: the minor perturbation's images carry seeded Gaussian noise (sd
+    `MINOR_NOISE` of their value range) and get their own maps; the disruptive one keeps the
+    images and takes the maps of the model with every weighted layer re-initialised (left out,
+    with a note, for a model that cannot be rebuilt from its export)."""
+    count = min(config.meta_images, len(inputs.images))
+    inputs = dataclasses.replace(
+        inputs, images=inputs.images[:count], labels=inputs.labels[:count],
+        ids=inputs.ids[:count], masks=None if inputs.masks is None else inputs.masks[:count])
     images = np.asarray(inputs.images, np.float32)
     sd = MINOR_NOISE * float(images.max() - images.min())
     noisy = images + np.random.default_rng([config.seed, 0x4E01]).normal(
@@ -377,8 +392,9 @@ def meta_evaluate(summary, benchmarks: list, meta: dict, cells: dict) -> None:
             tables = [card.unit_table(cells, b.name, metric.name, methods)
                       for b in (benchmark, *perturbed)]
             if column in summary.trust and all(t is not None for t in tables):
+                count = len(tables[1])  # the perturbed runs' images: the first ones
                 summary.trust[column]["meta"] = meta_evaluation.meta_consistency(
-                    *tables, metric.higher_is_better)
+                    tables[0][:count], *tables[1:], metric.higher_is_better)
 
 
 def sanity_benchmark(config: Config, inputs: Inputs):
@@ -455,8 +471,9 @@ def about_rows(config: Config, inputs: Optional[Inputs], seconds: float) -> list
              ("Settings", f"benchmarks {', '.join(run_benchmarks)}; deletion / insertion "
                           f"steps at most {config.max_step_nb}; batch {config.batch_size}"
                           + ("; blur controls" if config.blur_controls else "")
-                          + (f"; meta-evaluation (input noise sd {MINOR_NOISE} of the range, "
-                             "fully randomised model)" if config.meta_evaluation else "")),
+                          + (f"; meta-evaluation on {config.meta_images} images (input noise sd "
+                             f"{MINOR_NOISE} of the range, fully randomised model)"
+                             if config.meta_evaluation else "")),
              ("Seeds", f"{config.seed} (image sample, random draws, bootstrap)"),
              ("Version", f"attribution-benchmarks {package_version()}"),
              ("Date", time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())),

@@ -135,9 +135,9 @@ def test_the_foundation_imports_without_tensorflow_and_tensorflow_loads_quietly(
     from tests import REPO
 
     light = ("import sys; import models.errors, models.cli, models.files, models.provenance, "
-             "models.uncertainty, models.reliability, bam, roar, faithfulness, saliency_gen, "
-             "models.recipes, roar.report, bam.downloads, saliency_gen.generate, roar.train, "
-             "roar.road, bam.metrics, faithfulness.evaluate; "
+             "models.uncertainty, models.reliability, models.meta_evaluation, bam, roar, "
+             "faithfulness, saliency_gen, models.recipes, roar.report, bam.downloads, "
+             "saliency_gen.generate, roar.train, roar.road, bam.metrics, faithfulness.evaluate; "
              "print(sorted({'tensorflow', 'keras'} & set(sys.modules)))")
     done = subprocess.run([sys.executable, "-c", light], cwd=REPO, capture_output=True,
                           text=True, timeout=120, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})

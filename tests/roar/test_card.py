@@ -1,11 +1,13 @@
 """ROAR / KAR retraining as a report-card benchmark: each (mode, seed) cell value is the top-1 of
 the roar.train run with that ratio, mode and seed, finished runs are reused, and maps come from
 the generator (the record-level random and oracle controls are roar.train's own, tested in
-test_train.py)."""
+test_train.py); and ROAD's mean-colour imputer on known answers."""
 import glob
 import os
 
 import keras
+import numpy as np
+import pytest
 
 import models
 from models import recipes
@@ -49,3 +51,34 @@ def test_retraining_cells_are_the_runs_top1_per_seed_and_are_reused(tiny_world, 
     assert len(before) == 4  # 2 modes x 2 seeds
     assert benchmark.score("gradient_image") == values  # finished runs are reused as they are
     assert _mtimes(work) == before
+
+
+def test_road_with_the_mean_colour_imputer_on_known_answers(tmp_path):
+    """Every pixel removed (MoRF and LeRF at 1.0) leaves the one mean-colour image, whatever the
+    map; none removed (MoRF at 0) leaves the clean image."""
+    keras.utils.set_random_seed(0)
+    models.export(models.build("small_cnn", 10, (16, 16, 3), width=4), str(tmp_path / "m"))
+    loaded = models.load(str(tmp_path / "m"))
+    rng = np.random.default_rng(0)
+    images = rng.uniform(-1, 1, (3, 16, 16, 3)).astype(np.float32)
+    labels, ids = np.array([1, 4, 7]), np.arange(3)
+    maps = {"a": rng.uniform(size=(3, 16, 16, 3)), "b": rng.uniform(size=(3, 16, 16, 3))}
+
+    def road(ratio):
+        return card.benchmark(loaded, images, labels, ids, data={}, ratios=(ratio,),
+                              maps_of=maps.__getitem__, imputer="mean")
+
+    full = road(1.0)
+    assert full.settings["imputer"] == "mean"
+    first, second = full.score("a"), full.score("b")
+    space = models.preprocessing.input_space(loaded.preprocessing)
+    pixels = np.asarray(space.to_pixels(images))
+    flat = np.broadcast_to(pixels.mean(axis=(0, 1, 2)), pixels.shape).astype(np.float32)
+    filled = keras.ops.softmax(loaded(space.from_pixels(flat))).numpy()[np.arange(3), labels]
+    for curves in (first, second):  # the map does not matter
+        for order in ("MoRF", "LeRF"):
+            assert curves[order] == pytest.approx(filled, abs=1e-5), order
+    clean = keras.ops.softmax(loaded(images)).numpy()[np.arange(3), labels]
+    assert road(0.0).score("a")["MoRF"] == pytest.approx(clean, abs=1e-5)
+    assert not np.allclose(clean, filled, atol=1e-3)  # the two answers differ
+    assert "imputer" not in card.benchmark(loaded, images, labels, ids, data={}).settings
