@@ -91,7 +91,8 @@ TRUST_CAVEAT = ("How far each metric's ranking of the methods can be trusted (To
                 "Resilience, reactivity and MC (Hedström et al. 2023, MetaQuantus; image-level "
                 "metrics, your methods without the controls): resilience is how little the "
                 "scores and the images' rankings move under small input noise, reactivity how "
-                "much the scores drop when the maps are a randomised model's, MC their mean "
+                "much the scores drop when the maps are a randomised model's or random, MC "
+                "their mean "
                 "(all in [0, 1], higher is better; docs/report_card.md). "
                 "Brackets: 95% bootstrap intervals over images.")
 
@@ -140,14 +141,16 @@ def trust_png(card: Card) -> Optional[bytes]:
     if not points:
         return None
     pyplot = results.pyplot()
-    figure, axes = pyplot.subplots(figsize=(6.0, 5.0))
-    axes.scatter([p[1] for p in points], [p[2] for p in points], color="tab:blue")
-    for name, x, y in points:
-        axes.annotate(name, (x, y), textcoords="offset points", xytext=(4, 3), fontsize=8)
+    figure, axes = pyplot.subplots(figsize=(8.5, 5.0))
+    colours = pyplot.get_cmap("tab20")
+    for index, (name, x, y) in enumerate(points):  # one colour and marker each, named aside
+        axes.scatter([x], [y], color=colours(index % 20), marker="osD^v"[index % 5], s=40,
+                     label=name)
+    axes.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8, frameon=False)
     axes.set_xlim(-0.02, 1.05)
     axes.set_ylim(-0.02, 1.05)
     axes.set_xlabel("resilience to input noise (higher: steadier)")
-    axes.set_ylabel("reactivity to a randomised model's maps (higher: reacts)")
+    axes.set_ylabel("reactivity to randomised-model and random maps (higher: reacts)")
     axes.set_title("How far to trust each metric")
     axes.grid(alpha=0.3)
     figure.tight_layout()

@@ -3,8 +3,9 @@ report_card.md, "Resilience and reactivity").
 
 A metric scores every method on the same units (images): `values` [units, methods]. It is run
 again after a minor perturbation that should not change what the maps show (small input noise:
-`minor` [units, methods]) and after a disruptive one that should (the maps of a fully
-randomised model: `disruptive`). Four numbers in [0, 1], higher is better:
+`minor` [units, methods]) and after disruptive ones that should (the maps of a fully randomised
+model; the random control's maps in place of every method's). Four numbers in [0, 1], higher
+is better:
 - IAC resilience: per method, the p-value of the Wilcoxon signed-rank test (two-sided, zero
   differences split) between the unperturbed and the minor-perturbed scores, averaged over the
   methods (high: the scores did not move);
@@ -13,9 +14,10 @@ randomised model: `disruptive`). Four numbers in [0, 1], higher is better:
   after the minor perturbation (the images' rankings of the methods survive);
 - IEC reactivity: the share of (image, method) whose unperturbed score beats its disruptive one
   (the metric prefers the real maps to the randomised model's).
-Resilience is the mean of the two resilience numbers, reactivity the mean of the two reactivity
-numbers, and the meta-consistency score MC the mean of all four. Units with a non-finite value
-in any of the three tables are left out.
+With several disruptive perturbations each reactivity number is their mean. Resilience is the
+mean of the two resilience numbers, reactivity the mean of the two reactivity numbers, and the
+meta-consistency score MC the mean of all four. Units with a non-finite value in any table are
+left out.
 """
 import numpy as np
 import scipy.stats
@@ -73,12 +75,20 @@ def reactivity(values, disruptive, higher_is_better: bool) -> dict:
     return {"iac": iac, "iec": iec, "score": (iac + iec) / 2}
 
 
-def meta_consistency(values, minor, disruptive, higher_is_better: bool) -> dict:
-    """{"resilience": {...}, "reactivity": {...}, "mc"} of one metric's [units, methods]
-    values, minor- and disruptive-perturbed values (the same units and methods)."""
-    values, minor, disruptive = _finite_rows(values, minor, disruptive)
+def meta_consistency(values, minor, disruptive: dict, higher_is_better: bool) -> dict:
+    """{"resilience": {iac, iec, score}, "reactivity": {iac, iec, score, "tests": {name: {iac,
+    iec, score}}}, "mc"} of one metric's [units, methods] values, its minor-perturbed values and
+    `disruptive` {name: values under that disruptive perturbation} (the same units and methods);
+    with several disruptive perturbations, reactivity's IAC and IEC are their means."""
+    names = list(disruptive)
+    values, minor, *tables = _finite_rows(values, minor, *(disruptive[n] for n in names))
+    tests = {name: reactivity(values, table, higher_is_better)
+             for name, table in zip(names, tables)}
+    react = {key: float(np.mean([test[key] for test in tests.values()]))
+             for key in ("iac", "iec")}
+    react["score"] = (react["iac"] + react["iec"]) / 2
     found = {"resilience": resilience(values, minor, higher_is_better),
-             "reactivity": reactivity(values, disruptive, higher_is_better)}
-    parts = [found[side][key] for side in found for key in ("iac", "iec")]
+             "reactivity": {**react, "tests": tests}}
+    parts = [found[side][key] for side in ("resilience", "reactivity") for key in ("iac", "iec")]
     found["mc"] = float(np.mean(parts)) if np.isfinite(parts).all() else float("nan")
     return found

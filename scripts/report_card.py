@@ -381,7 +381,9 @@ def meta_benchmarks(config: Config, inputs: Inputs) -> dict:
 
 def meta_evaluate(summary, benchmarks: list, meta: dict, cells: dict) -> None:
     """Adds each image-level metric's resilience, reactivity and MC (models.meta_evaluation)
-    to `summary.trust`, over the methods the perturbations judge."""
+    to `summary.trust`, over the methods the perturbations judge; the disruptive perturbations
+    are the randomised model's maps and, when the card has the random control, random maps
+    (its cells: no extra run)."""
     methods = [m for m in summary.methods if judged_by_meta_evaluation(m)]
     for benchmark in benchmarks:
         perturbed = [meta.get(kind, {}).get(benchmark.name) for kind in PERTURBATIONS]
@@ -391,10 +393,16 @@ def meta_evaluate(summary, benchmarks: list, meta: dict, cells: dict) -> None:
             column = f"{benchmark.name} {metric.name}"
             tables = [card.unit_table(cells, b.name, metric.name, methods)
                       for b in (benchmark, *perturbed)]
-            if column in summary.trust and all(t is not None for t in tables):
-                count = len(tables[1])  # the perturbed runs' images: the first ones
-                summary.trust[column]["meta"] = meta_evaluation.meta_consistency(
-                    tables[0][:count], *tables[1:], metric.higher_is_better)
+            if column not in summary.trust or any(t is None for t in tables):
+                continue
+            default, minor, randomised = tables
+            count = len(minor)  # the perturbed runs' images: the first ones
+            disruptive = {PERTURBATIONS["disruptive"]: randomised}
+            control = card.unit_table(cells, benchmark.name, metric.name, ["random"])
+            if control is not None:  # the random control's values in place of each method's
+                disruptive["random maps"] = np.repeat(control[:count], len(methods), axis=1)
+            summary.trust[column]["meta"] = meta_evaluation.meta_consistency(
+                default[:count], minor, disruptive, metric.higher_is_better)
 
 
 def sanity_benchmark(config: Config, inputs: Inputs):

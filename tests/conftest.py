@@ -20,33 +20,6 @@ def pytest_configure(config):
     os.environ["XDG_CACHE_HOME"] = _SESSION_CACHE
 
 
-# The files that take longest (seconds summed over their tests in a CI rehearsal on two cores,
-# docs/architecture.md "The test suite"), collected first: pytest-xdist then hands them out
-# first (setup.cfg turns off its own order, by number of tests, which sent the 72 s main job,
-# one test, last while the other worker sat idle), and the short files fill in at the end.
-LONGEST_FIRST = (
-    "tests/test_report_card.py",  # 173 s
-    "tests/roar/test_train.py",  # 161 s
-    "tests/models/test_torch_conversion.py",  # 130 s
-    "tests/bam/test_metrics.py",  # 79 s
-    "tests/models/test_zoo_and_export.py",  # 75 s
-    "tests/bam/test_main_job.py",  # 72 s
-    "tests/saliency_gen/test_engine.py",  # 71 s
-    "tests/bam/test_train.py",  # 62 s
-    "tests/faithfulness/test_beam_scoring.py",  # 54 s
-    "tests/roar/test_distributed.py",  # 54 s
-    "tests/roar/test_beam_road.py",  # 54 s
-    "tests/test_error_catalogue.py",  # 49 s
-)
-
-
-def pytest_collection_modifyitems(config, items):
-    """The files of LONGEST_FIRST first, in that order; the others after, as collected (a
-    stable sort: the tests inside a file keep their order)."""
-    rank = {path: index for index, path in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
-
-
 _SESSIONS = []
 
 

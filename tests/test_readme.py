@@ -1,5 +1,4 @@
-"""The README starts with exactly two set-up commands, and CI runs exactly the second one (in the
-longest-first file order of tests/conftest.py)."""
+"""The README starts with exactly two set-up commands, and CI runs exactly the second one."""
 import os
 import re
 
@@ -64,9 +63,3 @@ def test_readme_user_method_example_is_shipped_and_is_gradient_times_input(monke
     assert np.abs(mine).max() > 0
     np.testing.assert_allclose(mine, builtin, rtol=1e-5, atol=1e-7)
 
-
-def test_the_longest_files_listed_to_run_first_exist():
-    from tests.conftest import LONGEST_FIRST
-
-    missing = [path for path in LONGEST_FIRST if not os.path.isfile(os.path.join(REPO, path))]
-    assert not missing, f"tests/conftest.py LONGEST_FIRST names files that are gone: {missing}"

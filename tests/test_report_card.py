@@ -206,6 +206,7 @@ def test_cells_are_reused_a_new_method_costs_only_itself_and_other_settings_are_
         assert all(0.0 <= meta[side][key] <= 1.0 for side in ("resilience", "reactivity")
                    for key in ("iac", "iec"))
         assert meta["resilience"]["iec"] == 1.0  # one method: its rank cannot move
+        assert set(meta["reactivity"]["tests"]) == {"randomised-model maps", "random maps"}
     assert "meta" not in blurred.trust["BAM MCS"]
     assert os.path.isfile(os.path.join(config.output_dir, "card_trust.png"))  # the plot
     assert [name for name in os.listdir(cells) if "input_noise" in name
