@@ -323,9 +323,11 @@ AGREEMENT_CAVEAT = ("Kendall's tau between the method rankings of every two metr
 
 
 def html_page(card: Card, sections: Sequence[Section], title: str, intro: str,
-              about: Sequence[tuple] = ()) -> str:
+              agreement_png: bytes, about: Sequence[tuple] = (),
+              trust_plot: Optional[bytes] = None) -> str:
     """One HTML document, no external resource: what was evaluated, the table with its legend
-    and notes, the agreement heat map and the sections."""
+    and notes, the agreement heat map (`agreement_png`, `heat_map_png`), the trust table with
+    its plot (`trust_plot`, `trust_png`) and the sections."""
     parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}"
              f"</title><style>{_STYLE}</style></head><body><h1>{html.escape(title)}</h1>"]
     if about:
@@ -340,14 +342,13 @@ def html_page(card: Card, sections: Sequence[Section], title: str, intro: str,
             f"<li>{html.escape(note)}</li>" for note in found) + "</ul>")
     parts += ["<h2>Agreement between benchmarks</h2>",
               f"<p class=small>{html.escape(AGREEMENT_CAVEAT)}</p>",
-              _image(heat_map_png(card), "agreement heat map")]
+              _image(agreement_png, "agreement heat map")]
     if card.trust:
         parts += ["<h2>How far to trust each metric</h2>",
                   f"<p class=small>{html.escape(TRUST_CAVEAT)}</p>",
                   _html_table(*trust_rows(card))]
-        trust = trust_png(card)
-        if trust:
-            parts.append(_image(trust, "resilience against reactivity"))
+        if trust_plot:
+            parts.append(_image(trust_plot, "resilience against reactivity"))
     for section in sections:
         parts.append(f"<h2>{html.escape(section.title)}</h2>")
         if section.text:
@@ -398,7 +399,8 @@ def write_card(card: Card, output_dir: str, sections: Sequence[Section] = (),
     paths = {kind: os.path.join(output_dir, f"card.{kind}")
              for kind in ("html", "md", "csv", "json")}
     pictures = {"agreement": "card_agreement.png"}
-    results.write_bytes(os.path.join(output_dir, pictures["agreement"]), heat_map_png(card))
+    agreement = heat_map_png(card)  # each picture rendered once: files and the HTML share it
+    results.write_bytes(os.path.join(output_dir, pictures["agreement"]), agreement)
     trust = trust_png(card)
     if trust:
         pictures["trust"] = "card_trust.png"
@@ -407,7 +409,8 @@ def write_card(card: Card, output_dir: str, sections: Sequence[Section] = (),
         if section.png:
             pictures[section.title] = f"card_section{number}.png"
             results.write_bytes(os.path.join(output_dir, pictures[section.title]), section.png)
-    results.write_text(paths["html"], html_page(card, sections, title, intro, about))
+    results.write_text(paths["html"], html_page(card, sections, title, intro, agreement, about,
+                                                trust))
     results.write_text(paths["md"], markdown_page(card, sections, title, intro, pictures, about))
     records = as_records(card)
     results.write_csv(paths["csv"], records, None if records else ["metric", "method"])

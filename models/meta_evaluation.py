@@ -51,28 +51,33 @@ def rank_positions(values: np.ndarray, higher_is_better: bool) -> np.ndarray:
     return np.argsort(oriented, axis=1, kind="stable")
 
 
+def _mean_wilcoxon_p(values: np.ndarray, perturbed: np.ndarray) -> float:
+    """The methods' (columns') Wilcoxon p-values, averaged."""
+    return float(np.mean([wilcoxon_p(values[:, m], perturbed[:, m])
+                          for m in range(values.shape[1])]))
+
+
+def _parts(iac: float, iec: float) -> dict:
+    return {"iac": iac, "iec": iec, "score": (iac + iec) / 2}
+
+
 def resilience(values, minor, higher_is_better: bool) -> dict:
     """{"iac", "iec", "score"} of one metric under a minor perturbation."""
     values, minor = _finite_rows(values, minor)
     if not len(values):
-        return {"iac": float("nan"), "iec": float("nan"), "score": float("nan")}
-    iac = float(np.mean([wilcoxon_p(values[:, m], minor[:, m])
-                         for m in range(values.shape[1])]))
-    iec = float(np.mean(rank_positions(values, higher_is_better)
-                        == rank_positions(minor, higher_is_better)))
-    return {"iac": iac, "iec": iec, "score": (iac + iec) / 2}
+        return _parts(float("nan"), float("nan"))
+    return _parts(_mean_wilcoxon_p(values, minor),
+                  float(np.mean(rank_positions(values, higher_is_better)
+                                == rank_positions(minor, higher_is_better))))
 
 
 def reactivity(values, disruptive, higher_is_better: bool) -> dict:
     """{"iac", "iec", "score"} of one metric under a disruptive perturbation."""
     values, disruptive = _finite_rows(values, disruptive)
     if not len(values):
-        return {"iac": float("nan"), "iec": float("nan"), "score": float("nan")}
-    iac = float(np.mean([1.0 - wilcoxon_p(values[:, m], disruptive[:, m])
-                         for m in range(values.shape[1])]))
+        return _parts(float("nan"), float("nan"))
     better = values > disruptive if higher_is_better else values < disruptive
-    iec = float(np.mean(better))
-    return {"iac": iac, "iec": iec, "score": (iac + iec) / 2}
+    return _parts(1.0 - _mean_wilcoxon_p(values, disruptive), float(np.mean(better)))
 
 
 def meta_consistency(values, minor, disruptive: dict, higher_is_better: bool) -> dict:
@@ -84,9 +89,8 @@ def meta_consistency(values, minor, disruptive: dict, higher_is_better: bool) ->
     values, minor, *tables = _finite_rows(values, minor, *(disruptive[n] for n in names))
     tests = {name: reactivity(values, table, higher_is_better)
              for name, table in zip(names, tables)}
-    react = {key: float(np.mean([test[key] for test in tests.values()]))
-             for key in ("iac", "iec")}
-    react["score"] = (react["iac"] + react["iec"]) / 2
+    react = _parts(*(float(np.mean([test[key] for test in tests.values()]))
+                     for key in ("iac", "iec")))
     found = {"resilience": resilience(values, minor, higher_is_better),
              "reactivity": {**react, "tests": tests}}
     parts = [found[side][key] for side in ("resilience", "reactivity") for key in ("iac", "iec")]

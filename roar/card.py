@@ -54,12 +54,12 @@ IMPUTERS = ("noisy_linear", "mean")
 
 
 def road_function(loaded, shape, keep_top: bool, *, seed=0, noise=0.01, batch_size=32,
-                  imputer: str = "noisy_linear", fill=None):
+                  fill=None):
     """A traced function (pixels, labels, ids, ranks, cuts) -> float [len(cuts) * N]: the
     true-class probability of every image with its pixels of rank < cut imputed (rank >= cut
     when `keep_top`), each (cut, image) pair one executor item. Made once per benchmark, so
-    every method reuses one trace. `imputer="mean"` fills the removed pixels with `fill` (a
-    colour in pixel space) instead of ROAD's noisy linear imputation."""
+    every method reuses one trace. A `fill` colour (pixel space) replaces the removed pixels
+    instead of ROAD's noisy linear imputation."""
     n, height, width, _ = shape
     space = input_space(loaded.preprocessing)
     call = adapt(loaded).logits
@@ -73,7 +73,7 @@ def road_function(loaded, shape, keep_top: bool, *, seed=0, noise=0.01, batch_si
             image_ranks = tf.gather(ranks, image)
             removed = image_ranks >= cut if keep_top else image_ranks < cut
             removed = tf.reshape(removed, [-1, height, width])
-            if imputer == "mean":
+            if fill is not None:
                 imputed = tf.where(removed[..., None], fill, tf.gather(pixels, image))
             else:
                 imputed = imputation.noisy_linear_impute(
@@ -104,6 +104,8 @@ def benchmark(loaded, images, labels, ids, masks=None, *, data: dict, ratios=RAT
     `masks` [N, H, W] (object masks) enable the oracle. `data` fingerprints the images;
     `maps_of(method)`, when given, supplies a method's maps (shared by a card's benchmarks);
     `imputer` is one of `IMPUTERS`."""
+    if imputer not in IMPUTERS:
+        raise ValueError(f"unknown ROAD imputer {imputer!r}; choose one of {IMPUTERS}")
     space = input_space(loaded.preprocessing)
     pixels = np.asarray(space.to_pixels(tf.constant(images, tf.float32)), np.float32)
     features = images.shape[1] * images.shape[2]
@@ -113,7 +115,7 @@ def benchmark(loaded, images, labels, ids, masks=None, *, data: dict, ratios=RAT
     shape = images.shape
     fill = pixels.mean(axis=(0, 1, 2)) if imputer == "mean" else None
     morf_run, lerf_run = (road_function(loaded, shape, keep_top, seed=seed,
-                                        batch_size=batch_size, imputer=imputer, fill=fill)
+                                        batch_size=batch_size, fill=fill)
                           for keep_top in (False, True))
     constants = (tf.constant(pixels, tf.float32), tf.constant(labels, tf.int32),
                  tf.constant(ids, tf.int64))

@@ -282,8 +282,8 @@ def build_benchmarks(config: Config, inputs: Optional[Inputs]) -> list:
 
 
 def variant_benchmarks(config: Config, inputs: Inputs) -> list:
-    """[(variant benchmark, protocol's card name, variant label)]: each chosen faithfulness
-    protocol again under each of its `VARIANTS`, cached as cells like the others."""
+    """[(variant benchmark, benchmark's card name, variant label)]: each chosen faithfulness
+    protocol and ROAD again under each of its `VARIANTS`, cached as cells like the others."""
     base = evaluate.Options(max_step_nb=config.max_step_nb, batch_size=config.batch_size,
                             seed=config.seed)
     found = []
@@ -294,16 +294,13 @@ def variant_benchmarks(config: Config, inputs: Inputs) -> list:
                     inputs.loaded, inputs.images, inputs.labels, inputs.ids, data=inputs.data,
                     seed=config.seed, batch_size=config.batch_size, maps_of=inputs.maps_of,
                     **changes)
-                found.append((dataclasses.replace(
-                    benchmark, name=f"{name} [{label}]",
-                    supports=lambda method: method != bam_card.ORACLE), name, label))
-                continue
-            options = dataclasses.replace(base, **{
-                key: max(2, base.max_step_nb // 4) if value == QUARTER else value
-                for key, value in changes.items()})
-            [benchmark] = faithfulness_card.benchmarks(
-                inputs.loaded, inputs.images, inputs.labels, inputs.ids, data=inputs.data,
-                names=(name,), options=options, maps_of=inputs.maps_of)
+            else:
+                options = dataclasses.replace(base, **{
+                    key: max(2, base.max_step_nb // 4) if value == QUARTER else value
+                    for key, value in changes.items()})
+                [benchmark] = faithfulness_card.benchmarks(
+                    inputs.loaded, inputs.images, inputs.labels, inputs.ids, data=inputs.data,
+                    names=(name,), options=options, maps_of=inputs.maps_of)
             found.append((dataclasses.replace(
                 benchmark, name=f"{name} [{label}]",
                 supports=lambda method: method != bam_card.ORACLE), name, label))
@@ -357,7 +354,7 @@ def perturbed_inputs(config: Config, inputs: Inputs) -> dict:
     found["disruptive"] = dataclasses.replace(
         inputs, data={**inputs.data, "perturbation": "maps of the fully randomised model"},
         maps_of=map_memo(randomised, inputs.images, inputs.labels, inputs.ids, config.seed,
-                         config.batch_size, models.read_info(inputs.model_path)["preprocessing"]))
+                         config.batch_size, inputs.loaded.preprocessing))
     return found
 
 
