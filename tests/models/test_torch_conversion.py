@@ -24,7 +24,8 @@ with open(os.path.join(FIXTURES, "fixtures.json"), encoding="utf-8") as _handle:
 # with their relative tolerances: Chefer's relevance ratios amplify float32 summation-order noise
 # (batches of 2 against the whole batch), B-cos's contributions do not. The absolute floor is a
 # millionth of the largest value (the B-cos fixture's maps reach 66, its logits 7.9e3).
-NATIVE = {"bcos_resnet50": ("Bcos", 1e-4), "vit_b_16": ("CheferLRP", 1e-3)}
+NATIVE = {"bagnet33": ("BagNet", 1e-4), "bcos_resnet50": ("Bcos", 1e-4),
+          "vit_b_16": ("CheferLRP", 1e-3)}
 
 
 @pytest.mark.parametrize("name", sorted(FIXTURE_TABLE))
