@@ -47,6 +47,15 @@ def randomise_top(model, count: int, seed: int = 0) -> None:
             variable.assign(fresh(variable.shape, dtype=variable.dtype))
 
 
+def perturb_weights(model, sd: float, seed: int = 0) -> None:
+    """Multiplies (in place) every trainable weight of `model` by 1 + seeded Gaussian noise of
+    standard deviation `sd`, each weight tensor with a seed of its own (MetaQuantus's model
+    resilience test: a minor change that should leave the maps as they are)."""
+    for index, variable in enumerate(model.trainable_weights):
+        noise = np.random.default_rng([seed, 0x57, index]).normal(1.0, sd, variable.shape)
+        variable.assign(variable.numpy() * noise.astype(variable.dtype))
+
+
 def _flat_abs(maps) -> np.ndarray:
     maps = np.abs(np.asarray(maps, np.float64)).sum(axis=-1)
     return maps.reshape(len(maps), -1)

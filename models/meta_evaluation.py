@@ -2,9 +2,10 @@
 report_card.md, "Resilience and reactivity").
 
 A metric scores every method on the same units (images): `values` [units, methods]. It is run
-again after a minor perturbation that should not change what the maps show (small input noise:
-`minor` [units, methods]) and after disruptive ones that should (the maps of a fully randomised
-model; the random control's maps in place of every method's). Four numbers in [0, 1], higher
+again after minor perturbations that should not change what the maps show (small input noise, a
+tiny multiplicative noise on the weights: `minor` {name: [units, methods]}) and after disruptive
+ones that should (the maps of a fully randomised model; the random control's maps in place of
+every method's). Four numbers in [0, 1], higher
 is better:
 - IAC resilience: per method, the p-value of the Wilcoxon signed-rank test (two-sided, zero
   differences split) between the unperturbed and the minor-perturbed scores, averaged over the
@@ -14,7 +15,8 @@ is better:
   after the minor perturbation (the images' rankings of the methods survive);
 - IEC reactivity: the share of (image, method) whose unperturbed score beats its disruptive one
   (the metric prefers the real maps to the randomised model's).
-With several disruptive perturbations each reactivity number is their mean. Resilience is the
+With several minor (or disruptive) perturbations each resilience (reactivity) number is their
+mean. Resilience is the
 mean of the two resilience numbers, reactivity the mean of the two reactivity numbers, and the
 meta-consistency score MC the mean of all four. Units with a non-finite value in any table are
 left out.
@@ -80,19 +82,27 @@ def reactivity(values, disruptive, higher_is_better: bool) -> dict:
     return _parts(1.0 - _mean_wilcoxon_p(values, disruptive), float(np.mean(better)))
 
 
-def meta_consistency(values, minor, disruptive: dict, higher_is_better: bool) -> dict:
-    """{"resilience": {iac, iec, score}, "reactivity": {iac, iec, score, "tests": {name: {iac,
-    iec, score}}}, "mc"} of one metric's [units, methods] values, its minor-perturbed values and
-    `disruptive` {name: values under that disruptive perturbation} (the same units and methods);
-    with several disruptive perturbations, reactivity's IAC and IEC are their means."""
-    names = list(disruptive)
-    values, minor, *tables = _finite_rows(values, minor, *(disruptive[n] for n in names))
-    tests = {name: reactivity(values, table, higher_is_better)
-             for name, table in zip(names, tables)}
-    react = _parts(*(float(np.mean([test[key] for test in tests.values()]))
-                     for key in ("iac", "iec")))
-    found = {"resilience": resilience(values, minor, higher_is_better),
-             "reactivity": {**react, "tests": tests}}
+def _averaged(judge, values, perturbed: dict, higher_is_better: bool) -> dict:
+    """{iac, iec, score, "tests": {name: {iac, iec, score}}}: `judge` (resilience or reactivity)
+    under each perturbation, IAC and IEC averaged over them."""
+    tests = {name: judge(values, table, higher_is_better) for name, table in perturbed.items()}
+    mean = _parts(*(float(np.mean([test[key] for test in tests.values()]))
+                    for key in ("iac", "iec")))
+    return {**mean, "tests": tests}
+
+
+def meta_consistency(values, minor: dict, disruptive: dict, higher_is_better: bool) -> dict:
+    """{"resilience": {iac, iec, score, "tests"}, "reactivity": {iac, iec, score, "tests"},
+    "mc"} of one metric's [units, methods] `values`, `minor` {name: values under that minor
+    perturbation} and `disruptive` {name: values under that disruptive perturbation} (the same
+    units and methods); each side's IAC and IEC are the means over its perturbations ("tests"
+    keeps each one's)."""
+    values, *tables = _finite_rows(values, *minor.values(), *disruptive.values())
+    found = {"resilience": _averaged(resilience, values, dict(zip(minor, tables)),
+                                     higher_is_better),
+             "reactivity": _averaged(reactivity, values,
+                                     dict(zip(disruptive, tables[len(minor):])),
+                                     higher_is_better)}
     parts = [found[side][key] for side in ("resilience", "reactivity") for key in ("iac", "iec")]
     found["mc"] = float(np.mean(parts)) if np.isfinite(parts).all() else float("nan")
     return found

@@ -13,8 +13,11 @@ resumes and one more method costs only that method.
 """
 import models  # noqa: I001  (first: TensorFlow loads quietly)
 import dataclasses
+import atexit
 import importlib.metadata
 import os
+import shutil
+import tempfile
 import time
 from typing import Optional
 
@@ -43,12 +46,15 @@ BAM_METHODS = ("bam:GC", "bam:VG", "bam:SG", "bam:IG", "bam:IG-SG", "bam:GxI", "
 # Gaussian, Sobel edges, a constant): they test the metrics more than the methods.
 MODEL_FREE = ("centre_gaussian", "sobel", "constant")
 CONTROLS = ("random", bam_card.ORACLE, *MODEL_FREE)
-# The meta-evaluation's perturbations (docs/report_card.md, "Resilience and reactivity"): the
-# minor one adds Gaussian noise of this sd (a fraction of the images' value range) to the
-# images; the disruptive one takes the maps of the model with every weighted layer
-# re-initialised.
+# The meta-evaluation's perturbations (docs/report_card.md, "Resilience and reactivity"), each
+# minor or disruptive: Gaussian noise of sd MINOR_NOISE (a fraction of the images' value range)
+# added to the images; every trainable weight multiplied by 1 + Gaussian noise of sd
+# WEIGHT_NOISE (MetaQuantus's model resilience test), maps and scores by that model; the maps of
+# the model with every weighted layer re-initialised.
 MINOR_NOISE = 0.01
-PERTURBATIONS = {"minor": "input noise", "disruptive": "randomised-model maps"}
+WEIGHT_NOISE = 0.001
+PERTURBATIONS = {"input noise": "minor", "weight noise": "minor",
+                 "randomised-model maps": "disruptive"}
 # The free choices of each protocol that its literature varies (docs/report_card.md, "How far
 # to trust each metric"): (label, changed evaluate.Options); QUARTER: a quarter of the steps.
 QUARTER = "quarter"
@@ -122,9 +128,10 @@ class Config:
                                  "so the card can say which metrics reward blur (image-level "
                                  "benchmarks only; about doubles their cost).")
     meta_evaluation: bool = option(True, "Judge each image-level metric by its resilience to "
-                                   "input noise and its reactivity to a randomised model's "
-                                   "maps (MetaQuantus: those benchmarks again on the first "
-                                   "--meta_images images, twice, without the controls).")
+                                   "input and weight noise and its reactivity to a randomised "
+                                   "model's maps (MetaQuantus: those benchmarks again on the "
+                                   "first --meta_images images, three times, without the "
+                                   "controls).")
     meta_images: int = option(16, "Images of the meta-evaluation's perturbed runs.")
 
 
@@ -327,11 +334,12 @@ def sensitivity_section(summary, variants: list, variant_card) -> card_outputs.S
 
 
 def perturbed_inputs(config: Config, inputs: Inputs) -> dict:
-    """{"minor" / "disruptive": Inputs} of the meta-evaluation (`PERTURBATIONS`) on the first
-    --meta_images images: the minor perturbation's images carry seeded Gaussian noise (sd
-    `MINOR_NOISE` of their value range) and get their own maps; the disruptive one keeps the
-    images and takes the maps of the model with every weighted layer re-initialised (left out,
-    with a note, for a model that cannot be rebuilt from its export)."""
+    """{perturbation: Inputs} of the meta-evaluation (`PERTURBATIONS`) on the first
+    --meta_images images: input noise (seeded, sd `MINOR_NOISE` of the value range; the noisy
+    images get their own maps), weight noise (the model with noisy weights makes the maps and
+    scores them) and the fully randomised model's maps of the unchanged images (scored by the
+    trained model). The two model perturbations are left out, with a note, for a model that
+    cannot be rebuilt from its export."""
     count = min(config.meta_images, len(inputs.images))
     inputs = dataclasses.replace(
         inputs, images=inputs.images[:count], labels=inputs.labels[:count],
@@ -340,22 +348,41 @@ def perturbed_inputs(config: Config, inputs: Inputs) -> dict:
     sd = MINOR_NOISE * float(images.max() - images.min())
     noisy = images + np.random.default_rng([config.seed, 0x4E01]).normal(
         0.0, sd, images.shape).astype(np.float32)
-    found = {"minor": dataclasses.replace(
+    found = {"input noise": dataclasses.replace(
         inputs, images=noisy, data={**inputs.data, "perturbation": f"input noise, sd {sd:.4g}"},
         maps_of=map_memo(inputs.loaded, noisy, inputs.labels, inputs.ids, config.seed,
                          config.batch_size))}
     try:
-        randomised = models.rebuild(inputs.model_path)
+        weight_noise, randomised = (models.rebuild(inputs.model_path) for _ in range(2))
     except UserError as error:
-        print(f"note: no reactivity to a randomised model: {error}")
+        print(f"note: no resilience to weight noise, no reactivity to a randomised model: "
+              f"{error}")
         return found
+    randomisation.perturb_weights(weight_noise, WEIGHT_NOISE, config.seed)
+    folder = exporting_folder()
+    models.export(weight_noise, folder, preprocessing=inputs.loaded.preprocessing)
+    noisy_model = models.load(folder)
+    changed = int(np.sum(np.argmax(noisy_model(images), 1) != np.argmax(inputs.loaded(images), 1)))
+    print(f"meta-evaluation: the weight noise changes {changed} of {count} predictions")
+    found["weight noise"] = dataclasses.replace(
+        inputs, loaded=noisy_model, model_path=folder,
+        data={**inputs.data, "perturbation": f"multiplicative weight noise, sd {WEIGHT_NOISE}"},
+        maps_of=map_memo(noisy_model, inputs.images, inputs.labels, inputs.ids, config.seed,
+                         config.batch_size))
     randomisation.randomise_top(randomised, len(randomisation.weighted_layers(randomised)),
                                 config.seed)
-    found["disruptive"] = dataclasses.replace(
+    found["randomised-model maps"] = dataclasses.replace(
         inputs, data={**inputs.data, "perturbation": "maps of the fully randomised model"},
         maps_of=map_memo(randomised, inputs.images, inputs.labels, inputs.ids, config.seed,
                          config.batch_size, inputs.loaded.preprocessing))
     return found
+
+
+def exporting_folder() -> str:
+    """A fresh path in a temporary folder removed when the process ends."""
+    folder = tempfile.mkdtemp(prefix="report-card-")
+    atexit.register(shutil.rmtree, folder, True)
+    return os.path.join(folder, "model")
 
 
 def judged_by_meta_evaluation(method: str) -> bool:
@@ -364,16 +391,16 @@ def judged_by_meta_evaluation(method: str) -> bool:
 
 
 def meta_benchmarks(config: Config, inputs: Inputs) -> dict:
-    """{kind: {benchmark name: benchmark}}: the image-level benchmarks again on each
+    """{perturbation: {benchmark name: benchmark}}: the image-level benchmarks again on each
     perturbation's inputs, named "<benchmark> [<perturbation>]" and cached as cells."""
     image_level = dataclasses.replace(
         config, benchmarks=tuple(b for b in config.benchmarks if b != "BAM"), rmcs=False,
         retraining=False)
-    return {kind: {benchmark.name: dataclasses.replace(
-        benchmark, name=f"{benchmark.name} [{PERTURBATIONS[kind]}]",
+    return {label: {benchmark.name: dataclasses.replace(
+        benchmark, name=f"{benchmark.name} [{label}]",
         supports=judged_by_meta_evaluation) for benchmark in build_benchmarks(image_level,
                                                                              perturbed)}
-            for kind, perturbed in perturbed_inputs(config, inputs).items()}
+            for label, perturbed in perturbed_inputs(config, inputs).items()}
 
 
 def meta_evaluate(summary, benchmarks: list, meta: dict, cells: dict) -> None:
@@ -383,23 +410,25 @@ def meta_evaluate(summary, benchmarks: list, meta: dict, cells: dict) -> None:
     (its cells: no extra run)."""
     methods = [m for m in summary.methods if judged_by_meta_evaluation(m)]
     for benchmark in benchmarks:
-        perturbed = [meta.get(kind, {}).get(benchmark.name) for kind in PERTURBATIONS]
-        if None in perturbed:
+        perturbed = {label: meta.get(label, {}).get(benchmark.name) for label in PERTURBATIONS}
+        if None in perturbed.values():
             continue
         for metric in benchmark.metrics:
             column = f"{benchmark.name} {metric.name}"
-            tables = [card.unit_table(cells, b.name, metric.name, methods)
-                      for b in (benchmark, *perturbed)]
-            if column not in summary.trust or any(t is None for t in tables):
+            default = card.unit_table(cells, benchmark.name, metric.name, methods)
+            tables = {label: card.unit_table(cells, b.name, metric.name, methods)
+                      for label, b in perturbed.items()}
+            if column not in summary.trust or default is None or None in tables.values():
                 continue
-            default, minor, randomised = tables
-            count = len(minor)  # the perturbed runs' images: the first ones
-            disruptive = {PERTURBATIONS["disruptive"]: randomised}
+            count = len(tables["input noise"])  # the perturbed runs' images: the first ones
+            kinds = {kind: {label: table for label, table in tables.items()
+                            if PERTURBATIONS[label] == kind} for kind in ("minor", "disruptive")}
             control = card.unit_table(cells, benchmark.name, metric.name, ["random"])
             if control is not None:  # the random control's values in place of each method's
-                disruptive["random maps"] = np.repeat(control[:count], len(methods), axis=1)
+                kinds["disruptive"]["random maps"] = np.repeat(control[:count], len(methods),
+                                                               axis=1)
             summary.trust[column]["meta"] = meta_evaluation.meta_consistency(
-                default[:count], minor, disruptive, metric.higher_is_better)
+                default[:count], kinds["minor"], kinds["disruptive"], metric.higher_is_better)
 
 
 def sanity_benchmark(config: Config, inputs: Inputs):
@@ -477,7 +506,8 @@ def about_rows(config: Config, inputs: Optional[Inputs], seconds: float) -> list
                           f"steps at most {config.max_step_nb}; batch {config.batch_size}"
                           + ("; blur controls" if config.blur_controls else "")
                           + (f"; meta-evaluation on {config.meta_images} images (input noise sd "
-                             f"{MINOR_NOISE} of the range, fully randomised model)"
+                             f"{MINOR_NOISE} of the range, weight noise sd {WEIGHT_NOISE}, "
+                             "fully randomised model)"
                              if config.meta_evaluation else "")),
              ("Seeds", f"{config.seed} (image sample, random draws, bootstrap)"),
              ("Version", f"attribution-benchmarks {package_version()}"),

@@ -186,7 +186,7 @@ def test_cells_are_reused_a_new_method_costs_only_itself_and_other_settings_are_
         json.dump(stored, handle)
     capsys.readouterr()
     # (the same run adds the blur controls, maps of the card's images: image-level benchmarks,
-    # and the meta-evaluation's two perturbed runs of those benchmarks)
+    # and the meta-evaluation's three perturbed runs of those benchmarks)
     controlled = report_card.run(dataclasses.replace(config, blur_controls=True, variants=True,
                                                      meta_evaluation=True))
     assert "its values differ from what was written" in capsys.readouterr().out
@@ -207,6 +207,7 @@ def test_cells_are_reused_a_new_method_costs_only_itself_and_other_settings_are_
                    for key in ("iac", "iec"))
         assert meta["resilience"]["iec"] == 1.0  # one method: its rank cannot move
         assert set(meta["reactivity"]["tests"]) == {"randomised-model maps", "random maps"}
+        assert set(meta["resilience"]["tests"]) == {"input noise", "weight noise"}
     assert "meta" not in blurred.trust["BAM MCS"]
     assert os.path.isfile(os.path.join(config.output_dir, "card_trust.png"))  # the plot
     assert [name for name in os.listdir(cells) if "input_noise" in name

@@ -453,3 +453,38 @@ def test_the_randomisation_check_equals_a_fresh_model_per_stage(tmp_path):
                 saliency_gen.attribute(fresh, images, method, labels, ids=ids,
                                        preprocessing=trained.preprocessing)))
             assert scores[f"top {k}"] == pytest.approx(expected, abs=1e-6), (method, k)
+
+
+def test_weight_noise_is_multiplicative_of_its_sd_and_seeded():
+    """The meta-evaluation's minor model perturbation: every trainable weight times 1 + N(0,
+    sd), the same seed the same weights, another seed others; the non-trainable statistics
+    stay."""
+    import keras
+
+    import models
+    from faithfulness import randomisation
+
+    def noisy(seed):
+        keras.utils.set_random_seed(0)
+        model = models.build("small_resnet", 3, (16, 16, 3))
+        before = [w.numpy() for w in model.weights]
+        randomisation.perturb_weights(model, 0.01, seed)
+        return model, before
+
+    model, before = noisy(0)
+    trainable = {id(w) for w in model.trainable_weights}
+    ratios = []
+    for variable, old in zip(model.weights, before):
+        if id(variable) not in trainable:
+            np.testing.assert_array_equal(variable.numpy(), old)
+            continue
+        moved = np.abs(old) > 1e-3
+        ratios.append(variable.numpy()[moved] / old[moved])
+    ratios = np.concatenate(ratios)
+    assert len(ratios) > 1000 and abs(ratios.mean() - 1) < 1e-3
+    assert ratios.std() == pytest.approx(0.01, rel=0.05)
+    again, _ = noisy(0)
+    other, _ = noisy(1)
+    assert all(np.array_equal(a.numpy(), b.numpy())
+               for a, b in zip(model.weights, again.weights))
+    assert not np.array_equal(model.weights[0].numpy(), other.weights[0].numpy())
