@@ -35,7 +35,7 @@ setup(
         "scikit-image",
         "scikit-learn",
         "jsonschema",  # the shape of every JSON file the project reads
-        "krippendorff",  # the report card's reliability of each metric (models.reliability)
+        "krippendorff",  # the report card's reliability of each metric (models.report.reliability)
     ],
     extras_require={
         # nbclient, nbformat and ipykernel execute the quickstart notebook in the test suite;

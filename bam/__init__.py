@@ -13,7 +13,7 @@ each has an importable `run(Config(...))`, and `bam.metrics.compute` gives the m
 printing.
 """
 import models  # noqa: F401  (first: TensorFlow, whenever it loads, loads quietly)
-from models.lazy import lazy_names
+from models.foundation.lazy import lazy_names
 
 _EXPORTS = {  # name -> the module that defines it
     "METHODS": "bam.metric_definitions", "METRICS": "bam.metric_definitions",

@@ -13,14 +13,14 @@ import numpy as np
 
 import models
 from bam import metric_definitions, region, rmcs, val_set_scores
-from models.card import Benchmark, Metric
+from models.report.engine import Benchmark, MetricSpec
 
 ORACLE = "oracle"
-METRICS = (Metric("MCS", True, about="object attribution of the object model minus the scene "
+METRICS = (MetricSpec("MCS", True, about="object attribution of the object model minus the scene "
                                     "model's"),
-           Metric("IDR", True, about="share of images whose object attribution drops when the "
+           MetricSpec("IDR", True, about="share of images whose object attribution drops when the "
                                     "object goes"),
-           Metric("IIR", True, about="share of images whose attribution stays within 10% when "
+           MetricSpec("IIR", True, about="share of images whose attribution stays within 10% when "
                                     "a patch of no importance is added",
                   note="a map that does not change with the input scores 1 by construction: "
                        "the random control draws its map from the image's file name, which the "
@@ -134,7 +134,7 @@ def rmcs_benchmark(data_dir: str, model_dir: str, *, num_imgs: int = 50, seed: i
         return {"RMCS r": per_image_rmcs(g, predictions, drops)}
 
     return Benchmark(
-        name="RMCS", metrics=(Metric("RMCS r", True, about="per image: correlation over k of "
+        name="RMCS", metrics=(MetricSpec("RMCS r", True, about="per image: correlation over k of "
                                                          "the relative contrast with the "
                                                          "accuracy drop"),),
         score=score,

@@ -32,8 +32,8 @@ import time
 import numpy as np
 from PIL import Image
 
-from models.errors import MissingPathError, UserError
-from models.files import write_json
+from models.foundation.errors import MissingPathError, UserError
+from models.foundation.files import write_json
 from saliency_gen.world import compositing, construction, dataset
 from saliency_gen.world.dataset import OBJECT_CLASSES, SCENE_CLASSES
 

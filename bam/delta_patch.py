@@ -25,10 +25,10 @@ from PIL import Image
 
 from bam import region
 from bam.val_set_scores import load_val_set
-from models.adapter import adapt
-from models.errors import UserError
-from models.files import atomic_output
-from models.preprocessing import BAM_RGB_MEAN, INPUT_SPACES
+from models.formats.adapter import adapt
+from models.formats.preprocessing import BAM_RGB_MEAN, INPUT_SPACES
+from models.foundation.errors import UserError
+from models.foundation.files import atomic_output
 from saliency_gen.world import dataset
 
 LOW, HIGH = -103.94, 131.32

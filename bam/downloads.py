@@ -28,9 +28,9 @@ from typing import Optional
 
 from tqdm import tqdm
 
-from models.cli import option, run_binary
-from models.errors import UserError
-from models.files import file_sha256, read_json, write_json
+from models.foundation.cli import option, run_binary
+from models.foundation.errors import UserError
+from models.foundation.files import file_sha256, read_json, write_json
 
 MODEL_NAMES = ("obj", "scene", "scene_only") + tuple(f"scene{k}" for k in range(1, 11))
 WHAT = ("coco", "miniplaces", "models")

@@ -12,7 +12,7 @@ import random
 
 import numpy as np
 
-from models.errors import UserError
+from models.foundation.errors import UserError
 
 PAIRS = {
     "MCS": (("obj", "obj"), ("scene", "scene")),

@@ -24,18 +24,18 @@ from tqdm import tqdm
 
 import models
 from bam import metric_definitions
-from models import provenance
-from models import results as result_files
-from models.cli import option, origin_flags, run_binary
-from models.errors import (
+from models.foundation import provenance
+from models.foundation import results as result_files
+from models.foundation.cli import option, origin_flags, run_binary
+from models.foundation.errors import (
     UserError,
     check_choices,
     check_minimum,
     check_unique,
     require_both_or_neither,
 )
-from models.files import exclusive, write_json
-from models.lazy import lazy_module
+from models.foundation.files import exclusive, write_json
+from models.foundation.lazy import lazy_module
 
 # Loaded on first use: a bad flag is reported before TensorFlow starts (docs/architecture.md).
 rmcs = lazy_module("bam.rmcs")

@@ -13,7 +13,7 @@ object's crop mask m:
 """
 import numpy as np
 
-from models.errors import UserError
+from models.foundation.errors import UserError
 from saliency_gen.world import dataset
 
 

@@ -17,8 +17,8 @@ import numpy as np
 import models
 import saliency_gen
 from bam import metric_definitions, tcav, tcav_experiment, val_set_scores
-from models import results
-from models.errors import UserError
+from models.foundation import results
+from models.foundation.errors import UserError
 from saliency_gen.world import dataset
 
 KS = tuple(range(1, 10))

@@ -20,10 +20,10 @@ from typing import Optional
 import models
 from bam import synthetic_setup
 from bam.tcav_experiment import contrast, model_tcav, table
-from models import provenance
-from models.cli import option, origin_flags, run_binary
-from models.errors import require_both_or_neither
-from models.files import write_json
+from models.foundation import provenance
+from models.foundation.cli import option, origin_flags, run_binary
+from models.foundation.errors import require_both_or_neither
+from models.foundation.files import write_json
 
 
 @dataclasses.dataclass(frozen=True)

@@ -18,8 +18,8 @@ from typing import Callable
 import numpy as np
 
 from bam import metric_definitions
-from models import provenance
-from models.files import write_json
+from models.foundation import provenance
+from models.foundation.files import write_json
 
 FORMAT = 1  # bump when a change to the methods or the region score changes the numbers
 

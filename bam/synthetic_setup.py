@@ -16,9 +16,9 @@ from typing import Callable, Optional
 
 import models
 from bam import delta_patch, train
-from models import progress
-from models.exporting import WEIGHTS_PATH, read_info
-from models.files import atomic_output, read_json, write_json
+from models.formats.exporting import WEIGHTS_PATH, read_info
+from models.foundation import progress
+from models.foundation.files import atomic_output, read_json, write_json
 from saliency_gen.world import cache, construction
 from saliency_gen.world import shipped as shipped_models
 

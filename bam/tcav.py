@@ -25,8 +25,8 @@ import numpy as np
 import scipy.stats
 import tensorflow as tf
 
-from models.errors import UserError
-from models.tracing import quiet_retracing
+from models.foundation.errors import UserError
+from models.foundation.tracing import quiet_retracing
 
 LOGIT = "logit"
 LAST_BLOCK = "last_block"
@@ -37,8 +37,8 @@ SMALL_CNN_STAGES = {"block_layer1": "block1_conv2", "block_layer2": "block2_conv
 
 
 def _is_tf1(model) -> bool:
-    """A TF1 SavedModel read by tensor names (`models.tf1_models`): its bottlenecks are named
-    tensors, not Keras layers."""
+    """A TF1 SavedModel read by tensor names (`models.formats.tf1_models`): its bottlenecks are
+    named tensors, not Keras layers."""
     return hasattr(model, "bottleneck_log_softmax_gradient")
 
 

@@ -6,8 +6,8 @@ import numpy as np
 
 import models
 from bam import tcav
-from models import tf1_models
-from models.errors import UserError
+from models.formats import tf1_models
+from models.foundation.errors import UserError
 from saliency_gen.world import dataset
 
 TARGET, CONCEPT, COUNTERPART = "dog_bedroom", "dog_scene", "random_counter_part"

@@ -29,11 +29,12 @@ import numpy as np
 import tensorflow as tf
 
 import models
-from models import provenance, recipes, training
-from models.cli import option, run_binary
-from models.errors import UserError
-from models.files import ensure_directory, read_json, write_json
-from models.preprocessing import INPUT_SPACES, load_bam_pixels
+from models.formats.preprocessing import INPUT_SPACES, load_bam_pixels
+from models.foundation import provenance
+from models.foundation.cli import option, run_binary
+from models.foundation.errors import UserError
+from models.foundation.files import ensure_directory, read_json, write_json
+from models.training import loop, recipes
 from saliency_gen.world import dataset
 
 
@@ -140,7 +141,7 @@ def _backup_callbacks(backup_dir, config, overwrite=False):
     another config stops the run with one line naming the differing setting (docs/bam.md,
     "Outputs"), unless `overwrite` discards it. Returns (callbacks, finished epochs, progress)."""
     if backup_dir is None:
-        return [], 0, training.Progress(None, training.resume_state(None)[1])
+        return [], 0, loop.Progress(None, loop.resume_state(None)[1])
     config_path = os.path.join(backup_dir, "config.json")
     if os.path.isdir(backup_dir):
         recorded = read_json(config_path, "backup config") if os.path.exists(config_path) else {}
@@ -152,8 +153,8 @@ def _backup_callbacks(backup_dir, config, overwrite=False):
             shutil.rmtree(backup_dir)
     ensure_directory(backup_dir)
     write_json(config_path, config, sort_keys=True)
-    done_epochs, state = training.resume_state(backup_dir)
-    progress = training.Progress(os.path.join(backup_dir, training.PROGRESS), state)
+    done_epochs, state = loop.resume_state(backup_dir)
+    progress = loop.Progress(os.path.join(backup_dir, loop.PROGRESS), state)
     return ([keras.callbacks.BackupAndRestore(backup_dir, delete_checkpoint=False), progress],
             done_epochs, progress)
 

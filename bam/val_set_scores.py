@@ -14,8 +14,8 @@ import numpy as np
 import models
 import saliency_gen
 from bam import region
-from models.errors import UserError
-from models.preprocessing import load_bam_pixels
+from models.formats.preprocessing import load_bam_pixels
+from models.foundation.errors import UserError
 from saliency_gen import names
 from saliency_gen.world import dataset
 

@@ -7,14 +7,14 @@ Every metric scores all perturbed images of all curves in fixed-size chunks insi
 function (`faithfulness.scorer`); the classes mirror `saliency_maps_metrics`' API.
 """
 import models  # noqa: F401  (first: TensorFlow, whenever it loads, loads quietly)
-from models.lazy import lazy_names
+from models.foundation.lazy import lazy_names
 
 _EXPORTS = {  # name -> the module that defines it
     "CurveResult": "faithfulness.curves", "Deletion": "faithfulness.curves",
     "Insertion": "faithfulness.curves", "RiseDeletion": "faithfulness.curves",
     "RiseInsertion": "faithfulness.curves",
     "ADD": "faithfulness.single_step", "IIC_AD": "faithfulness.single_step",
-    "UserError": "models.errors",
+    "UserError": "models.foundation.errors",
     "incremental_deletion": "faithfulness.idsds", "random_cell_deletion": "faithfulness.idsds",
     "single_deletion": "faithfulness.idsds",
     "box_blur": "faithfulness.substrates", "idsds_blur": "faithfulness.substrates",

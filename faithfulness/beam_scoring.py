@@ -19,12 +19,12 @@ import numpy as np
 
 import models
 from faithfulness import evaluate
-from models import provenance
-from models import results as result_files
-from models.cli import option, run_binary
-from models.errors import RecordError, UserError
-from models.files import exclusive, read_json, write_json
-from models.preprocessing import decode_image, input_space
+from models.formats.preprocessing import decode_image, input_space
+from models.foundation import provenance
+from models.foundation import results as result_files
+from models.foundation.cli import option, run_binary
+from models.foundation.errors import RecordError, UserError
+from models.foundation.files import exclusive, read_json, write_json
 from saliency_gen import beam_support, generate, names, pipelines, records
 from saliency_gen.beam_support import beam
 

@@ -8,29 +8,29 @@ from typing import Callable, Optional
 import numpy as np
 
 from faithfulness import evaluate
-from models.card import Benchmark, Metric
+from models.report.engine import Benchmark, MetricSpec
 
 PROTOCOLS = {  # card name -> (protocol, metrics)
-    "Deletion": ("deletion", (Metric("dauc", False, about="area under the deletion curve"),
-                              Metric("dc", True, about="deletion correlation"))),
-    "Insertion": ("insertion", (Metric("iauc", True, about="area under the insertion curve"),
-                                Metric("ic", True, about="insertion correlation"))),
-    "IIC/AD": ("iic_ad", (Metric("iic", True, about="share of images whose score rises",
+    "Deletion": ("deletion", (MetricSpec("dauc", False, about="area under the deletion curve"),
+                              MetricSpec("dc", True, about="deletion correlation"))),
+    "Insertion": ("insertion", (MetricSpec("iauc", True, about="area under the insertion curve"),
+                                MetricSpec("ic", True, about="insertion correlation"))),
+    "IIC/AD": ("iic_ad", (MetricSpec("iic", True, about="share of images whose score rises",
                                  note="a share of images whose score rises when only the map's "
                                       "region is kept; such rises are rare, so several methods "
                                       "often share the same count (often 0) and tie."),
-                          Metric("ad", False, about="average relative drop"))),
-    "ADD": ("add", (Metric("add", True, about="average drop when the salient part is "
+                          MetricSpec("ad", False, about="average relative drop"))),
+    "ADD": ("add", (MetricSpec("add", True, about="average drop when the salient part is "
                                               "deleted",
                            note="the min-max scaled map is used as a soft mask, so a map that "
                                 "is high everywhere removes more of the image: a random map "
                                 "(about 0.5 everywhere) deletes half of every pixel and drops "
                                 "the score more than a focused map, whatever it explains."),)),
-    "IDSDS": ("single_deletion", (Metric("sds", True, about="rank correlation of cell "
+    "IDSDS": ("single_deletion", (MetricSpec("sds", True, about="rank correlation of cell "
                                                             "attributions and output drops"),)),
     # Least relevant cells deleted first (id_order ascending): a faithful map keeps the
     # output up for longer, so the mean of the curve is higher.
-    "IDSDS incremental": ("incremental_deletion", (Metric("score", True, about="mean softmax "
+    "IDSDS incremental": ("incremental_deletion", (MetricSpec("score", True, about="mean softmax "
                                                           "output as cells are deleted, least "
                                                           "relevant first"),)),
 }

@@ -19,7 +19,7 @@ import tensorflow as tf
 
 from faithfulness import inputs, ranking, resample, stats, substrates
 from faithfulness.metric_base import Metric
-from models.errors import UserError
+from models.foundation.errors import UserError
 
 CLASS_SOURCES = ("original", "start")
 

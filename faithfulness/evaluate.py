@@ -23,12 +23,12 @@ from tqdm import tqdm
 
 import models
 from faithfulness.protocols import BASELINES, ORDERS
-from models import provenance
-from models import results as result_files
-from models.cli import option, origin_flags, run_binary
-from models.errors import UserError, check_minimum, check_unique, require_both_or_neither
-from models.files import exclusive, write_json
-from models.lazy import lazy_module
+from models.foundation import provenance
+from models.foundation import results as result_files
+from models.foundation.cli import option, origin_flags, run_binary
+from models.foundation.errors import UserError, check_minimum, check_unique, require_both_or_neither
+from models.foundation.files import exclusive, write_json
+from models.foundation.lazy import lazy_module
 
 # Loaded on first use: a bad flag is reported before TensorFlow starts (docs/architecture.md).
 curves = lazy_module("faithfulness.curves")
@@ -37,7 +37,7 @@ inputs = lazy_module("faithfulness.inputs")
 single_step = lazy_module("faithfulness.single_step")
 stats = lazy_module("faithfulness.stats")
 scoring = lazy_module("faithfulness.scorer")
-torch_checkpoints = lazy_module("models.torch_checkpoints")
+torch_checkpoints = lazy_module("models.formats.torch_checkpoints")
 saliency_engine = lazy_module("saliency_gen.engine")
 records = lazy_module("saliency_gen.records")
 pipelines = lazy_module("saliency_gen.pipelines")
@@ -218,7 +218,8 @@ class Config:
         "(resnet50, vgg16_bn, bcos_resnet50, bagnet33, vit_base_patch16_224, ...).")
     pretrained_ckpt: Optional[str] = option(
         None, "A PyTorch state dict (.pth / .pth.tar, as IDSDS releases them), converted to a "
-        "SavedModel on first use (models.torch_checkpoints) instead of --model_path.", origin=False)
+        "SavedModel on first use (models.formats.torch_checkpoints) instead of --model_path.",
+        origin=False)
     image_size: int = option(224, "With --pretrained_ckpt: the model's input side.")
     evaluation_protocol: str = option("single_deletion", 'Protocol.', PROTOCOLS)
     explainer: tuple = option(

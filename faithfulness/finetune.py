@@ -27,11 +27,12 @@ import tensorflow as tf
 
 import models
 from faithfulness import idsds, protocols
-from models import provenance, recipes, training
-from models.cli import option, run_binary
-from models.errors import UserError
-from models.files import atomic_output, exclusive, write_json
-from models.preprocessing import decode_image, input_space
+from models.formats.preprocessing import decode_image, input_space
+from models.foundation import provenance
+from models.foundation.cli import option, run_binary
+from models.foundation.errors import UserError
+from models.foundation.files import atomic_output, exclusive, write_json
+from models.training import loop, recipes
 from saliency_gen import pipelines, records
 from saliency_gen.world import cache
 
@@ -185,7 +186,7 @@ def finetune(train_files, eval_files, output_dir, *, init_model=None, model_name
         train_data=provenance.listing_digest(train_files),
         eval_data=provenance.listing_digest(eval_files))
     with exclusive(output_dir, "run folder"):
-        finished = training.prepare_run_folder(output_dir, requested, overwrite)
+        finished = loop.prepare_run_folder(output_dir, requested, overwrite)
         if finished is not None:
             return finished
         return _finetune(base, space_name, train_files, eval_files, output_dir, requested,
@@ -213,8 +214,8 @@ def _finetune(base, space_name, train_files, eval_files, output_dir, requested, 
     keeper = BestWeights(os.path.join(output_dir, "best.weights.h5"),
                          os.path.join(output_dir, "epochs.json"))
     backup = os.path.join(output_dir, "backup")
-    done_epochs, state = training.resume_state(backup)
-    progress = training.Progress(os.path.join(backup, training.PROGRESS), state)
+    done_epochs, state = loop.resume_state(backup)
+    progress = loop.Progress(os.path.join(backup, loop.PROGRESS), state)
     clean_eval = evaluation_dataset(eval_files, size, space)
     initial = model.evaluate(clean_eval, verbose=0, return_dict=True)["top1"]
     model.fit(training_dataset(train_files, size, space, recipe, seed, num_train, done_epochs),

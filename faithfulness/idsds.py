@@ -20,7 +20,7 @@ import tensorflow as tf
 from faithfulness import inputs, ranking, resample, stats, substrates
 from faithfulness import scorer as scoring
 from faithfulness.protocols import BASELINES, ORDERS
-from models.errors import ShapeError, UserError
+from models.foundation.errors import ShapeError, UserError
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@ import numpy as np
 import tensorflow as tf
 
 from faithfulness import ranking
-from models.errors import ShapeError, UserError
+from models.foundation.errors import ShapeError, UserError
 
 TRANSFORMS = ("raw", "abs", "relu")
 

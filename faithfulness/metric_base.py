@@ -6,7 +6,7 @@ import numpy as np
 
 from faithfulness import scorer as scoring
 from faithfulness import stats
-from models.errors import UserError
+from models.foundation.errors import UserError
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ import numpy as np
 import models
 import saliency_gen
 from faithfulness import stats
-from models.card import Benchmark, Metric
+from models.report.engine import Benchmark, MetricSpec
 
 
 def weighted_layers(model) -> list:
@@ -100,7 +100,7 @@ def benchmark(model_path: str, images, labels, ids, *, data: dict, seed: int = 0
 
     return Benchmark(
         name="Randomisation",
-        metrics=tuple(Metric(f"top {k}", False, about=f"Spearman correlation of the maps after "
+        metrics=tuple(MetricSpec(f"top {k}", False, about=f"Spearman correlation of the maps after "
                                                        f"the top {k} of {count} weighted layers "
                                                        "are re-initialised") for k in chosen),
         score=score, settings={"model_id": info["model_id"], "n_images": len(images),

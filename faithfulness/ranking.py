@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from models.errors import UserError, first_non_finite
+from models.foundation.errors import UserError, first_non_finite
 
 REMAINDERS = ("partial", "error")
 

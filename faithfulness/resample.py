@@ -13,7 +13,7 @@
 import numpy as np
 import tensorflow as tf
 
-from models.errors import UserError
+from models.foundation.errors import UserError
 
 UPSAMPLINGS = ("torch_bicubic", "bilinear", "nearest")
 BICUBIC_A = -0.75

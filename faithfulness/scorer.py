@@ -1,8 +1,8 @@
 """The batched scorer behind every metric (docs/faithfulness.md, "How it is batched").
 
 A curve is a set of work items (image i, step t), flattened image-major and streamed in
-fixed-size chunks by the one chunked executor (`models.executor.collect`) inside one traced
-function; each chunk gathers its images, builds its masks, blends
+fixed-size chunks by the one chunked executor (`models.foundation.executor.collect`) inside one
+traced function; each chunk gathers its images, builds its masks, blends
 `start * (1 - P) + end * P`, runs the model and gathers the class score. There is no Python loop
 over images or steps, one trace per input shape, and memory is O(chunk x image), not
 O(steps x image). Masks come in two kinds:
@@ -21,10 +21,10 @@ import numpy as np
 import tensorflow as tf
 
 from faithfulness import substrates
-from models import executor
-from models.adapter import adapt
-from models.errors import ShapeError, UserError
-from models.tracing import quiet_retracing
+from models.formats.adapter import adapt
+from models.foundation import executor
+from models.foundation.errors import ShapeError, UserError
+from models.foundation.tracing import quiet_retracing
 
 OUTPUT_ACTIVATIONS = (None, "softmax")
 

@@ -12,7 +12,7 @@ import numpy as np
 
 from faithfulness import inputs, resample, stats, substrates
 from faithfulness.metric_base import Metric
-from models.errors import UserError
+from models.foundation.errors import UserError
 
 MODES = ("paper", "reference")
 

@@ -6,7 +6,7 @@ import logging
 import numpy as np
 import scipy.stats
 
-from models.errors import UserError
+from models.foundation.errors import UserError
 
 NAN_POLICIES = ("propagate", "omit")
 

@@ -18,7 +18,7 @@ import numpy as np
 import scipy.ndimage
 import tensorflow as tf
 
-from models.errors import UserError
+from models.foundation.errors import UserError
 
 
 def box_kernel_1d(height):

@@ -9,24 +9,24 @@ Importing the package (or a light module of it: errors, files, provenance, cli, 
 does not load TensorFlow; the names below load their modules on first use (docs/architecture.md,
 "Light imports").
 """
-from models import cli as _cli
-from models import lazy as _lazy
+from models.foundation import cli as _cli
+from models.foundation import lazy as _lazy
 
 _cli.answer_help_early()  # --help: the binary's flags, without loading TensorFlow
 _cli.quiet_startup()  # TensorFlow's C++ start-up lines stay hidden whenever it loads
 _cli.fast_kernels()  # oneDNN on, unless the user chose
 
 _EXPORTS = {  # name -> the module that defines it
-    "adapt": "models.adapter",
-    "MissingPathError": "models.errors", "RecordError": "models.errors",
-    "ShapeError": "models.errors", "UserError": "models.errors",
-    "LoadedModel": "models.exporting", "export": "models.exporting",
-    "rebuild": "models.exporting",
-    "weights_digest": "models.exporting",
-    "load": "models.loading", "read_info": "models.loading",
-    "FEATURE_LAYER": "models.zoo", "REGISTRY": "models.zoo", "build": "models.zoo",
-    "feature_layer_name": "models.zoo", "features_and_logits_model": "models.zoo",
-    "spec": "models.zoo",
+    "adapt": "models.formats.adapter",
+    "MissingPathError": "models.foundation.errors", "RecordError": "models.foundation.errors",
+    "ShapeError": "models.foundation.errors", "UserError": "models.foundation.errors",
+    "LoadedModel": "models.formats.exporting", "export": "models.formats.exporting",
+    "rebuild": "models.formats.exporting",
+    "weights_digest": "models.formats.exporting",
+    "load": "models.formats.loading", "read_info": "models.formats.loading",
+    "FEATURE_LAYER": "models.architectures.zoo", "REGISTRY": "models.architectures.zoo",
+    "build": "models.architectures.zoo", "feature_layer_name": "models.architectures.zoo",
+    "features_and_logits_model": "models.architectures.zoo", "spec": "models.architectures.zoo",
 }
 
 __all__ = sorted(_EXPORTS)

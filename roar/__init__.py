@@ -12,7 +12,7 @@ The binaries are `python -m roar.train`, `roar.road`, `roar.sweep` and `roar.rep
 importable `run(Config(...))`.
 """
 import models  # noqa: F401  (first: TensorFlow, whenever it loads, loads quietly)
-from models.lazy import lazy_names
+from models.foundation.lazy import lazy_names
 
 _EXPORTS = {  # name -> the module that defines it
     "noisy_linear_impute": "roar.imputation",

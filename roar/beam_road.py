@@ -15,8 +15,8 @@ import dataclasses
 import os
 
 import models
-from models.cli import run_binary
-from models.files import exclusive, read_json, write_json
+from models.foundation.cli import run_binary
+from models.foundation.files import exclusive, read_json, write_json
 from roar import road
 from saliency_gen import beam_support
 from saliency_gen.beam_support import beam

@@ -20,10 +20,11 @@ import tensorflow as tf
 
 import models
 import saliency_gen
-from models import executor, provenance, recipes
-from models.adapter import adapt
-from models.card import Benchmark, Metric
-from models.preprocessing import input_space
+from models.formats.adapter import adapt
+from models.formats.preprocessing import input_space
+from models.foundation import executor, provenance
+from models.report.engine import Benchmark, MetricSpec
+from models.training import recipes
 from roar import imputation, masked_data, masking
 from roar import train as roar_train
 from saliency_gen import generate
@@ -31,9 +32,9 @@ from saliency_gen.records import ranking_cut
 
 ORACLE = "oracle"
 RATIOS = (0.1, 0.3, 0.5, 0.7, 0.9)
-METRICS = (Metric("MoRF", False, about="true-class probability when the most relevant pixels "
+METRICS = (MetricSpec("MoRF", False, about="true-class probability when the most relevant pixels "
                                       "are imputed, averaged over the fractions"),
-           Metric("LeRF", True, about="true-class probability when the least relevant pixels "
+           MetricSpec("LeRF", True, about="true-class probability when the least relevant pixels "
                                      "are imputed, averaged over the fractions"))
 
 
@@ -147,9 +148,9 @@ def benchmark(loaded, images, labels, ids, masks=None, *, data: dict, ratios=RAT
 
 
 RETRAINING_METRICS = (
-    Metric("ROAR top-1", False, unit="seed", about="test top-1 after retraining on images with "
+    MetricSpec("ROAR top-1", False, unit="seed", about="test top-1 after retraining on images with "
                                                    "the top fraction replaced"),
-    Metric("KAR top-1", True, unit="seed", about="test top-1 after retraining on images with "
+    MetricSpec("KAR top-1", True, unit="seed", about="test top-1 after retraining on images with "
                                                  "only the top fraction kept"))
 
 

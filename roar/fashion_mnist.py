@@ -26,8 +26,8 @@ import time
 import keras
 from tqdm import tqdm
 
-from models.cli import option, run_binary
-from models.errors import check_fractions, check_minimum
+from models.foundation.cli import option, run_binary
+from models.foundation.errors import check_fractions, check_minimum
 from roar import report, train
 from saliency_gen import generate
 from saliency_gen.sources import idx

@@ -22,7 +22,7 @@ a time (ROAD's own method): the reference for tests and the benchmark.
 import numpy as np
 import tensorflow as tf
 
-from models.preprocessing import IMAGENET_MEAN
+from models.formats.preprocessing import IMAGENET_MEAN
 
 EDGE, DIAGONAL = 1.0 / 6.0, 1.0 / 12.0
 STENCIL = np.array([[DIAGONAL, EDGE, DIAGONAL], [EDGE, 0.0, EDGE], [DIAGONAL, EDGE, DIAGONAL]])

@@ -22,8 +22,8 @@ from typing import Optional
 
 import tensorflow as tf
 
-from models.errors import RecordError, UserError
-from models.preprocessing import decode_image
+from models.formats.preprocessing import decode_image
+from models.foundation.errors import RecordError, UserError
 from roar import masking
 from saliency_gen import generate, names, pipelines, records
 from saliency_gen.pipelines import count_records, fit
@@ -169,8 +169,9 @@ def masked_dataset(files, source, config, *, training, batch_size, map_key=None,
     `random_mask` "fixed" keys the random map by example; "per_read" re-draws it every training
     epoch (the original's behaviour; evaluation uses the fixed draw). A per_read training
     dataset is infinite (it counts its epochs). `train_crop` "inception" adds ROAR's random
-    crop to training (`models.preprocessing.inception_crop`). `span` (start, count) restricts
-    an evaluation of one file to that range of its records (a work unit of a Beam pipeline).
+    crop to training (`models.formats.preprocessing.inception_crop`). `span` (start, count)
+    restricts an evaluation of one file to that range of its records (a work unit of a Beam
+    pipeline).
     """
     if random_mask not in RANDOM_MASKS:
         raise UserError(f"--random_mask must be one of {', '.join(RANDOM_MASKS)}")

@@ -22,7 +22,7 @@ same image gets the same mask in every epoch and run; or per read with an epoch)
 import numpy as np
 import tensorflow as tf
 
-from models.errors import whole_percent
+from models.foundation.errors import whole_percent
 from roar import imputation
 from saliency_gen.pipelines import key_seeds
 from saliency_gen.records import ranking_cut
@@ -35,7 +35,8 @@ JITTER = 1e-4
 
 def percent(ratio):
     """`ratio` as an integer percentage (ROAR's thresholds are whole percents): the flags'
-    own rule (`models.errors.whole_percent`), so a library caller gets the same one line."""
+    own rule (`models.foundation.errors.whole_percent`), so a library caller gets the same one
+    line."""
     return whole_percent("ratio", ratio)
 
 

@@ -13,10 +13,10 @@ import glob
 import os
 from typing import Optional
 
-from models import results
-from models.cli import option, run_binary
-from models.errors import UserError
-from models.files import read_json
+from models.foundation import results
+from models.foundation.cli import option, run_binary
+from models.foundation.errors import UserError
+from models.foundation.files import read_json
 from roar import summaries
 
 

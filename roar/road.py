@@ -19,11 +19,11 @@ import numpy as np
 from tqdm import tqdm
 
 import models
-from models import provenance
-from models.cli import option, origin_flags, run_binary
-from models.errors import UserError, check_fractions, check_minimum, check_unique
-from models.files import exclusive, write_json
-from models.lazy import lazy_module
+from models.foundation import provenance
+from models.foundation.cli import option, origin_flags, run_binary
+from models.foundation.errors import UserError, check_fractions, check_minimum, check_unique
+from models.foundation.files import exclusive, write_json
+from models.foundation.lazy import lazy_module
 
 # Loaded on first use: a bad flag is reported before TensorFlow starts (docs/architecture.md).
 tf = lazy_module("tensorflow")

@@ -11,7 +11,7 @@ import itertools
 import numpy as np
 from scipy import stats
 
-from models import results
+from models.foundation import results
 
 
 def summarise(rows, keys, value):

@@ -16,8 +16,8 @@ import sys
 
 from tqdm import tqdm
 
-from models.cli import option, run_binary
-from models.errors import UserError, check_fractions
+from models.foundation.cli import option, run_binary
+from models.foundation.errors import UserError, check_fractions
 from roar import train
 
 

@@ -12,7 +12,7 @@ import os
 
 import tensorflow as tf
 
-from models.errors import UserError
+from models.foundation.errors import UserError
 from saliency_gen import records
 
 RECORDS_PER_SHARD = 2500

@@ -20,15 +20,16 @@ from typing import Optional
 import numpy as np
 
 import models
-from models import distribution, provenance, recipes
-from models.cli import option, origin_flags, run_binary
-from models.errors import UserError, check_fractions, check_minimum
-from models.files import ensure_directory, write_json
-from models.lazy import lazy_module
-from models.recipes import Recipe
+from models.foundation import provenance
+from models.foundation.cli import option, origin_flags, run_binary
+from models.foundation.errors import UserError, check_fractions, check_minimum
+from models.foundation.files import ensure_directory, write_json
+from models.foundation.lazy import lazy_module
+from models.training import distribution, recipes
+from models.training.recipes import Recipe
 
 # Loaded on first use: a bad flag is reported before TensorFlow starts (docs/architecture.md).
-training = lazy_module("models.training")
+training = lazy_module("models.training.loop")
 masked_data = lazy_module("roar.masked_data")
 synthetic_setup = lazy_module("roar.synthetic_setup")
 tfds_source = lazy_module("roar.tfds_source")

@@ -13,7 +13,7 @@ A method is a unit (`saliency_gen.units.Method`, one module each under `saliency
 schemas; `python -m saliency_gen.generate` writes saliency records (docs/saliency.md).
 """
 import models  # noqa: F401  (first: TensorFlow, whenever it loads, loads quietly)
-from models.lazy import lazy_names
+from models.foundation.lazy import lazy_names
 
 _EXPORTS = {  # name -> the module that defines it
     "attribute": "saliency_gen.engine", "predict": "saliency_gen.engine",

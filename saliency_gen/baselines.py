@@ -2,8 +2,8 @@
 (docs/saliency.md, "Baselines")."""
 import numpy as np
 
-from models.errors import UserError
-from models.preprocessing import input_space
+from models.formats.preprocessing import input_space
+from models.foundation.errors import UserError
 
 BASELINES = ("zeros", "mean", "black", "uniform")
 

@@ -19,8 +19,8 @@ import dataclasses
 import time
 
 import models
-from models.cli import run_binary
-from models.errors import RecordError
+from models.foundation.cli import run_binary
+from models.foundation.errors import RecordError
 from saliency_gen import beam_support, generate, records, shard_ledger
 from saliency_gen.beam_support import beam
 

@@ -19,9 +19,10 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from models import cli, errors, uncertainty
-from models.cli import option, require
-from models.errors import UserError, check_minimum
+from models.foundation import cli, errors
+from models.foundation.cli import option, require
+from models.foundation.errors import UserError, check_minimum
+from models.report import uncertainty
 
 _root_level = logging.getLogger().level
 logging.getLogger().setLevel(logging.ERROR)  # Beam's import warns that GCP's apitools is absent
@@ -173,8 +174,8 @@ def run(pipeline_builder, options: PipelineOptions):
     return result
 
 
-# How an error of models.errors reads once the runner has wrapped it in text (`_is_user_error`
-# keeps the UserError kinds), and the step names Beam appends to its message.
+# How an error of models.foundation.errors reads once the runner has wrapped it in text
+# (`_is_user_error` keeps the UserError kinds), and the step names Beam appends to its message.
 _WRAPPED_ERROR = re.compile(r"^models\.errors\.([A-Za-z]*Error): (.+)$", re.M)
 _STEP_SUFFIX = re.compile(r"( \[while running '[^']*'\])+$")
 
@@ -242,7 +243,7 @@ def counter(result, name: str) -> int:
 class MeanAndInterval(beam.CombineFn):
     """Combines (unit key, value) pairs into {"mean", "low", "high", "n", "n_excluded",
     "per_image"}: the mean of the finite values and its seeded bootstrap interval
-    (`models.uncertainty.interval`). Values are ordered by their unit key before anything is
+    (`models.report.uncertainty.interval`). Values are ordered by their unit key before anything is
     computed, so the result does not depend on how the runner split or ordered the work."""
 
     def __init__(self, seed: int = 0):

@@ -3,8 +3,8 @@
 A method is a unit (`saliency_gen.units`) whose plan says how many work items each (image, noise
 sample) needs and what each item adds to its image's map. The engine flattens image x noise
 sample x step into one stream, cut into chunks of exactly `batch_size` items, and runs it with
-the one chunked executor (`models.executor`: `accumulate`, or `collect` when each image's map
-is its one item's share) inside one `tf.function` per (model, method, input shape, chunk size);
+the one chunked executor (`models.foundation.executor`: `accumulate`, or `collect` when each image's
+map is its one item's share) inside one `tf.function` per (model, method, input shape, chunk size);
 a noise wrapper is a plan around the unit's plan (`saliency_gen.noise`). Images are processed in
 groups whose accumulators fit in `memory_bytes`; that loop is over groups of many images, not
 over images (docs/saliency.md, "How it is batched").
@@ -19,10 +19,10 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
-from models import executor
-from models.adapter import Adapter, adapt
-from models.errors import ShapeError, UserError, first_non_finite
-from models.tracing import quiet_retracing
+from models.formats.adapter import Adapter, adapt
+from models.foundation import executor
+from models.foundation.errors import ShapeError, UserError, first_non_finite
+from models.foundation.tracing import quiet_retracing
 from saliency_gen import names, noise, transforms
 from saliency_gen.spec import MethodSpec
 from saliency_gen.units import Context, HostPlan, Items

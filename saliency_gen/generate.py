@@ -23,17 +23,17 @@ import numpy as np
 from tqdm import tqdm
 
 import models
-from models import provenance
-from models.cli import option, run_binary
-from models.errors import RecordError, UserError, check_minimum, check_unique
-from models.files import ensure_directory, exclusive, remove_leftovers
-from models.lazy import lazy_module
+from models.foundation import provenance
+from models.foundation.cli import option, run_binary
+from models.foundation.errors import RecordError, UserError, check_minimum, check_unique
+from models.foundation.files import ensure_directory, exclusive, remove_leftovers
+from models.foundation.lazy import lazy_module
 from saliency_gen import shard_ledger
 from saliency_gen.formats import MAP_DTYPES
 
 # Loaded on first use: a bad flag is reported before TensorFlow starts (docs/architecture.md).
 tf = lazy_module("tensorflow")
-preprocessing = lazy_module("models.preprocessing")
+preprocessing = lazy_module("models.formats.preprocessing")
 engine = lazy_module("saliency_gen.engine")
 names = lazy_module("saliency_gen.names")
 pipelines = lazy_module("saliency_gen.pipelines")

@@ -13,7 +13,7 @@ Accepted forms:
   `idsds:Grad-CAMpp abs`). Scheme names carry their scheme's settings (baselines, quadrature,
   noise, CAM normalisation, preprocessing); keyword parameters override them.
 """
-from models.errors import UserError
+from models.foundation.errors import UserError
 from saliency_gen import methods, noise, plugins, units
 from saliency_gen.spec import MethodSpec, make_spec
 

@@ -19,8 +19,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.eager import context
 
-from models.errors import UserError
-from models.preprocessing import (
+from models.formats.preprocessing import (
     INPUT_SPACES,
     TRAIN_CROPS,
     center_crop,
@@ -28,6 +27,7 @@ from models.preprocessing import (
     inception_crop,
     input_space,
 )
+from models.foundation.errors import UserError
 from saliency_gen import records
 
 SHUFFLE_BUFFER = 1024

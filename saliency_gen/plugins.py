@@ -25,7 +25,7 @@ from typing import Callable, Optional
 
 import tensorflow as tf
 
-from models.errors import UserError, first_non_finite
+from models.foundation.errors import UserError, first_non_finite
 from saliency_gen import units
 from saliency_gen.units import HostPlan, Method, Param, Plan
 

@@ -25,8 +25,8 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from models.errors import MissingPathError, RecordError, UserError
-from models.files import atomic_output, is_temporary
+from models.foundation.errors import MissingPathError, RecordError, UserError
+from models.foundation.files import atomic_output, is_temporary
 from saliency_gen import shard_ledger
 from saliency_gen.formats import MAP_DTYPES
 
@@ -108,8 +108,9 @@ def encode_mask(mask):
 
 def image_example(encoded, label, *, filename=None, image_format=None, height=None, width=None,
                   scene_label=None, box=None, mask=None, synset=None, text=None):
-    """An image record (`synset`, `text`: the class's WordNet id and name). `box` = (ymin, xmin, ymax, xmax) normalised to [0, 1] (or a list of such
-    boxes); `mask` = a 2-D array the size of the image (non-zero = object)."""
+    """An image record (`synset`, `text`: the class's WordNet id and name). `box` = (ymin, xmin,
+    ymax, xmax) normalised to [0, 1] (or a list of such boxes); `mask` = a 2-D array the size of
+    the image (non-zero = object)."""
     feature = {"image/encoded": _bytes([encoded]), "image/class/label": _ints([label])}
     optional = {"image/filename": filename, "image/format": image_format,
                 "image/height": height, "image/width": width, "image/scene/label": scene_label,
@@ -234,8 +235,8 @@ def legacy_saliency_example(raw_image, label, key, saliency):
 def write_records(path, examples):
     """Writes `examples` to the TFRecord file `path` under a temporary name, renaming it when done.
 
-    An interrupted write leaves only a hidden temporary file (`models.files`), never a file that
-    looks finished.
+    An interrupted write leaves only a hidden temporary file (`models.foundation.files`), never a
+    file that looks finished.
     Records are serialised with sorted map keys, so the same examples give the same bytes in
     every process (protobuf's default map order follows a per-process hash seed).
     Returns the number of records written.

@@ -10,8 +10,8 @@ being scored in part. The ledger folder is hidden: globs over the shards never m
 import os
 from typing import Optional
 
-from models.errors import UserError
-from models.files import ensure_directory, file_sha256, read_json, write_json
+from models.foundation.errors import UserError
+from models.foundation.files import ensure_directory, file_sha256, read_json, write_json
 
 LEDGER = ".ledger"
 _DIGESTS = {}  # (path, size, mtime_ns) -> sha256: each file is hashed once per process

@@ -10,7 +10,7 @@ from typing import Optional
 import numpy as np
 import tensorflow as tf
 
-from models.errors import UserError
+from models.foundation.errors import UserError
 from saliency_gen import noise, transforms, units
 
 

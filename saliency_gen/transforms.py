@@ -4,7 +4,7 @@ the report card's blur control (`blur`)."""
 import numpy as np
 import scipy.ndimage
 
-from models.errors import UserError
+from models.foundation.errors import UserError
 
 TRANSFORMS = ("raw", "abs", "relu", "square")
 REDUCTIONS = ("none", "sum")

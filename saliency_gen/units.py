@@ -10,7 +10,7 @@ A base attribution method is one `Method` subclass in its own module under
 * `plan(options, context)`: the traced per-item computation for one run, a `Plan`.
 
 The engine flattens image x noise sample x step into one stream of items and evaluates the plan
-chunk by chunk (`models.executor`); noise wrappers (`saliency_gen.noise`) and transforms
+chunk by chunk (`models.foundation.executor`); noise wrappers (`saliency_gen.noise`) and transforms
 (`saliency_gen.transforms`) compose around any unit without knowing it. A method that cannot be
 traced (a bridge to numpy code) returns a `HostPlan` instead: one call per group of images.
 """
@@ -21,7 +21,7 @@ from typing import Any, Callable, Dict, NamedTuple, Optional, Sequence, Tuple
 import numpy as np
 import tensorflow as tf
 
-from models.errors import UserError
+from models.foundation.errors import UserError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,7 +58,7 @@ class Items(NamedTuple):
 class Context:
     """What a unit may use to build its plan for one run."""
 
-    model: Any                  # the `models.adapter` adapter (None for model-free methods)
+    model: Any                  # the `models.formats.adapter` adapter (None for model-free methods)
     shape: Tuple[int, int, int]  # (H, W, C) of the images
     preprocessing: Optional[str]  # the input space, for pixel-space baselines
     seed: int

@@ -11,9 +11,10 @@ import tempfile
 import time
 
 import models
-from models import guided as guided_views
-from models import provenance, zoo
-from models.cli import option, run_binary
+from models.architectures import guided as guided_views
+from models.architectures import zoo
+from models.foundation import provenance
+from models.foundation.cli import option, run_binary
 
 
 @dataclasses.dataclass(frozen=True)

@@ -36,8 +36,9 @@ import tensorflow as tf
 
 import faithfulness
 from faithfulness import torch_twin
-from models import pretrained, provenance
-from models.cli import option, run_binary
+from models.formats import pretrained
+from models.foundation import provenance
+from models.foundation.cli import option, run_binary
 
 CLASSES = 10
 
@@ -50,7 +51,7 @@ def keras_model(size, widths=(16, 32, 64)):
 
 
 def pretrained_model(name):
-    """A pretrained zoo model (`models.pretrained`) with a softmax on top."""
+    """A pretrained zoo model (`models.formats.pretrained`) with a softmax on top."""
     model = models.rebuild(pretrained.export_path(name))
     return keras.Model(model.input, keras.layers.Softmax()(model.output))
 

@@ -19,9 +19,9 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from models import provenance
-from models.cli import option, run_binary
-from models.tracing import quiet_retracing
+from models.foundation import provenance
+from models.foundation.cli import option, run_binary
+from models.foundation.tracing import quiet_retracing
 from saliency_gen import noise
 
 

@@ -20,8 +20,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from models import provenance
-from models.cli import option, run_binary
+from models.foundation import provenance
+from models.foundation.cli import option, run_binary
 from roar import imputation, masked_data
 from saliency_gen.world import synthetic
 

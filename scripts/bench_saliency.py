@@ -51,8 +51,9 @@ import tensorflow as tf
 
 import saliency_gen
 from faithfulness import torch_twin
-from models import pretrained, provenance
-from models.cli import option, run_binary
+from models.formats import pretrained
+from models.foundation import provenance
+from models.foundation.cli import option, run_binary
 from saliency_gen import noise
 from saliency_gen.methods import pair
 
@@ -268,7 +269,7 @@ def pytorch_twin(model, name):
 
 def benchmark_model(entry: str):
     """(Keras model, side) of a `name@side` entry: the pretrained weights where the project
-    has them (`models.pretrained`), else random weights (seeded)."""
+    has them (`models.formats.pretrained`), else random weights (seeded)."""
     name, _, side = entry.partition("@")
     size = int(side or 64)
     keras.utils.set_random_seed(0)

@@ -27,9 +27,9 @@ import time
 import numpy as np
 from PIL import Image
 
-from models import provenance
-from models.cli import option, run_binary
-from models.errors import UserError
+from models.foundation import provenance
+from models.foundation.cli import option, run_binary
+from models.foundation.errors import UserError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

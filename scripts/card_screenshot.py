@@ -11,8 +11,8 @@ import shutil
 import subprocess
 import tempfile
 
-from models.cli import option, run_binary
-from models.errors import MissingPathError, UserError
+from models.foundation.cli import option, run_binary
+from models.foundation.errors import MissingPathError, UserError
 
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update",

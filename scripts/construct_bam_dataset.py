@@ -15,8 +15,8 @@ from typing import Optional
 from tqdm import tqdm
 
 from bam import coco_miniplaces
-from models.cli import option, run_binary
-from models.errors import UserError
+from models.foundation.cli import option, run_binary
+from models.foundation.errors import UserError
 
 
 class _Bars:

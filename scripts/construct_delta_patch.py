@@ -12,8 +12,8 @@ import dataclasses
 from typing import Optional
 
 from bam import delta_patch
-from models.cli import option, run_binary
-from models.errors import UserError
+from models.foundation.cli import option, run_binary
+from models.foundation.errors import UserError
 
 
 @dataclasses.dataclass(frozen=True)

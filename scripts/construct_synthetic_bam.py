@@ -12,8 +12,8 @@ from typing import Optional
 
 from tqdm import tqdm
 
-from models.cli import option, run_binary
-from models.errors import UserError
+from models.foundation.cli import option, run_binary
+from models.foundation.errors import UserError
 from saliency_gen.world import synthetic
 
 

@@ -19,8 +19,9 @@ os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
 import models  # noqa: E402  (after the environment setting above)
 from faithfulness import evaluate  # noqa: E402
-from models import recipes, results, training  # noqa: E402
-from models.cli import option, run_binary  # noqa: E402
+from models.foundation import results  # noqa: E402
+from models.foundation.cli import option, run_binary  # noqa: E402
+from models.training import loop, recipes
 from saliency_gen import pipelines, records  # noqa: E402
 from saliency_gen.world import cache  # noqa: E402
 
@@ -52,7 +53,7 @@ def run(args: Config) -> dict:
             batch_size=recipe.batch_size if split == "train" else 256,
             size=cache.IMAGE_SIZE, seed=args.seed, space=spec.preprocessing)
             for split in files}
-        metrics = training.train_and_evaluate(
+        metrics = loop.train_and_evaluate(
             data["train"], data["validation"], num_classes=10,
             num_train=pipelines.count_records(files["train"]),
             num_eval=pipelines.count_records(files["validation"]), size=cache.IMAGE_SIZE,

@@ -23,8 +23,8 @@ import numpy as np
 
 import saliency_gen
 from bam import train
-from models.cli import option, run_binary
-from models.preprocessing import INPUT_SPACES
+from models.foundation.cli import option, run_binary
+from models.formats.preprocessing import INPUT_SPACES
 from saliency_gen import records
 from saliency_gen.world import dataset, synthetic
 

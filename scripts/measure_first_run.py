@@ -21,8 +21,8 @@ import sys
 import tempfile
 import time
 
-from models import provenance
-from models.cli import option, run_binary
+from models.foundation import provenance
+from models.foundation.cli import option, run_binary
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -16,7 +16,7 @@ import time
 from typing import Optional
 
 from bam import train
-from models.cli import option, run_binary
+from models.foundation.cli import option, run_binary
 from saliency_gen.world import synthetic
 
 GENERATION_TARGET_SECONDS = 60.0

@@ -8,8 +8,8 @@
 
 The thin entry point: it parses the flags, asks bam/ and faithfulness/ for their benchmarks
 (`bam.card`, `faithfulness.card`), and leaves the cells, intervals, ranks, agreement and pages to
-`models.card` and `models.card_outputs`. Cells are cached under --output_dir, so a killed card
-resumes and one more method costs only that method.
+`models.report.engine` and `models.report.pages`. Cells are cached under --output_dir, so a killed
+card resumes and one more method costs only that method.
 """
 import models  # noqa: I001  (first: TensorFlow loads quietly)
 import dataclasses
@@ -29,12 +29,14 @@ from bam import card as bam_card
 from bam import synthetic_setup
 from faithfulness import card as faithfulness_card
 from faithfulness import evaluate, randomisation
-from models import card, card_outputs, meta_evaluation, pretrained, progress, provenance, results
-from models.cli import option, origin_flags, run_binary
-from models.errors import (UserError, check_choices, check_fractions, check_minimum, check_unique,
-                           require_both_or_neither)
-from models.files import exclusive
-from models.preprocessing import input_space
+from models.formats import pretrained
+from models.foundation import progress, provenance, results
+from models.report import engine, meta_evaluation, pages
+from models.foundation.cli import option, origin_flags, run_binary
+from models.foundation.errors import (UserError, check_choices, check_fractions, check_minimum,
+                                      check_unique, require_both_or_neither)
+from models.foundation.files import exclusive
+from models.formats.preprocessing import input_space
 from roar import card as roar_card
 from saliency_gen import names, pipelines, records, transforms
 from saliency_gen.sources import photos
@@ -145,8 +147,8 @@ def resolved(config: Config) -> Config:
     if methods is None:
         methods = REAL_METHODS if config.pretrained else BAM_METHODS + CONTROLS
     if config.blur_controls:
-        methods = (*methods, *(card.blurred(m) for m in methods
-                               if m not in CONTROLS and card.unblurred(m) is None))
+        methods = (*methods, *(engine.blurred(m) for m in methods
+                               if m not in CONTROLS and engine.unblurred(m) is None))
     config = dataclasses.replace(config, methods=tuple(methods), output_dir=config.output_dir or (
         f"report_card_{config.pretrained}" if config.pretrained else "report_card"))
     if config.pretrained:
@@ -163,7 +165,7 @@ def check_flags(config: Config) -> None:
     check_unique("methods", config.methods)
     check_unique("benchmarks", config.benchmarks)
     for method in config.methods:  # an unknown name fails before any work
-        plain = card.unblurred(method) or method
+        plain = engine.unblurred(method) or method
         if plain != bam_card.ORACLE and plain not in names.PRODUCTS:
             saliency_gen.resolve(plain)
     check_choices("benchmarks", config.benchmarks, BENCHMARKS, "benchmark")
@@ -204,7 +206,7 @@ def map_memo(loaded, images, labels, ids, seed: int, batch_size: int,
 
     def maps_of(method):
         if method not in found:
-            plain = card.unblurred(method)
+            plain = engine.unblurred(method)
             found[method] = transforms.blur(maps_of(plain)) if plain else saliency_gen.attribute(
                 loaded, images, method, labels, batch_size=batch_size, seed=seed, ids=ids,
                 preprocessing=preprocessing)
@@ -285,7 +287,7 @@ def build_benchmarks(config: Config, inputs: Optional[Inputs]) -> list:
     image_level = {"ROAD", *faithfulness_card.PROTOCOLS}
     return [benchmark if benchmark.name in image_level else dataclasses.replace(
         benchmark, supports=lambda method, own=benchmark.supports: (
-            own(method) and card.unblurred(method) is None)) for benchmark in found]
+            own(method) and engine.unblurred(method) is None)) for benchmark in found]
 
 
 def variant_benchmarks(config: Config, inputs: Inputs) -> list:
@@ -314,17 +316,17 @@ def variant_benchmarks(config: Config, inputs: Inputs) -> list:
     return found
 
 
-def sensitivity_section(summary, variants: list, variant_card) -> card_outputs.Section:
+def sensitivity_section(summary, variants: list, variant_card) -> pages.Section:
     """Kendall's tau between each metric's method ranking under a variant and by default."""
     rows = []
     for benchmark, name, label in variants:
         for metric in benchmark.metrics:
-            tau = card.ranking_agreement(
-                card.oriented_means(summary, f"{name} {metric.name}"),
-                card.oriented_means(variant_card, f"{benchmark.name} {metric.name}"))
+            tau = engine.ranking_agreement(
+                engine.oriented_means(summary, f"{name} {metric.name}"),
+                engine.oriented_means(variant_card, f"{benchmark.name} {metric.name}"))
             rows.append((f"{name} {metric.name}", label, "n/a" if np.isnan(tau) else
                          f"{tau:+.2f}"))
-    return card_outputs.Section(
+    return pages.Section(
         "Sensitivity to the metrics' free choices",
         "Kendall's tau between each metric's ranking of the methods with its default settings "
         "and with one setting changed as its literature does (+1: the same ranking, 0: "
@@ -387,7 +389,7 @@ def exporting_folder() -> str:
 
 def judged_by_meta_evaluation(method: str) -> bool:
     """The methods the meta-evaluation perturbs: not the controls, not the blur controls."""
-    return method not in CONTROLS and card.unblurred(method) is None
+    return method not in CONTROLS and engine.unblurred(method) is None
 
 
 def meta_benchmarks(config: Config, inputs: Inputs) -> dict:
@@ -404,7 +406,7 @@ def meta_benchmarks(config: Config, inputs: Inputs) -> dict:
 
 
 def meta_evaluate(summary, benchmarks: list, meta: dict, cells: dict) -> None:
-    """Adds each image-level metric's resilience, reactivity and MC (models.meta_evaluation)
+    """Adds each image-level metric's resilience, reactivity and MC (models.report.meta_evaluation)
     to `summary.trust`, over the methods the perturbations judge; the disruptive perturbations
     are the randomised model's maps and, when the card has the random control, random maps
     (its cells: no extra run)."""
@@ -415,15 +417,15 @@ def meta_evaluate(summary, benchmarks: list, meta: dict, cells: dict) -> None:
             continue
         for metric in benchmark.metrics:
             column = f"{benchmark.name} {metric.name}"
-            default = card.unit_table(cells, benchmark.name, metric.name, methods)
-            tables = {label: card.unit_table(cells, b.name, metric.name, methods)
+            default = engine.unit_table(cells, benchmark.name, metric.name, methods)
+            tables = {label: engine.unit_table(cells, b.name, metric.name, methods)
                       for label, b in perturbed.items()}
             if column not in summary.trust or default is None or None in tables.values():
                 continue
             count = len(tables["input noise"])  # the perturbed runs' images: the first ones
             kinds = {kind: {label: table for label, table in tables.items()
                             if PERTURBATIONS[label] == kind} for kind in ("minor", "disruptive")}
-            control = card.unit_table(cells, benchmark.name, metric.name, ["random"])
+            control = engine.unit_table(cells, benchmark.name, metric.name, ["random"])
             if control is not None:  # the random control's values in place of each method's
                 kinds["disruptive"]["random maps"] = np.repeat(control[:count], len(methods),
                                                                axis=1)
@@ -445,10 +447,10 @@ def sanity_benchmark(config: Config, inputs: Inputs):
         data=inputs.data, seed=config.seed, batch_size=config.batch_size,
         maps_of=inputs.maps_of)
     return dataclasses.replace(checked, supports=lambda method: (
-        method != bam_card.ORACLE and card.unblurred(method) is None))
+        method != bam_card.ORACLE and engine.unblurred(method) is None))
 
 
-def gallery(config: Config, inputs: Inputs) -> card_outputs.Section:
+def gallery(config: Config, inputs: Inputs) -> pages.Section:
     """The first --gallery_images images and every method's maps (the oracle: the mask)."""
     count = min(config.gallery_images, len(inputs.images))
     images, labels = inputs.images[:count], inputs.labels[:count]
@@ -460,10 +462,10 @@ def gallery(config: Config, inputs: Inputs) -> card_outputs.Section:
             continue
         maps[method] = inputs.maps_of(method)[:count]
     pixels = np.asarray(input_space(inputs.loaded.preprocessing).to_pixels(images))
-    return card_outputs.Section(
+    return pages.Section(
         "Gallery", f"The first {count} images and each method's map (|map| summed over "
         "channels, scaled to its 99th percentile), explaining the true label.",
-        png=card_outputs.gallery_png(pixels, maps, row_titles(config, labels)))
+        png=pages.gallery_png(pixels, maps, row_titles(config, labels)))
 
 
 def row_titles(config: Config, labels) -> list:
@@ -547,37 +549,37 @@ def _run(config: Config) -> dict:
     every = [*benchmarks, *checks, *variant_list, *meta_list]
     with progress.CostBar({b.name: len(config.methods) for b in every},
                           {b.name: b.cost for b in every}, "report card") as bar:
-        cells = card.run_cells(benchmarks, config.methods, config.output_dir, bar.finished,
+        cells = engine.run_cells(benchmarks, config.methods, config.output_dir, bar.finished,
                                overwrite=config.overwrite)
-        check_cells = card.run_cells(checks, config.methods, config.output_dir, bar.finished,
+        check_cells = engine.run_cells(checks, config.methods, config.output_dir, bar.finished,
                                      overwrite=config.overwrite)
-        variant_cells = card.run_cells(variant_list, config.methods, config.output_dir,
+        variant_cells = engine.run_cells(variant_list, config.methods, config.output_dir,
                                        bar.finished, overwrite=config.overwrite)
-        meta_cells = card.run_cells(meta_list, config.methods, config.output_dir,
+        meta_cells = engine.run_cells(meta_list, config.methods, config.output_dir,
                                     bar.finished, overwrite=config.overwrite)
-    summary = card.summarise(benchmarks, config.methods, cells, config.seed)
+    summary = engine.summarise(benchmarks, config.methods, cells, config.seed)
     meta_evaluate(summary, benchmarks, meta, {**cells, **meta_cells})
     sections, sanity = [], None
     if checks:
-        sanity = card.summarise(checks, config.methods, check_cells, config.seed, judge=False)
-        sections.append(card_outputs.section_of(
+        sanity = engine.summarise(checks, config.methods, check_cells, config.seed, judge=False)
+        sections.append(pages.section_of(
             sanity, "Sanity check: cascading model randomisation",
             "Spearman correlation between each method's maps on the trained model and on the "
             "model whose top k weighted layers were re-initialised (Adebayo et al. 2018), on "
             f"{checks[0].settings['n_images']} images. A map that explains the model should "
             "lose its resemblance (towards 0); near 1 means the map ignores the weights."))
     if variants:
-        sections.append(sensitivity_section(summary, variants, card.summarise(
+        sections.append(sensitivity_section(summary, variants, engine.summarise(
             variant_list, config.methods, variant_cells, config.seed, judge=False)))
     if config.gallery_images:
         sections.append(gallery(config, inputs))
-    print(card_outputs.card_table(summary))
-    header, rows = card_outputs.agreement_rows(summary)
+    print(pages.card_table(summary))
+    header, rows = pages.agreement_rows(summary)
     print("\nKendall's tau between the benchmarks' method rankings\n"
           + results.text_table(header, rows))
     if summary.trust:
         print("\nHow far to trust each metric (alpha, split-half: 95% intervals)\n"
-              + results.text_table(*card_outputs.trust_rows(summary)))
+              + results.text_table(*pages.trust_rows(summary)))
     for section in sections:
         if section.header:
             print(f"\n{section.title}\n" + results.text_table(section.header,
@@ -587,7 +589,7 @@ def _run(config: Config) -> dict:
              "number of methods that beat it on the same images (paired bootstrap of the "
              "difference excluding 0), so methods nothing separates share a rank. Bold: the "
              "best mean of the column. ↑: higher is better, ↓: lower is better.")
-    paths = card_outputs.write_card(summary, config.output_dir, sections,
+    paths = pages.write_card(summary, config.output_dir, sections,
                                     title="Saliency report card", intro=intro,
                                     extra={"seconds": time.time() - started,
                                            "origin": provenance.origin(origin_flags(config))},

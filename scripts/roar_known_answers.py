@@ -12,8 +12,8 @@ import glob
 import os
 import tempfile
 
-from models import recipes
-from models.cli import option, run_binary
+from models.training import recipes
+from models.foundation.cli import option, run_binary
 from roar import masked_data, train
 from saliency_gen.world import synthetic
 

@@ -16,9 +16,10 @@ import itertools
 import numpy as np
 import tensorflow as tf
 
-from models import pretrained, results, torch_checkpoints
-from models.cli import run_binary
-from models.preprocessing import input_space
+from models.formats import pretrained, torch_checkpoints
+from models.foundation import results
+from models.foundation.cli import run_binary
+from models.formats.preprocessing import input_space
 from saliency_gen import pipelines
 from saliency_gen.sources import photos
 

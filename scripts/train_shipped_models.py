@@ -8,8 +8,8 @@ model (`saliency_gen.world.cache.clean_model`) there without the shipped weights
 delta patch with that scene_only model (two minutes of gradient steps), and stores each
 model's info, Keras weights and training report, and the patch's images, under --output (the
 package's `saliency_gen/world/shipped_models`, docs/synthetic_world.md "Shipped models"), with
-the CPU, versions and date in the manifest. The main job and the card then load these weights instead
-of training. Prints a table of each model's accuracy, training time and weight size.
+the CPU, versions and date in the manifest. The main job and the card then load these weights
+instead of training. Prints a table of each model's accuracy, training time and weight size.
 """
 import models  # noqa: F401, I001  (first: TensorFlow loads quietly)
 import dataclasses
@@ -24,10 +24,10 @@ import keras
 import tensorflow as tf
 
 from bam import synthetic_setup
-from models import provenance
-from models.cli import option, run_binary
-from models.exporting import read_info
-from models.files import read_json
+from models.foundation import provenance
+from models.foundation.cli import option, run_binary
+from models.formats.exporting import read_info
+from models.foundation.files import read_json
 from saliency_gen.world import cache, shipped
 
 

@@ -153,7 +153,7 @@ def trained_world(tmp_path_factory):
     and hard-linked into each worker's cache (every cache file is written under a temporary
     name and renamed, so no worker changes another's copy)."""
     from bam import synthetic_setup
-    from models.files import project_cache_dir, read_json
+    from models.foundation.files import project_cache_dir, read_json
 
     def build(folder):
         with _cache_home(str(folder)):
@@ -228,8 +228,8 @@ def small_shards(tmp_path_factory):
 def real_cache(tmp_path_factory):
     """A project cache root (for XDG_CACHE_HOME) holding the pretrained EfficientNet-Lite0,
     converted once per session: tests of the real network never touch the user's cache."""
-    from models import pretrained
-    from models.files import project_cache_dir
+    from models.formats import pretrained
+    from models.foundation.files import project_cache_dir
 
     def build(folder):
         with _cache_home(str(folder)):
@@ -242,7 +242,7 @@ def real_cache(tmp_path_factory):
 @pytest.fixture(scope="session")
 def lite0_export(real_cache):
     """The export of the pretrained EfficientNet-Lite0 in the session's cache."""
-    from models import pretrained
+    from models.formats import pretrained
 
     return pretrained.export_path("efficientnet_lite0", os.path.join(
         real_cache, "attribution-benchmarks", "converted"))

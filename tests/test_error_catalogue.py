@@ -21,7 +21,7 @@ import tensorflow as tf
 
 import models
 from bam import val_set_scores
-from models import files, provenance
+from models.foundation import files, provenance
 from saliency_gen import generate, records
 from tests import binaries
 from tests.conftest import WritesMarker, tree_digests

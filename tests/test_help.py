@@ -1,5 +1,5 @@
 """Every binary answers --help with its own flags and their defaults, exits 0, and does so in
-under 3 s because TensorFlow is never loaded for it (models.cli.answer_help_early)."""
+under 3 s because TensorFlow is never loaded for it (models.foundation.cli.answer_help_early)."""
 import dataclasses
 import importlib
 import os
@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from models import cli
+from models.foundation import cli
 from tests import REPO
 
 PACKAGES = ("bam", "roar", "faithfulness", "saliency_gen", "models", "scripts")
@@ -22,7 +22,8 @@ def _binaries():
         for folder, _, files in os.walk(os.path.join(REPO, package)):
             for name in sorted(files):
                 path = os.path.join(folder, name)
-                if not name.endswith(".py") or path.endswith(os.path.join("models", "cli.py")):
+                if not name.endswith(".py") or path.endswith(
+                        os.path.join("models", "foundation", "cli.py")):
                     continue
                 with open(path, encoding="utf-8") as handle:
                     if "run_binary(Config, run)" in handle.read():

@@ -3,7 +3,9 @@
 Parses every module's imports (function-local and deferred ones included) and checks the rules of
 docs/architecture.md ("Layers"): no module of bam/, roar/ or faithfulness/ imports another of
 those three packages; saliency_gen imports only models; models imports no other package of the
-project; no project import hides inside a function; and the module import graph has no cycle.
+project, and inside it each part (foundation, report, architectures, formats, training) imports
+only the parts below it; no project import hides inside a function; and the module import graph
+has no cycle.
 """
 import ast
 import os
@@ -62,7 +64,7 @@ def _imports(path, module):
                                     + ([base] if base else []))
                 names = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base
                          for alias in child.names]
-            elif _lazy_import(child):  # models.lazy.lazy_module("package.module")
+            elif _lazy_import(child):  # models.foundation.lazy.lazy_module("package.module")
                 names = [child.args[0].value]
             else:
                 visit(child, inner)
@@ -87,6 +89,32 @@ def test_packages_import_only_the_layers_below_them():
         for imported, line, _ in imports:
             other = imported.split(".")[0]
             if other != package and other not in ALLOWED[package]:
+                violations.append(f"{MODULES[module]}:{line} imports {imported}")
+    assert not violations, "\n".join(violations)
+
+
+# Inside models/: each part -> the parts it may import (besides itself); the package's own
+# __init__ (its lazily exported names) may name any of them.
+MODEL_PARTS = {
+    "foundation": set(),
+    "report": {"foundation"},
+    "architectures": {"foundation"},
+    "formats": {"foundation", "architectures"},
+    "training": {"foundation", "architectures", "formats"},
+}
+
+
+def test_models_parts_import_only_the_parts_below_them():
+    assert {module.split(".")[1] for module in MODULES
+            if module.startswith("models.")} == set(MODEL_PARTS)  # no module outside a part
+    violations = []
+    for module, imports in GRAPH.items():
+        if not module.startswith("models."):
+            continue
+        part = module.split(".")[1]
+        for imported, line, _ in imports:
+            other = imported.split(".")[1] if imported.startswith("models.") else None
+            if other and other != part and other not in MODEL_PARTS[part]:
                 violations.append(f"{MODULES[module]}:{line} imports {imported}")
     assert not violations, "\n".join(violations)
 
@@ -129,9 +157,10 @@ def test_the_module_graph_has_no_cycle():
 def test_the_checks_catch_what_they_forbid(tmp_path):
     """Each check sees its kind of violation (so the tests above can fail)."""
     path = tmp_path / "probe.py"
-    path.write_text("from roar import masked_data\n\n\ndef f():\n    from models import zoo\n"
+    path.write_text("from roar import masked_data\n\n\ndef f():\n"
+                    "    from models.architectures import zoo\n"
                     "\n\nrmcs = lazy_module('bam.rmcs')\n")
     assert _imports(str(path), "faithfulness.probe") == [("roar.masked_data", 1, False),
-                                                         ("models.zoo", 5, True),
+                                                         ("models.architectures.zoo", 5, True),
                                                          ("bam.rmcs", 8, False)]
     assert _cycles({"a": ["b"], "b": ["c"], "c": ["a"], "d": ["a"]}) == ["a -> b -> c -> a"]

@@ -13,7 +13,7 @@ import shutil
 import numpy as np
 import pytest
 
-from models.errors import UserError
+from models.foundation.errors import UserError
 from tests import REPO
 from tests.conftest import assert_origin_covers_the_flags
 

@@ -14,8 +14,8 @@ import pytest
 import models
 import saliency_gen
 from faithfulness import evaluate as faithfulness_evaluate
-from models import recipes
-from models.preprocessing import input_space
+from models.formats.preprocessing import input_space
+from models.training import recipes
 from roar import masked_data, road, train
 from saliency_gen import generate, pipelines, records
 from tests import REPO, binaries

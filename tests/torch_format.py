@@ -1,6 +1,6 @@
 """Writes PyTorch checkpoint files without torch, in both of PyTorch's serialisations (the zip
-format and the legacy format), for tests of `models.torch_pickle`: tensors from numpy arrays,
-and any other picklable object beside them (a crafted payload).
+format and the legacy format), for tests of `models.formats.torch_pickle`: tensors from numpy
+arrays, and any other picklable object beside them (a crafted payload).
 
 The pickles name the same globals torch writes (`torch._utils._rebuild_tensor_v2`,
 `torch.FloatStorage`, `collections.OrderedDict`) and use the same persistent ids, so the files

@@ -5,14 +5,14 @@ so every output position sees one 33x33 patch; the class evidence of each positi
 linear classifier applied to that position's features, and the logits are its average over
 positions. The model computes exactly that (`fc` on every position, then the average: the
 same numbers as the release's average-then-`fc`), so the per-patch evidence is a layer output:
-the BagNet explainer reads it (`models.native`). The residual of a block whose branch lost
-border pixels is cropped at the bottom and right, as the release does.
+the BagNet explainer reads it (`models.architectures.native_explainers`). The residual of a block
+whose branch lost border pixels is cropped at the bottom and right, as the release does.
 """
 import keras
 from keras import layers
 
-from models.layers import FEATURE_LAYER
-from models.torchvision_family import batch_norm, conv
+from models.architectures.layers import FEATURE_LAYER
+from models.architectures.torchvision_family import batch_norm, conv
 
 EVIDENCE_LAYER = "fc"
 STRIDES = (2, 2, 2, 1)

@@ -10,7 +10,7 @@ log(1 / (classes - 1)).
 In explanation mode (`explanation_mode(model)`, entered while a function is traced) the dynamic
 scaling is treated as a constant, so the model is the linear map W(x) of its input and the
 gradient times the 6-channel input is the contribution map: it sums to the logit minus the
-logit bias (`models.native`, the Bcos explainer).
+logit bias (`models.architectures.native_explainers`, the Bcos explainer).
 """
 import contextlib
 import math
@@ -20,7 +20,7 @@ import numpy as np
 import tensorflow as tf
 from keras import layers
 
-from models.layers import FEATURE_LAYER
+from models.architectures.layers import FEATURE_LAYER
 
 PACKAGE = "models"
 INVERSE_LAYER = "add_inverse"

@@ -22,8 +22,8 @@ the image. With these rules the total relevance of each block's input stays the 
 """
 import tensorflow as tf
 
-from models import vit
-from models.layers import FEATURE_LAYER
+from models.architectures import vit
+from models.architectures.layers import FEATURE_LAYER
 
 START_LAYER = 1
 

@@ -8,7 +8,7 @@ convolution, each followed by batch norm, ReLU6 after the first two, an identity
 where the block keeps its size), a 1x1 head of 1280 channels, global average pooling and a
 linear classifier. Layer names are the PyTorch module paths with "." -> "_" and no leading
 underscore (`_blocks.3._depthwise_conv` -> `blocks_3__depthwise_conv`), so the state dict
-converts by name (`models.torch_checkpoints.keras_name`).
+converts by name (`models.formats.torch_checkpoints.keras_name`).
 
 Three details the weights do not record were settled by measurement on 20 real ImageNet photos
 (`scripts/settle_efficientnet_lite.py`, docs/real_model.md): TensorFlow's "same" padding
@@ -19,7 +19,7 @@ PyTorch port's static same padding does), batch-norm epsilon 1e-3, and inputs sc
 import keras
 from keras import layers
 
-from models.layers import FEATURE_LAYER
+from models.architectures.layers import FEATURE_LAYER
 
 # (repeats, kernel, stride, expansion, output channels) of each stage.
 STAGES = ((1, 3, 1, 1, 16), (2, 3, 2, 6, 24), (2, 5, 2, 6, 40), (3, 3, 2, 6, 80),

@@ -14,7 +14,7 @@ that stops before the softmax, since every gradient method differentiates logits
 import keras
 import tensorflow as tf
 
-from models.errors import UserError
+from models.foundation.errors import UserError
 
 
 def _guided(forward, passes):

@@ -1,8 +1,8 @@
 """Keras layers the PyTorch-layout zoo models need and Keras lacks (docs/model_zoo.md).
 
 Each layer computes exactly what its PyTorch counterpart computes, so that a converted state dict
-gives the same logits (`models.torch_checkpoints`): adaptive average pooling with PyTorch's bin
-edges, a channels-first flatten (the order of `torch.flatten` on NCHW), and Fixup's scalar bias
+gives the same logits (`models.formats.torch_checkpoints`): adaptive average pooling with PyTorch's
+bin edges, a channels-first flatten (the order of `torch.flatten` on NCHW), and Fixup's scalar bias
 and scale parameters; and a strided 1x1 convolution that avoids a oneDNN defect. Every layer is
 serialisable, so exported models reload.
 """

@@ -14,7 +14,7 @@ endpoint per offered explainer, so exported models explain the same way.
   attention averaged over heads, plus the identity, rows normalised, multiplied from the
   first block used to the last; the class token's row over the patches, nearest-resized to the
   image. Class-independent.
-* `CheferLRP`: Chefer et al. (2021)'s transformer attribution (`models.chefer_lrp`).
+* `CheferLRP`: Chefer et al. (2021)'s transformer attribution (`models.architectures.chefer_lrp`).
 """
 import dataclasses
 from typing import Callable
@@ -22,8 +22,8 @@ from typing import Callable
 import keras
 import tensorflow as tf
 
-from models import bagnet, bcos, chefer_lrp, vit
-from models.errors import UserError
+from models.architectures import bagnet, bcos, chefer_lrp, vit
+from models.foundation.errors import UserError
 
 ROLLOUT_START = 1  # IDSDS: generate_rollout(start_layer=1)
 

@@ -13,7 +13,7 @@ names (block_layer1..4) map to the same layers in both implementations.
 import keras
 from keras import layers
 
-from models.layers import conv2d
+from models.architectures.layers import conv2d
 
 BLOCKS_PER_GROUP = (3, 4, 6, 3)
 FILTERS_PER_GROUP = (64, 128, 256, 512)

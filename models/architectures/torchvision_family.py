@@ -4,7 +4,7 @@ Layer names are torchvision's module paths with "." replaced by "_" (`layer1.0.c
 `layer1_0_conv1`, `features.0` -> `features_0`), and every operation is PyTorch's (symmetric
 explicit padding before each strided convolution, BatchNorm epsilon 1e-5, adaptive average
 pooling to 7x7 and a channels-first flatten in VGG), so a torchvision or IDSDS state dict
-converts name by name and gives the same logits (`models.torch_checkpoints`). Variants:
+converts name by name and gives the same logits (`models.formats.torch_checkpoints`). Variants:
 
 * ResNet-18/34 (basic blocks) and -50/101/152 (bottlenecks), Wide-ResNet-50-2 (bottleneck
   width x2);
@@ -20,7 +20,7 @@ variants of the same graph run in tests. All take ImageNet-normalised input (mea
 import keras
 from keras import layers
 
-from models.layers import (
+from models.architectures.layers import (
     FEATURE_LAYER,
     AdaptiveAveragePooling2D,
     ChannelsFirstFlatten,

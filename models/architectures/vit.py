@@ -4,15 +4,16 @@ Patch embedding (a strided convolution), a class token and learned position embe
 blocks (LayerNorm eps 1e-6, multi-head self-attention with a joint qkv projection, an exact-GELU
 MLP) and a linear head on the normalised class token. Layer names are timm's module paths with
 "." -> "_" (`blocks.0.attn.qkv` -> `blocks_0_attn_qkv`), so timm / IDSDS checkpoints convert by
-name (`models.torch_checkpoints`). Each block's attention probabilities are a second output of
-its `blocks_<i>_attn_core` layer, which the Rollout explainer reads (`models.native`). Input:
-[0, 1] pixels normalised with mean 0.5 and std 0.5 (`inception`).
+name (`models.formats.torch_checkpoints`). Each block's attention probabilities are a second output
+of its `blocks_<i>_attn_core` layer, which the Rollout explainer reads
+(`models.architectures.native_explainers`). Input: [0, 1] pixels normalised with mean 0.5 and
+std 0.5 (`inception`).
 """
 import keras
 import tensorflow as tf
 from keras import layers
 
-from models.layers import FEATURE_LAYER
+from models.architectures.layers import FEATURE_LAYER
 
 PACKAGE = "models"
 LN_EPSILON = 1e-6

@@ -3,7 +3,7 @@
 Conventions shared by every registered model:
 
 * Input: float32 NHWC images already in the model's input space (`spec(name).preprocessing`,
-  see `models.preprocessing`); output: float32 **logits** (no softmax).
+  see `models.formats.preprocessing`); output: float32 **logits** (no softmax).
 * Grad-CAM feature layer: every model has an identity layer named `FEATURE_LAYER`
   ("gradcam_features") on its last convolutional block; `feature_layer_name(model)` finds it, and
   for models built elsewhere falls back to the last layer with a 4-D output.
@@ -18,9 +18,16 @@ from typing import Callable
 import keras
 from keras import layers
 
-from models import bagnet, bcos, efficientnet_lite, resnet_v15, torchvision_family, vit
-from models.errors import UserError
-from models.layers import FEATURE_LAYER, conv2d
+from models.architectures import (
+    bagnet,
+    bcos,
+    efficientnet_lite,
+    resnet_v15,
+    torchvision_family,
+    vit,
+)
+from models.architectures.layers import FEATURE_LAYER, conv2d
+from models.foundation.errors import UserError
 
 
 @keras.saving.register_keras_serializable(package="models")
@@ -157,7 +164,8 @@ def _build_small_resnet(num_classes, input_shape, width=16):
 
 
 def _resnet_builder(name, depth, base_width=64, norm="batch"):
-    """A registered builder of a torchvision-layout ResNet (`models.torchvision_family`)."""
+    """A registered builder of a torchvision-layout ResNet
+    (`models.architectures.torchvision_family`)."""
     if norm == "batch":
         def builder(num_classes, input_shape, width=64):
             return torchvision_family.build_resnet(num_classes, input_shape, depth, width,
@@ -170,7 +178,8 @@ def _resnet_builder(name, depth, base_width=64, norm="batch"):
 
 
 def _vgg_builder(name, depth, batch_norm=False, bias=True):
-    """A registered builder of a torchvision-layout VGG (`models.torchvision_family`)."""
+    """A registered builder of a torchvision-layout VGG
+    (`models.architectures.torchvision_family`)."""
     def builder(num_classes, input_shape, width=64, hidden=4096):
         return torchvision_family.build_vgg(num_classes, input_shape, depth, width, hidden,
                                             batch_norm, bias, name=name)
@@ -189,7 +198,7 @@ class ModelSpec:
     summary: str
     channels: int = None  # None: any channel count
     small: tuple = ()  # (option, value) pairs of the small variant
-    native: tuple = ()  # the native explainers it offers (models.native)
+    native: tuple = ()  # the native explainers it offers (models.architectures.native_explainers)
 
 
 def _torchvision_specs():
@@ -241,7 +250,7 @@ REGISTRY = {spec.name: spec for spec in (
               ("Bcos",)),
     ModelSpec("efficientnet_lite0", efficientnet_lite.build_efficientnet_lite0, "inception", 32,
               "EfficientNet-Lite0 (no squeeze-excitation, ReLU6), PyTorch port layout; real "
-              "ImageNet weights by models.pretrained", 3, (("width", 0.25),)),
+              "ImageNet weights by models.formats.pretrained", 3, (("width", 0.25),)),
     ModelSpec("vit_b_16", vit.build_vit, "inception", 16,
               "ViT-B/16, timm layout (patch 16, width 768, 12 blocks, 12 heads)", 3,
               (("patch", 8), ("dim", 32), ("depth", 2), ("heads", 2)), ("Rollout", "CheferLRP")),

@@ -21,13 +21,15 @@ from typing import Any, Optional
 import numpy as np
 import tensorflow as tf
 
-from models import executor, tf1_models, zoo
-from models import guided as guided_views
-from models import native as native_views
-from models.errors import UserError
-from models.exporting import INFO_PATH, LoadedModel
-from models.loading import load
-from models.tracing import quiet_retracing
+from models.architectures import guided as guided_views
+from models.architectures import native_explainers as native_views
+from models.architectures import zoo
+from models.formats import tf1_models
+from models.formats.exporting import INFO_PATH, LoadedModel
+from models.formats.loading import load
+from models.foundation import executor
+from models.foundation.errors import UserError
+from models.foundation.tracing import quiet_retracing
 
 
 class Adapter:
@@ -59,7 +61,7 @@ class Adapter:
         self.prepare(cam=True)
 
     def native_names(self) -> tuple:
-        """The native explainers the model offers (`models.native`)."""
+        """The native explainers the model offers (`models.architectures.native_explainers`)."""
         return ()
 
     def require_native(self, name) -> None:

@@ -8,8 +8,9 @@ input size and any batch size:
   Grad-CAM feature map (`models.feature_layer_name`) and the logits of the same forward pass;
 * `cam`: (images, int32 targets `[N]`) -> features, logits and `gradients`, the gradient of each
   image's target logit with respect to its feature map (what every CAM method needs);
-* `guided`: images -> logits through guided ReLUs (`models.guided`), so input gradients of it are
-  guided-backprop maps; absent (`has_guided` False) when the model has a ReLU it cannot gate.
+* `guided`: images -> logits through guided ReLUs (`models.architectures.guided`), so input
+  gradients of it are guided-backprop maps; absent (`has_guided` False) when the model has a
+  ReLU it cannot gate.
 
 A model whose last layer applies a softmax is exported without it: endpoints give logits.
 
@@ -29,11 +30,11 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from models import guided as guided_views
-from models import native, zoo
-from models.errors import MissingPathError, UserError
-from models.files import atomic_output, read_json
-from models.preprocessing import check_images, input_space
+from models.architectures import guided as guided_views
+from models.architectures import native_explainers, zoo
+from models.formats.preprocessing import check_images, input_space
+from models.foundation.errors import MissingPathError, UserError
+from models.foundation.files import atomic_output, read_json
 
 INFO_PATH = os.path.join("assets.extra", "model_info.json")
 WEIGHTS_PATH = os.path.join("assets.extra", "model.weights.h5")
@@ -117,7 +118,8 @@ def export(model, path, *, preprocessing=None, feature_layer=None, model_id=None
     offered = zoo.REGISTRY[model.name].native if model.name in zoo.REGISTRY else ()
     for name in offered:
         endpoints[native_endpoint(name)] = (
-            lambda images, targets, name=name: native.explain(name, model, images, targets),
+            lambda images, targets, name=name: native_explainers.explain(name, model, images,
+                                                                         targets),
             [image_spec, target_spec])
     info["native"] = list(offered)
     archive = tf.Module()
@@ -274,7 +276,8 @@ class LoadedModel:
         return self._saved.guided(self._check(images))
 
     def native(self, name, images, targets):
-        """The native explanation `name` [N, H, W] (`models.native`), if the model offers it."""
+        """The native explanation `name` [N, H, W] (`models.architectures.native_explainers`),
+        if the model offers it."""
         if name not in self.info.get("native", []):
             raise UserError(f"model {self.path} ({self.name}) has no native {name} explainer; "
                             f"it offers {', '.join(self.info.get('native', [])) or 'none'}")

@@ -1,9 +1,9 @@
 """`models.load` and `models.read_info` for every model folder the project reads: exports of
 `models.export`, and TF1 SavedModels addressed by tensor names such as BAM's released models
-(`models.tf1_models`)."""
+(`models.formats.tf1_models`)."""
 import os
 
-from models import exporting, tf1_models
+from models.formats import exporting, tf1_models
 
 
 def _is_export(path) -> bool:
@@ -11,8 +11,9 @@ def _is_export(path) -> bool:
 
 
 def load(path) -> exporting.LoadedModel:
-    """The model in `path`: an export (`models.exporting.LoadedModel`) or a TF1 SavedModel with
-    BAM's tensor names (`models.tf1_models.Tf1Model`); anything else is a one-line error."""
+    """The model in `path`: an export (`models.formats.exporting.LoadedModel`) or a TF1 SavedModel
+    with BAM's tensor names (`models.formats.tf1_models.Tf1Model`); anything else is a one-line
+    error."""
     if not _is_export(path) and os.path.isdir(os.fspath(path)) and tf1_models.is_tf1(path):
         return tf1_models.Tf1Model(path)
     return exporting.LoadedModel(path)

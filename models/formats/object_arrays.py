@@ -12,7 +12,7 @@ import pickle
 
 import numpy as np
 
-from models.errors import MissingPathError, UserError
+from models.foundation.errors import MissingPathError, UserError
 
 # The globals of an object array of numeric arrays, as numpy 1.x and 2.x pickle them.
 ALLOWED_GLOBALS = {

@@ -18,7 +18,7 @@ import numpy as np
 import tensorflow as tf
 from PIL import Image
 
-from models.errors import ShapeError, UserError
+from models.foundation.errors import ShapeError, UserError
 
 BAM_RGB_MEAN = (123.68, 116.78, 103.94)
 IMAGENET_MEAN = (0.485, 0.456, 0.406)

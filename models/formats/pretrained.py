@@ -1,22 +1,22 @@
 """Pretrained weights that installed packages carry, converted once into zoo exports
 (docs/real_model.md).
 
-    path = models.pretrained.export_path("efficientnet_lite0")   # a SavedModel directory
+    path = models.formats.pretrained.export_path("efficientnet_lite0")   # a SavedModel directory
     loaded = models.load(path)
 
 `PRETRAINED` names, per zoo model, the package and the file inside it (found without importing
 the package), the class count and the input side. `export_path` converts the checkpoint with
-`models.torch_checkpoints.converted_model` into the project cache the first time and reuses the
-export while the checkpoint's bytes are the same; the export's info records the checkpoint's path
-and digest.
+`models.formats.torch_checkpoints.converted_model` into the project cache the first time and reuses
+the export while the checkpoint's bytes are the same; the export's info records the checkpoint's
+path and digest.
 """
 import importlib.util
 import os
 from dataclasses import dataclass
 from typing import Optional
 
-from models.errors import MissingPathError, UserError
-from models.torch_checkpoints import converted_model
+from models.formats.torch_checkpoints import converted_model
+from models.foundation.errors import MissingPathError, UserError
 
 
 @dataclass(frozen=True)

@@ -20,10 +20,10 @@ import tempfile
 
 import tensorflow as tf
 
-from models.errors import UserError
-from models.exporting import LoadedModel
-from models.files import file_sha256
-from models.preprocessing import check_images, input_space
+from models.formats.exporting import LoadedModel
+from models.formats.preprocessing import check_images, input_space
+from models.foundation.errors import UserError
+from models.foundation.files import file_sha256
 
 FORMAT = "tf1_savedmodel"
 

@@ -1,19 +1,20 @@
-"""PyTorch checkpoints into zoo models: `python -m models.torch_checkpoints` (docs/model_zoo.md).
+"""PyTorch checkpoints into zoo models: `python -m models.formats.torch_checkpoints`
+(docs/model_zoo.md).
 
-    python -m models.torch_checkpoints --model=resnet50 --checkpoint=resnet50_lr0.001.pth.tar \\
-        --output=exports/idsds_resnet50
+    python -m models.formats.torch_checkpoints --model=resnet50 \\
+        --checkpoint=resnet50_lr0.001.pth.tar --output=exports/idsds_resnet50
 
 Reads a torchvision / timm / IDSDS state dict (`.pth`, `.pth.tar`; a `state_dict` entry and the
 `module.model.`, `module.` or `model.` prefixes of IDSDS' training script are handled), builds
 the matching zoo model (IDSDS model names are accepted: `resnet50` -> `resnet50_tv`,
 `vgg16` -> `vgg16_tv`, `vit_base_patch16_224` -> `vit_b_16`), copies every tensor by name and
 exports a SavedModel. Keras layer names are the PyTorch module paths with "." -> "_" (and no
-leading underscore, `keras_name`); each
-tensor is transposed to Keras' layout (convolutions OIHW -> HWIO, linear layers [out, in] ->
-[in, out]); layers with their own layout say so in a `from_torch` method. Every Keras weight
-must be filled and every PyTorch tensor used, else the conversion stops naming the first few.
-Checkpoints are read without torch (`models.torch_pickle`: a restricted unpickler that rebuilds
-tensors only and refuses any other global in the pickle).
+leading underscore, `keras_name`); each tensor is transposed to Keras' layout (convolutions
+OIHW -> HWIO, linear layers [out, in] -> [in, out]); layers with their own layout say so in a
+`from_torch` method. Every Keras weight must be filled and every PyTorch tensor used, else the
+conversion stops naming the first few.
+Checkpoints are read without torch (`models.formats.torch_pickle`: a restricted unpickler that
+rebuilds tensors only and refuses any other global in the pickle).
 """
 import collections
 import dataclasses
@@ -23,12 +24,12 @@ from typing import Optional
 import keras
 import numpy as np
 
-from models import zoo
-from models.cli import option, run_binary
-from models.errors import UserError
-from models.exporting import INFO_PATH, export
-from models.files import file_sha256, project_cache_dir
-from models.torch_pickle import read_checkpoint
+from models.architectures import zoo
+from models.formats.exporting import INFO_PATH, export
+from models.formats.torch_pickle import read_checkpoint
+from models.foundation.cli import option, run_binary
+from models.foundation.errors import UserError
+from models.foundation.files import file_sha256, project_cache_dir
 
 # IDSDS' --model names whose zoo model has another name (the zoo's resnet50 / vgg16 are ROAR's
 # and Keras' layouts).
@@ -45,7 +46,7 @@ def zoo_name(name: str) -> str:
 
 def read_state_dict(path: str) -> dict:
     """{name: float32 array} of the PyTorch checkpoint at `path`, prefixes stripped. Read without
-    torch and without running code from the file (`models.torch_pickle`)."""
+    torch and without running code from the file (`models.formats.torch_pickle`)."""
     state = read_checkpoint(path)
     if isinstance(state, dict) and isinstance(state.get("state_dict"), dict):
         state = state["state_dict"]
@@ -189,7 +190,7 @@ def converted_model(checkpoint: str, model: str, cache_dir: Optional[str] = None
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-    """models.torch_checkpoints' options (one flag each)."""
+    """models.formats.torch_checkpoints' options (one flag each)."""
 
     model: Optional[str] = option(None, "Zoo model or IDSDS model name (resnet50, vgg16_bn, ...).")
     checkpoint: Optional[str] = option(None, "PyTorch state dict (.pth, .pth.tar).")

@@ -28,7 +28,7 @@ from typing import Any, Optional
 import ml_dtypes
 import numpy as np
 
-from models.errors import MissingPathError, UserError
+from models.foundation.errors import MissingPathError, UserError
 
 LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
 LEGACY_PROTOCOL = 1001

@@ -34,7 +34,7 @@ import sys
 import typing
 from typing import Any, Callable, Optional, Sequence, Union
 
-from models.errors import UserError
+from models.foundation.errors import UserError
 
 
 def require(module: str, extra: str):
@@ -266,7 +266,7 @@ def _started_file() -> Optional[str]:
     return scripts[0] if scripts else None
 
 
-PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _NAMESPACES: dict = {}
 
 

@@ -1,8 +1,8 @@
 """User-facing errors and the wrapper that turns them into one clear line at the command line.
 
 Library code raises a `UserError` subclass whose message names the file, record, flag or value at
-fault and says what to do. Binaries run through `models.cli.run_binary`, so such an error prints
-as a single `error: ...` line with exit status 2 instead of a traceback from deep inside
+fault and says what to do. Binaries run through `models.foundation.cli.run_binary`, so such an error
+prints as a single `error: ...` line with exit status 2 instead of a traceback from deep inside
 TensorFlow.
 """
 from typing import Optional

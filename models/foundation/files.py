@@ -23,7 +23,7 @@ import shutil
 import socket
 from typing import Optional
 
-from models.errors import UserError
+from models.foundation.errors import UserError
 
 TEMPORARY_MARK = ".tmp-"
 

@@ -13,8 +13,8 @@ import json
 import os
 from typing import Optional
 
-from models.errors import UserError
-from models.files import read_json, temporary_name
+from models.foundation.errors import UserError
+from models.foundation.files import read_json, temporary_name
 
 PACKAGE = "attribution-benchmarks"
 

@@ -9,7 +9,7 @@ import csv
 import io
 from typing import Optional, Sequence
 
-from models.files import atomic_output
+from models.foundation.files import atomic_output
 
 # A ROAR or fine-tuning run's metrics.json (top-1 and top-5 on the test images), as the
 # training loop writes it and roar.report and the runs' reuse read it.

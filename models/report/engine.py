@@ -1,7 +1,7 @@
 """The report card's engine: one metric protocol, cached cells, intervals, ranks and agreement
 (docs/report_card.md).
 
-A benchmark enters the card as a `Benchmark`: its name, its `Metric`s and a `score(method)`
+A benchmark enters the card as a `Benchmark`: its name, its `MetricSpec`s and a `score(method)`
 function giving, for one method, every metric's per-unit values (per image, or per training
 seed). The benchmarks themselves live in bam/, roar/ and faithfulness/, and only the card's entry
 point (scripts/report_card.py) knows all three, so they stay siblings.
@@ -11,8 +11,8 @@ point (scripts/report_card.py) knows all three, so they stay siblings.
 the origin matches and refused with one line otherwise; so a killed card resumes and a re-run
 with one more method computes only that method. `summarise` turns the cells into the card: a
 mean with a 95% bootstrap interval per (metric, method), ranks from paired comparisons, and
-Kendall's tau between the metrics' rankings (`models.uncertainty`), and how far each metric's
-ranking can be trusted (`models.reliability`).
+Kendall's tau between the metrics' rankings (`models.report.uncertainty`), and how far each metric's
+ranking can be trusted (`models.report.reliability`).
 """
 import dataclasses
 import hashlib
@@ -24,13 +24,14 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from models import provenance, reliability, uncertainty
-from models.errors import UserError
-from models.files import read_json, write_json
+from models.foundation import provenance
+from models.foundation.errors import UserError
+from models.foundation.files import read_json, write_json
+from models.report import reliability, uncertainty
 
 
 @dataclasses.dataclass(frozen=True)
-class Metric:
+class MetricSpec:
     """A metric of the card: its name, which direction is better, and its units."""
 
     name: str
@@ -156,13 +157,14 @@ def unit_table(cells: dict, benchmark: str, metric: str, methods: Sequence[str])
 class Card:
     """The summarised card: rows per (metric, method), and the agreement between metrics."""
 
-    metrics: list  # [Metric] in column order, each named "<benchmark> <metric>"
+    metrics: list  # [MetricSpec] in column order, each named "<benchmark> <metric>"
     methods: list
     rows: dict  # {(metric name, method): {"estimate": Estimate, "rank": int}} (absent: blank)
     agreement: tuple  # (metric names, Kendall tau matrix)
     settings: dict
     beats: list = dataclasses.field(default_factory=list)  # the separated pairs, as dicts
-    # {metric name: {"alpha", "split_half": Estimate, "separated": share}} (models.reliability)
+    # {metric name: {"alpha", "split_half": Estimate, "separated": share}}
+    # (models.report.reliability)
     trust: dict = dataclasses.field(default_factory=dict)
 
 

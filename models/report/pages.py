@@ -16,10 +16,10 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from models import results
-from models.card import Card, as_records
-from models.files import write_json
-from models.results import markdown_table, text_table
+from models.foundation import results
+from models.foundation.files import write_json
+from models.foundation.results import markdown_table, text_table
+from models.report.engine import Card, as_records
 
 
 @dataclasses.dataclass(frozen=True)

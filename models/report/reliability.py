@@ -8,15 +8,15 @@ A metric scores every method on the same units (images); each image then ranks t
 - Split-half reliability: the images are split at random into two halves; the Spearman
   correlation between the two halves' rankings of the methods' means, averaged over seeded
   splits, is stepped up to the whole set by Spearman-Brown (2r / (1 + r), clipped to [-1, 1]).
-- Separation: the share of method pairs the paired bootstrap separates (`models.uncertainty`).
-Alpha and split-half come with seeded percentile-bootstrap intervals over images. Units with a
-non-finite value for any method are left out.
+- Separation: the share of method pairs the paired bootstrap separates
+(`models.report.uncertainty`). Alpha and split-half come with seeded percentile-bootstrap intervals
+over images. Units with a non-finite value for any method are left out.
 """
 import krippendorff
 import numpy as np
 import scipy.stats
 
-from models.uncertainty import CONFIDENCE, Estimate
+from models.report.uncertainty import CONFIDENCE, Estimate
 
 SPLITS = 200  # random halvings per split-half estimate
 RESAMPLES = 200  # bootstrap resamples of the images for the intervals

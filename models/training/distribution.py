@@ -19,8 +19,8 @@ import json
 import os
 from typing import Callable
 
-from models.errors import UserError
-from models.lazy import lazy_module
+from models.foundation.errors import UserError
+from models.foundation.lazy import lazy_module
 
 tf = lazy_module("tensorflow")  # loaded on first use: the strategy names stay light
 

@@ -1,5 +1,5 @@
-"""Training a zoo classifier from scratch with a recipe (`models.recipes`): the loop that ROAR /
-KAR retraining and the synthetic world's clean model share.
+"""Training a zoo classifier from scratch with a recipe (`models.training.recipes`): the loop that
+ROAR / KAR retraining and the synthetic world's clean model share.
 
 `train_and_evaluate` fits a registered model on batched (image, label) data under a
 `tf.distribute` strategy, keeps an epoch backup so a killed run resumes, logs to TensorBoard,
@@ -15,12 +15,13 @@ from typing import Optional
 import keras
 import tensorflow as tf
 
-from models import distribution, provenance, results
-from models.errors import UserError
-from models.exporting import export
-from models.files import ensure_directory, exclusive, read_json, write_json
-from models.recipes import PRECISIONS, Recipe
-from models.zoo import build
+from models.architectures.zoo import build
+from models.formats.exporting import export
+from models.foundation import provenance, results
+from models.foundation.errors import UserError
+from models.foundation.files import ensure_directory, exclusive, read_json, write_json
+from models.training import distribution
+from models.training.recipes import PRECISIONS, Recipe
 
 
 @keras.saving.register_keras_serializable(package="models")

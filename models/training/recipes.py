@@ -1,5 +1,5 @@
 """Training recipes, light (no TensorFlow, so that a binary checks its flags before it starts;
-the loop that uses them is `models.training`); docs/architecture.md, "Recipes and presets".
+the loop that uses them is `models.training.loop`); docs/architecture.md, "Recipes and presets".
 
 Recipes are frozen dataclasses; a binary keeps its presets in a dict `PRESETS = {"synthetic":
 ..., "real": ...}` and applies the flags the user set with `with_overrides`. `Recipe` here is
@@ -9,7 +9,7 @@ the synthetic world's clean model's.
 """
 import dataclasses
 
-from models.errors import UserError
+from models.foundation.errors import UserError
 
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 

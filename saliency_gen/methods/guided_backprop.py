@@ -1,5 +1,5 @@
 """Guided backpropagation: the input gradient through guided ReLUs (docs/saliency.md,
-"Methods"; the guided view of a model is `models.guided`)."""
+"Methods"; the guided view of a model is `models.architectures.guided`)."""
 from saliency_gen.units import Method, Plan, gradient_of, register
 
 

@@ -7,7 +7,7 @@ points by the engine.
 import numpy as np
 import tensorflow as tf
 
-from models.errors import UserError
+from models.foundation.errors import UserError
 from saliency_gen.baselines import baseline_image
 from saliency_gen.units import Method, Param, Plan, gradient_of, register
 

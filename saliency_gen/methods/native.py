@@ -2,10 +2,10 @@
 (docs/saliency.md, "Native explainers"; IDSDS names idsds:Bcos, idsds:BagNet, idsds:Rollout,
 idsds:CheferLRP).
 
-Each asks the model for its own explanation (`models.native`, through the adapter's `native`
-view): a model that does not offer it stops the run with one line naming what it offers. The
-one-channel map is spread evenly over the image's channels, so the channel sum IDSDS takes is
-the map itself (a B-cos map still sums to the logit minus its bias).
+Each asks the model for its own explanation (`models.architectures.native_explainers`, through the
+adapter's `native` view): a model that does not offer it stops the run with one line naming what it
+offers. The one-channel map is spread evenly over the image's channels, so the channel sum IDSDS
+takes is the map itself (a B-cos map still sums to the logit minus its bias).
 """
 from saliency_gen.units import Method, Plan, register, tile_channels
 

@@ -7,7 +7,7 @@ f_c(x with window w occluded) inside window w. Their sum is PAIR's sum over wind
 import numpy as np
 import tensorflow as tf
 
-from models.errors import UserError
+from models.foundation.errors import UserError
 from saliency_gen.units import Method, Param, Plan, register, tile_channels
 
 

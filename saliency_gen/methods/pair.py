@@ -23,8 +23,8 @@ import tensorflow as tf
 from saliency import core
 from saliency.core import guided_ig
 
-from models.adapter import adapt
-from models.errors import UserError
+from models.formats.adapter import adapt
+from models.foundation.errors import UserError
 from saliency_gen.units import HostPlan, Method, Param, register
 
 

@@ -24,8 +24,8 @@ from typing import Optional
 import numpy as np
 import tensorflow as tf
 
-from models.cli import option, run_binary
-from models.errors import MissingPathError, UserError, check_minimum
+from models.foundation.cli import option, run_binary
+from models.foundation.errors import MissingPathError, UserError, check_minimum
 from saliency_gen import records
 
 # IDX type codes: numpy dtype (big-endian where it matters).

@@ -20,9 +20,9 @@ from typing import Optional
 
 from PIL import Image
 
-from models.cli import option, run_binary
-from models.errors import MissingPathError, UserError
-from models.files import project_cache_dir
+from models.foundation.cli import option, run_binary
+from models.foundation.errors import MissingPathError, UserError
+from models.foundation.files import project_cache_dir
 from saliency_gen import records
 
 PHOTO_SETS = {"imagenet": 1000, "cifar10": 10}

@@ -19,8 +19,9 @@ import os
 import shutil
 from typing import Callable, Optional
 
-from models import progress, recipes, training
-from models.files import project_cache_dir, write_json
+from models.foundation import progress
+from models.foundation.files import project_cache_dir, write_json
+from models.training import loop, recipes
 from saliency_gen import pipelines, records
 from saliency_gen.world import shipped as shipped_models
 from saliency_gen.world import synthetic
@@ -55,7 +56,7 @@ def records_dir(seed: int = 0, folder: Optional[str] = None, log: Callable = pri
 def clean_model(seed: int = 0, folder: Optional[str] = None, log: Callable = print,
                 shipped: bool = True) -> str:
     """The export directory of the clean small_cnn, trained on the world's object labels in
-    ImageNet's input space with the synthetic recipe (`models.training`), if missing; with
+    ImageNet's input space with the synthetic recipe (`models.training.loop`), if missing; with
     `shipped`, the package's weights of it where it has them for this world."""
     clean_dir = os.path.join(cache_dir(seed, folder), "clean")
     if not shipped and shipped_models.is_installed_copy(os.path.join(clean_dir, "model")):
@@ -64,7 +65,7 @@ def clean_model(seed: int = 0, folder: Optional[str] = None, log: Callable = pri
         world_dir = world(seed, folder, log)
         metrics = shipped_models.install("clean", world_dir, os.path.join(clean_dir, "model"))
         if metrics is not None:
-            write_json(os.path.join(clean_dir, training.ORIGIN), metrics["origin"], indent=2,
+            write_json(os.path.join(clean_dir, loop.ORIGIN), metrics["origin"], indent=2,
                        sort_keys=True)
             write_json(os.path.join(clean_dir, "metrics.json"), metrics, indent=2,
                        sort_keys=True)
@@ -79,7 +80,7 @@ def clean_model(seed: int = 0, folder: Optional[str] = None, log: Callable = pri
                                              seed=seed)
         eval_data = pipelines.image_batches(files["validation"], training=False,
                                             batch_size=256, size=IMAGE_SIZE, seed=seed)
-        metrics = training.train_and_evaluate(
+        metrics = loop.train_and_evaluate(
             train_data, eval_data, num_classes=10,
             num_train=pipelines.count_records(files["train"]),
             num_eval=pipelines.count_records(files["validation"]), size=IMAGE_SIZE,

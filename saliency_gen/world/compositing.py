@@ -16,7 +16,7 @@ import math
 import numpy as np
 from PIL import Image
 
-from models.errors import UserError
+from models.foundation.errors import UserError
 
 
 def placement_rng(seed, object_label, scene_label, index):

@@ -19,7 +19,7 @@ import shutil
 
 from PIL import Image
 
-from models.errors import UserError
+from models.foundation.errors import UserError
 from saliency_gen.world import compositing, dataset
 from saliency_gen.world.dataset import OBJECT_CLASSES, SCENE_CLASSES, SCENE_LABEL
 

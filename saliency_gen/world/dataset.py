@@ -8,17 +8,17 @@ formats are defined once:
   is accepted when reading);
 * `val_loc.txt` / `loc.txt`: `<file name> r0,c0,r1,c1` (end exclusive, image pixels);
 * `val_mask`: `.npy` content without suffix, a 1-D object array of 2-D uint8 {0,1} crop masks at
-  the object's native resolution (read without unpickling code: `models.object_arrays`).
+  the object's native resolution (read without unpickling code: `models.formats.object_arrays`).
 """
 import os
 
 import numpy as np
 from PIL import Image
 
-from models.errors import MissingPathError, UserError
-from models.files import atomic_output
-from models.object_arrays import load_object_array
-from models.preprocessing import input_space, load_bam_pixels
+from models.formats.object_arrays import load_object_array
+from models.formats.preprocessing import input_space, load_bam_pixels
+from models.foundation.errors import MissingPathError, UserError
+from models.foundation.files import atomic_output
 
 OBJECT_CLASSES = ("backpack", "bird", "dog", "elephant", "kite", "pizza", "stop_sign", "toilet",
                   "truck", "zebra")

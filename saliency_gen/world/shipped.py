@@ -25,9 +25,15 @@ import os
 import shutil
 from typing import Optional
 
-from models.errors import UserError
-from models.exporting import INFO_PATH, WEIGHTS_PATH, build_with_weights, export, weights_digest
-from models.files import atomic_output, file_sha256, read_json, write_json
+from models.formats.exporting import (
+    INFO_PATH,
+    WEIGHTS_PATH,
+    build_with_weights,
+    export,
+    weights_digest,
+)
+from models.foundation.errors import UserError
+from models.foundation.files import atomic_output, file_sha256, read_json, write_json
 from saliency_gen.world import synthetic
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "shipped_models")

@@ -21,8 +21,8 @@ import time
 import numpy as np
 from PIL import Image, ImageDraw
 
-from models.errors import UserError
-from models.files import atomic_output
+from models.foundation.errors import UserError
+from models.foundation.files import atomic_output
 from saliency_gen import records
 from saliency_gen.world import compositing, construction, dataset
 from saliency_gen.world.dataset import OBJECT_CLASSES, SCENE_CLASSES

@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 
 from bam import coco_miniplaces
-from models.errors import UserError
+from models.foundation.errors import UserError
 from saliency_gen.world import compositing, construction, dataset
 from saliency_gen.world.dataset import OBJECT_CLASSES, OBJECT_LABEL, SCENE_CLASSES, SCENE_LABEL
 from tests import REPO, binaries, fabricated

@@ -14,7 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from bam import downloads
-from models.errors import UserError
+from models.foundation.errors import UserError
 
 
 def _zip(entries):

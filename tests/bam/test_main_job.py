@@ -12,7 +12,7 @@ import json
 import os
 import sys
 
-from models.files import project_cache_dir
+from models.foundation.files import project_cache_dir
 from saliency_gen.world import shipped
 from scripts.measure_first_run import readme_main_job
 from tests import REPO, binaries

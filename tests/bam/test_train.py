@@ -11,7 +11,7 @@ import tensorflow as tf
 
 import models
 from bam import train
-from models.errors import UserError
+from models.foundation.errors import UserError
 from tests import REPO, binaries
 from tests.conftest import assert_origin_covers_the_flags, interrupt_at
 

@@ -9,7 +9,7 @@ import tensorflow as tf
 
 import faithfulness
 from faithfulness import ranking, resample, stats, substrates
-from models.errors import UserError
+from models.foundation.errors import UserError
 from tests import REPO
 
 

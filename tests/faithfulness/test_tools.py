@@ -120,7 +120,7 @@ def test_random_resized_crop_is_keyed_and_sized():
 
 def test_training_pipeline_deletes_cells(tiny_world):
     root, _ = tiny_world
-    from models.preprocessing import input_space
+    from models.formats.preprocessing import input_space
 
     files = sorted(tf.io.gfile.glob(os.path.join(root, "records", "train-*")))
     recipe = finetune.FinetuneRecipe(batch_size=32, grid=4, min_crop_area=1.0, p_delete=1.0)

@@ -11,9 +11,9 @@ import tensorflow as tf
 from absl import flags
 
 import models
-from models import cli, executor
-from models.adapter import CallableAdapter, KerasAdapter, LoadedAdapter, adapt
-from models.errors import first_non_finite
+from models.formats.adapter import CallableAdapter, KerasAdapter, LoadedAdapter, adapt
+from models.foundation import cli, executor
+from models.foundation.errors import first_non_finite
 
 
 @pytest.mark.parametrize("chunk", [1, 3, 4, 16])
@@ -134,9 +134,11 @@ def test_the_foundation_imports_without_tensorflow_and_tensorflow_loads_quietly(
 
     from tests import REPO
 
-    light = ("import sys; import models.errors, models.cli, models.files, models.provenance, "
-             "models.uncertainty, models.reliability, models.meta_evaluation, bam, roar, "
-             "faithfulness, saliency_gen, models.recipes, roar.report, bam.downloads, "
+    light = ("import sys; import models.foundation.errors, models.foundation.cli, "
+             "models.foundation.files, models.foundation.provenance, models.report.uncertainty, "
+             "models.report.reliability, models.report.meta_evaluation, models.report.engine, "
+             "models.report.pages, bam, roar, "
+             "faithfulness, saliency_gen, models.training.recipes, roar.report, bam.downloads, "
              "saliency_gen.generate, roar.train, roar.road, bam.metrics, faithfulness.evaluate; "
              "print(sorted({'tensorflow', 'keras'} & set(sys.modules)))")
     done = subprocess.run([sys.executable, "-c", light], cwd=REPO, capture_output=True,
@@ -153,7 +155,7 @@ def test_the_foundation_imports_without_tensorflow_and_tensorflow_loads_quietly(
 def test_a_lazy_module_imports_on_first_use_and_forwards_settings(tmp_path, monkeypatch):
     import sys
 
-    from models.lazy import lazy_module
+    from models.foundation.lazy import lazy_module
 
     (tmp_path / "lazy_probe.py").write_text("VALUE = 41\n")
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -167,8 +169,8 @@ def test_a_lazy_module_imports_on_first_use_and_forwards_settings(tmp_path, monk
 
 
 def test_an_output_lock_refuses_a_second_writer_and_leaves_nothing_behind(tmp_path):
-    from models import files
-    from models.errors import UserError
+    from models.foundation import files
+    from models.foundation.errors import UserError
     target = tmp_path / "result.json"
     with files.exclusive(target):
         assert os.listdir(tmp_path) == [".result.json.lock"]
@@ -184,8 +186,8 @@ def test_an_output_path_of_the_wrong_kind_and_a_full_disk_are_one_line(tmp_path,
                                                                        capsys):
     import errno
 
-    from models import files
-    from models.errors import UserError
+    from models.foundation import files
+    from models.foundation.errors import UserError
     (tmp_path / "taken").mkdir()
     with pytest.raises(UserError, match=r"cannot write .*taken: it is a folder"):
         files.write_json(tmp_path / "taken", {"a": 1})

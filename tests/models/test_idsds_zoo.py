@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 import models
-from models import torch_checkpoints
-from models.errors import UserError
+from models.formats import torch_checkpoints
+from models.foundation.errors import UserError
 
 # torchvision's parameter counts (sum of p.numel() over model.parameters(), 1000 classes);
 # Fixup ResNet-50 = ResNet-50 - 53,120 BatchNorm parameters + 114 Fixup scalars; without bias

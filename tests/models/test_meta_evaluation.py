@@ -1,11 +1,11 @@
-"""Resilience, reactivity and MC of a metric (models.meta_evaluation) on known answers: a metric
-built to be consistent scores 1, one whose scores are noise scores what chance gives, and a
+"""Resilience, reactivity and MC of a metric (models.report.meta_evaluation) on known answers: a
+metric built to be consistent scores 1, one whose scores are noise scores what chance gives, and a
 hand-computed case."""
 import numpy as np
 import pytest
 import scipy.stats
 
-from models import meta_evaluation
+from models.report import meta_evaluation
 
 
 def test_a_consistent_metric_scores_one():

@@ -10,8 +10,8 @@ import tensorflow as tf
 
 import models
 import saliency_gen
-from models import bcos, native
-from models.errors import UserError
+from models.architectures import bcos, native_explainers
+from models.foundation.errors import UserError
 
 SIDE = 64
 TARGETS = np.array([1, 3, 0])
@@ -33,10 +33,11 @@ def test_bagnet_patch_evidence_sums_to_the_logit():
     images = _images()
     logits = model(images).numpy()[np.arange(3), TARGETS]
     bias = model.get_layer("fc").bias.numpy()[TARGETS]
-    patches = native.bagnet_evidence(model, tf.constant(images), tf.constant(TARGETS)).numpy()
+    patches = native_explainers.bagnet_evidence(model, tf.constant(images),
+                                                tf.constant(TARGETS)).numpy()
     assert patches.shape == (3, 4, 4)  # 64 px: 4 x 4 patches of 33 px (stride 8)
     np.testing.assert_allclose(patches.sum(axis=(1, 2)) + bias, logits, rtol=1e-5, atol=1e-4)
-    maps = native.explain("BagNet", model, images, TARGETS).numpy()
+    maps = native_explainers.explain("BagNet", model, images, TARGETS).numpy()
     np.testing.assert_allclose(maps.sum(axis=(1, 2)) + bias, logits, rtol=1e-4, atol=1e-3)
     assert np.std(patches) > 1e-3  # not a constant map
 
@@ -54,7 +55,7 @@ def test_bcos_contributions_sum_to_the_logit_minus_its_bias():
     kernel = features[:, None] + rng.normal(0, 0.3 * np.abs(features).mean(), (len(features), 5))
     model.get_layer("fc").kernel.assign(kernel[None, None].astype(np.float32))
     logits = model(images).numpy()[np.arange(3), TARGETS]
-    maps = native.explain("Bcos", model, images, TARGETS).numpy()
+    maps = native_explainers.explain("Bcos", model, images, TARGETS).numpy()
     assert np.abs(logits - bcos.logit_bias(5)).min() > 0.1
     np.testing.assert_allclose(maps.sum(axis=(1, 2)), logits - bcos.logit_bias(5), rtol=1e-5,
                                atol=1e-4)
@@ -70,10 +71,10 @@ def test_bcos_contributions_sum_to_the_logit_minus_its_bias():
 def test_rollout_of_identity_and_uniform_attention():
     tokens = 5
     identity = [tf.eye(tokens, batch_shape=[1, 2]) for _ in range(3)]
-    joint = native.attention_rollout(identity).numpy()
+    joint = native_explainers.attention_rollout(identity).numpy()
     np.testing.assert_allclose(joint[0], np.eye(tokens), atol=1e-7)  # patches get nothing
     uniform = [tf.fill([1, 2, tokens, tokens], 1.0 / tokens) for _ in range(3)]
-    row = native.attention_rollout(uniform).numpy()[0, 0, 1:]
+    row = native_explainers.attention_rollout(uniform).numpy()[0, 0, 1:]
     np.testing.assert_allclose(row, np.full(tokens - 1, row[0]), rtol=1e-6)
     assert row[0] > 0
 
@@ -83,10 +84,10 @@ def test_vit_with_constant_attention_has_a_constant_rollout_map(tmp_path):
     for index in range(2):  # zero queries and keys: every attention row is uniform
         layer = model.get_layer(f"blocks_{index}_attn_qkv")
         layer.kernel.assign(np.zeros(layer.kernel.shape, np.float32))
-    maps = native.explain("Rollout", model, _images(), TARGETS).numpy()
+    maps = native_explainers.explain("Rollout", model, _images(), TARGETS).numpy()
     np.testing.assert_allclose(maps, np.full_like(maps, maps[0, 0, 0]), rtol=1e-5)
     trained_like = _build("vit_b_16")
-    varied = native.explain("Rollout", trained_like, _images(), TARGETS).numpy()
+    varied = native_explainers.explain("Rollout", trained_like, _images(), TARGETS).numpy()
     assert varied.std() > 0 and varied.shape == (3, SIDE, SIDE)
 
 
@@ -97,15 +98,15 @@ def test_a_model_without_the_explainer_is_a_one_line_error():
 
 
 def test_chefer_lrp_conserves_relevance_through_every_block():
-    from models import chefer_lrp
+    from models.architectures import chefer_lrp
 
     model = models.build("vit_b_16", 5, (32, 32, 3), patch=8, dim=32, depth=3, heads=2)
     images = np.random.default_rng(0).normal(size=(3, 32, 32, 3)).astype(np.float32)
     _, _, totals, _ = chefer_lrp.relevance(model, tf.constant(images), tf.constant(TARGETS))
     for total in totals:  # the one-hot target's relevance 1 reaches every block's input
         np.testing.assert_allclose(total.numpy(), 1.0, atol=5e-4)  # float32 over 3 blocks
-    maps = native.explain("CheferLRP", model, images, TARGETS).numpy()
-    other = native.explain("CheferLRP", model, images, (TARGETS + 1) % 5).numpy()
+    maps = native_explainers.explain("CheferLRP", model, images, TARGETS).numpy()
+    other = native_explainers.explain("CheferLRP", model, images, (TARGETS + 1) % 5).numpy()
     assert maps.min() >= 0 and np.abs(maps - other).max() > 1e-6  # class-dependent
 
 

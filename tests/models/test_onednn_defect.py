@@ -10,7 +10,7 @@ import sys
 import keras
 import numpy as np
 
-from models.layers import StridedPointwiseConv2D
+from models.architectures.layers import StridedPointwiseConv2D
 from tests import REPO
 
 # Before the fix, on an AMD EPYC (Zen 3, AVX2) with oneDNN on, the first eager gradient aborted

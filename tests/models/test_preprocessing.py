@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from models import preprocessing as P
+from models.formats import preprocessing as P
 
 
 def test_imagenet_space_maps_mid_grey_and_black_as_roar():

@@ -7,7 +7,7 @@ import keras
 import numpy as np
 from tqdm import tqdm
 
-from models import progress
+from models.foundation import progress
 
 
 def _visible(monkeypatch):

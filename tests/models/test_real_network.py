@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import models
-from models import pretrained, torch_checkpoints
+from models.formats import pretrained, torch_checkpoints
 from saliency_gen import pipelines, records
 from saliency_gen.sources import photos
 from tests.models import round_trip

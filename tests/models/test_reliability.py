@@ -1,10 +1,10 @@
-"""Known answers of the metric-reliability statistics (models.reliability): Krippendorff's
+"""Known answers of the metric-reliability statistics (models.report.reliability): Krippendorff's
 published example, a hand-computed disagreement and split, and metrics built to be perfectly
 consistent or unreliable."""
 import numpy as np
 import pytest
 
-from models import reliability
+from models.report import reliability
 
 NAN = np.nan
 # Krippendorff (2011), "Computing Krippendorff's alpha-reliability": 4 observers, 12 units.
@@ -60,28 +60,29 @@ def test_intervals_are_seeded_and_hold_the_estimate():
 
 
 def test_the_card_flags_a_metric_that_rewards_blur_and_judges_only_real_methods():
-    from models import card
+    from models.report import engine
 
     rng = np.random.default_rng(2)
     methods = ["a", "b", "c"]
-    names = methods + [card.blurred(m) for m in methods]
-    benchmark = card.Benchmark(name="Toy", settings={}, score=None, metrics=(
-        card.Metric("smooth", True), card.Metric("sharp", True), card.Metric("lower", False)))
+    names = methods + [engine.blurred(m) for m in methods]
+    benchmark = engine.Benchmark(name="Toy", settings={}, score=None, metrics=(
+        engine.MetricSpec("smooth", True), engine.MetricSpec("sharp", True),
+        engine.MetricSpec("lower", False)))
     cells = {}
     for index, name in enumerate(names):
-        base = methods.index(card.unblurred(name) or name)
-        blur = card.unblurred(name) is not None
+        base = methods.index(engine.unblurred(name) or name)
+        blur = engine.unblurred(name) is not None
         cells[("Toy", name)] = {
             "smooth": list(base + 0.5 * blur + rng.normal(0, 0.1, 40)),  # blur scores higher
             "sharp": list(base - 0.5 * blur + rng.normal(0, 0.1, 40)),  # blur scores lower
             "lower": list(base - 0.5 * blur + rng.normal(0, 0.1, 40))}  # lower is better
-    summary = card.summarise([benchmark], names, cells)
+    summary = engine.summarise([benchmark], names, cells)
     verdicts = {name: found["rewards_blur"] for name, found in summary.trust.items()}
     assert verdicts == {"Toy smooth": True, "Toy sharp": False, "Toy lower": True}
     # reliability is over a, b and c only: 3 pairs, all separated by 1 with noise 0.1
     assert summary.trust["Toy smooth"]["separated"] == 1.0
-    assert card.rewards_blur({"a": 1.0, "b": 2.0}) is None  # no blur control
-    assert card.unblurred("blur(bam:GC)") == "bam:GC" and card.unblurred("bam:GC") is None
+    assert engine.rewards_blur({"a": 1.0, "b": 2.0}) is None  # no blur control
+    assert engine.unblurred("blur(bam:GC)") == "bam:GC" and engine.unblurred("bam:GC") is None
 
 
 def test_the_blur_control_is_a_gaussian_of_a_32nd_of_the_side():
@@ -96,14 +97,14 @@ def test_the_blur_control_is_a_gaussian_of_a_32nd_of_the_side():
 
 
 def test_ranking_agreement_of_a_variant_with_its_default():
-    from models import card
+    from models.report import engine
 
     same, reversed_ = {"a": 1.0, "b": 2.0, "c": 3.0}, {"a": 3.0, "b": 2.0, "c": 1.0}
-    assert card.ranking_agreement(same, {"a": 10.0, "b": 20.0, "c": 30.0, "d": 0.0}) == 1.0
-    assert card.ranking_agreement(same, reversed_) == -1.0
-    assert np.isnan(card.ranking_agreement(same, {"a": 1.0}))  # one shared method
-    benchmark = card.Benchmark(name="T", settings={}, score=None,
-                               metrics=(card.Metric("low", False),))
-    summary = card.summarise([benchmark], ["a", "b"], {
+    assert engine.ranking_agreement(same, {"a": 10.0, "b": 20.0, "c": 30.0, "d": 0.0}) == 1.0
+    assert engine.ranking_agreement(same, reversed_) == -1.0
+    assert np.isnan(engine.ranking_agreement(same, {"a": 1.0}))  # one shared method
+    benchmark = engine.Benchmark(name="T", settings={}, score=None,
+                               metrics=(engine.MetricSpec("low", False),))
+    summary = engine.summarise([benchmark], ["a", "b"], {
         ("T", "a"): {"low": [1.0, 1.0]}, ("T", "b"): {"low": [2.0, 2.0]}})
-    assert card.oriented_means(summary, "T low") == {"a": -1.0, "b": -2.0}  # lower is better
+    assert engine.oriented_means(summary, "T low") == {"a": -1.0, "b": -2.0}  # lower is better

@@ -13,7 +13,8 @@ import pytest
 
 import models
 import saliency_gen
-from models import native, torch_checkpoints
+from models.architectures import native_explainers
+from models.formats import torch_checkpoints
 from tests import torch_format
 from tests.models import round_trip
 
@@ -54,7 +55,7 @@ def test_fixture_checkpoint_converts_to_the_recorded_pytorch_logits(name, tmp_pa
     round_trip.assert_export_matches(live, loaded, images, labels)
     if info["name"] in NATIVE:  # the model's own explainer answers alike from the export
         explainer, tolerance = NATIVE[info["name"]]
-        maps = native.explain(explainer, live, images, labels).numpy()
+        maps = native_explainers.explain(explainer, live, images, labels).numpy()
         found = saliency_gen.attribute(loaded, images, f"idsds:{explainer}", targets=labels,
                                        batch_size=2)[..., 0]
         assert np.abs(maps).max() > 0

@@ -1,5 +1,5 @@
 """PyTorch checkpoints are read without torch and without running code from them
-(`models.torch_pickle`): both serialisations, crafted pickles refused before anything runs,
+(`models.formats.torch_pickle`): both serialisations, crafted pickles refused before anything runs,
 truncated files one line; with torch installed, every tensor equals `torch.load`'s."""
 import os
 import sys
@@ -7,8 +7,8 @@ import sys
 import numpy as np
 import pytest
 
-from models import torch_pickle
-from models.errors import UserError
+from models.formats import torch_pickle
+from models.foundation.errors import UserError
 from tests import binaries, torch_format
 from tests.conftest import WritesMarker
 
@@ -35,7 +35,7 @@ def test_the_converter_binary_refuses_a_crafted_checkpoint_in_one_line(tmp_path)
     path = str(tmp_path / "resnet18.pth")
     torch_format.write_checkpoint(path, {"fc.weight": WritesMarker(marker)}, legacy=True)
     result = binaries.run(
-        [sys.executable, "-m", "models.torch_checkpoints", "--model=resnet18",
+        [sys.executable, "-m", "models.formats.torch_checkpoints", "--model=resnet18",
          f"--checkpoint={path}", f"--output={output}"],
         capture_output=True, text=True, cwd=ROOT, timeout=300)
     lines = [line for line in result.stderr.splitlines() if line.strip()]

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from models import uncertainty
+from models.report import uncertainty
 
 
 def test_a_constant_has_a_degenerate_interval_and_nan_units_are_counted():

@@ -7,7 +7,8 @@ import pytest
 import tensorflow as tf
 
 import models
-from models import resnet_v15, torch_checkpoints
+from models.architectures import resnet_v15
+from models.formats import torch_checkpoints
 from tests.models import round_trip, test_torch_conversion
 
 SIZE = 32
@@ -178,7 +179,7 @@ def test_export_is_atomic(tmp_path, monkeypatch):
 
 
 def test_paths_come_both_or_neither():
-    from models.errors import UserError, require_both_or_neither
+    from models.foundation.errors import UserError, require_both_or_neither
 
     require_both_or_neither(("data_dir", None), ("model_dir", None))  # the synthetic world
     require_both_or_neither(("data_dir", "d"), ("model_dir", "m"))

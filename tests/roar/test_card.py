@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import models
-from models import recipes
+from models.training import recipes
 from roar import card, masked_data, train
 from saliency_gen import generate
 
@@ -71,7 +71,7 @@ def test_road_with_the_mean_colour_imputer_on_known_answers(tmp_path):
     full = road(1.0)
     assert full.settings["imputer"] == "mean"
     first, second = full.score("a"), full.score("b")
-    space = models.preprocessing.input_space(loaded.preprocessing)
+    space = models.formats.preprocessing.input_space(loaded.preprocessing)
     pixels = np.asarray(space.to_pixels(images))
     flat = np.broadcast_to(pixels.mean(axis=(0, 1, 2)), pixels.shape).astype(np.float32)
     filled = keras.ops.softmax(loaded(space.from_pixels(flat))).numpy()[np.arange(3), labels]

@@ -9,8 +9,8 @@ import sys
 import numpy as np
 import pytest
 
-from models import recipes
-from models.errors import UserError
+from models.foundation.errors import UserError
+from models.training import recipes
 from roar import masked_data, masking, road, train
 from saliency_gen import generate, records
 from saliency_gen.world import synthetic

@@ -7,8 +7,8 @@ import pytest
 import tensorflow as tf
 
 import models
-from models.errors import UserError
-from models.preprocessing import inception_crop
+from models.formats.preprocessing import inception_crop
+from models.foundation.errors import UserError
 from roar import train
 
 SMALL = dict(transformation="raw_image", train_pattern="validation-*",

@@ -94,8 +94,8 @@ def test_a_retried_bundle_gives_a_complete_identical_output(small_shards, tmp_pa
 
 WORKER_ERROR = '''
 import dataclasses
-from models.cli import option, run_binary
-from models.errors import RecordError
+from models.foundation.cli import option, run_binary
+from models.foundation.errors import RecordError
 from saliency_gen.beam_support import beam, pipeline_options, run
 
 class Broken(beam.DoFn):

@@ -10,8 +10,8 @@ import tensorflow as tf
 
 import models
 import saliency_gen
-from models import files
-from models.preprocessing import input_space, load_bam_pixels
+from models.formats.preprocessing import input_space, load_bam_pixels
+from models.foundation import files
 from saliency_gen import generate, records
 from tests import REPO, binaries
 from tests.conftest import assert_origin_covers_the_flags

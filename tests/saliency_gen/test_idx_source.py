@@ -9,7 +9,7 @@ import struct
 import numpy as np
 import pytest
 
-from models.errors import UserError
+from models.foundation.errors import UserError
 from saliency_gen import pipelines, records
 from saliency_gen.sources import idx
 
@@ -68,7 +68,7 @@ def images_of(folder, split):
 
 
 def _identity_space():
-    from models.preprocessing import input_space
+    from models.formats.preprocessing import input_space
     return input_space("pixels01")
 
 

@@ -9,7 +9,7 @@ import tensorflow as tf
 from PIL import Image
 
 import models
-from models.errors import UserError
+from models.foundation.errors import UserError
 from saliency_gen import pipelines
 from saliency_gen import records as R
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import models
-from models.errors import UserError
-from models.files import file_sha256, read_json
+from models.foundation.errors import UserError
+from models.foundation.files import file_sha256, read_json
 from saliency_gen.world import cache, shipped, synthetic
 
 SHIPPED = ("obj", "scene", "scene_only", "clean")
