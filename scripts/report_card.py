@@ -69,7 +69,8 @@ VARIANTS = {
     "ADD": (("blur substrate", {"data_replace_method": "blur"}),),
     "IDSDS": (("blur baseline", {"sd_baseline": "blur"}),
               ("random baseline", {"sd_baseline": "random"})),
-    "ROAD": (("mean-colour imputer", {"imputer": "mean"}),),
+    "ROAD": (("mean-colour imputer", {"imputer": "mean"}),
+             ("three fractions", {"ratios": (0.1, 0.5, 0.9)})),
 }
 # The real network's default: BAM's methods but IG-SG (625 gradients per image), and random.
 REAL_METHODS = ("bam:GC", "bam:VG", "bam:SG", "bam:IG", "bam:GxI", "bam:GB", "bam:GGC", "random",

@@ -217,6 +217,7 @@ def test_cells_are_reused_a_new_method_costs_only_itself_and_other_settings_are_
                        if section.title == "Sensitivity to the metrics' free choices")
     assert [row[:2] for row in sensitivity.rows] == [
         ("ROAD MoRF", "mean-colour imputer"), ("ROAD LeRF", "mean-colour imputer"),
+        ("ROAD MoRF", "three fractions"), ("ROAD LeRF", "three fractions"),
         ("Deletion dauc", "blur substrate"), ("Deletion dc", "blur substrate"),
         ("Deletion dauc", "a quarter of the steps"), ("Deletion dc", "a quarter of the steps"),
         ("IDSDS sds", "blur baseline"), ("IDSDS sds", "random baseline")]
