@@ -176,7 +176,7 @@ def run(pipeline_builder, options: PipelineOptions):
 
 # How an error of models.foundation.errors reads once the runner has wrapped it in text
 # (`_is_user_error` keeps the UserError kinds), and the step names Beam appends to its message.
-_WRAPPED_ERROR = re.compile(r"^models\.errors\.([A-Za-z]*Error): (.+)$", re.M)
+_WRAPPED_ERROR = re.compile(r"^models\.foundation\.errors\.([A-Za-z]*Error): (.+)$", re.M)
 _STEP_SUFFIX = re.compile(r"( \[while running '[^']*'\])+$")
 
 

@@ -421,7 +421,8 @@ def meta_evaluate(summary, benchmarks: list, meta: dict, cells: dict) -> None:
             default = engine.unit_table(cells, benchmark.name, metric.name, methods)
             tables = {label: engine.unit_table(cells, b.name, metric.name, methods)
                       for label, b in perturbed.items()}
-            if column not in summary.trust or default is None or None in tables.values():
+            if (column not in summary.trust or default is None
+                    or any(table is None for table in tables.values())):
                 continue
             count = len(tables["input noise"])  # the perturbed runs' images: the first ones
             kinds = {kind: {label: table for label, table in tables.items()

@@ -242,7 +242,7 @@ def test_the_card_on_the_real_network(real_cache, monkeypatch, tmp_path, capsys)
     assert {"Deletion dauc", "Deletion dc"} <= set(columns)  # the others: the synthetic card
     assert result["card"].settings["Deletion"]["n_images"] == 2
     sanity = {(row["metric"], row["method"]): row["value"] for row in
-              report_card.card.as_records(result["sanity"])}
+              report_card.engine.as_records(result["sanity"])}
     stages = sorted({metric for metric, _ in sanity}, key=lambda name: int(name.split()[-1]))
     assert [sanity[(stage, "random")] for stage in stages] == [1.0] * len(stages)
     assert sanity[(stages[-1], "bam:GC")] < 0.5  # all layers re-initialised: the map changes
