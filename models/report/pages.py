@@ -90,9 +90,9 @@ TRUST_CAVEAT = ("How far each metric's ranking of the methods can be trusted (To
                 "rewards blur: blur(m) ranks above m for most methods m (with --blur_controls). "
                 "Resilience, reactivity and MC (Hedström et al. 2023, MetaQuantus; image-level "
                 "metrics, your methods without the controls): resilience is how little the "
-                "scores and the images' rankings move under small input noise, reactivity how "
-                "much the scores drop when the maps are a randomised model's or random, MC "
-                "their mean "
+                "scores and the images' rankings move under small input and weight noise, "
+                "reactivity how much the scores drop when the maps are a randomised model's or "
+                "random, MC their mean "
                 "(all in [0, 1], higher is better; docs/report_card.md). "
                 "Brackets: 95% bootstrap intervals over images.")
 
@@ -149,7 +149,7 @@ def trust_png(card: Card) -> Optional[bytes]:
     axes.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8, frameon=False)
     axes.set_xlim(-0.02, 1.05)
     axes.set_ylim(-0.02, 1.05)
-    axes.set_xlabel("resilience to input noise (higher: steadier)")
+    axes.set_xlabel("resilience to input and weight noise (higher: steadier)")
     axes.set_ylabel("reactivity to randomised-model and random maps (higher: reacts)")
     axes.set_title("How far to trust each metric")
     axes.grid(alpha=0.3)
