@@ -188,7 +188,7 @@ def test_cells_are_reused_a_new_method_costs_only_itself_and_other_settings_are_
     # (the same run adds the blur controls, maps of the card's images: image-level benchmarks,
     # and the meta-evaluation's three perturbed runs of those benchmarks)
     controlled = report_card.run(dataclasses.replace(config, blur_controls=True, variants=True,
-                                                     meta_evaluation=True))
+                                                     meta_evaluation=True, meta_images=4))
     assert "its values differ from what was written" in capsys.readouterr().out
     with open(edited, encoding="utf-8") as handle:
         assert json.load(handle)["values"][metric][0] == written
