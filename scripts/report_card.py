@@ -30,13 +30,13 @@ from bam import synthetic_setup
 from faithfulness import card as faithfulness_card
 from faithfulness import evaluate, randomisation
 from models.formats import pretrained
+from models.formats.preprocessing import input_space
 from models.foundation import progress, provenance, results
-from models.report import engine, meta_evaluation, pages
 from models.foundation.cli import option, origin_flags, run_binary
 from models.foundation.errors import (UserError, check_choices, check_fractions, check_minimum,
                                       check_unique, require_both_or_neither)
 from models.foundation.files import exclusive
-from models.formats.preprocessing import input_space
+from models.report import engine, meta_evaluation, pages
 from roar import card as roar_card
 from saliency_gen import names, pipelines, records, transforms
 from saliency_gen.sources import photos
@@ -552,13 +552,13 @@ def _run(config: Config) -> dict:
     with progress.CostBar({b.name: len(config.methods) for b in every},
                           {b.name: b.cost for b in every}, "report card") as bar:
         cells = engine.run_cells(benchmarks, config.methods, config.output_dir, bar.finished,
-                               overwrite=config.overwrite)
+                                 overwrite=config.overwrite)
         check_cells = engine.run_cells(checks, config.methods, config.output_dir, bar.finished,
-                                     overwrite=config.overwrite)
+                                       overwrite=config.overwrite)
         variant_cells = engine.run_cells(variant_list, config.methods, config.output_dir,
-                                       bar.finished, overwrite=config.overwrite)
+                                         bar.finished, overwrite=config.overwrite)
         meta_cells = engine.run_cells(meta_list, config.methods, config.output_dir,
-                                    bar.finished, overwrite=config.overwrite)
+                                      bar.finished, overwrite=config.overwrite)
     summary = engine.summarise(benchmarks, config.methods, cells, config.seed)
     meta_evaluate(summary, benchmarks, meta, {**cells, **meta_cells})
     sections, sanity = [], None
@@ -592,10 +592,10 @@ def _run(config: Config) -> dict:
              "difference excluding 0), so methods nothing separates share a rank. Bold: the "
              "best mean of the column. ↑: higher is better, ↓: lower is better.")
     paths = pages.write_card(summary, config.output_dir, sections,
-                                    title="Saliency report card", intro=intro,
-                                    extra={"seconds": time.time() - started,
-                                           "origin": provenance.origin(origin_flags(config))},
-                                    about=about_rows(config, inputs, time.time() - started))
+                             title="Saliency report card", intro=intro,
+                             extra={"seconds": time.time() - started,
+                                    "origin": provenance.origin(origin_flags(config))},
+                             about=about_rows(config, inputs, time.time() - started))
     print(f"\nwrote {paths['html']}, {paths['md']}, {paths['csv']} and {paths['json']} "
           f"in {time.time() - started:.0f} s")
     return {"card": summary, "sanity": sanity, "sections": sections, "paths": paths,

@@ -5,8 +5,7 @@ A metric scores every method on the same units (images): `values` [units, method
 again after minor perturbations that should not change what the maps show (small input noise, a
 tiny multiplicative noise on the weights: `minor` {name: [units, methods]}) and after disruptive
 ones that should (the maps of a fully randomised model; the random control's maps in place of
-every method's). Four numbers in [0, 1], higher
-is better:
+every method's). Four numbers in [0, 1], higher is better:
 - IAC resilience: per method, the p-value of the Wilcoxon signed-rank test (two-sided, zero
   differences split) between the unperturbed and the minor-perturbed scores, averaged over the
   methods (high: the scores did not move);
@@ -16,10 +15,9 @@ is better:
 - IEC reactivity: the share of (image, method) whose unperturbed score beats its disruptive one
   (the metric prefers the real maps to the randomised model's).
 With several minor (or disruptive) perturbations each resilience (reactivity) number is their
-mean. Resilience is the
-mean of the two resilience numbers, reactivity the mean of the two reactivity numbers, and the
-meta-consistency score MC the mean of all four. Units with a non-finite value in any table are
-left out.
+mean. Resilience is the mean of the two resilience numbers, reactivity the mean of the two
+reactivity numbers, and the meta-consistency score MC the mean of all four. Units with a
+non-finite value in any table are left out.
 """
 import numpy as np
 import scipy.stats

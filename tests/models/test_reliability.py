@@ -104,7 +104,7 @@ def test_ranking_agreement_of_a_variant_with_its_default():
     assert engine.ranking_agreement(same, reversed_) == -1.0
     assert np.isnan(engine.ranking_agreement(same, {"a": 1.0}))  # one shared method
     benchmark = engine.Benchmark(name="T", settings={}, score=None,
-                               metrics=(engine.MetricSpec("low", False),))
+                                 metrics=(engine.MetricSpec("low", False),))
     summary = engine.summarise([benchmark], ["a", "b"], {
         ("T", "a"): {"low": [1.0, 1.0]}, ("T", "b"): {"low": [2.0, 2.0]}})
     assert engine.oriented_means(summary, "T low") == {"a": -1.0, "b": -2.0}  # lower is better
