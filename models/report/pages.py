@@ -92,8 +92,7 @@ TRUST_CAVEAT = ("How far each metric's ranking of the methods can be trusted (To
                 "metrics, your methods without the controls): resilience is how little the "
                 "scores and the images' rankings move under small input and weight noise, "
                 "reactivity how much the scores drop when the maps are a randomised model's or "
-                "random, MC their mean "
-                "(all in [0, 1], higher is better; docs/report_card.md). "
+                "random, MC their mean (all in [0, 1], higher is better; docs/report_card.md). "
                 "Brackets: 95% bootstrap intervals over images.")
 
 
