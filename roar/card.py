@@ -54,37 +54,50 @@ def pixel_ranks(maps, seed: int = 0) -> np.ndarray:
 IMPUTERS = ("noisy_linear", "mean")
 
 
-def road_function(loaded, shape, keep_top: bool, *, seed=0, noise=0.01, batch_size=32,
-                  fill=None):
-    """A traced function (pixels, labels, ids, ranks, cuts) -> float [len(cuts) * N]: the
-    true-class probability of every image with its pixels of rank < cut imputed (rank >= cut
-    when `keep_top`), each (cut, image) pair one executor item. Made once per benchmark, so
-    every method reuses one trace. A `fill` colour (pixel space) replaces the removed pixels
-    instead of ROAD's noisy linear imputation."""
-    n, height, width, _ = shape
-    space = input_space(loaded.preprocessing)
-    call = adapt(loaded).logits
-    fill = None if fill is None else tf.constant(fill, tf.float32)
+def road_function(loaded, image_shape, *, seed=0, noise=0.01, batch_size=32, fill=False):
+    """A traced function (pixels, labels, ids, ranks, cuts, keep_top, colour) -> float
+    [len(cuts) * N] for N images of `image_shape` (H, W, C): the true-class probability of
+    every image with its pixels of rank < cut imputed (rank >= cut when `keep_top`), each
+    (cut, image) pair one executor item. With `fill`, the removed pixels take the `colour`
+    (pixel space) instead of ROAD's noisy linear imputation. Kept with the model's adapter:
+    MoRF and LeRF, every method and every benchmark made again over the same model (a variant,
+    fewer images) share one trace."""
+    height, width, channels = image_shape
+    adapter = adapt(loaded)
+    signature = [tf.TensorSpec([None, height, width, channels], tf.float32),
+                 tf.TensorSpec([None], tf.int32), tf.TensorSpec([None], tf.int64),
+                 tf.TensorSpec([None, height * width], tf.int32), tf.TensorSpec([None], tf.int32),
+                 tf.TensorSpec([], tf.bool), tf.TensorSpec([channels], tf.float32)]
 
-    @tf.function(reduce_retracing=True)
-    def run(pixels, labels, ids, ranks, cuts):
-        def compute(items):
-            image, setting = items % n, items // n
-            cut = tf.gather(cuts, setting)[:, None]
-            image_ranks = tf.gather(ranks, image)
-            removed = image_ranks >= cut if keep_top else image_ranks < cut
-            removed = tf.reshape(removed, [-1, height, width])
-            if fill is not None:
-                imputed = tf.where(removed[..., None], fill, tf.gather(pixels, image))
-            else:
-                imputed = imputation.noisy_linear_impute(
-                    tf.gather(pixels, image), removed, noise_std=noise, seed=seed,
-                    keys=tf.gather(ids, image))
-            probabilities = tf.nn.softmax(tf.cast(call(space.from_pixels(imputed)), tf.float32))
-            return tf.gather(probabilities, tf.gather(labels, image), batch_dims=1)
-        return executor.collect(tf.shape(cuts)[0] * n, batch_size, compute)
+    def build():
+        space = input_space(loaded.preprocessing)
 
-    return run
+        # one trace for any number of fractions; autograph off: the executor and the solver
+        # build their loops explicitly
+        @tf.function(input_signature=signature, autograph=False)
+        def run(pixels, labels, ids, ranks, cuts, keep_top, colour):
+            n = tf.shape(pixels)[0]
+
+            def compute(items):
+                image, setting = items % n, items // n
+                cut = tf.gather(cuts, setting)[:, None]
+                image_ranks = tf.gather(ranks, image)
+                removed = tf.where(keep_top, image_ranks >= cut, image_ranks < cut)
+                removed = tf.reshape(removed, [-1, height, width])
+                if fill:
+                    imputed = tf.where(removed[..., None], colour, tf.gather(pixels, image))
+                else:
+                    imputed = imputation.noisy_linear_impute(
+                        tf.gather(pixels, image), removed, noise_std=noise, seed=seed,
+                        keys=tf.gather(ids, image))
+                probabilities = tf.nn.softmax(tf.cast(adapter.logits(space.from_pixels(imputed)),
+                                                      tf.float32))
+                return tf.gather(probabilities, tf.gather(labels, image), batch_dims=1)
+            return executor.collect(tf.shape(cuts)[0] * n, batch_size, compute)
+        return run
+
+    return adapter.traced(("ROAD", tuple(image_shape), seed, noise, batch_size, bool(fill)),
+                          build)
 
 
 def oracle_maps(masks) -> np.ndarray:
@@ -113,11 +126,9 @@ def benchmark(loaded, images, labels, ids, masks=None, *, data: dict, ratios=RAT
     morf_cuts = [ranking_cut(round(100 * p), features) for p in ratios]
     lerf_cuts = [ranking_cut(round(100 * (1 - p)), features) for p in ratios]  # keep the top p
 
-    shape = images.shape
-    fill = pixels.mean(axis=(0, 1, 2)) if imputer == "mean" else None
-    morf_run, lerf_run = (road_function(loaded, shape, keep_top, seed=seed,
-                                        batch_size=batch_size, fill=fill)
-                          for keep_top in (False, True))
+    run = road_function(loaded, images.shape[1:], seed=seed, batch_size=batch_size,
+                        fill=imputer == "mean")
+    colour = pixels.mean(axis=(0, 1, 2)) if imputer == "mean" else np.zeros(pixels.shape[-1])
     constants = (tf.constant(pixels, tf.float32), tf.constant(labels, tf.int32),
                  tf.constant(ids, tf.int64))
 
@@ -131,8 +142,9 @@ def benchmark(loaded, images, labels, ids, masks=None, *, data: dict, ratios=RAT
                                           batch_size=batch_size, seed=seed, ids=ids)
         ranks = tf.constant(pixel_ranks(maps, seed))
         curves = {}
-        for name, run, cuts in (("MoRF", morf_run, morf_cuts), ("LeRF", lerf_run, lerf_cuts)):
-            values = run(*constants, ranks, tf.constant(cuts, tf.int32)).numpy()
+        for name, keep_top, cuts in (("MoRF", False, morf_cuts), ("LeRF", True, lerf_cuts)):
+            values = run(*constants, ranks, tf.constant(cuts, tf.int32), tf.constant(keep_top),
+                         tf.constant(colour, tf.float32)).numpy()
             curves[name] = values.reshape(len(cuts), len(images)).mean(axis=0)
         return curves
 

@@ -16,7 +16,7 @@ plus `input_shape` (H, W, C), `num_classes`, `name` and `preprocessing` where th
 executor. Models always run in inference mode.
 """
 import os
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -84,15 +84,22 @@ class Adapter:
         images = tf.convert_to_tensor(np.asarray(images, np.float32))
         if images.shape[0] == 0:
             return np.zeros((0, self.num_classes or 0), np.float32)
-        if not hasattr(self, "_predictors"):
-            self._predictors = {}
-        if batch_size not in self._predictors:
+        def build():
             def run(images):
                 return executor.collect(tf.shape(images)[0], batch_size, lambda items: tf.cast(
                     self.logits(tf.gather(images, items)), tf.float32), item_shape=[None])
-            self._predictors[batch_size] = quiet_retracing(
-                tf.function(run, reduce_retracing=True, autograph=False))
-        return self._predictors[batch_size](images).numpy()
+            return quiet_retracing(tf.function(run, reduce_retracing=True, autograph=False))
+        return self.traced(("predict", batch_size), build)(images).numpy()
+
+    def traced(self, key: tuple, build: Callable[[], Callable]) -> Callable:
+        """The traced function `build()` makes of this model, built once per `key` and kept
+        with the adapter: every caller with the same key (a benchmark made again for a variant,
+        say) reuses its trace."""
+        if not hasattr(self, "_traced"):
+            self._traced = {}
+        if key not in self._traced:
+            self._traced[key] = build()
+        return self._traced[key]
 
 
 class KerasAdapter(Adapter):
