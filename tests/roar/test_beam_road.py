@@ -18,13 +18,17 @@ def test_beam_road_rows_equal_the_single_process_binary(small_shards, tmp_path):
     pattern, model_path = small_shards
     saliency = str(tmp_path / "maps")
     generate.generate(pattern, model_path, ["roar:SH"], saliency, progress_bar=False)
+    # (one order: LeRF differs only in the mask's direction, which the single-process tests
+    # cover; one worker, in this process: two worker processes are tested with Beam's
+    # generation and deletion scoring)
     flags = {"ckpt_path": model_path, "data_dir": os.path.join(saliency, "SH"),
-             "saliency_method": "SH", "ratios": ("0.3",)}
+             "saliency_method": "SH", "ratios": ("0.3",), "orders": ("morf",)}
     expected = road.run(road.Config(**flags, batch_size=16, output=str(tmp_path / "single")))
     done = binaries.run(
         [sys.executable, "-m", "roar.beam_road", *(f"--{k}={v}" for k, v in flags.items()
-                                                   if k != "ratios"),
-         "--ratios=0.3", "--batch_size=5", "--unit_records=10", "--beam_workers=2",
+                                                   if k not in ("ratios", "orders")),
+         "--ratios=0.3", "--orders=morf", "--batch_size=5", "--unit_records=10",
+         "--beam_workers=1",
          f"--output={tmp_path / 'beam'}"],
         cwd=REPO, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
