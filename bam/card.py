@@ -51,13 +51,13 @@ def benchmark(data_dir: str, model_dir: str, *, metrics=("MCS", "IDR", "IIR"),
         return predicted[key]
 
     def g_values(model_name, data_name, chosen, method):
-        """(predictions, g) of `method` on the chosen images of one (model, data) pair; None
-        for g where the oracle has no meaning."""
+        """(predictions, g) of `method` (a name and its resolution) on the chosen images of
+        one (model, data) pair; None for g where the oracle has no meaning."""
         data = val_set(data_name)
         if method != ORACLE:
             found, scores, _ = val_set_scores.score_pair(
-                model(model_name), data, chosen, [method], noise_seed, batch_size)
-            return found, scores[method]
+                model(model_name), data, chosen, method, noise_seed, batch_size)
+            return found, next(iter(scores.values()))
         size = model(model_name).input_shape[0]
         frames = region.object_masks([data.masks[i] for i in chosen],
                                      [data.boxes[i] for i in chosen], data.image_size, size)
@@ -67,6 +67,7 @@ def benchmark(data_dir: str, model_dir: str, *, metrics=("MCS", "IDR", "IIR"),
 
     def score(method):
         values = {}
+        resolved = method if method == ORACLE else val_set_scores.resolved_methods([method])
         for metric in metrics:
             chosen = indices(metric)
             (m1, d1), (m2, d2) = metric_definitions.PAIRS[metric]
@@ -74,8 +75,8 @@ def benchmark(data_dir: str, model_dir: str, *, metrics=("MCS", "IDR", "IIR"),
                 p1, p2 = predictions(m1, d1, chosen), predictions(m2, d2, chosen)
                 g1 = g2 = None
             else:
-                p1, g1 = g_values(m1, d1, chosen, method)
-                p2, g2 = g_values(m2, d2, chosen, method)
+                p1, g1 = g_values(m1, d1, chosen, resolved)
+                p2, g2 = g_values(m2, d2, chosen, resolved)
             correct = metric_definitions.correct_set(p1, val_set(d1).labels[chosen], p2,
                                                      val_set(d2).labels[chosen])
             values[metric] = (np.full(len(correct), np.nan) if g1 is None else
@@ -127,9 +128,10 @@ def rmcs_benchmark(data_dir: str, model_dir: str, *, num_imgs: int = 50, seed: i
         if method == ORACLE:
             return {"RMCS r": np.full(len(chosen), np.nan)}
         g, predictions = {}, {}
+        resolved = val_set_scores.resolved_methods([method])
         for k in range(1, 11):
             predictions[k], found, _ = val_set_scores.score_pair(
-                sources.model(f"scene{k}"), target, chosen, [method], noise_seed, batch_size)
+                sources.model(f"scene{k}"), target, chosen, resolved, noise_seed, batch_size)
             g[k] = found[method]
         return {"RMCS r": per_image_rmcs(g, predictions, drops)}
 

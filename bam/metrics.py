@@ -27,15 +27,10 @@ from bam import metric_definitions
 from models.foundation import provenance
 from models.foundation import results as result_files
 from models.foundation.cli import option, origin_flags, run_binary
-from models.foundation.errors import (
-    UserError,
-    check_choices,
-    check_minimum,
-    check_unique,
-    require_both_or_neither,
-)
+from models.foundation.errors import UserError, require_both_or_neither
 from models.foundation.files import exclusive, write_json
 from models.foundation.lazy import lazy_module
+from models.foundation.rules import UNIQUE, Checked, at_least, some, some_of
 
 # Loaded on first use: a bad flag is reported before TensorFlow starts (docs/architecture.md).
 rmcs = lazy_module("bam.rmcs")
@@ -61,9 +56,8 @@ def compute(data_dir, model_dir, metric_names, methods, num_imgs=10, seed=0, noi
     if unknown:
         raise UserError(f"unknown metric {unknown[0]!r}; choose from "
                         f"{', '.join(metric_definitions.METRICS)}")
-    if maps_dir is None and attr_dir is None:
-        for method in methods:
-            val_set_scores.method_name(method)  # an unknown name fails before any work
+    if maps_dir is None and attr_dir is None:  # each name resolved once, before any work
+        chosen = val_set_scores.resolved_methods(methods)
     sources = val_set_scores.Sources(data_dir, model_dir)
     model, val_set, cache = sources.model, sources.val_set, {}
 
@@ -91,11 +85,12 @@ def compute(data_dir, model_dir, metric_names, methods, num_imgs=10, seed=0, noi
             elif score_cache is not None:
                 cache[key] = score_cache_files.score_pair(
                     score_cache, model(model_name), data_set, indices, methods, noise_seed,
-                    lambda m, s, i, names: val_set_scores.score_pair(
-                        m, s, i, names, noise_seed, batch_size, image_progress))
+                    lambda m, s, i, missing: val_set_scores.score_pair(
+                        m, s, i, {name: chosen[name] for name in missing}, noise_seed,
+                        batch_size, image_progress))
             else:
                 cache[key] = val_set_scores.score_pair(model(model_name), data_set, indices,
-                                                       methods, noise_seed, batch_size,
+                                                       chosen, noise_seed, batch_size,
                                                        image_progress)
             outputs.append(cache[key])
             if progress:
@@ -112,11 +107,12 @@ def compute(data_dir, model_dir, metric_names, methods, num_imgs=10, seed=0, noi
 
 
 @dataclasses.dataclass(frozen=True)
-class Config:
-    """bam.metrics' options (one flag each)."""
+class Config(Checked):
+    """bam.metrics' options (one flag each), checked when built."""
 
-    metrics: tuple = option(("MCS", "IDR", "IIR"), "Metrics to compute: MCS, IDR, IIR, RMCS.")
-    num_imgs: int = option(10, "Images sampled per metric.")
+    metrics: tuple = option(("MCS", "IDR", "IIR"), "Metrics to compute: MCS, IDR, IIR, RMCS.",
+                            rule=some_of((*metric_definitions.METRICS, "RMCS"), "metric"))
+    num_imgs: int = option(10, "Images sampled per metric.", rule=at_least(1))
     seed: int = option(0, "Seed of the image sample (Python random, as the original).")
     scratch: bool = option(True, "True: compute attributions; False: read the original "
                            "precomputed g vectors from --attr_dir (all images).")
@@ -126,18 +122,20 @@ class Config:
     methods: Optional[tuple] = option(
         None, "Methods, in reporting order: BAM's abbreviations (GC, VG, SG, IG, IG-SG, GxI, GB, "
         "GGC; the default), any saliency_gen method name, or 'package.module:function'. With "
-        "--maps_dir: the saved maps' names (default: all of them).")
+        "--maps_dir: the saved maps' names (default: all of them).", rule=(some("method"), UNIQUE))
     data_dir: Optional[str] = option(None, "BAM data root (default: the synthetic world).",
                                      origin="data_dir")
     model_dir: Optional[str] = option(None, "Folder of exported models obj/, scene/, "
                                       "scene_only/.", origin="models")
     output: str = option("bam_metrics.json", "JSON output (a CSV is written beside).", origin=False)
     noise_seed: int = option(0, "Seed of SmoothGrad noise.")
-    batch_size: int = option(64, "Rows per gradient evaluation.", origin=False)
+    batch_size: int = option(64, "Rows per gradient evaluation.", origin=False,
+                             rule=at_least(1))
     cache_dir: Optional[str] = option(None, "Cache of the synthetic world (default: "
                                       "~/.cache/attribution-benchmarks/synthetic_seed0).",
                                       origin="models")
-    epochs: int = option(3, "Training epochs of the synthetic models.", origin="models")
+    epochs: int = option(3, "Training epochs of the synthetic models.", origin="models",
+                         rule=at_least(1))
     train_models: bool = option(False, "Train the synthetic world's models on this machine "
                                 "instead of loading the weights shipped with the package.",
                                 origin="models")
@@ -147,7 +145,8 @@ class Config:
     rmcs_tcav: bool = option(True, "With RMCS: add the relative TCAV row (dog concept, each "
                              "scene model's last block).")
     input_size: Optional[int] = option(None, "With --maps_dir: the resolution maps are scored "
-                                       "at (other sizes are resized); default: the images' size.")
+                                       "at (other sizes are resized); default: the images' size.",
+                                       rule=at_least(1))
 
 
 def _write_outputs(path, results, relative=None, origin=None):
@@ -198,18 +197,6 @@ def _table(results, methods):
     return "\n" + result_files.text_table(["metric", *methods, "images"], rows, align="right")
 
 
-def check_flags(config: Config) -> None:
-    """Empty or unknown metric lists and non-positive counts stop with one line at once."""
-    check_choices("metrics", config.metrics, (*metric_definitions.METRICS, "RMCS"), "metric")
-    for name in ("num_imgs", "batch_size", "epochs", "input_size"):
-        if getattr(config, name) is not None:
-            check_minimum(name, getattr(config, name), 1)
-    if config.methods is not None and not config.methods:
-        raise UserError("--methods names no method")
-    check_unique("metrics", config.metrics)
-    check_unique("methods", config.methods)
-
-
 def origin_of(config: Config, methods, data_dir, model_dir) -> dict:
     """What made a metrics file: the flags that change its numbers, the models' ids and the
     data folder (docs/bam.md, "Outputs"; docs/architecture.md, "Outputs and provenance")."""
@@ -227,7 +214,6 @@ def run(config: Config) -> dict:
     """Computes the metrics of `config`, prints them and writes the JSON and CSV outputs;
     returns {metric: {method: (value, used, sampled, constant maps)}} (and "RMCS"). A second
     run writing the same --output at once stops with one line."""
-    check_flags(config)
     with exclusive(config.output, "--output"):
         return _run(config)
 

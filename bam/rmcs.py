@@ -87,9 +87,10 @@ def compute(data_dir, model_dir, methods, num_imgs=100, seed=0, noise_seed=0, ba
     target = val_set_scores.load_val_set(data_dir, TARGET_SET)
     indices = metric_definitions.sample_indices(len(target.paths), num_imgs, seed)
     g, predictions = {}, {}
+    chosen = val_set_scores.resolved_methods(methods)  # each name once
     for k in range(1, 11):  # the ten relative models on the same images
         model = models.load(os.path.join(model_dir, f"scene{k}"))
-        predictions[k], g[k], _ = val_set_scores.score_pair(model, target, indices, methods,
+        predictions[k], g[k], _ = val_set_scores.score_pair(model, target, indices, chosen,
                                                             noise_seed, batch_size, image_progress)
         if progress:
             progress()

@@ -98,19 +98,23 @@ def stem_ids(stems):
     return np.array([zlib.crc32(stem.split("_")[0].encode()) for stem in stems], np.int64)
 
 
-def method_name(method: str) -> str:
-    """The saliency_gen name of a method: BAM's abbreviations (`GC`) as `bam:GC`, any other
-    name (a built-in, a registered or a "package.module:function" method) as it is; checked."""
-    name = f"bam:{method}" if method in names.BAM or f"bam:{method}" in names.PRODUCTS \
-        else method
-    if name not in names.PRODUCTS:
-        saliency_gen.resolve(name)
-    return name
+def resolved_methods(methods) -> dict:
+    """{method: its `saliency_gen.names.Resolved`}, each name resolved once (an unknown one
+    stops here with one line): BAM's abbreviations (`GC`) as `bam:GC`, any other name (a
+    built-in, a registered or a "package.module:function" method) as it is. A dict of resolved
+    methods is returned as it is."""
+    if isinstance(methods, dict):
+        return methods
+    return {method: names.resolved(
+        f"bam:{method}" if method in names.BAM or f"bam:{method}" in names.PRODUCTS else method)
+        for method in methods}
 
 
 def score_pair(model, val_set, indices, methods, noise_seed=0, batch_size=64, progress=None):
     """(predictions [n], {method: g [n]}, {method: constant-map count}) on `indices`;
-    `progress(n)` is called after every n explained images."""
+    `methods` are names or `resolved_methods`; `progress(n)` is called after every n explained
+    images."""
+    chosen = resolved_methods(methods)
     input_size = (model.input_shape[0] if isinstance(model, models.LoadedModel)
                   else model.input_shape[1])
     images = dataset.model_inputs([val_set.paths[i] for i in indices], input_size, "caffe_rgb")
@@ -121,8 +125,8 @@ def score_pair(model, val_set, indices, methods, noise_seed=0, batch_size=64, pr
                                  input_size, names)
     ids = stem_ids(names)
     scores, constants = {}, {}
-    for method in methods:
-        maps = saliency_gen.attribute(model, images, method_name(method), predictions,
+    for method, resolved in chosen.items():
+        maps = saliency_gen.attribute(model, images, resolved, predictions,
                                       batch_size=batch_size, seed=noise_seed, ids=ids,
                                       progress=progress)
         scores[method], constant = region.region_scores(maps, frames)

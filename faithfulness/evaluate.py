@@ -26,9 +26,10 @@ from faithfulness.protocols import BASELINES, ORDERS
 from models.foundation import provenance
 from models.foundation import results as result_files
 from models.foundation.cli import option, origin_flags, run_binary
-from models.foundation.errors import UserError, check_minimum, check_unique, require_both_or_neither
+from models.foundation.errors import UserError, require_both_or_neither
 from models.foundation.files import exclusive, write_json
 from models.foundation.lazy import lazy_module
+from models.foundation.rules import COUNT_OR_ALL, UNIQUE, Checked, at_least, some
 
 # Loaded on first use: a bad flag is reported before TensorFlow starts (docs/architecture.md).
 curves = lazy_module("faithfulness.curves")
@@ -203,8 +204,8 @@ def table(results, n_images):
 # The binary.
 
 @dataclasses.dataclass(frozen=True)
-class Config:
-    """faithfulness.evaluate's options (one flag each)."""
+class Config(Checked):
+    """faithfulness.evaluate's options (one flag each), checked when built."""
 
     model_path: Optional[str] = option(
         None,
@@ -220,35 +221,40 @@ class Config:
         None, "A PyTorch state dict (.pth / .pth.tar, as IDSDS releases them), converted to a "
         "SavedModel on first use (models.formats.torch_checkpoints) instead of --model_path.",
         origin=False)
-    image_size: int = option(224, "With --pretrained_ckpt: the model's input side.")
+    image_size: int = option(224, "With --pretrained_ckpt: the model's input side.",
+                             rule=at_least(1))
     evaluation_protocol: str = option("single_deletion", 'Protocol.', PROTOCOLS)
     explainer: tuple = option(
         tuple(DEFAULT_EXPLAINERS.split(",")),
         "Explainers: saliency_gen method names (idsds:IxG, idsds:IG-U, idsds:Grad-CAM, roar:IG, "
         "random, ...), registered methods or 'package.module:function'; idsds:applicable: "
-        "every IDSDS explainer that applies to the zoo model (CAMs on CNNs, its own ones).")
+        "every IDSDS explainer that applies to the zoo model (CAMs on CNNs, its own ones).",
+        rule=(some("method"), UNIQUE))
     attribution_transform: str = option(
         "raw",
         'Applied to the attribution before the channel sum.',
         ("raw", "abs", "relu"))
-    grid_rows_and_cols: int = option(4, 'Single deletion grid G (G x G cells).')
+    grid_rows_and_cols: int = option(4, 'Single deletion grid G (G x G cells).',
+                                     rule=at_least(1))
     sd_baseline: str = option("zeros", 'Single deletion baseline.', BASELINES)
     id_baseline: str = option("zeros", 'Incremental deletion baseline.', BASELINES)
-    id_steps: int = option(32, 'Incremental deletion steps S.')
+    id_steps: int = option(32, 'Incremental deletion steps S.', rule=at_least(1))
     id_order: str = option("ascending", 'Deletion order.', ORDERS)
     id_update_attribution: bool = option(False, 'Re-explain before every step.')
-    id_baseline_gaussian_kernel: int = option(51, 'Blur baseline kernel size (odd).')
+    id_baseline_gaussian_kernel: int = option(51, 'Blur baseline kernel size (odd).',
+                                              rule=at_least(1))
     id_baseline_gaussian_sigma: float = option(41.0, 'Blur baseline sigma.')
     data_replace_method: str = option(
         "",
         "deletion/insertion/iic_ad/add substrate: black or blur (default: the metric's).")
-    max_step_nb: int = option(196, 'deletion/insertion: at most this many steps.')
+    max_step_nb: int = option(196, 'deletion/insertion: at most this many steps.',
+                              rule=at_least(1))
     output_activation: str = option(
         "auto",
         'auto: logits for single deletion (IDSDS), softmax for the others.',
         ("auto", "none", "softmax"))
-    nr_images: int = option(64, 'Images to score (-1: all).')
-    batch_size: int = option(32, 'Work items per model call.', origin=False)
+    nr_images: int = option(64, 'Images to score (-1: all).', rule=COUNT_OR_ALL)
+    batch_size: int = option(32, 'Work items per model call.', origin=False, rule=at_least(1))
     seed: int = option(0, 'Seed of the image order and of every random draw.')
     output: Optional[str] = option(None, 'JSON file (default faithfulness_<protocol>.json).',
                                    origin=False)
@@ -266,25 +272,17 @@ def run(config: Config) -> dict:
 
 
 def check_flags(f: Config) -> None:
-    """Counts and sizes out of range stop the run with one line before any work."""
+    """What the options' own rules cannot say (they are checked when the config is built):
+    which model and image flags go together."""
     if f.pretrained_ckpt or f.model:
         require_both_or_neither(("model", f.model), ("pretrained_ckpt", f.pretrained_ckpt))
         if f.model_path:
             raise UserError("pass --model_path or --model with --pretrained_ckpt, not both")
         if not f.input_pattern:
             raise UserError("--pretrained_ckpt needs --input_pattern (images for that model)")
-        check_minimum("image_size", f.image_size, 1)
     else:
         require_both_or_neither(("model_path", f.model_path),
                                 ("input_pattern", f.input_pattern))
-    if f.nr_images == 0 or f.nr_images < -1:
-        raise UserError(f"--nr_images={f.nr_images} must be a positive count, or -1 for all")
-    for name in ("batch_size", "grid_rows_and_cols", "id_steps", "max_step_nb",
-                 "id_baseline_gaussian_kernel"):
-        check_minimum(name, getattr(f, name), 1)
-    if not f.explainer:
-        raise UserError("--explainer names no method")
-    check_unique("explainer", f.explainer)
 
 
 def _run(f: Config, output: str) -> dict:

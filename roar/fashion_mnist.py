@@ -27,8 +27,8 @@ import keras
 from tqdm import tqdm
 
 from models.foundation.cli import option, run_binary
-from models.foundation.errors import check_fractions, check_minimum
-from roar import report, train
+from models.foundation.rules import UNIQUE_NUMBERS, WHOLE_PERCENTS, Checked, at_least, some_of
+from roar import report, sweep, train
 from saliency_gen import generate
 from saliency_gen.sources import idx
 
@@ -39,22 +39,24 @@ METHOD_NAMES = {"SH": "gradient", "IG": "integrated gradients", "GB": "guided ba
 
 
 @dataclasses.dataclass(frozen=True)
-class Config:
-    """roar.fashion_mnist's options (one flag each)."""
+class Config(Checked):
+    """roar.fashion_mnist's options (one flag each), checked when built."""
 
     output_dir: str = option("fashion_roar", "Where records, model, maps, runs and report go.")
     idx_dir: str = option(idx.FASHION_MNIST_DIR, "Folder of the four Fashion-MNIST IDX files.")
-    train_images: int = option(12000, "Training images used (the first ones of the file).")
-    test_images: int = option(2000, "Test images used.")
+    train_images: int = option(12000, "Training images used (the first ones of the file).",
+                               rule=at_least(1))
+    test_images: int = option(2000, "Test images used.", rule=at_least(1))
     methods: tuple = option(METHODS, "ROAR generator codes of the methods, and random.")
     ratios: tuple = option(("0.1", "0.3", "0.5", "0.7", "0.9"), "Fractions replaced (ROAR) or "
-                           "kept replaced around the top (KAR).")
-    modes: tuple = option(("roar", "kar"), "roar and/or kar.")
+                           "kept replaced around the top (KAR).",
+                           rule=(WHOLE_PERCENTS, UNIQUE_NUMBERS))
+    modes: tuple = option(("roar", "kar"), "roar and/or kar.", rule=some_of(sweep.MODES, "mode"))
     seeds: tuple = option(("0", "1", "2"), "Training seeds of every cell.")
     epochs: float = option(3.0, "Training epochs of every retraining run.")
     base_epochs: float = option(5.0, "Training epochs of the model to explain.")
     model: str = option("small_cnn", "The CNN (a registered model).")
-    batch_size: int = option(64, "Training batch.")
+    batch_size: int = option(64, "Training batch.", rule=at_least(1))
 
 
 def _training_flags(config: Config, epochs: float) -> dict:
@@ -75,9 +77,6 @@ def _quiet_run(**flags) -> dict:
 
 def run(config: Config) -> list:
     """Runs (or resumes) the whole sweep; returns the report's summary rows."""
-    for name in ("train_images", "test_images", "batch_size"):
-        check_minimum(name, getattr(config, name), 1)
-    check_fractions("ratios", list(config.ratios))
     started = time.time()
     root = config.output_dir
     data_dir = os.path.join(root, "records")

@@ -23,7 +23,9 @@ from typing import Optional
 import tensorflow as tf
 
 from models.formats.preprocessing import decode_image
+from models.foundation.cli import option
 from models.foundation.errors import RecordError, UserError
+from models.foundation.rules import WHOLE_PERCENTS, Checked, at_least
 from roar import masking
 from saliency_gen import generate, names, pipelines, records
 from saliency_gen.pipelines import count_records, fit
@@ -54,31 +56,25 @@ def record_key_of(method: str) -> str:
 
 
 @dataclasses.dataclass(frozen=True)
-class MaskConfig:
-    """How features are ranked, selected and replaced (docs/roar.md, "Masks")."""
+class MaskConfig(Checked):
+    """How features are ranked, selected and replaced (docs/roar.md, "Masks"); its values are
+    checked when it is built, by the same rules and words as the binaries' flags."""
 
-    ratio: float = 0.0
-    keep_information: bool = False
-    ranking: str = "element"
-    squared: bool = True
-    tie_break: str = "index"
-    fill: str = "mean"
-    road_noise: float = 0.01
-    cg_tol: float = 1e-5
-    cg_max_iters: int = 2000
-    seed: int = 0
+    ratio: float = option(0.0, "Fraction of features replaced.", rule=WHOLE_PERCENTS)
+    keep_information: bool = option(False, "KAR: keep the top features, replace the rest.")
+    ranking: str = option("element", "Ranking unit.", masking.UNITS)
+    squared: bool = option(True, "Rank by e^2.")
+    tie_break: str = option("index", "Ties.", masking.TIE_BREAKS)
+    fill: str = option("mean", "Replacement.", masking.FILLS)
+    road_noise: float = option(0.01, "ROAD imputation noise.")
+    cg_tol: float = option(1e-5, "ROAD solver: relative residual to stop at.")
+    cg_max_iters: int = option(2000, "ROAD solver: iteration limit.", rule=at_least(1))
+    seed: int = option(0, "Seed of the jitter and the noise.")
 
-    def check(self):
-        masking.percent(self.ratio)
-        if self.ranking not in masking.UNITS:
-            raise UserError(f"--ranking must be one of {', '.join(masking.UNITS)}")
-        if self.tie_break not in masking.TIE_BREAKS:
-            raise UserError(f"--tie_break must be one of {', '.join(masking.TIE_BREAKS)}")
-        if self.fill not in masking.FILLS:
-            raise UserError(f"--fill must be one of {', '.join(masking.FILLS)}")
+    def __post_init__(self) -> None:
+        super().__post_init__()
         if self.fill == "noisy_linear" and self.ranking != "pixel":
             raise UserError("--fill=noisy_linear (ROAD) needs --ranking=pixel")
-        return self
 
 
 def _example_reader(source, map_key, map_format, size, geometry, label_offset, control,
@@ -176,7 +172,6 @@ def masked_dataset(files, source, config, *, training, batch_size, map_key=None,
     if random_mask not in RANDOM_MASKS:
         raise UserError(f"--random_mask must be one of {', '.join(RANDOM_MASKS)}")
     per_read = random_mask == "per_read" and training
-    config.check()
     files = sorted(files)
     if not files:
         raise UserError("no input files")

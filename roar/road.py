@@ -21,9 +21,10 @@ from tqdm import tqdm
 import models
 from models.foundation import provenance
 from models.foundation.cli import option, origin_flags, run_binary
-from models.foundation.errors import UserError, check_fractions, check_minimum, check_unique
+from models.foundation.errors import UserError
 from models.foundation.files import exclusive, write_json
 from models.foundation.lazy import lazy_module
+from models.foundation.rules import UNIQUE_NUMBERS, WHOLE_PERCENTS, Checked, at_least, some_of
 
 # Loaded on first use: a bad flag is reported before TensorFlow starts (docs/architecture.md).
 tf = lazy_module("tensorflow")
@@ -101,8 +102,8 @@ def row(method, order, p, accuracy, probability, count) -> dict:
 
 
 @dataclasses.dataclass(frozen=True)
-class Config:
-    """roar.road's options (one flag each)."""
+class Config(Checked):
+    """roar.road's options (one flag each), checked when built."""
 
     ckpt_path: Optional[str] = option(
         None, "The clean model (models.export directory; default: the synthetic world's).")
@@ -115,17 +116,19 @@ class Config:
         None, "The map: a record key (gradient_image), a ROAR code (SH), any saliency_gen method "
         "name or 'package.module:function' whose records --data_dir holds, or random / oracle "
         "(default on the synthetic world: gradient_image).")
-    orders: tuple = option(tuple(ORDERS), 'morf and/or lerf.')
+    orders: tuple = option(tuple(ORDERS), 'morf and/or lerf.', rule=some_of(ORDERS, "order"))
     ratios: tuple = option(
         ("0.1", "0.2", "0.3", "0.4", "0.5", "0.7", "0.9"),
-        'Fractions p (MoRF removes the top p, LeRF keeps it).')
+        'Fractions p (MoRF removes the top p, LeRF keeps it).',
+        rule=(WHOLE_PERCENTS, UNIQUE_NUMBERS))
     ranking: str = option("pixel", 'Ranking unit (ROAD: pixel).', ["element", "pixel"])
     squared_value: bool = option(False, 'Rank by e^2 (ROAD: the signed sum).')
     tie_break: str = option("jitter", 'Ties (ROAD: jitter).', ["index", "jitter"])
     fill: str = option("noisy_linear", 'Replacement.', ["mean", "zero", "noisy_linear"])
     road_noise: float = option(0.01, 'Imputation noise (absolute, [0, 1] pixels).')
     seed: int = option(0, 'Seed of the jitter and the noise.')
-    batch_size: int = option(128, 'Images per evaluation batch.', origin=False)
+    batch_size: int = option(128, 'Images per evaluation batch.', origin=False,
+                             rule=at_least(1))
     label_offset: int = option(0, 'Added to image-record labels.')
     output: str = option("road", 'Output stem: <output>.json, .csv, .md, .png.', origin=False)
 
@@ -155,22 +158,16 @@ def on_synthetic_world(f: Config) -> Config:
 
 
 def check_flags(f: Config) -> None:
-    """One-line errors for missing or out-of-range flags."""
+    """What the options' own rules cannot say (they are checked when the config is built):
+    the flags --data_dir needs, and an output stem that is not a folder."""
     if f.data_dir:
         for name in ("ckpt_path", "saliency_method"):
             if not getattr(f, name):
                 raise UserError(f"--{name} is required with --data_dir")
-    check_fractions("ratios", list(f.ratios))
-    check_unique("ratios", [float(r) for r in f.ratios])
-    check_unique("orders", f.orders)
-    check_minimum("batch_size", f.batch_size, 1)
     if f.output.endswith(os.sep) or os.path.isdir(f.output):
         raise UserError(f"--output={f.output} is a folder; give a file stem such as "
                         f"{os.path.join(f.output, 'road')} (it writes <stem>.json, .csv, .md, "
                         ".png)")
-    unknown = sorted(set(f.orders) - set(ORDERS))
-    if unknown or not f.orders:
-        raise UserError(f"--orders={','.join(f.orders)} must name morf and/or lerf")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -191,7 +188,7 @@ def inputs(f: Config) -> Inputs:
     control = f.saliency_method if f.saliency_method in ("random", "oracle") else None
     mask = masked_data.MaskConfig(ranking=f.ranking, squared=f.squared_value,
                                   tie_break=f.tie_break, fill=f.fill, road_noise=f.road_noise,
-                                  seed=f.seed).check()
+                                  seed=f.seed)
     return Inputs(files, "images" if control else "saliency", control,
                   None if control else masked_data.record_key_of(f.saliency_method), mask,
                   [float(r) for r in f.ratios])

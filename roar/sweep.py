@@ -17,30 +17,33 @@ import sys
 from tqdm import tqdm
 
 from models.foundation.cli import option, run_binary
-from models.foundation.errors import UserError, check_fractions
+from models.foundation.errors import UserError
+from models.foundation.rules import UNIQUE_NUMBERS, WHOLE_PERCENTS, Checked, some_of
 from roar import train
+
+MODES = ("roar", "kar")
+DEFAULTS = train.Config()  # roar.train's own defaults, where --train_flags leaves them
 
 
 @dataclasses.dataclass(frozen=True)
-class Config:
-    """roar.sweep's options (one flag each)."""
+class Config(Checked):
+    """roar.sweep's options (one flag each), checked when built."""
 
     methods: tuple = option(
         ("gradient_image", "random"),
         "Methods: record keys or generator codes, any saliency_gen method name or "
         "'package.module:function', 'oracle' or 'random'.")
-    ratios: tuple = option(("0.1", "0.3", "0.5", "0.7", "0.9"), "Fractions replaced.")
+    ratios: tuple = option(("0.1", "0.3", "0.5", "0.7", "0.9"), "Fractions replaced.",
+                           rule=(WHOLE_PERCENTS, UNIQUE_NUMBERS))
     seeds: tuple = option(("0",), "Training seeds (the paper: 5 per cell).")
-    modes: tuple = option(("roar",), "roar (remove the top) and/or kar (keep the top).")
+    modes: tuple = option(("roar",), "roar (remove the top) and/or kar (keep the top).",
+                          rule=some_of(MODES, "mode"))
     output_dir: str = option("roar_runs", "Root of the run folders.")
     train_flags: str = option("", "Further flags for every roar.train run.")
 
 
 def planned_runs(methods, ratios, seeds, modes):
-    """[(method, ratio, seed, keep)] in a stable order."""
-    for mode in modes:
-        if mode not in ("roar", "kar"):
-            raise UserError(f"--modes takes roar and kar; got {mode!r}")
+    """[(method, ratio, seed, keep)] in a stable order (`modes` are `MODES`)."""
     return [(method, float(ratio), int(seed), mode == "kar")
             for mode in modes for method in methods for ratio in ratios for seed in seeds]
 
@@ -57,7 +60,6 @@ def run_arguments(method, ratio, seed, keep, output_dir):
 def run(config: Config) -> int:
     """Trains every missing run of the grid (one roar.train process each); returns how many."""
     f = config
-    check_fractions("ratios", list(f.ratios))
     runs = planned_runs(f.methods, f.ratios, f.seeds, f.modes)
     extra = shlex.split(f.train_flags)
     done = 0
@@ -67,8 +69,8 @@ def run(config: Config) -> int:
             options = dict(arg[2:].split("=", 1) for arg in extra if "=" in arg)
             folder = train.run_directory(
                 f.output_dir, transformation, ratio, "random" if method == "random" else
-                method, keep, options.get("ranking", "element"), options.get("fill", "mean"),
-                seed)
+                method, keep, options.get("ranking", DEFAULTS.ranking),
+                options.get("fill", DEFAULTS.fill), seed)
             finished = os.path.isfile(os.path.join(folder, "metrics.json"))
             command = [sys.executable, "-m", "roar.train", *arguments, *extra]
             result = subprocess.run(command, check=False, capture_output=finished, text=True)

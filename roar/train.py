@@ -22,9 +22,10 @@ import numpy as np
 import models
 from models.foundation import provenance
 from models.foundation.cli import option, origin_flags, run_binary
-from models.foundation.errors import UserError, check_fractions, check_minimum
+from models.foundation.errors import UserError
 from models.foundation.files import ensure_directory, write_json
 from models.foundation.lazy import lazy_module
+from models.foundation.rules import POSITIVE, WHOLE_PERCENTS, Checked, at_least
 from models.training import distribution, recipes
 from models.training.recipes import Recipe
 
@@ -144,13 +145,13 @@ DATASET_SIZES = {"imagenet": (1281167, 50000), "food_101": (75750, 25250),
 
 
 @dataclasses.dataclass(frozen=True)
-class Config:
-    """roar.train's options (one flag each)."""
+class Config(Checked):
+    """roar.train's options (one flag each), checked when built."""
 
     ratio: Optional[float] = option(
         None,
         'Fraction of features replaced (ROAR: the top ones; KAR: all but the top 1 - '
-        'ratio). Required unless --transformation=raw_image.')
+        'ratio). Required unless --transformation=raw_image.', rule=WHOLE_PERCENTS)
     transformation: str = option(
         "modified_image",
         'Mask by a saliency map (or the oracle), by a random map, or not at all.',
@@ -183,7 +184,7 @@ class Config:
         ["index", "jitter"])
     road_noise: float = option(0.01, 'ROAD imputation noise (absolute, [0, 1] pixels).')
     cg_tol: float = option(1e-5, 'ROAD solver: relative residual to stop at.')
-    cg_max_iters: int = option(2000, 'ROAD solver: iteration limit.')
+    cg_max_iters: int = option(2000, 'ROAD solver: iteration limit.', rule=at_least(1))
     data_dir: Optional[str] = option(
         None,
         "Folder of the method's saliency records, or of image records for "
@@ -204,7 +205,7 @@ class Config:
         'Sets --num_classes (default: synthetic without --data_dir, else imagenet).',
         tuple(DATASETS))
     num_classes: Optional[int] = option(None, 'Number of classes (default: by dataset).',
-                                        origin="num_classes")
+                                        origin="num_classes", rule=at_least(1))
     label_offset: int = option(0, 'Added to image-record labels (TF-slim ImageNet: -1).')
     geometry: str = option(
         "none",
@@ -213,7 +214,7 @@ class Config:
     image_size: Optional[int] = option(
         None,
         "Model input side (default: the maps', or 64 for the synthetic world, 224 "
-        'otherwise).', origin="size")
+        'otherwise).', origin="size", rule=at_least(1))
     output_dir: str = option("roar_runs", 'Root of the run folders.', origin=False)
     model: Optional[str] = option(
         None,
@@ -231,9 +232,9 @@ class Config:
                                               origin=False)
     seed: int = option(0, 'Seed of initialisation, order, masks and noise.')
     epochs: Optional[float] = option(None, 'Training epochs (synthetic default 4, else 90).',
-                                     origin="epochs")
+                                     origin="epochs", rule=POSITIVE)
     batch_size: Optional[int] = option(None, 'Global training batch (synthetic 64, else 256).',
-                                       origin="batch_size")
+                                       origin="batch_size", rule=at_least(1))
     optimizer: Optional[str] = option(
         None,
         'Nesterov SGD (the recipe; default off the synthetic world) or Adam.',
@@ -248,15 +249,15 @@ class Config:
     lr_decay_epochs: Optional[tuple] = option(
         None,
         'Epochs of the x0.1 steps (synthetic: 3; else 30,60,80).', origin="decay_epochs")
-    eval_batch_size: int = option(256, 'Evaluation batch.', origin=False)
+    eval_batch_size: int = option(256, 'Evaluation batch.', origin=False, rule=at_least(1))
     num_train_images: Optional[int] = option(
         None,
         "Training records (default: the paper's count for imagenet / food_101 / birdsnap, "
-        'else counted).', origin="num_train")
+        'else counted).', origin="num_train", rule=at_least(1))
     num_eval_images: Optional[int] = option(
         None,
         'Test records (as above); evaluation checks that it saw exactly this many.',
-        origin="num_eval")
+        origin="num_eval", rule=at_least(1))
     overwrite: bool = option(
         False, 'Replace a run folder made with other settings or data instead of stopping.',
         origin=False)
@@ -271,19 +272,10 @@ class Config:
 
 
 def check_flags(f: Config) -> None:
-    """Missing or out-of-range flags stop the run with one line before any data is read (and
-    before TensorFlow starts)."""
+    """What the options' own rules cannot say (they are checked when the config is built):
+    a ratio is needed unless the images stay raw."""
     if f.transformation != "raw_image" and f.ratio is None:
         raise UserError("--ratio is required (the fraction of features replaced)")
-    if f.ratio is not None:
-        check_fractions("ratio", f.ratio)
-    for name, minimum in (("batch_size", 1), ("eval_batch_size", 1),
-                          ("num_classes", 1), ("image_size", 1), ("num_train_images", 1),
-                          ("num_eval_images", 1), ("cg_max_iters", 1)):
-        if getattr(f, name) is not None:
-            check_minimum(name, getattr(f, name), minimum)
-    if f.epochs is not None and f.epochs <= 0:
-        raise UserError(f"--epochs={f.epochs} must be positive")
 
 
 PRESETS = {"synthetic": recipes.SYNTHETIC_RECIPE, "real": recipes.REAL_RECIPE}
@@ -351,7 +343,7 @@ def run(config: Config, verbose: int = 1) -> dict:
                                     ranking=f.ranking, squared=f.squared_value,
                                     tie_break=f.tie_break, fill=f.fill, road_noise=f.road_noise,
                                     cg_tol=f.cg_tol, cg_max_iters=f.cg_max_iters,
-                                    seed=f.seed).check()
+                                    seed=f.seed)
     recipe = recipe_from_flags(f, synthetic)
     train_files = masked_data.list_shards(os.path.join(data_dir, f.train_pattern),
                                           "--train_pattern")

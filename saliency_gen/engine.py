@@ -14,7 +14,7 @@ the explained class is computed once per image on the clean input; so results do
 `batch_size` and no image influences another.
 """
 import weakref
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence, Union
 
 import numpy as np
 import tensorflow as tf
@@ -96,7 +96,8 @@ def predict(model, images, batch_size: int = 64) -> np.ndarray:
     return adapt(model).predict(images, batch_size)
 
 
-def attribute(model, images, method: str, targets: Optional[Sequence[int]] = None, *,
+def attribute(model, images, method: Union[str, names.Resolved],
+              targets: Optional[Sequence[int]] = None, *,
               batch_size: int = 64, seed: int = 0, ids: Optional[Sequence[int]] = None,
               preprocessing: Optional[str] = None, feature_layer: Optional[str] = None,
               memory_bytes: int = 1 << 28, progress: Optional[Callable[[int], Any]] = None,
@@ -106,23 +107,25 @@ def attribute(model, images, method: str, targets: Optional[Sequence[int]] = Non
     `method` is a base method ("integrated_gradients"), a wrapped one
     ("smoothgrad_sq(integrated_gradients)"), a scheme name ("roar:IG_SG_2", "bam:GC",
     "idsds:IG-U"), a method registered with `saliency_gen.register_method`, or a
-    "package.module:function" string. `params` override the method's parameters (e.g. `steps=`,
-    `nsamples=`, `baseline=`, `transform=`, `reduce=`). `targets=None` explains each image's
-    predicted class. `ids` are int64 keys per image for the noise (default: positions).
-    `preprocessing` names the input space for pixel-space baselines ("black"); it defaults to
-    the model's. `progress(n)` is called after each group of n images (at most 256). Output:
-    [N, H, W, C] raw signed maps (CAM and RISE maps upsampled and repeated over C), or
-    [N, H, W, 1] with `reduce="sum"`.
+    "package.module:function" string, or such a name resolved once by the caller
+    (`saliency_gen.names.resolved`, then without `params`). `params` override the method's
+    parameters (e.g. `steps=`, `nsamples=`, `baseline=`, `transform=`, `reduce=`). `targets=None`
+    explains each image's predicted class. `ids` are int64 keys per image for the noise
+    (default: positions). `preprocessing` names the input space for pixel-space baselines
+    ("black"); it defaults to the model's. `progress(n)` is called after each group of n
+    images (at most 256). Output: [N, H, W, C] raw signed maps (CAM and RISE maps upsampled and
+    repeated over C), or [N, H, W, 1] with `reduce="sum"`.
     """
-    if method in names.PRODUCTS:
+    chosen = names.resolved(method, **params)
+    method = chosen.name
+    if chosen.parts:  # a product of two methods' maps
         first, second = (attribute(model, images, part, targets, batch_size=batch_size,
                                    seed=seed, ids=ids, preprocessing=preprocessing,
                                    feature_layer=feature_layer, memory_bytes=memory_bytes,
-                                   progress=None if part == names.PRODUCTS[method][0]
-                                   else progress, **params)
-                         for part in names.PRODUCTS[method])
+                                   progress=None if part is chosen.parts[0] else progress)
+                         for part in chosen.parts)
         return first * second
-    spec = names.resolve(method, **params)
+    spec = chosen.spec
     unit = spec.unit
     images = np.asarray(images, np.float32)
     if images.ndim != 4:
@@ -146,7 +149,7 @@ def attribute(model, images, method: str, targets: Optional[Sequence[int]] = Non
         return np.zeros(images.shape if spec.reduce == "none" else (*images.shape[:3], 1),
                         np.float32)
     preprocessing = (preprocessing or (adapter.preprocessing if adapter else None)
-                     or names.scheme_preprocessing(method))
+                     or chosen.preprocessing)
     targets = _targets(adapter, images, targets, batch_size)
     shape = images.shape[1:]
     sigmas = noise.sigmas(images, spec.options) if spec.wrapper else np.zeros(count, np.float32)

@@ -101,6 +101,7 @@ def explain_records(path, loaded, methods_list, options, progress=None, start=0,
     dataset = pipelines.explanation_inputs([path], loaded.input_shape, space, options["geometry"],
                                            start=start, count=count)
     dataset = dataset.batch(options["batch_size"]).prefetch(1)
+    chosen = {method: names.resolved(method) for method in methods_list}  # once per shard
     index = start
     try:
         for keys, encoded, labels, images, heights, widths in dataset:
@@ -117,7 +118,7 @@ def explain_records(path, loaded, methods_list, options, progress=None, start=0,
             predictions = np.argmax(engine.predict(loaded, images, options["chunk_size"]), 1)
             targets = labels if options["explain"] == "label" else predictions
             maps = {record_key(method): engine.attribute(
-                loaded, images, method, targets, batch_size=options["chunk_size"],
+                loaded, images, chosen[method], targets, batch_size=options["chunk_size"],
                 seed=options["seed"], ids=ids) for method in methods_list}
             for n, key in enumerate(keys):
                 try:
@@ -231,15 +232,14 @@ def generate(input_pattern, model_path, methods_list, output_dir, *, batch_size=
     if not methods_list:
         raise UserError("--saliency_method names no method")
     check_unique("saliency_method", methods_list)
-    for method in methods_list:
-        names.resolve(method)  # unknown names fail before any work
+    chosen = {method: names.resolved(method) for method in methods_list}  # unknown: stop now
     loaded = models.load(model_path)
     files = records.list_files(input_pattern)[shard_index::num_shards]
     common = {"seed": seed, "preprocessing": loaded.preprocessing, "geometry": geometry,
               "crop_version": preprocessing.CROP_VERSION, "explain": explain,
               "label_offset": label_offset}
     meta = {"methods": {record_key(m): {"name": m, **{k: repr(v) for k, v in
-                                                      names.resolve(m).options.items()}}
+                                                      chosen[m].options.items()}}
                         for m in methods_list}, "model_id": loaded.model_id, **common}
     options = dict(batch_size=batch_size, chunk_size=chunk_size, seed=seed, dtype=dtype,
                    geometry=geometry, label_offset=label_offset, explain=explain,

@@ -13,6 +13,9 @@ Accepted forms:
   `idsds:Grad-CAMpp abs`). Scheme names carry their scheme's settings (baselines, quadrature,
   noise, CAM normalisation, preprocessing); keyword parameters override them.
 """
+import dataclasses
+from typing import Optional
+
 from models.foundation.errors import UserError
 from saliency_gen import methods, noise, plugins, units
 from saliency_gen.spec import MethodSpec, make_spec
@@ -197,3 +200,33 @@ def scheme_preprocessing(method):
         scheme = method.split(":", 1)[0].lower()
         return {"roar": "imagenet", "bam": "caffe_rgb"}.get(scheme)
     return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Resolved:
+    """A method name resolved once, to be passed on instead of the name: its `MethodSpec` (None
+    for a product of two methods, whose `parts` are resolved instead) and the input space its
+    scheme implies."""
+
+    name: str
+    spec: Optional[MethodSpec]
+    parts: tuple = ()
+    preprocessing: Optional[str] = None
+
+    @property
+    def options(self) -> dict:
+        """The spec's parameters ({} for a product)."""
+        return self.spec.options if self.spec is not None else {}
+
+
+def resolved(method, **params) -> Resolved:
+    """`method` (a name, or a `Resolved` given back as it is) with `params` resolved once: an
+    unknown name stops here with one line."""
+    if isinstance(method, Resolved):
+        if params:
+            raise ValueError("parameter overrides apply to a method name, not a resolved method")
+        return method
+    if method in PRODUCTS:
+        return Resolved(method, None, tuple(resolved(part, **params) for part in PRODUCTS[method]),
+                        scheme_preprocessing(method))
+    return Resolved(method, resolve(method, **params), (), scheme_preprocessing(method))

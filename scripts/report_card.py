@@ -33,9 +33,9 @@ from models.formats import pretrained
 from models.formats.preprocessing import input_space
 from models.foundation import progress, provenance, results
 from models.foundation.cli import option, origin_flags, run_binary
-from models.foundation.errors import (UserError, check_choices, check_fractions, check_minimum,
-                                      check_unique, require_both_or_neither)
+from models.foundation.errors import UserError, require_both_or_neither
 from models.foundation.files import exclusive
+from models.foundation.rules import UNIQUE, WHOLE_PERCENTS, Checked, at_least, some, some_of
 from models.report import engine, meta_evaluation, pages
 from roar import card as roar_card
 from saliency_gen import names, pipelines, records, transforms
@@ -83,28 +83,31 @@ DEFAULT_BENCHMARKS = ("BAM", "ROAD", *faithfulness_card.DEFAULT)
 
 
 @dataclasses.dataclass(frozen=True)
-class Config:
-    """The card's options (one flag each)."""
+class Config(Checked):
+    """The card's options (one flag each), checked when built."""
 
     methods: Optional[tuple] = option(
         None, "Methods: saliency_gen names, registered methods, 'package.module:function', and "
         "the controls " + ", ".join(CONTROLS) + " (default: the eight BAM methods and the "
-        "controls; with --pretrained: " + ",".join(REAL_METHODS) + ").")
+        "controls; with --pretrained: " + ",".join(REAL_METHODS) + ").",
+        rule=(some("method"), UNIQUE))
     pretrained: Optional[str] = option(
         None, "Run on a real pretrained network and the 20 real ImageNet photos instead "
         "(docs/real_model.md); BAM's columns stay empty.", choices=tuple(pretrained.PRETRAINED))
     benchmarks: tuple = option(DEFAULT_BENCHMARKS, "Benchmarks to run: " + ", ".join(BENCHMARKS)
-                               + " (ROAR/KAR retraining: --retraining).")
+                               + " (ROAR/KAR retraining: --retraining).",
+                               rule=some_of(BENCHMARKS, "benchmark"))
     model_path: Optional[str] = option(None, "Classifier for the faithfulness protocols "
                                        "(default: the synthetic world's clean small_cnn).")
     input_pattern: Optional[str] = option(None, "Its image TFRecords (default: the synthetic "
                                           "world's validation records).")
-    nr_images: int = option(64, "Images for the faithfulness protocols.")
+    nr_images: int = option(64, "Images for the faithfulness protocols.", rule=at_least(1))
     data_dir: Optional[str] = option(None, "BAM data root (default: the synthetic world).")
     bam_model_dir: Optional[str] = option(None, "BAM models obj/, scene/, scene_only/.")
-    num_imgs: int = option(50, "Images sampled per BAM metric.")
-    max_step_nb: int = option(64, "Deletion / Insertion: at most this many steps.")
-    batch_size: int = option(32, "Work items per model call.")
+    num_imgs: int = option(50, "Images sampled per BAM metric.", rule=at_least(1))
+    max_step_nb: int = option(64, "Deletion / Insertion: at most this many steps.",
+                              rule=at_least(1))
+    batch_size: int = option(32, "Work items per model call.", rule=at_least(1))
     seed: int = option(0, "Seed of the image samples, the random draws and the bootstrap.")
     output_dir: Optional[str] = option(None, "Where the cells and the card go (default: "
                                        "report_card, or report_card_<--pretrained>).",
@@ -117,12 +120,13 @@ class Config:
                         "the synthetic world).")
     retraining: bool = option(False, "Add ROAR / KAR retraining at --retraining_ratio (costly: "
                               "maps of every record and 2 trainings per seed and method).")
-    retraining_ratio: float = option(0.5, "Fraction replaced (ROAR) or kept (KAR).")
+    retraining_ratio: float = option(0.5, "Fraction replaced (ROAR) or kept (KAR).",
+                                     rule=WHOLE_PERCENTS)
     retraining_seeds: tuple = option(("0", "1", "2"), "Training seeds: the units of its "
                                      "intervals.")
     sanity: bool = option(True, "Add the cascading model-randomisation check (needs a zoo "
                           "model export).")
-    gallery_images: int = option(4, "Images in the map gallery (0: none).")
+    gallery_images: int = option(4, "Images in the map gallery (0: none).", rule=at_least(0))
     variants: bool = option(False, "Run the faithfulness protocols again under the settings "
                             "their literature varies (substrate, step count, baseline) and show "
                             "how far each metric's ranking moves (costs one run per variant).")
@@ -135,7 +139,8 @@ class Config:
                                    "model's maps (MetaQuantus: those benchmarks again on the "
                                    "first --meta_images images, three times, without the "
                                    "controls).")
-    meta_images: int = option(16, "Images of the meta-evaluation's perturbed runs.")
+    meta_images: int = option(16, "Images of the meta-evaluation's perturbed runs.",
+                              rule=at_least(1))
 
 
 def resolved(config: Config) -> Config:
@@ -160,20 +165,12 @@ def resolved(config: Config) -> Config:
 
 
 def check_flags(config: Config) -> None:
-    """Empty lists, unknown benchmarks and counts out of range stop at once with one line."""
-    if not config.methods:
-        raise UserError("--methods names no method")
-    check_unique("methods", config.methods)
-    check_unique("benchmarks", config.benchmarks)
-    for method in config.methods:  # an unknown name fails before any work
+    """What the options' own rules cannot say (they are checked when the config is built):
+    unknown method names, before any work, and the flags that go together."""
+    for method in config.methods:
         plain = engine.unblurred(method) or method
         if plain != bam_card.ORACLE and plain not in names.PRODUCTS:
             saliency_gen.resolve(plain)
-    check_choices("benchmarks", config.benchmarks, BENCHMARKS, "benchmark")
-    for name in ("nr_images", "num_imgs", "max_step_nb", "batch_size", "meta_images"):
-        check_minimum(name, getattr(config, name), 1)
-    check_minimum("gallery_images", config.gallery_images, 0)
-    check_fractions("retraining_ratio", [config.retraining_ratio])
     if config.retraining and not config.retraining_seeds:
         raise UserError("--retraining_seeds names no seed")
     require_both_or_neither(("model_path", config.model_path),

@@ -53,9 +53,14 @@ def test_help_lists_the_binarys_own_flags_with_their_defaults(module):
     finally:  # ... which later subprocesses of the suite must not inherit
         os.environ.clear()
         os.environ.update(saved)
+    lines = done.stdout.splitlines()
     for field in dataclasses.fields(config):
         # the default shown is the real one, computed from the source without running it
-        assert f"  --{field.name} [{cli.flag_text(field.default)}]\n" in done.stdout, field.name
+        flag_line = f"  --{field.name} [{cli.flag_text(field.default)}]"
+        assert flag_line in lines, field.name
+        rules = field.metadata.get("rule")  # and each rule the option declares
+        for rule in () if rules is None else rules if isinstance(rules, tuple) else (rules,):
+            assert rule.text in lines[lines.index(flag_line) + 1], field.name
     assert "--verbosity" not in done.stdout  # absl's own flags stay in --helpfull
 
 

@@ -34,6 +34,7 @@ import sys
 import typing
 from typing import Any, Callable, Optional, Sequence, Union
 
+from models.foundation import rules
 from models.foundation.errors import UserError
 
 
@@ -51,8 +52,10 @@ def require(module: str, extra: str):
 
 
 def option(default: Any, help: str, choices: Optional[Sequence] = None,  # noqa: A002
-           *, origin: Union[bool, str, tuple] = True):
-    """A config field that is also a flag: its default, help text and allowed values.
+           *, origin: Union[bool, str, tuple] = True, rule: Any = None):
+    """A config field that is also a flag: its default, help text, allowed values and `rule`
+    (a `models.foundation.rules.Rule` or a tuple of them, checked when a `rules.Checked`
+    config is built).
 
     `origin` says how the flag reaches the binary's origin record (docs/architecture.md,
     "Outputs and provenance"): True, its value changes results and is recorded under its name
@@ -61,7 +64,7 @@ def option(default: Any, help: str, choices: Optional[Sequence] = None,  # noqa:
     not change results (where outputs go, progress, resumption; input locations are recorded
     as digests of the data)."""
     return dataclasses.field(default=default, metadata={"help": help, "choices": choices,
-                                                        "origin": origin})
+                                                        "origin": origin, "rule": rule})
 
 
 def origin_flags(config) -> dict:
@@ -344,8 +347,8 @@ def _evaluate(node: ast.AST, values: dict) -> Any:
 
 
 def declared_options(path: str, class_name: str = "Config") -> list:
-    """[(name, default, help, choices)] of a binary's `Config` dataclass (its bases' fields
-    first, as dataclasses order them), read from the source file without running it. A
+    """[(name, default, help, choices, rule text)] of a binary's `Config` dataclass (its bases'
+    fields first, as dataclasses order them), read from the source file without running it. A
     default that cannot be computed so is its source text (a `_Verbatim`)."""
     values = source_values(path)
     with open(path, encoding="utf-8") as handle:
@@ -369,8 +372,21 @@ def declared_options(path: str, class_name: str = "Config") -> list:
         given = dict(zip(("default", "help", "choices"), call.args))
         given.update({keyword.arg: keyword.value for keyword in call.keywords})
         options[node.target.id] = (node.target.id, *(
-            _shown(given.get(name), values) for name in ("default", "help", "choices")))
+            _shown(given.get(name), values) for name in ("default", "help", "choices")),
+            _rule_text(given.get("rule"), values))
     return list(options.values())
+
+
+def _rule_text(node: Optional[ast.AST], values: dict) -> str:
+    """What an option's rule says (`models.foundation.rules`), or "" if it has none or its
+    arguments need running code."""
+    if node is None:
+        return ""
+    try:
+        found = _evaluate(node, {**values, **vars(rules)})
+    except Exception:  # noqa: BLE001
+        return ""
+    return " ".join(rule.text for rule in (found if isinstance(found, tuple) else (found,)))
 
 
 def _shown(node: Optional[ast.AST], values: dict) -> Any:
@@ -409,10 +425,12 @@ def help_text(path: str, command: str) -> str:
     if doc:
         lines += [doc, ""]
     lines.append("flags (default in brackets):")
-    for name, default, text, choices in declared_options(path):
+    for name, default, text, choices, rule in declared_options(path):
         one_line = " ".join(str(text or "").split())
         if choices:
             one_line += f" One of: {flag_text(choices).replace(',', ', ')}."
+        if rule:
+            one_line += f" {rule}"
         lines.append(f"  --{name} [{flag_text(default)}]")
         lines.append(f"      {one_line}")
     lines += ["", "  --helpfull  every flag, including absl's and TensorFlow's"]

@@ -43,6 +43,12 @@ def check_choices(flag: str, values, known, what: str = "value") -> None:
                         f"{', '.join(known)}")
 
 
+def check_one_of(flag: str, value, known) -> None:
+    """Raises unless the flag `--flag` is one of `known` (a scalar choice)."""
+    if value not in known:
+        raise UserError(f"--{flag} must be one of {', '.join(map(str, known))}; got {value!r}")
+
+
 def check_unique(flag: str, values) -> None:
     """Raises if the list flag `--flag` names a value twice (a method shown twice, a ratio
     scored twice)."""

@@ -12,8 +12,8 @@ from absl import flags
 
 import models
 from models.formats.adapter import CallableAdapter, KerasAdapter, LoadedAdapter, adapt
-from models.foundation import cli, executor
-from models.foundation.errors import first_non_finite
+from models.foundation import cli, executor, rules
+from models.foundation.errors import UserError, first_non_finite
 
 
 @pytest.mark.parametrize("chunk", [1, 3, 4, 16])
@@ -112,6 +112,39 @@ def test_a_config_becomes_flags_and_the_flags_a_config():
         values(["prog", "--mode=medium"])
 
 
+def test_options_are_checked_by_their_rules_when_the_config_is_built():
+    @dataclasses.dataclass(frozen=True)
+    class Config(rules.Checked):
+        count: int = cli.option(2, "Items.", rule=rules.at_least(1))
+        ratios: tuple = cli.option(("0.1",), "Fractions.",
+                                   rule=(rules.WHOLE_PERCENTS, rules.UNIQUE_NUMBERS))
+        orders: tuple = cli.option(("morf",), "Orders.", rule=rules.some_of(("morf", "lerf"),
+                                                                            "order"))
+        unit: str = cli.option("pixel", "Unit.", ("pixel", "element"))
+        epochs: Optional[float] = cli.option(None, "Epochs.", rule=rules.POSITIVE)
+
+    config = Config()
+    for changes, message in (
+            ({"count": 0}, "--count=0 must be at least 1"),
+            ({"ratios": ("0.1", "0.555")}, "--ratios=0.555 must be a multiple of 0.01 in"),
+            ({"ratios": ("0.5", "0.50")}, "--ratios names 0.5 twice"),
+            ({"orders": ()}, "--orders names no order; choose from morf, lerf"),
+            ({"orders": ("morf", "up")}, "--orders: unknown order 'up'; choose from morf, lerf"),
+            ({"unit": "patch"}, "--unit must be one of pixel, element; got 'patch'"),
+            ({"epochs": 0.0}, "--epochs=0.0 must be positive")):
+        with pytest.raises(UserError) as error:  # also when a caller changes a built config
+            dataclasses.replace(config, **changes)
+        assert str(error.value).startswith(message), (changes, str(error.value))
+    assert Config(epochs=None, count=5).count == 5  # an option left out is not checked
+
+
+def test_roar_ratio_is_refused_where_the_config_is_built():
+    from roar import train
+
+    with pytest.raises(UserError, match=r"^--ratio=0.555 must be a multiple of 0.01 in \[0, 1\]"):
+        train.Config(ratio=0.555)
+
+
 def test_start_up_logs_stay_hidden_unless_asked_for(monkeypatch):
     monkeypatch.setattr("sys.argv", ["prog"])
     monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -125,19 +158,19 @@ def test_start_up_logs_stay_hidden_unless_asked_for(monkeypatch):
 
 
 def test_the_foundation_imports_without_tensorflow_and_tensorflow_loads_quietly():
-    """errors, flags, files, provenance, the statistics and the recipes load no TensorFlow, nor
-    do the four benchmark packages, ROAR's report, BAM's downloader and the binaries that check
-    their flags before it starts (their heavy modules load on first use); the first model loads
-    it, and its C++ start-up lines stay hidden (stderr stays empty)."""
+    """errors, flags and their rules, files, provenance, the statistics and the recipes load no
+    TensorFlow, nor do the four benchmark packages, ROAR's report, BAM's downloader and the
+    binaries that check their flags before it starts (their heavy modules load on first use);
+    the first model loads it, and its C++ start-up lines stay hidden (stderr stays empty)."""
     import subprocess
     import sys
 
     from tests import REPO
 
     light = ("import sys; import models.foundation.errors, models.foundation.cli, "
-             "models.foundation.files, models.foundation.provenance, models.report.uncertainty, "
-             "models.report.reliability, models.report.meta_evaluation, models.report.engine, "
-             "models.report.pages, bam, roar, "
+             "models.foundation.rules, models.foundation.files, models.foundation.provenance, "
+             "models.report.uncertainty, models.report.reliability, "
+             "models.report.meta_evaluation, models.report.engine, models.report.pages, bam, roar, "
              "faithfulness, saliency_gen, models.training.recipes, roar.report, bam.downloads, "
              "saliency_gen.generate, roar.train, roar.road, bam.metrics, faithfulness.evaluate; "
              "print(sorted({'tensorflow', 'keras'} & set(sys.modules)))")
