@@ -32,7 +32,7 @@ import models
 from models.formats.preprocessing import INPUT_SPACES, load_bam_pixels
 from models.foundation import provenance
 from models.foundation.cli import option, run_binary
-from models.foundation.errors import UserError
+from models.foundation.errors import UserError, check_one_of
 from models.foundation.files import ensure_directory, read_json, write_json
 from models.training import loop, recipes
 from saliency_gen.world import dataset
@@ -87,13 +87,12 @@ def _optimizer(name, learning_rate):
         return keras.optimizers.Adam(learning_rate)
     if name == "sgd":
         return keras.optimizers.SGD(learning_rate, momentum=0.9, nesterov=True)
-    raise UserError(f"--optimizer must be one of {', '.join(OPTIMIZERS)}; got {name!r}")
+    check_one_of("optimizer", name, OPTIMIZERS)
 
 
 def choose_pipeline(pipeline, num_images, input_size):
     """"memory" or "stream": `auto` streams when the decoded images exceed MEMORY_LIMIT_BYTES."""
-    if pipeline not in PIPELINES:
-        raise UserError(f"--pipeline must be one of {', '.join(PIPELINES)}; got {pipeline!r}")
+    check_one_of("pipeline", pipeline, PIPELINES)
     if pipeline == "auto":
         fits = num_images * input_size * input_size * 3 <= MEMORY_LIMIT_BYTES
         return "memory" if fits else "stream"

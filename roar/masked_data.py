@@ -24,7 +24,7 @@ import tensorflow as tf
 
 from models.formats.preprocessing import decode_image
 from models.foundation.cli import option
-from models.foundation.errors import RecordError, UserError
+from models.foundation.errors import RecordError, UserError, check_one_of
 from models.foundation.rules import WHOLE_PERCENTS, Checked, at_least
 from roar import masking
 from saliency_gen import generate, names, pipelines, records
@@ -169,8 +169,7 @@ def masked_dataset(files, source, config, *, training, batch_size, map_key=None,
     restricts an evaluation of one file to that range of its records (a work unit of a Beam
     pipeline).
     """
-    if random_mask not in RANDOM_MASKS:
-        raise UserError(f"--random_mask must be one of {', '.join(RANDOM_MASKS)}")
+    check_one_of("random_mask", random_mask, RANDOM_MASKS)
     per_read = random_mask == "per_read" and training
     files = sorted(files)
     if not files:

@@ -21,7 +21,7 @@ from tqdm import tqdm
 import models
 from models.foundation import provenance
 from models.foundation.cli import option, origin_flags, run_binary
-from models.foundation.errors import UserError
+from models.foundation.errors import UserError, check_one_of
 from models.foundation.files import exclusive, write_json
 from models.foundation.lazy import lazy_module
 from models.foundation.rules import UNIQUE_NUMBERS, WHOLE_PERCENTS, Checked, at_least, some_of
@@ -39,8 +39,7 @@ ORDERS = ("morf", "lerf")
 def fraction_removed(order: str, p: float) -> float:
     """The fraction of pixels imputed at (`order`, p): MoRF removes the top p (ROAR at p),
     LeRF keeps it (KAR at 1 - p)."""
-    if order not in ORDERS:
-        raise UserError(f"--order must be one of {', '.join(ORDERS)}; got {order!r}")
+    check_one_of("order", order, ORDERS)
     return p if order == "morf" else round(1.0 - p, 2)
 
 

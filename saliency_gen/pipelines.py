@@ -27,7 +27,7 @@ from models.formats.preprocessing import (
     inception_crop,
     input_space,
 )
-from models.foundation.errors import UserError
+from models.foundation.errors import UserError, check_one_of
 from saliency_gen import records
 
 SHUFFLE_BUFFER = 1024
@@ -182,8 +182,7 @@ def finish(keys, pixels, labels, *, training: bool, seed: int, space: str = "ima
     """(model input, label) of one example: for training, ROAR's Inception crop when `crop` is
     "inception", then a random flip, both keyed on the example; then the input space's
     normalisation."""
-    if crop not in TRAIN_CROPS:
-        raise UserError(f"--train_crop must be one of {', '.join(TRAIN_CROPS)}")
+    check_one_of("train_crop", crop, TRAIN_CROPS)
     if training and crop == "inception":  # keyed apart from the flip (seed + 1)
         pixels = inception_crop(pixels, key_seeds(keys[None], seed + 1)[0], pixels.shape[0])
     if training:  # per example, keyed: the same flip whatever the batch

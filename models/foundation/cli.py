@@ -115,7 +115,8 @@ def define_flags(config_class, flag_values=None) -> None:
 
 
 def config_from_flags(config_class, flag_values=None):
-    """A `config_class` holding the parsed flags' values (lists become tuples)."""
+    """A `config_class` holding the parsed flags' values (lists become tuples), its options'
+    rules checked (a `rules.Checked` config checks itself)."""
     from absl import flags
 
     values = flags.FLAGS if flag_values is None else flag_values
@@ -123,7 +124,10 @@ def config_from_flags(config_class, flag_values=None):
     for field in dataclasses.fields(config_class):
         value = values[field.name].value
         fields[field.name] = tuple(value) if isinstance(value, list) else value
-    return config_class(**fields)
+    config = config_class(**fields)
+    if not isinstance(config, rules.Checked):
+        rules.check_options(config)
+    return config
 
 
 def flag_given(name: str, flag_values=None) -> bool:

@@ -19,7 +19,7 @@ import json
 import os
 from typing import Callable
 
-from models.foundation.errors import UserError
+from models.foundation.errors import UserError, check_one_of
 from models.foundation.lazy import lazy_module
 
 tf = lazy_module("tensorflow")  # loaded on first use: the strategy names stay light
@@ -32,8 +32,7 @@ _started: dict = {}
 def start(name: str = "default", cpu_replicas: int = 0):
     """The process's `tf.distribute` strategy called `name`, made on the first call.
     `cpu_replicas` > 1 splits the CPU into that many logical devices (mirrored only)."""
-    if name not in STRATEGIES:
-        raise UserError(f"--strategy must be one of {', '.join(STRATEGIES)}; got {name!r}")
+    check_one_of("strategy", name, STRATEGIES)
     if _started:
         if _started["key"] != (name, cpu_replicas):
             raise UserError(f"this process already runs the {_started['key'][0]!r} strategy; "

@@ -18,7 +18,7 @@ import tensorflow as tf
 from models.architectures.zoo import build
 from models.formats.exporting import export
 from models.foundation import provenance, results
-from models.foundation.errors import UserError
+from models.foundation.errors import UserError, check_one_of
 from models.foundation.files import ensure_directory, exclusive, read_json, write_json
 from models.training import distribution
 from models.training.recipes import PRECISIONS, Recipe
@@ -65,8 +65,7 @@ def build_model(model_name: str, num_classes: int, size: int, recipe: Recipe,
     recipe's weight decay where the builder takes one. Under a mixed precision the layers
     compute in bfloat16 / float16 with float32 variables, and the logits (so the loss) are cast
     to float32."""
-    if precision not in PRECISIONS:
-        raise UserError(f"--precision must be one of {', '.join(PRECISIONS)}; got {precision!r}")
+    check_one_of("precision", precision, PRECISIONS)
     options = dict(options or {})
     if model_name == "resnet50":
         options["weight_decay"] = recipe.weight_decay
