@@ -23,7 +23,7 @@ import keras
 import tensorflow as tf
 
 from models.architectures import bagnet, bcos, chefer_lrp, vit
-from models.foundation.errors import UserError
+from models.foundation.errors import UserError, look_up
 
 ROLLOUT_START = 1  # IDSDS: generate_rollout(start_layer=1)
 
@@ -113,11 +113,7 @@ EXPLAINERS = {explainer.name: explainer for explainer in (
 
 def explainer(name: str) -> NativeExplainer:
     """The native explainer `name`, or a one-line error listing them."""
-    try:
-        return EXPLAINERS[name]
-    except KeyError:
-        raise UserError(f"unknown native explainer {name!r}; choose one of "
-                        f"{', '.join(EXPLAINERS)}") from None
+    return look_up(EXPLAINERS, name, "native explainer")
 
 
 def explain(name: str, model, images, targets):

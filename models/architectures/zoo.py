@@ -27,7 +27,7 @@ from models.architectures import (
     vit,
 )
 from models.architectures.layers import FEATURE_LAYER, conv2d
-from models.foundation.errors import UserError
+from models.foundation.errors import UserError, look_up
 
 
 @keras.saving.register_keras_serializable(package="models")
@@ -259,11 +259,7 @@ REGISTRY = {spec.name: spec for spec in (
 
 def spec(name):
     """Returns the `ModelSpec` of a registered model, or a clear error listing the names."""
-    try:
-        return REGISTRY[name]
-    except KeyError:
-        raise UserError(
-            f"unknown model {name!r}; choose one of {', '.join(sorted(REGISTRY))}") from None
+    return look_up(REGISTRY, name, "model")
 
 
 def build(name, num_classes, input_shape, **options):

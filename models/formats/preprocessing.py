@@ -18,7 +18,7 @@ import numpy as np
 import tensorflow as tf
 from PIL import Image
 
-from models.foundation.errors import ShapeError, UserError
+from models.foundation.errors import ShapeError, UserError, look_up
 
 BAM_RGB_MEAN = (123.68, 116.78, 103.94)
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -82,12 +82,7 @@ INPUT_SPACES = {
 
 def input_space(name):
     """Returns the `InputSpace` called `name`, or a clear error listing the known ones."""
-    try:
-        return INPUT_SPACES[name]
-    except KeyError:
-        raise UserError(
-            f"unknown preprocessing {name!r}; choose one of {', '.join(sorted(INPUT_SPACES))}"
-        ) from None
+    return look_up(INPUT_SPACES, name, "preprocessing")
 
 
 # ----------------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from models.formats.torch_checkpoints import converted_model
-from models.foundation.errors import MissingPathError, UserError
+from models.foundation.errors import MissingPathError, look_up
 
 
 @dataclass(frozen=True)
@@ -37,11 +37,7 @@ PRETRAINED = {
 
 
 def _entry(name: str) -> Pretrained:
-    try:
-        return PRETRAINED[name]
-    except KeyError:
-        raise UserError(f"no pretrained weights for {name!r}; known: "
-                        f"{', '.join(sorted(PRETRAINED))}") from None
+    return look_up(PRETRAINED, name, "pretrained network")
 
 
 def checkpoint_path(name: str) -> str:

@@ -49,6 +49,15 @@ def check_one_of(flag: str, value, known) -> None:
         raise UserError(f"--{flag} must be one of {', '.join(map(str, known))}; got {value!r}")
 
 
+def look_up(table: dict, name, what: str):
+    """`table[name]`, or one line naming the unknown `what` and the known names (sorted)."""
+    try:
+        return table[name]
+    except (KeyError, TypeError):
+        raise UserError(f"unknown {what} {name!r}; choose one of "
+                        f"{', '.join(sorted(map(str, table)))}") from None
+
+
 def check_unique(flag: str, values) -> None:
     """Raises if the list flag `--flag` names a value twice (a method shown twice, a ratio
     scored twice)."""
