@@ -25,7 +25,7 @@ import tensorflow as tf
 from models.formats.preprocessing import decode_image
 from models.foundation.cli import option
 from models.foundation.errors import RecordError, UserError, check_one_of
-from models.foundation.rules import WHOLE_PERCENTS, Checked, at_least
+from models.foundation.rules import POSITIVE, WHOLE_PERCENTS, Checked, at_least
 from roar import masking
 from saliency_gen import generate, names, pipelines, records
 from saliency_gen.pipelines import count_records, fit
@@ -66,8 +66,8 @@ class MaskConfig(Checked):
     squared: bool = option(True, "Rank by e^2.")
     tie_break: str = option("index", "Ties.", masking.TIE_BREAKS)
     fill: str = option("mean", "Replacement.", masking.FILLS)
-    road_noise: float = option(0.01, "ROAD imputation noise.")
-    cg_tol: float = option(1e-5, "ROAD solver: relative residual to stop at.")
+    road_noise: float = option(0.01, "ROAD imputation noise.", rule=at_least(0))
+    cg_tol: float = option(1e-5, "ROAD solver: relative residual to stop at.", rule=POSITIVE)
     cg_max_iters: int = option(2000, "ROAD solver: iteration limit.", rule=at_least(1))
     seed: int = option(0, "Seed of the jitter and the noise.")
 

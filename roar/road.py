@@ -124,7 +124,8 @@ class Config(Checked):
     squared_value: bool = option(False, 'Rank by e^2 (ROAD: the signed sum).')
     tie_break: str = option("jitter", 'Ties (ROAD: jitter).', ["index", "jitter"])
     fill: str = option("noisy_linear", 'Replacement.', ["mean", "zero", "noisy_linear"])
-    road_noise: float = option(0.01, 'Imputation noise (absolute, [0, 1] pixels).')
+    road_noise: float = option(0.01, 'Imputation noise (absolute, [0, 1] pixels).',
+                               rule=at_least(0))
     seed: int = option(0, 'Seed of the jitter and the noise.')
     batch_size: int = option(128, 'Images per evaluation batch.', origin=False,
                              rule=at_least(1))

@@ -182,8 +182,9 @@ class Config(Checked):
         "index",
         "Ties: lower flat index first (original) or ROAD's shared 1e-4 jitter.",
         ["index", "jitter"])
-    road_noise: float = option(0.01, 'ROAD imputation noise (absolute, [0, 1] pixels).')
-    cg_tol: float = option(1e-5, 'ROAD solver: relative residual to stop at.')
+    road_noise: float = option(0.01, 'ROAD imputation noise (absolute, [0, 1] pixels).',
+                               rule=at_least(0))
+    cg_tol: float = option(1e-5, 'ROAD solver: relative residual to stop at.', rule=POSITIVE)
     cg_max_iters: int = option(2000, 'ROAD solver: iteration limit.', rule=at_least(1))
     data_dir: Optional[str] = option(
         None,

@@ -104,6 +104,9 @@ case("roar-ratio-missing", "roar.train", [*ROAR, "--data_dir={records}"],
      "--ratio is required", "{out}")
 case("roar-epochs-0", "roar.train", [*ROAR, "--data_dir={records}", "--ratio=0.5",
                                      "--epochs=0"], "--epochs=0.0 must be positive", "{out}")
+case("roar-solver-tolerance-0", "roar.train", [*ROAR, "--data_dir={records}", "--ratio=0.5",
+                                               "--cg_tol=0"], "--cg_tol=0.0 must be positive",
+     "{out}")
 case("roar-batch-size-0", "roar.train", [*ROAR, "--data_dir={records}", "--ratio=0.5",
                                          "--batch_size=0"], "--batch_size=0 must be at least 1",
      "{out}")
