@@ -52,7 +52,8 @@ def require(module: str, extra: str):
 
 
 def option(default: Any, help: str, choices: Optional[Sequence] = None,  # noqa: A002
-           *, origin: Union[bool, str, tuple] = True, rule: Any = None):
+           *, origin: Union[bool, str, tuple] = True,
+           rule: Optional[Union[rules.Rule, tuple]] = None):
     """A config field that is also a flag: its default, help text, allowed values and `rule`
     (a `models.foundation.rules.Rule` or a tuple of them, checked when a `rules.Checked`
     config is built).
