@@ -45,12 +45,10 @@ class ScoreRoadRange(beam.DoFn):
 
     def process(self, unit):
         path, start, count, order, p = unit
-        read = self.read
         for keys, hits, probabilities in road.image_outcomes(
-                self.model, [path], read.source, read.mask, order, p, map_key=read.map_key,
-                control=read.control, batch_size=self.batch_size,
-                size=self.model.input_shape[0], label_offset=self.label_offset,
-                span=(start, count)):
+                self.model, dataclasses.replace(self.read, files=[path]), order, p,
+                batch_size=self.batch_size, size=self.model.input_shape[0],
+                label_offset=self.label_offset, span=(start, count)):
             for key, hit, probability in zip(keys, hits, probabilities):
                 yield (order, p, "accuracy"), (key, float(hit))
                 yield (order, p, "true_class_probability"), (key, float(probability))

@@ -49,14 +49,29 @@ def setting(config, order: str, p: float):
                                keep_information=order == "lerf")
 
 
-def image_outcomes(model, files, source, config, order, p, *, map_key=None, control=None,
-                   batch_size=128, size=None, geometry="none", label_offset=0, span=None):
-    """Per batch of imputed test images at (`order`, p): (example keys, correct [B] bool,
-    true-class probability [B] float64). `span` (start, count) restricts one file to a range."""
+@dataclasses.dataclass(frozen=True)
+class Inputs:
+    """What a ROAD run reads: test files, map source and mask settings, and the fractions
+    (`inputs(config)` makes it from the flags)."""
+
+    files: list
+    source: str       # "saliency" records, or "images" with a control map
+    control: Optional[str]
+    map_key: Optional[str]
+    mask: "masked_data.MaskConfig"
+    ratios: list
+
+
+def image_outcomes(model, read: Inputs, order: str, p: float, *, batch_size: int = 128,
+                   size: Optional[int] = None, label_offset: int = 0, span=None):
+    """Per batch of imputed test images of `read` at (`order`, p): (example keys, correct [B]
+    bool, true-class probability [B] float64). `span` (start, count) restricts one file to a
+    range."""
     dataset = masked_data.masked_dataset(
-        files, source, setting(config, order, p), training=False, batch_size=batch_size,
-        map_key=map_key, size=size, geometry=geometry, label_offset=label_offset, control=control,
-        space=getattr(model, "preprocessing", "imagenet"), with_keys=True, span=span)
+        read.files, read.source, setting(read.mask, order, p), training=False,
+        batch_size=batch_size, map_key=read.map_key, size=size, label_offset=label_offset,
+        control=read.control, space=getattr(model, "preprocessing", "imagenet"), with_keys=True,
+        span=span)
     for keys, images, labels in dataset:
         probabilities = tf.nn.softmax(model(images), axis=-1).numpy()
         labels = labels.numpy()
@@ -65,19 +80,20 @@ def image_outcomes(model, files, source, config, order, p, *, map_key=None, cont
                probabilities[np.arange(len(labels)), labels].astype(np.float64))
 
 
-def evaluate_curve(model, files, source, config, *, ratios, orders=ORDERS, map_key=None,
-                   control=None, batch_size=128, size=None, geometry="none", label_offset=0,
-                   method_name=None, progress=None, image_progress=None):
+def evaluate_curve(model, read: Inputs, *, orders=ORDERS, batch_size: int = 128,
+                   size: Optional[int] = None, label_offset: int = 0,
+                   method_name: Optional[str] = None, progress=None,
+                   image_progress=None) -> list:
     """Rows {method, order, p, fraction_removed, accuracy, true_class_probability, n} for
-    every order and fraction, evaluated with `model` (a `models.load` object or Keras model).
-    `progress(row)` is called after each row, `image_progress(n)` after each batch of n."""
+    every order and each of `read`'s fractions, evaluated with `model` (a `models.load` object
+    or Keras model). `progress(row)` is called after each row, `image_progress(n)` after each
+    batch of n."""
     rows = []
     for order in orders:
-        for p in ratios:
+        for p in read.ratios:
             correct, probability, count = 0, 0.0, 0
             for _, hits, probabilities in image_outcomes(
-                    model, files, source, config, order, p, map_key=map_key, control=control,
-                    batch_size=batch_size, size=size, geometry=geometry,
+                    model, read, order, p, batch_size=batch_size, size=size,
                     label_offset=label_offset):
                 correct += int(np.sum(hits))
                 probability += float(np.sum(probabilities))
@@ -86,8 +102,8 @@ def evaluate_curve(model, files, source, config, *, ratios, orders=ORDERS, map_k
                     image_progress(len(hits))
             if count == 0:
                 raise UserError("the test set is empty")
-            rows.append(row(method_name or map_key or control, order, p, correct / count,
-                            probability / count, count))
+            rows.append(row(method_name or read.map_key or read.control, order, p,
+                            correct / count, probability / count, count))
             if progress:
                 progress(rows[-1])
     return rows
@@ -170,18 +186,6 @@ def check_flags(f: Config) -> None:
                         ".png)")
 
 
-@dataclasses.dataclass(frozen=True)
-class Inputs:
-    """What a ROAD run reads, resolved from its flags."""
-
-    files: list
-    source: str       # "saliency" records, or "images" with a control map
-    control: Optional[str]
-    map_key: Optional[str]
-    mask: "masked_data.MaskConfig"
-    ratios: list
-
-
 def inputs(f: Config) -> Inputs:
     """The test files, map source and mask settings of `f`."""
     files = masked_data.list_shards(os.path.join(f.data_dir, f.eval_pattern), "--eval_pattern")
@@ -207,11 +211,9 @@ def _curves(f: Config) -> list:
     total = pipelines.count_records(read.files) * len(read.ratios) * len(f.orders)
     with tqdm(total=total, unit="img", desc="ROAD", disable=None) as bar:
         rows = evaluate_curve(
-            model, read.files, read.source, read.mask, ratios=read.ratios, orders=f.orders,
-            map_key=read.map_key, control=read.control, batch_size=f.batch_size,
-            size=model.input_shape[0], label_offset=f.label_offset,
-            method_name=f.saliency_method, image_progress=bar.update,
-            progress=lambda row: bar.write(describe(row)))
+            model, read, orders=f.orders, batch_size=f.batch_size, size=model.input_shape[0],
+            label_offset=f.label_offset, method_name=f.saliency_method,
+            image_progress=bar.update, progress=lambda row: bar.write(describe(row)))
     write_results(f, rows, model, read.files)
     return rows
 

@@ -149,9 +149,8 @@ def test_road_curve_without_retraining(world, known_answers):
     model = models.load(str(tmp / "clean" / "model"))
     config = masked_data.MaskConfig(ranking="pixel", squared=False, tie_break="jitter",
                                     fill="noisy_linear")
-    rows = road.evaluate_curve(model, world["validation"], "images", config,
-                               ratios=[0.0, 0.9], control="oracle", batch_size=250,
-                               size=SIZE)
+    read = road.Inputs(world["validation"], "images", "oracle", None, config, [0.0, 0.9])
+    rows = road.evaluate_curve(model, read, batch_size=250, size=SIZE)
     by = {(row["order"], row["p"]): row for row in rows}
     assert all(row["n"] == 1000 for row in rows) and len(rows) == 4
     assert by["morf", 0.0]["accuracy"] == pytest.approx(results["clean"]["top1"], abs=1e-6)
