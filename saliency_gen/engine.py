@@ -13,7 +13,6 @@ Noise is stateless, keyed on (seed, base method, image id, sample), never on chu
 the explained class is computed once per image on the clean input; so results do not depend on
 `batch_size` and no image influences another.
 """
-import weakref
 from typing import Any, Callable, Optional, Sequence, Union
 
 import numpy as np
@@ -22,12 +21,10 @@ import tensorflow as tf
 from models.formats.adapter import Adapter, adapt
 from models.foundation import executor
 from models.foundation.errors import ShapeError, UserError, first_non_finite
-from models.foundation.tracing import quiet_retracing
+from models.foundation.tracing import kept, quiet_retracing
 from saliency_gen import names, noise, transforms
 from saliency_gen.spec import MethodSpec
 from saliency_gen.units import Context, HostPlan, Items
-
-_RUNNERS = weakref.WeakKeyDictionary()  # model -> {key: compiled runner}
 
 
 class _Runner:
@@ -82,13 +79,8 @@ class _Runner:
 def _runner(adapter, model, spec, shape, chunk, preprocessing, seed, name):
     seeded = spec.wrapper is not None or spec.unit.seeded(spec.options)
     key = (spec, spec.unit, shape, chunk, preprocessing, seed if seeded else None)
-    try:
-        cache = _RUNNERS.setdefault(model, {})
-    except TypeError:  # not weak-referenceable (None, a path): no caching
-        cache = {}
-    if key not in cache:
-        cache[key] = _Runner(adapter, spec, shape, chunk, preprocessing, seed, name)
-    return cache[key]
+    return kept(model, key, lambda: _Runner(adapter, spec, shape, chunk, preprocessing, seed,
+                                            name))
 
 
 def predict(model, images, batch_size: int = 64) -> np.ndarray:

@@ -29,7 +29,7 @@ from models.formats.exporting import INFO_PATH, LoadedModel
 from models.formats.loading import load
 from models.foundation import executor
 from models.foundation.errors import UserError
-from models.foundation.tracing import quiet_retracing
+from models.foundation.tracing import kept, quiet_retracing
 
 
 class Adapter:
@@ -93,13 +93,10 @@ class Adapter:
 
     def traced(self, key: tuple, build: Callable[[], Callable]) -> Callable:
         """The traced function `build()` makes of this model, built once per `key` and kept
-        with the adapter: every caller with the same key (a benchmark made again for a variant,
-        say) reuses its trace."""
-        if not hasattr(self, "_traced"):
-            self._traced = {}
-        if key not in self._traced:
-            self._traced[key] = build()
-        return self._traced[key]
+        with the adapter (`models.foundation.tracing.kept`; a loaded model keeps one adapter),
+        so every caller with the same key (a benchmark made again for a variant, say) reuses
+        its trace."""
+        return kept(self, key, build)
 
 
 class KerasAdapter(Adapter):
