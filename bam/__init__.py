@@ -12,6 +12,8 @@ The binaries are `python -m bam.metrics` (MCS, IDR, IIR, RMCS), `bam.train` and 
 each has an importable `run(Config(...))`, and `bam.metrics.compute` gives the metrics without
 printing.
 """
+from typing import TYPE_CHECKING
+
 import models  # noqa: F401  (first: TensorFlow, whenever it loads, loads quietly)
 from models.foundation.lazy import lazy_names
 
@@ -28,3 +30,17 @@ _EXPORTS = {  # name -> the module that defines it
 
 __all__ = sorted(_EXPORTS)
 __getattr__ = lazy_names(__name__, _EXPORTS)
+
+if TYPE_CHECKING:  # the same names as the type checker sees them (tests/test_types.py)
+    from bam.metric_definitions import (  # noqa: F401
+        METHODS,
+        METRICS,
+        PAIRS,
+        correct_set,
+        metric_value,
+        sample_indices,
+    )
+    from bam.region import object_masks, region_scores  # noqa: F401
+    from bam.tcav import TcavModel, TcavResult, run_tcav  # noqa: F401
+    from bam.tcav_experiment import model_tcav  # noqa: F401
+    from bam.val_set_scores import ValSet, load_val_set, score_pair  # noqa: F401

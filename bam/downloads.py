@@ -57,7 +57,7 @@ def fetch(url: str, path: str, expected: Optional[str] = None, timeout: float = 
               flush=True)
         have = 0
     headers = {}
-    if have:
+    if have and started is not None:
         headers["Range"] = f"bytes={have}-"
         if started.get("validator"):
             headers["If-Range"] = started["validator"]
@@ -193,7 +193,7 @@ def _jobs(f: Config) -> list:
     """(archive file name, URL, target folder, inner folder, dropped entries) per download."""
     coco, places, held = (os.path.join(f.dest, name) for name in ("coco", "miniplaces",
                                                                    "models"))
-    jobs = []
+    jobs: list[tuple[str, str, str, Optional[str], tuple]] = []
     if "coco" in f.what:
         jobs += [("train2017.zip", f.coco_images_url, os.path.join(coco, "train2017"),
                   "train2017", ()),

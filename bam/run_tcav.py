@@ -49,9 +49,10 @@ def run(config: Config) -> dict:
     """TCAV of every model of `config`, printed and written as JSON; returns the report."""
     f = config
     require_both_or_neither(("data_dir", f.data_dir), ("model_dir", f.model_dir))
-    data_dir, model_dir = f.data_dir, f.model_dir
-    if data_dir is None:
+    if f.data_dir is None or f.model_dir is None:  # (both or neither: checked above)
         data_dir, model_dir = synthetic_setup.prepare()
+    else:
+        data_dir, model_dir = f.data_dir, f.model_dir
     report = {}
     for name in f.model:
         report[name] = model_tcav(data_dir, model_dir, name, f.bottlenecks or None,

@@ -32,7 +32,7 @@ import models
 from models.formats.preprocessing import INPUT_SPACES, load_bam_pixels
 from models.foundation import provenance
 from models.foundation.cli import option, run_binary
-from models.foundation.errors import UserError, check_one_of
+from models.foundation.errors import UserError, check_one_of, required
 from models.foundation.files import ensure_directory, read_json, write_json
 from models.training import loop, recipes
 from saliency_gen.world import dataset
@@ -339,10 +339,8 @@ def resolved_options(values: dict, preset: str) -> dict:
 def run(config: Config) -> dict:
     """Trains and exports one BAM model with `config`; returns the training report."""
     f = config
-    for name in ("data_dir", "model_dir"):
-        if not getattr(f, name):
-            raise UserError(f"--{name} is required")
-    preset = detect_preset(f.data_dir) if f.preset == "auto" else f.preset
+    data_dir, _ = required(f, "data_dir", "model_dir")
+    preset = detect_preset(data_dir) if f.preset == "auto" else f.preset
     options = resolved_options(
         {name: getattr(f, name) for name in ("model", "weights", "input_size", "epochs",
                                              "batch_size", "optimizer", "learning_rate")},

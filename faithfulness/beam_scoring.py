@@ -23,7 +23,7 @@ from models.formats.preprocessing import decode_image, input_space
 from models.foundation import provenance
 from models.foundation import results as result_files
 from models.foundation.cli import option, run_binary
-from models.foundation.errors import RecordError, UserError
+from models.foundation.errors import RecordError, UserError, required
 from models.foundation.files import exclusive, read_json, write_json
 from saliency_gen import beam_support, generate, names, pipelines, records
 from saliency_gen.beam_support import beam
@@ -112,11 +112,9 @@ class WriteReport(beam.DoFn):
 def run(config: Config) -> dict:
     """Scores the records of `config` in a Beam pipeline; prints the table, returns the report."""
     f = config
-    for name in ("input_pattern", "model_path", "saliency_method"):
-        if not getattr(f, name):
-            raise UserError(f"--{name} is required")
-    files = records.list_files(f.input_pattern)
-    key = map_key(f.saliency_method)
+    pattern, _, method = required(f, "input_pattern", "model_path", "saliency_method")
+    files = records.list_files(pattern)
+    key = map_key(method)
     counts = [(path, records.check_file(path, "saliency", key=key)) for path in files]
     formats = {path: records.peek_saliency_format(path, key) for path in files}
     options = evaluate.Options(batch_size=f.batch_size, seed=f.seed)

@@ -39,7 +39,7 @@ class _CurveMetric(Metric):
     """Deletion (start x, end b) or insertion (start b, end x) along a ranked schedule."""
 
     inserts = False
-    keys = ("auc", "calibration")
+    keys: tuple[str, ...] = ("auc", "calibration")
 
     def __init__(self, data_replace_method, cumulative, batch_size, output_activation,
                  nan_policy, jit_compile, class_source="original"):

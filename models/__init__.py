@@ -9,6 +9,8 @@ Importing the package (or a light module of it: errors, files, provenance, cli, 
 does not load TensorFlow; the names below load their modules on first use (docs/architecture.md,
 "Light imports").
 """
+from typing import TYPE_CHECKING
+
 from models.foundation import cli as _cli
 from models.foundation import lazy as _lazy
 
@@ -33,3 +35,17 @@ __all__ = sorted(_EXPORTS)
 
 
 __getattr__ = _lazy.lazy_names(__name__, _EXPORTS)
+
+if TYPE_CHECKING:  # the same names as the type checker sees them (tests/test_types.py)
+    from models.architectures.zoo import (  # noqa: F401
+        FEATURE_LAYER,
+        REGISTRY,
+        build,
+        feature_layer_name,
+        features_and_logits_model,
+        spec,
+    )
+    from models.formats.adapter import adapt  # noqa: F401
+    from models.formats.exporting import LoadedModel, export, rebuild, weights_digest  # noqa: F401
+    from models.formats.loading import load, read_info  # noqa: F401
+    from models.foundation.errors import MissingPathError, RecordError, ShapeError, UserError  # noqa: F401

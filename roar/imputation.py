@@ -19,6 +19,8 @@ filled with `fallback` (default: ImageNet's mean colour) plus the noise and coun
 `sparse_direct_impute` assembles the same system with scipy and solves it directly, one image at
 a time (ROAD's own method): the reference for tests and the benchmark.
 """
+from typing import Optional
+
 import numpy as np
 import tensorflow as tf
 
@@ -34,7 +36,7 @@ def _pad_axis(values, axis: int, before: int, after: int):
     return tf.pad(values, paddings)
 
 
-def _take(values, axis: int, start: int, stop: int, step: int = 1):
+def _take(values, axis: int, start: int, stop: Optional[int], step: int = 1):
     index = [slice(None)] * values.shape.rank
     index[axis] = slice(start, stop, step)
     return values[tuple(index)]

@@ -237,7 +237,7 @@ def find_bad_record(files, source, *, map_key=None, num_classes, size, geometry=
     for path in files:
         for index, serialized in records.iter_serialized(path):
             where = f"{path}: record {index}"
-            if source == "saliency":
+            if map_format is not None:
                 records.check_saliency_features(records.parse_example(serialized, where), where,
                                                 map_key, map_format[1])
                 parsed = records.parse_saliency_record(serialized, map_key, *map_format[:2])

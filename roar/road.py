@@ -13,7 +13,7 @@ JSON / CSV / Markdown file and a PNG plot.
 """
 import dataclasses
 import os
-from typing import Optional
+from typing import TYPE_CHECKING, Optional, TypeVar
 
 import numpy as np
 from tqdm import tqdm
@@ -28,7 +28,10 @@ from models.foundation.rules import UNIQUE_NUMBERS, WHOLE_PERCENTS, Checked, at_
 
 # Loaded on first use: a bad flag is reported before TensorFlow starts (docs/architecture.md).
 tf = lazy_module("tensorflow")
-masked_data = lazy_module("roar.masked_data")
+if TYPE_CHECKING:  # the type checker's view of the same module
+    from roar import masked_data
+else:
+    masked_data = lazy_module("roar.masked_data")
 summaries = lazy_module("roar.summaries")
 synthetic_setup = lazy_module("roar.synthetic_setup")
 pipelines = lazy_module("saliency_gen.pipelines")
@@ -159,7 +162,10 @@ def run(config: Config) -> list:
         return _curves(on_synthetic_world(config))
 
 
-def on_synthetic_world(f: Config) -> Config:
+RoadConfig = TypeVar("RoadConfig", bound="Config")
+
+
+def on_synthetic_world(f: RoadConfig) -> RoadConfig:
     """`f` itself when --data_dir is given; otherwise ROAD on the built-in synthetic world, like
     roar.train: its clean model, and the method's saliency records (or, for random / oracle,
     its image records), made once and cached (`roar.synthetic_setup`)."""
@@ -187,7 +193,9 @@ def check_flags(f: Config) -> None:
 
 
 def inputs(f: Config) -> Inputs:
-    """The test files, map source and mask settings of `f`."""
+    """The test files, map source and mask settings of `f` (after `on_synthetic_world`)."""
+    if f.data_dir is None or f.saliency_method is None:
+        raise UserError("--data_dir and --saliency_method are required here")
     files = masked_data.list_shards(os.path.join(f.data_dir, f.eval_pattern), "--eval_pattern")
     control = f.saliency_method if f.saliency_method in ("random", "oracle") else None
     mask = masked_data.MaskConfig(ranking=f.ranking, squared=f.squared_value,

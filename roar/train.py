@@ -15,7 +15,7 @@ model.
 """
 import dataclasses
 import os
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 
@@ -98,8 +98,9 @@ def evaluate_checkpoint(checkpoint, eval_files, config, *, output_dir, source="i
                                       batch_size=eval_batch_size, map_key=map_key, size=size,
                                       geometry=geometry, label_offset=label_offset,
                                       control=control, seed=seed,
-                                      space=loaded.preprocessing if is_folder else "imagenet")
-    if is_folder:
+                                      space=loaded.preprocessing if loaded else "imagenet")
+    model: Any
+    if loaded is not None:
         model, model_id = loaded, loaded.model_id
     else:
         side = data.element_spec[0].shape[1]
@@ -315,7 +316,8 @@ def run(config: Config, verbose: int = 1) -> dict:
     synthetic = (f.data_dir is None and not f.tfds_name) or f.dataset_name == "synthetic"
     transformation = f.transformation
     ratio = 0.0 if transformation == "raw_image" else f.ratio
-    method = f.saliency_method or ("gradient_image" if synthetic else "ig_smooth_2")
+    method: Optional[str] = f.saliency_method or ("gradient_image" if synthetic else "ig_smooth_2")
+    control: Optional[str]
     if transformation == "random_baseline":
         method, control = "random", "random"
     elif transformation == "raw_image":

@@ -15,7 +15,7 @@ import re
 import shlex
 import sys
 import tempfile
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 import numpy as np
 
@@ -27,7 +27,10 @@ from models.report import uncertainty
 _root_level = logging.getLogger().level
 logging.getLogger().setLevel(logging.ERROR)  # Beam's import warns that GCP's apitools is absent
 try:
-    beam = require("apache_beam", "scale")  # an extra: the main jobs run without it
+    if TYPE_CHECKING:
+        import apache_beam as beam
+    else:
+        beam = require("apache_beam", "scale")  # an extra: the main jobs run without it
     from apache_beam.options.pipeline_options import (
         DirectOptions,
         PipelineOptions,
@@ -151,7 +154,7 @@ def _close_connections_not_yet_started() -> None:
             self._push_queue.put(servicer._DONE_MARKER)
         beam_close(self)
 
-    close.queues_the_marker_early = True
+    setattr(close, "queues_the_marker_early", True)  # noqa: B010  (a mark on the function)
     connection.close = close
 
 
@@ -183,7 +186,7 @@ _STEP_SUFFIX = re.compile(r"( \[while running '[^']*'\])+$")
 def user_error_message(error: BaseException) -> Optional[str]:
     """The message of the UserError behind a runner's exception (in its chain, or in the text
     a multi-process runner made of it), without Beam's step suffix; None if there is none."""
-    seen = error
+    seen: Optional[BaseException] = error
     while seen is not None:
         if isinstance(seen, UserError):
             return _STEP_SUFFIX.sub("", str(seen))

@@ -118,6 +118,7 @@ def attribute(model, images, method: Union[str, names.Resolved],
                          for part in chosen.parts)
         return first * second
     spec = chosen.spec
+    assert spec is not None  # a resolved name that is not a product has its spec
     unit = spec.unit
     images = np.asarray(images, np.float32)
     if images.ndim != 4:
@@ -127,9 +128,9 @@ def attribute(model, images, method: Union[str, names.Resolved],
     if bad is not None:
         raise UserError(f"image {bad} contains NaN or infinite values; fix the input before "
                         "explaining it")
-    ids = np.arange(count, dtype=np.int64) if ids is None else np.asarray(ids, np.int64)
-    if ids.shape != (count,):
-        raise ShapeError(f"ids have shape {ids.shape}; expected [{count}]")
+    keys = np.arange(count, dtype=np.int64) if ids is None else np.asarray(ids, np.int64)
+    if keys.shape != (count,):
+        raise ShapeError(f"ids have shape {keys.shape}; expected [{count}]")
     if batch_size < 1:
         raise UserError(f"batch_size must be at least 1; got {batch_size}")
     adapter = adapt(model, feature_layer) if unit.views else None
@@ -142,7 +143,7 @@ def attribute(model, images, method: Union[str, names.Resolved],
                         np.float32)
     preprocessing = (preprocessing or (adapter.preprocessing if adapter else None)
                      or chosen.preprocessing)
-    targets = _targets(adapter, images, targets, batch_size)
+    explained = _targets(adapter, images, targets, batch_size)
     shape = images.shape[1:]
     sigmas = noise.sigmas(images, spec.options) if spec.wrapper else np.zeros(count, np.float32)
     steps = spec.wrapper_samples * unit.steps(spec.options, shape)
@@ -153,8 +154,8 @@ def attribute(model, images, method: Union[str, names.Resolved],
     runner = _runner(adapter, model, spec, shape, chunk, preprocessing, seed, method)
     parts = []
     for start, stop in spans:  # groups of many images, bounded by memory
-        parts.append(_run_group(runner, images[start:stop], targets[start:stop],
-                                ids[start:stop], sigmas[start:stop], start, count, method))
+        parts.append(_run_group(runner, images[start:stop], explained[start:stop],
+                                keys[start:stop], sigmas[start:stop], start, count, method))
         if progress is not None:
             progress(stop - start)
     maps = parts[0] if len(parts) == 1 else np.concatenate(parts)

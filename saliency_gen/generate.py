@@ -25,7 +25,13 @@ from tqdm import tqdm
 import models
 from models.foundation import provenance
 from models.foundation.cli import option, run_binary
-from models.foundation.errors import RecordError, UserError, check_minimum, check_unique
+from models.foundation.errors import (
+    RecordError,
+    UserError,
+    check_minimum,
+    check_unique,
+    required,
+)
 from models.foundation.files import ensure_directory, exclusive, remove_leftovers
 from models.foundation.lazy import lazy_module
 from saliency_gen import shard_ledger
@@ -314,11 +320,10 @@ def explain_here(work, loaded, options, progress_bar=True):
 def run(config: Config, explain_all=None) -> dict:
     """Runs the generator with `config`, prints a summary line and returns `generate`'s result
     (`explain_all`: see `generate`)."""
-    for name in ("input_pattern", "model_path", "output_dir"):
-        if not getattr(config, name):
-            raise UserError(f"--{name} is required")
+    pattern, model_path, output_dir = required(config, "input_pattern", "model_path",
+                                               "output_dir")
     methods_list = [m.strip() for m in config.saliency_method.split(",") if m.strip()]
-    result = generate(config.input_pattern, config.model_path, methods_list, config.output_dir,
+    result = generate(pattern, model_path, methods_list, output_dir,
                       batch_size=config.batch_size, chunk_size=config.chunk_size,
                       num_shards=config.num_shards, shard_index=config.shard_index,
                       seed=config.seed, dtype=config.dtype, geometry=config.geometry,

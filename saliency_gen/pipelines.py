@@ -142,11 +142,11 @@ def load_images(pattern: str, loaded, nr_images: int = -1, seed: int = 0,
         raise UserError(f"cannot read the images of {pattern}: {problem}") from None
     if not images:
         raise UserError(f"{pattern} holds no images")
-    labels = np.concatenate(labels).astype(np.int64)
-    if labels.min() < 0 or labels.max() >= loaded.num_classes:
+    label_array = np.concatenate(labels).astype(np.int64)
+    if label_array.min() < 0 or label_array.max() >= loaded.num_classes:
         raise UserError(f"a label of {pattern} is outside the model's {loaded.num_classes} "
                         "classes; check --input_pattern and --model_path")
-    found = (np.concatenate(images), labels, key_ids(keys))
+    found = (np.concatenate(images), label_array, key_ids(keys))
     return (*found, np.concatenate(masks)) if with_masks else found
 
 

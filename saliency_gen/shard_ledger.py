@@ -14,7 +14,8 @@ from models.foundation.errors import UserError
 from models.foundation.files import ensure_directory, file_sha256, read_json, write_json
 
 LEDGER = ".ledger"
-_DIGESTS = {}  # (path, size, mtime_ns) -> sha256: each file is hashed once per process
+# (path, size, mtime_ns) -> sha256: each file is hashed once per process
+_DIGESTS: dict[tuple, str] = {}
 
 
 _FINGERPRINT = {"type": "object", "required": ["bytes", "sha256"],
@@ -81,6 +82,6 @@ def check_listing(paths) -> None:
     for path in paths:
         entry = read_seal(path)
         reason = entry and mismatch(path, entry)
-        if reason:
+        if entry and reason:
             raise UserError(f"{path}: {reason}; {entry['records']} records were sealed. "
                             "Re-run saliency_gen.generate on its folder to redo it")

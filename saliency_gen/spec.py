@@ -35,7 +35,7 @@ class MethodSpec:
 
     @property
     def unit(self) -> units.Method:
-        return units.unit(self.base)
+        return units.registered()[self.base]
 
     @property
     def nsamples(self) -> int:

@@ -96,6 +96,9 @@ class Plan:
 
     def shares(self, state, items: Items) -> tuple:
         """The items' additive shares, one tensor per accumulator."""
+        if self.contribution is None:
+            raise NotImplementedError(f"{type(self).__name__} needs a contribution or its own "
+                                      "shares")
         return (tf.cast(self.contribution(items), tf.float32),)
 
     def finish(self, state, sums: tuple):
@@ -182,7 +185,7 @@ def register(method, name: Optional[str] = None):
     return method
 
 
-def unit(name: str) -> Method:
+def unit(name: str) -> Optional[Method]:
     """The registered unit called `name`, or None."""
     return registered().get(name)
 

@@ -145,6 +145,8 @@ def transformer_attribution(model, images, targets, start: int = START_LAYER):
         cam = tf.reduce_mean(tf.nn.relu(g * r), axis=1)
         cam = cam + tf.eye(tf.shape(cam)[-1], dtype=cam.dtype)
         joint = cam if joint is None else tf.matmul(cam, joint)
+    if joint is None:
+        raise ValueError(f"no transformer block from layer {start} on")
     patches = joint[:, 0, 1:]
     side = int(round(int(patches.shape[-1]) ** 0.5))
     grid = tf.reshape(patches, [-1, side, side, 1])

@@ -47,14 +47,13 @@ def _channels(count: int, width: float) -> int:
 def _pad(x, kernel: int, stride: int, padding: str, name: str):
     """Explicit zero padding before a valid convolution: TensorFlow's "same" rule computed from
     the static input size, or PyTorch's symmetric kernel // 2."""
+    amounts: tuple
     if padding == "symmetric":
         amounts = ((kernel // 2, kernel // 2),) * 2
     else:
-        amounts = []
-        for size in (int(x.shape[1]), int(x.shape[2])):
-            total = max((-(-size // stride) - 1) * stride + kernel - size, 0)
-            amounts.append((total // 2, total - total // 2))
-        amounts = tuple(amounts)
+        amounts = tuple((total // 2, total - total // 2) for total in (
+            max((-(-size // stride) - 1) * stride + kernel - size, 0)
+            for size in (int(x.shape[1]), int(x.shape[2]))))
     if amounts == ((0, 0), (0, 0)):
         return x
     return layers.ZeroPadding2D(amounts, name=f"{name}_pad")(x)

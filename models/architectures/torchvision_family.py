@@ -17,6 +17,8 @@ converts name by name and gives the same logits (`models.formats.torch_checkpoin
 `width` scales every channel count (64 = torchvision's) and `hidden` VGG's classifier, so small
 variants of the same graph run in tests. All take ImageNet-normalised input (mean/std).
 """
+from typing import Optional
+
 import keras
 from keras import layers
 
@@ -120,7 +122,7 @@ def _residual_block(x, kind, planes, stride, base_width, norm, name, fixup):
 
 def build_resnet(num_classes: int, input_shape: tuple, depth: int = 50, width: int = 64,
                  base_width: int = 64, norm: str = "batch", fixup_init: bool = True,
-                 name: str = None) -> keras.Model:
+                 name: Optional[str] = None) -> keras.Model:
     """A torchvision-layout ResNet (see the module docstring); logits, Grad-CAM features after
     layer4."""
     if depth not in RESNET_DEPTHS or norm not in NORMS:
@@ -151,7 +153,7 @@ def build_resnet(num_classes: int, input_shape: tuple, depth: int = 50, width: i
 
 def build_vgg(num_classes: int, input_shape: tuple, depth: int = 16, width: int = 64,
               hidden: int = 4096, with_batch_norm: bool = False, bias: bool = True,
-              name: str = None) -> keras.Model:
+              name: Optional[str] = None) -> keras.Model:
     """A torchvision-layout VGG (see the module docstring); Grad-CAM features after the last
     max-pool (IDSDS' `model.features`)."""
     if depth not in VGG_CONFIGS:
@@ -159,7 +161,7 @@ def build_vgg(num_classes: int, input_shape: tuple, depth: int = 16, width: int 
     inputs = keras.Input(input_shape, name="images")
     x, index = inputs, 0
     for entry in VGG_CONFIGS[depth]:
-        if entry == "M":
+        if isinstance(entry, str):  # "M"
             x = layers.MaxPooling2D(2, name=f"features_{index}")(x)
             index += 1
             continue

@@ -13,7 +13,7 @@ Conventions shared by every registered model:
 """
 import inspect
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Optional
 
 import keras
 from keras import layers
@@ -166,15 +166,14 @@ def _build_small_resnet(num_classes, input_shape, width=16):
 def _resnet_builder(name, depth, base_width=64, norm="batch"):
     """A registered builder of a torchvision-layout ResNet
     (`models.architectures.torchvision_family`)."""
-    if norm == "batch":
-        def builder(num_classes, input_shape, width=64):
-            return torchvision_family.build_resnet(num_classes, input_shape, depth, width,
-                                                   base_width, norm, name=name)
-    else:
-        def builder(num_classes, input_shape, width=64, fixup_init=True):
-            return torchvision_family.build_resnet(num_classes, input_shape, depth, width,
-                                                   base_width, norm, fixup_init, name=name)
-    return builder
+    def batch_builder(num_classes, input_shape, width=64):
+        return torchvision_family.build_resnet(num_classes, input_shape, depth, width,
+                                               base_width, norm, name=name)
+
+    def fixup_builder(num_classes, input_shape, width=64, fixup_init=True):
+        return torchvision_family.build_resnet(num_classes, input_shape, depth, width,
+                                               base_width, norm, fixup_init, name=name)
+    return batch_builder if norm == "batch" else fixup_builder
 
 
 def _vgg_builder(name, depth, batch_norm=False, bias=True):
@@ -196,7 +195,7 @@ class ModelSpec:
     preprocessing: str
     min_size: int
     summary: str
-    channels: int = None  # None: any channel count
+    channels: Optional[int] = None  # None: any channel count
     small: tuple = ()  # (option, value) pairs of the small variant
     native: tuple = ()  # the native explainers it offers (models.architectures.native_explainers)
 

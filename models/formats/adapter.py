@@ -231,9 +231,7 @@ def adapt(model, feature_layer: Optional[str] = None, output_key: Optional[str] 
         # One adapter per loaded model, kept on it: its traced predictors are reused by every
         # call (a fresh adapter per call retraced `predict` on every batch, 0.3-0.4 s each).
         LoadedAdapter.check_feature_layer(model, feature_layer)
-        if getattr(model, "_adapter", None) is None:
-            model._adapter = LoadedAdapter(model)
-        return model._adapter
+        return kept(model, "adapter", lambda: LoadedAdapter(model))
     if hasattr(model, "layers") and hasattr(model, "inputs"):
         return KerasAdapter(model, feature_layer)
     return CallableAdapter(model, output_key)

@@ -123,7 +123,7 @@ class Tf1Model(LoadedModel):
         self.num_classes = self.info["num_classes"]
         self.feature_layer = names.feature
         self.preprocessing = names.preprocessing
-        self._functions = {}
+        self._functions: dict = {}
 
     def _import(self, meta, path, image_shape):
         """Loads the graph with a batch-free input: a scratch copy of the SavedModel whose input

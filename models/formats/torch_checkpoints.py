@@ -28,7 +28,7 @@ from models.architectures import zoo
 from models.formats.exporting import INFO_PATH, export
 from models.formats.torch_pickle import read_checkpoint
 from models.foundation.cli import option, run_binary
-from models.foundation.errors import UserError
+from models.foundation.errors import UserError, required
 from models.foundation.files import file_sha256, project_cache_dir
 
 # IDSDS' --model names whose zoo model has another name (the zoo's resnet50 / vgg16 are ROAR's
@@ -100,7 +100,8 @@ def _standard(layer):
 def load_state_dict(model: keras.Model, state: dict, source: str = "the checkpoint") -> dict:
     """Copies `state` into `model` by name (see the module docstring); returns {"tensors",
     "weights"} counts. Raises a `UserError` naming missing, unused or mis-shaped tensors."""
-    grouped, modules = collections.defaultdict(dict), {}
+    grouped: dict[str, dict] = collections.defaultdict(dict)
+    modules: dict = {}
     for key, value in state.items():
         module, _, parameter = key.rpartition(".")
         grouped[keras_name(module)][parameter] = value
@@ -201,10 +202,8 @@ class Config:
 
 def run(config: Config) -> dict:
     """Converts and exports; prints one line."""
-    for flag in ("model", "checkpoint", "output"):
-        if not getattr(config, flag):
-            raise UserError(f"--{flag} is required")
-    info = convert(config.checkpoint, config.model, config.output,
+    model, checkpoint, output = required(config, "model", "checkpoint", "output")
+    info = convert(checkpoint, model, output,
                    image_size=config.image_size, num_classes=config.num_classes or None)
     print(f"wrote {config.output}: {info['name']}, {info['num_classes']} classes, "
           f"{info['extra']['tensors']} tensors copied")

@@ -82,6 +82,7 @@ class _DType(_Inert):
     """A storage class or dtype global: only its numpy dtype."""
 
     __slots__ = ("dtype",)
+    dtype: np.dtype
 
 
 class _Storage(_Inert):
@@ -89,6 +90,10 @@ class _Storage(_Inert):
     start inside their root storage)."""
 
     __slots__ = ("dtype", "key", "numel", "offset")
+    dtype: np.dtype
+    key: str
+    numel: int
+    offset: int
 
 
 class _Tensor(_Inert):
@@ -96,6 +101,11 @@ class _Tensor(_Inert):
     `_rebuild_tensor_v3` names one) its own dtype."""
 
     __slots__ = ("dtype", "offset", "shape", "storage", "strides")
+    dtype: Optional[np.dtype]
+    offset: int
+    shape: tuple
+    storage: _Storage
+    strides: tuple
 
 
 def _as_ints(values, what: str) -> tuple:
@@ -264,7 +274,7 @@ def _read_legacy(path: str) -> Any:
     info = _unpickle(b"", path, handle=stream)
     if isinstance(info, dict) and info.get("little_endian") is False:
         raise UserError(f"{path}: stored big-endian; only little-endian is read")
-    roots = {}
+    roots: dict[str, tuple] = {}  # key: (dtype, element count)
 
     def storage_of(pid):
         storage = _storage_from_id(pid, legacy=True)

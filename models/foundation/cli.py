@@ -95,11 +95,11 @@ def define_flags(config_class, flag_values=None) -> None:
     for field in dataclasses.fields(config_class):
         if field.name in values:
             continue
-        default = field.default
+        default: typing.Any = field.default
         help_text = field.metadata.get("help", field.name)
         choices = field.metadata.get("choices")
         kind = _kind(hints[field.name], default)
-        where = {"flag_values": values}
+        where: dict[str, typing.Any] = {"flag_values": values}
         if choices is not None:
             flags.DEFINE_enum(field.name, default, list(choices), help_text, **where)
         elif kind is bool:
@@ -324,7 +324,7 @@ def source_values(path: str) -> dict:
                 for alias in node.names:
                     top = alias.name.split(".")[0]
                     values[alias.asname or top] = _bound(alias.name if alias.asname else top)
-            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                 for alias in node.names:
                     values[alias.asname or alias.name] = _bound(node.module, alias.name)
             elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(
@@ -335,7 +335,7 @@ def source_values(path: str) -> dict:
     return values
 
 
-def _evaluate_or_keys(node: ast.AST, values: dict) -> Any:
+def _evaluate_or_keys(node: ast.expr, values: dict) -> Any:
     """An expression's value; for a dict display whose values need running code, its keys
     (mapped to None), which is what flag choices and defaults built from it use."""
     try:
@@ -343,10 +343,10 @@ def _evaluate_or_keys(node: ast.AST, values: dict) -> Any:
     except Exception:
         if not isinstance(node, ast.Dict) or None in node.keys:
             raise
-        return dict.fromkeys(_evaluate(key, values) for key in node.keys)
+        return dict.fromkeys(_evaluate(key, values) for key in node.keys if key is not None)
 
 
-def _evaluate(node: ast.AST, values: dict) -> Any:
+def _evaluate(node: ast.expr, values: dict) -> Any:
     """The value of an expression of the project's own source, over `values`."""
     return eval(compile(ast.Expression(node), "<binary>", "eval"), dict(values))
 
@@ -362,27 +362,27 @@ def declared_options(path: str, class_name: str = "Config") -> list:
                    if isinstance(node, ast.ClassDef) and node.name == class_name), None)
     if config is None:
         return []
-    options = {}
+    options: dict[str, tuple] = {}
     for base in config.bases:  # e.g. road.Config: the base module's own options first
         if isinstance(base, ast.Attribute) and isinstance(base.value, ast.Name):
-            module = values.get(base.value.id)
-            if hasattr(module, "__file__"):
+            source = getattr(values.get(base.value.id), "__file__", None)
+            if source is not None:
                 options.update((option[0], option)
-                               for option in declared_options(module.__file__, base.attr))
+                               for option in declared_options(source, base.attr))
     for node in config.body:
         call = getattr(node, "value", None)
-        if not (isinstance(node, ast.AnnAssign) and isinstance(call, ast.Call)
-                and getattr(call.func, "id", "") == "option"):
+        if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+                and isinstance(call, ast.Call) and getattr(call.func, "id", "") == "option"):
             continue
         given = dict(zip(("default", "help", "choices"), call.args))
-        given.update({keyword.arg: keyword.value for keyword in call.keywords})
+        given.update({keyword.arg: keyword.value for keyword in call.keywords if keyword.arg})
         options[node.target.id] = (node.target.id, *(
             _shown(given.get(name), values) for name in ("default", "help", "choices")),
             _rule_text(given.get("rule"), values))
     return list(options.values())
 
 
-def _rule_text(node: Optional[ast.AST], values: dict) -> str:
+def _rule_text(node: Optional[ast.expr], values: dict) -> str:
     """What an option's rule says (`models.foundation.rules`), or "" if it has none or its
     arguments need running code."""
     if node is None:
@@ -394,7 +394,7 @@ def _rule_text(node: Optional[ast.AST], values: dict) -> str:
     return " ".join(rule.text for rule in (found if isinstance(found, tuple) else (found,)))
 
 
-def _shown(node: Optional[ast.AST], values: dict) -> Any:
+def _shown(node: Optional[ast.expr], values: dict) -> Any:
     """An option argument's value, its source text (`_Verbatim`) if that needs running code,
     or None if not given."""
     if node is None:

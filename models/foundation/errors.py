@@ -5,7 +5,7 @@ fault and says what to do. Binaries run through `models.foundation.cli.run_binar
 prints as a single `error: ...` line with exit status 2 instead of a traceback from deep inside
 TensorFlow.
 """
-from typing import Optional
+from typing import Any, Optional
 
 
 class UserError(ValueError):
@@ -47,6 +47,15 @@ def check_one_of(flag: str, value, known) -> None:
     """Raises unless the flag `--flag` is one of `known` (a scalar choice)."""
     if value not in known:
         raise UserError(f"--{flag} must be one of {', '.join(map(str, known))}; got {value!r}")
+
+
+def required(config: Any, *names: str) -> tuple:
+    """The values of `config`'s flags `names`, in order; one line "--name is required" for the
+    first that is left empty."""
+    for name in names:
+        if not getattr(config, name):
+            raise UserError(f"--{name} is required")
+    return tuple(getattr(config, name) for name in names)
 
 
 def look_up(table: dict, name, what: str):

@@ -4,10 +4,10 @@ that defines `name` (or the submodule `package.name`) the first time it is asked
 import importlib
 import sys
 import types
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 
-def lazy_names(package: str, exports: Mapping[str, str]) -> Callable[[str], object]:
+def lazy_names(package: str, exports: Mapping[str, str]) -> Callable[[str], Any]:
     """The module `__getattr__` of `package`: each name of `exports` (name -> defining module)
     and each submodule, imported on first use and then kept in the package's namespace."""
 

@@ -28,7 +28,8 @@ class TrainingBar(keras.callbacks.Callback):
 
     def __init__(self, desc: str):
         super().__init__()
-        self.desc, self.progress, self.steps = desc, None, 0
+        self.desc, self.steps = desc, 0
+        self.progress: Optional[tqdm] = None
 
     def on_train_begin(self, logs=None):
         self.steps = int(self.params.get("steps") or 0)
@@ -53,7 +54,8 @@ class CountBar:
     """`progress(done, total)` for a builder: the bar opens on the first report."""
 
     def __init__(self, desc: str, unit: str = "it"):
-        self.desc, self.unit, self.progress = desc, unit, None
+        self.desc, self.unit = desc, unit
+        self.progress: Optional[tqdm] = None
 
     def __call__(self, done: int, total: int) -> None:
         if self.progress is None:
@@ -78,7 +80,7 @@ class CostBar:
     def __init__(self, counts: dict, priors: dict, desc: str, tick: float = 1.0,
                  clock=time.monotonic):
         self.counts, self.priors = dict(counts), dict(priors)
-        self.done = {kind: [] for kind in counts}
+        self.done: dict[str, list[float]] = {kind: [] for kind in counts}
         self.progress = bar(1.0, desc, "s", bar_format="{l_bar}{bar}| [{elapsed}<{remaining}]")
         self.clock, self.reported = clock, clock()
         self.lock, self.stopped = threading.Lock(), threading.Event()

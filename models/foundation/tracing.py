@@ -1,14 +1,16 @@
 """Traced functions that are built once per model, method or bottleneck by design."""
 import weakref
-from typing import Any, Callable, Hashable
+from typing import Any, Callable, Hashable, TypeVar
 
+Built = TypeVar("Built")
 # owner (a model) -> {key: traced function}; an entry goes with its model
 _KEPT: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-def kept(owner: Any, key: Hashable, build: Callable[[], Callable]) -> Callable:
-    """The traced function `build()` makes, built once per (`owner`, `key`) and kept as long as
-    `owner` lives (weakly), so every caller with the same owner and key reuses its trace. An
+def kept(owner: Any, key: Hashable, build: Callable[[], Built]) -> Built:
+    """What `build()` makes (a traced function, a model's adapter), built once per (`owner`,
+    `key`) and kept as long as `owner` lives (weakly), so every caller with the same owner and
+    key reuses it (and its traces). An
     owner that cannot be weakly referenced (None, a path) keeps nothing: each call builds."""
     try:
         functions = _KEPT.setdefault(owner, {})

@@ -78,7 +78,7 @@ def run_cells(benchmarks: Sequence[Benchmark], methods: Sequence[str], output_di
     """{(benchmark, method): {metric: values} or None (unsupported)}, computing only the cells
     not already finished with the same origin. `progress(benchmark name, seconds)` follows
     every cell (a reused or unsupported cell takes about 0 s)."""
-    cells = {}
+    cells: dict = {}
     for benchmark in benchmarks:
         for method in methods:
             key, started = (benchmark.name, method), time.perf_counter()
@@ -221,12 +221,13 @@ def summarise(benchmarks: Sequence[Benchmark], methods: Sequence[str], cells: di
                 trust[column.name] = reliability.metric_reliability(
                     np.stack(list(judged.values()), axis=1), metric.higher_is_better,
                     sum(w in judged and v in judged for w, v, _ in separated), seed)
-            for method, per_unit in values.items():
+            estimates = {method: uncertainty.interval(per_unit, seed)
+                         for method, per_unit in values.items()}
+            for method, estimate in estimates.items():
                 rows[(column.name, method)] = {
-                    "estimate": uncertainty.interval(per_unit, seed),
-                    "rank": ranking.get(method)}  # None: no value to rank
+                    "estimate": estimate, "rank": ranking.get(method)}  # None: no value to rank
             sign = 1.0 if metric.higher_is_better else -1.0
-            orderings[column.name] = {method: sign * rows[(column.name, method)]["estimate"].value
+            orderings[column.name] = {method: sign * estimates[method].value
                                       for method in scored}
             if column.name in trust:
                 trust[column.name]["rewards_blur"] = rewards_blur(orderings[column.name])

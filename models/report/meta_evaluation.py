@@ -23,8 +23,8 @@ import numpy as np
 import scipy.stats
 
 
-def _finite_rows(*tables: np.ndarray) -> list:
-    tables = [np.asarray(t, np.float64) for t in tables]
+def _finite_rows(*given: np.ndarray) -> list:
+    tables = [np.asarray(t, np.float64) for t in given]
     shapes = {t.shape for t in tables}
     if len(shapes) != 1 or tables[0].ndim != 2:
         raise ValueError(f"the tables must share one [units, methods] shape, got {shapes}")
@@ -96,7 +96,7 @@ def meta_consistency(values, minor: dict, disruptive: dict, higher_is_better: bo
     units and methods); each side's IAC and IEC are the means over its perturbations ("tests"
     keeps each one's)."""
     values, *tables = _finite_rows(values, *minor.values(), *disruptive.values())
-    found = {"resilience": _averaged(resilience, values, dict(zip(minor, tables)),
+    found: dict = {"resilience": _averaged(resilience, values, dict(zip(minor, tables)),
                                      higher_is_better),
              "reactivity": _averaged(reactivity, values,
                                      dict(zip(disruptive, tables[len(minor):])),

@@ -244,7 +244,7 @@ def notes(card: Card) -> list:
         if metric.note and metric.note not in found:
             found.append(f"{metric.name}: {metric.note}")
     for metric in card.metrics:
-        means = {}
+        means: dict[float, list[str]] = {}
         for method in card.methods:
             row = card.rows.get((metric.name, method))
             if row is not None and not math.isnan(row["estimate"].value):

@@ -29,8 +29,9 @@ from models.foundation.errors import MissingPathError, UserError, check_minimum
 from saliency_gen import records
 
 # IDX type codes: numpy dtype (big-endian where it matters).
-IDX_TYPES = {0x08: np.dtype(np.uint8), 0x09: np.dtype(np.int8), 0x0B: np.dtype(">i2"),
-             0x0C: np.dtype(">i4"), 0x0D: np.dtype(">f4"), 0x0E: np.dtype(">f8")}
+IDX_TYPES: dict[int, np.dtype] = {
+    0x08: np.dtype(np.uint8), 0x09: np.dtype(np.int8), 0x0B: np.dtype(">i2"),
+    0x0C: np.dtype(">i4"), 0x0D: np.dtype(">f4"), 0x0E: np.dtype(">f8")}
 FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"  # Debian's dataset-fashion-mnist
 FASHION_MNIST_FILES = {"train_images": "train-images-idx3-ubyte.gz",
                        "train_labels": "train-labels-idx1-ubyte.gz",

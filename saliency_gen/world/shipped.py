@@ -60,7 +60,8 @@ def _entry(part: str, name: str, world_dir: str, root: Optional[str]) -> Optiona
     world = synthetic.read_world_info(world_dir)
     shipped = manifest(world["seed"], root) if world else None
     entry = (shipped or {}).get(part, {}).get(name)
-    if entry is None or any(world.get(key) != value for key, value in shipped["world"].items()):
+    if entry is None or world is None or shipped is None or any(
+            world.get(key) != value for key, value in shipped["world"].items()):
         return None
     return os.path.join(folder(world["seed"], root), name), entry
 
