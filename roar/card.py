@@ -23,6 +23,7 @@ import saliency_gen
 from models.formats.adapter import adapt
 from models.formats.preprocessing import input_space
 from models.foundation import executor, provenance
+from models.foundation.errors import check_known
 from models.report.engine import Benchmark, MetricSpec
 from models.training import recipes
 from roar import imputation, masked_data, masking
@@ -118,8 +119,7 @@ def benchmark(loaded, images, labels, ids, masks=None, *, data: dict, ratios=RAT
     `masks` [N, H, W] (object masks) enable the oracle. `data` fingerprints the images;
     `maps_of(method)`, when given, supplies a method's maps (shared by a card's benchmarks);
     `imputer` is one of `IMPUTERS`."""
-    if imputer not in IMPUTERS:
-        raise ValueError(f"unknown ROAD imputer {imputer!r}; choose one of {IMPUTERS}")
+    check_known(imputer, IMPUTERS, "ROAD imputer")
     space = input_space(loaded.preprocessing)
     pixels = np.asarray(space.to_pixels(tf.constant(images, tf.float32)), np.float32)
     features = images.shape[1] * images.shape[2]

@@ -16,7 +16,7 @@ Accepted forms:
 import dataclasses
 from typing import Optional
 
-from models.foundation.errors import UserError
+from models.foundation.errors import UserError, check_known
 from saliency_gen import methods, noise, plugins, units
 from saliency_gen.spec import MethodSpec, make_spec
 
@@ -179,9 +179,7 @@ def resolve(method: str, **params) -> MethodSpec:
     extras = {}
     if "(" in method and method.endswith(")"):
         wrapper, base = method[:-1].split("(", 1)
-        if wrapper not in noise.WRAPPERS:
-            raise UserError(f"unknown noise wrapper {wrapper!r} in {method!r}; choose one of "
-                            f"{', '.join(noise.WRAPPERS)}")
+        check_known(wrapper, noise.WRAPPERS, "noise wrapper")
         base = _base_name(base)
     elif is_scheme_name(method):
         scheme, name = method.split(":", 1)

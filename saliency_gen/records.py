@@ -25,7 +25,7 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from models.foundation.errors import MissingPathError, RecordError, UserError
+from models.foundation.errors import MissingPathError, RecordError, UserError, check_known
 from models.foundation.files import atomic_output, is_temporary
 from saliency_gen import shard_ledger
 from saliency_gen.formats import MAP_DTYPES
@@ -175,8 +175,7 @@ def encode_map(saliency, dtype="rank8"):
     if not np.all(np.isfinite(saliency)):
         raise UserError("a saliency map contains NaN or infinite values; fix the method's "
                         "input before writing it")
-    if dtype not in MAP_DTYPES:
-        raise UserError(f"unknown map dtype {dtype!r}; choose one of {', '.join(MAP_DTYPES)}")
+    check_known(dtype, MAP_DTYPES, "map dtype")
     peak = float(np.max(np.abs(saliency))) if saliency.size else 0.0
     if dtype == "rank8":
         return rank8_encode(saliency).tobytes(), peak
@@ -203,9 +202,7 @@ def saliency_example(raw_image, label, maps, *, prediction_class=-1, height=0, w
     "sum_sq" (C = 1, a per-pixel score); `meta` = JSON-serialisable method parameters, seed,
     preprocessing version and so on.
     """
-    if channels not in CHANNEL_CONVENTIONS:
-        raise UserError(f"unknown channel convention {channels!r}; choose one of "
-                        f"{', '.join(CHANNEL_CONVENTIONS)}")
+    check_known(channels, CHANNEL_CONVENTIONS, "channel convention")
     if not maps:
         raise UserError("a saliency record needs at least one map")
     feature = {

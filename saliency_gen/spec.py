@@ -10,7 +10,7 @@ from typing import Optional
 import numpy as np
 import tensorflow as tf
 
-from models.foundation.errors import UserError
+from models.foundation.errors import UserError, check_known
 from saliency_gen import noise, transforms, units
 
 
@@ -84,9 +84,7 @@ def make_spec(base: str, wrapper: Optional[str] = None, transform: str = "raw",
                         "register your own with saliency_gen.register_method")
     name = f"{wrapper}({base})" if wrapper else base
     if wrapper is not None:
-        if wrapper not in noise.WRAPPERS:
-            raise UserError(f"unknown noise wrapper {wrapper!r}; choose one of "
-                            f"{', '.join(noise.WRAPPERS)}")
+        check_known(wrapper, noise.WRAPPERS, "noise wrapper")
         if not unit.wrappable:
             raise UserError(f"{base} takes no noise wrapper")
     declared = dict(unit.params, **(noise.WRAPPER_PARAMS if wrapper else {}))

@@ -21,7 +21,7 @@ from typing import Any, Callable, Dict, NamedTuple, Optional, Sequence, Tuple
 import numpy as np
 import tensorflow as tf
 
-from models.foundation.errors import UserError
+from models.foundation.errors import UserError, check_known
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,9 +36,8 @@ class Param:
 
     def check(self, name: str, value) -> None:
         label = self.label or name
-        if self.choices is not None and value not in self.choices:
-            raise UserError(f"unknown {label} {value!r}; choose one of "
-                            f"{', '.join(map(str, self.choices))}")
+        if self.choices is not None:
+            check_known(value, self.choices, label)
         if self.minimum is not None and int(value) < self.minimum:
             raise UserError(f"{label} must be at least {self.minimum:g}; got {value!r}")
 

@@ -5,7 +5,7 @@ fault and says what to do. Binaries run through `models.foundation.cli.run_binar
 prints as a single `error: ...` line with exit status 2 instead of a traceback from deep inside
 TensorFlow.
 """
-from typing import Any, Optional
+from typing import Any, Collection, Iterable, Optional
 
 
 class UserError(ValueError):
@@ -58,13 +58,27 @@ def required(config: Any, *names: str) -> tuple:
     return tuple(getattr(config, name) for name in names)
 
 
-def look_up(table: dict, name, what: str):
+def _unknown(what: str, value: Any, known: Iterable) -> UserError:
+    return UserError(f"unknown {what} {value!r}; choose one of {', '.join(map(str, known))}")
+
+
+def check_known(value: Any, known: Collection, what: str) -> None:
+    """Raises unless `value` is one of `known`: one line naming the unknown `what` and the known
+    names (in their order)."""
+    try:
+        found = value in known
+    except TypeError:  # an unhashable value
+        found = False
+    if not found:
+        raise _unknown(what, value, known)
+
+
+def look_up(table: dict, name: Any, what: str) -> Any:
     """`table[name]`, or one line naming the unknown `what` and the known names (sorted)."""
     try:
         return table[name]
     except (KeyError, TypeError):
-        raise UserError(f"unknown {what} {name!r}; choose one of "
-                        f"{', '.join(sorted(map(str, table)))}") from None
+        raise _unknown(what, name, sorted(map(str, table))) from None
 
 
 def check_unique(flag: str, values) -> None:

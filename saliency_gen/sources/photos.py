@@ -21,7 +21,7 @@ from typing import Optional
 from PIL import Image
 
 from models.foundation.cli import option, run_binary
-from models.foundation.errors import MissingPathError, UserError
+from models.foundation.errors import MissingPathError, UserError, check_known
 from models.foundation.files import project_cache_dir
 from saliency_gen import records
 
@@ -42,9 +42,7 @@ def _package_dir(package: str, what: str) -> str:
 
 def photo_files(photo_set: str = "imagenet") -> list:
     """[(path, class index)] of the package's photos of `photo_set`, in file-name order."""
-    if photo_set not in PHOTO_SETS:
-        raise UserError(f"unknown photo set {photo_set!r}; choose one of "
-                        f"{', '.join(PHOTO_SETS)}")
+    check_known(photo_set, PHOTO_SETS, "photo set")
     folder = os.path.join(_package_dir("foolbox", "the real photos"), "data")
     pattern = re.compile(rf"^{photo_set}_(\d+)_(\d+)\.(jpg|png)$")
     found = []
