@@ -8,6 +8,7 @@ such oracle (they ask what a model ignores, which only the model knows), so the 
 there are empty.
 """
 import os
+from typing import Optional
 
 import numpy as np
 
@@ -31,10 +32,11 @@ METRICS = (MetricSpec("MCS", True, about="object attribution of the object model
 
 def benchmark(data_dir: str, model_dir: str, *, metrics=("MCS", "IDR", "IIR"),
               num_imgs: int = 10, seed: int = 0, noise_seed: int = 0,
-              batch_size: int = 64) -> Benchmark:
+              batch_size: int = 64, methods: Optional[dict] = None) -> Benchmark:
     """BAM on the world in `data_dir` with the models in `model_dir` (obj, scene, scene_only),
     `num_imgs` sampled images per metric as `bam.metrics` samples them (all of a metric's
-    images where it has fewer)."""
+    images where it has fewer). `methods`: the run's resolved methods ({name: Resolved});
+    a method not in it is resolved when it is scored."""
     sources = val_set_scores.Sources(data_dir, model_dir)
     model, val_set, predicted = sources.model, sources.val_set, {}
 
@@ -67,7 +69,7 @@ def benchmark(data_dir: str, model_dir: str, *, metrics=("MCS", "IDR", "IIR"),
 
     def score(method):
         values = {}
-        resolved = method if method == ORACLE else val_set_scores.resolved_methods([method])
+        resolved = method if method == ORACLE else _resolved(method, methods)
         for metric in metrics:
             chosen = indices(metric)
             (m1, d1), (m2, d2) = metric_definitions.PAIRS[metric]
@@ -94,6 +96,13 @@ def benchmark(data_dir: str, model_dir: str, *, metrics=("MCS", "IDR", "IIR"),
         cost=6.0 * num_imgs / 10)
 
 
+def _resolved(method: str, methods: Optional[dict]) -> dict:
+    """{method: its Resolved}: the run's, or resolved now."""
+    if methods is not None and method in methods:
+        return {method: methods[method]}
+    return val_set_scores.resolved_methods([method])
+
+
 def per_image_rmcs(g, predictions, drops, label=rmcs.BEDROOM) -> np.ndarray:
     """[n]: for each image, the Pearson correlation over k of its contrast g(scene<k>) -
     g(scene10) with the accuracy drops, over the k where both models call it bedroom (NaN
@@ -114,7 +123,8 @@ def per_image_rmcs(g, predictions, drops, label=rmcs.BEDROOM) -> np.ndarray:
 
 
 def rmcs_benchmark(data_dir: str, model_dir: str, *, num_imgs: int = 50, seed: int = 0,
-                   noise_seed: int = 0, batch_size: int = 64) -> Benchmark:
+                   noise_seed: int = 0, batch_size: int = 64,
+                   methods: Optional[dict] = None) -> Benchmark:
     """RMCS as a card benchmark (by flag: it needs the ten relative scene models): per image
     of dog_bedroom, the correlation over k of its relative contrast with the accuracy drops
     (docs/report_card.md, "Benchmarks"); higher is better."""
@@ -128,7 +138,7 @@ def rmcs_benchmark(data_dir: str, model_dir: str, *, num_imgs: int = 50, seed: i
         if method == ORACLE:
             return {"RMCS r": np.full(len(chosen), np.nan)}
         g, predictions = {}, {}
-        resolved = val_set_scores.resolved_methods([method])
+        resolved = _resolved(method, methods)
         for k in range(1, 11):
             predictions[k], found, _ = val_set_scores.score_pair(
                 sources.model(f"scene{k}"), target, chosen, resolved, noise_seed, batch_size)

@@ -9,6 +9,8 @@ much the map still looks the same. A method that explains the model should fall 
 more layers are randomised; a map that does not depend on the model (an edge detector, the random
 control) stays at 1.
 """
+from typing import Optional
+
 import keras
 import numpy as np
 
@@ -62,11 +64,12 @@ def _flat_abs(maps) -> np.ndarray:
 
 
 def benchmark(model_path: str, images, labels, ids, *, data: dict, seed: int = 0,
-              batch_size: int = 32, maps_of=None) -> Benchmark:
+              batch_size: int = 32, maps_of=None, methods: Optional[dict] = None) -> Benchmark:
     """The cascading check of the exported zoo model `model_path` on `images` (its input
     space), explaining `labels`: one metric per stage, the mean Spearman correlation (lower is
     better). `maps_of(method)`, when given, supplies the trained model's maps of at least
-    `images` (their first len(images) are used)."""
+    `images` (their first len(images) are used); `methods` ({name: Resolved}, the run's)
+    spares resolving a method's name again."""
     info = models.read_info(model_path)
     loaded = models.load(model_path) if maps_of is None else None  # the trained maps' source
     # One randomised model serves every stage and method, its weights set per stage in place:
@@ -77,7 +80,8 @@ def benchmark(model_path: str, images, labels, ids, *, data: dict, seed: int = 0
     chosen = stages(count)
 
     def explain(model, method):
-        return saliency_gen.attribute(model, images, method, labels, batch_size=batch_size,
+        chosen = methods.get(method, method) if methods else method
+        return saliency_gen.attribute(model, images, chosen, labels, batch_size=batch_size,
                                       seed=seed, ids=ids, preprocessing=info["preprocessing"])
 
     trained_values = [(variable, variable.numpy()) for layer in weighted_layers(randomised)

@@ -164,13 +164,21 @@ def resolved(config: Config) -> Config:
     return config
 
 
-def check_flags(config: Config) -> None:
-    """What the options' own rules cannot say (they are checked when the config is built):
-    unknown method names, before any work, and the flags that go together."""
+def resolved_methods(config: Config) -> dict:
+    """{method: its `saliency_gen.names.Resolved`} of every method the card explains (not the
+    oracle; a blur control uses its method's), resolved once for the whole run and passed to
+    every benchmark: an unknown name stops here, before any work, with one line."""
+    found = {}
     for method in config.methods:
         plain = engine.unblurred(method) or method
-        if plain != bam_card.ORACLE and plain not in names.PRODUCTS:
-            saliency_gen.resolve(plain)
+        if plain != bam_card.ORACLE and plain not in found:
+            found[plain] = names.resolved(plain)
+    return found
+
+
+def check_flags(config: Config) -> None:
+    """What the options' own rules cannot say (they are checked when the config is built):
+    the flags that go together."""
     if config.retraining and not config.retraining_seeds:
         raise UserError("--retraining_seeds names no seed")
     require_both_or_neither(("model_path", config.model_path),
@@ -191,29 +199,30 @@ class Inputs:
     masks: object  # object masks [N, H, W] for the oracle, or None
     data: dict
     pattern: str
+    methods: dict  # the run's resolved methods (`resolved_methods`)
     maps_of: object = None  # method -> its maps of `images`, computed once per card run
 
 
-def map_memo(loaded, images, labels, ids, seed: int, batch_size: int,
+def map_memo(loaded, images, labels, ids, methods: dict, seed: int, batch_size: int,
              preprocessing: Optional[str] = None):
-    """`maps_of(method)`: the method's maps of `images` (explaining `labels`), computed the
-    first time a benchmark asks and shared by every image-level benchmark and the gallery;
-    `blur(m)` is m's maps smoothed (saliency_gen.transforms.blur). `preprocessing` names the
-    input space of a Keras model (a loaded export knows its own)."""
+    """`maps_of(method)`: the method's maps of `images` (explaining `labels`) by its resolved
+    spec in `methods`, computed the first time a benchmark asks and shared by every image-level
+    benchmark and the gallery; `blur(m)` is m's maps smoothed (saliency_gen.transforms.blur).
+    `preprocessing` names the input space of a Keras model (a loaded export knows its own)."""
     found = {}
 
     def maps_of(method):
         if method not in found:
             plain = engine.unblurred(method)
             found[method] = transforms.blur(maps_of(plain)) if plain else saliency_gen.attribute(
-                loaded, images, method, labels, batch_size=batch_size, seed=seed, ids=ids,
-                preprocessing=preprocessing)
+                loaded, images, methods[method], labels, batch_size=batch_size, seed=seed,
+                ids=ids, preprocessing=preprocessing)
         return found[method]
 
     return maps_of
 
 
-def load_inputs(config: Config) -> Inputs:
+def load_inputs(config: Config, methods: dict) -> Inputs:
     """The given or the synthetic world's classifier and its first --nr_images images."""
     model_path, pattern = config.model_path, config.input_pattern
     if model_path is None:
@@ -236,11 +245,13 @@ def load_inputs(config: Config) -> Inputs:
     data = {"data": provenance.listing_digest(records.list_files(pattern)),
             "nr_images": config.nr_images}
     return Inputs(model_path, loaded, images, labels, ids, masks[0] if masks else None, data,
-                  pattern, map_memo(loaded, images, labels, ids, config.seed, config.batch_size))
+                  pattern, methods, map_memo(loaded, images, labels, ids, methods, config.seed,
+                                             config.batch_size))
 
 
-def build_benchmarks(config: Config, inputs: Optional[Inputs]) -> list:
-    """The chosen benchmarks, on the given or the synthetic world's models and data."""
+def build_benchmarks(config: Config, inputs: Optional[Inputs], methods: dict) -> list:
+    """The chosen benchmarks, on the given or the synthetic world's models and data, explaining
+    with the run's resolved `methods`."""
     found = []
     if "BAM" in config.benchmarks and config.pretrained:
         print(f"note: {BAM_NEEDS_ITS_DATA}")
@@ -250,14 +261,16 @@ def build_benchmarks(config: Config, inputs: Optional[Inputs]) -> list:
             data_dir, model_dir = synthetic_setup.prepare(config.cache_dir, log=lambda *_: None,
                                                           shipped=not config.train_models)
         found.append(bam_card.benchmark(data_dir, model_dir, num_imgs=config.num_imgs,
-                                        seed=config.seed, batch_size=config.batch_size))
+                                        seed=config.seed, batch_size=config.batch_size,
+                                        methods=methods))
     if config.rmcs:
         data_dir, model_dir = config.data_dir, config.bam_model_dir
         if data_dir is None:
             data_dir, model_dir = synthetic_setup.prepare_relative(
                 config.cache_dir, log=lambda *_: None, shipped=not config.train_models)
         found.append(bam_card.rmcs_benchmark(data_dir, model_dir, num_imgs=config.num_imgs,
-                                             seed=config.seed, batch_size=config.batch_size))
+                                             seed=config.seed, batch_size=config.batch_size,
+                                             methods=methods))
     if "ROAD" in config.benchmarks:
         found.append(roar_card.benchmark(inputs.loaded, inputs.images, inputs.labels,
                                          inputs.ids, inputs.masks, data=inputs.data,
@@ -350,7 +363,8 @@ def perturbed_inputs(config: Config, inputs: Inputs) -> dict:
         0.0, sd, images.shape).astype(np.float32)
     found = {"input noise": dataclasses.replace(
         inputs, images=noisy, data={**inputs.data, "perturbation": f"input noise, sd {sd:.4g}"},
-        maps_of=map_memo(inputs.loaded, noisy, inputs.labels, inputs.ids, config.seed,
+        maps_of=map_memo(inputs.loaded, noisy, inputs.labels, inputs.ids, inputs.methods,
+                         config.seed,
                          config.batch_size))}
     try:
         weight_noise, randomised = (models.rebuild(inputs.model_path) for _ in range(2))
@@ -367,13 +381,15 @@ def perturbed_inputs(config: Config, inputs: Inputs) -> dict:
     found["weight noise"] = dataclasses.replace(
         inputs, loaded=noisy_model, model_path=folder,
         data={**inputs.data, "perturbation": f"multiplicative weight noise, sd {WEIGHT_NOISE}"},
-        maps_of=map_memo(noisy_model, inputs.images, inputs.labels, inputs.ids, config.seed,
+        maps_of=map_memo(noisy_model, inputs.images, inputs.labels, inputs.ids, inputs.methods,
+                         config.seed,
                          config.batch_size))
     randomisation.randomise_top(randomised, len(randomisation.weighted_layers(randomised)),
                                 config.seed)
     found["randomised-model maps"] = dataclasses.replace(
         inputs, data={**inputs.data, "perturbation": "maps of the fully randomised model"},
-        maps_of=map_memo(randomised, inputs.images, inputs.labels, inputs.ids, config.seed,
+        maps_of=map_memo(randomised, inputs.images, inputs.labels, inputs.ids, inputs.methods,
+                         config.seed,
                          config.batch_size, inputs.loaded.preprocessing))
     return found
 
@@ -398,8 +414,8 @@ def meta_benchmarks(config: Config, inputs: Inputs) -> dict:
         retraining=False)
     return {label: {benchmark.name: dataclasses.replace(
         benchmark, name=f"{benchmark.name} [{label}]",
-        supports=judged_by_meta_evaluation) for benchmark in build_benchmarks(image_level,
-                                                                             perturbed)}
+        supports=judged_by_meta_evaluation)
+        for benchmark in build_benchmarks(image_level, perturbed, perturbed.methods)}
             for label, perturbed in perturbed_inputs(config, inputs).items()}
 
 
@@ -444,7 +460,7 @@ def sanity_benchmark(config: Config, inputs: Inputs):
     checked = randomisation.benchmark(
         inputs.model_path, inputs.images[:count], inputs.labels[:count], inputs.ids[:count],
         data=inputs.data, seed=config.seed, batch_size=config.batch_size,
-        maps_of=inputs.maps_of)
+        maps_of=inputs.maps_of, methods=inputs.methods)
     return dataclasses.replace(checked, supports=lambda method: (
         method != bam_card.ORACLE and engine.unblurred(method) is None))
 
@@ -528,17 +544,19 @@ def package_version() -> str:
 def run(config: Config) -> dict:
     """Runs (or resumes) the card of `config`, prints its table and writes its pages."""
     config = resolved(config)
+    methods = resolved_methods(config)
     check_flags(config)
     with exclusive(config.output_dir, "--output_dir"):
-        return _run(config)
+        return _run(config, methods)
 
 
-def _run(config: Config) -> dict:
+def _run(config: Config, methods: dict) -> dict:
     started = time.time()
     image_level = [b for b in config.benchmarks if b != "BAM"]
-    inputs = load_inputs(config) if (image_level or config.sanity or config.gallery_images
-                                     or config.retraining) else None
-    benchmarks = build_benchmarks(config, inputs)
+    inputs = load_inputs(config, methods) if (image_level or config.sanity
+                                              or config.gallery_images
+                                              or config.retraining) else None
+    benchmarks = build_benchmarks(config, inputs, methods)
     checks = [sanity_benchmark(config, inputs)] if config.sanity else []
     checks = [check for check in checks if check is not None]
     variants = variant_benchmarks(config, inputs) if config.variants else []
