@@ -27,7 +27,7 @@ from models.foundation.files import ensure_directory, write_json
 from models.foundation.lazy import lazy_module
 from models.foundation.rules import POSITIVE, WHOLE_PERCENTS, Checked, at_least
 from models.training import distribution, recipes
-from models.training.recipes import Recipe
+from models.training.recipes import Recipe, RunOptions
 
 # Loaded on first use: a bad flag is reported before TensorFlow starts (docs/architecture.md).
 training = lazy_module("models.training.loop")
@@ -37,21 +37,20 @@ tfds_source = lazy_module("roar.tfds_source")
 pipelines = lazy_module("saliency_gen.pipelines")
 
 
-def run_masked(train_files, eval_files, config, *, output_dir, recipe=Recipe(),
+def run_masked(train_files, eval_files, config, run: RunOptions = RunOptions(), *, output_dir,
                source="images", control=None, map_key=None, size=None, geometry="none",
-               label_offset=0, num_classes=10, model_name="small_cnn", strategy="default",
-               seed=0, eval_batch_size=256, verbose=0, flags_record=None, random_mask="fixed",
-               num_train=None, num_eval=None, overwrite=False, callbacks=(),
-               train_crop="none", precision="float32", cpu_replicas=0,
-               stop_after_epochs=None):
-    """One ROAR / KAR run on record files: the masked train and test pipelines (`roar.masked_data`)
-    with the same masking, then `train_and_evaluate`; returns the metrics. The numbers of
-    train and test records are counted (a full read) unless given. The run's origin holds the
-    data listings' digests; training that stops on bad data names the first bad record."""
+               label_offset=0, eval_batch_size=256, flags_record=None, random_mask="fixed",
+               num_train=None, num_eval=None, callbacks=(), train_crop="none"):
+    """One ROAR / KAR run on record files, trained as `run` says: the masked train and test
+    pipelines (`roar.masked_data`) with the same masking, then `train_and_evaluate`; returns the
+    metrics. The numbers of train and test records are counted (a full read) unless given. The
+    run's origin holds the data listings' digests; training that stops on bad data names the
+    first bad record."""
     common = dict(map_key=map_key, size=size, geometry=geometry, label_offset=label_offset,
-                  control=control, seed=seed)
+                  control=control, seed=run.seed)
     train_data = masked_data.masked_dataset(train_files, source, config, training=True,
-                                            batch_size=recipe.batch_size, random_mask=random_mask,
+                                            batch_size=run.recipe.batch_size,
+                                            random_mask=random_mask,
                                             train_crop=train_crop, **common)
     eval_data = masked_data.masked_dataset(eval_files, source, config, training=False,
                                            batch_size=eval_batch_size, **common)
@@ -64,29 +63,26 @@ def run_masked(train_files, eval_files, config, *, output_dir, recipe=Recipe(),
                         train_crop=train_crop)
     try:
         return training.train_and_evaluate(
-            train_data, eval_data, num_classes=num_classes,
+            train_data, eval_data, run,
             num_train=num_train or pipelines.count_records(train_files),
             num_eval=num_eval or pipelines.count_records(eval_files), size=size,
-            output_dir=output_dir,
-            model_name=model_name, recipe=recipe, strategy=strategy, seed=seed,
-            verbose=verbose, flags_record=flags_record, inputs=inputs, overwrite=overwrite,
-            callbacks=callbacks, precision=precision, cpu_replicas=cpu_replicas,
-            stop_after_epochs=stop_after_epochs)
+            output_dir=output_dir, flags_record=flags_record, inputs=inputs, callbacks=callbacks)
     except training.DataError as error:
         source_files = list(train_files) + [p for p in eval_files if p not in train_files]
         found = masked_data.find_bad_record(
-            source_files, source, map_key=map_key, num_classes=num_classes, size=size,
+            source_files, source, map_key=map_key, num_classes=run.num_classes, size=size,
             geometry=geometry, label_offset=label_offset)
         raise UserError(found or str(error)) from None
 
 
-def evaluate_checkpoint(checkpoint, eval_files, config, *, output_dir, source="images",
-                        control=None, map_key=None, size=None, geometry="none", label_offset=0,
-                        num_classes=10, model_name="small_cnn", recipe=Recipe(), seed=0,
-                        eval_batch_size=256, num_eval=None) -> dict:
+def evaluate_checkpoint(checkpoint, eval_files, config, run: RunOptions = RunOptions(), *,
+                        output_dir, source="images", control=None, map_key=None, size=None,
+                        geometry="none", label_offset=0, eval_batch_size=256,
+                        num_eval=None) -> dict:
     """Top-1 / top-5 of a saved model or checkpoint on the masked test records, without
     training: `checkpoint` is an exported model folder (`models.load`) or a Keras weights file
-    of `model_name` (a run's backup). Writes `<output_dir>/eval_<name>.json`."""
+    of `run.model_name` (a run's backup). Writes `<output_dir>/eval_<name>.json`."""
+    num_classes, model_name, seed = run.num_classes, run.model_name, run.seed
     if not os.path.exists(checkpoint):
         raise UserError(f"--checkpoint {checkpoint} does not exist")
     is_folder = os.path.isdir(checkpoint)
@@ -104,7 +100,7 @@ def evaluate_checkpoint(checkpoint, eval_files, config, *, output_dir, source="i
         model, model_id = loaded, loaded.model_id
     else:
         side = data.element_spec[0].shape[1]
-        model = training.build_model(model_name, num_classes, side, recipe)
+        model = training.build_model(model_name, num_classes, side, run.recipe)
         try:
             model.load_weights(checkpoint)
         except (ValueError, OSError) as error:
@@ -361,28 +357,26 @@ def run(config: Config, verbose: int = 1) -> dict:
     # the resolved masking, method and ratio
     record = {**origin_flags(f), **dataclasses.asdict(config), "saliency_method": method,
               "ratio": ratio}
+    options = RunOptions(
+        model_name=f.model or ("small_cnn" if synthetic else "resnet50"),
+        num_classes=num_classes, recipe=recipe, seed=f.seed, strategy=f.strategy,
+        precision=f.precision, cpu_replicas=f.cpu_replicas,
+        stop_after_epochs=f.stop_after_epochs, overwrite=f.overwrite, verbose=verbose)
     if f.mode == "eval":
         return evaluate_checkpoint(
-            f.checkpoint, eval_files, config, output_dir=output, source=source,
+            f.checkpoint, eval_files, config, options, output_dir=output, source=source,
             control=control,
             map_key=masked_data.record_key_of(method) if source == "saliency" else None,
             size=size, geometry=f.geometry, label_offset=f.label_offset,
-            num_classes=num_classes, model_name=f.model or ("small_cnn" if synthetic
-                                                            else "resnet50"),
-            recipe=recipe, seed=f.seed, eval_batch_size=f.eval_batch_size,
-            num_eval=f.num_eval_images or known_sizes[1])
+            eval_batch_size=f.eval_batch_size, num_eval=f.num_eval_images or known_sizes[1])
     result = run_masked(
-        train_files, eval_files, config, output_dir=output, recipe=recipe, source=source,
+        train_files, eval_files, config, options, output_dir=output, source=source,
         control=control,
         map_key=masked_data.record_key_of(method) if source == "saliency" else None,
-        size=size, geometry=f.geometry, label_offset=f.label_offset, num_classes=num_classes,
-        model_name=f.model or ("small_cnn" if synthetic else "resnet50"), strategy=f.strategy,
-        seed=f.seed, eval_batch_size=f.eval_batch_size, verbose=verbose, flags_record=record,
-        random_mask=f.random_mask,
+        size=size, geometry=f.geometry, label_offset=f.label_offset,
+        eval_batch_size=f.eval_batch_size, flags_record=record, random_mask=f.random_mask,
         num_train=f.num_train_images or known_sizes[0],
-        num_eval=f.num_eval_images or known_sizes[1], overwrite=f.overwrite,
-        train_crop=f.train_crop, precision=f.precision, cpu_replicas=f.cpu_replicas,
-        stop_after_epochs=f.stop_after_epochs)
+        num_eval=f.num_eval_images or known_sizes[1], train_crop=f.train_crop)
     if "stopped_after_epoch" in result:
         print(f"stopped after epoch {result['stopped_after_epoch']} (--stop_after_epochs); "
               f"run the same command again to resume from {os.path.join(output, 'backup')}")

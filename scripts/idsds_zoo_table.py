@@ -54,12 +54,12 @@ def run(args: Config) -> dict:
             size=cache.IMAGE_SIZE, seed=args.seed, space=spec.preprocessing)
             for split in files}
         metrics = loop.train_and_evaluate(
-            data["train"], data["validation"], num_classes=10,
+            data["train"], data["validation"], recipes.RunOptions(
+                model_name=name, num_classes=10, recipe=recipe, seed=args.seed,
+                model_options=dict(spec.small)),
             num_train=pipelines.count_records(files["train"]),
             num_eval=pipelines.count_records(files["validation"]), size=cache.IMAGE_SIZE,
-            output_dir=os.path.join(args.output_dir, name), model_name=name,
-            model_options=dict(spec.small), recipe=recipe, seed=args.seed, verbose=0,
-            preprocessing=spec.preprocessing)
+            output_dir=os.path.join(args.output_dir, name), preprocessing=spec.preprocessing)
         loaded = models.load(os.path.join(args.output_dir, name, "model"))
         images, labels, ids = pipelines.load_images(
             os.path.join(shards, "validation-*"), loaded, args.nr_images, args.seed)

@@ -56,8 +56,9 @@ def run(config: Config):
             config = masked_data.MaskConfig(ratio=ratio, keep_information=keep, ranking=ranking,
                                             fill=fill)
             result = train.run_masked(
-                files["train"], files["validation"], config, control=control, size=size,
-                recipe=recipe, output_dir=os.path.join(scratch, "runs", str(len(name))))
+                files["train"], files["validation"], config, recipes.RunOptions(recipe=recipe),
+                control=control, size=size,
+                output_dir=os.path.join(scratch, "runs", str(len(name))))
             print(f"| {name} | {result['top1']:.3f} |", flush=True)
 
 

@@ -10,7 +10,7 @@ import math
 import os
 import shutil
 import time
-from typing import Optional
+from typing import Optional, Sequence
 
 import keras
 import tensorflow as tf
@@ -21,7 +21,7 @@ from models.foundation import provenance, results
 from models.foundation.errors import UserError, check_one_of
 from models.foundation.files import ensure_directory, exclusive, read_json, write_json
 from models.training import distribution
-from models.training.recipes import PRECISIONS, Recipe
+from models.training.recipes import PRECISIONS, Recipe, RunOptions
 
 
 @keras.saving.register_keras_serializable(package="models")
@@ -227,85 +227,82 @@ def prepare_run_folder(output_dir, requested, overwrite):
     return None
 
 
-def train_and_evaluate(train_data, eval_data, *, num_classes: int, num_train: int,
-                       num_eval: int, size: int, output_dir: str, model_name: str = "small_cnn",
-                       recipe: Recipe = Recipe(), strategy: str = "default", seed: int = 0,
-                       verbose: int = 1, flags_record: Optional[dict] = None, callbacks=(),
-                       preprocessing: str = "imagenet", inputs: Optional[dict] = None,
-                       overwrite: bool = False, precision: str = "float32",
-                       cpu_replicas: int = 0,
-                       stop_after_epochs: Optional[int] = None,
-                       model_options: Optional[dict] = None) -> dict:
-    """Trains on `train_data`, evaluates on all of `eval_data`, exports; returns the metrics.
+def train_and_evaluate(train_data, eval_data, run: RunOptions, *, num_train: int, num_eval: int,
+                       size: int, output_dir: str, preprocessing: str = "imagenet",
+                       flags_record: Optional[dict] = None, inputs: Optional[dict] = None,
+                       callbacks: Sequence = ()) -> dict:
+    """Trains on `train_data` as `run` says, evaluates on all of `eval_data`, exports; returns
+    the metrics.
 
     `train_data` / `eval_data` are batched datasets of (normalised image, int label), batched
-    by the global batch. Writes `<output_dir>/origin.json` (the settings, `flags_record` and the
+    by the global batch, of `num_train` and `num_eval` images of side `size` in the input space
+    `preprocessing`. Writes `<output_dir>/origin.json` (the settings, `flags_record` and the
     `inputs` fingerprints that make the run), `<output_dir>/model` (SavedModel, `models.load`,
     float32 whatever the `precision`), `<output_dir>/metrics.json` (with the loss per epoch)
     and TensorBoard logs in `<output_dir>/logs`. A finished run of the same origin is reused; a
-    run folder of another origin stops with one line unless `overwrite`. `<output_dir>/backup`
+    run folder of another origin stops with one line unless `run.overwrite`. `<output_dir>/backup`
     holds the last finished epoch until the run completes, so a re-run of a killed job resumes
     there exactly: weights, optimizer and random state are restored and the training stream
     skips the batches already seen, so the result equals an uninterrupted run's.
-    `stop_after_epochs` ends this invocation after that many epochs (counting those already
-    backed up) and returns {"stopped_after_epoch": n}. `model_options` are builder options of
-    the zoo model (e.g. a small variant's width), part of the origin when given.
+    `run.stop_after_epochs` ends this invocation after that many epochs (counting those already
+    backed up) and returns {"stopped_after_epoch": n}. `run.model_options` are part of the
+    origin when given.
 
-    Under `strategy` "multi_worker" every worker of the TF_CONFIG cluster calls this with the
+    Under the strategy "multi_worker" every worker of the TF_CONFIG cluster calls this with the
     same arguments; the chief writes the run folder, the others restore from its backup and
     keep their own files in `<output_dir>.<task>` until they finish (docs/scale_out.md).
     """
+    recipe = run.recipe
     steps_per_epoch = max(1, num_train // recipe.batch_size)
     epochs = max(1, int(math.ceil(recipe.epochs)))
     requested = provenance.origin(
-        {**(flags_record or {}), **dataclasses.asdict(recipe), "model": model_name,
-         "num_classes": num_classes, "size": size, "seed": seed, "preprocessing": preprocessing,
-         "num_train": num_train, "num_eval": num_eval,
+        {**(flags_record or {}), **dataclasses.asdict(recipe), "model": run.model_name,
+         "num_classes": run.num_classes, "size": size, "seed": run.seed,
+         "preprocessing": preprocessing, "num_train": num_train, "num_eval": num_eval,
          # float32 runs keep the origin they had before mixed precision existed
-         **({} if precision == "float32" else {"precision": precision}),
-         **({"model_options": model_options} if model_options else {})},
+         **({} if run.precision == "float32" else {"precision": run.precision}),
+         **({"model_options": run.model_options} if run.model_options else {})},
         **(inputs or {}))
-    distributed = distribution.start(strategy, cpu_replicas)
+    distributed = distribution.start(run.strategy, run.cpu_replicas)
     chief, task = (distribution.role() if distribution.is_multi_worker(distributed)
                    else (True, "chief"))
-    common = dict(num_classes=num_classes, num_train=num_train, num_eval=num_eval, size=size,
-                  model_name=model_name, recipe=recipe, distributed=distributed, seed=seed,
-                  verbose=verbose, flags_record=flags_record, callbacks=callbacks,
-                  preprocessing=preprocessing, steps_per_epoch=steps_per_epoch, epochs=epochs,
-                  precision=precision, model_options=model_options,
-                  stop_after_epochs=stop_after_epochs)
+    common = dict(num_train=num_train, num_eval=num_eval, size=size, distributed=distributed,
+                  flags_record=flags_record, callbacks=callbacks, preprocessing=preprocessing,
+                  steps_per_epoch=steps_per_epoch, epochs=epochs)
     if not chief:  # a multi-worker run's other workers: their own scratch folder
         scratch = f"{os.path.abspath(output_dir)}.{task}"
         with exclusive(scratch, "worker folder"):
             finished = os.path.join(output_dir, "metrics.json")
-            if os.path.exists(finished) and not overwrite:
+            if os.path.exists(finished) and not run.overwrite:
                 return read_json(finished, "metrics file", results.METRICS_SCHEMA)
             try:
-                return _train(train_data, eval_data, output_dir, requested, scratch=scratch,
-                              **common)
+                return _train(train_data, eval_data, output_dir, requested, run,
+                              scratch=scratch, **common)
             finally:
                 shutil.rmtree(scratch, ignore_errors=True)
     with exclusive(output_dir, "run folder"):
         fresh = not os.path.exists(os.path.join(output_dir, "backup"))
-        finished = prepare_run_folder(output_dir, requested, overwrite)
+        finished = prepare_run_folder(output_dir, requested, run.overwrite)
         if finished is not None:
             return finished
         try:
-            return _train(train_data, eval_data, output_dir, requested, scratch=None, **common)
+            return _train(train_data, eval_data, output_dir, requested, run, scratch=None,
+                          **common)
         except UserError:
             if fresh:  # a run that failed before its first backup leaves nothing behind
                 shutil.rmtree(output_dir, ignore_errors=True)
             raise
 
 
-def _train(train_data, eval_data, output_dir, requested, *, scratch, num_classes, num_train,
-           num_eval, size, model_name, recipe, distributed, seed, verbose, flags_record,
-           callbacks, preprocessing, steps_per_epoch, epochs, precision,
-           stop_after_epochs, model_options):
-    keras.utils.set_random_seed(seed)
+def _train(train_data, eval_data, output_dir, requested, run: RunOptions, *, scratch, num_train,
+           num_eval, size, distributed, flags_record, callbacks, preprocessing, steps_per_epoch,
+           epochs):
+    recipe, num_classes, model_name = run.recipe, run.num_classes, run.model_name
+    keras.utils.set_random_seed(run.seed)
     tf.config.experimental.enable_op_determinism()
     with distributed.scope():
-        model = build_model(model_name, num_classes, size, recipe, precision, model_options)
+        model = build_model(model_name, num_classes, size, recipe, run.precision,
+                            run.model_options)
         schedule = WarmupStepSchedule(recipe.base_learning_rate * recipe.batch_size / 256.0,
                                       steps_per_epoch, recipe.warmup_epochs,
                                       recipe.decay_epochs, recipe.decay_multipliers)
@@ -331,18 +328,18 @@ def _train(train_data, eval_data, output_dir, requested, *, scratch, num_classes
     else:
         run_callbacks = [ReadOnlyBackup(backup, os.path.join(scratch, "backup")),
                          keras.callbacks.TensorBoard(os.path.join(scratch, "logs"))]
-    if stop_after_epochs is not None:
-        run_callbacks.append(StopAfter(stop_after_epochs))
+    if run.stop_after_epochs is not None:
+        run_callbacks.append(StopAfter(run.stop_after_epochs))
     try:
         with distribution.fit_compatible(model, distributed, first_batch):
             history = model.fit(stream, epochs=epochs, steps_per_epoch=steps_per_epoch,
-                                verbose=verbose, shuffle=False,
+                                verbose=run.verbose, shuffle=False,
                                 callbacks=[*run_callbacks, *callbacks])
             train_seconds = progress.seconds()
             scores = model.evaluate(evaluation, verbose=0, return_dict=True,
                                     steps=-(-num_eval // _batch(eval_data)))
-            exported = model if precision == "float32" else float32_twin(
-                model, model_name, num_classes, size, recipe, model_options)
+            exported = model if run.precision == "float32" else float32_twin(
+                model, model_name, num_classes, size, recipe, run.model_options)
             info = export(exported, os.path.join(scratch or output_dir, "model"),
                           preprocessing=preprocessing, overwrite=True,
                           extra={"origin": requested})
@@ -357,9 +354,9 @@ def _train(train_data, eval_data, output_dir, requested, *, scratch, num_classes
               "n_train": num_train, "steps": steps_per_epoch * epochs,
               "train_seconds": train_seconds, "resumptions": len(state["resumed_at_epochs"]),
               "resumed_at_epochs": state["resumed_at_epochs"], "model_id": info["model_id"],
-              "model": model_name, "seed": seed, "recipe": dataclasses.asdict(recipe),
+              "model": model_name, "seed": run.seed, "recipe": dataclasses.asdict(recipe),
               "loss_per_epoch": [float(v) for v in history.history.get("loss", [])],
-              "first_epoch": done_epochs, "precision": precision,
+              "first_epoch": done_epochs, "precision": run.precision,
               "replicas": int(distributed.num_replicas_in_sync),
               "flags": flags_record or {}, "origin": requested}
     result = provenance.canonical(result)  # as metrics.json will give it back when reused

@@ -8,6 +8,7 @@ batch / 256 with a linear warm-up and step decays, weight decay where the model 
 the synthetic world's clean model's.
 """
 import dataclasses
+from typing import Optional
 
 from models.foundation.errors import UserError
 
@@ -37,6 +38,29 @@ SYNTHETIC_RECIPE = Recipe(epochs=4.0, batch_size=64, optimizer="adam", base_lear
 REAL_RECIPE = Recipe(epochs=90.0, batch_size=256, optimizer="sgd", base_learning_rate=0.1,
                      warmup_epochs=5.0, decay_epochs=(30.0, 60.0, 80.0),
                      decay_multipliers=(0.1, 0.01, 0.001))
+
+
+@dataclasses.dataclass(frozen=True)
+class RunOptions:
+    """How one training run is made, besides its data: the zoo model (`model_options`: builder
+    options such as a small variant's width), its classes, the recipe, the seed, the
+    tf.distribute `strategy` ("mirrored" over `cpu_replicas` logical CPUs when > 0) and the
+    `precision`; then what this invocation does, which is not part of the run's origin: stop
+    after `stop_after_epochs` epochs, `overwrite` a folder of another origin, Keras' `verbose`
+    level. The training binaries build one from their flags and pass it down
+    (docs/architecture.md, "Recipes and presets")."""
+
+    model_name: str = "small_cnn"
+    num_classes: int = 10
+    recipe: Recipe = Recipe()
+    seed: int = 0
+    strategy: str = "default"
+    precision: str = "float32"
+    cpu_replicas: int = 0
+    model_options: Optional[dict] = None
+    stop_after_epochs: Optional[int] = None
+    overwrite: bool = False
+    verbose: int = 0
 
 
 def with_overrides(recipe, **overrides):

@@ -38,8 +38,8 @@ def world(tmp_path_factory):
 def _run(world, tmp_path, name, control, ratio, keep=False):
     return train.run_masked(world["train"], world["validation"],
                             masked_data.MaskConfig(ratio=ratio, keep_information=keep),
-                            output_dir=str(tmp_path / name), recipe=RECIPE, control=control,
-                            size=SIZE, model_name=MODEL)
+                            recipes.RunOptions(model_name=MODEL, recipe=RECIPE),
+                            output_dir=str(tmp_path / name), control=control, size=SIZE)
 
 
 @pytest.fixture(scope="module")
@@ -236,14 +236,13 @@ def test_a_killed_run_resumes_exactly_and_other_settings_are_refused(world, tmp_
     files = world["validation"]  # small: 1,000 images
 
     def run(folder, **options):
-        return train.run_masked(files, files, config, output_dir=str(tmp_path / folder),
-                                recipe=recipe, control="random", **options)
+        return train.run_masked(files, files, config, recipes.RunOptions(recipe=recipe),
+                                output_dir=str(tmp_path / folder), control="random", **options)
 
     uninterrupted = run("whole")
     killed = tmp_path / "killed"
     with pytest.raises(KeyboardInterrupt):  # killed at step 5 of epoch 2, after two backups
-        train.run_masked(files, files, config, output_dir=str(killed), recipe=recipe,
-                         control="random", callbacks=[interrupt_at(epoch=1, step=5)])
+        run("killed", callbacks=[interrupt_at(epoch=1, step=5)])
     with open(killed / "backup" / "training_metadata.json") as handle:
         assert json.load(handle)["epoch"] == 1
     assert not os.path.exists(killed / "metrics.json")  # nothing looks finished
@@ -255,8 +254,9 @@ def test_a_killed_run_resumes_exactly_and_other_settings_are_refused(world, tmp_
     assert run("killed") == resumed  # a finished run of the same origin is reused
     with pytest.raises(UserError, match=r"run folder .*killed was made with "
                                         r"base_learning_rate=0.004, not 0.01; pass --overwrite"):
-        train.run_masked(files, files, config, output_dir=str(killed), control="random",
-                         recipe=recipes.with_overrides(recipe, base_learning_rate=0.01))
+        train.run_masked(files, files, config, recipes.RunOptions(
+            recipe=recipes.with_overrides(recipe, base_learning_rate=0.01)),
+            output_dir=str(killed), control="random")
     with pytest.raises(UserError, match=r"made with train_crop=none, not inception"):
         run("killed", train_crop="inception")  # a pipeline setting is part of the origin
 
