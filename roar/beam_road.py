@@ -34,10 +34,9 @@ class ScoreRoadRange(beam.DoFn):
     """(shard, start, count, order, p) -> ((order, p, value name), (example key, value)) for
     every image of the range, with the clean model loaded once per worker."""
 
-    def __init__(self, ckpt_path: str, read: road.Inputs, batch_size: int, label_offset: int):
+    def __init__(self, ckpt_path: str, read: road.Inputs, batch_size: int):
         super().__init__()
-        self.ckpt_path, self.read = ckpt_path, read
-        self.batch_size, self.label_offset = batch_size, label_offset
+        self.ckpt_path, self.read, self.batch_size = ckpt_path, read, batch_size
         self.model = None
 
     def setup(self):
@@ -47,8 +46,7 @@ class ScoreRoadRange(beam.DoFn):
         path, start, count, order, p = unit
         for keys, hits, probabilities in road.image_outcomes(
                 self.model, dataclasses.replace(self.read, files=[path]), order, p,
-                batch_size=self.batch_size, size=self.model.input_shape[0],
-                label_offset=self.label_offset, span=(start, count)):
+                batch_size=self.batch_size, span=(start, count)):
             for key, hit, probability in zip(keys, hits, probabilities):
                 yield (order, p, "accuracy"), (key, float(hit))
                 yield (order, p, "true_class_probability"), (key, float(probability))
@@ -73,7 +71,7 @@ def run(config: Config) -> list:
     with exclusive(config.output + ".json", "ROAD output"):
         f = road.on_synthetic_world(config)
         model = models.load(f.ckpt_path)
-        read = road.inputs(f)
+        read = road.inputs(f, model.input_shape[0])
         counts = [(path, count_records([path])) for path in read.files]
         units = [(path, start, count, order, p)
                  for path, start, count in f.work_ranges(counts, f.batch_size)
@@ -84,8 +82,7 @@ def run(config: Config) -> list:
             _ = (root
                  | "Units" >> beam.Create(units)
                  | "Spread" >> beam.Reshuffle()
-                 | "Score" >> beam.ParDo(ScoreRoadRange(f.ckpt_path, read, f.batch_size,
-                                                        f.label_offset))
+                 | "Score" >> beam.ParDo(ScoreRoadRange(f.ckpt_path, read, f.batch_size))
                  | "Combine" >> beam.CombinePerKey(beam_support.MeanAndInterval(f.seed))
                  | "Collect" >> beam.combiners.ToList()
                  | "Gather" >> beam.ParDo(Gather(scratch)))

@@ -200,10 +200,11 @@ def retraining_benchmark(model_path: str, records_dir: str, work_dir: str, *,
                 folder = os.path.join(work_dir, "runs", generate.method_directory(method),
                                       "kar" if keep else "roar", f"seed_{seed}")
                 result = roar_train.run_masked(
-                    train_files, eval_files, config, recipes.RunOptions(
+                    train_files, eval_files, config,
+                    masked_data.Records(source, control, map_key=key), recipes.RunOptions(
                         model_name=model_name, num_classes=num_classes, recipe=recipe,
                         seed=seed),
-                    output_dir=folder, source=source, control=control, map_key=key)
+                    output_dir=folder)
                 values[metric].append(result["top1"])
         return values
 

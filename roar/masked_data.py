@@ -1,7 +1,8 @@
 """ROAR's masked input pipelines on tf.data (docs/roar.md, "Masks" and "The input pipeline").
 
     config = MaskConfig(ratio=0.5, keep_information=False)          # ROAR, 50% removed
-    train = masked_dataset(files, "saliency", config, training=True, map_key="gradient_smooth_2")
+    read = Records("saliency", map_key="gradient_smooth_2")
+    train = masked_dataset(files, read, config, training=True, batch_size=64)
 
 The reading, flipping and normalisation are the shared image-record pipeline pieces
 (`saliency_gen.pipelines`); this module inserts the scores and the mask between them. Per example,
@@ -150,32 +151,50 @@ def list_shards(pattern, what):
     return records.list_files(pattern, what)
 
 
-def masked_dataset(files, source, config, *, training, batch_size, map_key=None, size=None,
-                   geometry="none", label_offset=0, control=None, seed=0, space="imagenet",
-                   drop_remainder=None, with_keys=False, random_mask="fixed",
-                   train_crop="none", span=None):
-    """A batched dataset of (normalised image, label) with every example masked.
+@dataclasses.dataclass(frozen=True)
+class Records:
+    """What ROAR's pipeline reads and how (checked when made): `source` "saliency" reads
+    saliency records with the map `map_key`; "images" reads image records and takes its map
+    from `control`: "random" (keyed uniform scores), "oracle" (the record's object mask) or
+    "none" (no masking: the clean reference). `size` is the model's input side (default: the
+    stored map's); `geometry` "none" (images already at `size`) or "center_crop" (ROAR's
+    crop_224 at 224); `label_offset` is added to every label. For training, `random_mask`
+    "fixed" keys the random map by example and "per_read" re-draws it every epoch (the
+    original's behaviour; evaluation uses the fixed draw); `train_crop` "inception" adds
+    ROAR's random crop (`models.formats.preprocessing.inception_crop`)."""
 
-    `source` "saliency" reads saliency records with the map `map_key`; "images" reads image
-    records and takes its map from `control`: "random" (keyed uniform scores), "oracle" (the
-    record's object mask) or "none" (no masking: the clean reference). `size` is the model's
-    input side (default: the stored map's); `geometry` "none" (images already at `size`) or
-    "center_crop" (ROAR's crop_224 at 224). Training shuffles files and records with `seed` and
-    flips images; evaluation keeps file order and every example (`drop_remainder` False).
-    `random_mask` "fixed" keys the random map by example; "per_read" re-draws it every training
-    epoch (the original's behaviour; evaluation uses the fixed draw). A per_read training
-    dataset is infinite (it counts its epochs). `train_crop` "inception" adds ROAR's random
-    crop to training (`models.formats.preprocessing.inception_crop`). `span` (start, count)
-    restricts an evaluation of one file to that range of its records (a work unit of a Beam
-    pipeline).
+    source: str = "images"
+    control: Optional[str] = None
+    map_key: Optional[str] = None
+    size: Optional[int] = None
+    geometry: str = "none"
+    label_offset: int = 0
+    random_mask: str = "fixed"
+    train_crop: str = "none"
+
+    def __post_init__(self) -> None:
+        check_one_of("source", self.source, SOURCES)
+        check_one_of("random_mask", self.random_mask, RANDOM_MASKS)
+        if self.source == "images" and self.control not in CONTROLS:
+            raise UserError(f"image records need a control map: one of {CONTROLS}")
+
+
+def masked_dataset(files, read: Records, config, *, training, batch_size, seed=0,
+                   space="imagenet", drop_remainder=None, with_keys=False, span=None):
+    """A batched dataset of (normalised image, label) with every example of `files` masked,
+    read as `read` says.
+
+    Training shuffles files and records with `seed` and flips images; evaluation keeps file
+    order and every example (`drop_remainder` False). A per_read training dataset is infinite
+    (it counts its epochs). `span` (start, count) restricts an evaluation of one file to that
+    range of its records (a work unit of a Beam pipeline).
     """
-    check_one_of("random_mask", random_mask, RANDOM_MASKS)
-    per_read = random_mask == "per_read" and training
+    source, map_key, size, geometry = read.source, read.map_key, read.size, read.geometry
+    control, label_offset = read.control, read.label_offset
+    per_read = read.random_mask == "per_read" and training
     files = sorted(files)
     if not files:
         raise UserError("no input files")
-    if source not in SOURCES:
-        raise UserError(f"source must be one of {SOURCES}; got {source!r}")
     map_format = None
     if source == "saliency":
         if not map_key:
@@ -187,14 +206,12 @@ def masked_dataset(files, source, config, *, training, batch_size, map_key=None,
             raise RecordError(f"{files[0]}: map {map_key} has shape {map_format[1]}; the model "
                               f"takes {size}x{size}x3")
         control = "saliency"
-    elif control not in CONTROLS:
-        raise UserError(f"image records need a control map: one of {CONTROLS}")
     if size is None:
         if geometry != "none":
             raise UserError("--image_size is needed with --geometry=center_crop")
         size = _first_image_side(files[0])
-    read = _example_reader(source, map_key, map_format, size, geometry, label_offset, control,
-                           config.seed, per_read)
+    parse_example = _example_reader(source, map_key, map_format, size, geometry, label_offset,
+                                    control, config.seed, per_read)
     mask = _batch_masker(config, control, size)
 
     def mask_batch(keys, pixels, labels, scores):
@@ -202,7 +219,7 @@ def masked_dataset(files, source, config, *, training, batch_size, map_key=None,
 
     def finish(keys, pixels, labels):
         outputs = pipelines.finish(keys, pixels, labels, training=training, seed=seed,
-                                   space=space, crop=train_crop)
+                                   space=space, crop=read.train_crop)
         return (keys,) + outputs if with_keys else outputs
 
     data = pipelines.keyed_stream(files, training, seed)
@@ -219,7 +236,8 @@ def masked_dataset(files, source, config, *, training, batch_size, map_key=None,
     # (autograph off: these functions branch on Python values only, and converting them cost
     # about a third of each pipeline's set-up)
     plain = tf.autograph.experimental.do_not_convert
-    data = (data.map(plain(read), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    data = (data.map(plain(parse_example), num_parallel_calls=tf.data.AUTOTUNE,
+                     deterministic=True)
             .batch(batch_size)
             .map(plain(mask_batch), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
             .unbatch()
@@ -228,12 +246,14 @@ def masked_dataset(files, source, config, *, training, batch_size, map_key=None,
     return data.batch(batch_size, drop_remainder=drop).prefetch(tf.data.AUTOTUNE)
 
 
-def find_bad_record(files, source, *, map_key=None, num_classes, size, geometry="none",
-                    label_offset=0) -> Optional[str]:
-    """"<file>: record <i>: <problem>" for the first record that cannot be trained on (corrupt
-    bytes, a label outside the classes, a NaN or infinite map, an image or map of the wrong
-    size), else None. Called after training stopped on bad data, to name the culprit."""
-    map_format = records.peek_saliency_format(files[0], map_key) if source == "saliency" else None
+def find_bad_record(files, read: Records, num_classes: int, size: int) -> Optional[str]:
+    """"<file>: record <i>: <problem>" for the first record of `files` read as `read` that
+    cannot be trained on (corrupt bytes, a label outside the classes, a NaN or infinite map, an
+    image or map of the wrong `size`), else None. Called after training stopped on bad data, to
+    name the culprit."""
+    map_key, geometry, label_offset = read.map_key, read.geometry, read.label_offset
+    map_format = (records.peek_saliency_format(files[0], map_key) if read.source == "saliency"
+                  else None)
     for path in files:
         for index, serialized in records.iter_serialized(path):
             where = f"{path}: record {index}"
@@ -245,7 +265,7 @@ def find_bad_record(files, source, *, map_key=None, num_classes, size, geometry=
             else:
                 parsed = records.parse_image_record(serialized)
                 encoded, scores = parsed["encoded"], None
-            label = int(parsed["label"]) + (label_offset if source == "images" else 0)
+            label = int(parsed["label"]) + (label_offset if read.source == "images" else 0)
             if not 0 <= label < num_classes:
                 return (f"{where}: label {label} is outside the {num_classes} classes; check "
                         "--num_classes and --label_offset")

@@ -58,23 +58,20 @@ class Inputs:
     (`inputs(config)` makes it from the flags)."""
 
     files: list
-    source: str       # "saliency" records, or "images" with a control map
-    control: Optional[str]
-    map_key: Optional[str]
+    records: "masked_data.Records"  # saliency records, or image records with a control map
     mask: "masked_data.MaskConfig"
     ratios: list
 
 
 def image_outcomes(model, read: Inputs, order: str, p: float, *, batch_size: int = 128,
-                   size: Optional[int] = None, label_offset: int = 0, span=None):
+                   span=None):
     """Per batch of imputed test images of `read` at (`order`, p): (example keys, correct [B]
     bool, true-class probability [B] float64). `span` (start, count) restricts one file to a
     range."""
     dataset = masked_data.masked_dataset(
-        read.files, read.source, setting(read.mask, order, p), training=False,
-        batch_size=batch_size, map_key=read.map_key, size=size, label_offset=label_offset,
-        control=read.control, space=getattr(model, "preprocessing", "imagenet"), with_keys=True,
-        span=span)
+        read.files, read.records, setting(read.mask, order, p), training=False,
+        batch_size=batch_size, space=getattr(model, "preprocessing", "imagenet"),
+        with_keys=True, span=span)
     for keys, images, labels in dataset:
         probabilities = tf.nn.softmax(model(images), axis=-1).numpy()
         labels = labels.numpy()
@@ -84,7 +81,6 @@ def image_outcomes(model, read: Inputs, order: str, p: float, *, batch_size: int
 
 
 def evaluate_curve(model, read: Inputs, *, orders=ORDERS, batch_size: int = 128,
-                   size: Optional[int] = None, label_offset: int = 0,
                    method_name: Optional[str] = None, progress=None,
                    image_progress=None) -> list:
     """Rows {method, order, p, fraction_removed, accuracy, true_class_probability, n} for
@@ -95,9 +91,8 @@ def evaluate_curve(model, read: Inputs, *, orders=ORDERS, batch_size: int = 128,
     for order in orders:
         for p in read.ratios:
             correct, probability, count = 0, 0.0, 0
-            for _, hits, probabilities in image_outcomes(
-                    model, read, order, p, batch_size=batch_size, size=size,
-                    label_offset=label_offset):
+            for _, hits, probabilities in image_outcomes(model, read, order, p,
+                                                         batch_size=batch_size):
                 correct += int(np.sum(hits))
                 probability += float(np.sum(probabilities))
                 count += len(hits)
@@ -105,7 +100,7 @@ def evaluate_curve(model, read: Inputs, *, orders=ORDERS, batch_size: int = 128,
                     image_progress(len(hits))
             if count == 0:
                 raise UserError("the test set is empty")
-            rows.append(row(method_name or read.map_key or read.control, order, p,
+            rows.append(row(method_name or read.records.map_key or read.records.control, order, p,
                             correct / count, probability / count, count))
             if progress:
                 progress(rows[-1])
@@ -192,8 +187,9 @@ def check_flags(f: Config) -> None:
                         ".png)")
 
 
-def inputs(f: Config) -> Inputs:
-    """The test files, map source and mask settings of `f` (after `on_synthetic_world`)."""
+def inputs(f: Config, size: int) -> Inputs:
+    """The test files, map source and mask settings of `f` (after `on_synthetic_world`), for a
+    model of input side `size`."""
     if f.data_dir is None or f.saliency_method is None:
         raise UserError("--data_dir and --saliency_method are required here")
     files = masked_data.list_shards(os.path.join(f.data_dir, f.eval_pattern), "--eval_pattern")
@@ -201,9 +197,11 @@ def inputs(f: Config) -> Inputs:
     mask = masked_data.MaskConfig(ranking=f.ranking, squared=f.squared_value,
                                   tie_break=f.tie_break, fill=f.fill, road_noise=f.road_noise,
                                   seed=f.seed)
-    return Inputs(files, "images" if control else "saliency", control,
-                  None if control else masked_data.record_key_of(f.saliency_method), mask,
-                  [float(r) for r in f.ratios])
+    read = masked_data.Records(
+        "images" if control else "saliency", control,
+        map_key=None if control else masked_data.record_key_of(f.saliency_method), size=size,
+        label_offset=f.label_offset)
+    return Inputs(files, read, mask, [float(r) for r in f.ratios])
 
 
 def describe(row: dict) -> str:
@@ -215,12 +213,11 @@ def describe(row: dict) -> str:
 
 def _curves(f: Config) -> list:
     model = models.load(f.ckpt_path)
-    read = inputs(f)
+    read = inputs(f, model.input_shape[0])
     total = pipelines.count_records(read.files) * len(read.ratios) * len(f.orders)
     with tqdm(total=total, unit="img", desc="ROAD", disable=None) as bar:
         rows = evaluate_curve(
-            model, read, orders=f.orders, batch_size=f.batch_size, size=model.input_shape[0],
-            label_offset=f.label_offset, method_name=f.saliency_method,
+            model, read, orders=f.orders, batch_size=f.batch_size, method_name=f.saliency_method,
             image_progress=bar.update, progress=lambda row: bar.write(describe(row)))
     write_results(f, rows, model, read.files)
     return rows

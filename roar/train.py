@@ -15,7 +15,7 @@ model.
 """
 import dataclasses
 import os
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import numpy as np
 
@@ -31,36 +31,35 @@ from models.training.recipes import Recipe, RunOptions
 
 # Loaded on first use: a bad flag is reported before TensorFlow starts (docs/architecture.md).
 training = lazy_module("models.training.loop")
-masked_data = lazy_module("roar.masked_data")
+if TYPE_CHECKING:  # the type checker's view of the same module
+    from roar import masked_data
+else:
+    masked_data = lazy_module("roar.masked_data")
 synthetic_setup = lazy_module("roar.synthetic_setup")
 tfds_source = lazy_module("roar.tfds_source")
 pipelines = lazy_module("saliency_gen.pipelines")
 
 
-def run_masked(train_files, eval_files, config, run: RunOptions = RunOptions(), *, output_dir,
-               source="images", control=None, map_key=None, size=None, geometry="none",
-               label_offset=0, eval_batch_size=256, flags_record=None, random_mask="fixed",
-               num_train=None, num_eval=None, callbacks=(), train_crop="none"):
-    """One ROAR / KAR run on record files, trained as `run` says: the masked train and test
-    pipelines (`roar.masked_data`) with the same masking, then `train_and_evaluate`; returns the
-    metrics. The numbers of train and test records are counted (a full read) unless given. The
-    run's origin holds the data listings' digests; training that stops on bad data names the
-    first bad record."""
-    common = dict(map_key=map_key, size=size, geometry=geometry, label_offset=label_offset,
-                  control=control, seed=run.seed)
-    train_data = masked_data.masked_dataset(train_files, source, config, training=True,
-                                            batch_size=run.recipe.batch_size,
-                                            random_mask=random_mask,
-                                            train_crop=train_crop, **common)
-    eval_data = masked_data.masked_dataset(eval_files, source, config, training=False,
-                                           batch_size=eval_batch_size, **common)
+def run_masked(train_files: Sequence[str], eval_files: Sequence[str],
+               config: masked_data.MaskConfig, read: masked_data.Records,
+               run: RunOptions = RunOptions(), *, output_dir: str, eval_batch_size: int = 256,
+               flags_record: Optional[dict] = None, num_train: Optional[int] = None,
+               num_eval: Optional[int] = None, callbacks: Sequence = ()) -> dict:
+    """One ROAR / KAR run on record files, read as `read` says and trained as `run` says: the
+    masked train and test pipelines (`roar.masked_data`) with the same masking, then
+    `train_and_evaluate`; returns the metrics. The numbers of train and test records are
+    counted (a full read) unless given. The run's origin holds the data listings' digests;
+    training that stops on bad data names the first bad record."""
+    train_data = masked_data.masked_dataset(train_files, read, config, training=True,
+                                            batch_size=run.recipe.batch_size, seed=run.seed)
+    eval_data = masked_data.masked_dataset(eval_files, read, config, training=False,
+                                           batch_size=eval_batch_size, seed=run.seed)
     size = train_data.element_spec[0].shape[1]
     inputs = {"train_data": provenance.listing_digest(train_files),
               "eval_data": provenance.listing_digest(eval_files)}
-    # the data pipeline's settings belong to the origin whoever calls
-    flags_record = dict(flags_record or {}, source=source, control=control, map_key=map_key,
-                        geometry=geometry, label_offset=label_offset, random_mask=random_mask,
-                        train_crop=train_crop)
+    # the data pipeline's settings belong to the origin whoever calls (the side is the run's)
+    flags_record = dict(flags_record or {}, **{
+        key: value for key, value in dataclasses.asdict(read).items() if key != "size"})
     try:
         return training.train_and_evaluate(
             train_data, eval_data, run,
@@ -69,19 +68,18 @@ def run_masked(train_files, eval_files, config, run: RunOptions = RunOptions(), 
             output_dir=output_dir, flags_record=flags_record, inputs=inputs, callbacks=callbacks)
     except training.DataError as error:
         source_files = list(train_files) + [p for p in eval_files if p not in train_files]
-        found = masked_data.find_bad_record(
-            source_files, source, map_key=map_key, num_classes=run.num_classes, size=size,
-            geometry=geometry, label_offset=label_offset)
+        found = masked_data.find_bad_record(source_files, read, run.num_classes, size)
         raise UserError(found or str(error)) from None
 
 
-def evaluate_checkpoint(checkpoint, eval_files, config, run: RunOptions = RunOptions(), *,
-                        output_dir, source="images", control=None, map_key=None, size=None,
-                        geometry="none", label_offset=0, eval_batch_size=256,
-                        num_eval=None) -> dict:
-    """Top-1 / top-5 of a saved model or checkpoint on the masked test records, without
-    training: `checkpoint` is an exported model folder (`models.load`) or a Keras weights file
-    of `run.model_name` (a run's backup). Writes `<output_dir>/eval_<name>.json`."""
+def evaluate_checkpoint(checkpoint: str, eval_files: Sequence[str],
+                        config: masked_data.MaskConfig, read: masked_data.Records,
+                        run: RunOptions = RunOptions(), *, output_dir: str,
+                        eval_batch_size: int = 256, num_eval: Optional[int] = None) -> dict:
+    """Top-1 / top-5 of a saved model or checkpoint on the masked test records (read as `read`
+    says), without training: `checkpoint` is an exported model folder (`models.load`) or a
+    Keras weights file of `run.model_name` (a run's backup). Writes
+    `<output_dir>/eval_<name>.json`."""
     num_classes, model_name, seed = run.num_classes, run.model_name, run.seed
     if not os.path.exists(checkpoint):
         raise UserError(f"--checkpoint {checkpoint} does not exist")
@@ -90,10 +88,8 @@ def evaluate_checkpoint(checkpoint, eval_files, config, run: RunOptions = RunOpt
         raise UserError(f"--checkpoint {checkpoint} must be a model folder or a .weights.h5 "
                         "file")
     loaded = models.load(checkpoint) if is_folder else None
-    data = masked_data.masked_dataset(eval_files, source, config, training=False,
-                                      batch_size=eval_batch_size, map_key=map_key, size=size,
-                                      geometry=geometry, label_offset=label_offset,
-                                      control=control, seed=seed,
+    data = masked_data.masked_dataset(eval_files, read, config, training=False,
+                                      batch_size=eval_batch_size, seed=seed,
                                       space=loaded.preprocessing if loaded else "imagenet")
     model: Any
     if loaded is not None:
@@ -311,7 +307,8 @@ def run(config: Config, verbose: int = 1) -> dict:
     # The small-model defaults apply to the synthetic world.
     synthetic = (f.data_dir is None and not f.tfds_name) or f.dataset_name == "synthetic"
     transformation = f.transformation
-    ratio = 0.0 if transformation == "raw_image" else f.ratio
+    # (check_flags: a ratio is given unless the transformation is raw_image)
+    ratio = 0.0 if transformation == "raw_image" or f.ratio is None else f.ratio
     method: Optional[str] = f.saliency_method or ("gradient_image" if synthetic else "ig_smooth_2")
     control: Optional[str]
     if transformation == "random_baseline":
@@ -338,11 +335,10 @@ def run(config: Config, verbose: int = 1) -> dict:
         data_dir = setup["saliency"] if control is None else setup["records"]
     else:
         data_dir = f.data_dir
-    config = masked_data.MaskConfig(ratio=ratio, keep_information=f.keep_information,
-                                    ranking=f.ranking, squared=f.squared_value,
-                                    tie_break=f.tie_break, fill=f.fill, road_noise=f.road_noise,
-                                    cg_tol=f.cg_tol, cg_max_iters=f.cg_max_iters,
-                                    seed=f.seed)
+    mask = masked_data.MaskConfig(ratio=ratio, keep_information=f.keep_information,
+                                  ranking=f.ranking, squared=f.squared_value,
+                                  tie_break=f.tie_break, fill=f.fill, road_noise=f.road_noise,
+                                  cg_tol=f.cg_tol, cg_max_iters=f.cg_max_iters, seed=f.seed)
     recipe = recipe_from_flags(f, synthetic)
     train_files = masked_data.list_shards(os.path.join(data_dir, f.train_pattern),
                                           "--train_pattern")
@@ -355,28 +351,27 @@ def run(config: Config, verbose: int = 1) -> dict:
         print(f"ROAR run -> {output}")
     # every flag that changes results (docs/architecture.md, "Outputs and provenance"), then
     # the resolved masking, method and ratio
-    record = {**origin_flags(f), **dataclasses.asdict(config), "saliency_method": method,
+    record = {**origin_flags(f), **dataclasses.asdict(mask), "saliency_method": method,
               "ratio": ratio}
     options = RunOptions(
         model_name=f.model or ("small_cnn" if synthetic else "resnet50"),
         num_classes=num_classes, recipe=recipe, seed=f.seed, strategy=f.strategy,
         precision=f.precision, cpu_replicas=f.cpu_replicas,
         stop_after_epochs=f.stop_after_epochs, overwrite=f.overwrite, verbose=verbose)
-    if f.mode == "eval":
+    read = masked_data.Records(
+        source, control,
+        map_key=masked_data.record_key_of(method) if source == "saliency" and method else None,
+        size=size, geometry=f.geometry, label_offset=f.label_offset, random_mask=f.random_mask,
+        train_crop=f.train_crop)
+    if f.mode == "eval" and f.checkpoint:  # (checked above: eval needs a checkpoint)
         return evaluate_checkpoint(
-            f.checkpoint, eval_files, config, options, output_dir=output, source=source,
-            control=control,
-            map_key=masked_data.record_key_of(method) if source == "saliency" else None,
-            size=size, geometry=f.geometry, label_offset=f.label_offset,
+            f.checkpoint, eval_files, mask, read, options, output_dir=output,
             eval_batch_size=f.eval_batch_size, num_eval=f.num_eval_images or known_sizes[1])
     result = run_masked(
-        train_files, eval_files, config, options, output_dir=output, source=source,
-        control=control,
-        map_key=masked_data.record_key_of(method) if source == "saliency" else None,
-        size=size, geometry=f.geometry, label_offset=f.label_offset,
-        eval_batch_size=f.eval_batch_size, flags_record=record, random_mask=f.random_mask,
+        train_files, eval_files, mask, read, options, output_dir=output,
+        eval_batch_size=f.eval_batch_size, flags_record=record,
         num_train=f.num_train_images or known_sizes[0],
-        num_eval=f.num_eval_images or known_sizes[1], train_crop=f.train_crop)
+        num_eval=f.num_eval_images or known_sizes[1])
     if "stopped_after_epoch" in result:
         print(f"stopped after epoch {result['stopped_after_epoch']} (--stop_after_epochs); "
               f"run the same command again to resume from {os.path.join(output, 'backup')}")

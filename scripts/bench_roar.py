@@ -36,9 +36,9 @@ def _steps_per_second(model, dataset, steps):
 def bench_pipeline(world_dir, config):
     files = sorted(glob.glob(os.path.join(world_dir, "records", "train-*")))
     size = config.image_size
-    masked = masked_data.masked_dataset(files, "images", masked_data.MaskConfig(ratio=0.5),
-                                        training=True, batch_size=config.batch_size, size=size,
-                                        control="random")
+    masked = masked_data.masked_dataset(files, masked_data.Records(control="random", size=size),
+                                        masked_data.MaskConfig(ratio=0.5), training=True,
+                                        batch_size=config.batch_size)
     images, labels = [], []
     for x, y in masked.take(20):
         images.append(x.numpy())

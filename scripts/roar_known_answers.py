@@ -56,8 +56,8 @@ def run(config: Config):
             config = masked_data.MaskConfig(ratio=ratio, keep_information=keep, ranking=ranking,
                                             fill=fill)
             result = train.run_masked(
-                files["train"], files["validation"], config, recipes.RunOptions(recipe=recipe),
-                control=control, size=size,
+                files["train"], files["validation"], config,
+                masked_data.Records(control=control, size=size), recipes.RunOptions(recipe=recipe),
                 output_dir=os.path.join(scratch, "runs", str(len(name))))
             print(f"| {name} | {result['top1']:.3f} |", flush=True)
 

@@ -43,9 +43,9 @@ def test_retraining_cells_are_the_runs_top1_per_seed_and_are_reused(tiny_world, 
         sorted(glob.glob(os.path.join(maps, "train-*"))),
         sorted(glob.glob(os.path.join(maps, "validation-*"))),
         masked_data.MaskConfig(ratio=0.3, keep_information=True, seed=1),
+        masked_data.Records("saliency", map_key=masked_data.record_key_of("gradient_image")),
         recipes.RunOptions(model_name="plain_cnn", num_classes=10, recipe=RECIPE, seed=1),
-        output_dir=str(tmp_path / "direct"), source="saliency",
-        map_key=masked_data.record_key_of("gradient_image"))
+        output_dir=str(tmp_path / "direct"))
     assert values["KAR top-1"][1] == direct["top1"]
     before = _mtimes(work)
     assert len(before) == 4  # 2 modes x 2 seeds

@@ -1,6 +1,7 @@
 """ROAR / KAR retraining on the synthetic world: the known-answer experiment (oracle, random and
 KAR controls), the masked pipeline's determinism and coverage, saliency records as input, and
 the training binary."""
+import dataclasses
 import glob
 import json
 import os
@@ -25,6 +26,7 @@ RECIPE = recipes.with_overrides(recipes.SYNTHETIC_RECIPE, epochs=5.0)
 # (chance: 0.1; about 0.5 on 5,000 images, 20 s a run); the controls keep their margins: oracle90
 # 0.10, random50 0.79-0.84 of clean, KAR's oracle above its random by 0.5.
 MODEL = "plain_cnn"
+RANDOM = masked_data.Records(control="random", size=SIZE)  # image records, random maps
 
 
 @pytest.fixture(scope="module")
@@ -38,8 +40,9 @@ def world(tmp_path_factory):
 def _run(world, tmp_path, name, control, ratio, keep=False):
     return train.run_masked(world["train"], world["validation"],
                             masked_data.MaskConfig(ratio=ratio, keep_information=keep),
+                            masked_data.Records(control=control, size=SIZE),
                             recipes.RunOptions(model_name=MODEL, recipe=RECIPE),
-                            output_dir=str(tmp_path / name), control=control, size=SIZE)
+                            output_dir=str(tmp_path / name))
 
 
 @pytest.fixture(scope="module")
@@ -78,9 +81,8 @@ def test_pipeline_is_deterministic_and_evaluation_covers_every_image_in_order(wo
     config = masked_data.MaskConfig(ratio=0.3)
 
     def first_batch(seed):
-        ds = masked_data.masked_dataset(world["train"], "images", config, training=True,
-                                        batch_size=16, size=SIZE, control="random", seed=seed,
-                                        with_keys=True)
+        ds = masked_data.masked_dataset(world["train"], RANDOM, config, training=True,
+                                        batch_size=16, seed=seed, with_keys=True)
         keys, images, _ = next(iter(ds))
         return keys.numpy(), images.numpy()
 
@@ -88,8 +90,8 @@ def test_pipeline_is_deterministic_and_evaluation_covers_every_image_in_order(wo
     again_keys, again_images = first_batch(0)
     np.testing.assert_array_equal(images, again_images)
     assert list(keys) == list(again_keys) and list(keys) != list(first_batch(1)[0])
-    ds = masked_data.masked_dataset(world["validation"], "images", config, training=False,
-                                    batch_size=300, size=SIZE, control="random", with_keys=True)
+    ds = masked_data.masked_dataset(world["validation"], RANDOM, config, training=False,
+                                    batch_size=300, with_keys=True)
     keys = np.concatenate([k.numpy() for k, _, _ in ds])
     assert len(keys) == 1000 and len(set(keys)) == 1000  # the last batch (100) is kept
     expected = [k for _, k in records.keyed_records(world["validation"]).map(
@@ -100,8 +102,8 @@ def test_pipeline_is_deterministic_and_evaluation_covers_every_image_in_order(wo
 
 def test_random_masks_are_fixed_per_image_across_reads(world):
     config = masked_data.MaskConfig(ratio=0.5)
-    ds = masked_data.masked_dataset(world["validation"], "images", config, training=False,
-                                    batch_size=50, size=SIZE, control="random")
+    ds = masked_data.masked_dataset(world["validation"], RANDOM, config, training=False,
+                                    batch_size=50)
     first, second = next(iter(ds))[0].numpy(), next(iter(ds))[0].numpy()
     np.testing.assert_array_equal(first == 0, second == 0)
     assert (first == 0).reshape(50, -1).sum(1).tolist() == [int(0.5 * SIZE * SIZE * 3)] * 50
@@ -113,8 +115,9 @@ def test_saliency_records_drive_the_masks(world, known_answers, tmp_path):
                       str(tmp_path), dtype="float16", progress_bar=False)
     shards = records.list_files(str(tmp_path / "SH" / "*"))  # not its manifest.json
     config = masked_data.MaskConfig(ratio=0.3)
-    ds = masked_data.masked_dataset(shards, "saliency", config, training=False, batch_size=64,
-                                    map_key="gradient_image")
+    ds = masked_data.masked_dataset(shards, masked_data.Records("saliency",
+                                                                map_key="gradient_image"),
+                                    config, training=False, batch_size=64)
     images = next(iter(ds))[0].numpy()
     dtype, shape, _ = records.peek_saliency_format(shards[0], "gradient_image")
     maps = np.stack([records.parse_saliency_record(serialized, "gradient_image", dtype,
@@ -149,8 +152,9 @@ def test_road_curve_without_retraining(world, known_answers):
     model = models.load(str(tmp / "clean" / "model"))
     config = masked_data.MaskConfig(ranking="pixel", squared=False, tie_break="jitter",
                                     fill="noisy_linear")
-    read = road.Inputs(world["validation"], "images", "oracle", None, config, [0.0, 0.9])
-    rows = road.evaluate_curve(model, read, batch_size=250, size=SIZE)
+    read = road.Inputs(world["validation"], masked_data.Records(control="oracle", size=SIZE),
+                       config, [0.0, 0.9])
+    rows = road.evaluate_curve(model, read, batch_size=250)
     by = {(row["order"], row["p"]): row for row in rows}
     assert all(row["n"] == 1000 for row in rows) and len(rows) == 4
     assert by["morf", 0.0]["accuracy"] == pytest.approx(results["clean"]["top1"], abs=1e-6)
@@ -194,9 +198,8 @@ def test_per_read_random_masks_change_every_epoch_and_fixed_ones_do_not(world):
     config = masked_data.MaskConfig(ratio=0.5)
     patterns = {}
     for mode in ("fixed", "per_read"):
-        ds = masked_data.masked_dataset(world["validation"], "images", config, training=True,
-                                        batch_size=1000, size=SIZE, control="random",
-                                        random_mask=mode, with_keys=True)
+        ds = masked_data.masked_dataset(world["validation"], dataclasses.replace(
+            RANDOM, random_mask=mode), config, training=True, batch_size=1000, with_keys=True)
         if mode == "fixed":
             ds = ds.repeat()
         epochs = []
@@ -220,9 +223,9 @@ def test_a_tensorflow_datasets_split_becomes_masked_records(tmp_path):
         again = tfds_source.tfds_to_records("cifar10", "test", str(tmp_path), "validation")
         assert tfds_source.tfds_num_classes("cifar10") == 10
     assert files == again and len(files) == 1
-    ds = masked_data.masked_dataset(files, "images", masked_data.MaskConfig(ratio=0.5),
-                                    training=False, batch_size=12, control="random",
-                                    with_keys=True)
+    ds = masked_data.masked_dataset(files, masked_data.Records(control="random"),
+                                    masked_data.MaskConfig(ratio=0.5), training=False,
+                                    batch_size=12, with_keys=True)
     keys, images, labels = next(iter(ds))
     assert images.shape == (12, 32, 32, 3) and keys.numpy()[0].startswith(b"cifar10-test")
     assert (images.numpy() == 0).reshape(12, -1).sum(1).tolist() == [1536] * 12
@@ -235,9 +238,10 @@ def test_a_killed_run_resumes_exactly_and_other_settings_are_refused(world, tmp_
     config = masked_data.MaskConfig(ratio=0.3)
     files = world["validation"]  # small: 1,000 images
 
-    def run(folder, **options):
-        return train.run_masked(files, files, config, recipes.RunOptions(recipe=recipe),
-                                output_dir=str(tmp_path / folder), control="random", **options)
+    def run(folder, train_crop="none", **options):
+        read = masked_data.Records(control="random", train_crop=train_crop)
+        return train.run_masked(files, files, config, read, recipes.RunOptions(recipe=recipe),
+                                output_dir=str(tmp_path / folder), **options)
 
     uninterrupted = run("whole")
     killed = tmp_path / "killed"
@@ -254,9 +258,9 @@ def test_a_killed_run_resumes_exactly_and_other_settings_are_refused(world, tmp_
     assert run("killed") == resumed  # a finished run of the same origin is reused
     with pytest.raises(UserError, match=r"run folder .*killed was made with "
                                         r"base_learning_rate=0.004, not 0.01; pass --overwrite"):
-        train.run_masked(files, files, config, recipes.RunOptions(
-            recipe=recipes.with_overrides(recipe, base_learning_rate=0.01)),
-            output_dir=str(killed), control="random")
+        train.run_masked(files, files, config, masked_data.Records(control="random"),
+                         recipes.RunOptions(recipe=recipes.with_overrides(
+                             recipe, base_learning_rate=0.01)), output_dir=str(killed))
     with pytest.raises(UserError, match=r"made with train_crop=none, not inception"):
         run("killed", train_crop="inception")  # a pipeline setting is part of the origin
 
