@@ -13,6 +13,7 @@ each (order, fraction) into the mean and its seeded bootstrap interval. The rows
 """
 import dataclasses
 import os
+from typing import Iterator, Optional
 
 import models
 from models.foundation.cli import run_binary
@@ -37,12 +38,12 @@ class ScoreRoadRange(beam.DoFn):
     def __init__(self, ckpt_path: str, read: road.Inputs, batch_size: int):
         super().__init__()
         self.ckpt_path, self.read, self.batch_size = ckpt_path, read, batch_size
-        self.model = None
+        self.model: Optional[models.LoadedModel] = None
 
-    def setup(self):
+    def setup(self) -> None:
         self.model = models.load(self.ckpt_path)
 
-    def process(self, unit):
+    def process(self, unit: tuple) -> Iterator[tuple]:
         path, start, count, order, p = unit
         for keys, hits, probabilities in road.image_outcomes(
                 self.model, dataclasses.replace(self.read, files=[path]), order, p,
@@ -59,7 +60,7 @@ class Gather(beam.DoFn):
         super().__init__()
         self.path = path
 
-    def process(self, summaries):
+    def process(self, summaries: list) -> Iterator[int]:
         write_json(self.path, [[list(key), summary] for key, summary in sorted(summaries)])
         yield len(summaries)
 

@@ -13,10 +13,12 @@ records' object masks).
 import dataclasses
 import glob
 import os
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 import scipy.ndimage
 import tensorflow as tf
+from numpy.typing import ArrayLike
 
 import models
 import saliency_gen
@@ -39,7 +41,7 @@ METRICS = (MetricSpec("MoRF", False, about="true-class probability when the most
                                      "are imputed, averaged over the fractions"))
 
 
-def pixel_ranks(maps, seed: int = 0) -> np.ndarray:
+def pixel_ranks(maps: ArrayLike, seed: int = 0) -> np.ndarray:
     """int32 [N, H*W]: each pixel's position in ROAD's ranking (0: most relevant); the lower
     index first on ties, as `masking.top_mask`."""
     scores = masking.feature_scores(maps, unit="pixel", squared=False, tie_break="jitter",
@@ -55,7 +57,8 @@ def pixel_ranks(maps, seed: int = 0) -> np.ndarray:
 IMPUTERS = ("noisy_linear", "mean")
 
 
-def road_function(loaded, image_shape, *, seed=0, noise=0.01, batch_size=32, fill=False):
+def road_function(loaded: Any, image_shape: Sequence[int], *, seed: int = 0, noise: float = 0.01,
+                  batch_size: int = 32, fill: bool = False) -> Callable:
     """A traced function (pixels, labels, ids, ranks, cuts, keep_top, colour) -> float
     [len(cuts) * N] for N images of `image_shape` (H, W, C): the true-class probability of
     every image with its pixels of rank < cut imputed (rank >= cut when `keep_top`), each
@@ -101,7 +104,7 @@ def road_function(loaded, image_shape, *, seed=0, noise=0.01, batch_size=32, fil
                           build)
 
 
-def oracle_maps(masks) -> np.ndarray:
+def oracle_maps(masks: ArrayLike) -> np.ndarray:
     """[N, H, W, 1]: the signed distance to each object's outline (inside positive), so ROAD
     removes the object from its centre outwards and then its surroundings nearest first: whole
     regions, which imputation cannot restore from their neighbours as it restores scattered
@@ -112,8 +115,10 @@ def oracle_maps(masks) -> np.ndarray:
     return (inside - outside).astype(np.float32)[..., None]
 
 
-def benchmark(loaded, images, labels, ids, masks=None, *, data: dict, ratios=RATIOS,
-              seed: int = 0, batch_size: int = 32, maps_of=None,
+def benchmark(loaded: Any, images: np.ndarray, labels: ArrayLike, ids: ArrayLike,
+              masks: Optional[ArrayLike] = None, *, data: dict,
+              ratios: Sequence[float] = RATIOS, seed: int = 0, batch_size: int = 32,
+              maps_of: Optional[Callable[[str], np.ndarray]] = None,
               imputer: str = "noisy_linear") -> Benchmark:
     """ROAD MoRF / LeRF of `loaded` on `images` (model input space), explaining `labels`;
     `masks` [N, H, W] (object masks) enable the oracle. `data` fingerprints the images;
@@ -167,8 +172,10 @@ RETRAINING_METRICS = (
 
 
 def retraining_benchmark(model_path: str, records_dir: str, work_dir: str, *,
-                         num_classes: int, ratio: float = 0.5, seeds=(0, 1, 2),
-                         recipe=None, model_name: str = "small_cnn") -> Benchmark:
+                         num_classes: int, ratio: float = 0.5,
+                         seeds: Sequence[int] = (0, 1, 2),
+                         recipe: Optional[recipes.Recipe] = None,
+                         model_name: str = "small_cnn") -> Benchmark:
     """ROAR and KAR at one `ratio` as a card benchmark whose units are the training `seeds`.
 
     The method's maps of every image record in `records_dir` (`train-*`, `validation-*`) come

@@ -19,7 +19,7 @@ filled with `fallback` (default: ImageNet's mean colour) plus the noise and coun
 `sparse_direct_impute` assembles the same system with scipy and solves it directly, one image at
 a time (ROAD's own method): the reference for tests and the benchmark.
 """
-from typing import Optional
+from typing import Any, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -191,8 +191,10 @@ def _solve(images, removed, tol, max_iters):
 _solve_traced = tf.function(_solve, reduce_retracing=True)
 
 
-def noisy_linear_impute(images, removed, noise_std=0.0, seed=0, keys=None, tol=1e-5,
-                        max_iters=2000, fallback=IMAGENET_MEAN, return_info=False):
+def noisy_linear_impute(images: tf.Tensor, removed: tf.Tensor, noise_std: float = 0.0,
+                        seed: int = 0, keys: Optional[tf.Tensor] = None, tol: float = 1e-5,
+                        max_iters: int = 2000, fallback: Sequence[float] = IMAGENET_MEAN,
+                        return_info: bool = False) -> Any:
     """ROAD's noisy linear imputation of the `removed` pixels of `images`.
 
     images: [N, H, W, C] float pixels (ROAD works on [0, 1] pixels before normalisation);
@@ -237,7 +239,7 @@ def _noise(shape, dtype, seed, keys):
                      seeds, fn_output_signature=dtype)
 
 
-def sparse_direct_impute(image, removed):
+def sparse_direct_impute(image: np.ndarray, removed: np.ndarray) -> np.ndarray:
     """ROAD's imputation of one image (noise-free) by a direct sparse solve (scipy), float64.
 
     image [H, W, C], removed [H, W] bool. The reference for the batched solver.

@@ -19,7 +19,7 @@ mask never depends on read order, batching or sharding.
 """
 import dataclasses
 import os
-from typing import Optional
+from typing import Optional, Sequence
 
 import tensorflow as tf
 
@@ -144,7 +144,7 @@ def _first_image_side(path):
     raise RecordError(f"{path}: holds no records")
 
 
-def list_shards(pattern, what):
+def list_shards(pattern: str, what: str) -> list:
     """Sorted files matching `pattern` (a glob or a directory), or a one-line error."""
     if os.path.isdir(pattern):
         pattern = os.path.join(pattern, "*")
@@ -179,8 +179,10 @@ class Records:
             raise UserError(f"image records need a control map: one of {CONTROLS}")
 
 
-def masked_dataset(files, read: Records, config, *, training, batch_size, seed=0,
-                   space="imagenet", drop_remainder=None, with_keys=False, span=None):
+def masked_dataset(files: Sequence[str], read: Records, config: MaskConfig, *, training: bool,
+                   batch_size: int, seed: int = 0, space: str = "imagenet",
+                   drop_remainder: Optional[bool] = None, with_keys: bool = False,
+                   span: Optional[tuple[int, int]] = None) -> tf.data.Dataset:
     """A batched dataset of (normalised image, label) with every example of `files` masked,
     read as `read` says.
 
@@ -246,7 +248,8 @@ def masked_dataset(files, read: Records, config, *, training, batch_size, seed=0
     return data.batch(batch_size, drop_remainder=drop).prefetch(tf.data.AUTOTUNE)
 
 
-def find_bad_record(files, read: Records, num_classes: int, size: int) -> Optional[str]:
+def find_bad_record(files: Sequence[str], read: Records, num_classes: int,
+                    size: int) -> Optional[str]:
     """"<file>: record <i>: <problem>" for the first record of `files` read as `read` that
     cannot be trained on (corrupt bytes, a label outside the classes, a NaN or infinite map, an
     image or map of the wrong `size`), else None. Called after training stopped on bad data, to

@@ -19,6 +19,8 @@ Control maps: `random_scores` (a uniform score per feature keyed by (seed, examp
 same image gets the same mask in every epoch and run; or per read with an epoch) and
 `oracle_scores` (the object mask of the record, for calibration).
 """
+from typing import Any, Optional, Sequence
+
 import numpy as np
 import tensorflow as tf
 
@@ -33,14 +35,15 @@ FILLS = ("mean", "zero", "noisy_linear")
 JITTER = 1e-4
 
 
-def percent(ratio):
+def percent(ratio: float) -> int:
     """`ratio` as an integer percentage (ROAR's thresholds are whole percents): the flags'
     own rule (`models.foundation.errors.whole_percent`), so a library caller gets the same one
     line."""
     return whole_percent("ratio", ratio)
 
 
-def feature_scores(saliency, unit="element", squared=True, tie_break="index", seed=0):
+def feature_scores(saliency: tf.Tensor, unit: str = "element", squared: bool = True,
+                   tie_break: str = "index", seed: int = 0) -> tf.Tensor:
     """[N, F] ranking scores of maps [N, H, W, C] (F = H*W*C per element, H*W per pixel)."""
     if unit not in UNITS:
         raise ValueError(f"ranking unit must be one of {UNITS}; got {unit!r}")
@@ -76,7 +79,7 @@ def _top_rows(scores, count):
     return above | (ties & (np.cumsum(ties, axis=1) <= needed))
 
 
-def top_mask(scores, count):
+def top_mask(scores: tf.Tensor, count: int) -> tf.Tensor:
     """bool [N, F]: the `count` highest scores of each row, the lower index first on ties."""
     count = int(count)
     num_features = scores.shape[-1]
@@ -89,8 +92,9 @@ def top_mask(scores, count):
     return tf.ensure_shape(selected, scores.shape)
 
 
-def feature_mask(saliency, ratio, keep_information=False, unit="element", squared=True,
-                 tie_break="index", seed=0):
+def feature_mask(saliency: tf.Tensor, ratio: float, keep_information: bool = False,
+                 unit: str = "element", squared: bool = True, tie_break: str = "index",
+                 seed: int = 0) -> tf.Tensor:
     """bool mask of the replaced features: [N, H, W, C] (element) or [N, H, W] (pixel)."""
     q = percent(ratio)
     scores = feature_scores(saliency, unit, squared, tie_break, seed)
@@ -103,8 +107,9 @@ def feature_mask(saliency, ratio, keep_information=False, unit="element", square
     return tf.reshape(replaced, shape)
 
 
-def replace(images, replaced, fill="mean", mean=imputation.IMAGENET_MEAN, noise_std=0.01,
-            seed=0, keys=None, **solver_options):
+def replace(images: tf.Tensor, replaced: tf.Tensor, fill: str = "mean",
+            mean: Sequence[float] = imputation.IMAGENET_MEAN, noise_std: float = 0.01,
+            seed: int = 0, keys: Optional[tf.Tensor] = None, **solver_options: Any) -> tf.Tensor:
     """`images` [N, H, W, C] with the `replaced` features filled.
 
     `replaced` is [N, H, W, C] (element) or [N, H, W] (pixel). `mean` is the fill of "mean"
@@ -125,20 +130,22 @@ def replace(images, replaced, fill="mean", mean=imputation.IMAGENET_MEAN, noise_
     return tf.where(replaced, value, images)
 
 
-def random_map(key, shape, seed=0, epoch=None):
+def random_map(key: tf.Tensor, shape: Sequence[int], seed: int = 0,
+               epoch: Optional[tf.Tensor] = None) -> tf.Tensor:
     """The uniform random map of one example key: the same key, seed (and epoch) give the same
     map whatever the batch. `epoch=None` is the fixed default; an epoch id gives the original's
     re-drawn-per-read control."""
     return tf.random.stateless_uniform(shape, key_seeds(key[None], seed, epoch)[0])
 
 
-def random_scores(keys, shape, seed=0, epoch=None):
+def random_scores(keys: tf.Tensor, shape: Sequence[int], seed: int = 0,
+                  epoch: Optional[tf.Tensor] = None) -> tf.Tensor:
     """`random_map` for a batch of keys: [N, *shape]."""
     return tf.map_fn(lambda key: random_map(key, shape, seed, epoch), keys,
                      fn_output_signature=tf.float32)
 
 
-def oracle_scores(object_masks, channels=3):
+def oracle_scores(object_masks: tf.Tensor, channels: int = 3) -> tf.Tensor:
     """Maps [N, H, W, channels] that are 1 on the object and 0 elsewhere (calibration)."""
     values = tf.cast(object_masks, tf.float32)[..., None]
     return tf.tile(values, [1, 1, 1, channels])

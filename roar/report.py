@@ -28,7 +28,7 @@ class Config:
     output: Optional[str] = option(None, "Output stem (default: <output_dir>/roar_report).")
 
 
-def collect(output_dir):
+def collect(output_dir: str) -> list:
     """One row per finished run: method, mode, fraction_removed, seed, top1, top5, n_eval."""
     rows = []
     for path in sorted(glob.glob(os.path.join(output_dir, "**", "metrics.json"),

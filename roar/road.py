@@ -13,7 +13,7 @@ JSON / CSV / Markdown file and a PNG plot.
 """
 import dataclasses
 import os
-from typing import TYPE_CHECKING, Optional, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence, TypeVar
 
 import numpy as np
 from tqdm import tqdm
@@ -46,7 +46,7 @@ def fraction_removed(order: str, p: float) -> float:
     return p if order == "morf" else round(1.0 - p, 2)
 
 
-def setting(config, order: str, p: float):
+def setting(config: "masked_data.MaskConfig", order: str, p: float) -> "masked_data.MaskConfig":
     """The mask config of `order` at fraction p."""
     return dataclasses.replace(config, ratio=fraction_removed(order, p),
                                keep_information=order == "lerf")
@@ -63,8 +63,9 @@ class Inputs:
     ratios: list
 
 
-def image_outcomes(model, read: Inputs, order: str, p: float, *, batch_size: int = 128,
-                   span=None):
+def image_outcomes(model: Any, read: Inputs, order: str, p: float, *, batch_size: int = 128,
+                   span: Optional[tuple[int, int]] = None
+                   ) -> Iterator[tuple[list, np.ndarray, np.ndarray]]:
     """Per batch of imputed test images of `read` at (`order`, p): (example keys, correct [B]
     bool, true-class probability [B] float64). `span` (start, count) restricts one file to a
     range."""
@@ -80,9 +81,10 @@ def image_outcomes(model, read: Inputs, order: str, p: float, *, batch_size: int
                probabilities[np.arange(len(labels)), labels].astype(np.float64))
 
 
-def evaluate_curve(model, read: Inputs, *, orders=ORDERS, batch_size: int = 128,
-                   method_name: Optional[str] = None, progress=None,
-                   image_progress=None) -> list:
+def evaluate_curve(model: Any, read: Inputs, *, orders: Sequence[str] = ORDERS,
+                   batch_size: int = 128, method_name: Optional[str] = None,
+                   progress: Optional[Callable[[dict], None]] = None,
+                   image_progress: Optional[Callable[[int], None]] = None) -> list:
     """Rows {method, order, p, fraction_removed, accuracy, true_class_probability, n} for
     every order and each of `read`'s fractions, evaluated with `model` (a `models.load` object
     or Keras model). `progress(row)` is called after each row, `image_progress(n)` after each
@@ -107,7 +109,8 @@ def evaluate_curve(model, read: Inputs, *, orders=ORDERS, batch_size: int = 128,
     return rows
 
 
-def row(method, order, p, accuracy, probability, count) -> dict:
+def row(method: Optional[str], order: str, p: float, accuracy: float, probability: float,
+        count: int) -> dict:
     """One result row of the curve."""
     return {"method": method, "order": order, "p": p,
             "fraction_removed": fraction_removed(order, p), "accuracy": accuracy,
@@ -223,7 +226,7 @@ def _curves(f: Config) -> list:
     return rows
 
 
-def write_results(f: Config, rows: list, model, files: list) -> None:
+def write_results(f: Config, rows: list, model: Any, files: list) -> None:
     """<output>.json (rows, flags, origin), .csv, .md and .png of a ROAD run."""
     summary = [dict(row, mean=row["accuracy"], std=0.0) for row in rows]
     summaries.write_outputs(f.output, rows, summary,

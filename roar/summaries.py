@@ -7,6 +7,7 @@ ROAR cell are few, and a bootstrap of three values has no meaningful percentiles
 against the fraction removed, one line per group, in the style of the ROAR paper's figure).
 """
 import itertools
+from typing import Iterable, Optional, Sequence
 
 import numpy as np
 from scipy import stats
@@ -14,7 +15,7 @@ from scipy import stats
 from models.foundation import results
 
 
-def summarise(rows, keys, value):
+def summarise(rows: Iterable[dict], keys: Sequence[str], value: str) -> list:
     """[{**group keys, "mean", "std", "n", "ci_low", "ci_high"}] per distinct combination of
     `keys`, sorted; the interval is the mean's 95% t-interval (the mean itself for n = 1)."""
     ordered = sorted(rows, key=lambda row: tuple(str(row[k]) for k in keys))
@@ -30,7 +31,7 @@ def summarise(rows, keys, value):
     return summary
 
 
-def summary_rows(summary, columns) -> list:
+def summary_rows(summary: Sequence[dict], columns: Sequence[str]) -> list:
     """The cells of `summary` rows under `columns`, "mean ± sd" and "95% interval"
     formatted."""
     def cell(row, column):
@@ -43,13 +44,14 @@ def summary_rows(summary, columns) -> list:
     return [[cell(row, column) for column in columns] for row in summary]
 
 
-def markdown_table(summary, columns):
+def markdown_table(summary: Sequence[dict], columns: Sequence[str]) -> str:
     """A Markdown table of `summary` rows with `columns`, mean ± sd formatted."""
     return results.markdown_table(columns, summary_rows(summary, columns))
 
 
-def write_outputs(stem, rows, summary, columns, x_key, line_keys, y_label, title,
-                  panel_key=None):
+def write_outputs(stem: str, rows: Sequence[dict], summary: Sequence[dict],
+                  columns: Sequence[str], x_key: str, line_keys: Sequence[str], y_label: str,
+                  title: str, panel_key: Optional[str] = None) -> None:
     """Writes `<stem>.csv` (all rows), `<stem>.md` (the summary) and `<stem>.png` (one panel per
     value of `panel_key`, if given)."""
     results.write_csv(stem + ".csv", rows, sorted({key for row in rows for key in row}))
@@ -57,7 +59,8 @@ def write_outputs(stem, rows, summary, columns, x_key, line_keys, y_label, title
     plot(stem + ".png", summary, x_key, line_keys, y_label, title, panel_key)
 
 
-def plot(path, summary, x_key, line_keys, y_label, title, panel_key=None):
+def plot(path: str, summary: Sequence[dict], x_key: str, line_keys: Sequence[str], y_label: str,
+         title: str, panel_key: Optional[str] = None) -> None:
     """The mean against `x_key`, one line per combination of `line_keys` (one colour per
     combination across panels; the random baseline dashed), shaded over its 95% interval (or
     ± sd for rows without one); one panel per value of `panel_key`, sharing the y axis."""

@@ -13,6 +13,7 @@ import os
 import shlex
 import subprocess
 import sys
+from typing import Sequence
 
 from tqdm import tqdm
 
@@ -42,13 +43,16 @@ class Config(Checked):
     train_flags: str = option("", "Further flags for every roar.train run.")
 
 
-def planned_runs(methods, ratios, seeds, modes):
+def planned_runs(methods: Sequence[str], ratios: Sequence[float], seeds: Sequence[int],
+                 modes: Sequence[str]) -> list:
     """[(method, ratio, seed, keep)] in a stable order (`modes` are `MODES`)."""
     return [(method, float(ratio), int(seed), mode == "kar")
             for mode in modes for method in methods for ratio in ratios for seed in seeds]
 
 
-def run_arguments(method, ratio, seed, keep, output_dir):
+def run_arguments(method: str, ratio: float, seed: int, keep: bool,
+                  output_dir: str) -> tuple[list, str]:
+    """(roar.train's arguments, the transformation) of one planned run."""
     transformation = "random_baseline" if method == "random" else "modified_image"
     arguments = [f"--ratio={ratio}", f"--seed={seed}", f"--output_dir={output_dir}",
                  f"--transformation={transformation}", f"--keep_information={keep}"]

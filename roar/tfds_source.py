@@ -9,6 +9,7 @@ saliency directory for them and `roar.train` / `roar.road` read both.
 """
 import math
 import os
+from typing import Callable, Optional
 
 import tensorflow as tf
 
@@ -18,7 +19,9 @@ from saliency_gen import records
 RECORDS_PER_SHARD = 2500
 
 
-def tfds_to_records(name, split, output_dir, prefix, data_dir=None, progress=None):
+def tfds_to_records(name: str, split: str, output_dir: str, prefix: str,
+                    data_dir: Optional[str] = None,
+                    progress: Optional[Callable[[int], None]] = None) -> list:
     """Converts `name`/`split` into image records under `output_dir`; returns the files."""
     import tensorflow_datasets as tfds
 
@@ -59,7 +62,7 @@ def tfds_to_records(name, split, output_dir, prefix, data_dir=None, progress=Non
     return files
 
 
-def tfds_num_classes(name, data_dir=None):
+def tfds_num_classes(name: str, data_dir: Optional[str] = None) -> int:
     """The number of classes of the dataset's "label" feature."""
     import tensorflow_datasets as tfds
 

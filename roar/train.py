@@ -288,7 +288,8 @@ def recipe_from_flags(f: Config, synthetic: bool) -> Recipe:
     return recipes.with_overrides(recipe, decay_multipliers=multipliers)
 
 
-def run_directory(output_dir, transformation, ratio, method, keep, ranking, fill, seed):
+def run_directory(output_dir: str, transformation: str, ratio: float, method: Optional[str],
+                  keep: bool, ranking: str, fill: str, seed: int) -> str:
     """`<output_dir>/<transformation>/<ratio>/<method>/<keep|remove>/<ranking>-<fill>/seed_<s>`."""
     return os.path.join(output_dir, transformation, f"{ratio:.2f}", method or "none",
                         "keep" if keep else "remove", f"{ranking}-{fill}", f"seed_{seed}")
