@@ -8,7 +8,7 @@ such oracle (they ask what a model ignores, which only the model knows), so the 
 there are empty.
 """
 import os
-from typing import Optional
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -30,7 +30,7 @@ METRICS = (MetricSpec("MCS", True, about="object attribution of the object model
                        "the object)."))
 
 
-def benchmark(data_dir: str, model_dir: str, *, metrics=("MCS", "IDR", "IIR"),
+def benchmark(data_dir: str, model_dir: str, *, metrics: Sequence[str] = ("MCS", "IDR", "IIR"),
               num_imgs: int = 10, seed: int = 0, noise_seed: int = 0,
               batch_size: int = 64, methods: Optional[dict] = None) -> Benchmark:
     """BAM on the world in `data_dir` with the models in `model_dir` (obj, scene, scene_only),
@@ -103,7 +103,8 @@ def _resolved(method: str, methods: Optional[dict]) -> dict:
     return val_set_scores.resolved_methods([method])
 
 
-def per_image_rmcs(g, predictions, drops, label=rmcs.BEDROOM) -> np.ndarray:
+def per_image_rmcs(g: dict, predictions: dict, drops: Sequence[float],
+                   label: int = rmcs.BEDROOM) -> np.ndarray:
     """[n]: for each image, the Pearson correlation over k of its contrast g(scene<k>) -
     g(scene10) with the accuracy drops, over the k where both models call it bedroom (NaN
     with fewer than three such k, or a constant contrast)."""
@@ -111,12 +112,12 @@ def per_image_rmcs(g, predictions, drops, label=rmcs.BEDROOM) -> np.ndarray:
                          for k in rmcs.KS])  # [9, n]
     valid = np.stack([(np.asarray(predictions[k]) == label) &
                       (np.asarray(predictions[10]) == label) for k in rmcs.KS])
-    drops = np.broadcast_to(np.asarray(drops, np.float64), contrast.T.shape)
+    drop = np.broadcast_to(np.asarray(drops, np.float64), contrast.T.shape)
     contrast, valid = contrast.T, valid.T  # [n, 9]
     count = valid.sum(axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
         centred = [np.where(valid, x - (np.where(valid, x, 0).sum(axis=1) / count)[:, None], 0)
-                   for x in (contrast, drops)]
+                   for x in (contrast, drop)]
         spread = np.sqrt((centred[0] ** 2).sum(axis=1) * (centred[1] ** 2).sum(axis=1))
         r = (centred[0] * centred[1]).sum(axis=1) / spread
     return np.where((count >= 3) & (spread > 0), np.clip(r, -1.0, 1.0), np.nan)

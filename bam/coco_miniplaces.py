@@ -28,6 +28,7 @@ import json
 import os
 import shutil
 import time
+from typing import Any, Callable, Optional
 
 import numpy as np
 from PIL import Image
@@ -60,7 +61,7 @@ class _Skip(Exception):
 # MSCOCO cut-outs.
 
 
-def coco_paths(coco_dir):
+def coco_paths(coco_dir: str) -> tuple[str, str]:
     """(instances_train2017.json, train2017/) under `coco_dir`, checked to exist."""
     annotations = os.path.join(coco_dir, "annotations", "instances_train2017.json")
     images = os.path.join(coco_dir, "train2017")
@@ -71,7 +72,7 @@ def coco_paths(coco_dir):
     return annotations, images
 
 
-def load_coco(annotation_file):
+def load_coco(annotation_file: str) -> Any:
     """A pycocotools COCO index of `annotation_file` (its progress prints are silenced)."""
     from pycocotools.coco import COCO
 
@@ -83,7 +84,7 @@ def load_coco(annotation_file):
                         f"{type(error).__name__}: {error}") from None
 
 
-def category_id(coco, obj):
+def category_id(coco: Any, obj: str) -> int:
     """The one COCO category id of object folder `obj` (fix D1 of docs/bam.md, "The dataset
     layout")."""
     ids = coco.getCatIds(catNms=[COCO_NAMES[obj]])
@@ -93,7 +94,7 @@ def category_id(coco, obj):
     return ids[0]
 
 
-def largest_annotation(coco, image_id, cat_id):
+def largest_annotation(coco: Any, image_id: int, cat_id: int) -> Optional[dict]:
     """The annotation of `cat_id` with the largest area in the image (first on a tie)."""
     best = None
     for ann in coco.loadAnns(coco.getAnnIds(imgIds=image_id, catIds=[cat_id], iscrowd=None)):
@@ -105,7 +106,8 @@ def largest_annotation(coco, image_id, cat_id):
     return best
 
 
-def crop_object(coco, images_dir, image_info, ann):
+def crop_object(coco: Any, images_dir: str, image_info: dict,
+                ann: Optional[dict]) -> tuple[np.ndarray, np.ndarray]:
     """(crop RGB uint8, crop mask uint8 {0,1}) of `ann`, or `_Skip` for an image to skip."""
     if ann is None or not ann["area"] > 0:
         raise _Skip("area_0")
@@ -134,11 +136,13 @@ def crop_object(coco, images_dir, image_info, ann):
     return crop_rgb, crop_mask
 
 
-def extract_class(coco, images_dir, obj, output_dir, count, num_train, progress=None):
+def extract_class(coco: Any, images_dir: str, obj: str, output_dir: str, count: int,
+                  num_train: int, progress: Optional[Callable[[int, int], None]] = None) -> dict:
     """Writes `count` cut-outs of `obj` into `output_dir` (docs/bam.md, "The dataset layout");
     returns the report."""
     cat_id = category_id(coco, obj)
-    accepted, skipped = [], collections.Counter()
+    accepted: list = []
+    skipped: collections.Counter = collections.Counter()
     for image_id in sorted(coco.getImgIds(catIds=[cat_id])):
         if len(accepted) == count:
             break
@@ -174,7 +178,7 @@ def extract_class(coco, images_dir, obj, output_dir, count, num_train, progress=
 # MiniPlaces scenes.
 
 
-def scene_files(miniplaces_dir, count):
+def scene_files(miniplaces_dir: str, count: int) -> dict:
     """{scene: [path of scene image i]} for i < count (sorted MiniPlaces train folders)."""
     root = os.path.join(miniplaces_dir, "images", "train")
     if not os.path.isdir(root):
@@ -190,7 +194,7 @@ def scene_files(miniplaces_dir, count):
     return files
 
 
-def load_scene(path):
+def load_scene(path: str) -> np.ndarray:
     """A MiniPlaces scene as RGB, checked to be 128 x 128 (docs/bam.md, "The dataset layout")."""
     try:
         with Image.open(path) as image:
@@ -244,7 +248,7 @@ class _Stages:
             handle.write("done\n")
 
 
-def dataset_config(seed, images_per_class, val_per_class):
+def dataset_config(seed: int, images_per_class: int, val_per_class: int) -> dict:
     """The parameters that define a build (a finished build is reused only if they match)."""
     return {"format": FORMAT, "seed": int(seed), "images_per_class": int(images_per_class),
             "val_per_class": int(val_per_class)}
@@ -258,8 +262,10 @@ def _check_arguments(images_per_class, val_per_class):
         raise UserError("--images_per_class must be at most 10000 (4-digit file names)")
 
 
-def build_dataset(coco_dir, miniplaces_dir, output_dir="data", seed=0, images_per_class=1000,
-                  val_per_class=100, progress=None, overwrite=False):
+def build_dataset(coco_dir: str, miniplaces_dir: str, output_dir: str = "data", seed: int = 0,
+                  images_per_class: int = 1000, val_per_class: int = 100,
+                  progress: Optional[Callable[[str, int, int], None]] = None,
+                  overwrite: bool = False) -> dict:
     """Builds BAM from MSCOCO and MiniPlaces into `output_dir`; returns the dataset's info.
 
     `progress(stage, done, total)` reports the long stages. A finished build with the same

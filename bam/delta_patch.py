@@ -18,6 +18,7 @@ to [0, 255] after adding the mean back, rounded, and saved as lossless PNG.
 """
 import csv
 import os
+from typing import Any, Callable, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -58,18 +59,21 @@ def _optimiser(logits, step_size, alpha, beta):
     return optimise
 
 
-def to_uint8(images):
+def to_uint8(images: np.ndarray) -> np.ndarray:
     """Mean-subtracted RGB -> uint8 pixels: add the mean, clip to [0, 255], round (fix D4)."""
     return np.clip(np.round(np.asarray(images, np.float64) + np.asarray(BAM_RGB_MEAN)), 0,
                    255).astype(np.uint8)
 
 
-def construct_patches(data_dir, model, *, num_steps=300, step_size=500.0, alpha=0.01,
-                      beta=0.01, batch_size=None, output_name="bamboo_forest_patch",
-                      progress=None):
+def construct_patches(data_dir: str, model: Any, *, num_steps: int = 300,
+                      step_size: float = 500.0, alpha: float = 0.01, beta: float = 0.01,
+                      batch_size: Optional[int] = None, output_name: str = "bamboo_forest_patch",
+                      progress: Optional[Callable[[int, int], None]] = None) -> dict:
     """Builds `<data_dir>/<output_name>` from bamboo_forest with `model` (scene_only);
     `progress(done, total)` follows the gradient steps of all images."""
     adapter = adapt(model)
+    if adapter.input_shape is None:
+        raise UserError("the delta patch needs a model with a fixed input shape")
     input_size = adapter.input_shape[0]
     source = load_val_set(data_dir, "bamboo_forest")
     space = INPUT_SPACES["caffe_rgb"]

@@ -11,6 +11,7 @@ Only images both models classify correctly (each on its own labels) count.
 import random
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from models.foundation.errors import UserError
 
@@ -26,7 +27,7 @@ ORIGINAL_NAMES = {"GC": "GradCam", "VG": "Vanilla Gradient", "SG": "Gradient Smo
                   "GxI": "Gradient x Input", "GB": "Guided Backprop", "GGC": "Guided GradCam"}
 
 
-def sample_indices(count, num_imgs, seed):
+def sample_indices(count: int, num_imgs: int, seed: int) -> list:
     """BAM's sample: sorted(random.Random(seed).sample(range(count), num_imgs))."""
     if num_imgs > count:
         raise UserError(f"--num_imgs={num_imgs} exceeds the {count} images of this metric; "
@@ -36,14 +37,15 @@ def sample_indices(count, num_imgs, seed):
     return sorted(random.Random(seed).sample(range(count), num_imgs))
 
 
-def correct_set(predictions1, labels1, predictions2, labels2):
+def correct_set(predictions1: ArrayLike, labels1: ArrayLike, predictions2: ArrayLike,
+                labels2: ArrayLike) -> np.ndarray:
     """Positions (into the sample) where both models predict their own labels."""
     both = (np.asarray(predictions1) == np.asarray(labels1)) & (
         np.asarray(predictions2) == np.asarray(labels2))
     return np.flatnonzero(both)
 
 
-def per_image(metric, g1, g2):
+def per_image(metric: str, g1: np.ndarray, g2: np.ndarray) -> np.ndarray:
     """[n] float: the metric's value on each image of the correct set (its mean is the
     metric)."""
     g1, g2 = np.asarray(g1, np.float64), np.asarray(g2, np.float64)
@@ -56,7 +58,7 @@ def per_image(metric, g1, g2):
     raise UserError(f"unknown metric {metric!r}; choose from {', '.join(METRICS)}")
 
 
-def metric_value(metric, g1, g2):
+def metric_value(metric: str, g1: np.ndarray, g2: np.ndarray) -> float:
     """The metric on the g values of the correct set (arrays of equal length > 0)."""
     if np.asarray(g1).size == 0:
         raise UserError(f"{metric}: no image is classified correctly by both models; check the "

@@ -18,7 +18,7 @@ building it and training its models once into a cache directory it names.
 import dataclasses
 import os
 import time
-from typing import Optional
+from typing import Callable, Optional, Sequence
 
 from tqdm import tqdm
 
@@ -39,9 +39,13 @@ val_set_scores = lazy_module("bam.val_set_scores")
 score_cache_files = lazy_module("bam.score_cache")
 
 
-def compute(data_dir, model_dir, metric_names, methods, num_imgs=10, seed=0, noise_seed=0,
-            batch_size=64, progress=None, maps_dir=None, input_size=None, attr_dir=None,
-            image_progress=None, score_cache=None):
+def compute(data_dir: str, model_dir: Optional[str], metric_names: Sequence[str],
+            methods: Sequence[str], num_imgs: int = 10, seed: int = 0, noise_seed: int = 0,
+            batch_size: int = 64, progress: Optional[Callable[[], None]] = None,
+            maps_dir: Optional[str] = None, input_size: Optional[int] = None,
+            attr_dir: Optional[str] = None,
+            image_progress: Optional[Callable[[int], None]] = None,
+            score_cache: Optional[str] = None) -> dict:
     """{metric: {method: (value, correct count, sampled count, constant maps)}}.
 
     From scratch with the models in `model_dir`; with `maps_dir`, from saved maps
@@ -197,7 +201,8 @@ def _table(results, methods):
     return "\n" + result_files.text_table(["metric", *methods, "images"], rows, align="right")
 
 
-def origin_of(config: Config, methods, data_dir, model_dir) -> dict:
+def origin_of(config: Config, methods: Sequence[str], data_dir: str,
+              model_dir: Optional[str]) -> dict:
     """What made a metrics file: the flags that change its numbers, the models' ids and the
     data folder (docs/bam.md, "Outputs"; docs/architecture.md, "Outputs and provenance")."""
     settings = origin_flags(config)

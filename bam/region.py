@@ -11,13 +11,16 @@ object's crop mask m:
 5. M = the crop mask resized into the box with PIL bilinear (`bam.dataset.mask_in_box`);
 6. g = sum(a_bar[box] * M) / count(M != 0), the mean normalised attribution on the object.
 """
+from typing import Optional, Sequence
+
 import numpy as np
+from numpy.typing import ArrayLike
 
 from models.foundation.errors import UserError
 from saliency_gen.world import dataset
 
 
-def normalise_maps(maps):
+def normalise_maps(maps: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
     """(a_bar [N, H, W], constant [N] bool): steps 1-3 for a batch of maps [N, H, W, C]."""
     maps = np.asarray(maps, np.float32)
     if maps.ndim != 4:
@@ -33,7 +36,8 @@ def normalise_maps(maps):
     return normalised.astype(np.float32), constant
 
 
-def object_masks(masks, boxes, image_size, input_size, names=None):
+def object_masks(masks: Sequence, boxes: Sequence, image_size: int, input_size: int,
+                 names: Optional[Sequence[str]] = None) -> np.ndarray:
     """Full-frame uint8 {0,1} masks [N, input, input] of the objects (steps 4-5)."""
     frames = np.zeros((len(masks), input_size, input_size), np.uint8)
     for n, (mask, box) in enumerate(zip(masks, boxes)):  # PIL resizes one mask at a time
@@ -49,7 +53,7 @@ def object_masks(masks, boxes, image_size, input_size, names=None):
     return frames
 
 
-def region_scores(maps, frames):
+def region_scores(maps: ArrayLike, frames: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(g [N], constant [N]): the mean normalised attribution on each object (step 6)."""
     normalised, constant = normalise_maps(maps)
     if normalised.shape != frames.shape:

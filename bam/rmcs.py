@@ -11,6 +11,7 @@ about the scene as k grows. On the dog_bedroom images:
   TCAV is judged the same way through s(scene<k>) - s(scene10).
 """
 import os
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 
@@ -27,11 +28,12 @@ TARGET_SET = "dog_bedroom"
 BEDROOM = 1
 
 
-def relative_curves(g, predictions, label=BEDROOM):
+def relative_curves(g: dict, predictions: dict, label: int = BEDROOM) -> tuple[dict, list]:
     """({method: [RMCS(k) for k = 1..9]}, [images used per k]) from per-model region scores
     `g[k][method]` and predictions `predictions[k]` (k = 1..10) on the same images."""
     reference = np.asarray(predictions[10]) == label
-    curves, used = {}, []
+    curves: dict = {}
+    used: list = []
     for k in KS:
         correct = np.flatnonzero((np.asarray(predictions[k]) == label) & reference)
         used.append(int(correct.size))
@@ -43,17 +45,16 @@ def relative_curves(g, predictions, label=BEDROOM):
     return curves, used
 
 
-def correlation(curve, drops):
+def correlation(curve: Sequence[float], drops: Sequence[float]) -> float:
     """Pearson correlation of a curve with the accuracy drops (NaN if either is constant or a
     curve value is missing)."""
-    curve, drops = np.asarray(curve, np.float64), np.asarray(drops, np.float64)
-    if not (np.isfinite(curve).all() and np.isfinite(drops).all()) or \
-            curve.std() == 0 or drops.std() == 0:
+    x, y = np.asarray(curve, np.float64), np.asarray(drops, np.float64)
+    if not (np.isfinite(x).all() and np.isfinite(y).all()) or x.std() == 0 or y.std() == 0:
         return float("nan")
-    return float(np.corrcoef(curve, drops)[0, 1])
+    return float(np.corrcoef(x, y)[0, 1])
 
 
-def accuracy_drops(data_dir, model_dir, batch_size=64):
+def accuracy_drops(data_dir: str, model_dir: str, batch_size: int = 64) -> list:
     """[k = 1..9]: scene<k>'s accuracy with the dog minus without, on its dog classes' val
     images (`scene<k>/val` names in D_k; with: scene/val, without: scene_only/val)."""
     drops = []
@@ -80,8 +81,10 @@ def accuracy_drops(data_dir, model_dir, batch_size=64):
     return drops
 
 
-def compute(data_dir, model_dir, methods, num_imgs=100, seed=0, noise_seed=0, batch_size=64,
-            progress=None, image_progress=None):
+def compute(data_dir: str, model_dir: str, methods: Sequence[str], num_imgs: int = 100,
+            seed: int = 0, noise_seed: int = 0, batch_size: int = 64,
+            progress: Optional[Callable[[], None]] = None,
+            image_progress: Optional[Callable[[int], None]] = None) -> dict:
     """{"curves": {method: [9]}, "images": [9], "images_sampled", "accuracy_drop": [9],
     "correlation": {method: r}} on `num_imgs` sampled dog_bedroom images."""
     target = val_set_scores.load_val_set(data_dir, TARGET_SET)
@@ -101,7 +104,8 @@ def compute(data_dir, model_dir, methods, num_imgs=100, seed=0, noise_seed=0, ba
             "correlation": {method: correlation(curve, drops) for method, curve in curves.items()}}
 
 
-def add_tcav(result, data_dir, model_dir, bottleneck=None, num_random_exp=2, seed=0):
+def add_tcav(result: dict, data_dir: str, model_dir: str, bottleneck: Optional[str] = None,
+             num_random_exp: int = 2, seed: int = 0) -> dict:
     """Adds the TCAV row: s(scene<k>) - s(scene10) for the dog concept on dog_bedroom at
     `bottleneck` (default: each model's last block), and its correlation."""
     chosen = bottleneck or tcav.LAST_BLOCK
@@ -117,7 +121,7 @@ def add_tcav(result, data_dir, model_dir, bottleneck=None, num_random_exp=2, see
     return result
 
 
-def plot(result, path):
+def plot(result: dict, path: str) -> str:
     """A PNG of every RMCS curve over k with the accuracy drop on a second axis."""
     figure, axis = results.pyplot().subplots(figsize=(7, 4.5))
     for method, curve in result["curves"].items():

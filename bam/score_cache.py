@@ -13,13 +13,16 @@ recomputed.
 import hashlib
 import json
 import os
-from typing import Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
 from bam import metric_definitions
 from models.foundation import provenance
 from models.foundation.files import write_json
+
+if TYPE_CHECKING:
+    from bam.val_set_scores import ValSet
 
 FORMAT = 1  # bump when a change to the methods or the region score changes the numbers
 
@@ -41,8 +44,8 @@ def _read(path: str) -> dict:
         return {}
 
 
-def score_pair(folder: str, model, val_set, indices, methods, noise_seed: int,
-               compute: Callable) -> tuple:
+def score_pair(folder: str, model: Any, val_set: "ValSet", indices: Sequence[int],
+               methods: Sequence[str], noise_seed: int, compute: Callable) -> tuple:
     """`compute(model, val_set, indices, methods)` (`val_set_scores.score_pair`'s result:
     predictions, {method: g}, {method: constant count}), with BAM's methods read from and
     added to the cache in `folder`."""

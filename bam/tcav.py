@@ -20,6 +20,7 @@ the last convolution of each of its three blocks) and `last_block` (the last of 
 """
 import warnings
 from dataclasses import dataclass
+from typing import Any, Sequence
 
 import numpy as np
 import scipy.stats
@@ -42,7 +43,7 @@ def _is_tf1(model) -> bool:
     return hasattr(model, "bottleneck_log_softmax_gradient")
 
 
-def default_bottlenecks(model):
+def default_bottlenecks(model: Any) -> list:
     """The BAM bottlenecks a model has: its block_layer aliases, then "logit"."""
     if _is_tf1(model):
         return list(model.info["bottlenecks"]) + [LOGIT]
@@ -52,7 +53,7 @@ def default_bottlenecks(model):
     return aliases + [LOGIT]
 
 
-def layer_name(model, bottleneck):
+def layer_name(model: Any, bottleneck: str) -> str:
     """The Keras layer of a bottleneck name or alias (`last_block`: the model's last stage)."""
     if bottleneck == LAST_BLOCK:
         stages = default_bottlenecks(model)[:-1]
@@ -72,13 +73,13 @@ def layer_name(model, bottleneck):
 class TcavModel:
     """Bottleneck activations and log-softmax gradients of a Keras model, in batches."""
 
-    def __init__(self, model, batch_size=64):
+    def __init__(self, model: Any, batch_size: int = 64):
         if not (hasattr(model, "layers") and hasattr(model, "inputs")) and not _is_tf1(model):
             raise UserError("TCAV needs a Keras model (rebuild an export with models.rebuild) "
                             "or a TF1 SavedModel with named bottlenecks")
         self.model = model
         self.batch_size = int(batch_size)
-        self._splits = {}
+        self._splits: dict = {}
 
     def _split(self, bottleneck):
         """(lower: images -> h, upper: h -> logits) traced functions of a bottleneck."""
@@ -138,16 +139,17 @@ class TcavModel:
                  for start in range(0, len(images), self.batch_size)]  # batches of images
         return np.concatenate(parts).reshape(len(images), -1)
 
-    def activations(self, images, bottleneck):
+    def activations(self, images: np.ndarray, bottleneck: str) -> np.ndarray:
         """float32 [N, D]: flattened bottleneck activations."""
         return self._batched(self._split(bottleneck)[0], images)
 
-    def gradients(self, images, bottleneck, target):
+    def gradients(self, images: np.ndarray, bottleneck: str, target: int) -> np.ndarray:
         """float32 [N, D]: grad_h log softmax(logits)[target] per image."""
         return self._batched(self._split(bottleneck)[1], images, tf.constant(int(target)))
 
 
-def train_cav(concept, random, seed=0, alpha=0.1):
+def train_cav(concept: np.ndarray, random: np.ndarray, seed: int = 0,
+              alpha: float = 0.1) -> tuple[np.ndarray, float]:
     """(CAV [D] pointing to the concept, held-out accuracy) from two activation sets."""
     from sklearn.exceptions import ConvergenceWarning
     from sklearn.linear_model import SGDClassifier
@@ -168,7 +170,7 @@ def train_cav(concept, random, seed=0, alpha=0.1):
     return -classifier.coef_[0], float(classifier.score(test_x, test_y))
 
 
-def tcav_scores(gradients, cavs):
+def tcav_scores(gradients: np.ndarray, cavs: np.ndarray) -> np.ndarray:
     """[R]: fraction of target images with grad . v > 0, for each CAV row of `cavs` [R, D]."""
     return (np.asarray(gradients, np.float64) @ np.asarray(cavs, np.float64).T > 0).mean(axis=0)
 
@@ -183,18 +185,18 @@ class TcavResult:
     p_value: float
 
     @property
-    def score(self):
+    def score(self) -> float:
         return float(self.concept_scores.mean())
 
     @property
-    def std(self):
+    def std(self) -> float:
         return float(self.concept_scores.std())
 
     @property
-    def significant(self):
+    def significant(self) -> bool:
         return bool(self.p_value <= 0.05)
 
-    def summary(self):
+    def summary(self) -> dict:
         return {"score": self.score, "std": self.std, "p_value": self.p_value,
                 "significant": self.significant,
                 "random_score": float(self.random_scores.mean()),
@@ -204,8 +206,10 @@ class TcavResult:
                 "cav_accuracies": self.cav_accuracies.tolist()}
 
 
-def run_tcav(tcav_model, bottleneck, target_images, target_class, concept_images, random_sets,
-             counterpart_images, seed=0, alpha=0.1):
+def run_tcav(tcav_model: TcavModel, bottleneck: str, target_images: np.ndarray,
+             target_class: int, concept_images: np.ndarray, random_sets: Sequence[np.ndarray],
+             counterpart_images: np.ndarray, seed: int = 0,
+             alpha: float = 0.1) -> TcavResult:
     """TCAV of one concept for one bottleneck against `random_sets` (a list of image arrays)."""
     if len(random_sets) < 2:
         raise UserError("TCAV needs at least 2 random sets for its t-test")

@@ -1,6 +1,7 @@
 """TCAV of one BAM model on the dataset's TCAV sets (docs/bam.md, "TCAV"): the dog concept on
 dog_bedroom against random sets, per bottleneck, and the obj - scene contrast."""
 import os
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -13,7 +14,7 @@ from saliency_gen.world import dataset
 TARGET, CONCEPT, COUNTERPART = "dog_bedroom", "dog_scene", "random_counter_part"
 
 
-def target_class(data_dir, model_name):
+def target_class(data_dir: str, model_name: str) -> int:
     """The logit of `dog_bedroom` for a model: from obj_categories.txt for obj, else
     scene_categories.txt."""
     kind = "obj" if model_name == "obj" else "scene"
@@ -28,7 +29,8 @@ def target_class(data_dir, model_name):
     raise UserError(f"{path} has no {TARGET} line")
 
 
-def load_set(data_dir, name, size, preprocessing, max_examples, raw=False):
+def load_set(data_dir: str, name: str, size: int, preprocessing: str, max_examples: int,
+             raw: bool = False) -> np.ndarray:
     """Model inputs [n, size, size, 3] of the first `max_examples` sorted images of a TCAV set
     (`raw`: 0-255 RGB, as the original fed them)."""
     folder = os.path.join(data_dir, "tcav", name)
@@ -41,8 +43,10 @@ def load_set(data_dir, name, size, preprocessing, max_examples, raw=False):
     return dataset.model_inputs(paths, size, preprocessing)
 
 
-def model_tcav(data_dir, model_dir, model_name, bottlenecks=None, num_random_exp=2,
-               max_examples=100, seed=0, alpha=0.1, batch_size=64, raw=False):
+def model_tcav(data_dir: str, model_dir: str, model_name: str,
+               bottlenecks: Optional[Sequence[str]] = None, num_random_exp: int = 2,
+               max_examples: int = 100, seed: int = 0, alpha: float = 0.1, batch_size: int = 64,
+               raw: bool = False) -> dict:
     """{bottleneck: TcavResult.summary()} of one model."""
     path = os.path.join(model_dir, model_name)
     info = models.read_info(path)
@@ -67,13 +71,14 @@ def model_tcav(data_dir, model_dir, model_name, bottlenecks=None, num_random_exp
     return results
 
 
-def contrast(obj_results, scene_results):
+def contrast(obj_results: dict, scene_results: dict) -> dict:
     """TCAV model contrast per bottleneck both models have: obj score - scene score."""
     return {name: obj_results[name]["score"] - scene_results[name]["score"]
             for name in obj_results if name in scene_results}
 
 
-def table(model_name, results):
+def table(model_name: str, results: dict) -> str:
+    """The printed table of one model's TCAV results."""
     lines = [f"TCAV of {model_name} (concept {CONCEPT}, target {TARGET})",
              f"{'bottleneck':<14} {'score':>6} {'std':>6} {'random':>7} {'p-value':>8}  sig."]
     for name, r in results.items():

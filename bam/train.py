@@ -22,14 +22,15 @@ import dataclasses
 import os
 import shutil
 import time
-from typing import Optional
+from typing import Any, Callable, Optional, Sequence
 
 import keras
 import numpy as np
 import tensorflow as tf
+from numpy.typing import ArrayLike
 
 import models
-from models.formats.preprocessing import INPUT_SPACES, load_bam_pixels
+from models.formats.preprocessing import INPUT_SPACES, InputSpace, load_bam_pixels
 from models.foundation import provenance
 from models.foundation.cli import option, run_binary
 from models.foundation.errors import UserError, check_one_of, required
@@ -61,7 +62,7 @@ PIPELINES = ("auto", "memory", "stream")
 OPTIMIZERS = ("adam", "sgd")
 
 
-def detect_preset(data_dir):
+def detect_preset(data_dir: str) -> str:
     """"synthetic" for a `bam.synthetic` world (it has world.json), else "real"."""
     return "synthetic" if os.path.isfile(os.path.join(data_dir, "world.json")) else "real"
 
@@ -90,7 +91,7 @@ def _optimizer(name, learning_rate):
     check_one_of("optimizer", name, OPTIMIZERS)
 
 
-def choose_pipeline(pipeline, num_images, input_size):
+def choose_pipeline(pipeline: str, num_images: int, input_size: int) -> str:
     """"memory" or "stream": `auto` streams when the decoded images exceed MEMORY_LIMIT_BYTES."""
     check_one_of("pipeline", pipeline, PIPELINES)
     if pipeline == "auto":
@@ -99,7 +100,7 @@ def choose_pipeline(pipeline, num_images, input_size):
     return pipeline
 
 
-def decoder(input_size):
+def decoder(input_size: int) -> Callable:
     """A tf function: image path -> uint8 [size, size, 3] with BAM geometry (PIL, as eval)."""
 
     def load(path):
@@ -112,21 +113,22 @@ def decoder(input_size):
     return decode
 
 
-def labelled_images(paths, labels, input_size, pipeline):
+def labelled_images(paths: Sequence[str], labels: ArrayLike, input_size: int,
+                    pipeline: str) -> tf.data.Dataset:
     """A tf.data dataset of (uint8 image, label) in order, with BAM geometry.
 
     "memory" decodes everything now and yields tensors; "stream" yields file names and decodes
     them in `finish`. Shuffling before `finish` moves file names, not pixels; both pipelines see
     the same images in the same order.
     """
-    labels = np.asarray(labels, np.int64)
+    label_array = np.asarray(labels, np.int64)
     if pipeline == "memory":
         return tf.data.Dataset.from_tensor_slices(
-            (dataset.load_pixels(paths, input_size), labels))
+            (dataset.load_pixels(paths, input_size), label_array))
     return tf.data.Dataset.from_tensor_slices((list(paths), labels))
 
 
-def finish(images, input_size, pipeline):
+def finish(images: tf.data.Dataset, input_size: int, pipeline: str) -> tf.data.Dataset:
     """Decodes streamed file names (a no-op for the memory pipeline)."""
     if pipeline == "memory":
         return images
@@ -158,8 +160,9 @@ def _backup_callbacks(backup_dir, config, overwrite=False):
             done_epochs, progress)
 
 
-def epoch_stream(data, num_images, *, first_epoch, epochs, batch_size, seed, input_size,
-                 pipeline, space):
+def epoch_stream(data: tf.data.Dataset, num_images: int, *, first_epoch: int, epochs: int,
+                 batch_size: int, seed: int, input_size: int, pipeline: str,
+                 space: InputSpace) -> tf.data.Dataset:
     """Training batches of epochs `first_epoch`..`epochs - 1`, each a fresh shuffle of `data`
     with random flips, ending in a partial batch.
 
@@ -186,10 +189,13 @@ def epoch_stream(data, num_images, *, first_epoch, epochs, batch_size, seed, inp
     return stream.prefetch(tf.data.AUTOTUNE)
 
 
-def train_classifier(data_dir, dataset_name, model_name="small_cnn", input_size=None, epochs=10,
-                     batch_size=64, learning_rate=1e-3, seed=0, max_seconds=None, verbose=0,
-                     optimizer="adam", pipeline="auto", backup_dir=None, callbacks=(),
-                     overwrite=False, **model_options):
+def train_classifier(data_dir: str, dataset_name: str, model_name: str = "small_cnn",
+                     input_size: Optional[int] = None, epochs: int = 10, batch_size: int = 64,
+                     learning_rate: float = 1e-3, seed: int = 0,
+                     max_seconds: Optional[float] = None, verbose: int = 0,
+                     optimizer: str = "adam", pipeline: str = "auto",
+                     backup_dir: Optional[str] = None, callbacks: Sequence = (),
+                     overwrite: bool = False, **model_options: Any) -> tuple[Any, dict]:
     """Trains `model_name` on `<data_dir>/<dataset_name>`; returns (model, report dict).
 
     `input_size` defaults to the images' own size. `model_options` go to `models.build` (e.g.
@@ -259,7 +265,8 @@ _MEASURED = ("val_accuracy", "num_train", "num_val", "epochs_run", "resumed_from
              "pipeline")  # results, not settings
 
 
-def train_and_export(data_dir, dataset_name, model_dir, settings=None, **options):
+def train_and_export(data_dir: str, dataset_name: str, model_dir: str,
+                     settings: Optional[dict] = None, **options: Any) -> dict:
     """Trains on `<data_dir>/<dataset_name>`, exports `<model_dir>/<dataset_name>` (SavedModel)
     and writes the report beside it as `<model_dir>/<dataset_name>.json`; returns the report.
     The export's origin holds the training settings, plus `settings` (e.g. the preset).
@@ -339,7 +346,7 @@ def resolved_options(values: dict, preset: str) -> dict:
 def run(config: Config) -> dict:
     """Trains and exports one BAM model with `config`; returns the training report."""
     f = config
-    data_dir, _ = required(f, "data_dir", "model_dir")
+    data_dir, model_dir = required(f, "data_dir", "model_dir")
     preset = detect_preset(data_dir) if f.preset == "auto" else f.preset
     options = resolved_options(
         {name: getattr(f, name) for name in ("model", "weights", "input_size", "epochs",
@@ -347,7 +354,7 @@ def run(config: Config) -> dict:
         preset)
     print(f"training {f.dataset} with the {preset} preset: "
           + ", ".join(f"{key}={value}" for key, value in sorted(options.items())))
-    report = train_and_export(f.data_dir, f.dataset, f.model_dir, {"preset": preset}, seed=f.seed,
+    report = train_and_export(data_dir, f.dataset, model_dir, {"preset": preset}, seed=f.seed,
                               max_seconds=f.max_seconds, pipeline=f.pipeline, verbose=1,
                               overwrite=f.overwrite, **options)
     print(f"{f.dataset}: val accuracy {report['val_accuracy']:.4f} on {report['num_val']} images "

@@ -8,6 +8,7 @@ image gets the same noise in every set) and returns predictions and g values per
 import os
 import zlib
 from dataclasses import dataclass
+from typing import Any, Callable, Optional, Sequence, Union
 
 import numpy as np
 
@@ -32,7 +33,7 @@ class ValSet:
     image_size: int
 
     @property
-    def stems(self):
+    def stems(self) -> list:
         return [os.path.splitext(os.path.basename(p))[0] for p in self.paths]
 
 
@@ -40,16 +41,19 @@ class Sources:
     """A BAM world's exported models and validation sets, each loaded once, when first asked
     for."""
 
-    def __init__(self, data_dir, model_dir):
+    def __init__(self, data_dir: str, model_dir: Optional[str]):
         self.data_dir, self.model_dir = data_dir, model_dir
-        self._models, self._sets = {}, {}
+        self._models: dict = {}
+        self._sets: dict = {}
 
-    def model(self, name):
+    def model(self, name: str) -> models.LoadedModel:
         if name not in self._models:
+            if self.model_dir is None:
+                raise UserError(f"the model {name} needs --model_dir")
             self._models[name] = models.load(os.path.join(self.model_dir, name))
         return self._models[name]
 
-    def val_set(self, name):
+    def val_set(self, name: str) -> "ValSet":
         if name not in self._sets:
             self._sets[name] = load_val_set(self.data_dir, name)
         return self._sets[name]
@@ -67,7 +71,7 @@ def _mask_indices(names, num_masks):
     return [dataset.OBJECT_LABEL[obj] * per_class + index - first for obj, _, index in parsed]
 
 
-def load_val_set(data_dir, name):
+def load_val_set(data_dir: str, name: str) -> ValSet:
     """Reads `<data_dir>/<name>` (val/, val.txt, val_loc.txt, val_mask)."""
     root = os.path.join(data_dir, name)
     if not os.path.isdir(root):
@@ -93,12 +97,12 @@ def load_val_set(data_dir, name):
                   chosen_masks, first.shape[0])
 
 
-def stem_ids(stems):
+def stem_ids(stems: Sequence[str]) -> np.ndarray:
     """Noise keys: CRC32 of the image's `<obj>-<scene>-<nnnn>` stem, identical across sets."""
     return np.array([zlib.crc32(stem.split("_")[0].encode()) for stem in stems], np.int64)
 
 
-def resolved_methods(methods) -> dict:
+def resolved_methods(methods: Union[Sequence[str], dict]) -> dict:
     """{method: its `saliency_gen.names.Resolved`}, each name resolved once (an unknown one
     stops here with one line): BAM's abbreviations (`GC`) as `bam:GC`, any other name (a
     built-in, a registered or a "package.module:function" method) as it is. A dict of resolved
@@ -110,7 +114,9 @@ def resolved_methods(methods) -> dict:
         for method in methods}
 
 
-def score_pair(model, val_set, indices, methods, noise_seed=0, batch_size=64, progress=None):
+def score_pair(model: Any, val_set: ValSet, indices: Sequence[int],
+               methods: Union[Sequence[str], dict], noise_seed: int = 0, batch_size: int = 64,
+               progress: Optional[Callable[[int], None]] = None) -> tuple:
     """(predictions [n], {method: g [n]}, {method: constant-map count}) on `indices`;
     `methods` are names or `resolved_methods`; `progress(n)` is called after every n explained
     images."""
@@ -143,7 +149,7 @@ def _load_array(path, what):
         raise UserError(f"{path} is not a .npy array: {error}") from None
 
 
-def available_maps(maps_dir, pair_name):
+def available_maps(maps_dir: str, pair_name: str) -> list:
     """The method names (file stems) of `<maps_dir>/<pair_name>/*.npy`, predictions excluded."""
     folder = os.path.join(maps_dir, pair_name)
     if not os.path.isdir(folder):
@@ -153,7 +159,8 @@ def available_maps(maps_dir, pair_name):
                   if n.endswith(".npy") and n != "predictions.npy")
 
 
-def score_saved_maps(maps_dir, pair_name, val_set, indices, methods, input_size):
+def score_saved_maps(maps_dir: str, pair_name: str, val_set: ValSet, indices: Sequence[int],
+                     methods: Sequence[str], input_size: int) -> tuple:
     """Like `score_pair`, from maps computed elsewhere (`--maps_dir`, docs/bam.md).
 
     `<maps_dir>/<pair_name>/<method>.npy` holds [num_val, H, W] or [num_val, H, W, C] maps in
@@ -205,7 +212,8 @@ def _image_key(stem):
         if stem.count("-") >= 2 else stem
 
 
-def score_precomputed(attr_dir, pair_name, val_set, indices, methods):
+def score_precomputed(attr_dir: str, pair_name: str, val_set: ValSet, indices: Sequence[int],
+                      methods: Sequence[str]) -> tuple:
     """Like `score_pair`, from the original precomputed layout (`--scratch=0`, docs/bam.md, "The
     original precomputed g vectors").
 
@@ -219,7 +227,7 @@ def score_precomputed(attr_dir, pair_name, val_set, indices, methods):
     unknown = [m for m in methods if m not in METHOD_INDEX]
     if unknown:
         raise UserError(f"precomputed g vectors hold no method {unknown[0]!r}")
-    files = {}
+    files: dict[str, tuple[str, int]] = {}
     for name in sorted(os.listdir(folder)):
         stem, _, prediction = name.rpartition("_")
         if stem and prediction.lstrip("-").isdigit():
@@ -229,15 +237,15 @@ def score_precomputed(attr_dir, pair_name, val_set, indices, methods):
         key = _image_key(val_set.stems[i])
         if key not in files:
             raise UserError(f"{folder} has no g vector for image {val_set.stems[i]}")
-        path, prediction = files[key]
+        path, predicted = files[key]
         try:
             vector = np.load(path, allow_pickle=False).astype(np.float64).ravel()
         except (ValueError, OSError) as error:
             raise UserError(f"{path} is not a .npy g vector: {error}") from None
         if vector.shape != (12,) or not np.isfinite(vector).all():
             raise UserError(f"{path} holds {vector.shape} values; expected 12 finite g values")
-        predictions.append(prediction)
+        predictions.append(predicted)
         vectors.append(vector)
-    vectors = np.array(vectors).reshape(len(indices), 12)
-    return (np.array(predictions), {m: vectors[:, METHOD_INDEX[m]] for m in methods},
+    table = np.array(vectors).reshape(len(indices), 12)
+    return (np.array(predictions), {m: table[:, METHOD_INDEX[m]] for m in methods},
             {m: 0 for m in methods})

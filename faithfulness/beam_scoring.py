@@ -13,7 +13,7 @@ JSON report (means, intervals, per-image values by example key) and prints a tab
 """
 import dataclasses
 import os
-from typing import Optional
+from typing import Iterator, Optional
 
 import numpy as np
 
@@ -60,17 +60,18 @@ def map_key(method: str) -> str:
 class ScoreRange(beam.DoFn):
     """(shard, start, count) -> (metric, (example key, value)) for every image of the range."""
 
-    def __init__(self, model_path, key, formats, protocol, options, geometry):
+    def __init__(self, model_path: str, key: str, formats: dict, protocol: str,
+                 options: "evaluate.Options", geometry: str):
         super().__init__()
         self.model_path, self.key, self.formats = model_path, key, formats
         self.protocol = protocol
         self.options, self.geometry = options, geometry
 
-    def setup(self):
+    def setup(self) -> None:
         self.loaded = models.load(self.model_path)
         self.scorer = evaluate.scorer_for(self.loaded, self.protocol, self.options)
 
-    def process(self, unit):
+    def process(self, unit: tuple) -> Iterator[tuple]:
         path, start, count = unit
         dtype, shape, _ = self.formats[path]
         space = input_space(self.loaded.preprocessing)
@@ -100,11 +101,11 @@ class ScoreRange(beam.DoFn):
 class WriteReport(beam.DoFn):
     """[(metric, summary)] -> the JSON report, written atomically."""
 
-    def __init__(self, output, header):
+    def __init__(self, output: str, header: dict):
         super().__init__()
         self.output, self.header = output, header
 
-    def process(self, summaries):
+    def process(self, summaries: list) -> Iterator[int]:
         write_json(self.output, {**self.header, "results": dict(sorted(summaries))}, indent=1)
         yield len(summaries)
 

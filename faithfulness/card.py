@@ -3,7 +3,7 @@ Deletion / Insertion (DAUC, DC, IAUC, IC), IIC / AD, ADD, IDSDS single and (by f
 deletion, each
 scoring one method on the same images with `faithfulness.evaluate.score_group`."""
 import dataclasses
-from typing import Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
@@ -37,7 +37,8 @@ PROTOCOLS = {  # card name -> (protocol, metrics)
 DEFAULT = ("Deletion", "Insertion", "IIC/AD", "ADD", "IDSDS")  # incremental: by flag
 
 
-def benchmarks(loaded, images, labels, ids, *, data: dict, names=DEFAULT,
+def benchmarks(loaded: Any, images: np.ndarray, labels: np.ndarray, ids: np.ndarray, *,
+               data: dict, names: Sequence[str] = DEFAULT,
                options: Optional[evaluate.Options] = None, group_size: int = 256,
                maps_of: Optional[Callable] = None) -> list:
     """One `Benchmark` per protocol of `names`, scoring `images` ([N, H, W, C] in the model's

@@ -13,6 +13,7 @@ model that already ends in a softmax) or its softmax (`output_activation="softma
 that returns logits).
 """
 from dataclasses import dataclass
+from typing import Any, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -121,8 +122,9 @@ class Deletion(_GomezCurve):
 
     keys = ("dauc", "dc")
 
-    def __init__(self, data_replace_method="black", bound_max_step=True, batch_size=20,
-                 max_step_nb=196, cumulative=True, **options):
+    def __init__(self, data_replace_method: Any = "black", bound_max_step: bool = True,
+                 batch_size: int = 20, max_step_nb: int = 196, cumulative: bool = True,
+                 **options: Any):
         super().__init__(data_replace_method, bound_max_step, batch_size, max_step_nb,
                          cumulative, **options)
 
@@ -133,8 +135,9 @@ class Insertion(_GomezCurve):
     keys = ("iauc", "ic")
     inserts = True
 
-    def __init__(self, data_replace_method="blur", bound_max_step=True, batch_size=20,
-                 max_step_nb=196, cumulative=True, **options):
+    def __init__(self, data_replace_method: Any = "blur", bound_max_step: bool = True,
+                 batch_size: int = 20, max_step_nb: int = 196, cumulative: bool = True,
+                 **options: Any):
         super().__init__(data_replace_method, bound_max_step, batch_size, max_step_nb,
                          cumulative, **options)
 
@@ -146,15 +149,16 @@ class RiseDeletion(_CurveMetric):
 
     keys = ("auc",)
 
-    def __init__(self, step=224, substrate="zeros", *, batch_size=64, output_activation=None,
-                 nan_policy="propagate", jit_compile=False):
+    def __init__(self, step: int = 224, substrate: Any = "zeros", *, batch_size: int = 64,
+                 output_activation: Optional[str] = None, nan_policy: str = "propagate",
+                 jit_compile: bool = False):
         super().__init__(substrate, True, batch_size, output_activation, nan_policy, jit_compile)
         self.step = int(step)
 
-    def thresholds(self, maps):
+    def thresholds(self, maps: np.ndarray) -> np.ndarray:
         return ranking.rise_thresholds(maps.shape[1] * maps.shape[2], self.step)
 
-    def grid(self, maps, data):
+    def grid(self, maps: np.ndarray, data: tf.Tensor) -> tuple[np.ndarray, np.ndarray]:
         inputs.same_size(maps, data, "explanations")
         return np.arange(maps.shape[1]), np.arange(maps.shape[2])
 
@@ -164,5 +168,5 @@ class RiseInsertion(RiseDeletion):
 
     inserts = True
 
-    def __init__(self, step=224, substrate="rise_blur", **options):
+    def __init__(self, step: int = 224, substrate: Any = "rise_blur", **options: Any):
         super().__init__(step, substrate, **options)

@@ -16,7 +16,7 @@ import dataclasses
 import os
 import sys
 import time
-from typing import Optional
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 from tqdm import tqdm
@@ -101,7 +101,7 @@ def _masking_metric(protocol, options):
     return (single_step.IIC_AD if protocol == "iic_ad" else single_step.ADD)(**replace, **common)
 
 
-def scorer_for(loaded, protocol, options):
+def scorer_for(loaded: Any, protocol: str, options: "Options") -> Any:
     """What a protocol scores with, built once per evaluation so its traced functions are
     reused for every explainer and group."""
     if protocol in ("single_deletion", "incremental_deletion"):
@@ -111,8 +111,9 @@ def scorer_for(loaded, protocol, options):
     return _masking_metric(protocol, options)
 
 
-def score_group(loaded, images, labels, ids, explainer, protocol, options, scorer=None,
-                maps=None):
+def score_group(loaded: Any, images: np.ndarray, labels: np.ndarray, ids: np.ndarray,
+                explainer: str, protocol: str, options: "Options", scorer: Any = None,
+                maps: Optional[np.ndarray] = None) -> dict:
     """Per-image values {metric: [n]} of one explainer on one group of images; `maps` (the
     explainer's maps of `images`, e.g. read from saliency records) replace explaining them."""
     scorer = scorer or scorer_for(loaded, protocol, options)
@@ -151,8 +152,9 @@ def score_group(loaded, images, labels, ids, explainer, protocol, options, score
     return metric.per_image(*metric.compute_scores(loaded, images, maps, labels))
 
 
-def evaluate(loaded, images, labels, ids, explainers, protocol, options=Options(),
-             group_size=256, progress=None):
+def evaluate(loaded: Any, images: np.ndarray, labels: np.ndarray, ids: np.ndarray,
+             explainers: Sequence[str], protocol: str, options: Options = Options(),
+             group_size: int = 256, progress: Optional[Callable[[int], None]] = None) -> dict:
     """{explainer: {metric: {"mean", "n_excluded", "per_image"}}} over all images, scored in
     groups of `group_size` images (memory), each group batched."""
     if protocol not in PROTOCOLS:
@@ -181,7 +183,7 @@ def evaluate(loaded, images, labels, ids, explainers, protocol, options=Options(
     return results
 
 
-def table(results, n_images):
+def table(results: dict, n_images: int) -> str:
     """A readable table: one row per explainer, one column per metric, and the images on
     which every metric is defined; a metric undefined on some images (a constant map or
     curve) says so under the table (docs/faithfulness.md, "Undefined values")."""

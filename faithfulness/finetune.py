@@ -20,14 +20,14 @@ import json
 import math
 import os
 import shutil
-from typing import Optional
+from typing import Any, Optional, Sequence
 
 import keras
 import tensorflow as tf
 
 import models
 from faithfulness import idsds, protocols
-from models.formats.preprocessing import decode_image, input_space
+from models.formats.preprocessing import InputSpace, decode_image, input_space
 from models.foundation import provenance
 from models.foundation.cli import option, run_binary
 from models.foundation.errors import UserError
@@ -63,11 +63,12 @@ class CoupledDecayModel(keras.Model):
     """A functional model whose loss adds 0.5 * wd * sum ||w||^2 over every trainable weight,
     i.e. PyTorch's SGD weight decay (added to the gradient before momentum)."""
 
-    def __init__(self, *args, weight_decay=0.0, **kwargs):
+    def __init__(self, *args: Any, weight_decay: float = 0.0, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.weight_decay = weight_decay
 
-    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+    def compute_loss(self, x: Any = None, y: Any = None, y_pred: Any = None,
+                     sample_weight: Any = None, training: bool = True) -> Any:
         loss = super().compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight,
                                     training=training)
         if not self.weight_decay:
@@ -81,19 +82,19 @@ class BestWeights(keras.callbacks.Callback):
     """Keeps the weights of the epoch with the best clean validation top-1 in `weights_path`,
     and every epoch's accuracy in `log_path`, so that a resumed run still knows the best."""
 
-    def __init__(self, weights_path, log_path):
+    def __init__(self, weights_path: str, log_path: str):
         super().__init__()
         self.weights_path, self.log_path = weights_path, log_path
 
-    def accuracies(self):
+    def accuracies(self) -> dict:
         if not os.path.isfile(self.log_path):
             return {}
         with open(self.log_path, encoding="utf-8") as handle:
             return {int(epoch): value for epoch, value in json.load(handle).items()}
 
-    def on_epoch_end(self, epoch, logs=None):
+    def on_epoch_end(self, epoch: int, logs: Optional[dict] = None) -> None:
         history = self.accuracies()
-        accuracy = float(logs["val_top1"])
+        accuracy = float((logs or {})["val_top1"])
         if not history or accuracy > max(history.values()):
             with atomic_output(self.weights_path) as temporary:
                 self.model.save_weights(temporary + ".weights.h5")
@@ -102,7 +103,9 @@ class BestWeights(keras.callbacks.Callback):
         write_json(self.log_path, history)
 
 
-def random_resized_crop(image, size, key, area=(0.08, 1.0), ratio=(3 / 4, 4 / 3)):
+def random_resized_crop(image: tf.Tensor, size: int, key: tf.Tensor,
+                        area: tuple[float, float] = (0.08, 1.0),
+                        ratio: tuple[float, float] = (3 / 4, 4 / 3)) -> tf.Tensor:
     """torchvision's RandomResizedCrop(size) as a stateless op: a box of 8-100% of the area and
     aspect 3/4-4/3, resized (bilinear) to size x size."""
     begin, extent, _ = tf.image.stateless_sample_distorted_bounding_box(
@@ -112,7 +115,8 @@ def random_resized_crop(image, size, key, area=(0.08, 1.0), ratio=(3 / 4, 4 / 3)
     return tf.image.resize(crop, (size, size), method="bilinear")
 
 
-def training_dataset(files, size, space, recipe, seed, num_train, first_epoch=0):
+def training_dataset(files: Sequence[str], size: int, space: InputSpace, recipe: "FinetuneRecipe",
+                     seed: int, num_train: int, first_epoch: int = 0) -> tf.data.Dataset:
     """Batches of (augmented, cell-deleted, normalised image, label), repeated forever, from
     training epoch `first_epoch` on; the draws of example k of pass e are keyed on (seed, e, k),
     so a resumed run reads exactly what an uninterrupted one reads from that epoch."""
@@ -144,7 +148,8 @@ def training_dataset(files, size, space, recipe, seed, num_train, first_epoch=0)
             .prefetch(tf.data.AUTOTUNE))
 
 
-def evaluation_dataset(files, size, space, batch_size=128):
+def evaluation_dataset(files: Sequence[str], size: int, space: InputSpace,
+                       batch_size: int = 128) -> tf.data.Dataset:
     """Batches of (centre-cropped normalised image, label), every record once, in order (the
     generator's image pipeline)."""
     return (pipelines.explanation_inputs(files, (size, size, 3), space, "auto")
@@ -152,7 +157,9 @@ def evaluation_dataset(files, size, space, batch_size=128):
             .batch(batch_size).prefetch(tf.data.AUTOTUNE))
 
 
-def initial_model(init_model=None, model_name=None, num_classes=None, size=None, weights=None):
+def initial_model(init_model: Optional[str] = None, model_name: Optional[str] = None,
+                  num_classes: Optional[int] = None, size: Optional[int] = None,
+                  weights: Optional[str] = None) -> tuple[keras.Model, str]:
     """(Keras model, input space name): an exported zoo model rebuilt, or a zoo architecture."""
     if init_model:
         return models.rebuild(init_model), models.read_info(init_model)["preprocessing"]
@@ -163,9 +170,12 @@ def initial_model(init_model=None, model_name=None, num_classes=None, size=None,
     return model, models.spec(model_name).preprocessing
 
 
-def finetune(train_files, eval_files, output_dir, *, init_model=None, model_name=None,
-             num_classes=None, size=None, weights=None, recipe=FinetuneRecipe(), seed=0,
-             verbose=1, callbacks=(), overwrite=False):
+def finetune(train_files: Sequence[str], eval_files: Sequence[str], output_dir: str, *,
+             init_model: Optional[str] = None, model_name: Optional[str] = None,
+             num_classes: Optional[int] = None, size: Optional[int] = None,
+             weights: Optional[str] = None, recipe: FinetuneRecipe = FinetuneRecipe(),
+             seed: int = 0, verbose: int = 1, callbacks: Sequence = (),
+             overwrite: bool = False) -> dict:
     """Fine-tunes, keeps the best clean validation top-1, exports; returns the metrics.
 
     Like ROAR's runs (docs/architecture.md, "Outputs and provenance"): `<output_dir>/origin.json`

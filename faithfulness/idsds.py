@@ -13,9 +13,11 @@ Baselines: "zeros" (0 in model-input space), "blur" (IDSDS's Gaussian, kernel 51
 deletion, keyed on the seed and the image id so batching never changes a draw).
 """
 import logging
+from typing import Any, Callable, Optional
 
 import numpy as np
 import tensorflow as tf
+from numpy.typing import ArrayLike
 
 from faithfulness import inputs, ranking, resample, stats, substrates
 from faithfulness import scorer as scoring
@@ -53,7 +55,7 @@ def _prepared_scorer(model, output_activation, batch_size, images):
     return scorer
 
 
-def cell_size(height, width, grid):
+def cell_size(height: int, width: int, grid: int) -> int:
     """Pixels per cell side of a G x G grid; IDSDS requires square cells."""
     if grid < 1:
         raise UserError(f"--grid_rows_and_cols must be at least 1; got {grid}")
@@ -63,7 +65,7 @@ def cell_size(height, width, grid):
     return height // grid
 
 
-def cell_sums(attributions, grid):
+def cell_sums(attributions: np.ndarray, grid: int) -> np.ndarray:
     """float64 [N, G * G]: the signed sum of each image's attribution over each grid cell
     (row-major), pixels beyond the last full cell ignored."""
     count, height, width = attributions.shape
@@ -72,9 +74,12 @@ def cell_sums(attributions, grid):
     return cropped.reshape(count, grid, side, grid, side).sum(axis=(2, 4)).reshape(count, -1)
 
 
-def single_deletion(model, images, labels=None, attributions=None, *, grid=4,
-                    baseline="zeros", attribution_transform="raw", output_activation=None,
-                    batch_size=64, seed=0, ids=None, blur_kernel=51, blur_sigma=41.0):
+def single_deletion(model: Any, images: tf.Tensor, labels: Optional[ArrayLike] = None,
+                    attributions: Optional[np.ndarray] = None, *, grid: int = 4,
+                    baseline: str = "zeros", attribution_transform: str = "raw",
+                    output_activation: Optional[str] = None, batch_size: int = 64,
+                    seed: int = 0, ids: Optional[ArrayLike] = None, blur_kernel: int = 51,
+                    blur_sigma: float = 41.0) -> dict:
     """IDSDS single deletion: {"sds": mean rho over valid images, "rho": [N], "n_excluded",
     "n_images", "drops": [N, G*G], "cell_attributions": [N, G*G]}.
 
@@ -82,9 +87,10 @@ def single_deletion(model, images, labels=None, attributions=None, *, grid=4,
     `labels` are ground-truth classes; `attributions` are `[N, H, W]` or `[N, H, W, C]` (summed
     over channels after `attribution_transform`). `images` may instead be a `tf.data.Dataset` of
     (images, labels, attributions) batches; image ids then count across batches."""
-    options = dict(grid=grid, baseline=baseline, attribution_transform=attribution_transform,
-                   output_activation=output_activation, batch_size=batch_size, seed=seed,
-                   blur_kernel=blur_kernel, blur_sigma=blur_sigma)
+    options: dict[str, Any] = dict(
+        grid=grid, baseline=baseline, attribution_transform=attribution_transform,
+        output_activation=output_activation, batch_size=batch_size, seed=seed,
+        blur_kernel=blur_kernel, blur_sigma=blur_sigma)
     if isinstance(images, tf.data.Dataset):
         scorer = model if isinstance(model, scoring.Scorer) else scoring.Scorer(
             model, output_activation, batch_size)
@@ -129,8 +135,9 @@ def single_deletion(model, images, labels=None, attributions=None, *, grid=4,
             "drops": drops, "cell_attributions": sums}
 
 
-def idsds_baseline_images(images, baseline, blur_kernel=51, blur_sigma=41.0, seed=0, ids=None,
-                          salt=0x1D5D5):
+def idsds_baseline_images(images: tf.Tensor, baseline: str, blur_kernel: int = 51,
+                          blur_sigma: float = 41.0, seed: int = 0, ids: Optional[tf.Tensor] = None,
+                          salt: int = 0x1D5D5) -> tf.Tensor:
     """The per-image baseline of incremental deletion and of fine-tuning: zeros (one image,
     shared by all, see the scorer), the blur, or U(-1, 1) noise keyed on (seed, salt, id). Works
     inside a tf.data map (ids may be a tensor)."""
@@ -150,10 +157,14 @@ def _warn_if_probabilities(scorer, images):
                     "applies a softmax on top of it (as the reference does)")
 
 
-def incremental_deletion(model, images, labels, attributions=None, *, explain_fn=None,
-                         steps=32, order="ascending", baseline="zeros", blur_kernel=51,
-                         blur_sigma=41.0, update_attribution=False, attribution_transform="raw",
-                         batch_size=64, seed=0, ids=None):
+def incremental_deletion(model: Any, images: tf.Tensor, labels: ArrayLike,
+                         attributions: Optional[np.ndarray] = None, *,
+                         explain_fn: Optional[Callable] = None, steps: int = 32,
+                         order: str = "ascending", baseline: str = "zeros",
+                         blur_kernel: int = 51, blur_sigma: float = 41.0,
+                         update_attribution: bool = False, attribution_transform: str = "raw",
+                         batch_size: int = 64, seed: int = 0,
+                         ids: Optional[ArrayLike] = None) -> dict:
     """IDSDS incremental deletion: {"score": mean softmax probability of the label over the S
     steps and all images, "curves": [N, S], "order", "steps"}.
 
@@ -218,8 +229,9 @@ def _updated_curves(scorer, images, end, labels, thresholds, explain_fn, transfo
     return np.stack(scores, axis=1)
 
 
-def random_cell_deletion(images, *, grid=4, baseline="zeros", p_delete=0.5, seed=0, ids=None,
-                         blur_kernel=51, blur_sigma=41.0):
+def random_cell_deletion(images: tf.Tensor, *, grid: int = 4, baseline: str = "zeros",
+                         p_delete: float = 0.5, seed: int = 0, ids: Optional[tf.Tensor] = None,
+                         blur_kernel: int = 51, blur_sigma: float = 41.0) -> tf.Tensor:
     """The IDSDS fine-tuning augmentation as a TF op: each image of the NHWC batch, with
     probability `p_delete`, has exactly one uniformly drawn cell of the G x G grid replaced by
     the baseline. Draws are keyed on (seed, id), so they do not depend on the batch; pass a

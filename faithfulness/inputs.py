@@ -1,6 +1,9 @@
 """Checks and conversions of the arrays the metrics take, each failing with one clear line."""
+from typing import Union
+
 import numpy as np
 import tensorflow as tf
+from numpy.typing import ArrayLike
 
 from faithfulness import ranking
 from models.foundation.errors import ShapeError, UserError
@@ -8,7 +11,7 @@ from models.foundation.errors import ShapeError, UserError
 TRANSFORMS = ("raw", "abs", "relu")
 
 
-def images(data, what="data"):
+def images(data: Union[tf.Tensor, ArrayLike], what: str = "data") -> tf.Tensor:
     """float32 tf.Tensor [N, H, W, C] from a numpy array or tensor (model-input space)."""
     if isinstance(data, tf.Tensor):
         data = tf.cast(data, tf.float32)
@@ -28,7 +31,7 @@ def images(data, what="data"):
     return data
 
 
-def maps(explanations, count, what="explanations"):
+def maps(explanations: ArrayLike, count: int, what: str = "explanations") -> np.ndarray:
     """float64 numpy [N, h, w] from `[N, h, w]` or `[N, h, w, 1]` maps, finite, one per image."""
     explanations = np.asarray(explanations, np.float64)
     if explanations.ndim == 4 and explanations.shape[-1] == 1:
@@ -42,7 +45,8 @@ def maps(explanations, count, what="explanations"):
     return explanations
 
 
-def attributions(values, count, transform="raw", what="attributions"):
+def attributions(values: np.ndarray, count: int, transform: str = "raw",
+                 what: str = "attributions") -> np.ndarray:
     """float64 [N, H, W]: `transform` (raw / abs / relu) of `[N, H, W]` or `[N, H, W, C]`
     attributions, then the channel sum (what the IDSDS explainers hand to the protocols)."""
     if transform not in TRANSFORMS:
@@ -68,7 +72,7 @@ def attributions(values, count, transform="raw", what="attributions"):
     return values[..., 0] if summed else values.sum(axis=-1)
 
 
-def same_size(maps_, data, what="attributions"):
+def same_size(maps_: np.ndarray, data: tf.Tensor, what: str = "attributions") -> None:
     """Raises unless full-resolution maps `[N, H, W]` match the images' H x W."""
     if tuple(maps_.shape[1:3]) != tuple(data.shape[1:3]):
         raise ShapeError(f"{what} are {maps_.shape[1]}x{maps_.shape[2]} but the images "

@@ -9,7 +9,7 @@ much the map still looks the same. A method that explains the model should fall 
 more layers are randomised; a map that does not depend on the model (an edge detector, the random
 control) stays at 1.
 """
-from typing import Optional
+from typing import Callable, Optional
 
 import keras
 import numpy as np
@@ -20,7 +20,7 @@ from faithfulness import stats
 from models.report.engine import Benchmark, MetricSpec
 
 
-def weighted_layers(model) -> list:
+def weighted_layers(model: keras.Model) -> list:
     """The layers with a kernel, output side first."""
     return [layer for layer in reversed(model.layers)
             if getattr(layer, "kernel", None) is not None]
@@ -31,7 +31,7 @@ def stages(count: int) -> list:
     return sorted({k for k in (1, 2, max(1, count // 2), count) if 1 <= k <= count})
 
 
-def randomise_top(model, count: int, seed: int = 0) -> None:
+def randomise_top(model: keras.Model, count: int, seed: int = 0) -> None:
     """Re-initialises (in place) the kernels and biases of the `count` weighted layers nearest
     the output, each from its own initialiser with a seed of its own."""
     for index, layer in enumerate(weighted_layers(model)[:count]):
@@ -49,7 +49,7 @@ def randomise_top(model, count: int, seed: int = 0) -> None:
             variable.assign(fresh(variable.shape, dtype=variable.dtype))
 
 
-def perturb_weights(model, sd: float, seed: int = 0) -> None:
+def perturb_weights(model: keras.Model, sd: float, seed: int = 0) -> None:
     """Multiplies (in place) every trainable weight of `model` by 1 + seeded Gaussian noise of
     standard deviation `sd`, each weight tensor with a seed of its own (MetaQuantus's model
     resilience test: a minor change that should leave the maps as they are)."""
@@ -63,8 +63,10 @@ def _flat_abs(maps) -> np.ndarray:
     return maps.reshape(len(maps), -1)
 
 
-def benchmark(model_path: str, images, labels, ids, *, data: dict, seed: int = 0,
-              batch_size: int = 32, maps_of=None, methods: Optional[dict] = None) -> Benchmark:
+def benchmark(model_path: str, images: np.ndarray, labels: np.ndarray, ids: np.ndarray, *,
+              data: dict, seed: int = 0, batch_size: int = 32,
+              maps_of: Optional[Callable[[str], np.ndarray]] = None,
+              methods: Optional[dict] = None) -> Benchmark:
     """The cascading check of the exported zoo model `model_path` on `images` (its input
     space), explaining `labels`: one metric per stage, the mean Spearman correlation (lower is
     better). `maps_of(method)`, when given, supplies the trained model's maps of at least

@@ -7,6 +7,7 @@ one by construction.
 """
 import math
 from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 
@@ -15,20 +16,20 @@ from models.foundation.errors import UserError, first_non_finite
 REMAINDERS = ("partial", "error")
 
 
-def check_finite(maps, what="explanations"):
+def check_finite(maps: np.ndarray, what: str = "explanations") -> None:
     """Raises one clear error naming the first map with a NaN or infinite value."""
     bad = first_non_finite(maps)
     if bad is not None:
         raise UserError(f"{what}[{bad}] contains NaN or infinite values; fix or drop that map")
 
 
-def orders(maps, descending=True):
+def orders(maps: np.ndarray, descending: bool = True) -> np.ndarray:
     """int64 [N, n]: the cells of each flattened map, most (or least) important first, stable."""
     flat = np.asarray(maps, np.float64).reshape(len(maps), -1)
     return np.argsort(-flat if descending else flat, axis=1, kind="stable")
 
 
-def ranks(maps, descending=True):
+def ranks(maps: np.ndarray, descending: bool = True) -> np.ndarray:
     """int32 [N, n]: each cell's position in `orders(maps, descending)`."""
     order = orders(maps, descending)
     result = np.empty(order.shape, np.int32)
@@ -44,28 +45,29 @@ class Schedule:
     hi: np.ndarray  # int32 [K + 1]
 
     @property
-    def points(self):
+    def points(self) -> int:
         return len(self.hi)
 
     @property
-    def steps(self):
+    def steps(self) -> int:
         return len(self.hi) - 1
 
 
-def cumulative(thresholds):
+def cumulative(thresholds: np.ndarray) -> Schedule:
     """A schedule perturbing ranks < k_t at step t (k_0 = 0 is the clean image)."""
     hi = np.asarray(thresholds, np.int32)
     return Schedule(np.zeros_like(hi), hi)
 
 
-def bands(thresholds):
+def bands(thresholds: np.ndarray) -> Schedule:
     """A schedule perturbing only the cells of step t, ranks in [k_{t-1}, k_t)."""
     hi = np.asarray(thresholds, np.int32)
     return Schedule(np.concatenate([[0], hi[:-1]]).astype(np.int32), hi)
 
 
-def gomez_thresholds(cells, bound_max_step=True, max_step_nb=196, remainder="partial",
-                     map_shape=None):
+def gomez_thresholds(cells: int, bound_max_step: bool = True, max_step_nb: int = 196,
+                     remainder: str = "partial",
+                     map_shape: Optional[str] = None) -> np.ndarray:
     """k_0..k_K of saliency_maps_metrics: p = n // min(max_step_nb, n) cells per step,
     K = ceil(n / p) steps, the last one shorter when p does not divide n (`remainder="partial"`;
     `"error"` refuses that case, as the reference crashes on it)."""
@@ -83,7 +85,7 @@ def gomez_thresholds(cells, bound_max_step=True, max_step_nb=196, remainder="par
     return np.minimum(np.arange(count + 1) * per_step, cells)
 
 
-def rise_thresholds(pixels, step):
+def rise_thresholds(pixels: int, step: int) -> np.ndarray:
     """k_0..k_K of RISE's CausalMetric: `step` pixels per step, the last step may be shorter."""
     if step < 1:
         raise UserError(f"the RISE step must be at least 1 pixel; got {step}")
@@ -91,7 +93,7 @@ def rise_thresholds(pixels, step):
     return np.minimum(np.arange(count + 1) * step, pixels)
 
 
-def idsds_thresholds(pixels, steps):
+def idsds_thresholds(pixels: int, steps: int) -> np.ndarray:
     """n_0..n_{S-1} of IDSDS incremental deletion: int(H W alpha), alpha = linspace(0, 1, S,
     endpoint=False) exactly as the reference computes it (alpha = 1 is never evaluated)."""
     if steps < 1:
@@ -100,7 +102,7 @@ def idsds_thresholds(pixels, steps):
     return np.array([int(pixels * alpha) for alpha in alphas], np.int64)
 
 
-def step_saliency(maps, schedule, descending=True):
+def step_saliency(maps: np.ndarray, schedule: Schedule, descending: bool = True) -> np.ndarray:
     """float64 [N, K]: mean map value over the cells of each step t = 1..K (in rank order)."""
     flat = np.asarray(maps, np.float64).reshape(len(maps), -1)
     ordered = np.take_along_axis(flat, orders(flat, descending), axis=1)

@@ -19,7 +19,7 @@ UPSAMPLINGS = ("torch_bicubic", "bilinear", "nearest")
 BICUBIC_A = -0.75
 
 
-def torch_nearest_indices(size_in, size_out):
+def torch_nearest_indices(size_in: int, size_out: int) -> np.ndarray:
     """int32 [size_out]: the source index of each output position (PyTorch legacy nearest)."""
     scale = np.float32(size_in) / np.float32(size_out)
     source = np.floor(np.arange(size_out, dtype=np.float32) * scale).astype(np.int64)
@@ -37,7 +37,7 @@ def _cubic_weights(t, a=BICUBIC_A):
     return np.stack([far(t + 1), near(t), near(1 - t), far(2 - t)], axis=-1)
 
 
-def torch_bicubic_matrix(size_in, size_out):
+def torch_bicubic_matrix(size_in: int, size_out: int) -> np.ndarray:
     """float64 [size_out, size_in]: PyTorch bicubic (align_corners=False, A = -0.75) as a matrix."""
     scale = np.float32(size_in) / np.float32(size_out)
     source = (np.arange(size_out, dtype=np.float32) + np.float32(0.5)) * scale - np.float32(0.5)
@@ -51,7 +51,7 @@ def torch_bicubic_matrix(size_in, size_out):
     return matrix
 
 
-def grid_cell_indices(size, grid):
+def grid_cell_indices(size: int, grid: int) -> np.ndarray:
     """int32 [size]: the grid cell (0..grid-1) of each pixel, `grid` past the last full cell."""
     cell = size // grid
     if cell < 1:
@@ -61,14 +61,8 @@ def grid_cell_indices(size, grid):
     return np.where(index < grid, index, grid).astype(np.int32)
 
 
-def check_divides(map_size, image_size, what="explanations"):
-    """Raises unless the map side divides the image side (nearest blocks are then exact)."""
-    if map_size > image_size or image_size % map_size:
-        raise UserError(f"{what} are {map_size} cells across but the images {image_size} pixels; "
-                        "use a map whose side divides the image side")
-
-
-def upsample_maps(maps, height, width, method="torch_bicubic"):
+def upsample_maps(maps: tf.Tensor, height: int, width: int,
+                  method: str = "torch_bicubic") -> tf.Tensor:
     """float32 [N, H, W]: soft maps `[N, h, w]` upsampled to the image size (not clamped)."""
     maps = tf.convert_to_tensor(maps, tf.float32)
     if method == "torch_bicubic":

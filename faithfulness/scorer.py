@@ -17,10 +17,13 @@ O(steps x image). Masks come in two kinds:
 (IDSDS single deletion's "random" baseline, fresh for each deleted cell). An `end` of one image
 is shared by all images (a constant substrate such as zeros).
 """
+from typing import Any, Optional
+
 import numpy as np
 import tensorflow as tf
+from numpy.typing import ArrayLike
 
-from faithfulness import substrates
+from faithfulness import ranking, substrates
 from models.formats.adapter import adapt
 from models.foundation import executor
 from models.foundation.errors import ShapeError, UserError
@@ -73,8 +76,8 @@ def _blend_soft(start, end, keep, image, clean):
 class Scorer:
     """Scores images and their perturbations with one model, in chunks of `batch_size` items."""
 
-    def __init__(self, model, output_activation=None, batch_size=64, jit_compile=False,
-                 output_key=None):
+    def __init__(self, model: Any, output_activation: Optional[str] = None, batch_size: int = 64,
+                 jit_compile: bool = False, output_key: Optional[str] = None):
         if output_activation not in OUTPUT_ACTIVATIONS:
             raise UserError(f"unknown output_activation {output_activation!r}; use None or "
                             "'softmax'")
@@ -86,12 +89,12 @@ class Scorer:
         self.output_activation = output_activation
         self.batch_size = int(batch_size)
         self.jit_compile = jit_compile
-        self._functions = {}
+        self._functions: dict = {}
         self._probed = False
 
     # -- traced pieces -----------------------------------------------------------------------
 
-    def probe(self, images):
+    def probe(self, images: tf.Tensor) -> None:
         """Runs the model eagerly on one image: checks its output and learns the classes."""
         if not self._probed:
             outputs = self.call(tf.convert_to_tensor(images[:1], tf.float32))
@@ -119,7 +122,7 @@ class Scorer:
 
     # -- public entry points -----------------------------------------------------------------
 
-    def predict(self, images):
+    def predict(self, images: tf.Tensor) -> np.ndarray:
         """float32 [N, classes]: the (activated) model output on `images`."""
         images = tf.convert_to_tensor(images, tf.float32)
         if images.shape[0] == 0:
@@ -134,7 +137,7 @@ class Scorer:
 
         return self._function(("predict",), build)(images).numpy()
 
-    def check_classes(self, classes, count):
+    def check_classes(self, classes: ArrayLike, count: int) -> np.ndarray:
         """int32 [N] class indices, checked against the number of images and of classes (call
         `probe` first to know the classes)."""
         classes = np.asarray(classes).reshape(-1)
@@ -147,8 +150,11 @@ class Scorer:
             raise UserError(f"a class index is outside [0, {self.num_classes}) for this model")
         return classes.astype(np.int32)
 
-    def ranked_curves(self, start, end, ranks, schedule, classes, rows, cols, grid, *,
-                      end_noise_seed=None, ids=None):
+    def ranked_curves(self, start: tf.Tensor, end: tf.Tensor, ranks: np.ndarray,
+                      schedule: ranking.Schedule, classes: np.ndarray, rows: np.ndarray,
+                      cols: np.ndarray, grid: tuple[int, int], *,
+                      end_noise_seed: Optional[int] = None,
+                      ids: Optional[np.ndarray] = None) -> np.ndarray:
         """float32 [N, K + 1]: scores of every step of `schedule` (see the module docstring)."""
         start = tf.convert_to_tensor(start, tf.float32)
         end = tf.convert_to_tensor(end, tf.float32)
@@ -200,7 +206,8 @@ class Scorer:
         del channels
         return scores.numpy()
 
-    def soft_pairs(self, start, end, keep, classes):
+    def soft_pairs(self, start: tf.Tensor, end: tf.Tensor, keep: np.ndarray,
+                   classes: np.ndarray) -> np.ndarray:
         """float32 [N, 2]: scores of `start` and of `start * K + end * (1 - K)` for soft keep
         masks K `[N, H, W]` (the reference's formula)."""
         start = tf.convert_to_tensor(start, tf.float32)

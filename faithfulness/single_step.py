@@ -61,7 +61,7 @@ class _SingleStep(Metric):
         pairs = scorer.soft_pairs(data, replacement, keep, classes).astype(np.float64)
         return pairs[:, 0], pairs[:, 1]
 
-    def per_image(self, clean, masked):
+    def per_image(self, clean: np.ndarray, masked: np.ndarray) -> dict:
         raise NotImplementedError
 
     def __call__(self, model, data, explanations, class_to_explain=None,
@@ -76,7 +76,7 @@ class IIC_AD(_SingleStep):  # noqa: N801 (the reference's name)
     """Increase in confidence (fraction with O > Y) and average drop (mean max(Y - O, 0) / Y),
     keeping the salient region: x M + b (1 - M)."""
 
-    def per_image(self, clean, masked):
+    def per_image(self, clean: np.ndarray, masked: np.ndarray) -> dict:
         with np.errstate(divide="ignore", invalid="ignore"):
             return {"iic": (masked > clean).astype(np.float64),
                     "ad": np.maximum(clean - masked, 0.0) / clean}
@@ -87,6 +87,6 @@ class ADD(_SingleStep):
 
     removes_salient = True
 
-    def per_image(self, clean, masked):
+    def per_image(self, clean: np.ndarray, masked: np.ndarray) -> dict:
         with np.errstate(divide="ignore", invalid="ignore"):
             return {"add": (clean - masked) / clean}

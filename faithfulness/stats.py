@@ -11,7 +11,7 @@ from models.foundation.errors import UserError
 NAN_POLICIES = ("propagate", "omit")
 
 
-def trapezoid_auc(curves):
+def trapezoid_auc(curves: np.ndarray) -> np.ndarray:
     """[N]: trapezoid area of each row y_0..y_K at x = t / K (NaN for a single point)."""
     curves = np.asarray(curves, np.float64)
     steps = curves.shape[1] - 1
@@ -20,7 +20,7 @@ def trapezoid_auc(curves):
     return (curves.sum(axis=1) - (curves[:, 0] + curves[:, -1]) / 2) / steps
 
 
-def pearson(a, b):
+def pearson(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """[N]: Pearson correlation of each row pair, NaN where either row is constant."""
     a = np.asarray(a, np.float64)
     b = np.asarray(b, np.float64)
@@ -32,14 +32,15 @@ def pearson(a, b):
     return np.where(denominator > 0, np.clip(result, -1.0, 1.0), np.nan)
 
 
-def spearman(a, b):
+def spearman(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """[N]: Spearman correlation of each row pair (average ranks for ties, as scipy.stats)."""
     a = np.atleast_2d(np.asarray(a, np.float64))
     b = np.atleast_2d(np.asarray(b, np.float64))
     return pearson(scipy.stats.rankdata(a, axis=1), scipy.stats.rankdata(b, axis=1))
 
 
-def aggregate(values, nan_policy="propagate", what="value"):
+def aggregate(values: np.ndarray, nan_policy: str = "propagate",
+              what: str = "value") -> tuple[float, int]:
     """(mean, number of non-finite values excluded) of per-image `values` under `nan_policy`."""
     if nan_policy not in NAN_POLICIES:
         raise UserError(f"unknown nan_policy {nan_policy!r}; use one of {', '.join(NAN_POLICIES)}")

@@ -14,28 +14,31 @@ in numpy:
 `uniform_noise(keys, shape)` is IDSDS's U(-1, 1) baseline, one stateless draw per int64 key pair,
 so that a draw never depends on what else is in the batch.
 """
+from typing import Sequence, Union
+
 import numpy as np
 import scipy.ndimage
 import tensorflow as tf
+from numpy.typing import ArrayLike
 
 from models.foundation.errors import UserError
 
 
-def box_kernel_1d(height):
+def box_kernel_1d(height: int) -> np.ndarray:
     """GOMEZ's box: side max(H // 5, 9), made odd; the 1-D factor of weights 1 / k^2."""
     side = max(height // 5, 9)
     side += 1 - side % 2
     return np.full(side, 1.0 / side)
 
 
-def rise_kernel_1d(size=11, sigma=5.0):
+def rise_kernel_1d(size: int = 11, sigma: float = 5.0) -> np.ndarray:
     """The 1-D factor of RISE's gkern(size, sigma): an impulse through scipy's gaussian_filter."""
     impulse = np.zeros(size)
     impulse[size // 2] = 1.0
     return scipy.ndimage.gaussian_filter(impulse, sigma)
 
 
-def idsds_kernel_1d(size=51, sigma=41.0):
+def idsds_kernel_1d(size: int = 51, sigma: float = 41.0) -> np.ndarray:
     """The 1-D factor of IDSDS's GaussianSmoothing(size, sigma) (effective std sigma * sqrt 2)."""
     if size < 1 or size % 2 == 0:
         raise UserError(f"the blur kernel size must be a positive odd number; got {size}")
@@ -43,7 +46,7 @@ def idsds_kernel_1d(size=51, sigma=41.0):
     return weights / weights.sum()
 
 
-def separable_blur(images, kernel_1d):
+def separable_blur(images: tf.Tensor, kernel_1d: np.ndarray) -> tf.Tensor:
     """Per-channel blur of NHWC `images` by the outer product of `kernel_1d`, zero padding."""
     images = tf.convert_to_tensor(images, tf.float32)
     channels = images.shape[-1]
@@ -55,29 +58,29 @@ def separable_blur(images, kernel_1d):
     return tf.nn.depthwise_conv2d(blurred, cols, [1, 1, 1, 1], "SAME")
 
 
-def box_blur(images):
+def box_blur(images: tf.Tensor) -> tf.Tensor:
     """GOMEZ's "blur" substrate."""
     return separable_blur(images, box_kernel_1d(int(images.shape[1])))
 
 
-def rise_blur(images):
+def rise_blur(images: tf.Tensor) -> tf.Tensor:
     """RISE's insertion substrate, gkern(11, 5)."""
     return separable_blur(images, rise_kernel_1d())
 
 
-def idsds_blur(images, kernel=51, sigma=41.0):
+def idsds_blur(images: tf.Tensor, kernel: int = 51, sigma: float = 41.0) -> tf.Tensor:
     """IDSDS's "blur" baseline, GaussianSmoothing(kernel, sigma)."""
     return separable_blur(images, idsds_kernel_1d(kernel, sigma))
 
 
-def uniform_noise(keys, shape):
+def uniform_noise(keys: tf.Tensor, shape: Sequence[int]) -> tf.Tensor:
     """float32 [N, *shape]: U(-1, 1) per row of int64 `keys` [N, 2] (stateless, batch-free)."""
     keys = tf.convert_to_tensor(keys, tf.int64)
     return tf.map_fn(lambda key: tf.random.stateless_uniform(shape, key, -1.0, 1.0), keys,
                      fn_output_signature=tf.float32)
 
 
-def noise_keys(seed, ids, salt=0):
+def noise_keys(seed: int, ids: tf.Tensor, salt: int = 0) -> tf.Tensor:
     """int64 [N, 2] keys (seed mixed with a salt, id) for `uniform_noise`."""
     ids = tf.cast(tf.convert_to_tensor(ids), tf.int64)
     mixed = tf.cast(int(seed) * 1_000_003 + int(salt), tf.int64)
@@ -88,7 +91,7 @@ SUBSTRATES = {"black": None, "zeros": None, "blur": box_blur, "rise_blur": rise_
               "idsds_blur": idsds_blur}
 
 
-def substrate(name, images):
+def substrate(name: Union[str, ArrayLike], images: tf.Tensor) -> tf.Tensor:
     """The replacement images for a substrate name ("black"/"zeros", "blur", "rise_blur",
     "idsds_blur") or an array of the images' shape, in model-input space."""
     images = tf.convert_to_tensor(images, tf.float32)

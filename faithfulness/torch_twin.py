@@ -1,9 +1,10 @@
 """PyTorch twins of Keras networks with the same weights, for the cross-checks and benchmarks
 against PyTorch reference implementations (Captum, `saliency_maps_metrics`); needs torch, which
 nothing else in the package does. Inputs of a twin are NCHW."""
+from typing import Any
 
 
-def copy_weights(keras_model, torch_model):
+def copy_weights(keras_model: Any, torch_model: Any) -> None:
     """Copies the kernels and biases of `keras_model`'s Conv2D / Dense layers, in order, into the
     Conv2d / Linear modules of `torch_model` (NHWC kernels transposed to PyTorch's layout);
     returns `torch_model` in eval mode."""
@@ -39,7 +40,7 @@ def _copy_layer(layer, module) -> None:
             module.bias.copy_(torch.tensor(weights[1]))
 
 
-def plain_cnn(keras_model, softmax: bool = False):
+def plain_cnn(keras_model: Any, softmax: bool = False) -> Any:
     """The twin of the zoo's `plain_cnn` (any widths; `softmax`: a softmax on top, for a Keras
     model that ends in one)."""
     import torch
@@ -58,7 +59,7 @@ def plain_cnn(keras_model, softmax: bool = False):
     return copy_weights(keras_model, torch.nn.Sequential(*modules))
 
 
-def small_resnet(keras_model):
+def small_resnet(keras_model: Any) -> Any:
     """The twin of the zoo's `small_resnet` (batch norm in inference mode). A stride-2 3x3
     convolution pads the bottom and right only, as Keras' "same" padding does on even sizes."""
     import torch

@@ -41,7 +41,7 @@ pipelines = lazy_module("saliency_gen.pipelines")
 
 
 def run_masked(train_files: Sequence[str], eval_files: Sequence[str],
-               config: masked_data.MaskConfig, read: masked_data.Records,
+               config: "masked_data.MaskConfig", read: "masked_data.Records",
                run: RunOptions = RunOptions(), *, output_dir: str, eval_batch_size: int = 256,
                flags_record: Optional[dict] = None, num_train: Optional[int] = None,
                num_eval: Optional[int] = None, callbacks: Sequence = ()) -> dict:
@@ -73,7 +73,7 @@ def run_masked(train_files: Sequence[str], eval_files: Sequence[str],
 
 
 def evaluate_checkpoint(checkpoint: str, eval_files: Sequence[str],
-                        config: masked_data.MaskConfig, read: masked_data.Records,
+                        config: "masked_data.MaskConfig", read: "masked_data.Records",
                         run: RunOptions = RunOptions(), *, output_dir: str,
                         eval_batch_size: int = 256, num_eval: Optional[int] = None) -> dict:
     """Top-1 / top-5 of a saved model or checkpoint on the masked test records (read as `read`
