@@ -13,7 +13,7 @@ JSON report (means, intervals, per-image values by example key) and prints a tab
 """
 import dataclasses
 import os
-from typing import Iterator, Optional
+from typing import Any, Iterator, Optional
 
 import numpy as np
 
@@ -71,7 +71,7 @@ class ScoreRange(beam.DoFn):
         self.loaded = models.load(self.model_path)
         self.scorer = evaluate.scorer_for(self.loaded, self.protocol, self.options)
 
-    def process(self, unit: tuple) -> Iterator[tuple]:
+    def process(self, unit: tuple) -> Iterator[tuple[Any, Any]]:  # (key, value) pairs
         path, start, count = unit
         dtype, shape, _ = self.formats[path]
         space = input_space(self.loaded.preprocessing)

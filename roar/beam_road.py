@@ -13,7 +13,7 @@ each (order, fraction) into the mean and its seeded bootstrap interval. The rows
 """
 import dataclasses
 import os
-from typing import Iterator, Optional
+from typing import Any, Iterator, Optional
 
 import models
 from models.foundation.cli import run_binary
@@ -43,7 +43,7 @@ class ScoreRoadRange(beam.DoFn):
     def setup(self) -> None:
         self.model = models.load(self.ckpt_path)
 
-    def process(self, unit: tuple) -> Iterator[tuple]:
+    def process(self, unit: tuple) -> Iterator[tuple[Any, Any]]:  # (key, value) pairs
         path, start, count, order, p = unit
         for keys, hits, probabilities in road.image_outcomes(
                 self.model, dataclasses.replace(self.read, files=[path]), order, p,
