@@ -27,7 +27,7 @@ from bam import metric_definitions
 from models.foundation import provenance
 from models.foundation import results as result_files
 from models.foundation.cli import option, origin_flags, run_binary
-from models.foundation.errors import UserError, require_both_or_neither
+from models.foundation.errors import UserError, require_both_or_neither, required
 from models.foundation.files import exclusive, write_json
 from models.foundation.lazy import lazy_module
 from models.foundation.rules import UNIQUE, Checked, at_least, some, some_of
@@ -39,27 +39,27 @@ val_set_scores = lazy_module("bam.val_set_scores")
 score_cache_files = lazy_module("bam.score_cache")
 
 
-def compute(data_dir: str, model_dir: Optional[str], metric_names: Sequence[str],
-            methods: Sequence[str], num_imgs: int = 10, seed: int = 0, noise_seed: int = 0,
-            batch_size: int = 64, progress: Optional[Callable[[], None]] = None,
-            maps_dir: Optional[str] = None, input_size: Optional[int] = None,
-            attr_dir: Optional[str] = None,
+def compute(config: "Config", *, progress: Optional[Callable[[], None]] = None,
             image_progress: Optional[Callable[[int], None]] = None,
             score_cache: Optional[str] = None) -> dict:
-    """{metric: {method: (value, correct count, sampled count, constant maps)}}.
+    """{metric: {method: (value, correct count, sampled count, constant maps)}} of the pair
+    metrics of `config` (RMCS is `bam.rmcs.compute`'s) on the world in `config.data_dir`.
 
-    From scratch with the models in `model_dir`; with `maps_dir`, from saved maps
-    (`val_set_scores.score_saved_maps`; `input_size` defaults to the images' size); with `attr_dir`,
-    from the original precomputed g vectors on all images (`num_imgs` and `seed` unused).
-    `methods` are BAM's abbreviations or any saliency_gen method name. `progress()` is called
-    after each (model, data) pair, `image_progress(n)` after every n explained images. With
-    `score_cache` (a folder), BAM's methods' scores are kept there and reused
-    (`bam.score_cache`).
+    From scratch with the models in `config.model_dir`; with `maps_dir`, from saved maps
+    (`val_set_scores.score_saved_maps`; `input_size` defaults to the images' size); with
+    `scratch` off, from the original precomputed g vectors in `attr_dir` on all images
+    (`num_imgs` and `seed` unused). `methods` (default: BAM's) are BAM's abbreviations or any
+    saliency_gen method name. `progress()` is called after each (model, data) pair,
+    `image_progress(n)` after every n explained images. With `score_cache` (a folder), BAM's
+    methods' scores are kept there and reused (`bam.score_cache`).
     """
-    unknown = [m for m in metric_names if m not in metric_definitions.PAIRS]
-    if unknown:
-        raise UserError(f"unknown metric {unknown[0]!r}; choose from "
-                        f"{', '.join(metric_definitions.METRICS)}")
+    (data_dir,) = required(config, "data_dir")
+    model_dir, maps_dir, input_size = config.model_dir, config.maps_dir, config.input_size
+    metric_names = [metric for metric in config.metrics if metric != "RMCS"]
+    methods = list(config.methods or metric_definitions.METHODS)
+    num_imgs, seed, noise_seed = config.num_imgs, config.seed, config.noise_seed
+    batch_size = config.batch_size
+    attr_dir = None if config.scratch else config.attr_dir
     if maps_dir is None and attr_dir is None:  # each name resolved once, before any work
         chosen = val_set_scores.resolved_methods(methods)
     sources = val_set_scores.Sources(data_dir, model_dir)
@@ -259,11 +259,10 @@ def _run(config: Config) -> dict:
     with tqdm(total=total if scored else 2 * len(pair_metrics), desc="BAM metrics",
               unit="map" if scored else "pair", disable=None, smoothing=0.1) as bar:
         step = bar.update if scored else None
-        results = compute(data_dir, model_dir, pair_metrics, methods, config.num_imgs,
-                          config.seed, config.noise_seed, config.batch_size,
+        results = compute(dataclasses.replace(config, data_dir=data_dir, model_dir=model_dir,
+                                              methods=tuple(methods)),
                           progress=None if scored else (lambda: bar.update(1)),
-                          maps_dir=config.maps_dir, input_size=config.input_size,
-                          attr_dir=attr_dir, image_progress=step, score_cache=score_cache)
+                          image_progress=step, score_cache=score_cache)
         if "RMCS" in metric_names:
             relative = rmcs.compute(data_dir, model_dir, methods, config.num_imgs, config.seed,
                                     config.noise_seed, config.batch_size, image_progress=step)

@@ -8,7 +8,9 @@ from bam import card, metrics, rmcs
 
 def test_card_values_average_to_the_metrics_of_bam_metrics(trained_world):
     data_dir, model_dir, _ = trained_world
-    expected = metrics.compute(data_dir, model_dir, ["MCS", "IDR"], ["GC"], num_imgs=40, seed=0)
+    expected = metrics.compute(metrics.Config(data_dir=data_dir, model_dir=model_dir,
+                                              metrics=("MCS", "IDR"), methods=("GC",),
+                                              num_imgs=40))
     values = card.benchmark(data_dir, model_dir, metrics=("MCS", "IDR"), num_imgs=40,
                             seed=0).score("bam:GC")
     for metric in ("MCS", "IDR"):

@@ -1,5 +1,6 @@
 """BAM metrics: region scores on hand-made maps, metric known answers, the pipeline sign check,
 and the bam.metrics binary end to end on a small synthetic world."""
+import dataclasses
 import json
 import os
 import sys
@@ -107,8 +108,8 @@ def test_object_model_attributes_more_to_the_object_than_the_scene_model(trained
     """The original pipeline test's sign check, for GC and VG."""
     data_dir, model_dir, reports = trained_world
     assert reports["obj"]["val_accuracy"] > 0.5 and reports["scene"]["val_accuracy"] > 0.9
-    results = metrics.compute(
-        data_dir, model_dir, ["MCS"], ["GC", "VG"], num_imgs=100, seed=0)
+    results = metrics.compute(metrics.Config(data_dir=data_dir, model_dir=model_dir,
+                                             metrics=("MCS",), methods=("GC", "VG"), num_imgs=100))
     for method in ("GC", "VG"):
         value, used, sampled, _ = results["MCS"][method]
         assert used >= 40 and sampled == 100
@@ -154,7 +155,8 @@ def test_metrics_binary_writes_json_and_csv(trained_world, tmp_path, monkeypatch
     assert set(values) == {"MCS", "IDR", "IIR"} and set(values["MCS"]) == {"GC", "VG", user}
     assert all(np.isfinite(v) for rows in values.values() for v in rows.values())
     monkeypatch.syspath_prepend(user_methods)
-    in_python = metrics.compute(data_dir, model_dir, ["MCS", "IDR", "IIR"], [user], num_imgs=10)
+    in_python = metrics.compute(metrics.Config(data_dir=data_dir, model_dir=model_dir,
+                                               methods=(user,), num_imgs=10))
     for metric in ("MCS", "IDR", "IIR"):
         assert values[metric][user] == pytest.approx(in_python[metric][user][0], abs=1e-12)
     assert not done.stderr.startswith(("WARNING: All log messages", "I0000"))  # quiet start
@@ -182,16 +184,16 @@ def test_saved_maps_are_scored_without_models(trained_world, tmp_path):
             maps = np.zeros((len(val_set.paths), 32, 32, 3), np.float32)
         np.save(folder / "oracle.npy", maps)
         np.save(folder / "predictions.npy", val_set.labels)  # every image "correct"
-    results = metrics.compute(
-        data_dir, None, ["MCS"], ["oracle"], num_imgs=20, maps_dir=str(maps_dir))
+    saved = metrics.Config(data_dir=data_dir, metrics=("MCS",), methods=("oracle",), num_imgs=20,
+                           maps_dir=str(maps_dir))
+    results = metrics.compute(saved)
     value, used, sampled, constant = results["MCS"]["oracle"]
     assert used == sampled == 20 and constant == 20  # the scene maps are all zero
     assert value == pytest.approx(1.0, abs=1e-6)  # the maximal MCS
     np.save(maps_dir / "obj-obj" / "predictions.npy", np.zeros(3))
     with pytest.raises(models.UserError, match=r"obj-obj/predictions.npy has shape \(3,\); "
                                                r"expected \(10000,\)"):
-        metrics.compute(
-            data_dir, None, ["MCS"], ["oracle"], num_imgs=20, maps_dir=str(maps_dir))
+        metrics.compute(saved)
 
 
 def test_precomputed_g_vectors_are_matched_by_stem(tiny_world, tmp_path):
@@ -209,11 +211,13 @@ def test_precomputed_g_vectors_are_matched_by_stem(tiny_world, tmp_path):
                 np.save(handle, vector)
     with open(attr / "obj-obj" / "zebra-track-9999_9", "wb") as handle:  # a stale file
         np.save(handle, np.ones(12))
-    results = metrics.compute(root, None, ["MCS"], ["GC", "VG"], attr_dir=str(attr))
+    precomputed = metrics.Config(data_dir=root, metrics=("MCS",), methods=("GC", "VG"),
+                                 scratch=False, attr_dir=str(attr))
+    results = metrics.compute(precomputed)
     assert results["MCS"]["GC"][0] == pytest.approx(0.5)
     assert results["MCS"]["VG"][0] == pytest.approx(0.0)
     assert results["MCS"]["GC"][1:3] == (300, 300)  # all images, num_imgs ignored
     os.remove(attr / "scene-scene" / f"{val_set_scores.load_val_set(root, 'scene').stems[5]}_"
                                      f"{val_set_scores.load_val_set(root, 'scene').labels[5]}")
     with pytest.raises(models.UserError, match="scene-scene has no g vector for image backpack-bedroom-0004"):
-        metrics.compute(root, None, ["MCS"], ["GC"], attr_dir=str(attr))
+        metrics.compute(dataclasses.replace(precomputed, methods=("GC",)))
