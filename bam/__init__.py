@@ -9,8 +9,8 @@ not use, on objects pasted into scenes (docs/bam.md).
                           randoms, counterpart)
 
 The binaries are `python -m bam.metrics` (MCS, IDR, IIR, RMCS), `bam.train` and `bam.run_tcav`;
-each has an importable `run(Config(...))`, and `bam.metrics.compute` gives the metrics without
-printing.
+each has an importable `run(Config(...))`, and `bam.metrics.compute(Config(...))` gives the
+metrics without printing.
 """
 from typing import TYPE_CHECKING
 
