@@ -193,8 +193,10 @@ def retraining_benchmark(model_path: str, records_dir: str, work_dir: str, *,
             data_dir, source, key = records_dir, "images", None
         else:
             name = masked_data.generator_name(method)
-            generate.generate(os.path.join(records_dir, "*.tfrecord"), model_path, [name],
-                              maps_root, dtype="float16", progress_bar=False)
+            generate.generate(generate.Config(input_pattern=os.path.join(records_dir, "*.tfrecord"),
+                                              model_path=model_path, saliency_method=name,
+                                              output_dir=maps_root, dtype="float16"),
+                              progress_bar=False)
             data_dir = os.path.join(maps_root, generate.method_directory(name))
             source, key = "saliency", masked_data.record_key_of(method)
         train_files = masked_data.list_shards(os.path.join(data_dir, "train-*"), "train-*")

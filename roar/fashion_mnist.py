@@ -94,9 +94,12 @@ def run(config: Config) -> list:
     explained = [method for method in config.methods if method != "random"]
     saliency_dir = os.path.join(root, "saliency")
     if explained:
-        generate.generate(os.path.join(data_dir, "*.tfrecord"), model_path,
-                          [f"roar:{method}" for method in explained], saliency_dir,
-                          batch_size=256, chunk_size=256, seed=0)
+        generate.generate(generate.Config(input_pattern=os.path.join(data_dir, "*.tfrecord"),
+                                          model_path=model_path,
+                                          saliency_method=",".join(f"roar:{method}"
+                                                                   for method in explained),
+                                          output_dir=saliency_dir, batch_size=256, chunk_size=256,
+                                          seed=0))
     print(f"maps written ({time.time() - started:.0f} s so far)")
     runs = [(mode, method, float(ratio), int(seed)) for mode in config.modes
             for method in config.methods for ratio in config.ratios for seed in config.seeds]

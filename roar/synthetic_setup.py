@@ -34,8 +34,10 @@ def prepare(seed: int = 0, method: Optional[str] = "gradient_image",
     model = clean_model(seed, log)
     name = generator_name(method)
     saliency_dir = os.path.join(cache.cache_dir(seed), "roar_saliency")
-    report = generate.generate(os.path.join(records, "*.tfrecord"), model, [name], saliency_dir,
-                               dtype="float16", seed=seed)
+    report = generate.generate(generate.Config(input_pattern=os.path.join(records, "*.tfrecord"),
+                                               model_path=model, saliency_method=name,
+                                               output_dir=saliency_dir, dtype="float16",
+                                               seed=seed))
     if report["images"]:
         log(f"wrote {report['images']} {method} maps in {report['seconds']:.0f} s")
     return {"records": records, "model": model, "key": record_key_of(method),

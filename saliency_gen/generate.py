@@ -17,7 +17,7 @@ import os
 import re
 import shutil
 import time
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 from tqdm import tqdm
@@ -211,19 +211,26 @@ def _holds_nothing_else(folder) -> bool:
     return True
 
 
-def _check_flags(batch_size, chunk_size, num_shards, shard_index):
-    check_minimum("batch_size", batch_size, 1)
-    check_minimum("chunk_size", chunk_size, 1)
-    check_minimum("num_shards", num_shards, 1)
-    if not 0 <= shard_index < num_shards:
-        raise UserError(f"--shard_index={shard_index} must be in [0, --num_shards={num_shards})")
+def _check_flags(config: Config) -> list:
+    """The methods of `config` (its comma-separated --saliency_method), after checking the
+    flags that must hold together: one line for the first that does not."""
+    check_minimum("batch_size", config.batch_size, 1)
+    check_minimum("chunk_size", config.chunk_size, 1)
+    check_minimum("num_shards", config.num_shards, 1)
+    if not 0 <= config.shard_index < config.num_shards:
+        raise UserError(f"--shard_index={config.shard_index} must be in [0, "
+                        f"--num_shards={config.num_shards})")
+    methods_list = [m.strip() for m in config.saliency_method.split(",") if m.strip()]
+    if not methods_list:
+        raise UserError("--saliency_method names no method")
+    check_unique("saliency_method", methods_list)
+    return methods_list
 
 
-def generate(input_pattern, model_path, methods_list, output_dir, *, batch_size=32,
-             chunk_size=64, num_shards=1, shard_index=0, seed=0, dtype="rank8",
-             geometry="auto", label_offset=0, explain="prediction", overwrite=False,
-             progress_bar=True, explain_all=None):
-    """The generator as a function; returns {"images", "seconds", "written", "skipped"}.
+def generate(config: Config, *, progress_bar: bool = True,
+             explain_all: Optional[Callable] = None) -> dict:
+    """The generator of `config` as a function; returns {"images", "seconds", "written",
+    "skipped"}.
 
     `explain_all(work, loaded, options, progress_bar)` does the work: `work` lists
     `ShardWork` items (an input shard, the methods it still lacks, its record count and the
@@ -234,10 +241,13 @@ def generate(input_pattern, model_path, methods_list, output_dir, *, batch_size=
     finished shard is skipped only when the folder's origin equals the requested one and the
     shard was made from the same input file; anything else stops with one line.
     """
-    _check_flags(batch_size, chunk_size, num_shards, shard_index)
-    if not methods_list:
-        raise UserError("--saliency_method names no method")
-    check_unique("saliency_method", methods_list)
+    input_pattern, model_path, output_dir = required(config, "input_pattern", "model_path",
+                                                     "output_dir")
+    methods_list = _check_flags(config)
+    batch_size, chunk_size, seed, dtype = (config.batch_size, config.chunk_size, config.seed,
+                                           config.dtype)
+    geometry, label_offset, explain = config.geometry, config.label_offset, config.explain
+    num_shards, shard_index, overwrite = config.num_shards, config.shard_index, config.overwrite
     chosen = {method: names.resolved(method) for method in methods_list}  # unknown: stop now
     loaded = models.load(model_path)
     files = records.list_files(input_pattern)[shard_index::num_shards]
@@ -320,15 +330,7 @@ def explain_here(work, loaded, options, progress_bar=True):
 def run(config: Config, explain_all=None) -> dict:
     """Runs the generator with `config`, prints a summary line and returns `generate`'s result
     (`explain_all`: see `generate`)."""
-    pattern, model_path, output_dir = required(config, "input_pattern", "model_path",
-                                               "output_dir")
-    methods_list = [m.strip() for m in config.saliency_method.split(",") if m.strip()]
-    result = generate(pattern, model_path, methods_list, output_dir,
-                      batch_size=config.batch_size, chunk_size=config.chunk_size,
-                      num_shards=config.num_shards, shard_index=config.shard_index,
-                      seed=config.seed, dtype=config.dtype, geometry=config.geometry,
-                      label_offset=config.label_offset, explain=config.explain,
-                      overwrite=config.overwrite, explain_all=explain_all)
+    result = generate(config, explain_all=explain_all)
     rate = result["images"] / result["seconds"] if result["seconds"] > 0 else 0.0
     print(f"wrote {result['images']} maps in {result['written']} shard(s) "
           f"({result['skipped']} already finished) in {result['seconds']:.1f} s: "

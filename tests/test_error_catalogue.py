@@ -279,7 +279,9 @@ def places(tiny_world, tmp_path_factory):
     paths["wrong_schema"] = str(tmp / "schema.tfrecord")
     (tmp / "a_file").write_text("not a folder")
     paths["a_file"] = str(tmp / "a_file")
-    generate.generate(validation, model, ["gradient"], paths["maps"], progress_bar=False)
+    generate.generate(generate.Config(input_pattern=validation, model_path=model,
+                                      saliency_method="gradient", output_dir=paths["maps"]),
+                      progress_bar=False)
     # a sealed saliency shard cut at a record boundary after it was written
     shutil.copytree(paths["maps"], tmp / "cut_maps")
     cut = os.path.join(tmp, "cut_maps", "gradient", os.path.basename(validation))
@@ -290,8 +292,9 @@ def places(tiny_world, tmp_path_factory):
     relabelled.mkdir()
     shard = str(relabelled / os.path.basename(validation))
     shutil.copy(validation, shard)
-    generate.generate(shard, model, ["gradient"], str(tmp / "relabelled_maps"),
-                      progress_bar=False)
+    generate.generate(generate.Config(input_pattern=shard, model_path=model,
+                                      saliency_method="gradient",
+                                      output_dir=str(tmp / "relabelled_maps")), progress_bar=False)
     examples = [tf.train.Example.FromString(record)
                 for _, record in records.iter_serialized(shard)]
     for example in examples:

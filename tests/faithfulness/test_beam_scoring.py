@@ -20,8 +20,9 @@ def test_beam_scores_equal_the_single_process_binary(small_shards, tmp_path, pro
     pattern, model_path = small_shards
     method = "idsds:IxG"
     saliency = str(tmp_path / "maps")
-    generate.generate(pattern, model_path, [method], saliency, explain="label",
-                      dtype="float32", progress_bar=False)
+    generate.generate(generate.Config(input_pattern=pattern, model_path=model_path,
+                                      saliency_method=method, output_dir=saliency, explain="label",
+                                      dtype="float32"), progress_bar=False)
     output = str(tmp_path / "beam.json")
     done = binaries.run(
         [sys.executable, "-m", "faithfulness.beam_scoring",

@@ -17,7 +17,9 @@ from tests.conftest import assert_origin_covers_the_flags
 def test_beam_road_rows_equal_the_single_process_binary(small_shards, tmp_path):
     pattern, model_path = small_shards
     saliency = str(tmp_path / "maps")
-    generate.generate(pattern, model_path, ["roar:SH"], saliency, progress_bar=False)
+    generate.generate(generate.Config(input_pattern=pattern, model_path=model_path,
+                                      saliency_method="roar:SH", output_dir=saliency),
+                      progress_bar=False)
     # (one order: LeRF differs only in the mask's direction, which the single-process tests
     # cover; one worker, in this process: two worker processes are tested with Beam's
     # generation and deletion scoring)

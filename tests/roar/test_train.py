@@ -111,8 +111,10 @@ def test_random_masks_are_fixed_per_image_across_reads(world):
 
 def test_saliency_records_drive_the_masks(world, known_answers, tmp_path):
     _, tmp = known_answers
-    generate.generate(world["validation"][0], str(tmp / "clean" / "model"), ["roar:SH"],
-                      str(tmp_path), dtype="float16", progress_bar=False)
+    generate.generate(generate.Config(input_pattern=world["validation"][0],
+                                      model_path=str(tmp / "clean" / "model"),
+                                      saliency_method="roar:SH", output_dir=str(tmp_path),
+                                      dtype="float16"), progress_bar=False)
     shards = records.list_files(str(tmp_path / "SH" / "*"))  # not its manifest.json
     config = masked_data.MaskConfig(ratio=0.3)
     ds = masked_data.masked_dataset(shards, masked_data.Records("saliency",

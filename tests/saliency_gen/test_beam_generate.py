@@ -42,8 +42,9 @@ def test_two_worker_pipeline_writes_the_single_process_bytes(small_shards, tmp_p
     pattern, model_path = small_shards
     methods = "roar:SH,roar:SH_SG"  # a gradient, and SmoothGrad with keyed noise
     single = str(tmp_path / "single")
-    generate.generate(pattern, model_path, methods.split(","), single, batch_size=5,
-                      chunk_size=16, progress_bar=False)
+    generate.generate(generate.Config(input_pattern=pattern, model_path=model_path,
+                                      saliency_method=methods, output_dir=single, batch_size=5,
+                                      chunk_size=16), progress_bar=False)
     beam = str(tmp_path / "beam")
     done = binaries.run(
         [sys.executable, "-m", "saliency_gen.beam_generate", f"--input_pattern={pattern}",
@@ -76,8 +77,10 @@ def test_a_retried_bundle_gives_a_complete_identical_output(small_shards, tmp_pa
         result = beam_generate.run(config)
         assert marker.exists()  # the injected failure did happen, and the runner retried
         assert result["images"] == 36
-        generate.generate(pattern, model_path, [method], str(tmp_path / "single"),
-                          batch_size=4, progress_bar=False)
+        generate.generate(generate.Config(input_pattern=pattern, model_path=model_path,
+                                          saliency_method=method,
+                                          output_dir=str(tmp_path / "single"), batch_size=4),
+                          progress_bar=False)
     finally:
         sys.path.remove(USER_METHODS)
         del os.environ["FLAKY_MARKER"]

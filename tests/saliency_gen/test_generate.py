@@ -31,8 +31,9 @@ def test_generator_writes_one_shard_per_input_and_resumes(tiny_world, exported, 
     model_path, model = exported
     pattern = os.path.join(root, "records", "validation-*")
     out = str(tmp_path / "maps")
-    result = generate.generate(pattern, model_path, ["roar:SH", "bam:GC"], out,
-                               batch_size=7, chunk_size=16, progress_bar=False)
+    result = generate.generate(generate.Config(input_pattern=pattern, model_path=model_path,
+                                               saliency_method="roar:SH,bam:GC", output_dir=out,
+                                               batch_size=7, chunk_size=16), progress_bar=False)
     assert result["images"] == 2 * 300 and result["skipped"] == 0
     shard = "validation-00000-of-00001.tfrecord"
     for folder, key in (("SH", "gradient_image"), ("bam_GC", "bam_GC")):
@@ -57,18 +58,23 @@ def test_generator_writes_one_shard_per_input_and_resumes(tiny_world, exported, 
         assert p["label"].numpy() == records.parse_image_record(
             next(iter(tf.data.TFRecordDataset(pattern.replace("*", "00000-of-00001.tfrecord"))
                       .skip(n)))).get("label").numpy()
-    again = generate.generate(pattern, model_path, ["roar:SH", "bam:GC"], out,
+    again = generate.generate(generate.Config(input_pattern=pattern, model_path=model_path,
+                                              saliency_method="roar:SH,bam:GC", output_dir=out),
                               progress_bar=False)
     assert again["images"] == 0 and again["skipped"] == 1
     # Another origin is refused with one line, whatever the shards look like.
     with pytest.raises(models.UserError, match=r"saliency folder .*SH was made with seed=0, not "
                                                r"7; pass --overwrite"):
-        generate.generate(pattern, model_path, ["roar:SH"], out, seed=7, progress_bar=False)
+        generate.generate(generate.Config(input_pattern=pattern, model_path=model_path,
+                                          saliency_method="roar:SH", output_dir=out, seed=7),
+                          progress_bar=False)
     # An unfinished shard (only a killed run's temporary file) is redone; the leftover goes.
     os.remove(os.path.join(out, "SH", shard))
     leftover = tmp_path / "maps" / "SH" / f".{shard}.tmp-otherhost-999-0a1b2c3d"
     leftover.write_bytes(b"partial")
-    redo = generate.generate(pattern, model_path, ["roar:SH", "bam:GC"], out, progress_bar=False)
+    redo = generate.generate(generate.Config(input_pattern=pattern, model_path=model_path,
+                                             saliency_method="roar:SH,bam:GC", output_dir=out),
+                             progress_bar=False)
     assert redo["images"] == 300 and os.path.exists(os.path.join(out, "SH", shard))
     assert not leftover.exists()
     assert sorted(os.listdir(os.path.join(out, "SH"))) == [".ledger", "manifest.json", shard]
@@ -82,7 +88,9 @@ def test_finished_means_sealed_and_overlapping_generators_are_refused(tiny_world
     model_path, _ = exported
     source = os.path.join(root, "records", "validation-00000-of-00001.tfrecord")
     out, shard = str(tmp_path / "maps"), os.path.basename(source)
-    generate.generate(source, model_path, ["gradient"], out, progress_bar=False)
+    generate.generate(generate.Config(input_pattern=source, model_path=model_path,
+                                      saliency_method="gradient", output_dir=out),
+                      progress_bar=False)
     written = os.path.join(out, "gradient", shard)
     sealed = open(written, "rb").read()
     # A shard cut at a record boundary: readers refuse it, the generator redoes it.
@@ -90,7 +98,9 @@ def test_finished_means_sealed_and_overlapping_generators_are_refused(tiny_world
     records.write_serialized(written, kept)
     with pytest.raises(models.UserError, match=r"cut short or changed\); 300 records were"):
         records.list_files(os.path.join(out, "gradient", "validation-*"))
-    again = generate.generate(source, model_path, ["gradient"], out, progress_bar=False)
+    again = generate.generate(generate.Config(input_pattern=source, model_path=model_path,
+                                              saliency_method="gradient", output_dir=out),
+                              progress_bar=False)
     assert again["images"] == 300 and "redoing" in capsys.readouterr().out
     assert open(written, "rb").read() == sealed
     # An input relabelled in place (same name, same size): its old maps are not reused.
@@ -102,13 +112,16 @@ def test_finished_means_sealed_and_overlapping_generators_are_refused(tiny_world
     records.write_records(str(relabelled), first)
     assert os.path.getsize(relabelled) == os.path.getsize(source)
     with pytest.raises(models.UserError, match="was made from input .* pass --overwrite"):
-        generate.generate(str(relabelled), model_path, ["gradient"], out, progress_bar=False)
+        generate.generate(generate.Config(input_pattern=str(relabelled), model_path=model_path,
+                                          saliency_method="gradient", output_dir=out),
+                          progress_bar=False)
     # A second generator over an overlapping shard set stops before any work, and the
     # failed run removes nothing it did not make.
     with files.exclusive(os.path.join(out, shard)):
         with pytest.raises(models.UserError, match="saliency shards of .* is being written by"):
-            generate.generate(source, model_path, ["gradient", "bam:GC"], out, num_shards=1,
-                              progress_bar=False)
+            generate.generate(generate.Config(input_pattern=source, model_path=model_path,
+                                              saliency_method="gradient,bam:GC", output_dir=out,
+                                              num_shards=1), progress_bar=False)
     assert sorted(os.listdir(os.path.join(out, "gradient"))) == [".ledger", "manifest.json",
                                                                  shard]
     assert not os.path.exists(os.path.join(out, "bam_GC"))
@@ -118,17 +131,21 @@ def test_sharding_splits_input_files(tiny_world, exported, tmp_path):
     root, _ = tiny_world
     model_path, _ = exported
     pattern = os.path.join(root, "records", "*.tfrecord")  # train and validation shards
-    first = generate.generate(pattern, model_path, ["gradient"], str(tmp_path), num_shards=2,
-                              shard_index=0, progress_bar=False)
-    second = generate.generate(pattern, model_path, ["gradient"], str(tmp_path), num_shards=2,
-                               shard_index=1, progress_bar=False)
+    first = generate.generate(generate.Config(input_pattern=pattern, model_path=model_path,
+                                              saliency_method="gradient", output_dir=str(tmp_path),
+                                              num_shards=2, shard_index=0), progress_bar=False)
+    second = generate.generate(generate.Config(input_pattern=pattern, model_path=model_path,
+                                               saliency_method="gradient",
+                                               output_dir=str(tmp_path), num_shards=2,
+                                               shard_index=1), progress_bar=False)
     assert first["written"] == second["written"] == 1
     assert sorted(os.listdir(tmp_path / "gradient")) == [
         ".ledger", "manifest.json", "train-00000-of-00001.tfrecord",
         "validation-00000-of-00001.tfrecord"]
     with pytest.raises(models.UserError, match=r"--shard_index=2 must be in \[0, --num_shards=2\)"):
-        generate.generate(pattern, model_path, ["gradient"], str(tmp_path), num_shards=2,
-                          shard_index=2)
+        generate.generate(generate.Config(input_pattern=pattern, model_path=model_path,
+                                          saliency_method="gradient", output_dir=str(tmp_path),
+                                          num_shards=2, shard_index=2))
 
 
 def test_binary_writes_float16_maps(tiny_world, exported, tmp_path):
