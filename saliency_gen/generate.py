@@ -25,15 +25,10 @@ from tqdm import tqdm
 import models
 from models.foundation import provenance
 from models.foundation.cli import option, run_binary
-from models.foundation.errors import (
-    RecordError,
-    UserError,
-    check_minimum,
-    check_unique,
-    required,
-)
+from models.foundation.errors import RecordError, UserError, check_unique, required
 from models.foundation.files import ensure_directory, exclusive, remove_leftovers
 from models.foundation.lazy import lazy_module
+from models.foundation.rules import Checked, at_least
 from saliency_gen import shard_ledger
 from saliency_gen.formats import MAP_DTYPES
 
@@ -47,8 +42,8 @@ records = lazy_module("saliency_gen.records")
 
 
 @dataclasses.dataclass(frozen=True)
-class Config:
-    """The generator's options (one flag each)."""
+class Config(Checked):
+    """The generator's options (one flag each), checked when built."""
 
     input_pattern: Optional[str] = option(None, "Glob of the image TFRecord shards to explain.",
                                           origin=False)
@@ -59,10 +54,12 @@ class Config:
         "registered ones, or 'package.module:function'.", origin="method")
     output_dir: Optional[str] = option(None, "Root directory of the saliency records.",
                                        origin=False)
-    batch_size: int = option(32, "Images read and explained per step.", origin=False)
+    batch_size: int = option(32, "Images read and explained per step.", origin=False,
+                             rule=at_least(1))
     chunk_size: int = option(64, "Rows per gradient evaluation (results do not depend on it).",
-                             origin=False)
-    num_shards: int = option(1, "Split the input shards over this many tasks.", origin=False)
+                             origin=False, rule=at_least(1))
+    num_shards: int = option(1, "Split the input shards over this many tasks.", origin=False,
+                             rule=at_least(1))
     shard_index: int = option(0, "This task's index in [0, num_shards).", origin=False)
     seed: int = option(0, "Seed of every random choice (noise, baselines, masks).")
     dtype: str = option("rank8", "Stored map format: rank8 (1 byte per element, exact ROAR "
@@ -75,6 +72,20 @@ class Config:
     explain: str = option("prediction", "Explain the model's predicted class (ROAR, BAM) or the "
                           "label (IDSDS).", ("prediction", "label"))
     overwrite: bool = option(False, "Recompute finished output shards.", origin=False)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not 0 <= self.shard_index < self.num_shards:
+            raise UserError(f"--shard_index={self.shard_index} must be in [0, "
+                            f"--num_shards={self.num_shards})")
+        if not self.methods:
+            raise UserError("--saliency_method names no method")
+        check_unique("saliency_method", self.methods)
+
+    @property
+    def methods(self) -> list:
+        """The method names of the comma-separated --saliency_method."""
+        return [m.strip() for m in self.saliency_method.split(",") if m.strip()]
 
 
 def method_directory(method):
@@ -211,22 +222,6 @@ def _holds_nothing_else(folder) -> bool:
     return True
 
 
-def _check_flags(config: Config) -> list:
-    """The methods of `config` (its comma-separated --saliency_method), after checking the
-    flags that must hold together: one line for the first that does not."""
-    check_minimum("batch_size", config.batch_size, 1)
-    check_minimum("chunk_size", config.chunk_size, 1)
-    check_minimum("num_shards", config.num_shards, 1)
-    if not 0 <= config.shard_index < config.num_shards:
-        raise UserError(f"--shard_index={config.shard_index} must be in [0, "
-                        f"--num_shards={config.num_shards})")
-    methods_list = [m.strip() for m in config.saliency_method.split(",") if m.strip()]
-    if not methods_list:
-        raise UserError("--saliency_method names no method")
-    check_unique("saliency_method", methods_list)
-    return methods_list
-
-
 def generate(config: Config, *, progress_bar: bool = True,
              explain_all: Optional[Callable] = None) -> dict:
     """The generator of `config` as a function; returns {"images", "seconds", "written",
@@ -243,7 +238,7 @@ def generate(config: Config, *, progress_bar: bool = True,
     """
     input_pattern, model_path, output_dir = required(config, "input_pattern", "model_path",
                                                      "output_dir")
-    methods_list = _check_flags(config)
+    methods_list = config.methods
     batch_size, chunk_size, seed, dtype = (config.batch_size, config.chunk_size, config.seed,
                                            config.dtype)
     geometry, label_offset, explain = config.geometry, config.label_offset, config.explain
