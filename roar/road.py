@@ -21,7 +21,7 @@ from tqdm import tqdm
 import models
 from models.foundation import provenance
 from models.foundation.cli import option, origin_flags, run_binary
-from models.foundation.errors import UserError, check_one_of
+from models.foundation.errors import UserError, check_one_of, required
 from models.foundation.files import exclusive, write_json
 from models.foundation.lazy import lazy_module
 from models.foundation.rules import UNIQUE_NUMBERS, WHOLE_PERCENTS, Checked, at_least, some_of
@@ -193,16 +193,15 @@ def check_flags(f: Config) -> None:
 def inputs(f: Config, size: int) -> Inputs:
     """The test files, map source and mask settings of `f` (after `on_synthetic_world`), for a
     model of input side `size`."""
-    if f.data_dir is None or f.saliency_method is None:
-        raise UserError("--data_dir and --saliency_method are required here")
-    files = masked_data.list_shards(os.path.join(f.data_dir, f.eval_pattern), "--eval_pattern")
-    control = f.saliency_method if f.saliency_method in ("random", "oracle") else None
+    data_dir, method = required(f, "data_dir", "saliency_method")
+    files = masked_data.list_shards(os.path.join(data_dir, f.eval_pattern), "--eval_pattern")
+    control = method if method in ("random", "oracle") else None
     mask = masked_data.MaskConfig(ranking=f.ranking, squared=f.squared_value,
                                   tie_break=f.tie_break, fill=f.fill, road_noise=f.road_noise,
                                   seed=f.seed)
     read = masked_data.Records(
         "images" if control else "saliency", control,
-        map_key=None if control else masked_data.record_key_of(f.saliency_method), size=size,
+        map_key=None if control else masked_data.record_key_of(method), size=size,
         label_offset=f.label_offset)
     return Inputs(files, read, mask, [float(r) for r in f.ratios])
 
