@@ -72,7 +72,7 @@ def test_a_retried_bundle_gives_a_complete_identical_output(small_shards, tmp_pa
     try:
         config = beam_generate.Config(input_pattern=pattern, model_path=model_path,
                                       saliency_method=method, output_dir=str(tmp_path / "beam"),
-                                      batch_size=4, unit_records=4,
+                                      batch_size=4, unit_records=12,
                                       runner="BundleBasedDirectRunner")
         result = beam_generate.run(config)
         assert marker.exists()  # the injected failure did happen, and the runner retried
