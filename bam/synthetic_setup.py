@@ -9,6 +9,7 @@ changes) in the world's folder. `prepare_relative` adds
 the relative sets scene1..scene10 and their models. Every step writes under a temporary name and
 renames when complete, so an interrupted run resumes where it stopped.
 """
+import dataclasses
 import os
 import shutil
 import time
@@ -19,12 +20,13 @@ from bam import delta_patch, train
 from models.formats.exporting import WEIGHTS_PATH, read_info
 from models.foundation import progress
 from models.foundation.files import atomic_output, read_json, write_json
+from models.training.recipes import RunOptions
 from saliency_gen.world import cache, construction
 from saliency_gen.world import shipped as shipped_models
 
 MODELS = ("obj", "scene", "scene_only")
 RELATIVE_MODELS = tuple(f"scene{k}" for k in range(1, 11))
-EPOCHS = train.PRESETS["synthetic"].epochs
+EPOCHS = train.PRESETS["synthetic"].recipe.epochs
 PATCH, PATCH_MASKS = "bamboo_forest_patch", "val_mask"
 PATCH_MODEL = "made_with.json"  # the scene_only model the patch was made with
 
@@ -91,8 +93,9 @@ def train_model(data_dir: str, model_dir: str, name: str, epochs: int = EPOCHS,
                 seed: int = 0) -> dict:
     """Trains the synthetic world's model on dataset `name` and exports it into `model_dir`
     (overwriting a backup: the cache owns it); returns the training report."""
-    return train.train_and_export(data_dir, name, model_dir, epochs=epochs, seed=seed,
-                                  overwrite=True,
+    run = RunOptions(recipe=dataclasses.replace(train.PRESETS["synthetic"].recipe,
+                                                epochs=epochs), seed=seed, overwrite=True)
+    return train.train_and_export(data_dir, name, model_dir, run,
                                   callbacks=[progress.TrainingBar(f"training {name}")])
 
 

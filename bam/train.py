@@ -35,16 +35,16 @@ from models.foundation import provenance
 from models.foundation.cli import option, run_binary
 from models.foundation.errors import UserError, check_one_of, required
 from models.foundation.files import ensure_directory, read_json, write_json
-from models.training import loop, recipes
+from models.training import distribution, loop, recipes
+from models.training.recipes import RunOptions, TrainingFlags
 from saliency_gen.world import dataset
 
 
 @dataclasses.dataclass(frozen=True)
 class Recipe:
-    """What BAM trains and how (docs/bam.md, "Training")."""
+    """How BAM trains (docs/bam.md, "Training"); the model and its initial weights are the
+    run's (`RunOptions.model_name`, `model_options`)."""
 
-    model: str = "small_cnn"
-    weights: Optional[str] = None  # "imagenet", a Keras weights file, or None
     input_size: Optional[int] = None  # None: the images' own size
     epochs: int = 3
     batch_size: int = 64
@@ -52,10 +52,20 @@ class Recipe:
     learning_rate: float = 1e-3
 
 
+@dataclasses.dataclass(frozen=True)
+class Preset:
+    """A preset: the model, its initial weights ("imagenet", a Keras weights file, or None)
+    and the recipe."""
+
+    model: str = "small_cnn"
+    weights: Optional[str] = None
+    recipe: Recipe = Recipe()
+
+
 PRESETS = {
-    "synthetic": Recipe(),
-    "real": Recipe(model="keras_resnet50", weights="imagenet", input_size=224, epochs=5,
-                   learning_rate=1e-4),
+    "synthetic": Preset(),
+    "real": Preset(model="keras_resnet50", weights="imagenet",
+                   recipe=Recipe(input_size=224, epochs=5, learning_rate=1e-4)),
 }
 MEMORY_LIMIT_BYTES = 2 << 30  # decoded training pixels above this stream from disk
 PIPELINES = ("auto", "memory", "stream")
@@ -137,12 +147,10 @@ def finish(images: tf.data.Dataset, input_size: int, pipeline: str) -> tf.data.D
                       num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
 
 
-def _backup_callbacks(backup_dir, config, overwrite=False):
-    """Keras' BackupAndRestore in `backup_dir` and the progress keeper; a backup made with
-    another config stops the run with one line naming the differing setting (docs/bam.md,
-    "Outputs"), unless `overwrite` discards it. Returns (callbacks, finished epochs, progress)."""
-    if backup_dir is None:
-        return [], 0, loop.Progress(None, loop.resume_state(None)[1])
+def _claim_backup(backup_dir, config, overwrite=False):
+    """Records `config` in `backup_dir`; a backup made with another config stops the run with
+    one line naming the differing setting (docs/bam.md, "Outputs"), unless `overwrite`
+    discards it."""
     config_path = os.path.join(backup_dir, "config.json")
     if os.path.isdir(backup_dir):
         recorded = read_json(config_path, "backup config") if os.path.exists(config_path) else {}
@@ -154,17 +162,13 @@ def _backup_callbacks(backup_dir, config, overwrite=False):
             shutil.rmtree(backup_dir)
     ensure_directory(backup_dir)
     write_json(config_path, config, sort_keys=True)
-    done_epochs, state = loop.resume_state(backup_dir)
-    progress = loop.Progress(os.path.join(backup_dir, loop.PROGRESS), state)
-    return ([keras.callbacks.BackupAndRestore(backup_dir, delete_checkpoint=False), progress],
-            done_epochs, progress)
 
 
 def epoch_stream(data: tf.data.Dataset, num_images: int, *, first_epoch: int, epochs: int,
                  batch_size: int, seed: int, input_size: int, pipeline: str,
-                 space: InputSpace) -> tf.data.Dataset:
+                 space: InputSpace, whole_batches: bool = False) -> tf.data.Dataset:
     """Training batches of epochs `first_epoch`..`epochs - 1`, each a fresh shuffle of `data`
-    with random flips, ending in a partial batch.
+    with random flips, ending in a partial batch (dropped when `whole_batches`).
 
     Epoch e's order and flips depend only on (seed, e), so a run resumed at epoch e sees exactly
     the batches an uninterrupted run sees from there (docs/bam.md, "Training").
@@ -181,7 +185,7 @@ def epoch_stream(data: tf.data.Dataset, num_images: int, *, first_epoch: int, ep
 
         return (finish(shuffled, input_size, pipeline).enumerate()
                 .map(augment, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-                .batch(batch_size))
+                .batch(batch_size, drop_remainder=whole_batches))
 
     stream = one_epoch(first_epoch)
     for epoch in range(first_epoch + 1, epochs):
@@ -189,33 +193,35 @@ def epoch_stream(data: tf.data.Dataset, num_images: int, *, first_epoch: int, ep
     return stream.prefetch(tf.data.AUTOTUNE)
 
 
-def train_classifier(data_dir: str, dataset_name: str, model_name: str = "small_cnn",
-                     input_size: Optional[int] = None, epochs: int = 10, batch_size: int = 64,
-                     learning_rate: float = 1e-3, seed: int = 0,
-                     max_seconds: Optional[float] = None, verbose: int = 0,
-                     optimizer: str = "adam", pipeline: str = "auto",
-                     backup_dir: Optional[str] = None, callbacks: Sequence = (),
-                     overwrite: bool = False, **model_options: Any) -> tuple[Any, dict]:
-    """Trains `model_name` on `<data_dir>/<dataset_name>`; returns (model, report dict).
+def train_classifier(data_dir: str, dataset_name: str,
+                     run: RunOptions = RunOptions(recipe=Recipe()), *,
+                     max_seconds: Optional[float] = None, pipeline: str = "auto",
+                     backup_dir: Optional[str] = None,
+                     callbacks: Sequence = ()) -> tuple[Any, dict]:
+    """Trains `run.model_name` on `<data_dir>/<dataset_name>` with the BAM `run.recipe`;
+    returns (model, report dict). The classes are the data's (`run.num_classes` is not used).
 
-    `input_size` defaults to the images' own size. `model_options` go to `models.build` (e.g.
-    `weights="imagenet"` or a weights-file path for keras_resnet50). The report holds the
-    validation accuracy, the numbers of images, the pipeline, the training seconds (of every
-    attempt) and the resumptions. `max_seconds` stops training early at that wall-clock budget
-    (which makes the epoch count machine-dependent). Training is deterministic: the seed fixes
-    initialisation, order and flips, and TensorFlow's op determinism is enabled for the process.
+    The recipe's `input_size` defaults to the images' own size. `run.model_options` go to
+    `models.build` (e.g. `weights="imagenet"` or a weights-file path for keras_resnet50). The
+    report holds the validation accuracy, the numbers of images, the pipeline, the training
+    seconds (of every attempt) and the resumptions. `max_seconds` stops training early at that
+    wall-clock budget (which makes the epoch count machine-dependent). Training runs in the
+    project's one loop (`models.training.loop.fit`: `run.strategy`, `run.precision`, seeding
+    and op determinism) and is deterministic: the seed fixes initialisation, order and flips.
     With `backup_dir` a killed run resumes from its last finished epoch and ends with the
     weights an uninterrupted run gives; a backup made with other arguments stops with one line
-    unless `overwrite`.
+    unless `run.overwrite`. Under several replicas each epoch ends with its last whole batch.
+    `run.stop_after_epochs` ends the call after that many epochs with (None,
+    {"stopped_after_epoch": n}).
     """
+    recipe = run.recipe
     root = os.path.join(data_dir, dataset_name)
     train = dataset.train_listing(root)
     val = dataset.val_listing(root)
     if not train or not val:
         raise UserError(f"{root} has {len(train)} training and {len(val)} validation images; "
                         "both must be non-empty")
-    if input_size is None:
-        input_size = load_bam_pixels(train[0][0]).shape[0]
+    input_size = recipe.input_size or load_bam_pixels(train[0][0]).shape[0]
     chosen = choose_pipeline(pipeline, len(train), input_size)
     space = INPUT_SPACES["caffe_rgb"]
     train_y = np.array([label for _, label in train], np.int64)
@@ -225,57 +231,91 @@ def train_classifier(data_dir: str, dataset_name: str, model_name: str = "small_
     train_data = labelled_images([p for p, _ in train], train_y, input_size, chosen)
     val_data = labelled_images([p for p, _ in val], val_y, input_size, chosen)
     decode_seconds = time.time() - started
+    model_options = dict(run.model_options or {})
+    config = {"dataset": dataset_name, "model": run.model_name, "input_size": input_size,
+              "epochs": recipe.epochs, "batch_size": recipe.batch_size,
+              "learning_rate": recipe.learning_rate, "optimizer": recipe.optimizer,
+              "seed": run.seed, "max_seconds": max_seconds,
+              "model_options": {k: str(v) for k, v in sorted(model_options.items())},
+              "strategy": run.strategy, "cpu_replicas": run.cpu_replicas,
+              "precision": run.precision}
+    if backup_dir is not None:
+        _claim_backup(backup_dir, config, run.overwrite)
 
-    tf.config.experimental.enable_op_determinism()
-    keras.utils.set_random_seed(seed)
-    model = models.build(model_name, num_classes, (input_size, input_size, 3), **model_options)
-    model.compile(_optimizer(optimizer, learning_rate),
-                  keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                  metrics=["accuracy"])
-    config = {"dataset": dataset_name, "model": model_name, "input_size": input_size,
-              "epochs": epochs, "batch_size": batch_size, "learning_rate": learning_rate,
-              "optimizer": optimizer, "seed": seed, "max_seconds": max_seconds,
-              "model_options": {k: str(v) for k, v in sorted(model_options.items())}}
-    backup, resumed_from, progress = _backup_callbacks(backup_dir, config, overwrite)
-    stream = epoch_stream(train_data, len(train_y), first_epoch=resumed_from, epochs=epochs,
-                          batch_size=batch_size, seed=seed, input_size=input_size,
-                          pipeline=chosen, space=space)
-    try:
-        history = model.fit(stream, epochs=epochs, verbose=verbose, shuffle=False,
-                            steps_per_epoch=-(-len(train_y) // batch_size),
-                            callbacks=[_TimeLimit(max_seconds), *backup, *callbacks])
-    except tf.errors.OpError as error:  # e.g. an unreadable image met while streaming
-        raise UserError(f"training on {root} failed: {error.message.strip().splitlines()[-1]}") \
-            from None
-    train_seconds = progress.seconds()
+    def build():
+        model = loop.build_model(run.model_name, num_classes, input_size, None, run.precision,
+                                 model_options)
+        model.compile(_optimizer(recipe.optimizer, recipe.learning_rate),
+                      keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                      metrics=["accuracy"])
+        return model
+
     val_inputs = finish(val_data, input_size, chosen).map(
         lambda x, y: space.from_uint8(x)).batch(256)
-    logits = model.predict(val_inputs, verbose=0)
-    accuracy = float(np.mean(np.argmax(logits, axis=1) == val_y))
+    # Several replicas split whole batches only (models.training.distribution).
+    whole = distribution.start(run.strategy, run.cpu_replicas).num_replicas_in_sync > 1
+    if whole and len(train_y) < recipe.batch_size:
+        raise UserError(f"{root} has {len(train_y)} training images, fewer than one batch of "
+                        f"{recipe.batch_size}; lower --batch_size")
+
+    def stream_from(first_epoch):
+        return epoch_stream(train_data, len(train_y), first_epoch=first_epoch,
+                            epochs=recipe.epochs, batch_size=recipe.batch_size, seed=run.seed,
+                            input_size=input_size, pipeline=chosen, space=space,
+                            whole_batches=whole)
+
+    def first_batch():
+        images = next(iter(val_inputs))
+        return images, val_y[:len(images)]
+
+    try:
+        fitted = loop.fit(
+            build, stream_from, run, epochs=recipe.epochs,
+            steps_per_epoch=(len(train_y) // recipe.batch_size if whole
+                             else -(-len(train_y) // recipe.batch_size)),
+            backup=backup_dir, keep_backup=True, first_batch=first_batch,
+            callbacks=[_TimeLimit(max_seconds), *callbacks],
+            after=lambda model: model.predict(val_inputs, verbose=0))
+    except loop.DataError as error:  # e.g. an unreadable image met while streaming
+        raise UserError(f"training on {root} failed: {error}") from None
+    except loop.Stopped as stop:  # --stop_after_epochs: the backup is kept
+        return None, {"stopped_after_epoch": stop.epochs}
+    accuracy = float(np.mean(np.argmax(fitted.after, axis=1) == val_y))
+    model = fitted.model if run.precision == "float32" else loop.float32_twin(
+        fitted.model, run.model_name, num_classes, input_size, None, model_options)
     return model, dict(
         config, val_accuracy=accuracy, num_train=len(train_y), num_val=len(val_y),
-        epochs_run=resumed_from + len(history.history.get("loss", [])),
-        resumed_from_epoch=resumed_from, resumptions=len(progress.state["resumed_at_epochs"]),
-        resumed_at_epochs=progress.state["resumed_at_epochs"], train_seconds=train_seconds,
-        decode_seconds=decode_seconds, pipeline=chosen)
+        epochs_run=fitted.first_epoch + len(fitted.losses),
+        resumed_from_epoch=fitted.first_epoch, resumptions=len(fitted.resumed_at_epochs),
+        resumed_at_epochs=fitted.resumed_at_epochs, train_seconds=fitted.seconds,
+        decode_seconds=decode_seconds, pipeline=chosen, loss_per_epoch=fitted.losses,
+        replicas=fitted.replicas)
 
 
 _MEASURED = ("val_accuracy", "num_train", "num_val", "epochs_run", "resumed_from_epoch",
              "resumptions", "resumed_at_epochs", "train_seconds", "decode_seconds",
-             "pipeline")  # results, not settings
+             "pipeline", "loss_per_epoch", "replicas")  # results, not settings
 
 
 def train_and_export(data_dir: str, dataset_name: str, model_dir: str,
-                     settings: Optional[dict] = None, **options: Any) -> dict:
-    """Trains on `<data_dir>/<dataset_name>`, exports `<model_dir>/<dataset_name>` (SavedModel)
-    and writes the report beside it as `<model_dir>/<dataset_name>.json`; returns the report.
-    The export's origin holds the training settings, plus `settings` (e.g. the preset).
+                     run: RunOptions = RunOptions(recipe=Recipe()), *,
+                     settings: Optional[dict] = None, max_seconds: Optional[float] = None,
+                     pipeline: str = "auto", callbacks: Sequence = ()) -> dict:
+    """Trains on `<data_dir>/<dataset_name>` as `train_classifier` does, exports
+    `<model_dir>/<dataset_name>` (SavedModel) and writes the report beside it as
+    `<model_dir>/<dataset_name>.json`; returns the report ({"stopped_after_epoch": n} when
+    `run.stop_after_epochs` ended it). The export's origin holds the training settings, plus
+    `settings` (e.g. the preset).
 
     Until the export, an epoch backup lives in `<model_dir>/<dataset_name>.backup` so that a
     killed run resumes there.
     """
     backup_dir = os.path.join(model_dir, f"{dataset_name}.backup")
-    model, report = train_classifier(data_dir, dataset_name, backup_dir=backup_dir, **options)
+    model, report = train_classifier(data_dir, dataset_name, run, max_seconds=max_seconds,
+                                     pipeline=pipeline, backup_dir=backup_dir,
+                                     callbacks=callbacks)
+    if model is None:  # stopped by run.stop_after_epochs, to be resumed
+        return report
     path = os.path.join(model_dir, dataset_name)
     info = models.export(model, path, preprocessing="caffe_rgb", overwrite=True,
                          extra=dict(report, origin=provenance.origin(
@@ -288,8 +328,9 @@ def train_and_export(data_dir: str, dataset_name: str, model_dir: str,
 
 
 @dataclasses.dataclass(frozen=True)
-class Config:
-    """bam.train's options (one flag each); unset recipe options come from the preset."""
+class Config(TrainingFlags):
+    """bam.train's options (one flag each; the training flags shared with the other trainers
+    first); unset recipe options come from the preset."""
 
     dataset: str = option(
         "obj",
@@ -327,36 +368,50 @@ class Config:
 
 
 
-def resolved_options(values: dict, preset: str) -> dict:
-    """Training keyword arguments from option `values` (None = unset) and a preset's recipe."""
-    options = dataclasses.asdict(recipes.with_overrides(PRESETS[preset], **values))
-    weights = options.pop("weights")
-    model_options = {}
-    if weights is not None and weights.lower() != "none":
-        if options["model"] not in ("keras_resnet50", "vgg16"):
-            raise UserError(f"--weights applies to keras_resnet50 and vgg16, not "
-                            f"{options['model']}")
+def preset_with(values: dict, preset: str) -> Preset:
+    """The preset `preset` with the option `values` that are set (None = unset) applied:
+    `model` and `weights` to the preset, the others to its recipe; `weights` "none" means
+    none. Weights apply to keras_resnet50 and vgg16 only, and name "imagenet" or a file."""
+    chosen = PRESETS[preset]
+    recipe = recipes.with_overrides(chosen.recipe, **{key: value for key, value in values.items()
+                                                      if key not in ("model", "weights")})
+    model = values.get("model") or chosen.model
+    weights = chosen.weights if values.get("weights") is None else values["weights"]
+    if weights is not None and weights.lower() == "none":
+        weights = None
+    if weights is not None:
+        if model not in ("keras_resnet50", "vgg16"):
+            raise UserError(f"--weights applies to keras_resnet50 and vgg16, not {model}")
         if weights != "imagenet" and not os.path.isfile(weights):
             raise UserError(f"--weights={weights} is neither 'imagenet' nor an existing file")
-        model_options["weights"] = weights
-    options["model_name"] = options.pop("model")
-    return dict(options, **model_options)
+    return Preset(model, weights, recipe)
 
 
 def run(config: Config) -> dict:
     """Trains and exports one BAM model with `config`; returns the training report."""
     f = config
     data_dir, model_dir = required(f, "data_dir", "model_dir")
+    # A multi-worker strategy (and logical CPUs) must exist before TensorFlow runs anything.
+    distribution.start(f.strategy, f.cpu_replicas)
     preset = detect_preset(data_dir) if f.preset == "auto" else f.preset
-    options = resolved_options(
+    chosen = preset_with(
         {name: getattr(f, name) for name in ("model", "weights", "input_size", "epochs",
                                              "batch_size", "optimizer", "learning_rate")},
         preset)
+    shown = {"model": chosen.model, **({"weights": chosen.weights} if chosen.weights else {}),
+             **dataclasses.asdict(chosen.recipe)}
     print(f"training {f.dataset} with the {preset} preset: "
-          + ", ".join(f"{key}={value}" for key, value in sorted(options.items())))
-    report = train_and_export(data_dir, f.dataset, model_dir, {"preset": preset}, seed=f.seed,
-                              max_seconds=f.max_seconds, pipeline=f.pipeline, verbose=1,
-                              overwrite=f.overwrite, **options)
+          + ", ".join(f"{key}={value}" for key, value in sorted(shown.items())))
+    options = f.run_options(model_name=chosen.model, recipe=chosen.recipe, seed=f.seed,
+                            model_options={"weights": chosen.weights} if chosen.weights else None,
+                            overwrite=f.overwrite, verbose=1)
+    report = train_and_export(data_dir, f.dataset, model_dir, options,
+                              settings={"preset": preset}, max_seconds=f.max_seconds,
+                              pipeline=f.pipeline)
+    if "stopped_after_epoch" in report:
+        print(f"stopped after epoch {report['stopped_after_epoch']} (--stop_after_epochs); "
+              "run the same command again to resume")
+        return report
     print(f"{f.dataset}: val accuracy {report['val_accuracy']:.4f} on {report['num_val']} images "
           f"after {report['epochs_run']} epochs ({report['train_seconds']:.0f} s, "
           f"{report['pipeline']} pipeline); exported to {report['model_path']}")

@@ -32,7 +32,8 @@ from models.foundation import provenance
 from models.foundation.cli import option, run_binary
 from models.foundation.errors import UserError
 from models.foundation.files import atomic_output, exclusive, write_json
-from models.training import loop, recipes
+from models.training import distribution, loop, recipes
+from models.training.recipes import RunOptions, TrainingFlags
 from saliency_gen import pipelines, records
 from saliency_gen.world import cache
 
@@ -170,80 +171,114 @@ def initial_model(init_model: Optional[str] = None, model_name: Optional[str] = 
     return model, models.spec(model_name).preprocessing
 
 
-def finetune(train_files: Sequence[str], eval_files: Sequence[str], output_dir: str, *,
-             init_model: Optional[str] = None, model_name: Optional[str] = None,
-             num_classes: Optional[int] = None, size: Optional[int] = None,
-             weights: Optional[str] = None, recipe: FinetuneRecipe = FinetuneRecipe(),
-             seed: int = 0, verbose: int = 1, callbacks: Sequence = (),
-             overwrite: bool = False) -> dict:
+def finetune(train_files: Sequence[str], eval_files: Sequence[str], output_dir: str,
+             run: RunOptions = RunOptions(recipe=FinetuneRecipe(), verbose=1), *,
+             init_model: Optional[str] = None, size: Optional[int] = None,
+             weights: Optional[str] = None, callbacks: Sequence = ()) -> dict:
     """Fine-tunes, keeps the best clean validation top-1, exports; returns the metrics.
 
-    Like ROAR's runs (docs/architecture.md, "Outputs and provenance"): `<output_dir>/origin.json`
-    records what makes the run; a finished run of the same origin is reused, another origin stops
-    with one line unless `overwrite`, and a killed run resumes to the uninterrupted result.
+    Starts from the export `init_model`, or else from the zoo architecture `run.model_name`
+    with `run.num_classes`, input side `size` and `weights`; trains with `run.recipe` (a
+    `FinetuneRecipe`) in the project's one loop (`models.training.loop.fit`: `run.strategy`,
+    `run.precision`, `run.seed`, `run.stop_after_epochs`). Like ROAR's runs
+    (docs/architecture.md, "Outputs and provenance"): `<output_dir>/origin.json` records what
+    makes the run; a finished run of the same origin is reused, another origin stops with one
+    line unless `run.overwrite`, and a killed run resumes to the uninterrupted result.
     """
-    base, space_name = initial_model(init_model, model_name, num_classes, size, weights)
-    size = int(base.inputs[0].shape[1])
-    classes = int(base.outputs[0].shape[-1])
+    recipe = run.recipe
+    if init_model:
+        info = models.read_info(init_model)
+        size, classes = int(info["input_shape"][0]), int(info["num_classes"])
+        start = {"init_model_id": info["model_id"]}
+    elif run.model_name and size:
+        classes = run.num_classes
+        start = {"model": run.model_name, "weights": weights, "num_classes": classes,
+                 "size": size}
+    else:
+        raise UserError("pass --init_model, or --model with --num_classes and --image_size")
     num_train, num_eval = pipelines.count_records(train_files), pipelines.count_records(eval_files)
     if num_train < recipe.batch_size:
         raise UserError(f"{num_train} training images are fewer than one batch of "
                         f"{recipe.batch_size}; lower --batch_size")
-    start = ({"init_model_id": models.read_info(init_model)["model_id"]} if init_model else
-             {"model": model_name, "weights": weights, "num_classes": classes, "size": size})
     requested = provenance.origin(
-        {**dataclasses.asdict(recipe), "seed": seed, **start},
+        {**dataclasses.asdict(recipe), "seed": run.seed, "strategy": run.strategy,
+         "cpu_replicas": run.cpu_replicas, "precision": run.precision, **start},
         train_data=provenance.listing_digest(train_files),
         eval_data=provenance.listing_digest(eval_files))
     with exclusive(output_dir, "run folder"):
-        finished = loop.prepare_run_folder(output_dir, requested, overwrite)
+        finished = loop.prepare_run_folder(output_dir, requested, run.overwrite)
         if finished is not None:
             return finished
-        return _finetune(base, space_name, train_files, eval_files, output_dir, requested,
-                         recipe=recipe, seed=seed, verbose=verbose, callbacks=callbacks,
-                         num_train=num_train, num_eval=num_eval, init_model=init_model)
+        try:
+            return _finetune(train_files, eval_files, output_dir, requested, run, size=size,
+                             init_model=init_model, weights=weights, callbacks=callbacks,
+                             num_train=num_train, num_eval=num_eval)
+        except loop.Stopped as stop:  # the backup is kept: a re-run resumes
+            return {"stopped_after_epoch": stop.epochs}
 
 
-def _finetune(base, space_name, train_files, eval_files, output_dir, requested, *, recipe, seed,
-              verbose, callbacks, num_train, num_eval, init_model):
-    keras.utils.set_random_seed(seed)
-    tf.config.experimental.enable_op_determinism()
-    size = int(base.inputs[0].shape[1])
-    space = input_space(space_name)
-    model = CoupledDecayModel(base.inputs, base.outputs, name=base.name,
-                              weight_decay=recipe.weight_decay)
+def _finetune(train_files, eval_files, output_dir, requested, run: RunOptions, *, size,
+              init_model, weights, callbacks, num_train, num_eval):
+    recipe = run.recipe
+    made: dict = {}
+
+    def initial():
+        return initial_model(init_model, run.model_name, run.num_classes, size, weights)[0]
+
+    def build():
+        base = made["base"] = loop.in_precision(initial, run.precision)
+        model = CoupledDecayModel(base.inputs, base.outputs, name=base.name,
+                                  weight_decay=recipe.weight_decay)
+        decays = math.ceil(recipe.epochs / recipe.decay_every)  # learning rates used
+        schedule = recipe.learning_rate if decays <= 1 else (  # (Keras wants >= 1 boundary)
+            keras.optimizers.schedules.PiecewiseConstantDecay(
+                [steps * recipe.decay_every * k for k in range(1, decays)],
+                [recipe.learning_rate * 0.1 ** k for k in range(decays)]))
+        model.compile(keras.optimizers.SGD(schedule, momentum=recipe.momentum),
+                      keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                      metrics=[keras.metrics.SparseCategoricalAccuracy(name="top1")])
+        return model
+
     steps = num_train // recipe.batch_size
-    schedule = keras.optimizers.schedules.PiecewiseConstantDecay(
-        [steps * recipe.decay_every * k for k in range(1, math.ceil(recipe.epochs /
-                                                                    recipe.decay_every))],
-        [recipe.learning_rate * 0.1 ** k for k in range(math.ceil(recipe.epochs /
-                                                                  recipe.decay_every))])
-    model.compile(keras.optimizers.SGD(schedule, momentum=recipe.momentum),
-                  keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                  metrics=[keras.metrics.SparseCategoricalAccuracy(name="top1")])
+    space_name = (models.read_info(init_model)["preprocessing"] if init_model
+                  else models.spec(run.model_name).preprocessing)
+    space = input_space(space_name)
     keeper = BestWeights(os.path.join(output_dir, "best.weights.h5"),
                          os.path.join(output_dir, "epochs.json"))
-    backup = os.path.join(output_dir, "backup")
-    done_epochs, state = loop.resume_state(backup)
-    progress = loop.Progress(os.path.join(backup, loop.PROGRESS), state)
     clean_eval = evaluation_dataset(eval_files, size, space)
-    initial = model.evaluate(clean_eval, verbose=0, return_dict=True)["top1"]
-    model.fit(training_dataset(train_files, size, space, recipe, seed, num_train, done_epochs),
-              epochs=recipe.epochs, steps_per_epoch=steps, validation_data=clean_eval,
-              verbose=verbose, callbacks=[
-                  keras.callbacks.BackupAndRestore(backup), progress, keeper,
-                  keras.callbacks.TensorBoard(os.path.join(output_dir, "logs")), *callbacks])
-    model.load_weights(keeper.weights_path)  # `base` shares these weights
-    info = models.export(base, os.path.join(output_dir, "model"), preprocessing=space_name,
-                         overwrite=True, extra={"origin": requested})
+    before = []
+
+    def after(model):
+        model.load_weights(keeper.weights_path)  # the base shares these weights
+        exported = made["base"]
+        if run.precision != "float32":  # explanations and evaluations run in float32
+            exported = initial()
+            exported.set_weights(made["base"].get_weights())
+        return models.export(exported, os.path.join(output_dir, "model"),
+                             preprocessing=space_name, overwrite=True,
+                             extra={"origin": requested})
+
+    backup = os.path.join(output_dir, "backup")
+    fitted = loop.fit(
+        build, lambda first: training_dataset(train_files, size, space, recipe, run.seed,
+                                              num_train, first), run,
+        steps_per_epoch=steps, epochs=recipe.epochs, backup=backup,
+        first_batch=clean_eval.take(1).get_single_element,
+        logs=os.path.join(output_dir, "logs"), callbacks=[keeper, *callbacks],
+        validation_data=clean_eval,
+        before=lambda model: before.append(
+            model.evaluate(clean_eval, verbose=0, return_dict=True)["top1"]),
+        after=after)
+    info, base = fitted.after, made["base"]
     accuracies = [value for _, value in sorted(keeper.accuracies().items())]
     result = {"best_val_top1": max(accuracies),
-              "initial_val_top1": float(initial), "val_top1_per_epoch": accuracies,
+              "initial_val_top1": float(before[0]), "val_top1_per_epoch": accuracies,
               "n_train": num_train, "n_eval": num_eval, "classes": int(base.outputs[0].shape[-1]),
-              "seconds": progress.seconds(), "resumptions": len(state["resumed_at_epochs"]),
-              "resumed_at_epochs": state["resumed_at_epochs"], "model_id": info["model_id"],
-              "init_model": init_model, "model": base.name, "seed": seed,
-              "recipe": dataclasses.asdict(recipe), "origin": requested}
+              "seconds": fitted.seconds, "resumptions": len(fitted.resumed_at_epochs),
+              "resumed_at_epochs": fitted.resumed_at_epochs, "model_id": info["model_id"],
+              "init_model": init_model, "model": base.name, "seed": run.seed,
+              "recipe": dataclasses.asdict(recipe), "precision": run.precision,
+              "replicas": fitted.replicas, "origin": requested}
     result = provenance.canonical(result)  # as metrics.json will give it back when reused
     write_json(os.path.join(output_dir, "metrics.json"), result, indent=2, sort_keys=True)
     shutil.rmtree(backup, ignore_errors=True)
@@ -256,8 +291,9 @@ def _finetune(base, space_name, train_files, eval_files, output_dir, requested, 
 # The binary.
 
 @dataclasses.dataclass(frozen=True)
-class Config:
-    """faithfulness.finetune's options (one flag each)."""
+class Config(TrainingFlags):
+    """faithfulness.finetune's options (one flag each; the training flags shared with the
+    other trainers first)."""
 
     init_model: Optional[str] = option(
         None,
@@ -294,6 +330,8 @@ class Config:
 def run(config: Config) -> dict:
     """Fine-tunes with `config` and exports the best epoch; returns the metrics."""
     f = config
+    # A multi-worker strategy (and logical CPUs) must exist before TensorFlow runs anything.
+    distribution.start(f.strategy, f.cpu_replicas)
     synthetic = f.init_model is None and f.model is None
     init_model, train_pattern, eval_pattern = f.init_model, f.train_pattern, f.eval_pattern
     if synthetic:
@@ -303,15 +341,22 @@ def run(config: Config) -> dict:
         eval_pattern = eval_pattern or os.path.join(shards, "validation-*")
     if not (train_pattern and eval_pattern):
         raise UserError("pass --train_pattern and --eval_pattern")
+    if not synthetic and not init_model and not f.num_classes:
+        raise UserError("pass --init_model, or --model with --num_classes and --image_size")
     recipe = recipes.with_overrides(
         PRESETS["synthetic" if synthetic else "real"], epochs=f.epochs,
         batch_size=f.batch_size, learning_rate=f.learning_rate, decay_every=f.decay_every,
         weight_decay=f.weight_decay, grid=f.grid_rows_and_cols, baseline=f.baseline)
+    options = f.run_options(recipe=recipe, seed=f.seed, overwrite=f.overwrite, verbose=1,
+                            **({} if init_model else {"model_name": f.model,
+                                                      "num_classes": f.num_classes}))
     result = finetune(records.list_files(train_pattern, "--train_pattern"),
                       records.list_files(eval_pattern, "--eval_pattern"), f.output_dir,
-                      init_model=init_model, model_name=f.model, num_classes=f.num_classes,
-                      size=f.image_size, weights=f.weights, recipe=recipe, seed=f.seed,
-                      overwrite=f.overwrite)
+                      options, init_model=init_model, size=f.image_size, weights=f.weights)
+    if "stopped_after_epoch" in result:
+        print(f"stopped after epoch {result['stopped_after_epoch']} (--stop_after_epochs); "
+              "run the same command again to resume")
+        return result
     print(f"clean validation top-1: {result['initial_val_top1']:.4f} before, "
           f"{result['best_val_top1']:.4f} best after {recipe.epochs} epochs "
           f"({result['seconds']:.0f} s); model in {os.path.join(f.output_dir, 'model')}")

@@ -25,9 +25,9 @@ from models.foundation.cli import option, origin_flags, run_binary
 from models.foundation.errors import UserError
 from models.foundation.files import ensure_directory, write_json
 from models.foundation.lazy import lazy_module
-from models.foundation.rules import POSITIVE, WHOLE_PERCENTS, Checked, at_least
+from models.foundation.rules import POSITIVE, WHOLE_PERCENTS, at_least
 from models.training import distribution, recipes
-from models.training.recipes import Recipe, RunOptions
+from models.training.recipes import Recipe, RunOptions, TrainingFlags
 
 # Loaded on first use: a bad flag is reported before TensorFlow starts (docs/architecture.md).
 training = lazy_module("models.training.loop")
@@ -138,8 +138,9 @@ DATASET_SIZES = {"imagenet": (1281167, 50000), "food_101": (75750, 25250),
 
 
 @dataclasses.dataclass(frozen=True)
-class Config(Checked):
-    """roar.train's options (one flag each), checked when built."""
+class Config(TrainingFlags):
+    """roar.train's options (one flag each; the training flags shared with the other trainers
+    first), checked when built."""
 
     ratio: Optional[float] = option(
         None,
@@ -214,16 +215,6 @@ class Config(Checked):
         None,
         'Registered model (default: small_cnn on the synthetic world, resnet50 '
         'otherwise).', origin="model")
-    strategy: str = option("default", "tf.distribute strategy: one device, mirrored (the "
-                           "devices of this machine), multi_worker (the TF_CONFIG cluster) or tpu.",
-                           distribution.STRATEGIES)
-    cpu_replicas: int = option(0, "With --strategy=mirrored: split the CPU into this many "
-                               "logical devices (data parallelism without GPUs).")
-    precision: str = option("float32", "Training precision; logits and loss stay float32 "
-                            "and the exported model is float32.", recipes.PRECISIONS)
-    stop_after_epochs: Optional[int] = option(None, "End this invocation after this many "
-                                              "epochs (keeping the backup): a re-run resumes.",
-                                              origin=False)
     seed: int = option(0, 'Seed of initialisation, order, masks and noise.')
     epochs: Optional[float] = option(None, 'Training epochs (synthetic default 4, else 90).',
                                      origin="epochs", rule=POSITIVE)
@@ -354,11 +345,10 @@ def run(config: Config, verbose: int = 1) -> dict:
     # the resolved masking, method and ratio
     record = {**origin_flags(f), **dataclasses.asdict(mask), "saliency_method": method,
               "ratio": ratio}
-    options = RunOptions(
+    options = f.run_options(
         model_name=f.model or ("small_cnn" if synthetic else "resnet50"),
-        num_classes=num_classes, recipe=recipe, seed=f.seed, strategy=f.strategy,
-        precision=f.precision, cpu_replicas=f.cpu_replicas,
-        stop_after_epochs=f.stop_after_epochs, overwrite=f.overwrite, verbose=verbose)
+        num_classes=num_classes, recipe=recipe, seed=f.seed, overwrite=f.overwrite,
+        verbose=verbose)
     read = masked_data.Records(
         source, control,
         map_key=masked_data.record_key_of(method) if source == "saliency" and method else None,

@@ -25,6 +25,7 @@ import saliency_gen
 from bam import train
 from models.foundation.cli import option, run_binary
 from models.formats.preprocessing import INPUT_SPACES
+from models.training.recipes import RunOptions
 from saliency_gen import records
 from saliency_gen.world import dataset, synthetic
 
@@ -76,7 +77,8 @@ class Config:
 
 def run(config: Config):
     synthetic.build_world(config.world_dir, seed=0)
-    model, report = train.train_classifier(config.world_dir, "obj", "small_cnn", epochs=1)
+    model, report = train.train_classifier(config.world_dir, "obj",
+                                           RunOptions(recipe=train.Recipe(epochs=1)))
     listing = dataset.val_listing(os.path.join(config.world_dir, "obj"))[:config.num_images]
     pixels = dataset.load_pixels([path for path, _ in listing])
     images = INPUT_SPACES["caffe_rgb"].from_uint8(pixels)

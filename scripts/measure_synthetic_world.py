@@ -17,6 +17,7 @@ from typing import Optional
 
 from bam import train
 from models.foundation.cli import option, run_binary
+from models.training.recipes import RunOptions
 from saliency_gen.world import synthetic
 
 GENERATION_TARGET_SECONDS = 60.0
@@ -43,9 +44,10 @@ def run(config: Config):
     rows = [("generation", "-", generation, GENERATION_TARGET_SECONDS, None)]
     reports = []
     for name in ("obj", "scene"):
-        _, report = train.train_classifier(config.output_dir, name, config.model,
-                                           epochs=config.epochs, seed=config.seed,
-                                           max_seconds=config.budget_seconds)
+        _, report = train.train_classifier(
+            config.output_dir, name,
+            RunOptions(model_name=config.model, recipe=train.Recipe(epochs=config.epochs),
+                       seed=config.seed), max_seconds=config.budget_seconds)
         reports.append(report)
         rows.append((f"train {name}", f"{report['val_accuracy']:.4f}", report["train_seconds"],
                      config.budget_seconds, report))

@@ -363,12 +363,17 @@ def declared_options(path: str, class_name: str = "Config") -> list:
     if config is None:
         return []
     options: dict[str, tuple] = {}
+    imported = {alias.asname or alias.name: node.module for node in tree.body
+                if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module
+                for alias in node.names}
     for base in config.bases:  # e.g. road.Config: the base module's own options first
+        source, name = None, None
         if isinstance(base, ast.Attribute) and isinstance(base.value, ast.Name):
-            source = getattr(values.get(base.value.id), "__file__", None)
-            if source is not None:
-                options.update((option[0], option)
-                               for option in declared_options(source, base.attr))
+            source, name = getattr(values.get(base.value.id), "__file__", None), base.attr
+        elif isinstance(base, ast.Name) and base.id in imported:  # from m import Base
+            source, name = _project_file(imported[base.id]), base.id
+        if source is not None and name is not None:
+            options.update((option[0], option) for option in declared_options(source, name))
     for node in config.body:
         call = getattr(node, "value", None)
         if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)

@@ -1,16 +1,19 @@
-"""Training a zoo classifier from scratch with a recipe (`models.training.recipes`): the loop that
-ROAR / KAR retraining and the synthetic world's clean model share.
+"""The project's one training loop (docs/architecture.md, "Training"), and ROAR's use of it.
 
-`train_and_evaluate` fits a registered model on batched (image, label) data under a
-`tf.distribute` strategy, keeps an epoch backup so a killed run resumes, logs to TensorBoard,
-evaluates on every test image and exports the model with `metrics.json` beside it.
+`fit` trains a trainer's compiled model on its stream under a `tf.distribute` strategy and a
+precision, seeded, with an epoch backup so a killed run resumes exactly; BAM training
+(`bam.train`), IDSDS fine-tuning (`faithfulness.finetune`) and `train_and_evaluate` call it.
+`train_and_evaluate` fits a registered model from scratch with a ROAR recipe
+(`models.training.recipes`) on batched (image, label) data, as ROAR / KAR retraining and the
+synthetic world's clean model do, logs to TensorBoard, evaluates on every test image and
+exports the model with `metrics.json` beside it.
 """
 import dataclasses
 import math
 import os
 import shutil
 import time
-from typing import Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import keras
 import tensorflow as tf
@@ -59,20 +62,15 @@ def make_optimizer(recipe: Recipe, schedule):
     raise UserError(f"--optimizer must be sgd or adam; got {recipe.optimizer!r}")
 
 
-def build_model(model_name: str, num_classes: int, size: int, recipe: Recipe,
-                precision: str = "float32", options: Optional[dict] = None):
-    """A registered model (with builder `options`, e.g. a small variant's width) with the
-    recipe's weight decay where the builder takes one. Under a mixed precision the layers
-    compute in bfloat16 / float16 with float32 variables, and the logits (so the loss) are cast
-    to float32."""
+def in_precision(make: Callable[[], Any], precision: str) -> Any:
+    """`make()` (a Keras model) built under `precision`: under a mixed precision its layers
+    compute in bfloat16 / float16 with float32 variables, and its logits (so the loss) are
+    cast to float32; float32 gives `make()` itself."""
     check_one_of("precision", precision, PRECISIONS)
-    options = dict(options or {})
-    if model_name == "resnet50":
-        options["weight_decay"] = recipe.weight_decay
     previous = keras.mixed_precision.global_policy().name
     keras.mixed_precision.set_global_policy(precision)
     try:
-        model = build(model_name, num_classes, (size, size, 3), **options)
+        model = make()
     finally:
         keras.mixed_precision.set_global_policy(previous)
     if precision == "float32":
@@ -82,7 +80,19 @@ def build_model(model_name: str, num_classes: int, size: int, recipe: Recipe,
     return keras.Model(model.input, logits, name=model.name)
 
 
-def float32_twin(model, model_name: str, num_classes: int, size: int, recipe: Recipe,
+def build_model(model_name: str, num_classes: int, size: int, recipe: Optional[Recipe],
+                precision: str = "float32", options: Optional[dict] = None):
+    """A registered model (with builder `options`, e.g. a small variant's width) with the
+    recipe's weight decay where the builder takes one (none without a recipe), built under
+    `precision` (`in_precision`)."""
+    options = dict(options or {})
+    if model_name == "resnet50" and recipe is not None:
+        options["weight_decay"] = recipe.weight_decay
+    return in_precision(lambda: build(model_name, num_classes, (size, size, 3), **options),
+                        precision)
+
+
+def float32_twin(model, model_name: str, num_classes: int, size: int, recipe: Optional[Recipe],
                  options: Optional[dict] = None):
     """A float32 copy of a mixed-precision `model` (the same layers and weights): what is
     exported, since explanations and evaluations run in float32."""
@@ -294,13 +304,85 @@ def train_and_evaluate(train_data, eval_data, run: RunOptions, *, num_train: int
             raise
 
 
+@dataclasses.dataclass
+class Fitted:
+    """What one call of `fit` did: the trained `model`, the loss of each epoch it ran, the epochs
+    finished before it (a resumed run's), the training seconds of every attempt, the
+    resumptions so far (the backup's epoch counts), the number of replicas and what
+    `after(model)` returned."""
+
+    model: Any
+    losses: list
+    first_epoch: int
+    seconds: float
+    resumed_at_epochs: list
+    replicas: int
+    after: Any = None
+
+
+def fit(build: Callable[[], Any], stream_from: Callable[[int], Any], run: RunOptions, *,
+        steps_per_epoch: int, epochs: int, backup: Optional[str],
+        first_batch: Callable[[], tuple], logs: Optional[str] = None,
+        callbacks: Sequence = (), validation_data: Any = None, keep_backup: bool = False,
+        scratch: Optional[str] = None, before: Optional[Callable[[Any], None]] = None,
+        after: Optional[Callable[[Any], Any]] = None) -> Fitted:
+    """The one training loop of BAM training, ROAR / KAR retraining and IDSDS fine-tuning
+    (docs/architecture.md, "Training"): seeds the process (`run.seed`, op determinism), starts
+    `run.strategy`, calls `build()` in its scope for the compiled model, then `fit`s it on
+    `stream_from(first_epoch)` (batches of `run.recipe.batch_size` from that epoch on: the
+    stream of a resumed run skips what the finished epochs read) for `epochs` epochs of
+    `steps_per_epoch` steps, split over the replicas as one device would see it.
+
+    `backup` (a folder, or None for none) holds Keras' backup of the last finished epoch and the
+    time spent, so a re-run resumes there exactly; it is deleted when training ends unless
+    `keep_backup`. `logs`: a TensorBoard folder. `scratch`: a multi-worker run's non-chief
+    worker restores from the chief's `backup` and writes only there. `run.stop_after_epochs`
+    raises `Stopped` after that many finished epochs. `before(model)` and `after(model)` run
+    under the strategy, before and after training (an evaluation, an export). Training that
+    fails on its data raises `DataError` with one line."""
+    keras.utils.set_random_seed(run.seed)
+    tf.config.experimental.enable_op_determinism()
+    distributed = distribution.start(run.strategy, run.cpu_replicas)
+    with distributed.scope():
+        model = build()
+    done_epochs, state = resume_state(backup)
+    progress = Progress(None if backup is None else os.path.join(backup, PROGRESS), state)
+    stream = distribution.distribute_training(distributed, stream_from(done_epochs),
+                                              run.recipe.batch_size)
+    if scratch is not None:
+        run_callbacks = [ReadOnlyBackup(backup, os.path.join(scratch, "backup")),
+                         keras.callbacks.TensorBoard(os.path.join(scratch, "logs"))]
+    else:
+        run_callbacks = [] if backup is None else [
+            keras.callbacks.BackupAndRestore(backup, delete_checkpoint=not keep_backup),
+            progress]
+        if logs is not None:
+            run_callbacks.append(keras.callbacks.TensorBoard(logs))
+    if run.stop_after_epochs is not None:
+        run_callbacks.append(StopAfter(run.stop_after_epochs))
+    try:
+        with distribution.fit_compatible(model, distributed, first_batch):
+            if before is not None:
+                before(model)
+            history = model.fit(stream, epochs=epochs, steps_per_epoch=steps_per_epoch,
+                                verbose=run.verbose, shuffle=False,
+                                validation_data=validation_data,
+                                callbacks=[*run_callbacks, *callbacks])
+            seconds = progress.seconds()
+            finished = None if after is None else after(model)
+    except tf.errors.OpError as error:
+        raise DataError(_data_problem(error)) from None
+    return Fitted(model, [float(v) for v in history.history.get("loss", [])], done_epochs,
+                  seconds, list(state["resumed_at_epochs"]),
+                  int(distributed.num_replicas_in_sync), finished)
+
+
 def _train(train_data, eval_data, output_dir, requested, run: RunOptions, *, scratch, num_train,
            num_eval, size, distributed, flags_record, callbacks, preprocessing, steps_per_epoch,
            epochs):
     recipe, num_classes, model_name = run.recipe, run.num_classes, run.model_name
-    keras.utils.set_random_seed(run.seed)
-    tf.config.experimental.enable_op_determinism()
-    with distributed.scope():
+
+    def build():
         model = build_model(model_name, num_classes, size, recipe, run.precision,
                             run.model_options)
         schedule = WarmupStepSchedule(recipe.base_learning_rate * recipe.batch_size / 256.0,
@@ -312,52 +394,43 @@ def _train(train_data, eval_data, output_dir, requested, run: RunOptions, *, scr
                                                  label_smoothing=recipe.label_smoothing),
             metrics=[keras.metrics.CategoricalAccuracy(name="top1"),
                      keras.metrics.TopKCategoricalAccuracy(k=min(5, num_classes), name="top5")])
-    backup = os.path.join(output_dir, "backup")
-    done_epochs, state = resume_state(backup)
-    progress = Progress(os.path.join(backup, PROGRESS), state)
-    # The stream restarts from its beginning on a resume: skip what the finished epochs read.
-    stream = train_data.map(_one_hot(num_classes)).repeat().skip(done_epochs * steps_per_epoch)
+        return model
+
     evaluation = eval_data.map(_one_hot(num_classes))
     first_batch = evaluation.take(1).get_single_element  # unshuffled: see fit_compatible
-    stream = distribution.distribute_training(distributed, stream, recipe.batch_size)
     if distribution.is_multi_worker(distributed):
         evaluation = distribution.evaluation_data(evaluation)
-    if scratch is None:
-        run_callbacks = [keras.callbacks.BackupAndRestore(backup), progress,
-                         keras.callbacks.TensorBoard(os.path.join(output_dir, "logs"))]
-    else:
-        run_callbacks = [ReadOnlyBackup(backup, os.path.join(scratch, "backup")),
-                         keras.callbacks.TensorBoard(os.path.join(scratch, "logs"))]
-    if run.stop_after_epochs is not None:
-        run_callbacks.append(StopAfter(run.stop_after_epochs))
+
+    def after(model):
+        scores = model.evaluate(evaluation, verbose=0, return_dict=True,
+                                steps=-(-num_eval // _batch(eval_data)))
+        exported = model if run.precision == "float32" else float32_twin(
+            model, model_name, num_classes, size, recipe, run.model_options)
+        info = export(exported, os.path.join(scratch or output_dir, "model"),
+                      preprocessing=preprocessing, overwrite=True,
+                      extra={"origin": requested})
+        return scores, info
+
+    backup = os.path.join(output_dir, "backup")
     try:
-        with distribution.fit_compatible(model, distributed, first_batch):
-            history = model.fit(stream, epochs=epochs, steps_per_epoch=steps_per_epoch,
-                                verbose=run.verbose, shuffle=False,
-                                callbacks=[*run_callbacks, *callbacks])
-            train_seconds = progress.seconds()
-            scores = model.evaluate(evaluation, verbose=0, return_dict=True,
-                                    steps=-(-num_eval // _batch(eval_data)))
-            exported = model if run.precision == "float32" else float32_twin(
-                model, model_name, num_classes, size, recipe, run.model_options)
-            info = export(exported, os.path.join(scratch or output_dir, "model"),
-                          preprocessing=preprocessing, overwrite=True,
-                          extra={"origin": requested})
+        fitted = fit(build, lambda first: train_data.map(_one_hot(num_classes)).repeat().skip(
+                         first * steps_per_epoch), run,
+                     steps_per_epoch=steps_per_epoch, epochs=epochs, backup=backup,
+                     first_batch=first_batch, logs=os.path.join(output_dir, "logs"),
+                     callbacks=callbacks, scratch=scratch, after=after)
     except Stopped as stop:
         return {"stopped_after_epoch": stop.epochs}
-    except tf.errors.OpError as error:
-        raise DataError(_data_problem(error)) from None
+    scores, info = fitted.after
     counted = sum(int(images.shape[0]) for images, _ in eval_data)
     if counted != num_eval:
         raise UserError(f"evaluation saw {counted} test images, expected {num_eval}")
     result = {"top1": float(scores["top1"]), "top5": float(scores["top5"]), "n_eval": counted,
               "n_train": num_train, "steps": steps_per_epoch * epochs,
-              "train_seconds": train_seconds, "resumptions": len(state["resumed_at_epochs"]),
-              "resumed_at_epochs": state["resumed_at_epochs"], "model_id": info["model_id"],
+              "train_seconds": fitted.seconds, "resumptions": len(fitted.resumed_at_epochs),
+              "resumed_at_epochs": fitted.resumed_at_epochs, "model_id": info["model_id"],
               "model": model_name, "seed": run.seed, "recipe": dataclasses.asdict(recipe),
-              "loss_per_epoch": [float(v) for v in history.history.get("loss", [])],
-              "first_epoch": done_epochs, "precision": run.precision,
-              "replicas": int(distributed.num_replicas_in_sync),
+              "loss_per_epoch": fitted.losses, "first_epoch": fitted.first_epoch,
+              "precision": run.precision, "replicas": fitted.replicas,
               "flags": flags_record or {}, "origin": requested}
     result = provenance.canonical(result)  # as metrics.json will give it back when reused
     if scratch is None:

@@ -8,9 +8,12 @@ batch / 256 with a linear warm-up and step decays, weight decay where the model 
 the synthetic world's clean model's.
 """
 import dataclasses
-from typing import Optional
+from typing import Any, Optional
 
+from models.foundation.cli import option
 from models.foundation.errors import UserError
+from models.foundation.rules import Checked, at_least
+from models.training.distribution import STRATEGIES
 
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 
@@ -43,7 +46,8 @@ REAL_RECIPE = Recipe(epochs=90.0, batch_size=256, optimizer="sgd", base_learning
 @dataclasses.dataclass(frozen=True)
 class RunOptions:
     """How one training run is made, besides its data: the zoo model (`model_options`: builder
-    options such as a small variant's width), its classes, the recipe, the seed, the
+    options such as a small variant's width), its classes, the trainer's recipe (ROAR's
+    `Recipe` here, BAM's or IDSDS fine-tuning's: recipes are data), the seed, the
     tf.distribute `strategy` ("mirrored" over `cpu_replicas` logical CPUs when > 0) and the
     `precision`; then what this invocation does, which is not part of the run's origin: stop
     after `stop_after_epochs` epochs, `overwrite` a folder of another origin, Keras' `verbose`
@@ -52,7 +56,7 @@ class RunOptions:
 
     model_name: str = "small_cnn"
     num_classes: int = 10
-    recipe: Recipe = Recipe()
+    recipe: Any = Recipe()  # the trainer's: Recipe, bam.train.Recipe or a FinetuneRecipe
     seed: int = 0
     strategy: str = "default"
     precision: str = "float32"
@@ -71,3 +75,28 @@ def with_overrides(recipe, **overrides):
     if unknown:
         raise UserError(f"{type(recipe).__name__} has no setting {', '.join(unknown)}")
     return dataclasses.replace(recipe, **given)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingFlags(Checked):
+    """The training options every training binary has (bam.train, roar.train,
+    faithfulness.finetune), declared once: their Configs derive from this one
+    (docs/architecture.md, "Recipes and presets")."""
+
+    strategy: str = option("default", "tf.distribute strategy: one device, mirrored (the "
+                           "devices of this machine), multi_worker (the TF_CONFIG cluster) or tpu.",
+                           STRATEGIES)
+    cpu_replicas: int = option(0, "With --strategy=mirrored: split the CPU into this many "
+                               "logical devices (data parallelism without GPUs).",
+                               rule=at_least(0))
+    precision: str = option("float32", "Training precision; logits and loss stay float32 "
+                            "and the exported model is float32.", PRECISIONS)
+    stop_after_epochs: Optional[int] = option(None, "End this invocation after this many "
+                                              "epochs (keeping the backup): a re-run resumes.",
+                                              origin=False, rule=at_least(1))
+
+    def run_options(self, **fields: Any) -> RunOptions:
+        """A `RunOptions` with these flags and `fields` (model, classes, recipe, seed, ...)."""
+        return RunOptions(strategy=self.strategy, cpu_replicas=self.cpu_replicas,
+                          precision=self.precision, stop_after_epochs=self.stop_after_epochs,
+                          **fields)

@@ -12,13 +12,19 @@ import tensorflow as tf
 import models
 from bam import train
 from models.foundation.errors import UserError
+from models.training.recipes import RunOptions
 from tests import REPO, binaries
 from tests.conftest import assert_origin_covers_the_flags, interrupt_at
 
 
+def _run(epochs, seed=0, **options):
+    """small_cnn with BAM's synthetic recipe for `epochs` epochs."""
+    return RunOptions(recipe=train.Recipe(epochs=epochs), seed=seed, **options)
+
+
 def test_small_cnn_learns_scene_labels_of_the_tiny_world(tiny_world):
     root, _ = tiny_world
-    model, report = train.train_classifier(root, "scene", "small_cnn", epochs=15, seed=0)
+    model, report = train.train_classifier(root, "scene", _run(epochs=15))
     assert report["num_train"] == 200 and report["num_val"] == 300
     assert report["input_size"] == 64 and model.output_shape == (None, 10)
     assert report["val_accuracy"] > 0.4  # chance is 0.1; 0.75-0.84 measured over seeds
@@ -26,16 +32,16 @@ def test_small_cnn_learns_scene_labels_of_the_tiny_world(tiny_world):
 
 def test_time_budget_stops_training(tiny_world):
     root, _ = tiny_world
-    _, report = train.train_classifier(root, "obj", "small_cnn", epochs=50, max_seconds=0.01)
+    _, report = train.train_classifier(root, "obj", _run(epochs=50), max_seconds=0.01)
     assert report["epochs_run"] == 1
 
 
 def test_streaming_pipeline_feeds_the_same_batches_as_memory(tiny_world):
     """Two trainings with one seed give equal weights bit for bit (also across pipelines)."""
     root, _ = tiny_world
-    memory, memory_report = train.train_classifier(root, "obj", "small_cnn", epochs=2, seed=5,
+    memory, memory_report = train.train_classifier(root, "obj", _run(epochs=2, seed=5),
                                                    pipeline="memory")
-    stream, stream_report = train.train_classifier(root, "obj", "small_cnn", epochs=2, seed=5,
+    stream, stream_report = train.train_classifier(root, "obj", _run(epochs=2, seed=5),
                                                    pipeline="stream")
     assert (memory_report["pipeline"], stream_report["pipeline"]) == ("memory", "stream")
     for a, b in zip(memory.get_weights(), stream.get_weights()):
@@ -53,13 +59,13 @@ def test_auto_pipeline_streams_large_sets():
 
 def test_killed_training_resumes_to_the_uninterrupted_weights(tiny_world, tmp_path):
     root, _ = tiny_world
-    whole, _ = train.train_classifier(root, "obj", "small_cnn", epochs=3, seed=1)
+    whole, _ = train.train_classifier(root, "obj", _run(epochs=3, seed=1))
     backup = str(tmp_path / "obj.backup")
     with pytest.raises(KeyboardInterrupt):  # 4 steps per epoch: killed inside the second
-        train.train_classifier(root, "obj", "small_cnn", epochs=3, seed=1, backup_dir=backup,
+        train.train_classifier(root, "obj", _run(epochs=3, seed=1), backup_dir=backup,
                                callbacks=[interrupt_at(epoch=1, step=1)])
     assert os.path.isfile(os.path.join(backup, "training_metadata.json"))
-    resumed, report = train.train_classifier(root, "obj", "small_cnn", epochs=3, seed=1,
+    resumed, report = train.train_classifier(root, "obj", _run(epochs=3, seed=1),
                                              backup_dir=backup)
     assert report["resumed_from_epoch"] == 1 and report["epochs_run"] == 3
     assert report["resumptions"] == 1 and report["resumed_at_epochs"] == [1]
@@ -68,25 +74,53 @@ def test_killed_training_resumes_to_the_uninterrupted_weights(tiny_world, tmp_pa
     # Another configuration never resumes from this backup: one line, or a fresh start.
     with pytest.raises(UserError, match=r"training backup .*obj.backup was made with epochs=3, "
                                         r"not 2; pass --overwrite"):
-        train.train_classifier(root, "obj", "small_cnn", epochs=2, seed=1, backup_dir=backup)
-    _, report = train.train_classifier(root, "obj", "small_cnn", epochs=2, seed=1,
-                                       backup_dir=backup, overwrite=True)
+        train.train_classifier(root, "obj", _run(epochs=2, seed=1), backup_dir=backup)
+    _, report = train.train_classifier(root, "obj", _run(epochs=2, seed=1, overwrite=True),
+                                       backup_dir=backup)
     assert report["resumed_from_epoch"] == 0 and report["epochs_run"] == 2
+
+
+def test_mirrored_training_follows_one_device_and_resumes(tiny_world, tmp_path):
+    """BAM training runs in the project's one loop, so it has tf.distribute and
+    --stop_after_epochs: MirroredStrategy on two logical CPUs, stopped after its first epoch
+    and resumed, gives one device's losses (plain_cnn: no batch norm; 4 whole batches of 50)."""
+    root, _ = tiny_world
+
+    def train_into(folder, *extra):
+        done = binaries.run([sys.executable, "-m", "bam.train", "--dataset=obj",
+                             f"--data_dir={root}", f"--model_dir={folder}", "--model=plain_cnn",
+                             "--epochs=2", "--batch_size=50", *extra],
+                            capture_output=True, text=True, cwd=REPO, check=False)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done.stdout
+
+    train_into(tmp_path / "one")
+    one = json.loads((tmp_path / "one" / "obj.json").read_text())
+    mirrored = ("--strategy=mirrored", "--cpu_replicas=2")
+    assert "stopped after epoch 1" in train_into(tmp_path / "two", *mirrored,
+                                                 "--stop_after_epochs=1")
+    assert not (tmp_path / "two" / "obj").exists()  # not exported: the backup waits
+    train_into(tmp_path / "two", *mirrored)
+    two = json.loads((tmp_path / "two" / "obj.json").read_text())
+    assert (one["replicas"], two["replicas"]) == (1, 2)
+    assert two["resumed_at_epochs"] == [1] and len(one["loss_per_epoch"]) == 2
+    np.testing.assert_allclose(two["loss_per_epoch"], one["loss_per_epoch"][1:], rtol=1e-4)
+    assert abs(two["val_accuracy"] - one["val_accuracy"]) <= 1 / 300  # one image of 300
 
 
 def test_presets_and_weights_flags(tiny_world, real_bam, tmp_path):
     assert train.detect_preset(tiny_world[0]) == "synthetic"
     assert train.detect_preset(real_bam[0]) == "real"
-    options = train.resolved_options({"model": None, "weights": None}, "real")
-    assert options["model_name"] == "keras_resnet50" and options["weights"] == "imagenet"
-    assert options["input_size"] == 224 and options["learning_rate"] == 1e-4
-    options = train.resolved_options({"weights": "none"}, "real")
-    assert "weights" not in options
-    assert "weights" not in train.resolved_options({}, "synthetic")
+    preset = train.preset_with({"model": None, "weights": None}, "real")
+    assert preset.model == "keras_resnet50" and preset.weights == "imagenet"
+    assert preset.recipe.input_size == 224 and preset.recipe.learning_rate == 1e-4
+    assert train.preset_with({"weights": "none"}, "real").weights is None
+    assert train.preset_with({"epochs": 7}, "synthetic") == train.Preset(
+        recipe=train.Recipe(epochs=7))
     with pytest.raises(UserError, match="neither 'imagenet' nor an existing file"):
-        train.resolved_options({"weights": str(tmp_path / "missing.h5")}, "real")
+        train.preset_with({"weights": str(tmp_path / "missing.h5")}, "real")
     with pytest.raises(UserError, match="applies to keras_resnet50 and vgg16, not small_cnn"):
-        train.resolved_options({"weights": "imagenet"}, "synthetic")
+        train.preset_with({"weights": "imagenet"}, "synthetic")
 
 
 def test_binary_fine_tunes_from_a_weights_file_on_real_format_data(real_bam, tmp_path):

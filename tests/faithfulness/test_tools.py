@@ -1,6 +1,7 @@
 """`python -m faithfulness.evaluate` and `python -m faithfulness.finetune` on the tiny synthetic
 world: results equal the library calls, groups and chunks do not change them, the fine-tuning
 recipe's pieces (coupled weight decay, crops, deletions), exports, resume and one-line errors."""
+import dataclasses
 import json
 import os
 import sys
@@ -14,6 +15,7 @@ import faithfulness
 import models
 import saliency_gen
 from faithfulness import evaluate, finetune
+from models.training.recipes import RunOptions
 from saliency_gen import pipelines
 from tests import REPO, binaries
 from tests.conftest import assert_origin_covers_the_flags, interrupt_at
@@ -139,14 +141,14 @@ def test_finetune_exports_the_best_epoch_and_resumes_exactly(tiny_world, tmp_pat
     val = sorted(tf.io.gfile.glob(os.path.join(root, "records", "validation-*")))
     recipe = finetune.FinetuneRecipe(epochs=2, batch_size=50, learning_rate=0.01,
                                      decay_every=1, min_crop_area=0.5)
-    whole = finetune.finetune(train, val, str(tmp_path / "whole"), init_model=start,
-                              recipe=recipe, verbose=0)
+    run = RunOptions(recipe=recipe)
+    whole = finetune.finetune(train, val, str(tmp_path / "whole"), run, init_model=start)
     output = str(tmp_path / "tuned")
     with pytest.raises(KeyboardInterrupt):  # 4 steps per epoch: killed inside the second
-        finetune.finetune(train, val, output, init_model=start, recipe=recipe, verbose=0,
+        finetune.finetune(train, val, output, run, init_model=start,
                           callbacks=[interrupt_at(epoch=1, step=1)])
     assert not os.path.exists(os.path.join(output, "model"))
-    result = finetune.finetune(train, val, output, init_model=start, recipe=recipe, verbose=0)
+    result = finetune.finetune(train, val, output, run, init_model=start)
     assert result["model_id"] == whole["model_id"]
     assert result["val_top1_per_epoch"] == whole["val_top1_per_epoch"]
     assert result["resumptions"] == 1 and result["resumed_at_epochs"] == [1]
@@ -157,10 +159,11 @@ def test_finetune_exports_the_best_epoch_and_resumes_exactly(tiny_world, tmp_pat
     assert tuned.model_id != models.load(start).model_id
     assert not os.path.exists(os.path.join(output, "backup"))
     # Finished: reused as it is; other settings stop with one line.
-    assert finetune.finetune(train, val, output, init_model=start, recipe=recipe) == result
+    assert finetune.finetune(train, val, output, run, init_model=start) == result
     assert_origin_covers_the_flags(finetune.Config, result["origin"])
     with pytest.raises(models.UserError, match=r"run folder .*tuned was made with seed=0, not 1"):
-        finetune.finetune(train, val, output, init_model=start, recipe=recipe, seed=1)
+        finetune.finetune(train, val, output, dataclasses.replace(run, seed=1),
+                          init_model=start)
 
 
 def test_undefined_values_are_named_and_never_a_bare_nan(tiny_world, exported, tmp_path,
