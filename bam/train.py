@@ -327,6 +327,32 @@ def train_and_export(data_dir: str, dataset_name: str, model_dir: str,
     return report
 
 
+def evaluate_export(checkpoint: str, data_dir: str, dataset_name: str,
+                    pipeline: str = "auto") -> dict:
+    """The validation accuracy of the exported model `checkpoint` on
+    `<data_dir>/<dataset_name>/val` (BAM geometry, the model's input space and size), without
+    training: what `--mode=eval` prints."""
+    loaded = models.load(checkpoint)
+    root = os.path.join(data_dir, dataset_name)
+    val = dataset.val_listing(root)
+    if not val:
+        raise UserError(f"{root} has no validation images")
+    labels = np.array([label for _, label in val], np.int64)
+    if int(labels.max()) >= loaded.num_classes:
+        raise UserError(f"--checkpoint {checkpoint} has {loaded.num_classes} classes; "
+                        f"{root} has labels up to {int(labels.max())}")
+    size = int(loaded.input_shape[0])
+    chosen = choose_pipeline(pipeline, len(val), size)
+    space = INPUT_SPACES[loaded.preprocessing]
+    inputs = finish(labelled_images([p for p, _ in val], labels, size, chosen), size,
+                    chosen).map(lambda x, y: space.from_uint8(x)).batch(256)
+    predicted = np.concatenate([np.argmax(np.asarray(loaded(batch)), axis=1)
+                                for batch in inputs])
+    return {"val_accuracy": float(np.mean(predicted == labels)), "num_val": len(labels),
+            "dataset": dataset_name, "checkpoint": os.path.abspath(checkpoint),
+            "model_id": loaded.model_id}
+
+
 @dataclasses.dataclass(frozen=True)
 class Config(TrainingFlags):
     """bam.train's options (one flag each; the training flags shared with the other trainers
@@ -388,8 +414,16 @@ def preset_with(values: dict, preset: str) -> Preset:
 
 
 def run(config: Config) -> dict:
-    """Trains and exports one BAM model with `config`; returns the training report."""
+    """Trains and exports one BAM model with `config`; returns the training report. With
+    --mode=eval, evaluates the export --checkpoint on the dataset's validation images instead
+    (`evaluate_export`)."""
     f = config
+    if f.mode == "eval" and f.checkpoint:  # (TrainingFlags: eval needs a checkpoint)
+        result = evaluate_export(f.checkpoint, required(f, "data_dir")[0], f.dataset,
+                                 f.pipeline)
+        print(f"{f.dataset}: val accuracy {result['val_accuracy']:.4f} on {result['num_val']} "
+              f"images ({f.checkpoint}, --mode=eval)")
+        return result
     data_dir, model_dir = required(f, "data_dir", "model_dir")
     # A multi-worker strategy (and logical CPUs) must exist before TensorFlow runs anything.
     distribution.start(f.strategy, f.cpu_replicas)

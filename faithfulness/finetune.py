@@ -23,6 +23,7 @@ import shutil
 from typing import Any, Optional, Sequence
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 import models
@@ -287,6 +288,21 @@ def _finetune(train_files, eval_files, output_dir, requested, run: RunOptions, *
     return result
 
 
+def evaluate_export(checkpoint: str, eval_files: Sequence[str]) -> dict:
+    """The clean top-1 of the exported model `checkpoint` on `eval_files` (every record once,
+    centre-cropped to its input size in its input space), without training: what
+    `--mode=eval` prints."""
+    loaded = models.load(checkpoint)
+    correct = count = 0
+    for images, labels in evaluation_dataset(eval_files, int(loaded.input_shape[0]),
+                                             input_space(loaded.preprocessing)):
+        predicted = np.argmax(np.asarray(loaded(images)), axis=1)
+        correct += int(np.sum(predicted == labels.numpy()))
+        count += len(predicted)
+    return {"top1": correct / max(count, 1), "n_eval": count,
+            "checkpoint": os.path.abspath(checkpoint), "model_id": loaded.model_id}
+
+
 # ----------------------------------------------------------------------------------------------
 # The binary.
 
@@ -328,8 +344,16 @@ class Config(TrainingFlags):
 
 
 def run(config: Config) -> dict:
-    """Fine-tunes with `config` and exports the best epoch; returns the metrics."""
+    """Fine-tunes with `config` and exports the best epoch; returns the metrics. With
+    --mode=eval, gives the clean top-1 of the export --checkpoint on the evaluation records
+    instead (`evaluate_export`)."""
     f = config
+    if f.mode == "eval" and f.checkpoint:  # (TrainingFlags: eval needs a checkpoint)
+        pattern = f.eval_pattern or os.path.join(cache.records_dir(seed=0), "validation-*")
+        result = evaluate_export(f.checkpoint, records.list_files(pattern, "--eval_pattern"))
+        print(f"clean validation top-1: {result['top1']:.4f} on {result['n_eval']} images "
+              f"({f.checkpoint}, --mode=eval)")
+        return result
     # A multi-worker strategy (and logical CPUs) must exist before TensorFlow runs anything.
     distribution.start(f.strategy, f.cpu_replicas)
     synthetic = f.init_model is None and f.model is None

@@ -249,11 +249,6 @@ class Config(TrainingFlags):
     train_crop: str = option("none", "Training augmentation before the flip: none, or ROAR's "
                              "Inception-style random crop (for 224-px real data).",
                              ("none", "inception"))
-    mode: str = option("train", "train (then evaluate), or eval: evaluate --checkpoint on the "
-                       "masked test records without training.", ("train", "eval"), origin=False)
-    checkpoint: Optional[str] = option(
-        None, "--mode=eval: an exported model folder (a run's model/) or a Keras weights file "
-        "(a killed run's backup/latest.weights.h5).", origin=False)
 
 
 def check_flags(f: Config) -> None:
@@ -292,8 +287,6 @@ def run(config: Config, verbose: int = 1) -> dict:
     per-step progress bar (a caller with its own bar over many runs)."""
     f = config
     check_flags(f)
-    if f.mode == "eval" and not f.checkpoint:
-        raise UserError("--mode=eval needs --checkpoint (a model folder or a .weights.h5 file)")
     # A multi-worker strategy (and logical CPUs) must exist before TensorFlow runs anything.
     distribution.start(f.strategy if f.mode == "train" else "default", f.cpu_replicas)
     # The small-model defaults apply to the synthetic world.
@@ -354,7 +347,7 @@ def run(config: Config, verbose: int = 1) -> dict:
         map_key=masked_data.record_key_of(method) if source == "saliency" and method else None,
         size=size, geometry=f.geometry, label_offset=f.label_offset, random_mask=f.random_mask,
         train_crop=f.train_crop)
-    if f.mode == "eval" and f.checkpoint:  # (checked above: eval needs a checkpoint)
+    if f.mode == "eval" and f.checkpoint:  # (TrainingFlags: eval needs a checkpoint)
         return evaluate_checkpoint(
             f.checkpoint, eval_files, mask, read, options, output_dir=output,
             eval_batch_size=f.eval_batch_size, num_eval=f.num_eval_images or known_sizes[1])

@@ -94,6 +94,18 @@ class TrainingFlags(Checked):
     stop_after_epochs: Optional[int] = option(None, "End this invocation after this many "
                                               "epochs (keeping the backup): a re-run resumes.",
                                               origin=False, rule=at_least(1))
+    mode: str = option("train", "train (then evaluate), or eval: evaluate --checkpoint on the "
+                       "binary's evaluation data without training.", ("train", "eval"),
+                       origin=False)
+    checkpoint: Optional[str] = option(
+        None, "--mode=eval: an exported model folder (a run's model/); roar.train also takes a "
+        "Keras weights file of --model (a killed run's backup/latest.weights.h5).", origin=False)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.mode == "eval" and not self.checkpoint:
+            raise UserError("--mode=eval needs --checkpoint (an exported model folder; "
+                            "roar.train also takes a .weights.h5 file)")
 
     def run_options(self, **fields: Any) -> RunOptions:
         """A `RunOptions` with these flags and `fields` (model, classes, recipe, seed, ...)."""

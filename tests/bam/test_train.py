@@ -81,9 +81,10 @@ def test_killed_training_resumes_to_the_uninterrupted_weights(tiny_world, tmp_pa
 
 
 def test_mirrored_training_follows_one_device_and_resumes(tiny_world, tmp_path):
-    """BAM training runs in the project's one loop, so it has tf.distribute and
-    --stop_after_epochs: MirroredStrategy on two logical CPUs, stopped after its first epoch
-    and resumed, gives one device's losses (plain_cnn: no batch norm; 4 whole batches of 50)."""
+    """BAM training runs in the project's one loop, so it has tf.distribute,
+    --stop_after_epochs and --mode=eval: MirroredStrategy on two logical CPUs, stopped after its
+    first epoch and resumed, gives one device's losses (plain_cnn: no batch norm; 4 whole
+    batches of 50)."""
     root, _ = tiny_world
 
     def train_into(folder, *extra):
@@ -96,6 +97,11 @@ def test_mirrored_training_follows_one_device_and_resumes(tiny_world, tmp_path):
 
     train_into(tmp_path / "one")
     one = json.loads((tmp_path / "one" / "obj.json").read_text())
+    # --mode=eval of the export gives the training run's own validation accuracy
+    evaluated = train.run(train.Config(data_dir=root, mode="eval",
+                                       checkpoint=str(tmp_path / "one" / "obj")))
+    assert evaluated["num_val"] == 300
+    assert abs(evaluated["val_accuracy"] - one["val_accuracy"]) <= 1 / 300 + 1e-9
     mirrored = ("--strategy=mirrored", "--cpu_replicas=2")
     assert "stopped after epoch 1" in train_into(tmp_path / "two", *mirrored,
                                                  "--stop_after_epochs=1")

@@ -158,6 +158,11 @@ def test_finetune_exports_the_best_epoch_and_resumes_exactly(tiny_world, tmp_pat
     assert tuned.model_id == result["model_id"] and tuned.preprocessing == "imagenet"
     assert tuned.model_id != models.load(start).model_id
     assert not os.path.exists(os.path.join(output, "backup"))
+    evaluated = finetune.run(finetune.Config(mode="eval", checkpoint=os.path.join(output, "model"),
+                                             eval_pattern=os.path.join(root, "records",
+                                                                       "validation-*")))
+    assert evaluated["n_eval"] == result["n_eval"] and evaluated["model_id"] == tuned.model_id
+    assert abs(evaluated["top1"] - result["best_val_top1"]) <= 1 / result["n_eval"] + 1e-9
     # Finished: reused as it is; other settings stop with one line.
     assert finetune.finetune(train, val, output, run, init_model=start) == result
     assert_origin_covers_the_flags(finetune.Config, result["origin"])
