@@ -254,9 +254,9 @@ def find_bad_record(files: Sequence[str], read: Records, num_classes: int,
     cannot be trained on (corrupt bytes, a label outside the classes, a NaN or infinite map, an
     image or map of the wrong `size`), else None. Called after training stopped on bad data, to
     name the culprit."""
-    map_key, geometry, label_offset = read.map_key, read.geometry, read.label_offset
+    map_key, geometry, label_offset = read.map_key or "", read.geometry, read.label_offset
     map_format = (records.peek_saliency_format(files[0], map_key) if read.source == "saliency"
-                  else None)
+                  else None)  # (masked_dataset refused a saliency read without a map key)
     for path in files:
         for index, serialized in records.iter_serialized(path):
             where = f"{path}: record {index}"

@@ -1,5 +1,7 @@
 """Reference inputs ("baselines") of path and masking methods, in model-input space
 (docs/saliency.md, "Baselines")."""
+from typing import Optional, Sequence
+
 import numpy as np
 
 from models.formats.preprocessing import input_space
@@ -8,7 +10,8 @@ from models.foundation.errors import UserError
 BASELINES = ("zeros", "mean", "black", "uniform")
 
 
-def baseline_image(baseline, shape, preprocessing, seed, low_high=(-1.0, 1.0)) -> np.ndarray:
+def baseline_image(baseline: str, shape: Sequence[int], preprocessing: Optional[str], seed: int,
+                   low_high: tuple = (-1.0, 1.0)) -> np.ndarray:
     """The baseline as float32 [H, W, C] or [N, H, W, C] in input space.
 
     "zeros" / "mean": 0 in input space; "black": a black pixel through `preprocessing`;

@@ -17,6 +17,7 @@ process does not exist in a worker process).
 """
 import dataclasses
 import time
+from typing import Any, Callable, Iterator
 
 import models
 from models.foundation.cli import run_binary
@@ -37,12 +38,12 @@ class ExplainRange(beam.DoFn):
     def __init__(self, model_path: str, options: dict):
         super().__init__()
         self.model_path, self.options = model_path, options
-        self.loaded = None
+        self.loaded: Any = None  # loaded in setup, once per worker
 
-    def setup(self):
+    def setup(self) -> None:
         self.loaded = models.load(self.model_path)
 
-    def process(self, unit):
+    def process(self, unit: Any) -> Iterator[tuple[Any, Any]]:
         path, start, count, method = unit
         examples = generate.explain_records(path, self.loaded, [method], self.options,
                                             start=start, count=count)
@@ -62,7 +63,7 @@ class WriteShard(beam.DoFn):
         super().__init__()
         self.outputs, self.counts, self.sources = outputs, counts, sources
 
-    def process(self, element):
+    def process(self, element: Any) -> Iterator[Any]:
         (path, method), parts = element
         parts = sorted(parts, key=lambda part: part[0])
         expected = 0
@@ -80,7 +81,7 @@ class WriteShard(beam.DoFn):
         yield path, method, expected
 
 
-def beam_explainer(runner: beam_support.RunnerOptions):
+def beam_explainer(runner: beam_support.RunnerOptions) -> Callable:
     """An `explain_all` for `generate.generate` that runs the work as a Beam pipeline."""
 
     def explain_all(work, loaded, generator_options, progress_bar=True):

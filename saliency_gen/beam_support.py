@@ -15,7 +15,7 @@ import re
 import shlex
 import sys
 import tempfile
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Optional, Sequence
 
 import numpy as np
 
@@ -108,7 +108,7 @@ THREAD_VARIABLES = ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS")
 
 
 @contextlib.contextmanager
-def local_worker_threads(options: PipelineOptions):
+def local_worker_threads(options: PipelineOptions) -> Iterator[None]:
     """While local worker processes run (the DirectRunner's multi-processing mode), each gets
     TensorFlow thread pools of cores // workers threads, so that N workers share the machine's
     cores instead of each starting one thread per core; settings the user made are kept. Remote
@@ -158,7 +158,7 @@ def _close_connections_not_yet_started() -> None:
     connection.close = close
 
 
-def run(pipeline_builder, options: PipelineOptions):
+def run(pipeline_builder: Callable, options: PipelineOptions) -> Any:
     """Builds a pipeline with `pipeline_builder(root)` and runs it to completion (local
     workers with their share of the cores, `local_worker_threads`); returns the runner's
     result (for its metrics)."""
@@ -202,7 +202,7 @@ def _is_user_error(name: str) -> bool:
 
 
 @contextlib.contextmanager
-def quiet_beam_logs():
+def quiet_beam_logs() -> Iterator[None]:
     """Beam's own output while a pipeline runs (local workers' tracebacks before the error
     they raise, harness chatter) is held back unless the user asked for logs: stderr, which
     the local worker processes inherit, goes to a temporary file. A UserError then reaches the
@@ -237,7 +237,7 @@ def quiet_beam_logs():
                     print("\n".join(kept), file=sys.stderr, flush=True)
 
 
-def counter(result, name: str) -> int:
+def counter(result: Any, name: str) -> int:
     """The committed value of the Beam counter `name` (summed over its steps), 0 if absent."""
     query = result.metrics().query(beam.metrics.MetricsFilter().with_name(name))
     return int(sum(item.committed or 0 for item in query["counters"]))
@@ -253,17 +253,17 @@ class MeanAndInterval(beam.CombineFn):
         super().__init__()
         self.seed = seed
 
-    def create_accumulator(self):
+    def create_accumulator(self) -> list:
         return []
 
-    def add_input(self, accumulator, element):
+    def add_input(self, accumulator: list, element: Any) -> list:
         accumulator.append(element)
         return accumulator
 
-    def merge_accumulators(self, accumulators):
+    def merge_accumulators(self, accumulators: Iterable[list]) -> list:
         return [item for accumulator in accumulators for item in accumulator]
 
-    def extract_output(self, accumulator):
+    def extract_output(self, accumulator: list) -> Any:
         ordered = sorted(accumulator, key=lambda item: item[0])
         values = np.array([value for _, value in ordered], np.float64)
         estimate = uncertainty.interval(values, seed=self.seed)

@@ -83,17 +83,17 @@ def _runner(adapter, model, spec, shape, chunk, preprocessing, seed, name):
                                             name))
 
 
-def predict(model, images, batch_size: int = 64) -> np.ndarray:
+def predict(model: Any, images: Any, batch_size: int = 64) -> np.ndarray:
     """Logits [N, classes] of `model` on `images`, in chunks (inference mode)."""
     return adapt(model).predict(images, batch_size)
 
 
-def attribute(model, images, method: Union[str, names.Resolved],
+def attribute(model: Any, images: Any, method: Union[str, names.Resolved],
               targets: Optional[Sequence[int]] = None, *,
               batch_size: int = 64, seed: int = 0, ids: Optional[Sequence[int]] = None,
               preprocessing: Optional[str] = None, feature_layer: Optional[str] = None,
               memory_bytes: int = 1 << 28, progress: Optional[Callable[[int], Any]] = None,
-              **params) -> np.ndarray:
+              **params: Any) -> np.ndarray:
     """Attributions of `model` on `images` [N, H, W, C] (model input space): float32 maps.
 
     `method` is a base method ("integrated_gradients"), a wrapped one

@@ -17,7 +17,7 @@ import os
 import re
 import shutil
 import time
-from typing import Callable, Optional
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import numpy as np
 from tqdm import tqdm
@@ -88,26 +88,29 @@ class Config(Checked):
         return [m.strip() for m in self.saliency_method.split(",") if m.strip()]
 
 
-def method_directory(method):
+def method_directory(method: str) -> str:
     """The folder of a method's shards: the ROAR code for roar: names, else a safe name."""
     if method.lower().startswith("roar:"):
         return names.roar_code(method.split(":", 1)[1])
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", method).strip("_")
 
 
-def record_key(method):
+def record_key(method: str) -> str:
     """The map's record key: ROAR's key for roar: names (ig_smooth_2, ...), else the folder."""
     code = method_directory(method)
     return names.ROAR_KEYS.get(code, code) if method.lower().startswith("roar:") else code
 
 
-def explain_shard(path, output_path, loaded, methods_list, options, progress):
+def explain_shard(path: str, output_path: str, loaded: Any, methods_list: Sequence,
+                  options: dict, progress: Optional[Callable]) -> int:
     """Explains every image of one input shard and writes its saliency shard atomically."""
     return records.write_records(output_path, explain_records(path, loaded, methods_list,
                                                               options, progress))
 
 
-def explain_records(path, loaded, methods_list, options, progress=None, start=0, count=-1):
+def explain_records(path: str, loaded: Any, methods_list: Sequence, options: dict,
+                    progress: Optional[Callable] = None, start: int = 0,
+                    count: int = -1) -> Iterator:
     """Yields the saliency examples (tf.train.Example) of records [start, start + count) of the
     input shard `path` (count -1: to the end), explained in batches of options["batch_size"]
     from `start`. Each map depends on its image and key only (docs/saliency.md), so any split
@@ -182,7 +185,7 @@ def _shown(source: dict) -> str:
            f"{str(source.get('sha256'))[:12]})"
 
 
-def claim_folder(folder, requested, overwrite):
+def claim_folder(folder: str, requested: dict, overwrite: bool) -> None:
     """Makes `folder` (one method's shards) hold shards of the origin `requested` only.
 
     The folder's manifest records the origin; a folder of another origin, or finished shards
@@ -284,7 +287,7 @@ def generate(config: Config, *, progress_bar: bool = True,
 
 
 @contextlib.contextmanager
-def shards_lock(output_dir, files):
+def shards_lock(output_dir: str, files: Sequence[str]) -> Iterator[None]:
     """Claims the output shards of `files` in `output_dir` (all methods) before any work: a
     second generator whose input shards overlap this one's stops with one line, whatever its
     --num_shards; generators of disjoint shards share the folder."""
@@ -307,7 +310,7 @@ class ShardWork:
     source: dict  # shard_ledger.fingerprint of the input shard
 
 
-def explain_here(work, loaded, options, progress_bar=True):
+def explain_here(work: Sequence, loaded: Any, options: dict, progress_bar: bool = True) -> dict:
     """Explains `work` in this process, shard by shard and method by method."""
     total = sum(item.count * len(item.methods) for item in work)
     started = time.time()
@@ -322,7 +325,7 @@ def explain_here(work, loaded, options, progress_bar=True):
     return {"images": images, "seconds": time.time() - started, "written": len(work)}
 
 
-def run(config: Config, explain_all=None) -> dict:
+def run(config: Config, explain_all: Optional[Callable] = None) -> dict:
     """Runs the generator with `config`, prints a summary line and returns `generate`'s result
     (`explain_all`: see `generate`)."""
     result = generate(config, explain_all=explain_all)

@@ -14,7 +14,7 @@ Accepted forms:
   noise, CAM normalisation, preprocessing); keyword parameters override them.
 """
 import dataclasses
-from typing import Optional
+from typing import Any, Optional
 
 from models.foundation.errors import UserError, check_known
 from saliency_gen import methods, noise, plugins, units
@@ -86,7 +86,7 @@ IDSDS = {  # name: (base, wrapper, params)
 IDSDS_ABS = ("IxG", "IxG-SG", "IG", "IG-U", "IG-SG", "IG-SG-SQ", "RISE", "RISE-U")
 
 
-def builtin_bases():
+def builtin_bases() -> tuple:
     """The names of the built-in base methods, in registration order."""
     return tuple(name for name, unit in units.REGISTRY.items()
                  if type(unit).__module__.startswith(methods.__name__))
@@ -106,14 +106,14 @@ def _all_names():
 METHODS = _all_names()
 
 
-def method_names():
+def method_names() -> tuple:
     """Every accepted name now: `METHODS` plus the registered user methods."""
     return METHODS + tuple(name for name in units.REGISTRY if name not in METHODS
                            and not type(units.REGISTRY[name]).__module__.startswith(
                                methods.__name__))
 
 
-def roar_code(name):
+def roar_code(name: str) -> str:
     """The ROAR generator code of a code or record key (`ig_smooth_2` -> `IG_SG_2`)."""
     if name in ROAR:
         return name
@@ -167,7 +167,7 @@ def _base_name(name: str) -> str:
     return name
 
 
-def resolve(method: str, **params) -> MethodSpec:
+def resolve(method: str, **params: Any) -> MethodSpec:
     """The `MethodSpec` for a method name (see the module docstring) and parameter overrides.
 
     Besides method parameters, `params` may hold `transform`, `reduce` and `times_input`.
@@ -192,7 +192,7 @@ def resolve(method: str, **params) -> MethodSpec:
     return make_spec(base, wrapper, **post, **params)
 
 
-def scheme_preprocessing(method):
+def scheme_preprocessing(method: Any) -> Optional[str]:
     """The input space a scheme name implies (ROAR: imagenet, BAM: caffe_rgb), else None."""
     if isinstance(method, str) and ":" in method:
         scheme = method.split(":", 1)[0].lower()
@@ -217,7 +217,7 @@ class Resolved:
         return self.spec.options if self.spec is not None else {}
 
 
-def resolved(method, **params) -> Resolved:
+def resolved(method: Any, **params: Any) -> Resolved:
     """`method` (a name, or a `Resolved` given back as it is) with `params` resolved once: an
     unknown name stops here with one line."""
     if isinstance(method, Resolved):

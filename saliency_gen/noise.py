@@ -13,11 +13,12 @@ results do not depend on the chunk size and SmoothGrad, SmoothGrad² and VarGrad
 the same samples (VarGrad = SG² - SG² exactly).
 """
 import zlib
+from typing import Any, Sequence
 
 import numpy as np
 import tensorflow as tf
 
-from saliency_gen.units import Param, Plan
+from saliency_gen.units import Items, Param, Plan
 
 WRAPPERS = ("smoothgrad", "smoothgrad_sq", "vargrad")
 WRAPPER_PARAMS = {
@@ -34,7 +35,7 @@ def method_code(seed: int, base: str) -> int:
     return zlib.crc32(f"{seed}:{base}".encode()) & 0x7FFFFFFF
 
 
-def group_noise(ids, samples: int, code: int, shape):
+def group_noise(ids: tf.Tensor, samples: int, code: int, shape: Sequence[int]) -> tf.Tensor:
     """Standard normal noise [G, J, H, W, C]: one stateless stream per (method, image id), from
     which sample j is the j-th slice; so it never depends on chunking or batch mates."""
     seeds = tf.stack([ids, tf.fill(tf.shape(ids), tf.cast(code, tf.int64))], axis=1)
@@ -53,27 +54,29 @@ def sigmas(images: np.ndarray, options: dict) -> np.ndarray:
 class NoisePlan(Plan):
     """`wrapper` over the additive `inner` plan, with `samples` noise draws per image."""
 
-    def __init__(self, inner: Plan, wrapper: str, samples: int, code: int, shape):
+    def __init__(self, inner: Plan, wrapper: str, samples: int, code: int,
+                 shape: Sequence[int]):
         super().__init__(samples * inner.steps, aux=inner.aux)
         self.inner, self.wrapper, self.samples, self.code = inner, wrapper, samples, code
         self.shape = tuple(shape)
         self.per_sample = inner.steps > 1
         self.slots_per_image = samples if self.per_sample else 1
 
-    def start(self, images, targets, ids, scales):
+    def start(self, images: tf.Tensor, targets: tf.Tensor, ids: tf.Tensor,
+              scales: Any) -> Any:
         noise = group_noise(ids, self.samples, self.code, self.shape)
         return (self.inner.start(images, targets, ids, scales),
                 noise * scales[:, None, None, None, None])
 
-    def slot(self, image, step):
+    def slot(self, image: tf.Tensor, step: tf.Tensor) -> tf.Tensor:
         return image * self.samples + step // self.inner.steps if self.per_sample else image
 
-    def zeros(self, state, slots, shape):
+    def zeros(self, state: Any, slots: int, shape: Sequence[int]) -> tuple:
         if self.per_sample:
             return (tf.zeros([slots + 1, *shape], tf.float32),)
         return (tf.zeros([slots + 1, *shape], tf.float64),) * 2
 
-    def shares(self, state, items):
+    def shares(self, state: Any, items: Items) -> tuple:
         inner_state, noise = state
         sample = items.step // self.inner.steps
         noisy = items._replace(x=items.x + tf.gather_nd(noise, tf.stack([items.image, sample],
@@ -85,7 +88,7 @@ class NoisePlan(Plan):
         share = tf.cast(share, tf.float64)
         return share, tf.square(share)
 
-    def finish(self, state, sums):
+    def finish(self, state: Any, sums: tuple) -> tf.Tensor:
         if self.per_sample:
             maps = tf.cast(sums[0], tf.float64)
             maps = tf.reshape(maps, [-1, self.samples, *self.shape])

@@ -13,7 +13,7 @@ example's flip or mask never depends on read order, batching or sharding.
 """
 import contextlib
 import zlib
-from typing import Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -22,6 +22,7 @@ from tensorflow.python.eager import context
 from models.formats.preprocessing import (
     INPUT_SPACES,
     TRAIN_CROPS,
+    InputSpace,
     center_crop,
     decode_image,
     inception_crop,
@@ -34,21 +35,21 @@ SHUFFLE_BUFFER = 1024
 GEOMETRIES = ("none", "center_crop")
 
 
-def key_ids(keys) -> np.ndarray:
+def key_ids(keys: Iterable) -> np.ndarray:
     """int64 [N] ids of example keys (bytes or str): CRC-32, stable across runs and machines
     (the engine keys every random draw of an image on its id)."""
     return np.array([zlib.crc32(k if isinstance(k, bytes) else k.encode()) for k in keys],
                     np.int64)
 
 
-def key_seeds(keys, seed, epoch=None):
+def key_seeds(keys: Any, seed: Any, epoch: Any = None) -> tf.Tensor:
     """Per-example stateless seeds [N, 2] from string keys, the run seed and an optional epoch."""
     hashed = tf.strings.to_hash_bucket_fast(keys, 2**62)
     salt = tf.cast(seed, tf.int64) * 1000003 + (0 if epoch is None else tf.cast(epoch, tf.int64))
     return tf.stack([tf.fill(tf.shape(hashed), salt), hashed], axis=-1)
 
 
-def fit(image, size: int, geometry: str):
+def fit(image: tf.Tensor, size: int, geometry: str) -> tf.Tensor:
     """An image [H, W, 3] at the model's side `size`: ROAR's centre crop ("center_crop"), checked
     to be that size ("none"), or left alone when it has that size and centre-cropped otherwise
     ("auto")."""
@@ -60,13 +61,14 @@ def fit(image, size: int, geometry: str):
     return tf.ensure_shape(image, [size, size, 3])
 
 
-def example_key(parsed, default_key):
+def example_key(parsed: dict, default_key: Any) -> tf.Tensor:
     """The record's file name, else its default "<shard>:<index>" key."""
     return tf.where(tf.strings.length(parsed["filename"]) > 0, parsed["filename"], default_key)
 
 
-def explanation_inputs(paths: Sequence[str], input_shape, space, geometry: str,
-                       with_masks: bool = False, start: int = 0, count: int = -1):
+def explanation_inputs(paths: Sequence[str], input_shape: Sequence[int], space: InputSpace,
+                       geometry: str, with_masks: bool = False, start: int = 0,
+                       count: int = -1) -> tf.data.Dataset:
     """(key, encoded, label, model input, height, width) of every record of the image shards
     `paths`, in file order; images decoded, fitted to `input_shape` per `geometry` ("none",
     "center_crop", or "auto": none when they have the size, else the centre crop) and mapped
@@ -108,8 +110,8 @@ def _process_independent_seeds():
         eager._seed = saved
 
 
-def load_images(pattern: str, loaded, nr_images: int = -1, seed: int = 0,
-                geometry: str = "auto", shuffle: bool = True, with_masks: bool = False):
+def load_images(pattern: str, loaded: Any, nr_images: int = -1, seed: int = 0,
+                geometry: str = "auto", shuffle: bool = True, with_masks: bool = False) -> tuple:
     """(images [N, H, W, C] in the model's input space, labels [N], ids [N]) from image records,
     plus object masks [N, H, W] with `with_masks`: a seeded shuffle of all records (buffer
     10,000), then the first `nr_images` (-1: all). Unreadable data and labels outside the
@@ -150,14 +152,15 @@ def load_images(pattern: str, loaded, nr_images: int = -1, seed: int = 0,
     return (*found, np.concatenate(masks)) if with_masks else found
 
 
-def shuffled(data, buffer_size: int, seed: int, reshuffle_each_iteration: bool = True):
+def shuffled(data: tf.data.Dataset, buffer_size: int, seed: int,
+             reshuffle_each_iteration: bool = True) -> tf.data.Dataset:
     """`data.shuffle` with an order that depends only on `seed` (see above)."""
     with _process_independent_seeds():
         return data.shuffle(buffer_size, seed=seed,
                             reshuffle_each_iteration=reshuffle_each_iteration)
 
 
-def keyed_stream(files: Sequence[str], training: bool, seed: int):
+def keyed_stream(files: Sequence[str], training: bool, seed: int) -> tf.data.Dataset:
     """(default key, serialized record) of every record of `files`: in file order, or, for
     training, files and records shuffled with `seed` (a new order every epoch)."""
     names = tf.data.Dataset.from_tensor_slices(list(files))
@@ -170,15 +173,16 @@ def keyed_stream(files: Sequence[str], training: bool, seed: int):
     return data
 
 
-def read_image(default_key, serialized, size: int, geometry: str, label_offset: int = 0):
+def read_image(default_key: Any, serialized: Any, size: int, geometry: str,
+               label_offset: int = 0) -> tuple:
     """(key, pixels [size, size, 3] in [0, 1], label, parsed record) of one image record."""
     parsed = records.parse_image_record(serialized)
     pixels = fit(decode_image(parsed["encoded"]), size, geometry)
     return example_key(parsed, default_key), pixels, parsed["label"] + label_offset, parsed
 
 
-def finish(keys, pixels, labels, *, training: bool, seed: int, space: str = "imagenet",
-           crop: str = "none"):
+def finish(keys: Any, pixels: tf.Tensor, labels: Any, *, training: bool, seed: int,
+           space: str = "imagenet", crop: str = "none") -> tuple:
     """(model input, label) of one example: for training, ROAR's Inception crop when `crop` is
     "inception", then a random flip, both keyed on the example; then the input space's
     normalisation."""
@@ -192,7 +196,7 @@ def finish(keys, pixels, labels, *, training: bool, seed: int, space: str = "ima
 
 def image_batches(files: Sequence[str], *, training: bool, batch_size: int, size: int,
                   geometry: str = "none", seed: int = 0, space: str = "imagenet",
-                  label_offset: int = 0):
+                  label_offset: int = 0) -> tf.data.Dataset:
     """Batches of (model input, label) of image records, unmasked: training shuffles and flips
     (and drops a short last batch), evaluation keeps file order and every example."""
     def read(key, serialized):

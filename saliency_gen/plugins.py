@@ -21,13 +21,14 @@ A function that raises, returns the wrong shape, or returns NaN or infinite valu
 """
 import importlib
 import inspect
-from typing import Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
+import numpy as np
 import tensorflow as tf
 
 from models.foundation.errors import UserError, first_non_finite
 from saliency_gen import units
-from saliency_gen.units import HostPlan, Method, Param, Plan
+from saliency_gen.units import Context, HostPlan, Method, Param, Plan
 
 
 def _first_line(error: Exception) -> str:
@@ -56,10 +57,10 @@ class FunctionMethod(Method):
         accepted = inspect.signature(fn).parameters
         self._wants = {key for key in ("ids", "seed") if key in accepted}
 
-    def evaluations(self, options, shape):
+    def evaluations(self, options: dict, shape: Sequence[int]) -> int:
         return self._evaluations
 
-    def seeded(self, options):
+    def seeded(self, options: dict) -> bool:
         return "seed" in self._wants
 
     def _call(self, model, x, targets, ids, options, seed):
@@ -96,7 +97,7 @@ class FunctionMethod(Method):
                             f"{width}, {channels}] or [B, H, W, 1]")
         return tf.repeat(maps, channels, axis=-1) if shape[3] == 1 and channels != 1 else maps
 
-    def plan(self, options, context):
+    def plan(self, options: dict, context: Context) -> Any:
         call = context.model.logits
         seed = context.seed
 
@@ -115,7 +116,7 @@ class FunctionMethod(Method):
 
         return HostPlan(run)
 
-    def check_maps(self, maps, name):
+    def check_maps(self, maps: np.ndarray, name: str) -> None:
         bad = first_non_finite(maps)
         if bad is not None:
             raise UserError(f"method {name!r} returned NaN or infinite values for image {bad}; "
@@ -123,8 +124,9 @@ class FunctionMethod(Method):
                             "zero)")
 
 
-def register_method(name: str, method, *, params: Optional[dict] = None, traced: bool = True,
-                    wrappable: bool = True, evaluations: int = 1, replace: bool = False) -> Method:
+def register_method(name: str, method: Any, *, params: Optional[dict] = None,
+                    traced: bool = True, wrappable: bool = True, evaluations: int = 1,
+                    replace: bool = False) -> Method:
     """Registers a user method under `name`: a plain function (see the module docstring) or a
     `saliency_gen.Method` instance or class. Returns the unit. `params` maps parameter names to
     defaults (or `Param`s); `evaluations` is the model evaluations per image (for reports);

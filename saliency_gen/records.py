@@ -21,6 +21,7 @@ validates a file record by record and names the file and record index of the fir
 import glob
 import json
 import os
+from typing import Any, Iterable, Iterator, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -70,7 +71,7 @@ CHANNEL_CONVENTIONS = ("none", "sum", "sum_sq")
 LEGACY_MAP_SHAPE = (224, 224, 3)
 
 
-def map_fields(key):
+def map_fields(key: str) -> dict:
     """The v2 fields that store the map under record key `key`."""
     return {
         f"saliency/{key}": ("bytes", True, 1),
@@ -98,7 +99,7 @@ def _floats(values):
     return tf.train.Feature(float_list=tf.train.FloatList(value=[float(v) for v in values]))
 
 
-def encode_mask(mask):
+def encode_mask(mask: np.ndarray) -> bytes:
     """PNG bytes of a 2-D mask: 255 where `mask` is non-zero, 0 elsewhere."""
     mask = np.asarray(mask)
     if mask.ndim != 2:
@@ -106,8 +107,11 @@ def encode_mask(mask):
     return tf.io.encode_png((mask != 0).astype(np.uint8)[..., None] * 255).numpy()
 
 
-def image_example(encoded, label, *, filename=None, image_format=None, height=None, width=None,
-                  scene_label=None, box=None, mask=None, synset=None, text=None):
+def image_example(encoded: bytes, label: int, *, filename: Optional[str] = None,
+                  image_format: Optional[str] = None, height: Optional[int] = None,
+                  width: Optional[int] = None, scene_label: Optional[int] = None,
+                  box: Optional[Sequence] = None, mask: Optional[np.ndarray] = None,
+                  synset: Optional[str] = None, text: Optional[str] = None) -> tf.train.Example:
     """An image record (`synset`, `text`: the class's WordNet id and name). `box` = (ymin, xmin,
     ymax, xmax) normalised to [0, 1] (or a list of such boxes); `mask` = a 2-D array the size of
     the image (non-zero = object)."""
@@ -128,12 +132,12 @@ def image_example(encoded, label, *, filename=None, image_format=None, height=No
     return tf.train.Example(features=tf.train.Features(feature=feature))
 
 
-def ranking_cut(percent, count):
+def ranking_cut(percent: float, count: int) -> int:
     """How many of `count` features the top `percent` % are: ROAR's `int(percent / 100 * count)`."""
     return int(float(percent) / 100.0 * count)
 
 
-def rank8_encode(saliency):
+def rank8_encode(saliency: np.ndarray) -> np.ndarray:
     """One byte per element: sign bit + 7-bit bucket of |value| by rank (see `encode_map`)."""
     flat = np.asarray(saliency, np.float32).ravel()
     order = np.argsort(-np.abs(flat), kind="stable")  # descending |e|, lower index first on ties
@@ -145,7 +149,7 @@ def rank8_encode(saliency):
         np.shape(saliency))
 
 
-def rank8_decode(codes):
+def rank8_decode(codes: Any) -> Any:
     """Rank proxies in [-1, 1] from rank8 codes (numpy or tf): sign and bucket, order only."""
     if isinstance(codes, tf.Tensor):
         codes = tf.cast(codes, tf.int32)
@@ -156,7 +160,7 @@ def rank8_decode(codes):
     return np.where(codes >= 128, -magnitude, magnitude)
 
 
-def encode_map(saliency, dtype="rank8"):
+def encode_map(saliency: np.ndarray, dtype: str = "rank8") -> tuple[bytes, float]:
     """Serialises a [H, W, C] map as (bytes, scale) in one of three formats:
 
     * rank8 (default): one byte per element, a quarter of float32. The top bit is the sign, the
@@ -186,7 +190,8 @@ def encode_map(saliency, dtype="rank8"):
     return tf.io.serialize_tensor(saliency).numpy(), 1.0
 
 
-def decode_map(stored, dtype, shape, scale=1.0):
+def decode_map(stored: bytes, dtype: str, shape: Sequence[int],
+               scale: float = 1.0) -> np.ndarray:
     """The float32 map (or rank proxies for rank8) from `encode_map`'s bytes (numpy)."""
     if dtype == "rank8":
         return rank8_decode(np.frombuffer(stored, np.uint8).reshape(shape))
@@ -194,8 +199,10 @@ def decode_map(stored, dtype, shape, scale=1.0):
     return values.reshape(shape) * np.float32(scale)
 
 
-def saliency_example(raw_image, label, maps, *, prediction_class=-1, height=0, width=0,
-                     example_key="", model_id="", meta=None, dtype="rank8", channels="none"):
+def saliency_example(raw_image: bytes, label: int, maps: dict, *, prediction_class: int = -1,
+                     height: int = 0, width: int = 0, example_key: Any = "",
+                     model_id: str = "", meta: Optional[dict] = None, dtype: str = "rank8",
+                     channels: str = "none") -> tf.train.Example:
     """A v2 saliency record holding the encoded image once and one map per record key.
 
     `maps` = {record key: [H, W, C] array}; `channels` = "none" (C = 3, per element) or "sum" /
@@ -222,14 +229,15 @@ def saliency_example(raw_image, label, maps, *, prediction_class=-1, height=0, w
     return tf.train.Example(features=tf.train.Features(feature=feature))
 
 
-def legacy_saliency_example(raw_image, label, key, saliency):
+def legacy_saliency_example(raw_image: bytes, label: int, key: str,
+                            saliency: np.ndarray) -> tf.train.Example:
     """A record in the original ROAR layout: `raw_image`, `label` and a float list under `key`."""
     feature = {"raw_image": _bytes([raw_image]), "label": _ints([label]),
                key: _floats(np.asarray(saliency, np.float32).ravel())}
     return tf.train.Example(features=tf.train.Features(feature=feature))
 
 
-def write_records(path, examples):
+def write_records(path: str, examples: Iterable) -> int:
     """Writes `examples` to the TFRecord file `path` under a temporary name, renaming it when done.
 
     An interrupted write leaves only a hidden temporary file (`models.foundation.files`), never a
@@ -242,7 +250,7 @@ def write_records(path, examples):
                                    for example in examples))
 
 
-def write_serialized(path, serialized_records):
+def write_serialized(path: str, serialized_records: Iterable[bytes]) -> int:
     """Writes already serialised records to `path` atomically (as `write_records`); returns
     their number."""
     count = 0
@@ -261,7 +269,7 @@ def write_serialized(path, serialized_records):
 MANIFEST = "manifest.json"  # the origin of a folder of shards (saliency_gen.generate)
 
 
-def list_files(pattern, what="--input_pattern"):
+def list_files(pattern: str, what: str = "--input_pattern") -> list:
     """Sorted record files matching a glob (or a single path); a clear error when nothing
     matches or a sealed shard no longer matches its seal (`shard_ledger`). Manifests and
     unfinished outputs (hidden temporary names) are never listed."""
@@ -275,7 +283,7 @@ def list_files(pattern, what="--input_pattern"):
     return files
 
 
-def iter_serialized(path):
+def iter_serialized(path: str) -> Iterator[tuple[int, bytes]]:
     """Yields (index, serialized record) of a TFRecord file; corrupt data is a `RecordError`."""
     if not os.path.isfile(path):
         raise MissingPathError(f"TFRecord file {path} does not exist")
@@ -312,7 +320,7 @@ def _check_fields(features, fields, where):
                               f"expected {length}")
 
 
-def parse_example(serialized, where):
+def parse_example(serialized: bytes, where: str) -> Any:
     """Parses serialized bytes as a `tf.train.Example`; garbage is a `RecordError`."""
     try:
         return tf.train.Example.FromString(serialized).features.feature
@@ -320,7 +328,7 @@ def parse_example(serialized, where):
         raise RecordError(f"{where}: not a tf.train.Example (wrong file type?)") from None
 
 
-def check_image_features(features, where):
+def check_image_features(features: Any, where: str) -> None:
     """Validates one image record's features against the image schema."""
     _check_fields(features, IMAGE_FIELDS, where)
     lengths = {len(features[key].float_list.value) for key in BOX_KEYS if key in features}
@@ -330,7 +338,7 @@ def check_image_features(features, where):
                           "the same number of values")
 
 
-def saliency_keys(features):
+def saliency_keys(features: Any) -> list:
     """The record keys of the maps a saliency record holds (v2 list, else legacy float lists)."""
     if "saliency/methods" in features:
         return [v.decode() for v in features["saliency/methods"].bytes_list.value]
@@ -338,7 +346,8 @@ def saliency_keys(features):
                   if value.WhichOneof("kind") == "float_list")
 
 
-def check_saliency_features(features, where, key=None, legacy_shape=LEGACY_MAP_SHAPE):
+def check_saliency_features(features: Any, where: str, key: Optional[str] = None,
+                            legacy_shape: Sequence[int] = LEGACY_MAP_SHAPE) -> None:
     """Validates one saliency record (v2 or legacy); `key` = a map that must be present."""
     _check_fields(features, SALIENCY_FIELDS, where)
     keys = saliency_keys(features)
@@ -359,7 +368,9 @@ def check_saliency_features(features, where, key=None, legacy_shape=LEGACY_MAP_S
                                   f"{expected} ({'x'.join(map(str, legacy_shape))})")
 
 
-def check_file(path, kind, key=None, max_records=None, legacy_shape=LEGACY_MAP_SHAPE):
+def check_file(path: str, kind: str, key: Optional[str] = None,
+               max_records: Optional[int] = None,
+               legacy_shape: Sequence[int] = LEGACY_MAP_SHAPE) -> int:
     """Validates up to `max_records` records of `path` ("image" or "saliency" schema).
 
     Legacy saliency maps must have `legacy_shape`'s size. Returns the number of records checked;
@@ -387,7 +398,7 @@ def check_file(path, kind, key=None, max_records=None, legacy_shape=LEGACY_MAP_S
 # Graph parsers for tf.data.
 
 
-def parse_image_record(serialized, label_key="image/class/label"):
+def parse_image_record(serialized: Any, label_key: str = "image/class/label") -> dict:
     """Parses an image record: {"encoded", "label", "filename", "box" [n, 4], "mask_png",
     "scene_label"} with defaults ('' / -1 / empty) for optional fields."""
     spec = {
@@ -410,12 +421,13 @@ def parse_image_record(serialized, label_key="image/class/label"):
     }
 
 
-def decode_mask(mask_png):
+def decode_mask(mask_png: Any) -> tf.Tensor:
     """Decodes an `image/object/mask` PNG to a bool [H, W] tensor (graph op)."""
     return tf.io.decode_png(mask_png, channels=1)[..., 0] > 0
 
 
-def parse_saliency_record(serialized, key, dtype, map_shape, default_key=""):
+def parse_saliency_record(serialized: Any, key: str, dtype: str, map_shape: Sequence[int],
+                          default_key: Any = "") -> dict:
     """Parses a saliency record (v2 or the original ROAR layout) for the map under `key`.
 
     Returns {"raw_image", "label", "prediction_class", "example_key", "height", "width",
@@ -460,7 +472,8 @@ def parse_saliency_record(serialized, key, dtype, map_shape, default_key=""):
     }
 
 
-def peek_saliency_format(path, key, legacy_shape=LEGACY_MAP_SHAPE):
+def peek_saliency_format(path: str, key: str, legacy_shape: Sequence[int] = LEGACY_MAP_SHAPE
+                         ) -> tuple[str, tuple, bool]:
     """(dtype, shape, is_legacy) of the map `key` in the first record of `path`, validated.
 
     Legacy maps have no stored shape: they are taken to be `legacy_shape` (ROAR's 224x224x3).
@@ -477,14 +490,14 @@ def peek_saliency_format(path, key, legacy_shape=LEGACY_MAP_SHAPE):
     raise RecordError(f"{path}: holds no records")
 
 
-def keyed_shard(path):
+def keyed_shard(path: Any) -> tf.data.Dataset:
     """A dataset of (default example key "<file name>:<index>", serialized record) of one file."""
     name = tf.strings.split(path, os.sep)[-1]
     return tf.data.TFRecordDataset(path).enumerate().map(
         lambda index, record: (name + ":" + tf.strings.as_string(index), record))
 
 
-def keyed_records(files):
+def keyed_records(files: Sequence[str]) -> tf.data.Dataset:
     """A dataset of (default example key "<file name>:<index>", serialized record), in file
     order."""
     return tf.data.Dataset.from_tensor_slices(list(files)).flat_map(keyed_shard)

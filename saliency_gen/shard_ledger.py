@@ -8,7 +8,7 @@ so a shard cut short or edited after it was written stops the reader with one li
 being scored in part. The ledger folder is hidden: globs over the shards never match it.
 """
 import os
-from typing import Optional
+from typing import Iterable, Optional
 
 from models.foundation.errors import UserError
 from models.foundation.files import ensure_directory, file_sha256, read_json, write_json
@@ -76,7 +76,7 @@ def mismatch(shard: str, entry: dict) -> Optional[str]:
     return None
 
 
-def check_listing(paths) -> None:
+def check_listing(paths: Iterable[str]) -> None:
     """Stops with one line if a listed shard no longer matches its seal (shards without a seal,
     such as image records, are not checked)."""
     for path in paths:

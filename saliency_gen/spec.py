@@ -5,7 +5,7 @@ spec that exists is valid. Specs are hashable (the engine caches its traced runn
 array parameters such as a baseline image are held as `FrozenArray`.
 """
 import dataclasses
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -51,7 +51,7 @@ class MethodSpec:
 class FrozenArray:
     """A read-only array parameter (e.g. a baseline image), hashable by shape and bytes."""
 
-    def __init__(self, array):
+    def __init__(self, array: Any):
         self.array = np.array(array, np.float32)
         self.array.setflags(write=False)
         self._key = (self.array.shape, self.array.tobytes())
@@ -76,7 +76,7 @@ def _freeze(value):
 
 
 def make_spec(base: str, wrapper: Optional[str] = None, transform: str = "raw",
-              reduce: str = "none", times_input: bool = False, **params) -> MethodSpec:
+              reduce: str = "none", times_input: bool = False, **params: Any) -> MethodSpec:
     """A `MethodSpec` with defaults filled in and every parameter checked."""
     unit = units.unit(base)
     if unit is None:

@@ -1,6 +1,8 @@
 """Post-processing of maps, the separate last step of every method (docs/saliency.md,
 "Conventions"): a transform (raw, abs, relu, square), then an optional sum over channels; and
 the report card's blur control (`blur`)."""
+from typing import Any
+
 import numpy as np
 import scipy.ndimage
 
@@ -17,7 +19,7 @@ def check(transform: str, reduce: str) -> None:
         raise UserError(f"unknown reduce {reduce!r}; choose none or sum")
 
 
-def postprocess(maps, transform: str = "raw", reduce: str = "none") -> np.ndarray:
+def postprocess(maps: Any, transform: str = "raw", reduce: str = "none") -> np.ndarray:
     """float32 maps after `transform`, then the channel sum if `reduce="sum"` ([N, H, W, 1])."""
     check(transform, reduce)
     maps = np.asarray(maps, np.float32)
@@ -35,7 +37,7 @@ def postprocess(maps, transform: str = "raw", reduce: str = "none") -> np.ndarra
 BLUR_SIDE_FRACTION = 1 / 32  # the blur control's sigma, as a fraction of the image side
 
 
-def blur(maps) -> np.ndarray:
+def blur(maps: Any) -> np.ndarray:
     """Every map of `maps` [N, H, W, C] smoothed by a Gaussian over H and W (each channel on its
     own, reflecting at the borders) of sigma = side / 32 (2 px at 64 px, 7 px at 224 px): the
     report card's `blur(method)` control (docs/report_card.md, "How far to trust each metric")."""

@@ -34,7 +34,7 @@ class Param:
     label: Optional[str] = None  # how error messages name it (default: the parameter name)
     doc: str = ""
 
-    def check(self, name: str, value) -> None:
+    def check(self, name: str, value: Any) -> None:
         label = self.label or name
         if self.choices is not None:
             check_known(value, self.choices, label)
@@ -81,26 +81,27 @@ class Plan:
         self.contribution = contribution
         self.aux = aux
 
-    def start(self, images, targets, ids, sigmas):
+    def start(self, images: tf.Tensor, targets: tf.Tensor, ids: tf.Tensor,
+              sigmas: Any) -> Any:
         """Per-group state computed once inside the traced function (default: none)."""
         return None
 
-    def slot(self, image, step):
+    def slot(self, image: tf.Tensor, step: tf.Tensor) -> tf.Tensor:
         """The accumulator slot of each item (default: its image)."""
         return image
 
-    def zeros(self, state, slots: int, shape) -> tuple:
+    def zeros(self, state: Any, slots: int, shape: Sequence[int]) -> tuple:
         """The zero accumulators, each [slots + 1, ...] (one dropped slot for padding)."""
         return (tf.zeros([slots + 1, *shape], tf.float32),)
 
-    def shares(self, state, items: Items) -> tuple:
+    def shares(self, state: Any, items: Items) -> tuple:
         """The items' additive shares, one tensor per accumulator."""
         if self.contribution is None:
             raise NotImplementedError(f"{type(self).__name__} needs a contribution or its own "
                                       "shares")
         return (tf.cast(self.contribution(items), tf.float32),)
 
-    def finish(self, state, sums: tuple):
+    def finish(self, state: Any, sums: tuple) -> tf.Tensor:
         """The maps [G, H, W, C] of a group from its accumulators."""
         return sums[0]
 
@@ -136,10 +137,10 @@ class Method:
     views: Tuple[str, ...] = ("logits",)
     wrappable: bool = True   # may a noise wrapper compose around it?
 
-    def steps(self, options: dict, shape) -> int:
+    def steps(self, options: dict, shape: Sequence[int]) -> int:
         return 1
 
-    def evaluations(self, options: dict, shape) -> int:
+    def evaluations(self, options: dict, shape: Sequence[int]) -> int:
         return self.steps(options, shape) if self.views else 0
 
     def seeded(self, options: dict) -> bool:
@@ -155,7 +156,7 @@ class Method:
             if name in options:
                 param.check(name, options[name])
 
-    def plan(self, options: dict, context: Context):
+    def plan(self, options: dict, context: Context) -> Any:
         raise NotImplementedError
 
 
@@ -170,7 +171,7 @@ def registered() -> Dict[str, Method]:
     return REGISTRY
 
 
-def register(method, name: Optional[str] = None):
+def register(method: Any, name: Optional[str] = None) -> Any:
     """Registers a `Method` (class or instance) under `name` (default: its own `name`); returns
     it unchanged so it can decorate a class. Names are unique: registering a taken name for
     another unit is an error."""
@@ -189,7 +190,7 @@ def unit(name: str) -> Optional[Method]:
     return registered().get(name)
 
 
-def gradient_of(function: Callable, x, targets):
+def gradient_of(function: Callable, x: tf.Tensor, targets: tf.Tensor) -> tf.Tensor:
     """d function(x)[target] / dx per row: the input gradient every gradient method takes."""
     with tf.GradientTape() as tape:
         tape.watch(x)
@@ -197,6 +198,6 @@ def gradient_of(function: Callable, x, targets):
     return tape.gradient(score, x)
 
 
-def tile_channels(maps, channels: int):
+def tile_channels(maps: tf.Tensor, channels: int) -> tf.Tensor:
     """[B, H, W] -> [B, H, W, C]: a one-channel map repeated over the image's channels."""
     return tf.repeat(maps[..., tf.newaxis], channels, axis=-1)

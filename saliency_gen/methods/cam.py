@@ -5,9 +5,11 @@ Each map is computed at the model's Grad-CAM feature layer from its activations 
 target logit's gradients G, optionally normalised per map, upsampled to the image and repeated
 over its channels. The helpers here are shared with SmoothGrad-CAM++ (`smooth_cam`).
 """
+from typing import Any, Sequence
+
 import tensorflow as tf
 
-from saliency_gen.units import Method, Param, Plan, gradient_of, register, tile_channels
+from saliency_gen.units import Context, Method, Param, Plan, gradient_of, register, tile_channels
 
 NORMALISATIONS = ("none", "max", "minmax")
 UPSAMPLINGS = ("bilinear", "tf1_bilinear", "nearest")
@@ -17,7 +19,7 @@ UPSAMPLE = Param("bilinear", choices=UPSAMPLINGS, label="cam_upsample",
                  doc="how the map reaches the image size")
 
 
-def normalise_cam(cam, how: str):
+def normalise_cam(cam: tf.Tensor, how: str) -> tf.Tensor:
     """Per-map normalisation: none, max (a zero map stays zero) or minmax (torchcam)."""
     if how == "none":
         return cam
@@ -28,7 +30,7 @@ def normalise_cam(cam, how: str):
     return (cam - low) / (peak - low + 1e-8)
 
 
-def upsample_cam(cam, height: int, width: int, how: str):
+def upsample_cam(cam: tf.Tensor, height: int, width: int, how: str) -> tf.Tensor:
     """[B, h, w] -> [B, H, W]: bilinear (half-pixel), TF1 bilinear (legacy corners) or nearest."""
     maps = cam[..., tf.newaxis]
     if how == "tf1_bilinear":
@@ -48,10 +50,10 @@ class _Cam(Method):
     views = ("cam",)
     params = {"cam_normalise": NORMALISE, "cam_upsample": UPSAMPLE}
 
-    def combine(self, features, gradients, options):
+    def combine(self, features: tf.Tensor, gradients: tf.Tensor, options: dict) -> tf.Tensor:
         raise NotImplementedError
 
-    def plan(self, options, context):
+    def plan(self, options: dict, context: Context) -> Any:
         height, width, channels = context.shape
         cam_view = context.model.cam
 
@@ -65,7 +67,7 @@ class _Cam(Method):
         return Plan(1, cam_map)
 
 
-def grad_cam(features, gradients):
+def grad_cam(features: tf.Tensor, gradients: tf.Tensor) -> tf.Tensor:
     """ReLU(sum_k mean_ij(G_k) A_k)."""
     weights = tf.reduce_mean(gradients, axis=[1, 2], keepdims=True)
     return tf.nn.relu(tf.reduce_sum(weights * features, axis=-1))
@@ -76,7 +78,7 @@ class GradCam(_Cam):
     name = "grad_cam"
     summary = "ReLU of the feature maps weighted by their mean gradient"
 
-    def combine(self, features, gradients, options):
+    def combine(self, features: tf.Tensor, gradients: tf.Tensor, options: dict) -> tf.Tensor:
         return grad_cam(features, gradients)
 
 
@@ -88,7 +90,7 @@ class GradCamPlusPlus(_Cam):
                                            label="grad_cam_pp alpha",
                                            doc="the paper's alpha, or torchcam's G^2"))
 
-    def combine(self, features, gradients, options):
+    def combine(self, features: tf.Tensor, gradients: tf.Tensor, options: dict) -> tf.Tensor:
         squared = tf.square(gradients)
         if options["alpha"] == "torchcam":
             coefficients = squared
@@ -108,7 +110,7 @@ class XGradCam(_Cam):
     name = "xgrad_cam"
     summary = "XGrad-CAM: weights sum(G A) / sum(A)"
 
-    def combine(self, features, gradients, options):
+    def combine(self, features: tf.Tensor, gradients: tf.Tensor, options: dict) -> tf.Tensor:
         weights = tf.reduce_sum(gradients * features, axis=[1, 2], keepdims=True) / (
             tf.reduce_sum(features, axis=[1, 2], keepdims=True) + 1e-8)
         return tf.nn.relu(tf.reduce_sum(weights * features, axis=-1))
@@ -119,7 +121,7 @@ class LayerCam(_Cam):
     name = "layer_cam"
     summary = "Layer-CAM: element-wise ReLU(G) A"
 
-    def combine(self, features, gradients, options):
+    def combine(self, features: tf.Tensor, gradients: tf.Tensor, options: dict) -> tf.Tensor:
         return tf.nn.relu(tf.reduce_sum(tf.nn.relu(gradients) * features, axis=-1))
 
 
@@ -130,10 +132,10 @@ class GuidedGradCam(Method):
     views = ("guided", "cam")
     params = {"cam_upsample": UPSAMPLE}
 
-    def evaluations(self, options, shape):
+    def evaluations(self, options: dict, shape: Sequence[int]) -> int:
         return 2
 
-    def plan(self, options, context):
+    def plan(self, options: dict, context: Context) -> Any:
         height, width, _ = context.shape
         model = context.model
 

@@ -1,14 +1,16 @@
 """A fixed centre Gaussian, a model- and image-free control of the metrics (docs/saliency.md,
 "Methods"): the same map for every image, peaked at the centre, where photographed and
 synthetic objects tend to sit; a metric that ranks it high rewards a centre prior."""
+from typing import Any
+
 import tensorflow as tf
 
-from saliency_gen.units import Method, Plan, register
+from saliency_gen.units import Context, Method, Plan, register
 
 SIGMA_SIDE_FRACTION = 0.25  # sigma of the Gaussian, as a fraction of each side
 
 
-def centre_gaussian(x):
+def centre_gaussian(x: tf.Tensor) -> tf.Tensor:
     """exp(-(dy² / 2σ_h² + dx² / 2σ_w²)) with σ = side / 4, from the image centre, for every
     image and channel of `x` [B, H, W, C]."""
     shape = tf.shape(x)
@@ -27,5 +29,5 @@ class CentreGaussian(Method):
     summary = "a fixed Gaussian of sigma = side / 4 at the image centre (model-free control)"
     views = ()
 
-    def plan(self, options, context):
+    def plan(self, options: dict, context: Context) -> Any:
         return Plan(1, lambda items: centre_gaussian(items.x))

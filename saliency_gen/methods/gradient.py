@@ -1,5 +1,7 @@
 """Vanilla gradient and gradient x input (docs/saliency.md, "Methods")."""
-from saliency_gen.units import Method, Plan, gradient_of, register
+from typing import Any
+
+from saliency_gen.units import Context, Method, Plan, gradient_of, register
 
 
 @register
@@ -9,7 +11,7 @@ class Gradient(Method):
     name = "gradient"
     summary = "the input gradient of the target logit"
 
-    def plan(self, options, context):
+    def plan(self, options: dict, context: Context) -> Any:
         logits = context.model.logits
         return Plan(1, lambda items: gradient_of(logits, items.x, items.targets))
 
@@ -21,6 +23,6 @@ class GradientTimesInput(Method):
     name = "grad_x_input"
     summary = "the input gradient times the input"
 
-    def plan(self, options, context):
+    def plan(self, options: dict, context: Context) -> Any:
         logits = context.model.logits
         return Plan(1, lambda items: gradient_of(logits, items.x, items.targets) * items.x)

@@ -1,6 +1,8 @@
 """Guided backpropagation: the input gradient through guided ReLUs (docs/saliency.md,
 "Methods"; the guided view of a model is `models.architectures.guided`)."""
-from saliency_gen.units import Method, Plan, gradient_of, register
+from typing import Any
+
+from saliency_gen.units import Context, Method, Plan, gradient_of, register
 
 
 @register
@@ -9,6 +11,6 @@ class GuidedBackprop(Method):
     summary = "the input gradient through guided ReLUs"
     views = ("guided",)
 
-    def plan(self, options, context):
+    def plan(self, options: dict, context: Context) -> Any:
         guided = context.model.guided_logits
         return Plan(1, lambda items: gradient_of(guided, items.x, items.targets))

@@ -4,18 +4,20 @@
 One work item per path point: `w_i (x - x') * grad f(x' + a_i (x - x'))`, summed over the
 points by the engine.
 """
+from typing import Any, Sequence
+
 import numpy as np
 import tensorflow as tf
 
 from models.foundation.errors import UserError
 from saliency_gen.baselines import baseline_image
-from saliency_gen.units import Method, Param, Plan, gradient_of, register
+from saliency_gen.units import Context, Method, Param, Plan, gradient_of, register
 
 RULES = ("pair_linspace", "riemann_left", "riemann_right", "riemann_middle", "trapezoid",
          "captum_trapezoid", "gausslegendre")
 
 
-def alphas_and_weights(rule: str, steps: int):
+def alphas_and_weights(rule: str, steps: int) -> tuple:
     """(alphas, weights) of an IG quadrature rule."""
     m = int(steps)
     if rule == "pair_linspace":
@@ -47,13 +49,13 @@ class IntegratedGradients(Method):
         "baseline_range": Param((-1.0, 1.0), doc="(low, high) of the uniform baseline"),
     }
 
-    def steps(self, options, shape):
+    def steps(self, options: dict, shape: Sequence[int]) -> int:
         return int(options["steps"])
 
-    def seeded(self, options):
+    def seeded(self, options: dict) -> bool:
         return options["baseline"] == "uniform"
 
-    def plan(self, options, context):
+    def plan(self, options: dict, context: Context) -> Any:
         alphas, weights = alphas_and_weights(options["rule"], options["steps"])
         alphas = tf.constant(alphas, tf.float32)
         weights = tf.constant(weights, tf.float32)

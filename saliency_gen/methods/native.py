@@ -7,7 +7,9 @@ adapter's `native` view): a model that does not offer it stops the run with one 
 offers. The one-channel map is spread evenly over the image's channels, so the channel sum IDSDS
 takes is the map itself (a B-cos map still sums to the logit minus its bias).
 """
-from saliency_gen.units import Method, Plan, register, tile_channels
+from typing import Any
+
+from saliency_gen.units import Context, Method, Plan, register, tile_channels
 
 
 class _Native(Method):
@@ -16,7 +18,7 @@ class _Native(Method):
     native_name = ""
     views = ("native",)
 
-    def plan(self, options, context):
+    def plan(self, options: dict, context: Context) -> Any:
         channels = context.shape[2]
         model, name = context.model, self.native_name
         model.require_native(name)

@@ -4,11 +4,13 @@ f_c(x) - f_c(x with the window set to `value`), added to every pixel of the wind
 Item 0 adds f_c(x) times the number of windows covering each pixel; item 1 + w subtracts
 f_c(x with window w occluded) inside window w. Their sum is PAIR's sum over windows.
 """
+from typing import Any, Sequence
+
 import numpy as np
 import tensorflow as tf
 
 from models.foundation.errors import UserError
-from saliency_gen.units import Method, Param, Plan, register, tile_channels
+from saliency_gen.units import Context, Method, Param, Plan, register, tile_channels
 
 
 def _corners(height: int, width: int, size: int, stride: int) -> np.ndarray:
@@ -27,13 +29,13 @@ class Occlusion(Method):
         "value": Param(0.0, doc="what occluded pixels become (input space)"),
     }
 
-    def steps(self, options, shape):
+    def steps(self, options: dict, shape: Sequence[int]) -> int:
         height, width, _ = shape
         size, stride = int(options["size"]), int(options["stride"])
         return 1 + len(range(0, height - size + 1, stride)) * len(range(0, width - size + 1,
                                                                         stride))
 
-    def plan(self, options, context):
+    def plan(self, options: dict, context: Context) -> Any:
         height, width, channels = context.shape
         size, stride = int(options["size"]), int(options["stride"])
         if size > min(height, width):

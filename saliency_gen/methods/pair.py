@@ -17,6 +17,7 @@ the bridges do about them:
 """
 import contextlib
 import types
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -25,7 +26,7 @@ from saliency.core import guided_ig
 
 from models.formats.adapter import adapt
 from models.foundation.errors import UserError
-from saliency_gen.units import HostPlan, Method, Param, register
+from saliency_gen.units import Context, HostPlan, Method, Param, register
 
 
 def _class_of(call_model_args) -> int:
@@ -34,9 +35,11 @@ def _class_of(call_model_args) -> int:
     return int(call_model_args)
 
 
-def as_call_model_function(model, feature_layer=None):
+def as_call_model_function(model: Any, feature_layer: Optional[str] = None) -> Callable:
     """A PAIR `call_model_function` for `model` (see the module docstring)."""
     adapter = adapt(model, feature_layer)
+    if adapter.input_shape is None:
+        raise UserError("PAIR's methods need a model with a known input shape")
     height, width, channels = adapter.input_shape
     image_spec = tf.TensorSpec([None, height, width, channels], tf.float32)
 
@@ -108,12 +111,13 @@ def _pair_arguments(options):
 class _PairMethod(Method):
     """A PAIR method explained one image per call; its parameters go to PAIR's `GetMask`."""
 
-    explainer = None
+    explainer: Any = None  # the PAIR explainer class
 
-    def fix(self):
+    def fix(self) -> Any:
+        """A context around each PAIR call (default: none)."""
         return contextlib.nullcontext()
 
-    def plan(self, options, context):
+    def plan(self, options: dict, context: Context) -> Any:
         call = as_call_model_function(context.model)
         explainer = self.explainer()
         arguments = _pair_arguments(options)
@@ -152,10 +156,10 @@ class BlurIG(_PairMethod):
               "grad_step": Param(0.01), "sqrt": Param(False),
               "pair_batch_size": Param(1, minimum=1)}
 
-    def steps(self, options, shape):
+    def steps(self, options: dict, shape: Sequence[int]) -> int:
         return int(options["steps"])
 
-    def check(self, options):
+    def check(self, options: dict) -> None:
         super().check(options)
         if options.get("sqrt") and int(options.get("pair_batch_size", 1)) > 1:
             raise UserError("PAIR BlurIG with sqrt=True is wrong for pair_batch_size > 1 (it "
@@ -171,8 +175,8 @@ class GuidedIG(_PairMethod):
     params = {"x_baseline": Param(None), "x_steps": Param(200, minimum=1),
               "fraction": Param(0.25), "max_dist": Param(0.02)}
 
-    def steps(self, options, shape):
+    def steps(self, options: dict, shape: Sequence[int]) -> int:
         return int(options["x_steps"])
 
-    def fix(self):
+    def fix(self) -> Any:
         return _guided_ig_numpy_fix()

@@ -1,8 +1,10 @@
 """The random control (docs/saliency.md, "Random"): U(0, 1) per element, keyed on (seed, image
 id), so the same image gets the same map wherever it appears."""
+from typing import Any
+
 import tensorflow as tf
 
-from saliency_gen.units import Method, Plan, register
+from saliency_gen.units import Context, Method, Plan, register
 
 SALT = 0x5A17
 
@@ -14,10 +16,10 @@ class Random(Method):
     views = ()
     wrappable = False  # a control
 
-    def seeded(self, options):
+    def seeded(self, options: dict) -> bool:
         return True
 
-    def plan(self, options, context):
+    def plan(self, options: dict, context: Context) -> Any:
         shape = context.shape
         salt = tf.constant(int(context.seed) ^ SALT, tf.int64)
 

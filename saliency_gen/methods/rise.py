@@ -9,12 +9,14 @@ each mask with two small matrix products when it needs it, instead of holding n_
 full-size masks (6000 x 224 x 224 floats = 1.2 GB). One work item per mask:
 `softmax(f(M x + (1 - M) b))_c * M / (n_masks * p1)`.
 """
+from typing import Any, Sequence
+
 import numpy as np
 import tensorflow as tf
 from skimage.transform import resize
 
 from saliency_gen.baselines import baseline_image
-from saliency_gen.units import Method, Param, Plan, register
+from saliency_gen.units import Context, Method, Param, Plan, register
 
 
 def interpolation_matrix(cells: int, size: int) -> np.ndarray:
@@ -23,7 +25,8 @@ def interpolation_matrix(cells: int, size: int) -> np.ndarray:
                   preserve_range=True).astype(np.float64)
 
 
-def mask_factors(n_masks: int, cells: int, p1: float, height: int, width: int, seed: int):
+def mask_factors(n_masks: int, cells: int, p1: float, height: int, width: int,
+                 seed: int) -> tuple:
     """(grids [n, cells, cells], rows [n, H, cells], cols [n, W, cells]) as float32 arrays."""
     rng = np.random.default_rng([int(seed), 0x215E])
     grids = (rng.random((n_masks, cells, cells)) < p1).astype(np.float32)
@@ -37,7 +40,8 @@ def mask_factors(n_masks: int, cells: int, p1: float, height: int, width: int, s
     return grids, rows, cols
 
 
-def masks(n_masks: int, cells: int, p1: float, height: int, width: int, seed: int):
+def masks(n_masks: int, cells: int, p1: float, height: int, width: int,
+          seed: int) -> np.ndarray:
     """The full masks [n, H, W] (for tests and inspection; the engine uses `mask_factors`)."""
     grids, rows, cols = mask_factors(n_masks, cells, p1, height, width, seed)
     return np.einsum("nhk,nkl,nwl->nhw", rows, grids, cols)
@@ -55,13 +59,13 @@ class Rise(Method):
         "baseline_range": Param((-1.0, 1.0), doc="(low, high) of the uniform baseline"),
     }
 
-    def steps(self, options, shape):
+    def steps(self, options: dict, shape: Sequence[int]) -> int:
         return int(options["n_masks"])
 
-    def seeded(self, options):
+    def seeded(self, options: dict) -> bool:
         return True
 
-    def plan(self, options, context):
+    def plan(self, options: dict, context: Context) -> Any:
         height, width, channels = context.shape
         grids, row_maps, col_maps = mask_factors(int(options["n_masks"]), int(options["cells"]),
                                                  float(options["p1"]), height, width,

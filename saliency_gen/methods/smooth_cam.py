@@ -10,11 +10,13 @@ and A in the last two formulas come from the last noisy sample.
 The means are sums over items, so the items (image, sample) join the engine's chunked stream;
 six moments are accumulated per image at feature resolution and combined in `finish`.
 """
+from typing import Any, Sequence
+
 import tensorflow as tf
 
 from saliency_gen.methods.cam import NORMALISE, UPSAMPLE, normalise_cam, upsample_cam
 from saliency_gen.noise import group_noise, method_code
-from saliency_gen.units import Method, Param, Plan, register, tile_channels
+from saliency_gen.units import Context, Method, Param, Plan, register, tile_channels
 
 
 class _SmoothCamPlan(Plan):
@@ -83,11 +85,11 @@ class SmoothGradCamPlusPlus(Method):
         "cam_upsample": UPSAMPLE,
     }
 
-    def steps(self, options, shape):
+    def steps(self, options: dict, shape: Sequence[int]) -> int:
         return int(options["nsamples"]) + 1
 
-    def seeded(self, options):
+    def seeded(self, options: dict) -> bool:
         return True
 
-    def plan(self, options, context):
+    def plan(self, options: dict, context: Context) -> Any:
         return _SmoothCamPlan(options, context)

@@ -1,10 +1,12 @@
 """Sobel edges, ROAR's model-free control (docs/saliency.md, "Sobel")."""
+from typing import Any
+
 import tensorflow as tf
 
-from saliency_gen.units import Method, Plan, register
+from saliency_gen.units import Context, Method, Plan, register
 
 
-def sobel(x):
+def sobel(x: tf.Tensor) -> tf.Tensor:
     """`scipy.ndimage.sobel(x, axis=0)` per image of [B, H, W, C]: central difference along H,
     [1, 2, 1] smoothing along W and along C, half-sample symmetric borders."""
     padded = tf.pad(x, [[0, 0], [1, 1], [1, 1], [1, 1]], mode="SYMMETRIC")
@@ -19,5 +21,5 @@ class Sobel(Method):
     summary = "scipy.ndimage.sobel along the height axis (model-free control)"
     views = ()
 
-    def plan(self, options, context):
+    def plan(self, options: dict, context: Context) -> Any:
         return Plan(1, lambda items: sobel(items.x))

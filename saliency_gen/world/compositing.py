@@ -12,6 +12,7 @@ stated for S = 128 and scales with the image size S:
 * the RGBA cut-out is PIL-bilinear resized and pasted with its own alpha as mask.
 """
 import math
+from typing import Any
 
 import numpy as np
 from PIL import Image
@@ -19,12 +20,14 @@ from PIL import Image
 from models.foundation.errors import UserError
 
 
-def placement_rng(seed, object_label, scene_label, index):
+def placement_rng(seed: int, object_label: int, scene_label: int,
+                  index: int) -> np.random.Generator:
     """The generator for one composite (fix D2, docs/bam.md, "The dataset layout")."""
     return np.random.default_rng([seed, object_label, scene_label, index])
 
 
-def draw_placement(rng, image_size, cut_width, cut_height):
+def draw_placement(rng: np.random.Generator, image_size: int, cut_width: int,
+                   cut_height: int) -> tuple:
     """(new_w, new_h, row, col) for a cut-out of `cut_width` x `cut_height` on an S x S scene."""
     size = image_size
     low, high = int(size / math.sqrt(3)), int(size / math.sqrt(2))
@@ -41,14 +44,14 @@ def draw_placement(rng, image_size, cut_width, cut_height):
     return new_w, new_h, row, col
 
 
-def cutout_from_crop(crop_rgb, crop_mask):
+def cutout_from_crop(crop_rgb: Any, crop_mask: Any) -> Image.Image:
     """BAM's RGBA cut-out: RGB * mask, alpha 0 where the result is exactly black, else 255."""
     rgb = np.asarray(crop_rgb, np.uint8) * (np.asarray(crop_mask) != 0)[..., None].astype(np.uint8)
     alpha = np.where(rgb.any(axis=-1), 255, 0).astype(np.uint8)
     return Image.fromarray(np.dstack([rgb, alpha]), "RGBA")
 
 
-def paste(scene, cutout, placement):
+def paste(scene: Image.Image, cutout: Image.Image, placement: tuple) -> tuple:
     """(composite RGB image, box (r0, c0, r1, c1)) for an RGBA `cutout` pasted on `scene`.
 
     `scene` (PIL RGB) is not modified; it is the scene-only image.

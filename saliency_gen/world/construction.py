@@ -16,6 +16,7 @@ import io
 import os
 import random
 import shutil
+from typing import Callable, Optional, Sequence
 
 from PIL import Image
 
@@ -39,32 +40,33 @@ Composite = collections.namedtuple(
 class Layout:
     """Paths under a dataset root: `layout("obj", "val")` -> `<root>/obj/val`."""
 
-    def __init__(self, root):
+    def __init__(self, root: str):
         self.root = root
 
     def __call__(self, *parts):
         return os.path.join(self.root, *parts)
 
 
-def encode_jpeg(image):
+def encode_jpeg(image: Image.Image) -> bytes:
     """PIL JPEG with default settings (quality 75), as the original writes every image."""
     buffer = io.BytesIO()
     image.save(buffer, "JPEG")
     return buffer.getvalue()
 
 
-def encode_png(image):
+def encode_png(image: Image.Image) -> bytes:
     buffer = io.BytesIO()
     image.save(buffer, "PNG")
     return buffer.getvalue()
 
 
-def write_bytes(path, data):
+def write_bytes(path: str, data: bytes) -> None:
     with open(path, "wb") as handle:
         handle.write(data)
 
 
-def check_reusable(existing, config, output_dir, what):
+def check_reusable(existing: Optional[dict], config: dict, output_dir: str,
+                   what: str) -> Optional[dict]:
     """`existing` (a finished build's info, or None) marked reused if its parameters equal
     `config`; None if there is none; a UserError naming `output_dir` if they differ."""
     if existing is None:
@@ -76,7 +78,7 @@ def check_reusable(existing, config, output_dir, what):
                     "another --output_dir or pass --overwrite")
 
 
-def link_or_copy(source, target):
+def link_or_copy(source: str, target: str) -> None:
     """Hard-links `target` to `source`, or copies it where links are not possible."""
     try:
         os.link(source, target)
@@ -98,8 +100,9 @@ def _make_split_dirs(layout):
         os.makedirs(layout(folder, "val"), exist_ok=True)
 
 
-def write_composites(layout, instance, seed, image_size, num_train, num_instances,
-                     progress=None, keep_jpeg=False):
+def write_composites(layout: "Layout", instance: Callable, seed: int, image_size: int,
+                     num_train: int, num_instances: int, progress: Optional[Callable] = None,
+                     keep_jpeg: bool = False) -> list:
     """Pastes every object instance into every scene image and writes obj, scene, scene_only.
 
     `instance(i)` returns (10 RGBA cut-outs, 10 RGB scene images of `image_size`), both in label
@@ -136,7 +139,7 @@ def write_composites(layout, instance, seed, image_size, num_train, num_instance
     return images
 
 
-def write_split_metadata(layout, images, val_masks):
+def write_split_metadata(layout: "Layout", images: Sequence, val_masks: Sequence) -> None:
     """val.txt, val_loc.txt, val_mask and loc.txt of obj, scene and scene_only.
 
     `val_masks[o]` holds object o's crop masks of the val instances, in index order; the shared
@@ -162,7 +165,7 @@ def _dog_masks(layout):
     return dataset.load_masks(layout("coco", "segments", dataset.DOG, "val_mask"))
 
 
-def write_dog_sets(layout, num_val):
+def write_dog_sets(layout: "Layout", num_val: int) -> None:
     """dog_bedroom (composites, label bedroom) and bamboo_forest (scene only, label 0).
 
     Each holds exactly `num_val` images; the k-th in sorted order uses the dog's val mask k.
@@ -185,7 +188,7 @@ def write_dog_sets(layout, num_val):
         dataset.save_masks(layout(folder, "val_mask"), dog_masks)
 
 
-def write_tcav_sets(layout, seed):
+def write_tcav_sets(layout: "Layout", seed: int) -> None:
     """The TCAV folders (docs/bam.md, "The dataset layout"), drawn with `random.Random(seed)` from
     sorted listings."""
     draw = random.Random(seed)
@@ -215,14 +218,14 @@ def write_tcav_sets(layout, seed):
                         [f"{rename.get(n, n)} {label}" for label, n in enumerate(SCENE_CLASSES)])
 
 
-def relative_dog_classes(k):
+def relative_dog_classes(k: int) -> tuple:
     """D_k: the scene classes that show the dog in the relative set scene<k>."""
     if not 1 <= k <= len(RELATIVE_DOG_ORDER):
         raise ValueError(f"relative sets are scene1..scene{len(RELATIVE_DOG_ORDER)}; got {k}")
     return RELATIVE_DOG_ORDER[:k]
 
 
-def write_relative_set(layout, k):
+def write_relative_set(layout: "Layout", k: int) -> None:
     """scene<k> (docs/bam.md, "The dataset layout", relative sets): `dog-<c>-<n>` from scene if c is
     in D_k, else from scene_only.
 
@@ -260,7 +263,7 @@ def write_relative_set(layout, k):
     dataset.write_lines(layout(root, "dog_classes.txt"), dog_classes)
 
 
-def load_rgba(path):
+def load_rgba(path: str) -> Image.Image:
     """A cut-out PNG as a loaded RGBA image (the original reads cut-outs back this way)."""
     with Image.open(path) as image:
         return image.convert("RGBA")

@@ -11,6 +11,7 @@ formats are defined once:
   the object's native resolution (read without unpickling code: `models.formats.object_arrays`).
 """
 import os
+from typing import Iterable, Optional, Sequence
 
 import numpy as np
 from PIL import Image
@@ -31,12 +32,12 @@ SCENE_LABEL = {name: label for label, name in enumerate(SCENE_CLASSES)}
 DOG, BEDROOM, BAMBOO_FOREST = "dog", "bedroom", "bamboo_forest"
 
 
-def image_name(obj, scene, index):
+def image_name(obj: str, scene: str, index: int) -> str:
     """`<obj>-<scene>-<index:04d>.jpg`, identical in obj, scene and scene_only."""
     return f"{obj}-{scene}-{index:04d}.jpg"
 
 
-def parse_image_name(name):
+def parse_image_name(name: str) -> tuple[str, str, int]:
     """(object, scene, index) from a name made by `image_name` (any extension, optional suffix)."""
     stem = os.path.splitext(os.path.basename(name))[0]
     parts = stem.split("-")
@@ -49,7 +50,7 @@ def parse_image_name(name):
 # Metadata files.
 
 
-def write_lines(path, lines):
+def write_lines(path: str, lines: Iterable[str]) -> None:
     """Writes text lines, newline-terminated, atomically."""
     with atomic_output(path) as temporary:
         with open(temporary, "w", encoding="utf-8") as handle:
@@ -72,12 +73,12 @@ def _read_pairs(path):
     return pairs
 
 
-def write_labels(path, entries):
+def write_labels(path: str, entries: Iterable[tuple[str, int]]) -> None:
     """`val.txt`: entries of (file name, label), written sorted by name."""
     write_lines(path, [f"{name} {int(label)}" for name, label in sorted(entries)])
 
 
-def read_labels(path):
+def read_labels(path: str) -> list:
     """[(file name, label)] from a `val.txt`, in file order."""
     try:
         return [(name, int(label)) for name, label in _read_pairs(path)]
@@ -85,16 +86,16 @@ def read_labels(path):
         raise UserError(f"{path}: a label is not an integer") from None
 
 
-def format_box(box):
+def format_box(box: Sequence[int]) -> str:
     return ",".join(str(int(v)) for v in box)
 
 
-def write_locations(path, entries):
+def write_locations(path: str, entries: Iterable[tuple[str, Sequence[int]]]) -> None:
     """`val_loc.txt` / `loc.txt`: entries of (file name, (r0, c0, r1, c1)), sorted by name."""
     write_lines(path, [f"{name} {format_box(box)}" for name, box in sorted(entries)])
 
 
-def read_locations(path):
+def read_locations(path: str) -> list:
     """[(file name, (r0, c0, r1, c1))] from a `val_loc.txt`, in file order."""
     entries = []
     for name, box in _read_pairs(path):
@@ -105,7 +106,7 @@ def read_locations(path):
     return entries
 
 
-def save_masks(path, masks):
+def save_masks(path: str, masks: Sequence[np.ndarray]) -> None:
     """Saves 2-D uint8 {0,1} masks as BAM's `val_mask` (object array, no `.npy` suffix)."""
     array = np.empty(len(masks), dtype=object)
     for index, mask in enumerate(masks):
@@ -118,7 +119,7 @@ def save_masks(path, masks):
             np.save(handle, array, allow_pickle=True)
 
 
-def load_masks(path):
+def load_masks(path: str) -> list:
     """The list of 2-D uint8 masks in a `val_mask` file."""
     if not os.path.isfile(path):
         raise MissingPathError(f"{path} does not exist; build the dataset first")
@@ -133,12 +134,12 @@ def load_masks(path):
 # Boxes and masks at the model's resolution (docs/bam.md, "Region score", steps 3-4).
 
 
-def scale_box(box, image_size, target_size):
+def scale_box(box: Sequence[int], image_size: int, target_size: int) -> tuple:
     """A box (r0, c0, r1, c1) in `image_size` pixels scaled to `target_size`, each value floored."""
     return tuple(int(v) * target_size // image_size for v in box)
 
 
-def mask_in_box(mask, height, width):
+def mask_in_box(mask: np.ndarray, height: int, width: int) -> np.ndarray:
     """The crop mask resized to the box with PIL bilinear on uint8 {0,1}: still {0,1}.
 
     This is the one mask routine for scoring, patches and record masks, so all use the same pixels.
@@ -149,7 +150,7 @@ def mask_in_box(mask, height, width):
     return np.asarray(resized, np.uint8)
 
 
-def mask_in_frame(mask, box, frame_size):
+def mask_in_frame(mask: np.ndarray, box: Sequence[int], frame_size: int) -> np.ndarray:
     """A `frame_size` x `frame_size` uint8 {0,1} mask with the object's mask placed in `box`."""
     r0, c0, r1, c1 = box
     frame = np.zeros((frame_size, frame_size), np.uint8)
@@ -161,25 +162,25 @@ def mask_in_frame(mask, box, frame_size):
 # Listings.
 
 
-def load_pixels(paths, size=None):
+def load_pixels(paths: Sequence[str], size: Optional[int] = None) -> np.ndarray:
     """uint8 [N, size, size, 3] of the images at `paths`, BAM geometry (PIL bilinear)."""
     return np.stack([load_bam_pixels(path, size) for path in paths])
 
 
-def model_inputs(paths, size, preprocessing):
+def model_inputs(paths: Sequence[str], size: int, preprocessing: str) -> np.ndarray:
     """Model inputs [N, size, size, 3] of the images at `paths` in the input space named by
     `preprocessing` (BAM geometry, then the model's normalisation)."""
     return input_space(preprocessing).from_uint8(load_pixels(paths, size))
 
 
-def sorted_files(directory, suffixes=(".jpg", ".jpeg", ".png")):
+def sorted_files(directory: str, suffixes: tuple = (".jpg", ".jpeg", ".png")) -> list:
     """Sorted file names in `directory` with one of `suffixes` (BAM sorts every listing)."""
     if not os.path.isdir(directory):
         raise MissingPathError(f"directory {directory} does not exist; build the dataset first")
     return sorted(name for name in os.listdir(directory) if name.lower().endswith(suffixes))
 
 
-def train_listing(dataset_dir):
+def train_listing(dataset_dir: str) -> list:
     """[(path, label)] of `<dataset>/train/<class>/*`, classes labelled in sorted folder order."""
     root = os.path.join(dataset_dir, "train")
     if not os.path.isdir(root):
@@ -190,7 +191,7 @@ def train_listing(dataset_dir):
             for file in sorted_files(os.path.join(root, name))]
 
 
-def val_listing(dataset_dir):
+def val_listing(dataset_dir: str) -> list:
     """[(path, label)] of `<dataset>/val/` in `val.txt` order (sorted by file name)."""
     return [(os.path.join(dataset_dir, "val", name), label)
             for name, label in read_labels(os.path.join(dataset_dir, "val.txt"))]

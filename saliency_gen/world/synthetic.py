@@ -17,6 +17,7 @@ import json
 import math
 import os
 import time
+from typing import Callable, Optional
 
 import numpy as np
 from PIL import Image, ImageDraw
@@ -225,7 +226,7 @@ OBJECT_PAINTERS = {"backpack": _backpack, "bird": _bird, "dog": _dog, "elephant"
                    "truck": _truck, "zebra": _zebra}
 
 
-def render_object(name, rng):
+def render_object(name: str, rng: np.random.Generator) -> tuple:
     """(crop RGB uint8 [h, w, 3], crop mask uint8 {0,1} [h, w]) of one object instance.
 
     The crop is tight around the mask, like a COCO box crop; object pixels are never exactly black,
@@ -390,7 +391,7 @@ SCENE_PAINTERS = {"bamboo_forest": _bamboo_forest, "bedroom": _bedroom,
                   "runway": _runway, "ski_slope": _ski_slope, "track": _track}
 
 
-def render_scene(name, rng, size):
+def render_scene(name: str, rng: np.random.Generator, size: int) -> Image.Image:
     """One scene image of class `name`: PIL RGB, `size` x `size`, with mild pixel noise."""
     painter = _Painter(size, size)
     SCENE_PAINTERS[name](painter, rng)
@@ -449,13 +450,13 @@ def _write_records(layout, images, crop_masks, image_size, seed):
     return shards
 
 
-def world_config(seed, image_size, train_per_pair, val_per_pair):
+def world_config(seed: int, image_size: int, train_per_pair: int, val_per_pair: int) -> dict:
     """The parameters that define a world (and must match for a cached world to be reused)."""
     return {"format": FORMAT, "seed": int(seed), "image_size": int(image_size),
             "train_per_pair": int(train_per_pair), "val_per_pair": int(val_per_pair)}
 
 
-def read_world_info(output_dir):
+def read_world_info(output_dir: str) -> Optional[dict]:
     """The `world.json` of a finished world, or None if `output_dir` holds none."""
     path = os.path.join(output_dir, "world.json")
     if not os.path.isfile(path):
@@ -464,8 +465,9 @@ def read_world_info(output_dir):
         return json.load(handle)
 
 
-def build_world(output_dir, seed=0, image_size=64, train_per_pair=100, val_per_pair=100,
-                progress=None, overwrite=False):
+def build_world(output_dir: str, seed: int = 0, image_size: int = 64, train_per_pair: int = 100,
+                val_per_pair: int = 100, progress: Optional[Callable] = None,
+                overwrite: bool = False) -> dict:
     """Builds the synthetic world in `output_dir` (see the module docstring); returns its info.
 
     If `output_dir` already holds a finished world with the same parameters it is kept as is
@@ -493,7 +495,7 @@ def build_world(output_dir, seed=0, image_size=64, train_per_pair=100, val_per_p
         layout = construction.Layout(root)
         for obj in OBJECT_CLASSES:
             os.makedirs(layout("coco", "segments", obj))
-        crop_masks = {}
+        crop_masks: dict = {}
         images = construction.write_composites(
             layout, _instance_renderer(layout, seed, image_size, crop_masks), seed, image_size,
             train_per_pair, num_instances, progress, keep_jpeg=True)
