@@ -38,7 +38,7 @@ from models.foundation import rules
 from models.foundation.errors import UserError
 
 
-def require(module: str, extra: str):
+def require(module: str, extra: str) -> Any:
     """`module`, imported; when it is not installed, one `error:` line naming the project extra
     that installs it, and exit status 2 (optional parts such as Apache Beam)."""
     import importlib
@@ -53,7 +53,7 @@ def require(module: str, extra: str):
 
 def option(default: Any, help: str, choices: Optional[Sequence] = None,  # noqa: A002
            *, origin: Union[bool, str, tuple] = True,
-           rule: Optional[Union[rules.Rule, tuple]] = None):
+           rule: Optional[Union[rules.Rule, tuple]] = None) -> Any:
     """A config field that is also a flag: its default, help text, allowed values and `rule`
     (a `models.foundation.rules.Rule` or a tuple of them, checked when a `rules.Checked`
     config is built).
@@ -68,7 +68,7 @@ def option(default: Any, help: str, choices: Optional[Sequence] = None,  # noqa:
                                                         "origin": origin, "rule": rule})
 
 
-def origin_flags(config) -> dict:
+def origin_flags(config: Any) -> dict:
     """{name: value} of the config's fields declared `origin=True` (see `option`)."""
     return {field.name: getattr(config, field.name) for field in dataclasses.fields(config)
             if field.metadata.get("origin", True) is True}
@@ -85,7 +85,7 @@ def _kind(annotation, default):
     return type(default) if default is not None else str
 
 
-def define_flags(config_class, flag_values=None) -> None:
+def define_flags(config_class: type, flag_values: Any = None) -> None:
     """Defines one absl flag per field of `config_class` (same name, default and help) in
     `flag_values` (default: absl's global FLAGS)."""
     from absl import flags
@@ -115,7 +115,7 @@ def define_flags(config_class, flag_values=None) -> None:
             flags.DEFINE_string(field.name, default, help_text, **where)
 
 
-def config_from_flags(config_class, flag_values=None):
+def config_from_flags(config_class: type, flag_values: Any = None) -> Any:
     """A `config_class` holding the parsed flags' values (lists become tuples), its options'
     rules checked (a `rules.Checked` config checks itself)."""
     from absl import flags
@@ -131,7 +131,7 @@ def config_from_flags(config_class, flag_values=None):
     return config
 
 
-def flag_given(name: str, flag_values=None) -> bool:
+def flag_given(name: str, flag_values: Any = None) -> bool:
     """Was the flag `name` given on the command line (rather than left at its default)?"""
     from absl import flags
 
@@ -143,7 +143,7 @@ ENVIRONMENT_ERRORS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.
                                 errno.EROFS, errno.EISDIR, errno.ENOTDIR, errno.ENAMETOOLONG})
 
 
-def run_binary(config_class, run: Callable) -> None:
+def run_binary(config_class: type, run: Callable) -> None:
     """Defines the flags of `config_class`, parses them, and calls `run(config)`; a
     `UserError` becomes one `error:` line and exit status 2."""
     from absl import app, flags, logging

@@ -24,7 +24,7 @@ class RecordError(UserError):
     """A TFRecord file or record is corrupt or does not follow the expected schema."""
 
 
-def require_both_or_neither(first, second):
+def require_both_or_neither(first: tuple[str, Any], second: tuple[str, Any]) -> None:
     """Raises unless two (flag name, value) pairs are both given or both left out (None): the
     binaries use their real-data paths together, or neither for the synthetic world."""
     (first_name, first_value), (second_name, second_value) = first, second
@@ -33,7 +33,7 @@ def require_both_or_neither(first, second):
                         "world)")
 
 
-def check_choices(flag: str, values, known, what: str = "value") -> None:
+def check_choices(flag: str, values: Any, known: Collection, what: str = "value") -> None:
     """Raises unless the list flag `--flag` names at least one value, each one of `known`."""
     if not values:
         raise UserError(f"--{flag} names no {what}; choose from {', '.join(known)}")
@@ -43,7 +43,7 @@ def check_choices(flag: str, values, known, what: str = "value") -> None:
                         f"{', '.join(known)}")
 
 
-def check_one_of(flag: str, value, known) -> None:
+def check_one_of(flag: str, value: Any, known: Collection) -> None:
     """Raises unless the flag `--flag` is one of `known` (a scalar choice)."""
     if value not in known:
         raise UserError(f"--{flag} must be one of {', '.join(map(str, known))}; got {value!r}")
@@ -81,7 +81,7 @@ def look_up(table: dict, name: Any, what: str) -> Any:
         raise _unknown(what, name, sorted(map(str, table))) from None
 
 
-def check_unique(flag: str, values) -> None:
+def check_unique(flag: str, values: Iterable) -> None:
     """Raises if the list flag `--flag` names a value twice (a method shown twice, a ratio
     scored twice)."""
     seen = set()
@@ -91,13 +91,13 @@ def check_unique(flag: str, values) -> None:
         seen.add(value)
 
 
-def check_minimum(flag: str, value, minimum) -> None:
+def check_minimum(flag: str, value: Any, minimum: float) -> None:
     """Raises unless the flag `--flag` is at least `minimum` (sizes, counts, epochs)."""
     if value is None or value < minimum:
         raise UserError(f"--{flag}={value} must be at least {minimum}")
 
 
-def whole_percent(flag: str, value) -> int:
+def whole_percent(flag: str, value: Any) -> int:
     """The ratio `value` of `--flag` as a whole percentage; one line unless it is a number that
     is a multiple of 0.01 in [0, 1] (ROAR's and ROAD's thresholds are whole percents of the
     pixels, docs/roar.md)."""
@@ -112,13 +112,13 @@ def whole_percent(flag: str, value) -> int:
     return percent
 
 
-def check_fractions(flag: str, values) -> None:
+def check_fractions(flag: str, values: Any) -> None:
     """Raises unless every value of the flag `--flag` is a whole percent (`whole_percent`)."""
     for value in values if isinstance(values, (list, tuple)) else [values]:
         whole_percent(flag, value)
 
 
-def first_non_finite(values) -> Optional[int]:
+def first_non_finite(values: Any) -> Optional[int]:
     """The index of the first row of `values` [N, ...] that holds a NaN or an infinity, or None
     (integer arrays are finite)."""
     import numpy as np  # here, so that importing the errors stays free

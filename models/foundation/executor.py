@@ -15,7 +15,7 @@ results do not depend on the chunk size. Both functions are meant to be called w
 `tf.function` traces. `groups` cuts a job into groups of images whose per-image state fits a
 memory budget; that Python loop is over groups of many images, never over images.
 """
-from typing import Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import tensorflow as tf
 
@@ -30,7 +30,7 @@ def _padded_items(index, chunk: int, count):
     return tf.minimum(items, count - 1), valid
 
 
-def collect(count, chunk: int, compute: Callable, item_shape: Sequence = (),
+def collect(count: Any, chunk: int, compute: Callable, item_shape: Sequence = (),
             parallel: int = CHUNKS_IN_FLIGHT) -> tf.Tensor:
     """float32 [count, *item_shape]: `compute(items)` of every item, in order.
 
@@ -49,7 +49,7 @@ def collect(count, chunk: int, compute: Callable, item_shape: Sequence = (),
     return array.concat()[:count]
 
 
-def accumulate(count, chunk: int, compute: Callable, initial: tuple,
+def accumulate(count: Any, chunk: int, compute: Callable, initial: tuple,
                parallel: int = CHUNKS_IN_FLIGHT) -> tuple:
     """Per-slot sums of every item's shares.
 

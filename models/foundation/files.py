@@ -21,14 +21,14 @@ import os
 import secrets
 import shutil
 import socket
-from typing import Optional
+from typing import Any, Iterable, Iterator, Optional, Union
 
 from models.foundation.errors import UserError
 
 TEMPORARY_MARK = ".tmp-"
 
 
-def file_sha256(*paths) -> str:
+def file_sha256(*paths: str) -> str:
     """The SHA-256 hex digest of the files' bytes, read in order in blocks (checkpoints and
     archives of many GB never sit in memory)."""
     digest = hashlib.sha256()
@@ -46,7 +46,7 @@ def project_cache_dir(name: str) -> str:
     return os.path.join(root, "attribution-benchmarks", name)
 
 
-def temporary_name(path) -> str:
+def temporary_name(path: Union[str, os.PathLike]) -> str:
     """A hidden sibling of `path`, unique across hosts and processes, to write it under."""
     folder, name = os.path.split(os.fspath(path))
     host = socket.gethostname().split(".")[0] or "host"
@@ -60,7 +60,7 @@ def is_temporary(name: str) -> bool:
     return name.startswith(".") and TEMPORARY_MARK in name
 
 
-def remove_leftovers(folder, names=None) -> int:
+def remove_leftovers(folder: str, names: Optional[Iterable[str]] = None) -> int:
     """Deletes the unfinished outputs killed runs left in `folder` (only those of the outputs
     called `names`, if given); returns how many.
 
@@ -78,7 +78,7 @@ def remove_leftovers(folder, names=None) -> int:
 
 
 @contextlib.contextmanager
-def atomic_output(path):
+def atomic_output(path: Union[str, os.PathLike]) -> Iterator[str]:
     """Yields a temporary path to write `path` to; renames it to `path` only if the block succeeds.
 
     Works for files and directories (an existing directory at `path` is replaced; a file
@@ -100,7 +100,7 @@ def atomic_output(path):
         raise
 
 
-def write_json(path, value, **dump_options) -> None:
+def write_json(path: Union[str, os.PathLike], value: Any, **dump_options: Any) -> None:
     """Writes `value` as JSON to `path` through `atomic_output`; `dump_options` go to json.dump
     (indent, sort_keys). A NaN or infinite number is written as null: JSON has no NaN, and a
     bare `NaN` breaks strict readers."""
@@ -109,7 +109,7 @@ def write_json(path, value, **dump_options) -> None:
             json.dump(finite_or_null(value), handle, allow_nan=False, **dump_options)
 
 
-def finite_or_null(value):
+def finite_or_null(value: Any) -> Any:
     """`value` with every non-finite float (in dicts, lists and tuples) replaced by None."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
@@ -120,7 +120,8 @@ def finite_or_null(value):
     return value
 
 
-def read_json(path, what: str = "file", schema: Optional[dict] = None):
+def read_json(path: Union[str, os.PathLike], what: str = "file",
+              schema: Optional[dict] = None) -> Any:
     """The JSON value in `path`; a missing, empty or corrupt file is one `UserError` line, and so
     is valid JSON of another shape than `schema` (a JSON Schema, checked with `jsonschema`)."""
     path = os.fspath(path)
@@ -137,7 +138,7 @@ def read_json(path, what: str = "file", schema: Optional[dict] = None):
     return value
 
 
-def check_shape(value, schema: dict, what: str) -> None:
+def check_shape(value: Any, schema: dict, what: str) -> None:
     """One `UserError` line naming `what` if `value` does not fit the JSON Schema `schema`."""
     import jsonschema  # only readers of checked files pay for it
 
@@ -150,7 +151,7 @@ def check_shape(value, schema: dict, what: str) -> None:
                         "job that wrote it")
 
 
-def ensure_directory(path) -> str:
+def ensure_directory(path: Union[str, os.PathLike]) -> str:
     """Creates the folder `path` (and its parents) if needed; a path that is a file, or a folder
     that cannot be created or written, is one `UserError` line."""
     path = os.fspath(path)
@@ -168,7 +169,7 @@ def ensure_directory(path) -> str:
 
 
 @contextlib.contextmanager
-def exclusive(path, what: str = "output"):
+def exclusive(path: Union[str, os.PathLike], what: str = "output") -> Iterator[str]:
     """Holds an exclusive lock on `path` (a file or folder about to be written) for the block.
 
     The lock is the file `.<name>.lock` beside `path`, locked with flock, so it is released

@@ -17,7 +17,7 @@
 import contextlib
 import json
 import os
-from typing import Callable
+from typing import Any, Callable, Iterator
 
 from models.foundation.errors import UserError, check_one_of
 from models.foundation.lazy import lazy_module
@@ -29,7 +29,7 @@ STRATEGIES = ("default", "mirrored", "multi_worker", "tpu")
 _started: dict = {}
 
 
-def start(name: str = "default", cpu_replicas: int = 0):
+def start(name: str = "default", cpu_replicas: int = 0) -> Any:
     """The process's `tf.distribute` strategy called `name`, made on the first call.
     `cpu_replicas` > 1 splits the CPU into that many logical devices (mirrored only)."""
     check_one_of("strategy", name, STRATEGIES)
@@ -80,11 +80,11 @@ def role() -> tuple:
     return chief, f"{kind}-{index}"
 
 
-def is_multi_worker(strategy) -> bool:
+def is_multi_worker(strategy: Any) -> bool:
     return isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
 
 
-def evaluation_data(data):
+def evaluation_data(data: Any) -> Any:
     """`data` for a multi-worker evaluation: every worker reads every record (auto-shard by
     data), so the metrics count each test image once whatever the file count."""
     options = tf.data.Options()
@@ -93,7 +93,7 @@ def evaluation_data(data):
     return data.with_options(options)
 
 
-def distribute_training(strategy, data, global_batch: int):
+def distribute_training(strategy: Any, data: Any, global_batch: int) -> Any:
     """The training stream `data` (batches of `global_batch`) split over the replicas of
     `strategy` so that every step sees the same global batch as one device: replica r gets
     rows [r * b, (r + 1) * b) of it, b = global_batch / replicas. Every worker reads every
@@ -123,7 +123,8 @@ def distribute_training(strategy, data, global_batch: int):
 
 
 @contextlib.contextmanager
-def fit_compatible(model, strategy, first_batch: Callable[[], tuple]):
+def fit_compatible(model: Any, strategy: Any,
+                   first_batch: Callable[[], tuple]) -> Iterator[None]:
     """Within this context, `model.fit` / `evaluate` run under `strategy` with more than one
     replica. `first_batch()` gives one local (x, y) batch of any size (its shapes build the
     model; take it from data without a shuffle).

@@ -31,8 +31,8 @@ from models.training.recipes import PRECISIONS, Recipe, RunOptions
 class WarmupStepSchedule(keras.optimizers.schedules.LearningRateSchedule):
     """base_lr * batch / 256, linear warm-up from 0 over `warmup_epochs`, then step decays."""
 
-    def __init__(self, scaled_lr, steps_per_epoch, warmup_epochs, decay_epochs,
-                 decay_multipliers):
+    def __init__(self, scaled_lr: float, steps_per_epoch: float, warmup_epochs: float,
+                 decay_epochs: Sequence[float], decay_multipliers: Sequence[float]):
         self.scaled_lr = float(scaled_lr)
         self.steps_per_epoch = float(steps_per_epoch)
         self.warmup_epochs = float(warmup_epochs)
@@ -46,13 +46,13 @@ class WarmupStepSchedule(keras.optimizers.schedules.LearningRateSchedule):
             rate = tf.where(epoch >= start, self.scaled_lr * multiplier, rate)
         return rate
 
-    def get_config(self):
+    def get_config(self) -> dict:
         return {"scaled_lr": self.scaled_lr, "steps_per_epoch": self.steps_per_epoch,
                 "warmup_epochs": self.warmup_epochs, "decay_epochs": self.decay_epochs,
                 "decay_multipliers": self.decay_multipliers}
 
 
-def make_optimizer(recipe: Recipe, schedule):
+def make_optimizer(recipe: Recipe, schedule: Any) -> Any:
     """Nesterov SGD on the schedule (the recipe), or Adam on the same schedule (a faster
     choice for small models and short schedules)."""
     if recipe.optimizer == "sgd":
@@ -81,7 +81,7 @@ def in_precision(make: Callable[[], Any], precision: str) -> Any:
 
 
 def build_model(model_name: str, num_classes: int, size: int, recipe: Optional[Recipe],
-                precision: str = "float32", options: Optional[dict] = None):
+                precision: str = "float32", options: Optional[dict] = None) -> Any:
     """A registered model (with builder `options`, e.g. a small variant's width) with the
     recipe's weight decay where the builder takes one (none without a recipe), built under
     `precision` (`in_precision`)."""
@@ -92,8 +92,8 @@ def build_model(model_name: str, num_classes: int, size: int, recipe: Optional[R
                         precision)
 
 
-def float32_twin(model, model_name: str, num_classes: int, size: int, recipe: Optional[Recipe],
-                 options: Optional[dict] = None):
+def float32_twin(model: Any, model_name: str, num_classes: int, size: int,
+                 recipe: Optional[Recipe], options: Optional[dict] = None) -> Any:
     """A float32 copy of a mixed-precision `model` (the same layers and weights): what is
     exported, since explanations and evaluations run in float32."""
     twin = build_model(model_name, num_classes, size, recipe, options=options)
@@ -146,7 +146,7 @@ class StopAfter(keras.callbacks.Callback):
         super().__init__()
         self.epochs = epochs
 
-    def on_epoch_end(self, epoch, logs=None):
+    def on_epoch_end(self, epoch: int, logs: Optional[dict] = None) -> None:
         if epoch + 1 >= self.epochs:
             raise Stopped(epoch + 1)
 
@@ -157,32 +157,34 @@ class ReadOnlyBackup(keras.callbacks.BackupAndRestore):
     folder at the same moments as the chief, since saving takes part in the workers'
     collective operations."""
 
-    def __init__(self, backup_dir, scratch_dir):
+    def __init__(self, backup_dir: str, scratch_dir: str):
         super().__init__(backup_dir)
         self.scratch_dir = scratch_dir
 
-    def on_epoch_end(self, epoch, logs=None):
+    def on_epoch_end(self, epoch: int, logs: Optional[dict] = None) -> None:
         self.model.save_weights(os.path.join(ensure_directory(self.scratch_dir),
                                              "latest.weights.h5"), overwrite=True)
 
-    def on_train_end(self, logs=None):
+    def on_train_end(self, logs: Optional[dict] = None) -> None:
         pass
 
 
 class Progress(keras.callbacks.Callback):
     """Keeps the time spent and the resumptions in the backup folder at every epoch end, so the
-    final metrics count every attempt of a killed and resumed run."""
+    final metrics count every attempt of a killed and resumed run (with `path` None it only
+    measures the time)."""
 
-    def __init__(self, path, state):
+    def __init__(self, path: Optional[str], state: dict):
         super().__init__()
         self.path, self.state = path, state
         self.started = time.time()
 
-    def seconds(self):
+    def seconds(self) -> float:
         return self.state["train_seconds"] + time.time() - self.started
 
-    def on_epoch_end(self, epoch, logs=None):
-        write_json(self.path, {**self.state, "train_seconds": self.seconds()})
+    def on_epoch_end(self, epoch: int, logs: Optional[dict] = None) -> None:
+        if self.path is not None:
+            write_json(self.path, {**self.state, "train_seconds": self.seconds()})
 
 
 # The backup's epoch counter and its progress record (written by the callbacks above).
@@ -197,10 +199,10 @@ PROGRESS_SCHEMA = {"type": "object", "properties": {
 FINISHED_SCHEMA = {"type": "object"}
 
 
-def resume_state(backup):
+def resume_state(backup: Optional[str]) -> tuple[int, dict]:
     """(finished epochs, progress so far) of a backup folder (0 and a fresh record if none, or
     if `backup` is None)."""
-    state = {"train_seconds": 0.0, "resumed_at_epochs": []}
+    state: dict = {"train_seconds": 0.0, "resumed_at_epochs": []}
     epochs = 0
     if backup is None:
         return epochs, state
@@ -215,7 +217,7 @@ def resume_state(backup):
     return epochs, state
 
 
-def prepare_run_folder(output_dir, requested, overwrite):
+def prepare_run_folder(output_dir: str, requested: dict, overwrite: bool) -> Optional[dict]:
     """Checks the run folder's origin before anything is reused (docs/architecture.md,
     "Outputs and provenance"). Returns the finished metrics to reuse, or None to train (after
     recording the origin)."""
@@ -237,8 +239,8 @@ def prepare_run_folder(output_dir, requested, overwrite):
     return None
 
 
-def train_and_evaluate(train_data, eval_data, run: RunOptions, *, num_train: int, num_eval: int,
-                       size: int, output_dir: str, preprocessing: str = "imagenet",
+def train_and_evaluate(train_data: Any, eval_data: Any, run: RunOptions, *, num_train: int,
+                       num_eval: int, size: int, output_dir: str, preprocessing: str = "imagenet",
                        flags_record: Optional[dict] = None, inputs: Optional[dict] = None,
                        callbacks: Sequence = ()) -> dict:
     """Trains on `train_data` as `run` says, evaluates on all of `eval_data`, exports; returns
@@ -282,9 +284,9 @@ def train_and_evaluate(train_data, eval_data, run: RunOptions, *, num_train: int
     if not chief:  # a multi-worker run's other workers: their own scratch folder
         scratch = f"{os.path.abspath(output_dir)}.{task}"
         with exclusive(scratch, "worker folder"):
-            finished = os.path.join(output_dir, "metrics.json")
-            if os.path.exists(finished) and not run.overwrite:
-                return read_json(finished, "metrics file", results.METRICS_SCHEMA)
+            chiefs = os.path.join(output_dir, "metrics.json")
+            if os.path.exists(chiefs) and not run.overwrite:
+                return read_json(chiefs, "metrics file", results.METRICS_SCHEMA)
             try:
                 return _train(train_data, eval_data, output_dir, requested, run,
                               scratch=scratch, **common)
@@ -350,6 +352,8 @@ def fit(build: Callable[[], Any], stream_from: Callable[[int], Any], run: RunOpt
     stream = distribution.distribute_training(distributed, stream_from(done_epochs),
                                               run.recipe.batch_size)
     if scratch is not None:
+        if backup is None:
+            raise ValueError("a worker's scratch folder goes with the chief's backup")
         run_callbacks = [ReadOnlyBackup(backup, os.path.join(scratch, "backup")),
                          keras.callbacks.TensorBoard(os.path.join(scratch, "logs"))]
     else:

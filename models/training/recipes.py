@@ -67,7 +67,7 @@ class RunOptions:
     verbose: int = 0
 
 
-def with_overrides(recipe, **overrides):
+def with_overrides(recipe: Any, **overrides: Any) -> Any:
     """`recipe` with every override that is not None (a flag the user set) applied."""
     given = {key: value for key, value in overrides.items() if value is not None}
     fields = {field.name for field in dataclasses.fields(recipe)}
