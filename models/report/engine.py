@@ -139,7 +139,8 @@ def _array(values) -> np.ndarray:
     return np.array([np.nan if v is None else v for v in values], np.float64)
 
 
-def unit_table(cells: dict, benchmark: str, metric: str, methods: Sequence[str]):
+def unit_table(cells: dict, benchmark: str, metric: str,
+               methods: Sequence[str]) -> Optional[np.ndarray]:
     """[units, methods] of one metric's per-unit values (NaN where undefined), or None when a
     method has no cell or the methods were scored on different numbers of units."""
     columns = []

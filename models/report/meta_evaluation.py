@@ -32,7 +32,7 @@ def _finite_rows(*given: np.ndarray) -> list:
     return [t[keep] for t in tables]
 
 
-def wilcoxon_p(before, after) -> float:
+def wilcoxon_p(before: np.ndarray, after: np.ndarray) -> float:
     """Two-sided Wilcoxon signed-rank p-value of paired scores (zero differences split between
     the signs); 1 when nothing moved, NaN with no pair."""
     before, after = np.asarray(before, np.float64), np.asarray(after, np.float64)
@@ -61,7 +61,7 @@ def _parts(iac: float, iec: float) -> dict:
     return {"iac": iac, "iec": iec, "score": (iac + iec) / 2}
 
 
-def resilience(values, minor, higher_is_better: bool) -> dict:
+def resilience(values: np.ndarray, minor: np.ndarray, higher_is_better: bool) -> dict:
     """{"iac", "iec", "score"} of one metric under a minor perturbation."""
     values, minor = _finite_rows(values, minor)
     if not len(values):
@@ -71,7 +71,7 @@ def resilience(values, minor, higher_is_better: bool) -> dict:
                                 == rank_positions(minor, higher_is_better))))
 
 
-def reactivity(values, disruptive, higher_is_better: bool) -> dict:
+def reactivity(values: np.ndarray, disruptive: np.ndarray, higher_is_better: bool) -> dict:
     """{"iac", "iec", "score"} of one metric under a disruptive perturbation."""
     values, disruptive = _finite_rows(values, disruptive)
     if not len(values):
@@ -89,7 +89,8 @@ def _averaged(judge, values, perturbed: dict, higher_is_better: bool) -> dict:
     return {**mean, "tests": tests}
 
 
-def meta_consistency(values, minor: dict, disruptive: dict, higher_is_better: bool) -> dict:
+def meta_consistency(values: np.ndarray, minor: dict, disruptive: dict,
+                     higher_is_better: bool) -> dict:
     """{"resilience": {iac, iec, score, "tests"}, "reactivity": {iac, iec, score, "tests"},
     "mc"} of one metric's [units, methods] `values`, `minor` {name: values under that minor
     perturbation} and `disruptive` {name: values under that disruptive perturbation} (the same

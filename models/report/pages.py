@@ -182,7 +182,7 @@ def section_of(card: Card, title: str, text: str) -> Section:
     return Section(title, text, tuple(_header(card)), tuple(tuple(r) for r in _body(card)))
 
 
-def gallery_png(pixels, maps: dict, captions=None) -> bytes:
+def gallery_png(pixels: np.ndarray, maps: dict, captions: Optional[Sequence[str]] = None) -> bytes:
     """The inputs (pixels [K, H, W, 3] in [0, 1]) in the first column and each method's maps
     beside them (|map| summed over channels, scaled to each map's 99th percentile); titles at
     10 pt, readable when the page shrinks the picture to its width."""

@@ -15,6 +15,7 @@ over images. Units with a non-finite value for any method are left out.
 import krippendorff
 import numpy as np
 import scipy.stats
+from numpy.typing import ArrayLike
 
 from models.report.uncertainty import CONFIDENCE, Estimate
 
@@ -22,7 +23,7 @@ SPLITS = 200  # random halvings per split-half estimate
 RESAMPLES = 200  # bootstrap resamples of the images for the intervals
 
 
-def unit_ranks(values, higher_is_better: bool) -> np.ndarray:
+def unit_ranks(values: ArrayLike, higher_is_better: bool) -> np.ndarray:
     """[units, methods] values -> each unit's ranks of the methods (1 = best, ties share their
     mean rank); a unit with a non-finite value is a row of NaN."""
     values = np.asarray(values, np.float64)
@@ -32,7 +33,7 @@ def unit_ranks(values, higher_is_better: bool) -> np.ndarray:
     return ranks
 
 
-def ordinal_alpha(ratings) -> float:
+def ordinal_alpha(ratings: ArrayLike) -> float:
     """Krippendorff's alpha, ordinal level, of `ratings` [raters, rated units] (NaN: missing);
     NaN when fewer than two values can be paired or all values are equal."""
     ratings = np.asarray(ratings, np.float64)
@@ -48,7 +49,7 @@ def _complete(values) -> np.ndarray:
     return values[np.isfinite(values).all(axis=1)]
 
 
-def alpha(values, higher_is_better: bool) -> float:
+def alpha(values: ArrayLike, higher_is_better: bool) -> float:
     """Krippendorff's ordinal alpha of the images' rankings of the methods ([units, methods])."""
     return ordinal_alpha(unit_ranks(_complete(values), higher_is_better))
 
@@ -62,7 +63,7 @@ def _row_spearman(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return np.where(scale > 0, (a * b).sum(axis=1) / scale, np.nan)
 
 
-def split_half(values, seed: int = 0, splits: int = SPLITS) -> float:
+def split_half(values: ArrayLike, seed: int = 0, splits: int = SPLITS) -> float:
     """Spearman-Brown split-half reliability of the methods' ranking ([units, methods]; the
     direction of the metric does not change a correlation): NaN with fewer than 2 units or 2
     methods, or when no split ranks the methods."""
@@ -98,7 +99,7 @@ def _bootstrap(statistic, values, seed: int, resamples: int = RESAMPLES) -> Esti
     return Estimate(point, min(float(low), point), max(float(high), point), len(values))
 
 
-def metric_reliability(values, higher_is_better: bool, separated_pairs: int,
+def metric_reliability(values: ArrayLike, higher_is_better: bool, separated_pairs: int,
                        seed: int = 0) -> dict:
     """{"alpha", "split_half": Estimate, "separated": share of method pairs} of one metric's
     [units, methods] values; `separated_pairs` is the number of pairs the paired bootstrap

@@ -14,6 +14,7 @@ import warnings
 
 import numpy as np
 import scipy.stats
+from numpy.typing import ArrayLike
 
 CONFIDENCE = 0.95
 RESAMPLES = 2000
@@ -37,7 +38,7 @@ class Estimate:
         return bool(self.low <= other.high and other.low <= self.high)
 
 
-def interval(values, seed: int = 0, confidence: float = CONFIDENCE,
+def interval(values: ArrayLike, seed: int = 0, confidence: float = CONFIDENCE,
              resamples: int = RESAMPLES) -> Estimate:
     """The mean of the finite `values` and its percentile-bootstrap interval (seeded: same
     values and seed, same interval). Constant values give the degenerate interval [v, v]."""
@@ -59,7 +60,8 @@ def interval(values, seed: int = 0, confidence: float = CONFIDENCE,
                     excluded)
 
 
-def paired_difference(a, b, seed: int = 0, confidence: float = CONFIDENCE) -> Estimate:
+def paired_difference(a: ArrayLike, b: ArrayLike, seed: int = 0,
+                      confidence: float = CONFIDENCE) -> Estimate:
     """The mean of a - b over units where both are finite, with its paired-bootstrap interval.
     `a` and `b` hold the same units in the same order."""
     a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
@@ -68,7 +70,7 @@ def paired_difference(a, b, seed: int = 0, confidence: float = CONFIDENCE) -> Es
     return interval(a - b, seed, confidence)
 
 
-def beats(a, b, higher_is_better: bool, seed: int = 0) -> bool:
+def beats(a: ArrayLike, b: ArrayLike, higher_is_better: bool, seed: int = 0) -> bool:
     """Is A better than B on the same units, with the difference's interval excluding 0?"""
     difference = paired_difference(a, b, seed)
     return difference.excludes(0.0) and (difference.value > 0) == higher_is_better
