@@ -25,6 +25,7 @@ import hashlib
 import json
 import os
 import warnings
+from typing import Any, Optional, Union
 
 import keras
 import numpy as np
@@ -41,7 +42,7 @@ WEIGHTS_PATH = os.path.join("assets.extra", "model.weights.h5")
 FORMAT = "attribution-benchmarks/savedmodel/v1"
 
 
-def weights_digest(model):
+def weights_digest(model: Any) -> str:
     """A short SHA-256 digest of all of `model`'s weights, in order: equal weights, equal digest."""
     digest = hashlib.sha256()
     for weight in model.get_weights():
@@ -78,8 +79,9 @@ def _model_info(model, preprocessing, feature_layer, model_id, extra):
     }
 
 
-def export(model, path, *, preprocessing=None, feature_layer=None, model_id=None, extra=None,
-           overwrite=False):
+def export(model: Any, path: Union[str, os.PathLike], *, preprocessing: Optional[str] = None,
+           feature_layer: Optional[str] = None, model_id: Optional[str] = None,
+           extra: Optional[dict] = None, overwrite: bool = False) -> dict:
     """Writes `model` as a SavedModel at `path` (see the module docstring); returns the info dict.
 
     `preprocessing` names the model's input space (default: the registry's for zoo models, else
@@ -164,7 +166,7 @@ def native_endpoint(name: str) -> str:
     return "native_" + name.lower()
 
 
-def read_info(path):
+def read_info(path: Union[str, os.PathLike]) -> dict:
     """The `model_info.json` of an export at `path` (checked to be one), without loading it."""
     path = os.fspath(path)
     if not os.path.isdir(path):
@@ -177,7 +179,7 @@ def read_info(path):
     return read_json(info_file, "model info file", INFO_SCHEMA)
 
 
-def rebuild(path, **options):
+def rebuild(path: Union[str, os.PathLike], **options: Any) -> Any:
     """The trainable Keras model of an export of a zoo model: `models.build` of the recorded
     name, shape, classes and builder options (`options` override them), with the exported
     weights. Reads only the info and weights files, not the SavedModel."""
@@ -186,10 +188,10 @@ def rebuild(path, **options):
     if info["name"] not in zoo.REGISTRY or not os.path.isfile(weights):
         raise UserError(f"{path} holds no Keras weights of a zoo model (exports of zoo models "
                         "made before this version lack them); re-export it")
-    return build_with_weights(info, weights, path, **options)
+    return build_with_weights(info, weights, os.fspath(path), **options)
 
 
-def build_with_weights(info: dict, weights: str, what, **options):
+def build_with_weights(info: dict, weights: str, what: str, **options: Any) -> Any:
     """`models.build` of the name, shape, classes and builder options recorded in an export's
     `info` (`options` override them), loaded with the Keras weights file `weights`."""
     options = {**info.get("build_options", {}), **options}
@@ -211,7 +213,7 @@ class LoadedModel:
     `preprocessing`, `info` (the whole model_info.json) and `path`.
     """
 
-    def __init__(self, path):
+    def __init__(self, path: Union[str, os.PathLike]):
         self.info = read_info(path)
         path = self.path = os.fspath(path)
         self.name = self.info["name"]
@@ -248,13 +250,13 @@ class LoadedModel:
                             "logits; re-export it with models.export")
         return logits
 
-    def features_and_logits(self, images):
+    def features_and_logits(self, images: Any) -> tuple:
         """(feature map `[N, h, w, k]`, logits `[N, classes]`) from one forward pass."""
         outputs = self._outputs(self._saved.features_and_logits(self._check(images)),
                                 ("features", "logits"))
         return outputs["features"], self._checked_logits(outputs["logits"])
 
-    def cam(self, images, targets):
+    def cam(self, images: Any, targets: Any) -> tuple:
         """(features, logits, d logit[target] / d features) for CAM methods."""
         outputs = self._outputs(self._saved.cam(self._check(images), tf.cast(targets, tf.int32)),
                                 ("features", "logits", "gradients"))
@@ -268,14 +270,14 @@ class LoadedModel:
                             f"{', '.join(names)}; re-export it with models.export")
         return outputs
 
-    def guided(self, images):
+    def guided(self, images: Any) -> tf.Tensor:
         """Logits through guided ReLUs: their input gradient is the guided-backprop map."""
         if not self.info.get("has_guided"):
             raise UserError(f"model {self.path} has no guided-backprop endpoint: "
                             f"{self.info.get('guided_unavailable', 're-export it')}")
         return self._saved.guided(self._check(images))
 
-    def native(self, name, images, targets):
+    def native(self, name: str, images: Any, targets: Any) -> tf.Tensor:
         """The native explanation `name` [N, H, W] (`models.architectures.native_explainers`),
         if the model offers it."""
         if name not in self.info.get("native", []):

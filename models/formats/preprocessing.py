@@ -13,6 +13,7 @@ Two families:
 Functions accept numpy arrays or tf tensors unless they say otherwise.
 """
 from dataclasses import dataclass
+from typing import Any, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -43,13 +44,13 @@ class InputSpace:
     def _consts(self):
         return np.asarray(self.mean, np.float32), np.asarray(self.std, np.float32)
 
-    def from_pixels(self, pixels01):
+    def from_pixels(self, pixels01: Any) -> Any:
         """Maps pixels in [0, 1] to model inputs."""
         mean, std = self._consts()
         scaled = pixels01 * np.float32(self.pixel_max) if self.pixel_max != 1.0 else pixels01
         return (scaled - mean) / std
 
-    def from_uint8(self, pixels):
+    def from_uint8(self, pixels: Any) -> Any:
         """Maps uint8 pixels (0..255) to float32 model inputs, exactly (no /255*255 round trip)."""
         mean, std = self._consts()
         if isinstance(pixels, tf.Tensor):
@@ -60,13 +61,13 @@ class InputSpace:
             values = values * np.float32(self.pixel_max / 255.0)
         return (values - mean) / std
 
-    def to_pixels(self, inputs):
+    def to_pixels(self, inputs: Any) -> Any:
         """Maps model inputs back to pixels in [0, 1] (not clipped)."""
         mean, std = self._consts()
         pixels = inputs * std + mean
         return pixels / np.float32(self.pixel_max) if self.pixel_max != 1.0 else pixels
 
-    def black(self):
+    def black(self) -> np.ndarray:
         """The input-space value of a black pixel, per channel (float32 [C])."""
         return np.asarray(self.from_pixels(np.zeros(len(self.mean), np.float32)), np.float32)
 
@@ -80,7 +81,7 @@ INPUT_SPACES = {
 }
 
 
-def input_space(name):
+def input_space(name: str) -> "InputSpace":
     """Returns the `InputSpace` called `name`, or a clear error listing the known ones."""
     return look_up(INPUT_SPACES, name, "preprocessing")
 
@@ -89,7 +90,7 @@ def input_space(name):
 # BAM: PIL open -> RGB -> bilinear resize (BAM upsamples 128 -> 224) -> float32 - RGB mean.
 
 
-def load_bam_pixels(source, size=None):
+def load_bam_pixels(source: Any, size: Optional[int] = None) -> np.ndarray:
     """Reads an image (path or PIL image) as uint8 RGB [size, size, 3], resized with PIL bilinear.
 
     This is BAM's geometry: PIL, not `tf.image.resize`, so the numbers match the original. An
@@ -107,7 +108,7 @@ def load_bam_pixels(source, size=None):
     return np.asarray(image, dtype=np.uint8)
 
 
-def load_bam_image(source, size=224):
+def load_bam_image(source: Any, size: int = 224) -> np.ndarray:
     """BAM preprocessing of one image: float32 [size, size, 3], mean-subtracted RGB."""
     return INPUT_SPACES["caffe_rgb"].from_uint8(load_bam_pixels(source, size))
 
@@ -116,7 +117,7 @@ def load_bam_image(source, size=224):
 # ImageNet style (ROAR): decode to [0, 1] floats, bicubic resize of the shorter side, centre crop.
 
 
-def decode_image(encoded, accurate=True):
+def decode_image(encoded: Any, accurate: bool = True) -> tf.Tensor:
     """Decodes JPEG/PNG/GIF/BMP bytes to float32 RGB in [0, 1], always 3 channels (tf op).
 
     `accurate=True` decodes JPEGs with the accurate integer IDCT, which gives exactly PIL's pixels
@@ -145,7 +146,8 @@ def _resize_bicubic(image, height, width, legacy):
     return resized[0]
 
 
-def center_crop(image, crop_size=224, resize_size=None, legacy_resize=True):
+def center_crop(image: tf.Tensor, crop_size: int = 224, resize_size: Optional[int] = None,
+                legacy_resize: bool = True) -> tf.Tensor:
     """ROAR's test-time crop (crop_224 at the defaults): float [H, W, C] -> [crop, crop, C].
 
     1. Bicubic resize so the shorter side is `resize_size` (default crop_size * 256 // 224, i.e.
@@ -175,7 +177,8 @@ def center_crop(image, crop_size=224, resize_size=None, legacy_resize=True):
 TRAIN_CROPS = ("none", "inception")
 
 
-def inception_crop(image, seed, size: int, legacy_resize: bool = True):
+def inception_crop(image: tf.Tensor, seed: Any, size: int,
+                   legacy_resize: bool = True) -> tf.Tensor:
     """ROAR's training crop (the Inception recipe): a box of 8-100% of the image's area with
     aspect ratio in [3/4, 4/3] covering at least 10% of it (one attempt), drawn statelessly from
     `seed` ([2] int), bicubic-resized to `size` x `size` (aspect not kept); when the draw is the
@@ -201,7 +204,7 @@ def inception_crop(image, seed, size: int, legacy_resize: bool = True):
     return tf.ensure_shape(cropped, [size, size, image.shape[-1]])
 
 
-def check_images(images, expected_hw_c, what="images"):
+def check_images(images: Any, expected_hw_c: Sequence[int], what: str = "images") -> None:
     """Checks that `images` is [N, H, W, C] with the expected (H, W, C); raises `ShapeError`."""
     shape = tuple(images.shape)
     if len(shape) != 4 or tuple(shape[1:]) != tuple(expected_hw_c):
