@@ -48,30 +48,32 @@ class Adapter:
                             f"{'guided-backprop' if guided else 'Grad-CAM'} view; pass a Keras "
                             "model or a model exported with models.export")
 
-    def outputs(self, x):
+    def outputs(self, x: tf.Tensor) -> Any:
         return self.logits(x)
 
-    def logits(self, x):
+    def logits(self, x: tf.Tensor) -> tf.Tensor:
         raise NotImplementedError
 
-    def guided_logits(self, x):
-        self.prepare(guided=True)
+    def guided_logits(self, x: tf.Tensor) -> tf.Tensor:
+        self.prepare(guided=True)  # (stops with one line: no guided view here)
+        raise NotImplementedError
 
-    def cam(self, x, targets):
-        self.prepare(cam=True)
+    def cam(self, x: tf.Tensor, targets: tf.Tensor) -> tuple:
+        self.prepare(cam=True)  # (stops with one line: no Grad-CAM view here)
+        raise NotImplementedError
 
     def native_names(self) -> tuple:
         """The native explainers the model offers (`models.architectures.native_explainers`)."""
         return ()
 
-    def require_native(self, name) -> None:
+    def require_native(self, name: str) -> None:
         """A one-line error unless the model offers the native explainer `name`."""
         if name not in self.native_names():
             raise UserError(f"model {self.name!r} has no native {name} explainer; it offers "
                             f"{', '.join(self.native_names()) or 'none'} (the {name} explainer "
                             "needs a zoo model of its architecture)")
 
-    def native(self, name, x, targets):
+    def native(self, name: str, x: tf.Tensor, targets: tf.Tensor) -> tf.Tensor:
         """The native explanation `name` [N, H, W] of the model."""
         self.require_native(name)
         return self._native(name, x, targets)
@@ -79,7 +81,7 @@ class Adapter:
     def _native(self, name, x, targets):
         raise NotImplementedError
 
-    def predict(self, images, batch_size: int = 64) -> np.ndarray:
+    def predict(self, images: Any, batch_size: int = 64) -> np.ndarray:
         """float32 [N, classes]: logits of `images` in chunks of `batch_size` (inference mode)."""
         images = tf.convert_to_tensor(np.asarray(images, np.float32))
         if images.shape[0] == 0:
@@ -102,7 +104,7 @@ class Adapter:
 class KerasAdapter(Adapter):
     """A live Keras model."""
 
-    def __init__(self, model, feature_layer=None):
+    def __init__(self, model: Any, feature_layer: Optional[str] = None):
         if len(model.inputs) != 1 or len(model.inputs[0].shape) != 4:
             raise UserError(f"model {model.name!r} must take one NHWC image input")
         self.model = model
@@ -113,31 +115,31 @@ class KerasAdapter(Adapter):
         registered = zoo.REGISTRY.get(model.name)
         self.preprocessing = registered.preprocessing if registered else None
         self._feature_layer = feature_layer
-        self._features_model = None
-        self._guided = None
+        self._features_model: Any = None  # built on first use (prepare)
+        self._guided: Any = None
 
-    def prepare(self, guided=False, cam=False):
+    def prepare(self, guided: bool = False, cam: bool = False) -> None:
         if guided and self._guided is None:
             self._guided = guided_views.guided_model(self.logits_model)
         if cam and self._features_model is None:
             self._features_model = zoo.features_and_logits_model(self.logits_model,
                                                                  self._feature_layer)
 
-    def outputs(self, x):
+    def outputs(self, x: tf.Tensor) -> Any:
         return self.model(x, training=False)
 
-    def logits(self, x):
+    def logits(self, x: tf.Tensor) -> tf.Tensor:
         return self.logits_model(x, training=False)
 
-    def guided_logits(self, x):
+    def guided_logits(self, x: tf.Tensor) -> tf.Tensor:
         self.prepare(guided=True)
         return self._guided(x, training=False)
 
-    def cam(self, x, targets):
+    def cam(self, x: tf.Tensor, targets: tf.Tensor) -> tuple:
         self.prepare(cam=True)
         return zoo.cam_outputs(self._features_model, x, targets)
 
-    def native_names(self):
+    def native_names(self) -> tuple:
         registered = zoo.REGISTRY.get(self.model.name)
         return registered.native if registered else ()
 
@@ -148,7 +150,7 @@ class KerasAdapter(Adapter):
 class LoadedAdapter(Adapter):
     """A SavedModel reloaded with `models.load`."""
 
-    def __init__(self, loaded, feature_layer=None):
+    def __init__(self, loaded: Any, feature_layer: Optional[str] = None):
         self.check_feature_layer(loaded, feature_layer)
         self.model = self.loaded = loaded
         self.input_shape = loaded.input_shape
@@ -157,29 +159,29 @@ class LoadedAdapter(Adapter):
         self.preprocessing = loaded.preprocessing
 
     @staticmethod
-    def check_feature_layer(loaded, feature_layer) -> None:
+    def check_feature_layer(loaded: Any, feature_layer: Optional[str]) -> None:
         """A one-line error unless `feature_layer` is None or the one `loaded` was exported
         with (its Grad-CAM endpoint is fixed at export)."""
         if feature_layer not in (None, loaded.feature_layer):
             raise UserError(f"model {loaded.path} was exported with feature layer "
                             f"{loaded.feature_layer!r}; re-export it to use {feature_layer!r}")
 
-    def prepare(self, guided=False, cam=False):
+    def prepare(self, guided: bool = False, cam: bool = False) -> None:
         """Nothing to build; fails early if guided backprop is asked of a model without it."""
         if guided and not self.loaded.info.get("has_guided"):
             raise UserError(f"model {self.loaded.path} has no guided-backprop endpoint: "
                             f"{self.loaded.info.get('guided_unavailable', 're-export it')}")
 
-    def logits(self, x):
+    def logits(self, x: tf.Tensor) -> tf.Tensor:
         return self.loaded(x)
 
-    def guided_logits(self, x):
+    def guided_logits(self, x: tf.Tensor) -> tf.Tensor:
         return self.loaded.guided(x)
 
-    def cam(self, x, targets):
+    def cam(self, x: tf.Tensor, targets: tf.Tensor) -> tuple:
         return self.loaded.cam(x, targets)
 
-    def native_names(self):
+    def native_names(self) -> tuple:
         return tuple(self.loaded.info.get("native", ()))
 
     def _native(self, name, x, targets):
@@ -190,7 +192,7 @@ class CallableAdapter(Adapter):
     """A plain callable, or a SavedModel not written by `models.export` (`.serve`, else its
     `serving_default` signature; `output_key` picks one output of a dict)."""
 
-    def __init__(self, model, output_key=None):
+    def __init__(self, model: Any, output_key: Optional[str] = None):
         self.model = model
         call = model
         if not callable(model):
@@ -205,7 +207,7 @@ class CallableAdapter(Adapter):
         self._output_key = output_key
         self.name = getattr(model, "__name__", type(model).__name__)
 
-    def logits(self, x):
+    def logits(self, x: tf.Tensor) -> tf.Tensor:
         output = self._call(x)
         if isinstance(output, dict):
             if self._output_key is None and len(output) != 1:
@@ -214,7 +216,8 @@ class CallableAdapter(Adapter):
         return output
 
 
-def adapt(model, feature_layer: Optional[str] = None, output_key: Optional[str] = None) -> Adapter:
+def adapt(model: Any, feature_layer: Optional[str] = None,
+          output_key: Optional[str] = None) -> Adapter:
     """The adapter of `model` (see the module docstring); an adapter is returned as it is."""
     if isinstance(model, Adapter):
         return model
