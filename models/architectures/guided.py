@@ -11,6 +11,8 @@ cannot reach (a leaky ReLU, a ReLU inside a subclassed layer) is an error naming
 `logits_model(model)` returns the model itself, or, when its last layer applies a softmax, a view
 that stops before the softmax, since every gradient method differentiates logits.
 """
+from typing import Any
+
 import keras
 import tensorflow as tf
 
@@ -99,7 +101,7 @@ def _guided_replacement(layer):
     return layer  # shared: same weights
 
 
-def guided_model(model):
+def guided_model(model: Any) -> Any:
     """A guided-backprop view of `model` (see the module docstring)."""
     try:
         return keras.models.clone_model(model, clone_function=_guided_replacement)
@@ -110,7 +112,7 @@ def guided_model(model):
                         f"(subclassed models are not supported): {error}") from None
 
 
-def logits_model(model):
+def logits_model(model: Any) -> Any:
     """`model` itself, or a weight-sharing view without its final softmax."""
     last = model.layers[-1]
     if isinstance(last, keras.layers.Softmax) or (

@@ -17,7 +17,7 @@ endpoint per offered explainer, so exported models explain the same way.
 * `CheferLRP`: Chefer et al. (2021)'s transformer attribution (`models.architectures.chefer_lrp`).
 """
 import dataclasses
-from typing import Callable
+from typing import Any, Callable, Sequence
 
 import keras
 import tensorflow as tf
@@ -45,7 +45,7 @@ def _cached(model, key, make):
     return cache[key]
 
 
-def bagnet_evidence(model, images, targets):
+def bagnet_evidence(model: Any, images: Any, targets: Any) -> tf.Tensor:
     """Per-patch evidence of the target, [N, h, w], summing to logit - bias."""
     layer = model.get_layer(bagnet.EVIDENCE_LAYER)
     evidence_model = _cached(model, "bagnet", lambda: keras.Model(model.inputs, layer.output))
@@ -64,7 +64,7 @@ def _bagnet(model, images, targets):
     return resized * share
 
 
-def bcos_contributions(model, images, targets):
+def bcos_contributions(model: Any, images: Any, targets: Any) -> tf.Tensor:
     """[N, H, W]: the B-cos contribution map (see the module docstring)."""
     inverse = model.get_layer(bcos.INVERSE_LAYER)
     rest = _cached(model, "bcos", lambda: keras.Model(inverse.output, model.outputs[0]))
@@ -75,7 +75,7 @@ def bcos_contributions(model, images, targets):
     return tf.reduce_sum(tape.gradient(score, six) * six, axis=-1)
 
 
-def attention_rollout(attentions, start: int = ROLLOUT_START):
+def attention_rollout(attentions: Sequence, start: int = ROLLOUT_START) -> tf.Tensor:
     """[N, T, T] rollout of per-block attention [N, heads, T, T] (a list), from block `start`."""
     joint = None
     for attention in attentions[start:]:
@@ -116,7 +116,7 @@ def explainer(name: str) -> NativeExplainer:
     return look_up(EXPLAINERS, name, "native explainer")
 
 
-def explain(name: str, model, images, targets):
+def explain(name: str, model: Any, images: Any, targets: Any) -> tf.Tensor:
     """float32 [N, H, W]: the native explanation `name` of `model` for `targets`."""
     images = tf.convert_to_tensor(images, tf.float32)
     return tf.cast(explainer(name).explain(model, images, tf.cast(targets, tf.int32)),

@@ -10,6 +10,8 @@ initialisation, the head is N(0, 0.01) and the output is float32 logits.
 Layer names follow Keras' ResNet50 (`conv2_block3_out` ... `conv5_block3_out`), so BAM's bottleneck
 names (block_layer1..4) map to the same layers in both implementations.
 """
+from typing import Any
+
 import keras
 from keras import layers
 
@@ -54,7 +56,7 @@ def _bottleneck(x, filters, stride, project, name, regularizer):
     return layers.ReLU(name=f"{name}_out")(y)
 
 
-def resnet50_v15_features(inputs, weight_decay=1e-4):
+def resnet50_v15_features(inputs: Any, weight_decay: float = 1e-4) -> Any:
     """Builds the ResNet-50 v1.5 trunk on `inputs`; returns the `conv5_block3_out` tensor.
 
     `weight_decay` is ROAR's (1e-4), applied as L2(weight_decay / 2) on every convolution kernel.
@@ -71,7 +73,8 @@ def resnet50_v15_features(inputs, weight_decay=1e-4):
     return x
 
 
-def logits_head(features, num_classes, weight_decay=1e-4, name="predictions"):
+def logits_head(features: Any, num_classes: int, weight_decay: float = 1e-4,
+                name: str = "predictions") -> Any:
     """ROAR's head: global average pool, then Dense with N(0, 0.01) kernel and zero bias."""
     regularizer = keras.regularizers.L2(weight_decay / 2) if weight_decay else None
     x = layers.GlobalAveragePooling2D(name="avg_pool")(features)

@@ -17,7 +17,7 @@ converts name by name and gives the same logits (`models.formats.torch_checkpoin
 `width` scales every channel count (64 = torchvision's) and `hidden` VGG's classifier, so small
 variants of the same graph run in tests. All take ImageNet-normalised input (mean/std).
 """
-from typing import Optional
+from typing import Any, Optional
 
 import keras
 from keras import layers
@@ -46,7 +46,8 @@ VGG_CONFIGS = {
 NORMS = ("batch", "fixup", "none")
 
 
-def conv(x, filters, kernel, name, stride=1, padding=0, use_bias=False, initializer=None):
+def conv(x: Any, filters: int, kernel: int, name: str, stride: int = 1, padding: int = 0,
+         use_bias: bool = False, initializer: Any = None) -> Any:
     """PyTorch's Conv2d: explicit symmetric zero padding, then a valid convolution."""
     if padding:
         x = layers.ZeroPadding2D(padding, name=f"{name}_pad")(x)
@@ -54,12 +55,12 @@ def conv(x, filters, kernel, name, stride=1, padding=0, use_bias=False, initiali
                   kernel_initializer=initializer or "he_normal")(x)
 
 
-def batch_norm(x, name):
+def batch_norm(x: Any, name: str) -> Any:
     """PyTorch's BatchNorm2d (epsilon 1e-5, momentum 0.1)."""
     return layers.BatchNormalization(epsilon=BN_EPSILON, momentum=0.9, name=name)(x)
 
 
-def max_pool_3x3(x, name):
+def max_pool_3x3(x: Any, name: str) -> Any:
     """MaxPool2d(3, 2, padding=1) after a ReLU (zero padding equals PyTorch's -inf there)."""
     x = layers.ZeroPadding2D(1, name=f"{name}_pad")(x)
     return layers.MaxPooling2D(3, strides=2, name=name)(x)

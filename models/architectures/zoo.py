@@ -13,7 +13,7 @@ Conventions shared by every registered model:
 """
 import inspect
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import keras
 from keras import layers
@@ -256,12 +256,12 @@ REGISTRY = {spec.name: spec for spec in (
 )}
 
 
-def spec(name):
+def spec(name: str) -> "ModelSpec":
     """Returns the `ModelSpec` of a registered model, or a clear error listing the names."""
     return look_up(REGISTRY, name, "model")
 
 
-def build(name, num_classes, input_shape, **options):
+def build(name: str, num_classes: int, input_shape: Sequence[int], **options: Any) -> Any:
     """Builds the registered model `name` with `num_classes` logits for `input_shape` (H, W, C).
 
     `options` are the builder's keyword arguments (e.g. `weights=` for keras_resnet50 and vgg16,
@@ -291,7 +291,7 @@ def build(name, num_classes, input_shape, **options):
     return model
 
 
-def feature_layer_name(model):
+def feature_layer_name(model: Any) -> str:
     """The name of `model`'s Grad-CAM feature layer (see the module docstring)."""
     names = [layer.name for layer in model.layers]
     if FEATURE_LAYER in names:
@@ -303,7 +303,7 @@ def feature_layer_name(model):
     raise UserError(f"model {model.name!r} has no layer with a 4-D output to use for Grad-CAM")
 
 
-def cam_outputs(features_model, images, targets):
+def cam_outputs(features_model: Any, images: Any, targets: Any) -> tuple:
     """(features, logits, d logit[target] / d features) from a `features_and_logits_model`."""
     import tensorflow as tf
 
@@ -313,7 +313,7 @@ def cam_outputs(features_model, images, targets):
     return features, logits, tape.gradient(score, features)
 
 
-def features_and_logits_model(model, layer_name=None):
+def features_and_logits_model(model: Any, layer_name: Optional[str] = None) -> Any:
     """A Keras model mapping images to (feature map, logits) in one forward pass."""
     layer_name = layer_name or feature_layer_name(model)
     try:
