@@ -190,9 +190,9 @@ def finetune(train_files: Sequence[str], eval_files: Sequence[str], output_dir: 
     if init_model:
         info = models.read_info(init_model)
         size, classes = int(info["input_shape"][0]), int(info["num_classes"])
-        start = {"init_model_id": info["model_id"]}
+        start, space_name = {"init_model_id": info["model_id"]}, info["preprocessing"]
     elif run.model_name and size:
-        classes = run.num_classes
+        classes, space_name = run.num_classes, models.spec(run.model_name).preprocessing
         start = {"model": run.model_name, "weights": weights, "num_classes": classes,
                  "size": size}
     else:
@@ -212,14 +212,14 @@ def finetune(train_files: Sequence[str], eval_files: Sequence[str], output_dir: 
             return finished
         try:
             return _finetune(train_files, eval_files, output_dir, requested, run, size=size,
-                             init_model=init_model, weights=weights, callbacks=callbacks,
-                             num_train=num_train, num_eval=num_eval)
+                             space_name=space_name, init_model=init_model, weights=weights,
+                             callbacks=callbacks, num_train=num_train, num_eval=num_eval)
         except loop.Stopped as stop:  # the backup is kept: a re-run resumes
             return {"stopped_after_epoch": stop.epochs}
 
 
 def _finetune(train_files, eval_files, output_dir, requested, run: RunOptions, *, size,
-              init_model, weights, callbacks, num_train, num_eval):
+              space_name, init_model, weights, callbacks, num_train, num_eval):
     recipe = run.recipe
     made: dict = {}
 
@@ -241,8 +241,6 @@ def _finetune(train_files, eval_files, output_dir, requested, run: RunOptions, *
         return model
 
     steps = num_train // recipe.batch_size
-    space_name = (models.read_info(init_model)["preprocessing"] if init_model
-                  else models.spec(run.model_name).preprocessing)
     space = input_space(space_name)
     keeper = BestWeights(os.path.join(output_dir, "best.weights.h5"),
                          os.path.join(output_dir, "epochs.json"))
