@@ -18,30 +18,6 @@ def pytest_configure(config):
     """One temporary project cache per session (XDG_CACHE_HOME, inherited by every binary and
     notebook kernel the tests start): the suite never reads or writes the user's cache."""
     os.environ["XDG_CACHE_HOME"] = _SESSION_CACHE
-    if hasattr(config.option, "loadscopereorder"):  # pytest-xdist: keep the order set below
-        config.option.loadscopereorder = False
-
-
-# The longest test files, longest first (seconds per file in a CI rehearsal on 2 cores: 154,
-# 141, 114, 75, 66, 65, 63, 54, 50, 42, 40, 40, 40, 37, 36, 36). pytest-xdist's --dist loadfile
-# hands whole files to the workers in collection order; the long ones first and the many short
-# ones last let the two workers finish together instead of one running a long file alone at
-# the end (xdist's own order, by number of tests, put the 65-s main-job file last).
-_LONGEST_FILES_FIRST = (
-    "tests/test_report_card.py", "tests/roar/test_train.py",
-    "tests/models/test_torch_conversion.py", "tests/bam/test_train.py",
-    "tests/saliency_gen/test_engine.py", "tests/bam/test_main_job.py",
-    "tests/models/test_zoo_and_export.py", "tests/saliency_gen/test_beam_generate.py",
-    "tests/bam/test_metrics.py", "tests/test_user_method_everywhere.py",
-    "tests/saliency_gen/test_generate.py", "tests/test_error_catalogue.py",
-    "tests/roar/test_distributed.py", "tests/roar/test_card.py",
-    "tests/faithfulness/test_beam_scoring.py", "tests/bam/test_rmcs.py")
-
-
-def pytest_collection_modifyitems(session, config, items):
-    """The longest files first (above); the others after them in pytest's order."""
-    rank = {path: index for index, path in enumerate(_LONGEST_FILES_FIRST)}
-    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
 
 
 _SESSIONS = []
