@@ -229,14 +229,6 @@ def saliency_example(raw_image: bytes, label: int, maps: dict, *, prediction_cla
     return tf.train.Example(features=tf.train.Features(feature=feature))
 
 
-def legacy_saliency_example(raw_image: bytes, label: int, key: str,
-                            saliency: np.ndarray) -> tf.train.Example:
-    """A record in the original ROAR layout: `raw_image`, `label` and a float list under `key`."""
-    feature = {"raw_image": _bytes([raw_image]), "label": _ints([label]),
-               key: _floats(np.asarray(saliency, np.float32).ravel())}
-    return tf.train.Example(features=tf.train.Features(feature=feature))
-
-
 def write_records(path: str, examples: Iterable) -> int:
     """Writes `examples` to the TFRecord file `path` under a temporary name, renaming it when done.
 

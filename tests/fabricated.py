@@ -160,3 +160,15 @@ def fabricate_bam_tf1_model(path, seed=0, classes=10, keras_model=None):
                                                  signature_def_map={"serving_default": signature})
             builder.save()
     return path
+
+
+def legacy_saliency_example(raw_image, label, key, saliency):
+    """A record in the original ROAR layout: `raw_image`, `label` and a float list under `key`
+    (docs/records.md)."""
+    import tensorflow as tf
+
+    feature = {"raw_image": tf.train.Feature(bytes_list=tf.train.BytesList(value=[raw_image])),
+               "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[label])),
+               key: tf.train.Feature(float_list=tf.train.FloatList(
+                   value=np.asarray(saliency, np.float32).ravel()))}
+    return tf.train.Example(features=tf.train.Features(feature=feature))

@@ -12,7 +12,7 @@ import pytest
 from tests import REPO
 
 PACKAGES = ("models", "saliency_gen", "bam", "roar", "faithfulness")
-FULLY_ANNOTATED = ("bam", "roar", "faithfulness", "saliency_gen")  # models: issue 30, item 6
+FULLY_ANNOTATED = PACKAGES
 
 
 def _unannotated(path):

@@ -14,6 +14,7 @@ logit bias (`models.architectures.native_explainers`, the Bcos explainer).
 """
 import contextlib
 import math
+from typing import Any, Iterator
 
 import keras
 import numpy as np
@@ -30,10 +31,10 @@ INVERSE_LAYER = "add_inverse"
 class AddInverse(layers.Layer):
     """[N, H, W, C] -> [N, H, W, 2C]: the image and its inverse 1 - x."""
 
-    def call(self, inputs):
+    def call(self, inputs: tf.Tensor) -> tf.Tensor:
         return tf.concat([inputs, 1.0 - inputs], axis=-1)
 
-    def compute_output_shape(self, input_shape):
+    def compute_output_shape(self, input_shape: tuple) -> tuple:
         return (*input_shape[:-1], 2 * input_shape[-1])
 
 
@@ -43,12 +44,13 @@ class BcosConv2D(layers.Layer):
 
     explaining = False  # set by `explanation_mode` while a function is traced
 
-    def __init__(self, filters, kernel_size, strides=1, padding=0, **kwargs):
+    def __init__(self, filters: int, kernel_size: int, strides: int = 1, padding: int = 0,
+                 **kwargs: Any):
         super().__init__(**kwargs)
         self.filters, self.kernel_size = int(filters), int(kernel_size)
         self.strides, self.padding = int(strides), int(padding)
 
-    def build(self, input_shape):
+    def build(self, input_shape: tuple) -> None:
         self.kernel = self.add_weight(
             name="kernel", shape=(self.kernel_size, self.kernel_size, int(input_shape[-1]),
                                   self.filters), initializer="he_normal")
@@ -57,7 +59,7 @@ class BcosConv2D(layers.Layer):
         p = self.padding
         return tf.pad(x, [[0, 0], [p, p], [p, p], [0, 0]]) if p else x
 
-    def call(self, inputs):
+    def call(self, inputs: tf.Tensor) -> tf.Tensor:
         norm = tf.sqrt(tf.reduce_sum(tf.square(self.kernel), axis=[0, 1, 2], keepdims=True))
         unit = self.kernel / tf.maximum(norm, 1e-12)
         padded, step = self._padded(inputs), self.strides
@@ -74,15 +76,15 @@ class BcosConv2D(layers.Layer):
             scale = tf.stop_gradient(scale)
         return scale * out
 
-    def compute_output_shape(self, input_shape):
+    def compute_output_shape(self, input_shape: tuple) -> tuple:
         side = (input_shape[1] + 2 * self.padding - self.kernel_size) // self.strides + 1
         return (input_shape[0], side, side, self.filters)
 
-    def from_torch(self, state, flat):
+    def from_torch(self, state: dict, flat: dict) -> tuple:
         key = flat[f"{self.name}_weight"]
         return [state[key].transpose(2, 3, 1, 0)], [key]
 
-    def get_config(self):
+    def get_config(self) -> dict:
         return {**super().get_config(), "filters": self.filters,
                 "kernel_size": self.kernel_size, "strides": self.strides,
                 "padding": self.padding}
@@ -93,11 +95,11 @@ class UncenteredBatchNorm(layers.Layer):
     """x * gamma / sqrt(var + eps): B-cos' batch norm without centring or bias (the running
     mean is kept for checkpoints but unused)."""
 
-    def __init__(self, epsilon=1e-5, momentum=0.1, **kwargs):
+    def __init__(self, epsilon: float = 1e-5, momentum: float = 0.1, **kwargs: Any):
         super().__init__(**kwargs)
         self.epsilon, self.momentum = float(epsilon), float(momentum)
 
-    def build(self, input_shape):
+    def build(self, input_shape: tuple) -> None:
         channels = (int(input_shape[-1]),)
         self.gamma = self.add_weight(name="gamma", shape=channels, initializer="ones")
         self.moving_mean = self.add_weight(name="moving_mean", shape=channels,
@@ -105,7 +107,7 @@ class UncenteredBatchNorm(layers.Layer):
         self.moving_variance = self.add_weight(name="moving_variance", shape=channels,
                                                initializer="ones", trainable=False)
 
-    def call(self, inputs, training=False):
+    def call(self, inputs: tf.Tensor, training: bool = False) -> tf.Tensor:
         variance = self.moving_variance
         if training:
             variance = tf.math.reduce_variance(inputs, axis=[0, 1, 2])
@@ -113,12 +115,12 @@ class UncenteredBatchNorm(layers.Layer):
                                         + self.momentum * tf.stop_gradient(variance))
         return inputs * (self.gamma * tf.math.rsqrt(variance + self.epsilon))
 
-    def from_torch(self, state, flat):
+    def from_torch(self, state: dict, flat: dict) -> tuple:
         keys = [flat[f"{self.name}_{name}"] for name in ("weight", "running_mean",
                                                           "running_var")]
         return [state[key] for key in keys], keys
 
-    def get_config(self):
+    def get_config(self) -> dict:
         return {**super().get_config(), "epsilon": self.epsilon, "momentum": self.momentum}
 
 
@@ -126,7 +128,7 @@ class UncenteredBatchNorm(layers.Layer):
 class LogitBias(layers.Layer):
     """Adds the constant log(1 / (classes - 1)) of B-cos' classifier."""
 
-    def call(self, inputs):
+    def call(self, inputs: tf.Tensor) -> tf.Tensor:
         classes = int(inputs.shape[-1])
         return inputs + math.log(1.0 / (classes - 1))
 
@@ -165,7 +167,7 @@ def build_bcos_resnet50(num_classes: int, input_shape: tuple, width: int = 64) -
 
 
 @contextlib.contextmanager
-def explanation_mode(model):
+def explanation_mode(model: keras.Model) -> Iterator[None]:
     """Within the block, B-cos layers traced for `model` treat their scaling as constant."""
     bcos = [layer for layer in model.layers if isinstance(layer, BcosConv2D)]
     for layer in bcos:

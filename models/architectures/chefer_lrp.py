@@ -20,6 +20,8 @@ token's row over the patches of prod (cam_b + I) from the second block on, neare
 the image. With these rules the total relevance of each block's input stays the target's 1
 (tested as conservation).
 """
+from typing import Any
+
 import tensorflow as tf
 
 from models.architectures import vit
@@ -28,14 +30,14 @@ from models.architectures.layers import FEATURE_LAYER
 START_LAYER = 1
 
 
-def safe_divide(a, b):
+def safe_divide(a: tf.Tensor, b: tf.Tensor) -> tf.Tensor:
     """a / b where b != 0 (Chefer's stabiliser: b + 1e-9), else 0."""
     denominator = b + 1e-9
     denominator = tf.where(denominator == 0, tf.fill(tf.shape(denominator), 1e-9), denominator)
     return a / denominator * tf.cast(b != 0, a.dtype)
 
 
-def linear_relevance(x, kernel, relevance):
+def linear_relevance(x: tf.Tensor, kernel: tf.Tensor, relevance: tf.Tensor) -> tf.Tensor:
     """Alpha-1-beta-0 relevance of the input x [..., in] of x @ kernel [in, out]."""
     positive_w, negative_w = tf.nn.relu(kernel), tf.minimum(kernel, 0.0)
     positive_x, negative_x = tf.nn.relu(x), tf.minimum(x, 0.0)
@@ -49,7 +51,7 @@ def _totals(tensor):
     return tf.reduce_sum(tensor, axis=list(range(1, len(tensor.shape))), keepdims=True)
 
 
-def add_relevance(a, b, relevance):
+def add_relevance(a: tf.Tensor, b: tf.Tensor, relevance: tf.Tensor) -> list:
     """(relevance of a, of b) for a + b, rescaled per image as Chefer's Add."""
     share = safe_divide(relevance, a + b)
     parts = [a * share, b * share]
@@ -60,12 +62,13 @@ def add_relevance(a, b, relevance):
             for part, s in zip(parts, sums)]
 
 
-def clone_relevance(x, relevances):
+def clone_relevance(x: tf.Tensor, relevances: list) -> tf.Tensor:
     """Relevance of x from the relevances of its users."""
     return x * tf.add_n([safe_divide(r, x) for r in relevances])
 
 
-def product_relevance(a, b, relevance, transpose_b=False):
+def product_relevance(a: tf.Tensor, b: tf.Tensor, relevance: tf.Tensor,
+                      transpose_b: bool = False) -> tuple:
     """(relevance of a, of b) for a @ b (or a @ b^T), each halved."""
     z = tf.matmul(a, b, transpose_b=transpose_b)
     share = safe_divide(relevance, z)
@@ -98,7 +101,7 @@ def _forward(model, images):
     return blocks, cls, layer("head")(cls)
 
 
-def relevance(model, images, targets):
+def relevance(model: Any, images: tf.Tensor, targets: tf.Tensor) -> tuple:
     """(per-block attention relevance [N, heads, T, T], per-block attention gradients, the
     total relevance at each block's input [N] in block order, logits)."""
     layer = model.get_layer
@@ -137,7 +140,8 @@ def relevance(model, images, targets):
     return attention_relevance, gradients, totals, logits
 
 
-def transformer_attribution(model, images, targets, start: int = START_LAYER):
+def transformer_attribution(model: Any, images: tf.Tensor, targets: tf.Tensor,
+                            start: int = START_LAYER) -> tf.Tensor:
     """[N, H, W]: Chefer's transformer attribution (see the module docstring)."""
     relevances, gradients, _, _ = relevance(model, images, targets)
     joint = None

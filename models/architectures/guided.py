@@ -11,7 +11,7 @@ cannot reach (a leaky ReLU, a ReLU inside a subclassed layer) is an error naming
 `logits_model(model)` returns the model itself, or, when its last layer applies a softmax, a view
 that stops before the softmax, since every gradient method differentiates logits.
 """
-from typing import Any
+from typing import Any, Optional
 
 import keras
 import tensorflow as tf
@@ -36,12 +36,13 @@ def _guided(forward, passes):
 class GuidedReLU(keras.layers.Layer):
     """ReLU (with optional `max_value` and `threshold`) whose gradient is guided."""
 
-    def __init__(self, max_value=None, threshold=0.0, **kwargs):
+    def __init__(self, max_value: Optional[float] = None, threshold: float = 0.0,
+                 **kwargs: Any):
         super().__init__(**kwargs)
         self.max_value = None if max_value is None else float(max_value)
         self.threshold = float(threshold)
 
-    def call(self, inputs):
+    def call(self, inputs: tf.Tensor) -> tf.Tensor:
         def forward(x):
             y = tf.where(x > self.threshold, x, tf.zeros_like(x))
             return y if self.max_value is None else tf.minimum(y, self.max_value)
@@ -52,19 +53,19 @@ class GuidedReLU(keras.layers.Layer):
 
         return _guided(forward, passes)(inputs)
 
-    def get_config(self):
+    def get_config(self) -> dict:
         return {**super().get_config(), "max_value": self.max_value, "threshold": self.threshold}
 
 
 class _WithActivation(keras.layers.Layer):
     """Runs a shared layer without its activation, then `activation` (guided ReLU or identity)."""
 
-    def __init__(self, inner, activation, **kwargs):
+    def __init__(self, inner, activation, **kwargs: Any):
         super().__init__(name=f"{inner.name}_{activation.name}", **kwargs)
         self.inner = inner
         self.activation_layer = activation
 
-    def call(self, inputs):
+    def call(self, inputs: tf.Tensor) -> tf.Tensor:
         saved = self.inner.activation
         self.inner.activation = keras.activations.linear  # only while this call is traced
         try:

@@ -7,6 +7,7 @@ and scale parameters; and a strided 1x1 convolution that avoids a oneDNN defect.
 serialisable, so exported models reload.
 """
 import math
+from typing import Any
 
 import keras
 import numpy as np
@@ -33,20 +34,20 @@ class AdaptiveAveragePooling2D(keras.layers.Layer):
     """PyTorch's AdaptiveAvgPool2d on NHWC: [N, H, W, C] -> [N, out, out, C] (linear in its
     input; a smaller map is spread, a larger one averaged over PyTorch's bins)."""
 
-    def __init__(self, output_size: int, **kwargs):
+    def __init__(self, output_size: int, **kwargs: Any):
         super().__init__(**kwargs)
         self.output_size = int(output_size)
 
-    def call(self, inputs):
+    def call(self, inputs: tf.Tensor) -> tf.Tensor:
         height, width = int(inputs.shape[1]), int(inputs.shape[2])
         rows = tf.constant(_pooling_matrix(height, self.output_size))
         columns = tf.constant(_pooling_matrix(width, self.output_size))
         return tf.einsum("ih,nhwc,jw->nijc", rows, inputs, columns)
 
-    def compute_output_shape(self, input_shape):
+    def compute_output_shape(self, input_shape: tuple) -> tuple:
         return (input_shape[0], self.output_size, self.output_size, input_shape[3])
 
-    def get_config(self):
+    def get_config(self) -> dict:
         return {**super().get_config(), "output_size": self.output_size}
 
 
@@ -55,11 +56,11 @@ class ChannelsFirstFlatten(keras.layers.Layer):
     """[N, H, W, C] -> [N, C*H*W] in PyTorch's NCHW order, so a converted classifier needs no
     permutation of its weights."""
 
-    def call(self, inputs):
+    def call(self, inputs: tf.Tensor) -> tf.Tensor:
         transposed = tf.transpose(inputs, [0, 3, 1, 2])
         return tf.reshape(transposed, [-1, int(np.prod(inputs.shape[1:]))])
 
-    def compute_output_shape(self, input_shape):
+    def compute_output_shape(self, input_shape: tuple) -> tuple:
         return (input_shape[0], int(np.prod(input_shape[1:])))
 
 
@@ -67,10 +68,10 @@ class ChannelsFirstFlatten(keras.layers.Layer):
 class ScalarBias(keras.layers.Layer):
     """x + b with one learned scalar b (Fixup's bias1a, bias1b, ...; starts at 0)."""
 
-    def build(self, input_shape):
+    def build(self, input_shape: tuple) -> None:
         self.bias = self.add_weight(name="bias", shape=(1,), initializer="zeros")
 
-    def call(self, inputs):
+    def call(self, inputs: tf.Tensor) -> tf.Tensor:
         return inputs + self.bias
 
 
@@ -78,10 +79,10 @@ class ScalarBias(keras.layers.Layer):
 class ScalarScale(keras.layers.Layer):
     """x * s with one learned scalar s (Fixup's scale; starts at 1)."""
 
-    def build(self, input_shape):
+    def build(self, input_shape: tuple) -> None:
         self.scale = self.add_weight(name="scale", shape=(1,), initializer="ones")
 
-    def call(self, inputs):
+    def call(self, inputs: tf.Tensor) -> tf.Tensor:
         return inputs * self.scale
 
 
@@ -92,19 +93,19 @@ class StridedPointwiseConv2D(keras.layers.Conv2D):
     kernel corrupts the heap in its gradients on AVX2 CPUs when the input has fewer than 16
     channels (docs/architecture.md, "oneDNN")."""
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         if tuple(self.kernel_size) != (1, 1) or self.data_format != "channels_last":
             raise ValueError("StridedPointwiseConv2D is a channels-last 1x1 convolution")
 
-    def convolution_op(self, inputs, kernel):
+    def convolution_op(self, inputs: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
         rows, cols = self.strides
         return keras.ops.conv(inputs[:, ::rows, ::cols, :], kernel, strides=1,
                               padding=self.padding, dilation_rate=self.dilation_rate,
                               data_format=self.data_format)
 
 
-def conv2d(filters: int, kernel: int, strides: int = 1, **kwargs) -> keras.layers.Conv2D:
+def conv2d(filters: int, kernel: int, strides: int = 1, **kwargs: Any) -> keras.layers.Conv2D:
     """`keras.layers.Conv2D(filters, kernel, strides, ...)`, as `StridedPointwiseConv2D` when
     it is a strided 1x1 convolution (the zoo's ResNet shortcuts)."""
     if kernel == 1 and strides > 1:

@@ -9,6 +9,8 @@ of its `blocks_<i>_attn_core` layer, which the Rollout explainer reads
 (`models.architectures.native_explainers`). Input: [0, 1] pixels normalised with mean 0.5 and
 std 0.5 (`inception`).
 """
+from typing import Any
+
 import keras
 import tensorflow as tf
 from keras import layers
@@ -23,22 +25,22 @@ LN_EPSILON = 1e-6
 class ClassTokenAndPositions(layers.Layer):
     """[N, T, D] patch tokens -> [N, 1 + T, D]: the class token prepended, positions added."""
 
-    def build(self, input_shape):
+    def build(self, input_shape: tuple) -> None:
         tokens, dim = int(input_shape[1]), int(input_shape[2])
         init = keras.initializers.TruncatedNormal(stddev=0.02)
         self.cls_token = self.add_weight(name="cls_token", shape=(1, 1, dim), initializer=init)
         self.pos_embed = self.add_weight(name="pos_embed", shape=(1, tokens + 1, dim),
                                          initializer=init)
 
-    def call(self, inputs):
+    def call(self, inputs: tf.Tensor) -> tf.Tensor:
         batch = tf.shape(inputs)[0]
         cls = tf.tile(self.cls_token, [batch, 1, 1])
         return tf.concat([cls, inputs], axis=1) + self.pos_embed
 
-    def compute_output_shape(self, input_shape):
+    def compute_output_shape(self, input_shape: tuple) -> tuple:
         return (input_shape[0], input_shape[1] + 1, input_shape[2])
 
-    def from_torch(self, state, flat):
+    def from_torch(self, state: dict, flat: dict) -> tuple:
         return [state["cls_token"], state["pos_embed"]], ["cls_token", "pos_embed"]
 
 
@@ -47,11 +49,11 @@ class AttentionCore(layers.Layer):
     """qkv [N, T, 3D] (timm's order: 3 x heads x head_dim) -> (context [N, T, D], attention
     probabilities [N, heads, T, T])."""
 
-    def __init__(self, heads, **kwargs):
+    def __init__(self, heads: int, **kwargs: Any):
         super().__init__(**kwargs)
         self.heads = int(heads)
 
-    def call(self, qkv):
+    def call(self, qkv: tf.Tensor) -> tuple:
         tokens, width = int(qkv.shape[1]), int(qkv.shape[2])
         dim = width // 3
         head_dim = dim // self.heads
@@ -64,11 +66,11 @@ class AttentionCore(layers.Layer):
         context = tf.reshape(tf.transpose(context, [0, 2, 1, 3]), [-1, tokens, dim])
         return context, attention
 
-    def compute_output_shape(self, input_shape):
+    def compute_output_shape(self, input_shape: tuple) -> tuple:
         tokens, dim = input_shape[1], input_shape[2] // 3
         return (input_shape[0], tokens, dim), (input_shape[0], self.heads, tokens, tokens)
 
-    def get_config(self):
+    def get_config(self) -> dict:
         return {**super().get_config(), "heads": self.heads}
 
 
@@ -76,14 +78,14 @@ class AttentionCore(layers.Layer):
 class ClassTokenOutput(layers.Layer):
     """[N, T, D] -> [N, D]: the class token."""
 
-    def call(self, inputs):
+    def call(self, inputs: tf.Tensor) -> tf.Tensor:
         return inputs[:, 0]
 
-    def compute_output_shape(self, input_shape):
+    def compute_output_shape(self, input_shape: tuple) -> tuple:
         return (input_shape[0], input_shape[2])
 
 
-def attention_layers(model) -> list:
+def attention_layers(model: keras.Model) -> list:
     """The attention cores of a ViT built here, in block order."""
     return [layer for layer in model.layers if isinstance(layer, AttentionCore)]
 

@@ -34,7 +34,7 @@ from models.foundation.errors import UserError, look_up
 class RgbToBgr(layers.Layer):
     """Reverses the channel axis: RGB mean-subtracted input -> Keras "caffe" BGR input."""
 
-    def call(self, inputs):
+    def call(self, inputs: Any) -> Any:
         return inputs[..., ::-1]
 
 

@@ -17,6 +17,7 @@ import dataclasses
 import os
 import shutil
 import tempfile
+from typing import Any
 
 import tensorflow as tf
 
@@ -60,7 +61,7 @@ def _meta_graph(path: str, tag: str):
     return None
 
 
-def is_tf1(path: str, names: Tf1Names = Tf1Names()) -> bool:
+def is_tf1(path: "str | os.PathLike", names: Tf1Names = Tf1Names()) -> bool:
     """Is `path` a TF1 SavedModel holding the input and logits tensors of `names`?"""
     meta = _meta_graph(os.fspath(path), names.tag)
     if meta is None or not meta.graph_def.node:
@@ -83,7 +84,8 @@ def _input_shape(meta, names: Tf1Names) -> list:
     return [dim.size for dim in node.attr["shape"].shape.dim] if node is not None else []
 
 
-def read_info(path: str, names: Tf1Names = Tf1Names(), meta=None) -> dict:
+def read_info(path: "str | os.PathLike", names: Tf1Names = Tf1Names(),
+              meta: Any = None) -> dict:
     """The identity of a TF1 SavedModel without importing its graph: name, model id (a digest
     of its variables), format, input shape and input space (`meta`: its graph, if already
     read)."""
@@ -98,7 +100,7 @@ def read_info(path: str, names: Tf1Names = Tf1Names(), meta=None) -> dict:
 class Tf1Model(LoadedModel):
     """A TF1 SavedModel addressed by tensor names, with the `models.load` interface."""
 
-    def __init__(self, path, names: Tf1Names = Tf1Names()):
+    def __init__(self, path: "str | os.PathLike", names: Tf1Names = Tf1Names()):
         path = self.path = os.fspath(path)
         self.names = names
         meta = _meta_graph(path, names.tag)
@@ -183,7 +185,7 @@ class Tf1Model(LoadedModel):
         check_images(images, self.input_shape, what=f"images for model {self.path}")
         return self._pruned("images", [self.names.logits])(images)[0]
 
-    def features_and_logits(self, images):
+    def features_and_logits(self, images: Any) -> tuple:
         images = tf.convert_to_tensor(images, tf.float32)
         feature = self._bottleneck_tensor(self.names.feature)
         features, logits = self._pruned("images", [feature, self.names.logits])(images)
@@ -207,24 +209,25 @@ class Tf1Model(LoadedModel):
                 feeds=[self._images, targets], fetches=[tensor, logits, gradient])
         return self._functions[key]
 
-    def cam(self, images, targets):
+    def cam(self, images: Any, targets: Any) -> tuple:
         images = tf.convert_to_tensor(images, tf.float32)
         function = self._gradients(self._bottleneck_tensor(self.names.feature), "logit")
         return tuple(function(images, tf.cast(targets, tf.int32)))
 
-    def bottleneck(self, bottleneck, images):
+    def bottleneck(self, bottleneck: str, images: Any) -> tf.Tensor:
         """Activations [N, ...] at a named bottleneck (`block_layer1..4`)."""
         tensor = self._bottleneck_tensor(bottleneck)
         return self._pruned("images", [tensor])(tf.convert_to_tensor(images, tf.float32))[0]
 
-    def bottleneck_log_softmax_gradient(self, bottleneck, images, target: int):
+    def bottleneck_log_softmax_gradient(self, bottleneck: str, images: Any,
+                                        target: int) -> tf.Tensor:
         """d log softmax(logits)[target] / d activations at a named bottleneck."""
         images = tf.convert_to_tensor(images, tf.float32)
         targets = tf.fill([tf.shape(images)[0]], tf.cast(target, tf.int32))
         function = self._gradients(self._bottleneck_tensor(bottleneck), "log_softmax")
         return function(images, targets)[2]
 
-    def native(self, name, images, targets):
+    def native(self, name: str, images: Any, targets: Any) -> tf.Tensor:
         raise UserError(f"model {self.path} (TF1) has no native {name} explainer")
 
     def __repr__(self):

@@ -317,8 +317,3 @@ def read_checkpoint(path: str) -> Any:
             MemoryError) as error:
         detail = (str(error).strip().splitlines() or [type(error).__name__])[0][:160]
         raise UserError(f"{path}: not a readable PyTorch checkpoint ({detail})") from None
-
-
-def checkpoint_kind(path: str) -> Optional[str]:
-    """"zip" or "legacy": the serialisation of an existing checkpoint file."""
-    return "zip" if zipfile.is_zipfile(path) else "legacy"

@@ -131,13 +131,6 @@ def config_from_flags(config_class: type, flag_values: Any = None) -> Any:
     return config
 
 
-def flag_given(name: str, flag_values: Any = None) -> bool:
-    """Was the flag `name` given on the command line (rather than left at its default)?"""
-    from absl import flags
-
-    return (flags.FLAGS if flag_values is None else flag_values)[name].present > 0
-
-
 # File-system errors caused by the user's environment, not by the program: one line each.
 ENVIRONMENT_ERRORS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM,
                                 errno.EROFS, errno.EISDIR, errno.ENOTDIR, errno.ENAMETOOLONG})

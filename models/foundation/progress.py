@@ -11,13 +11,13 @@ costly one.
 import sys
 import threading
 import time
-from typing import Optional
+from typing import Any, Callable, Optional
 
 import keras
 from tqdm import tqdm
 
 
-def bar(total: Optional[float], desc: str, unit: str = "it", **options) -> tqdm:
+def bar(total: Optional[float], desc: str, unit: str = "it", **options: Any) -> tqdm:
     """The project's bar: on stderr, off when stderr is not a terminal."""
     return tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, disable=None,
                 dynamic_ncols=True, **options)
@@ -29,24 +29,24 @@ class TrainingBar(keras.callbacks.Callback):
     def __init__(self, desc: str):
         super().__init__()
         self.desc, self.steps = desc, 0
-        self.progress: Optional[tqdm] = None
+        self.progress = tqdm(disable=True)  # a silent stand-in until training begins
 
-    def on_train_begin(self, logs=None):
+    def on_train_begin(self, logs: Optional[dict] = None) -> None:
         self.steps = int(self.params.get("steps") or 0)
         epochs = int(self.params.get("epochs") or 1)
         self.progress = bar(self.steps * epochs or None, self.desc, "step")
 
-    def on_epoch_begin(self, epoch, logs=None):
+    def on_epoch_begin(self, epoch: int, logs: Optional[dict] = None) -> None:
         if self.steps and self.progress.n != epoch * self.steps:  # resumed from a backup
             self.progress.n = epoch * self.steps
             self.progress.refresh()
 
-    def on_train_batch_end(self, batch, logs=None):
+    def on_train_batch_end(self, batch: int, logs: Optional[dict] = None) -> None:
         if logs and "loss" in logs:
             self.progress.set_postfix(loss=f"{float(logs['loss']):.3f}", refresh=False)
         self.progress.update(1)
 
-    def on_train_end(self, logs=None):
+    def on_train_end(self, logs: Optional[dict] = None) -> None:
         self.progress.close()
 
 
@@ -78,7 +78,7 @@ class CostBar:
     that item's estimate, so a long item never leaves the bar standing still."""
 
     def __init__(self, counts: dict, priors: dict, desc: str, tick: float = 1.0,
-                 clock=time.monotonic):
+                 clock: Callable[[], float] = time.monotonic):
         self.counts, self.priors = dict(counts), dict(priors)
         self.done: dict[str, list[float]] = {kind: [] for kind in counts}
         self.progress = bar(1.0, desc, "s", bar_format="{l_bar}{bar}| [{elapsed}<{remaining}]")
@@ -115,7 +115,7 @@ class CostBar:
             self.progress.n = spent + max(running, 0.0)
             self.progress.refresh()
 
-    def finished(self, kind, seconds: float) -> None:
+    def finished(self, kind: str, seconds: float) -> None:
         """One item of `kind` took `seconds`."""
         with self.lock:
             self.done[kind].append(max(float(seconds), 0.0))

@@ -11,7 +11,7 @@ origin file atomically and fails if another writer claimed it first.
 import hashlib
 import json
 import os
-from typing import Optional
+from typing import Any, Iterable, Optional
 
 from models.foundation.errors import UserError
 from models.foundation.files import read_json, temporary_name
@@ -58,12 +58,12 @@ def machine() -> str:
             f"TF_ENABLE_ONEDNN_OPTS={onednn}")
 
 
-def canonical(value):
+def canonical(value: Any) -> Any:
     """`value` as plain JSON (tuples become lists, other objects their repr)."""
     return json.loads(json.dumps(value, sort_keys=True, default=repr))
 
 
-def listing_digest(paths) -> str:
+def listing_digest(paths: Iterable[str]) -> str:
     """A short digest of a data listing: the files' names and sizes, in order."""
     digest = hashlib.sha256()
     for path in paths:
@@ -77,7 +77,7 @@ ORIGIN_SCHEMA = {"type": "object", "required": ["settings", "inputs"],
                  "properties": {"settings": {"type": "object"}, "inputs": {"type": "object"}}}
 
 
-def origin(settings: dict, **inputs) -> dict:
+def origin(settings: dict, **inputs: Any) -> dict:
     """The origin record of an output made with `settings` from `inputs` (fingerprints)."""
     return {"settings": canonical(settings), "inputs": canonical(inputs),
             "version": package_version()}
@@ -112,7 +112,7 @@ def mismatch_error(what: str, recorded: dict, requested: dict) -> Optional[UserE
                      "--overwrite to replace it or choose a new output path")
 
 
-def check(path, requested: dict, what: str) -> bool:
+def check(path: str, requested: dict, what: str) -> bool:
     """Compares the origin stored in `path` with `requested`.
 
     Returns False when there is no origin file (nothing to reuse), True when they agree, and
@@ -126,7 +126,7 @@ def check(path, requested: dict, what: str) -> bool:
     return True
 
 
-def claim(path, requested: dict, what: str) -> None:
+def claim(path: str, requested: dict, what: str) -> None:
     """Records `requested` as the origin in `path`, atomically; if another writer got there
     first, its origin must equal `requested` (else the one-line `mismatch_error`)."""
     temporary = temporary_name(path)

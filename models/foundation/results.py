@@ -7,7 +7,7 @@ table looks the same everywhere and no output is ever half written.
 """
 import csv
 import io
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from models.foundation.files import atomic_output
 
@@ -64,7 +64,7 @@ def write_bytes(path: str, data: bytes) -> str:
     return path
 
 
-def figure_png(figure, dpi: int = 110) -> bytes:
+def figure_png(figure: Any, dpi: int = 110) -> bytes:
     """A matplotlib figure as PNG bytes; the figure is closed."""
     from matplotlib import pyplot
 
@@ -74,7 +74,7 @@ def figure_png(figure, dpi: int = 110) -> bytes:
     return buffer.getvalue()
 
 
-def pyplot():
+def pyplot() -> Any:
     """matplotlib's pyplot on the file-only Agg backend (no display needed)."""
     import matplotlib
 

@@ -3,6 +3,7 @@ import weakref
 from typing import Any, Callable, Hashable, TypeVar
 
 Built = TypeVar("Built")
+_F = TypeVar("_F")
 # owner (a model) -> {key: traced function}; an entry goes with its model
 _KEPT: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
@@ -21,7 +22,7 @@ def kept(owner: Any, key: Hashable, build: Callable[[], Built]) -> Built:
     return functions[key]
 
 
-def quiet_retracing(function):
+def quiet_retracing(function: _F) -> _F:
     """Marks a `tf.function` so TensorFlow does not warn about "frequent retracing": tools that
     build one traced function per model, method or bottleneck trigger that warning by design.
     Keras silences it for its own functions the same way. Returns `function`."""

@@ -106,8 +106,7 @@ def test_a_config_becomes_flags_and_the_flags_a_config():
     config = cli.config_from_flags(_Config, values)
     assert config == _Config(name="x", count=7, ratio=0.5, items=("c", "d", "e"), mode="slow",
                              on=True)
-    assert values["mode"].help.endswith("A mode.") and cli.flag_given("count", values)
-    assert not cli.flag_given("name", values)
+    assert values["mode"].help.endswith("A mode.")
     with pytest.raises(flags.IllegalFlagValueError):
         values(["prog", "--mode=medium"])
 

@@ -12,6 +12,7 @@ import models
 from models.foundation.errors import UserError
 from saliency_gen import pipelines
 from saliency_gen import records as R
+from tests import fabricated
 
 
 def _image_example(index=0):
@@ -64,7 +65,7 @@ def test_saliency_record_round_trip_v2_and_legacy(tmp_path, dtype):
         R.saliency_example(b"img", 3, {"ig_image": first, "gradient_image": second},
                            prediction_class=5, height=40, width=50, example_key="k0",
                            model_id="small_cnn-abc", meta={"seed": 0}, dtype=dtype),
-        R.legacy_saliency_example(b"img2", 2, "ig_image", second),
+        fabricated.legacy_saliency_example(b"img2", 2, "ig_image", second),
     ])
     assert R.check_file(path, "saliency", key="ig_image", legacy_shape=(4, 4, 3)) == 2
     stored_dtype, shape, legacy = R.peek_saliency_format(path, "ig_image")
@@ -96,7 +97,7 @@ def test_saliency_record_round_trip_v2_and_legacy(tmp_path, dtype):
 def test_legacy_roar_records_are_read_at_224(tmp_path):
     saliency = np.random.default_rng(2).normal(size=(224, 224, 3)).astype(np.float32)
     path = str(tmp_path / "legacy")
-    R.write_records(path, [R.legacy_saliency_example(b"raw", 9, "ig_smooth_2", saliency)])
+    R.write_records(path, [fabricated.legacy_saliency_example(b"raw", 9, "ig_smooth_2", saliency)])
     dtype, shape, legacy = R.peek_saliency_format(path, "ig_smooth_2")
     assert legacy and shape == (224, 224, 3)
     record = R.keyed_records([path]).map(lambda key, record: R.parse_saliency_record(
@@ -131,7 +132,8 @@ def test_image_schema_errors_name_file_and_record(tmp_path, bad, message):
 def test_saliency_schema_errors(tmp_path):
     path = str(tmp_path / "maps")
     good = R.saliency_example(b"i", 1, {"ig_image": np.ones((2, 2, 3))})
-    R.write_records(path, [good, R.legacy_saliency_example(b"i", 1, "ig_image", np.ones(12))])
+    legacy = fabricated.legacy_saliency_example(b"i", 1, "ig_image", np.ones(12))
+    R.write_records(path, [good, legacy])
     with pytest.raises(R.RecordError, match=r"record 1: legacy map 'ig_image' has 12 values; "
                                             r"expected 150528 \(224x224x3\)"):
         R.check_file(path, "saliency", key="ig_image")
