@@ -5,6 +5,7 @@ index rules); `score_pair(model, val_set, indices, methods)` explains the sample
 `saliency_gen` (each image's own prediction, SmoothGrad noise keyed by the file stem, so the same
 image gets the same noise in every set) and returns predictions and g values per method.
 """
+import functools
 import os
 import zlib
 from dataclasses import dataclass
@@ -32,8 +33,10 @@ class ValSet:
     masks: list
     image_size: int
 
-    @property
+    @functools.cached_property
     def stems(self) -> list:
+        """The files' names without folder and extension (computed once: callers index it
+        image by image)."""
         return [os.path.splitext(os.path.basename(p))[0] for p in self.paths]
 
 

@@ -13,7 +13,7 @@ example's flip or mask never depends on read order, batching or sharding.
 """
 import contextlib
 import zlib
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -68,13 +68,17 @@ def example_key(parsed: dict, default_key: Any) -> tf.Tensor:
 
 def explanation_inputs(paths: Sequence[str], input_shape: Sequence[int], space: InputSpace,
                        geometry: str, with_masks: bool = False, start: int = 0,
-                       count: int = -1) -> tf.data.Dataset:
+                       count: int = -1,
+                       select: Optional[Callable[[tf.data.Dataset], tf.data.Dataset]] = None
+                       ) -> tf.data.Dataset:
     """(key, encoded, label, model input, height, width) of every record of the image shards
     `paths`, in file order; images decoded, fitted to `input_shape` per `geometry` ("none",
     "center_crop", or "auto": none when they have the size, else the centre crop) and mapped
     into the model's input space `space`. `with_masks` appends the object mask (float {0, 1}
     [H, W], fitted the same way), for records that have one. `start` / `count` (-1: all) read
-    a range of the records (keys stay those of the whole files), skipping before decoding."""
+    a range of the records (keys stay those of the whole files), skipping before decoding;
+    `select`, when given, reorders or thins the (key, serialized record) stream before
+    decoding too (a shuffle then a take decodes only the images taken)."""
     size = input_shape[0]
 
     def prepare(key, serialized):
@@ -92,6 +96,8 @@ def explanation_inputs(paths: Sequence[str], input_shape: Sequence[int], space: 
     keyed = records.keyed_records(list(paths))
     if start or count >= 0:
         keyed = keyed.skip(start).take(count)
+    if select is not None:
+        keyed = select(keyed)
     return keyed.map(prepare, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
 
 
@@ -124,12 +130,16 @@ def load_images(pattern: str, loaded: Any, nr_images: int = -1, seed: int = 0,
             if not records.parse_image_record(serialized)["mask_png"].numpy():
                 raise UserError(f"the records of {pattern} have no object masks "
                                 "(image/object/mask); the oracle needs them")
+
+    def select(keyed: tf.data.Dataset) -> tf.data.Dataset:
+        # One record in, one image out: shuffling the records gives the order a shuffle of the
+        # decoded images gives, and only the images taken are decoded.
+        if shuffle:
+            keyed = shuffled(keyed, 10_000, int(seed), reshuffle_each_iteration=False)
+        return keyed.take(nr_images) if nr_images >= 0 else keyed
+
     dataset = explanation_inputs(files, loaded.input_shape, input_space(loaded.preprocessing),
-                                 geometry, with_masks)
-    if shuffle:
-        dataset = shuffled(dataset, 10_000, int(seed), reshuffle_each_iteration=False)
-    if nr_images >= 0:
-        dataset = dataset.take(nr_images)
+                                 geometry, with_masks, select=select)
     keys, images, labels, masks = [], [], [], []
     try:
         for key, _, label, image, _, _, *mask in dataset.batch(256):
