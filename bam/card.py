@@ -14,20 +14,10 @@ import numpy as np
 
 import models
 from bam import metric_definitions, region, rmcs, val_set_scores
-from models.report.engine import Benchmark, MetricSpec
+from models.foundation.metric_spec import MetricSpec
+from models.report.engine import Benchmark
 
 ORACLE = "oracle"
-METRICS = (MetricSpec("MCS", True, about="object attribution of the object model minus the scene "
-                                    "model's"),
-           MetricSpec("IDR", True, about="share of images whose object attribution drops when the "
-                                    "object goes"),
-           MetricSpec("IIR", True, about="share of images whose attribution stays within 10% when "
-                                    "a patch of no importance is added",
-                  note="a map that does not change with the input scores 1 by construction: "
-                       "the random control draws its map from the image's file name, which the "
-                       "patched and the plain image share, so both get the same map. IIR "
-                       "rewards insensitivity to the patch; read it beside IDR (sensitivity to "
-                       "the object)."))
 
 
 def benchmark(data_dir: str, model_dir: str, *, metrics: Sequence[str] = ("MCS", "IDR", "IIR"),
@@ -35,61 +25,54 @@ def benchmark(data_dir: str, model_dir: str, *, metrics: Sequence[str] = ("MCS",
               batch_size: int = 64, methods: Optional[dict] = None) -> Benchmark:
     """BAM on the world in `data_dir` with the models in `model_dir` (obj, scene, scene_only),
     `num_imgs` sampled images per metric as `bam.metrics` samples them (all of a metric's
-    images where it has fewer). `methods`: the run's resolved methods ({name: Resolved});
-    a method not in it is resolved when it is scored."""
+    images where it has fewer), scored as `bam.metrics` scores them
+    (`metric_definitions.PairMetrics`). `methods`: the run's resolved methods ({name:
+    Resolved}); a method not in it is resolved when it is scored."""
     sources = val_set_scores.Sources(data_dir, model_dir)
-    model, val_set, predicted = sources.model, sources.val_set, {}
+    model, val_set = sources.model, sources.val_set
 
-    def indices(metric):
-        first = val_set(metric_definitions.PAIRS[metric][0][1])  # all, if fewer than asked
-        return metric_definitions.sample_indices(len(first.paths),
-                                                 min(num_imgs, len(first.paths)), seed)
+    def indices_of(metric):
+        count = len(val_set(metric_definitions.PAIRS[metric][0][1]).paths)
+        return metric_definitions.sample_indices(count, min(num_imgs, count), seed)
 
-    def predictions(model_name, data_name, chosen):
-        key = (model_name, data_name, tuple(chosen))
-        if key not in predicted:
-            predicted[key] = val_set_scores.score_pair(model(model_name), val_set(data_name),
-                                                       chosen, [], noise_seed, batch_size)[0]
-        return predicted[key]
-
-    def g_values(model_name, data_name, chosen, method):
-        """(predictions, g) of `method` (a name and its resolution) on the chosen images of
-        one (model, data) pair; None for g where the oracle has no meaning."""
+    def scores_of(model_name, data_name, chosen, names):
+        """(predictions, {method: g}, constant maps) of one (model, data) pair; the oracle's
+        g attends exactly the object (object model) or exactly the scene (scene models)."""
         data = val_set(data_name)
-        if method != ORACLE:
-            found, scores, _ = val_set_scores.score_pair(
-                model(model_name), data, chosen, method, noise_seed, batch_size)
-            return found, next(iter(scores.values()))
+        if names != [ORACLE]:
+            return val_set_scores.score_pair(model(model_name), data, chosen,
+                                             {name: resolved[name] for name in names},
+                                             noise_seed, batch_size)
+        predictions = val_set_scores.score_pair(model(model_name), data, chosen, [],
+                                                noise_seed, batch_size)[0]
+        if (model_name, data_name) not in metric_definitions.PAIRS["MCS"]:  # left blank
+            return predictions, {ORACLE: np.full(len(chosen), np.nan)}, {}
         size = model(model_name).input_shape[0]
         frames = region.object_masks([data.masks[i] for i in chosen],
                                      [data.boxes[i] for i in chosen], data.image_size, size)
         attended = frames if model_name == "obj" else 1 - frames
-        return (predictions(model_name, data_name, chosen),
-                region.region_scores(attended[..., None].astype(np.float32), frames)[0])
+        g = region.region_scores(attended[..., None].astype(np.float32), frames)[0]
+        return predictions, {ORACLE: g}, {}
+
+    pair_metrics = metric_definitions.PairMetrics(
+        metrics, scores_of, lambda name: val_set(name).labels, indices_of)
+
+    resolved = dict(methods or {})  # a method not resolved by the run: once, when scored
 
     def score(method):
-        values = {}
-        resolved = method if method == ORACLE else _resolved(method, methods)
-        for metric in metrics:
-            chosen = indices(metric)
-            (m1, d1), (m2, d2) = metric_definitions.PAIRS[metric]
-            if method == ORACLE and metric != "MCS":
-                p1, p2 = predictions(m1, d1, chosen), predictions(m2, d2, chosen)
-                g1 = g2 = None
-            else:
-                p1, g1 = g_values(m1, d1, chosen, resolved)
-                p2, g2 = g_values(m2, d2, chosen, resolved)
-            correct = metric_definitions.correct_set(p1, val_set(d1).labels[chosen], p2,
-                                                     val_set(d2).labels[chosen])
-            values[metric] = (np.full(len(correct), np.nan) if g1 is None else
-                              metric_definitions.per_image(metric, g1[correct], g2[correct]))
+        if method != ORACLE and method not in resolved:
+            resolved.update(val_set_scores.resolved_methods([method]))
+        values = pair_metrics.score(method)
+        if method == ORACLE:  # no oracle for what only the model knows: IDR and IIR blank
+            values = {name: found if name == "MCS" else np.full(len(found), np.nan)
+                      for name, found in values.items()}
         return values
 
     model_ids = {name: models.read_info(os.path.join(model_dir, name))["model_id"]
                  for name in ("obj", "scene", "scene_only")
                  if os.path.isdir(os.path.join(model_dir, name))}
     return Benchmark(
-        name="BAM", metrics=tuple(m for m in METRICS if m.name in metrics), score=score,
+        name="BAM", metrics=pair_metrics.metrics, score=score,
         settings={"num_imgs": num_imgs, "seed": seed, "noise_seed": noise_seed,
                   "metrics": list(metrics), "models": model_ids,
                   "data_dir": os.path.abspath(data_dir)},

@@ -9,11 +9,13 @@ and IIR.
 Only images both models classify correctly (each on its own labels) count.
 """
 import random
+from typing import Callable, Sequence
 
 import numpy as np
 from numpy.typing import ArrayLike
 
 from models.foundation.errors import UserError
+from models.foundation.metric_spec import MetricSpec, specs_named
 
 PAIRS = {
     "MCS": (("obj", "obj"), ("scene", "scene")),
@@ -22,6 +24,17 @@ PAIRS = {
 }
 METRICS = tuple(PAIRS)
 METHODS = ("GC", "VG", "SG", "IG", "IG-SG", "GxI", "GB", "GGC")  # BAM's reporting order
+SPECS = (MetricSpec("MCS", True, about="object attribution of the object model minus the scene "
+                                    "model's"),
+         MetricSpec("IDR", True, about="share of images whose object attribution drops when the "
+                                  "object goes"),
+         MetricSpec("IIR", True, about="share of images whose attribution stays within 10% when a "
+                                  "patch of no importance is added",
+                    note="a map that does not change with the input scores 1 by construction: "
+                         "the random control draws its map from the image's file name, which the "
+                         "patched and the plain image share, so both get the same map. IIR "
+                         "rewards insensitivity to the patch; read it beside IDR (sensitivity to "
+                         "the object)."))
 ORIGINAL_NAMES = {"GC": "GradCam", "VG": "Vanilla Gradient", "SG": "Gradient SmoothGrad",
                   "IG": "Integrated Gradient", "IG-SG": "Integrated Gradient SmoothGrad",
                   "GxI": "Gradient x Input", "GB": "Guided Backprop", "GGC": "Guided GradCam"}
@@ -60,7 +73,52 @@ def per_image(metric: str, g1: np.ndarray, g2: np.ndarray) -> np.ndarray:
 
 def metric_value(metric: str, g1: np.ndarray, g2: np.ndarray) -> float:
     """The metric on the g values of the correct set (arrays of equal length > 0)."""
-    if np.asarray(g1).size == 0:
+    return average(metric, per_image(metric, g1, g2))
+
+
+def average(metric: str, values: np.ndarray) -> float:
+    """The metric's value: the mean of its per-image values (at least one image)."""
+    if np.asarray(values).size == 0:
         raise UserError(f"{metric}: no image is classified correctly by both models; check the "
                         "models and data, or raise --num_imgs")
-    return float(np.mean(per_image(metric, g1, g2)))
+    return float(np.mean(values))
+
+
+class PairMetrics:
+    """MCS, IDR and IIR in the project's one metric shape (`models.foundation.metric_spec`):
+    `metrics` (their specs) and `score(method)`, each metric's value on every image of its
+    correct set; `bam.metrics` averages them, the report card compares them image by image.
+
+    `scores_of(model, data, indices, methods)` is the batched computation: (predictions [n],
+    {method: g [n]}, {method: constant maps}) of the chosen images of one (model, data) pair,
+    asked once per pair, images and methods (MCS and IDR share (scene, scene)).
+    `labels_of(data)` gives a data set's labels, `indices_of(metric)` the metric's images."""
+
+    def __init__(self, names: Sequence[str], scores_of: Callable, labels_of: Callable,
+                 indices_of: Callable):
+        self.metrics = specs_named(SPECS, names)
+        self.scores_of, self.labels_of, self.indices_of = scores_of, labels_of, indices_of
+        self._pairs: dict = {}
+
+    def _pair(self, model: str, data: str, indices: list, methods: tuple) -> tuple:
+        key = (model, data, tuple(indices), methods)
+        if key not in self._pairs:
+            self._pairs[key] = self.scores_of(model, data, indices, list(methods))
+        return self._pairs[key]
+
+    def values(self, metric: str, methods: Sequence[str]) -> dict:
+        """{method: (values on the correct set [n], n, images sampled, constant maps)}."""
+        indices = list(self.indices_of(metric))
+        (m1, d1), (m2, d2) = PAIRS[metric]
+        p1, g1, c1 = self._pair(m1, d1, indices, tuple(methods))
+        p2, g2, c2 = self._pair(m2, d2, indices, tuple(methods))
+        correct = correct_set(p1, np.asarray(self.labels_of(d1))[indices], p2,
+                              np.asarray(self.labels_of(d2))[indices])
+        return {method: (per_image(metric, np.asarray(g1[method])[correct],
+                                   np.asarray(g2[method])[correct]),
+                         len(correct), len(indices), c1.get(method, 0) + c2.get(method, 0))
+                for method in methods}
+
+    def score(self, method: str) -> dict:
+        """{metric: [n] float}: `method`'s value on each image of each metric's correct set."""
+        return {spec.name: self.values(spec.name, [method])[method][0] for spec in self.metrics}

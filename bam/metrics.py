@@ -63,50 +63,50 @@ def compute(config: "Config", *, progress: Optional[Callable[[], None]] = None,
     if maps_dir is None and attr_dir is None:  # each name resolved once, before any work
         chosen = val_set_scores.resolved_methods(methods)
     sources = val_set_scores.Sources(data_dir, model_dir)
-    model, val_set, cache = sources.model, sources.val_set, {}
+    model, val_set = sources.model, sources.val_set
 
+    def indices_of(metric):
+        count = len(val_set(metric_definitions.PAIRS[metric][0][1]).paths)
+        return (list(range(count)) if attr_dir is not None
+                else metric_definitions.sample_indices(count, num_imgs, seed))
+
+    def scores_of(model_name, data_name, indices, names):
+        """The batched computation of one (model, data) pair: saved g vectors, saved maps, the
+        score cache or the maps themselves."""
+        data_set = val_set(data_name)
+        if attr_dir is not None:
+            return val_set_scores.score_precomputed(
+                attr_dir, f"{model_name}-{data_set.name}", data_set, indices, names)
+        if maps_dir is not None:
+            return val_set_scores.score_saved_maps(
+                maps_dir, f"{model_name}-{data_set.name}", data_set, indices, names,
+                input_size or data_set.image_size)
+        if score_cache is not None:
+            return score_cache_files.score_pair(
+                score_cache, model(model_name), data_set, indices, names, noise_seed,
+                lambda m, s, i, missing: val_set_scores.score_pair(
+                    m, s, i, {name: chosen[name] for name in missing}, noise_seed,
+                    batch_size, image_progress))
+        return val_set_scores.score_pair(model(model_name), data_set, indices,
+                                         {name: chosen[name] for name in names}, noise_seed,
+                                         batch_size, image_progress)
+
+    pair_metrics = metric_definitions.PairMetrics(
+        metric_names, scores_of, lambda name: val_set(name).labels, indices_of)
     results = {}
     for metric in metric_names:
-        (m1, d1), (m2, d2) = metric_definitions.PAIRS[metric]
+        (_, d1), (_, d2) = metric_definitions.PAIRS[metric]
         first, second = val_set(d1), val_set(d2)
         if len(first.paths) != len(second.paths):
             raise UserError(f"{metric}: {d1} has {len(first.paths)} val images but {d2} has "
                             f"{len(second.paths)}; they must pair one to one")
-        indices = (list(range(len(first.paths))) if attr_dir is not None
-                   else metric_definitions.sample_indices(len(first.paths), num_imgs, seed))
-        outputs = []
-        for model_name, data_set in ((m1, first), (m2, second)):
-            key = (model_name, data_set.name, tuple(indices))
-            if key in cache:  # (scene, scene) serves MCS and IDR
-                pass
-            elif attr_dir is not None:
-                cache[key] = val_set_scores.score_precomputed(
-                    attr_dir, f"{model_name}-{data_set.name}", data_set, indices, methods)
-            elif maps_dir is not None:
-                cache[key] = val_set_scores.score_saved_maps(
-                    maps_dir, f"{model_name}-{data_set.name}", data_set, indices, methods,
-                    input_size or data_set.image_size)
-            elif score_cache is not None:
-                cache[key] = score_cache_files.score_pair(
-                    score_cache, model(model_name), data_set, indices, methods, noise_seed,
-                    lambda m, s, i, missing: val_set_scores.score_pair(
-                        m, s, i, {name: chosen[name] for name in missing}, noise_seed,
-                        batch_size, image_progress))
-            else:
-                cache[key] = val_set_scores.score_pair(model(model_name), data_set, indices,
-                                                       chosen, noise_seed, batch_size,
-                                                       image_progress)
-            outputs.append(cache[key])
-            if progress:
+        found = pair_metrics.values(metric, methods)
+        if progress:
+            for _ in range(2):  # its two (model, data) pairs
                 progress()
-        (p1, g1, c1), (p2, g2, c2) = outputs
-        correct = metric_definitions.correct_set(p1, first.labels[indices], p2,
-                                                 second.labels[indices])
-        results[metric] = {
-            method: (metric_definitions.metric_value(metric, g1[method][correct],
-                                                     g2[method][correct]),
-                     len(correct), len(indices), c1[method] + c2[method])
-            for method in methods}
+        results[metric] = {method: (metric_definitions.average(metric, values), used, sampled,
+                                    constant)
+                           for method, (values, used, sampled, constant) in found.items()}
     return results
 
 

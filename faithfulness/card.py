@@ -7,32 +7,12 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
-from faithfulness import evaluate
-from models.report.engine import Benchmark, MetricSpec
+from faithfulness import evaluate, protocols
+from models.report.engine import Benchmark
 
-PROTOCOLS = {  # card name -> (protocol, metrics)
-    "Deletion": ("deletion", (MetricSpec("dauc", False, about="area under the deletion curve"),
-                              MetricSpec("dc", True, about="deletion correlation"))),
-    "Insertion": ("insertion", (MetricSpec("iauc", True, about="area under the insertion curve"),
-                                MetricSpec("ic", True, about="insertion correlation"))),
-    "IIC/AD": ("iic_ad", (MetricSpec("iic", True, about="share of images whose score rises",
-                                 note="a share of images whose score rises when only the map's "
-                                      "region is kept; such rises are rare, so several methods "
-                                      "often share the same count (often 0) and tie."),
-                          MetricSpec("ad", False, about="average relative drop"))),
-    "ADD": ("add", (MetricSpec("add", True, about="average drop when the salient part is "
-                                              "deleted",
-                           note="the min-max scaled map is used as a soft mask, so a map that "
-                                "is high everywhere removes more of the image: a random map "
-                                "(about 0.5 everywhere) deletes half of every pixel and drops "
-                                "the score more than a focused map, whatever it explains."),)),
-    "IDSDS": ("single_deletion", (MetricSpec("sds", True, about="rank correlation of cell "
-                                                            "attributions and output drops"),)),
-    # Least relevant cells deleted first (id_order ascending): a faithful map keeps the
-    # output up for longer, so the mean of the curve is higher.
-    "IDSDS incremental": ("incremental_deletion", (MetricSpec("score", True, about="mean softmax "
-                                                          "output as cells are deleted, least "
-                                                          "relevant first"),)),
+PROTOCOLS = {  # card name -> protocol (its metrics: faithfulness.protocols.METRICS)
+    "Deletion": "deletion", "Insertion": "insertion", "IIC/AD": "iic_ad", "ADD": "add",
+    "IDSDS": "single_deletion", "IDSDS incremental": "incremental_deletion",
 }
 DEFAULT = ("Deletion", "Insertion", "IIC/AD", "ADD", "IDSDS")  # incremental: by flag
 
@@ -48,7 +28,7 @@ def benchmarks(loaded: Any, images: np.ndarray, labels: np.ndarray, ids: np.ndar
     options = options or evaluate.Options()
     found = []
     for name in names:
-        protocol, metrics = PROTOCOLS[name]
+        protocol = PROTOCOLS[name]
         scorer = evaluate.scorer_for(loaded, protocol, options)
 
         def score(method, protocol=protocol, scorer=scorer):
@@ -63,7 +43,7 @@ def benchmarks(loaded: Any, images: np.ndarray, labels: np.ndarray, ids: np.ndar
             return {key: np.concatenate([part[key] for part in parts]) for key in parts[0]}
 
         found.append(Benchmark(
-            name=name, metrics=metrics, score=score,
+            name=name, metrics=protocols.METRICS[protocol], score=score,
             settings={"protocol": protocol, "model_id": loaded.model_id,
                       "n_images": len(images), **data, **dataclasses.asdict(options)},
             cost=float(options.max_step_nb if protocol in ("deletion", "insertion") else

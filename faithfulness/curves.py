@@ -18,7 +18,7 @@ from typing import Any, Optional
 import numpy as np
 import tensorflow as tf
 
-from faithfulness import inputs, ranking, resample, stats, substrates
+from faithfulness import inputs, protocols, ranking, resample, stats, substrates
 from faithfulness.metric_base import Metric
 from models.foundation.errors import UserError
 
@@ -120,7 +120,7 @@ class _GomezCurve(_CurveMetric):
 class Deletion(_GomezCurve):
     """DAUC and DC: cells removed most salient first (default substrate "black" = 0)."""
 
-    keys = ("dauc", "dc")
+    keys = protocols.names("deletion")  # ("dauc", "dc")
 
     def __init__(self, data_replace_method: Any = "black", bound_max_step: bool = True,
                  batch_size: int = 20, max_step_nb: int = 196, cumulative: bool = True,
@@ -132,7 +132,7 @@ class Deletion(_GomezCurve):
 class Insertion(_GomezCurve):
     """IAUC and IC: cells revealed most salient first on the substrate (default "blur")."""
 
-    keys = ("iauc", "ic")
+    keys = protocols.names("insertion")  # ("iauc", "ic")
     inserts = True
 
     def __init__(self, data_replace_method: Any = "blur", bound_max_step: bool = True,

@@ -22,7 +22,7 @@ import numpy as np
 from tqdm import tqdm
 
 import models
-from faithfulness.protocols import BASELINES, ORDERS
+from faithfulness.protocols import BASELINES, METRICS, ORDERS
 from models.foundation import provenance
 from models.foundation import results as result_files
 from models.foundation.cli import option, origin_flags, run_binary
@@ -44,7 +44,7 @@ records = lazy_module("saliency_gen.records")
 pipelines = lazy_module("saliency_gen.pipelines")
 cache = lazy_module("saliency_gen.world.cache")
 
-PROTOCOLS = ("single_deletion", "incremental_deletion", "deletion", "insertion", "iic_ad", "add")
+PROTOCOLS = tuple(METRICS)  # single_deletion, incremental_deletion, deletion, insertion, ...
 DEFAULT_EXPLAINERS = "idsds:IxG,idsds:IG,idsds:Grad-CAM,idsds:IxG abs,random"
 
 # The IDSDS seed table's explainers by model kind (docs/model_zoo.md, "IDSDS on the synthetic
@@ -183,11 +183,12 @@ def evaluate(loaded: Any, images: np.ndarray, labels: np.ndarray, ids: np.ndarra
     return results
 
 
-def table(results: dict, n_images: int) -> str:
+def table(results: dict, n_images: int, protocol: str) -> str:
     """A readable table: one row per explainer, one column per metric, and the images on
     which every metric is defined; a metric undefined on some images (a constant map or
     curve) says so under the table (docs/faithfulness.md, "Undefined values")."""
     metrics = list(next(iter(results.values())))
+    arrows = {spec.name: spec.arrow for spec in METRICS[protocol]}
     rows = [[name, *(f"{summary[m]['mean']:.4f}" if np.isfinite(summary[m]["mean"])
                      else "undefined" for m in metrics),
              f"{n_images - max(summary[m]['n_nan'] for m in metrics)}/{n_images}"]
@@ -198,7 +199,8 @@ def table(results: dict, n_images: int) -> str:
                 "its mean is undefined, as in the reference")
              for name, summary in results.items() for metric in metrics
              if summary[metric]["n_nan"]]
-    return "\n".join([result_files.text_table(["explainer", *metrics, "images"], rows,
+    header = ["explainer", *(f"{name} {arrows[name]}" for name in metrics), "images"]
+    return "\n".join([result_files.text_table(header, rows,
                                                align="right"), *notes])
 
 
@@ -314,7 +316,7 @@ def _run(f: Config, output: str) -> dict:
         results = evaluate(loaded, images, labels, ids, explainers, f.evaluation_protocol,
                            options, progress=bar.update)
     seconds = time.time() - started
-    print(table(results, len(images)))
+    print(table(results, len(images), f.evaluation_protocol))
     # every flag that changes results (docs/architecture.md, "Outputs and provenance")
     report = {"protocol": f.evaluation_protocol, "model_path": model_path,
               "model_id": loaded.model_id, "input_pattern": pattern, "n_images": len(images),

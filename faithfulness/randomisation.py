@@ -17,7 +17,8 @@ import numpy as np
 import models
 import saliency_gen
 from faithfulness import stats
-from models.report.engine import Benchmark, MetricSpec
+from models.foundation.metric_spec import MetricSpec
+from models.report.engine import Benchmark
 
 
 def weighted_layers(model: keras.Model) -> list:

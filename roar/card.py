@@ -26,7 +26,8 @@ from models.formats.adapter import adapt
 from models.formats.preprocessing import input_space
 from models.foundation import executor, provenance
 from models.foundation.errors import check_known
-from models.report.engine import Benchmark, MetricSpec
+from models.foundation.metric_spec import MetricSpec
+from models.report.engine import Benchmark
 from models.training import recipes
 from roar import imputation, masked_data, masking
 from roar import train as roar_train

@@ -1,6 +1,7 @@
 """The ground floor every other part stands on, none of it TensorFlow at import: flags and
 binaries (`cli`), one-line errors (`errors`), atomic files and JSON (`files`), origins and digests
-(`provenance`), progress bars (`progress`), result tables (`results`), names loaded on first use
+(`provenance`), progress bars (`progress`), result tables (`results`), the one metric shape
+(`metric_spec`), names loaded on first use
 (`lazy`), and the chunked executor and retrace control the hot paths share (`executor`,
 `tracing`). Imports nothing else of the project.
 """

@@ -31,19 +31,9 @@ from models.report import reliability, uncertainty
 
 
 @dataclasses.dataclass(frozen=True)
-class MetricSpec:
-    """A metric of the card: its name, which direction is better, and its units."""
-
-    name: str
-    higher_is_better: bool
-    unit: str = "image"  # "image" or "seed": what the interval resamples
-    about: str = ""  # one line for the card's legend
-    note: str = ""  # a known behaviour a reader should know (under the card's table)
-
-
-@dataclasses.dataclass(frozen=True)
 class Benchmark:
-    """A benchmark as the card runs it.
+    """A benchmark as the card runs it: the project's one shape of what computes metrics
+    (`models.foundation.metric_spec.PerUnitScores`), with what the card needs besides.
 
     `score(method)` returns {metric name: per-unit values} for every metric of `metrics` (NaN
     where a unit has no value); the units are the same for every method, in the same order, so

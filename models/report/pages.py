@@ -59,7 +59,7 @@ def cell_text(card: Card, metric: str, method: str) -> str:
 
 
 def _header(card: Card) -> list:
-    return ["method", *(f"{m.name} {'↑' if m.higher_is_better else '↓'}"
+    return ["method", *(f"{m.name} {m.arrow}"
                         for m in card.metrics)]
 
 
@@ -284,7 +284,7 @@ def _main_table(card: Card) -> str:
     best = best_methods(card)
     head = "".join(
         f"<th>{html.escape(m.name.rsplit(' ', 1)[0])}<br>{html.escape(m.name.rsplit(' ', 1)[-1])}"
-        f" {'↑' if m.higher_is_better else '↓'}</th>" for m in card.metrics)
+        f" {m.arrow}</th>" for m in card.metrics)
     rows = []
     for method in card.methods:
         cells = [f"<td>{html.escape(method)}</td>"]
@@ -309,7 +309,7 @@ def _legend(card: Card) -> str:
     items = []
     for metric in card.metrics:
         better = "higher" if metric.higher_is_better else "lower"
-        items.append(f"<dt>{html.escape(metric.name)} {'↑' if metric.higher_is_better else '↓'}"
+        items.append(f"<dt>{html.escape(metric.name)} {metric.arrow}"
                      f"</dt><dd>{html.escape(metric.about or metric.name)} ({better} is better;"
                      f" one value per {metric.unit})</dd>")
     return f"<dl>{''.join(items)}</dl>"

@@ -78,7 +78,9 @@ def test_evaluate_binary_writes_json_and_a_table(tiny_world, exported, tmp_path)
          "--evaluation_protocol=deletion", "--explainer=random,idsds:IxG", "--nr_images=6",
          f"--output={output}"], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
-    assert "dauc" in run.stdout and "idsds:IxG" in run.stdout and "6/6" in run.stdout
+    assert "idsds:IxG" in run.stdout and "6/6" in run.stdout
+    # the metrics' directions, as the report card shows them (faithfulness.protocols)
+    assert "dauc ↓" in run.stdout and "dc ↑" in run.stdout
     with open(output, encoding="utf-8") as handle:
         report = json.load(handle)
     assert report["n_images"] == 6 and set(report["results"]) == {"random", "idsds:IxG"}

@@ -4,6 +4,7 @@ consistent or unreliable."""
 import numpy as np
 import pytest
 
+from models.foundation.metric_spec import MetricSpec
 from models.report import reliability
 
 NAN = np.nan
@@ -66,8 +67,8 @@ def test_the_card_flags_a_metric_that_rewards_blur_and_judges_only_real_methods(
     methods = ["a", "b", "c"]
     names = methods + [engine.blurred(m) for m in methods]
     benchmark = engine.Benchmark(name="Toy", settings={}, score=None, metrics=(
-        engine.MetricSpec("smooth", True), engine.MetricSpec("sharp", True),
-        engine.MetricSpec("lower", False)))
+        MetricSpec("smooth", True), MetricSpec("sharp", True),
+        MetricSpec("lower", False)))
     cells = {}
     for index, name in enumerate(names):
         base = methods.index(engine.unblurred(name) or name)
@@ -104,7 +105,7 @@ def test_ranking_agreement_of_a_variant_with_its_default():
     assert engine.ranking_agreement(same, reversed_) == -1.0
     assert np.isnan(engine.ranking_agreement(same, {"a": 1.0}))  # one shared method
     benchmark = engine.Benchmark(name="T", settings={}, score=None,
-                                 metrics=(engine.MetricSpec("low", False),))
+                                 metrics=(MetricSpec("low", False),))
     summary = engine.summarise([benchmark], ["a", "b"], {
         ("T", "a"): {"low": [1.0, 1.0]}, ("T", "b"): {"low": [2.0, 2.0]}})
     assert engine.oriented_means(summary, "T low") == {"a": -1.0, "b": -2.0}  # lower is better

@@ -1,0 +1,51 @@
+"""The one shape of a metric (docs/architecture.md, "One metric shape").
+
+A metric is declared once, beside its definition, as a `MetricSpec`: its name, which direction
+is better, what one of its units is (an image, or a training seed) and a line about it. What
+computes metrics has one shape too, `PerUnitScores`: the specs of the metrics it gives and
+`score(method)`, every metric's value on every unit for one method, computed in batches. The
+binaries average those values into their tables; the report card compares them unit by unit
+(`models.report.engine.Benchmark` is this shape, with the settings that make its cells).
+"""
+import dataclasses
+from typing import Protocol, Sequence
+
+UNITS = ("image", "seed")
+
+
+@dataclasses.dataclass(frozen=True)
+class MetricSpec:
+    """A metric: its name, which direction is better, its units, and words for a reader."""
+
+    name: str
+    higher_is_better: bool
+    unit: str = "image"  # "image" or "seed": what the card's interval resamples
+    about: str = ""  # one line for a legend
+    note: str = ""  # a known behaviour a reader should know (under a table)
+
+    def __post_init__(self) -> None:
+        if self.unit not in UNITS:
+            raise ValueError(f"MetricSpec {self.name!r}: unit {self.unit!r} is not one of "
+                             f"{', '.join(UNITS)}")
+
+    @property
+    def arrow(self) -> str:
+        """"↑" when higher is better, else "↓"."""
+        return "↑" if self.higher_is_better else "↓"
+
+
+class PerUnitScores(Protocol):
+    """What computes metrics: their specs, and for one method every metric's per-unit values
+    ({spec name: float array [units]}, NaN where a unit has no value; the same units in the
+    same order for every method, so methods compare unit by unit)."""
+
+    metrics: tuple
+
+    def score(self, method: str) -> dict:
+        ...
+
+
+def specs_named(specs: "tuple[MetricSpec, ...]", names: Sequence[str]) -> tuple:
+    """The specs of `names`, in the order of `specs` (a binary's or card's chosen subset)."""
+    return tuple(spec for spec in specs if spec.name in names)
+
