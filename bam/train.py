@@ -93,14 +93,6 @@ class _TimeLimit(keras.callbacks.Callback):
             self.model.stop_training = True
 
 
-def _optimizer(name, learning_rate):
-    if name == "adam":
-        return keras.optimizers.Adam(learning_rate)
-    if name == "sgd":
-        return keras.optimizers.SGD(learning_rate, momentum=0.9, nesterov=True)
-    check_one_of("optimizer", name, OPTIMIZERS)
-
-
 def choose_pipeline(pipeline: str, num_images: int, input_size: int) -> str:
     """"memory" or "stream": `auto` streams when the decoded images exceed MEMORY_LIMIT_BYTES."""
     check_one_of("pipeline", pipeline, PIPELINES)
@@ -245,7 +237,7 @@ def train_classifier(data_dir: str, dataset_name: str,
     def build():
         model = loop.build_model(run.model_name, num_classes, input_size, None, run.precision,
                                  model_options)
-        model.compile(_optimizer(recipe.optimizer, recipe.learning_rate),
+        model.compile(loop.make_optimizer(recipe.optimizer, recipe.learning_rate),
                       keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                       metrics=["accuracy"])
         return model
@@ -345,10 +337,9 @@ def evaluate_export(checkpoint: str, data_dir: str, dataset_name: str,
     chosen = choose_pipeline(pipeline, len(val), size)
     space = INPUT_SPACES[loaded.preprocessing]
     inputs = finish(labelled_images([p for p, _ in val], labels, size, chosen), size,
-                    chosen).map(lambda x, y: space.from_uint8(x)).batch(256)
-    predicted = np.concatenate([np.argmax(np.asarray(loaded(batch)), axis=1)
-                                for batch in inputs])
-    return {"val_accuracy": float(np.mean(predicted == labels)), "num_val": len(labels),
+                    chosen).map(lambda x, y: (space.from_uint8(x), y)).batch(256)
+    accuracy, _, count = loop.top_k_accuracy(loaded, inputs)
+    return {"val_accuracy": accuracy, "num_val": count,
             "dataset": dataset_name, "checkpoint": os.path.abspath(checkpoint),
             "model_id": loaded.model_id}
 
@@ -443,8 +434,7 @@ def run(config: Config) -> dict:
                               settings={"preset": preset}, max_seconds=f.max_seconds,
                               pipeline=f.pipeline)
     if "stopped_after_epoch" in report:
-        print(f"stopped after epoch {report['stopped_after_epoch']} (--stop_after_epochs); "
-              "run the same command again to resume")
+        print(loop.stopped_message(report["stopped_after_epoch"]))
         return report
     print(f"{f.dataset}: val accuracy {report['val_accuracy']:.4f} on {report['num_val']} images "
           f"after {report['epochs_run']} epochs ({report['train_seconds']:.0f} s, "

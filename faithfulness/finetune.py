@@ -23,7 +23,6 @@ import shutil
 from typing import Any, Optional, Sequence
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 import models
@@ -291,13 +290,10 @@ def evaluate_export(checkpoint: str, eval_files: Sequence[str]) -> dict:
     centre-cropped to its input size in its input space), without training: what
     `--mode=eval` prints."""
     loaded = models.load(checkpoint)
-    correct = count = 0
-    for images, labels in evaluation_dataset(eval_files, int(loaded.input_shape[0]),
-                                             input_space(loaded.preprocessing)):
-        predicted = np.argmax(np.asarray(loaded(images)), axis=1)
-        correct += int(np.sum(predicted == labels.numpy()))
-        count += len(predicted)
-    return {"top1": correct / max(count, 1), "n_eval": count,
+    top1, _, count = loop.top_k_accuracy(
+        loaded, evaluation_dataset(eval_files, int(loaded.input_shape[0]),
+                                   input_space(loaded.preprocessing)))
+    return {"top1": top1, "n_eval": count,
             "checkpoint": os.path.abspath(checkpoint), "model_id": loaded.model_id}
 
 
@@ -376,8 +372,7 @@ def run(config: Config) -> dict:
                       records.list_files(eval_pattern, "--eval_pattern"), f.output_dir,
                       options, init_model=init_model, size=f.image_size, weights=f.weights)
     if "stopped_after_epoch" in result:
-        print(f"stopped after epoch {result['stopped_after_epoch']} (--stop_after_epochs); "
-              "run the same command again to resume")
+        print(loop.stopped_message(result["stopped_after_epoch"]))
         return result
     print(f"clean validation top-1: {result['initial_val_top1']:.4f} before, "
           f"{result['best_val_top1']:.4f} best after {recipe.epochs} epochs "

@@ -17,8 +17,6 @@ import dataclasses
 import os
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
-import numpy as np
-
 import models
 from models.foundation import provenance
 from models.foundation.cli import option, origin_flags, run_binary
@@ -104,20 +102,16 @@ def evaluate_checkpoint(checkpoint: str, eval_files: Sequence[str],
                             f"{num_classes} classes at {side} px ({str(error).splitlines()[0]})"
                             ) from None
         model_id = provenance.listing_digest([checkpoint])
-    top1 = top5 = count = 0
-    for images, labels in data:
-        logits = np.asarray(model(images), np.float32)
-        labels = labels.numpy()
-        if logits.shape[1] != num_classes:
-            raise UserError(f"--checkpoint {checkpoint} has {logits.shape[1]} classes, not "
+
+    def check_classes(classes):
+        if classes != num_classes:
+            raise UserError(f"--checkpoint {checkpoint} has {classes} classes, not "
                             f"{num_classes}; check --num_classes or --dataset_name")
-        ranked = np.argsort(-logits, axis=1, kind="stable")[:, :min(5, num_classes)]
-        top1 += int(np.sum(ranked[:, 0] == labels))
-        top5 += int(np.sum(np.any(ranked == labels[:, None], axis=1)))
-        count += len(labels)
+
+    top1, top5, count = training.top_k_accuracy(model, data, 5, check_classes)
     if num_eval is not None and count != num_eval:
         raise UserError(f"evaluation saw {count} test images, expected {num_eval}")
-    result = {"top1": top1 / max(count, 1), "top5": top5 / max(count, 1), "n_eval": count,
+    result = {"top1": top1, "top5": top5, "n_eval": count,
               "checkpoint": os.path.abspath(checkpoint), "model_id": model_id}
     name = os.path.basename(os.path.normpath(checkpoint)).replace(".weights.h5", "")
     path = os.path.join(ensure_directory(output_dir), f"eval_{name}.json")
@@ -357,8 +351,8 @@ def run(config: Config, verbose: int = 1) -> dict:
         num_train=f.num_train_images or known_sizes[0],
         num_eval=f.num_eval_images or known_sizes[1])
     if "stopped_after_epoch" in result:
-        print(f"stopped after epoch {result['stopped_after_epoch']} (--stop_after_epochs); "
-              f"run the same command again to resume from {os.path.join(output, 'backup')}")
+        print(training.stopped_message(result["stopped_after_epoch"],
+                                       os.path.join(output, "backup")))
         return result
     if verbose:
         print(f"top-1 {result['top1']:.4f}  top-5 {result['top5']:.4f}  on {result['n_eval']} "

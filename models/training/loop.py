@@ -13,9 +13,10 @@ import math
 import os
 import shutil
 import time
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from models.architectures.zoo import build
@@ -52,14 +53,42 @@ class WarmupStepSchedule(keras.optimizers.schedules.LearningRateSchedule):
                 "decay_multipliers": self.decay_multipliers}
 
 
-def make_optimizer(recipe: Recipe, schedule: Any) -> Any:
-    """Nesterov SGD on the schedule (the recipe), or Adam on the same schedule (a faster
-    choice for small models and short schedules)."""
-    if recipe.optimizer == "sgd":
-        return keras.optimizers.SGD(schedule, momentum=recipe.momentum, nesterov=True)
-    if recipe.optimizer == "adam":
-        return keras.optimizers.Adam(schedule)
-    raise UserError(f"--optimizer must be sgd or adam; got {recipe.optimizer!r}")
+OPTIMIZERS = ("sgd", "adam")
+
+
+def make_optimizer(name: str, schedule: Any, momentum: float = 0.9) -> Any:
+    """Nesterov SGD with `momentum`, or Adam (a faster choice for small models and short
+    schedules), on `schedule`: a learning rate or a Keras schedule. Every trainer's optimizer."""
+    check_one_of("optimizer", name, OPTIMIZERS)
+    if name == "sgd":
+        return keras.optimizers.SGD(schedule, momentum=momentum, nesterov=True)
+    return keras.optimizers.Adam(schedule)
+
+
+def stopped_message(epoch: int, backup: Optional[str] = None) -> str:
+    """The line every trainer prints when --stop_after_epochs ended its run."""
+    where = f" from {backup}" if backup else ""
+    return (f"stopped after epoch {epoch} (--stop_after_epochs); run the same command again to "
+            f"resume{where}")
+
+
+def top_k_accuracy(call: Callable[[Any], Any], batches: Iterable, k: int = 1,
+                   check_classes: Optional[Callable[[int], None]] = None) -> tuple:
+    """(top-1, top-k, number of images) of `call` (images -> logits [n, classes]) over
+    (images, labels) batches, evaluation only: every trainer's --mode=eval. Ties go to the
+    lower class, as argmax. `check_classes(classes)` may refuse the model's number of classes
+    (on the first batch, before the rest is read)."""
+    top1 = top_k = count = 0
+    for images, labels in batches:
+        logits = np.asarray(call(images), np.float32)
+        labels = np.asarray(labels)
+        if count == 0 and check_classes is not None:
+            check_classes(int(logits.shape[1]))
+        ranked = np.argsort(-logits, axis=1, kind="stable")[:, :min(k, logits.shape[1])]
+        top1 += int(np.sum(ranked[:, 0] == labels))
+        top_k += int(np.sum(np.any(ranked == labels[:, None], axis=1)))
+        count += len(labels)
+    return top1 / max(count, 1), top_k / max(count, 1), count
 
 
 def in_precision(make: Callable[[], Any], precision: str) -> Any:
@@ -393,7 +422,7 @@ def _train(train_data, eval_data, output_dir, requested, run: RunOptions, *, scr
                                       steps_per_epoch, recipe.warmup_epochs,
                                       recipe.decay_epochs, recipe.decay_multipliers)
         model.compile(
-            make_optimizer(recipe, schedule),
+            make_optimizer(recipe.optimizer, schedule, recipe.momentum),
             keras.losses.CategoricalCrossentropy(from_logits=True,
                                                  label_smoothing=recipe.label_smoothing),
             metrics=[keras.metrics.CategoricalAccuracy(name="top1"),
