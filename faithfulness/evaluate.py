@@ -22,6 +22,7 @@ import numpy as np
 from tqdm import tqdm
 
 import models
+from faithfulness import protocols
 from faithfulness.protocols import BASELINES, METRICS, ORDERS
 from models.foundation import provenance
 from models.foundation import results as result_files
@@ -134,7 +135,7 @@ def score_group(loaded: Any, images: np.ndarray, labels: np.ndarray, ids: np.nda
             update_attribution=options.id_update_attribution,
             attribution_transform=options.attribution_transform,
             batch_size=options.batch_size, seed=options.seed, ids=ids)
-        return {"score": result["curves"].mean(axis=1)}
+        return protocols.named(protocol, result["curves"].mean(axis=1))
     maps = explain(images, labels)
     if protocol == "single_deletion":
         result = idsds.single_deletion(
@@ -143,7 +144,7 @@ def score_group(loaded: Any, images: np.ndarray, labels: np.ndarray, ids: np.nda
             output_activation=_activation(options, protocol), batch_size=options.batch_size,
             seed=options.seed, ids=ids, blur_kernel=options.id_baseline_gaussian_kernel,
             blur_sigma=options.id_baseline_gaussian_sigma)
-        return {"sds": result["rho"]}
+        return protocols.named(protocol, result["rho"])
     maps = inputs.attributions(maps, len(images), options.attribution_transform)
     metric = scorer
     if protocol in ("deletion", "insertion"):

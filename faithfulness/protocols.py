@@ -34,3 +34,8 @@ METRICS = {  # protocol -> the metrics it gives, in its output's order
 def names(protocol: str) -> tuple:
     """The names of the protocol's metrics, in its output's order."""
     return tuple(spec.name for spec in METRICS[protocol])
+
+
+def named(protocol: str, *values: object) -> dict:
+    """{metric name: value} of the protocol's metrics, in order (one value per metric)."""
+    return dict(zip(names(protocol), values, strict=True))

@@ -10,7 +10,7 @@ tensor of the call; the default `mode="paper"` normalises each map.
 """
 import numpy as np
 
-from faithfulness import inputs, resample, stats, substrates
+from faithfulness import inputs, protocols, resample, stats, substrates
 from faithfulness.metric_base import Metric
 from models.foundation.errors import UserError
 
@@ -18,7 +18,6 @@ MODES = ("paper", "reference")
 
 
 class _SingleStep(Metric):
-    keys = ()
     removes_salient = False
 
     def __init__(self, data_replace_method="black", *, mode="paper", upsample="torch_bicubic",
@@ -78,8 +77,8 @@ class IIC_AD(_SingleStep):  # noqa: N801 (the reference's name)
 
     def per_image(self, clean: np.ndarray, masked: np.ndarray) -> dict:
         with np.errstate(divide="ignore", invalid="ignore"):
-            return {"iic": (masked > clean).astype(np.float64),
-                    "ad": np.maximum(clean - masked, 0.0) / clean}
+            return protocols.named("iic_ad", (masked > clean).astype(np.float64),
+                                   np.maximum(clean - masked, 0.0) / clean)
 
 
 class ADD(_SingleStep):
@@ -89,4 +88,4 @@ class ADD(_SingleStep):
 
     def per_image(self, clean: np.ndarray, masked: np.ndarray) -> dict:
         with np.errstate(divide="ignore", invalid="ignore"):
-            return {"add": (clean - masked) / clean}
+            return protocols.named("add", (clean - masked) / clean)
