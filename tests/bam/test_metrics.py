@@ -100,6 +100,39 @@ def test_sampling_is_the_originals_and_bounded():
     assert list(metric_definitions.correct_set([1, 2, 3], [1, 0, 3], [5, 5, 5], [5, 5, 4])) == [0]
 
 
+def test_pair_metrics_score_each_pair_once_over_the_correct_set():
+    """The one per-image computation of bam.metrics and the card, on constructed scores: the
+    correct set drops the images either model gets wrong, and (scene, scene) serves MCS and
+    IDR with one computation."""
+    labels = {"obj": np.array([0, 1, 2, 3]), "scene": np.array([5, 5, 6, 6])}
+    predictions = {("obj", "obj"): np.array([0, 1, 9, 3]),  # image 2 wrong
+                   ("scene", "scene"): np.array([5, 5, 6, 0]),  # image 3 wrong
+                   ("scene", "scene_only"): np.array([5, 5, 6, 6])}
+    g = {("obj", "obj"): np.array([0.9, 0.8, 0.7, 0.6]),
+         ("scene", "scene"): np.array([0.1, 0.5, 0.2, 0.3]),
+         ("scene", "scene_only"): np.array([0.2, 0.1, 0.1, 0.3])}
+    asked = []
+
+    def scores_of(model, data, indices, names):
+        asked.append((model, data))
+        key = (model, data)
+        return predictions[key][indices], {name: g[key][indices] for name in names}, {}
+
+    pair_metrics = metric_definitions.PairMetrics(
+        ("MCS", "IDR"), scores_of, lambda name: labels["obj" if name == "obj" else "scene"],
+        lambda metric: [0, 1, 2, 3])
+    assert [spec.name for spec in pair_metrics.metrics] == ["MCS", "IDR"]
+    assert all(spec.higher_is_better for spec in pair_metrics.metrics)
+    found = pair_metrics.score("m")
+    np.testing.assert_allclose(found["MCS"], [0.8, 0.3])  # images 0 and 1 only
+    # IDR: scene on scene_only vs scene on scene; image 3 is wrong on scene: images 0, 1, 2
+    np.testing.assert_array_equal(found["IDR"], [1.0, 0.0, 0.0])
+    assert sorted(asked) == [("obj", "obj"), ("scene", "scene"), ("scene", "scene_only")]
+    value, used, sampled, _ = pair_metrics.values("MCS", ["m"])["m"]
+    assert (used, sampled) == (2, 4) and metric_definitions.average("MCS", value) == \
+        pytest.approx(0.55)
+
+
 # ----------------------------------------------------------------------------------------------
 # The pipeline on a small trained world.
 
