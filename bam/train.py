@@ -69,7 +69,6 @@ PRESETS = {
 }
 MEMORY_LIMIT_BYTES = 2 << 30  # decoded training pixels above this stream from disk
 PIPELINES = ("auto", "memory", "stream")
-OPTIMIZERS = ("adam", "sgd")
 
 
 def detect_preset(data_dir: str) -> str:
@@ -371,7 +370,7 @@ class Config(TrainingFlags):
     optimizer: Optional[str] = option(
         None,
         'adam, or sgd (Nesterov momentum 0.9).',
-        OPTIMIZERS)
+        recipes.OPTIMIZERS)
     learning_rate: Optional[float] = option(None, 'Learning rate.')
     pipeline: str = option(
         "auto",

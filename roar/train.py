@@ -217,7 +217,7 @@ class Config(TrainingFlags):
     optimizer: Optional[str] = option(
         None,
         'Nesterov SGD (the recipe; default off the synthetic world) or Adam.',
-        ["sgd", "adam"], origin="optimizer")
+        recipes.OPTIMIZERS, origin="optimizer")
     base_learning_rate: Optional[float] = option(
         None,
         'Learning rate at batch 256 (scaled by batch / 256). Synthetic: 0.004 (Adam), '

@@ -25,7 +25,7 @@ from models.foundation import provenance, results
 from models.foundation.errors import UserError, check_one_of
 from models.foundation.files import ensure_directory, exclusive, read_json, write_json
 from models.training import distribution
-from models.training.recipes import PRECISIONS, Recipe, RunOptions
+from models.training.recipes import OPTIMIZERS, PRECISIONS, Recipe, RunOptions
 
 
 @keras.saving.register_keras_serializable(package="models")
@@ -51,9 +51,6 @@ class WarmupStepSchedule(keras.optimizers.schedules.LearningRateSchedule):
         return {"scaled_lr": self.scaled_lr, "steps_per_epoch": self.steps_per_epoch,
                 "warmup_epochs": self.warmup_epochs, "decay_epochs": self.decay_epochs,
                 "decay_multipliers": self.decay_multipliers}
-
-
-OPTIMIZERS = ("sgd", "adam")
 
 
 def make_optimizer(name: str, schedule: Any, momentum: float = 0.9) -> Any:

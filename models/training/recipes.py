@@ -16,6 +16,7 @@ from models.foundation.rules import Checked, at_least
 from models.training.distribution import STRATEGIES
 
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
+OPTIMIZERS = ("sgd", "adam")  # Nesterov SGD or Adam (models.training.loop.make_optimizer)
 
 
 @dataclasses.dataclass(frozen=True)
