@@ -33,9 +33,13 @@ def pytest_unconfigure(config):
     the end of the suite the process holds about 11 GB of TensorFlow graphs, models and
     runtime threads (tf.distribute's servers among them); tearing that down took 1-2 minutes
     here and once crashed CI with a segmentation fault (exit 139) after every test had passed.
-    The verdict is printed by then, so it is handed over as the exit status directly."""
+    The verdict is printed by then, so it is handed over as the exit status directly. A
+    pytest-xdist worker ends the same way: its results went to the main process in its
+    session's last message (written to the pipe before this hook), and the main process
+    otherwise waited for each worker's teardown, then killed it after 10 s (about 20 s of the
+    suite's end)."""
     shutil.rmtree(_SESSION_CACHE, ignore_errors=True)
-    if _SESSIONS and not hasattr(config, "workerinput"):  # not inside a pytest-xdist worker
+    if _SESSIONS:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(int(_SESSIONS[-1].exitstatus))
