@@ -26,20 +26,15 @@ from models.formats.adapter import adapt
 from models.formats.preprocessing import input_space
 from models.foundation import executor, provenance
 from models.foundation.errors import check_known
-from models.foundation.metric_spec import MetricSpec
 from models.report.engine import Benchmark
 from models.training import recipes
-from roar import imputation, masked_data, masking
+from roar import imputation, masked_data, masking, metric_definitions
 from roar import train as roar_train
 from saliency_gen import generate
 from saliency_gen.records import ranking_cut
 
 ORACLE = "oracle"
 RATIOS = (0.1, 0.3, 0.5, 0.7, 0.9)
-METRICS = (MetricSpec("MoRF", False, about="true-class probability when the most relevant pixels "
-                                      "are imputed, averaged over the fractions"),
-           MetricSpec("LeRF", True, about="true-class probability when the least relevant pixels "
-                                     "are imputed, averaged over the fractions"))
 
 
 def pixel_ranks(maps: ArrayLike, seed: int = 0) -> np.ndarray:
@@ -148,14 +143,15 @@ def benchmark(loaded: Any, images: np.ndarray, labels: ArrayLike, ids: ArrayLike
                                           batch_size=batch_size, seed=seed, ids=ids)
         ranks = tf.constant(pixel_ranks(maps, seed))
         curves = {}
-        for name, keep_top, cuts in (("MoRF", False, morf_cuts), ("LeRF", True, lerf_cuts)):
+        for order, keep_top, cuts in (("morf", False, morf_cuts), ("lerf", True, lerf_cuts)):
             values = run(*constants, ranks, tf.constant(cuts, tf.int32), tf.constant(keep_top),
                          tf.constant(colour, tf.float32)).numpy()
-            curves[name] = values.reshape(len(cuts), len(images)).mean(axis=0)
+            curves[metric_definitions.ROAD_ORDERS[order]] = values.reshape(
+                len(cuts), len(images)).mean(axis=0)
         return curves
 
     return Benchmark(
-        name="ROAD", metrics=METRICS, score=score,
+        name="ROAD", metrics=metric_definitions.ROAD, score=score,
         supports=lambda method: method != ORACLE or masks is not None,
         settings={"model_id": loaded.model_id, "n_images": len(images),
                   "ratios": [float(r) for r in ratios], "seed": seed, "noise": 0.01,
@@ -163,13 +159,6 @@ def benchmark(loaded: Any, images: np.ndarray, labels: ArrayLike, ids: ArrayLike
                   # (the default leaves the key out: cells made before it existed stay valid)
                   **({} if imputer == "noisy_linear" else {"imputer": imputer})},
         cost=4.0 * len(ratios))
-
-
-RETRAINING_METRICS = (
-    MetricSpec("ROAR top-1", False, unit="seed", about="test top-1 after retraining on images with "
-                                                   "the top fraction replaced"),
-    MetricSpec("KAR top-1", True, unit="seed", about="test top-1 after retraining on images with "
-                                                 "only the top fraction kept"))
 
 
 def retraining_benchmark(model_path: str, records_dir: str, work_dir: str, *,
@@ -203,8 +192,8 @@ def retraining_benchmark(model_path: str, records_dir: str, work_dir: str, *,
         train_files = masked_data.list_shards(os.path.join(data_dir, "train-*"), "train-*")
         eval_files = masked_data.list_shards(os.path.join(data_dir, "validation-*"),
                                              "validation-*")
-        values = {"ROAR top-1": [], "KAR top-1": []}
-        for keep, metric in ((False, "ROAR top-1"), (True, "KAR top-1")):
+        values = {spec.name: [] for spec in metric_definitions.RETRAINING}
+        for keep, mode in ((False, "ROAR"), (True, "KAR")):
             for seed in seeds:
                 config = masked_data.MaskConfig(ratio=ratio, keep_information=keep, seed=seed)
                 folder = os.path.join(work_dir, "runs", generate.method_directory(method),
@@ -215,11 +204,11 @@ def retraining_benchmark(model_path: str, records_dir: str, work_dir: str, *,
                         model_name=model_name, num_classes=num_classes, recipe=recipe,
                         seed=seed),
                     output_dir=folder)
-                values[metric].append(result["top1"])
+                values[metric_definitions.RETRAINING_MODES[mode]].append(result["top1"])
         return values
 
     return Benchmark(
-        name="ROAR/KAR", metrics=RETRAINING_METRICS, score=score,
+        name="ROAR/KAR", metrics=metric_definitions.RETRAINING, score=score,
         settings={"model_id": models.read_info(model_path)["model_id"], "ratio": float(ratio),
                   "seeds": [int(s) for s in seeds], "recipe": dataclasses.asdict(recipe),
                   "model": model_name,

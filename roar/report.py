@@ -17,7 +17,8 @@ from models.foundation import results
 from models.foundation.cli import option, run_binary
 from models.foundation.errors import UserError
 from models.foundation.files import read_json
-from roar import summaries
+from models.foundation.metric_spec import legend
+from roar import metric_definitions, summaries
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,6 +62,7 @@ def run(config: Config) -> list:
                             "accuracy after retraining", panel_key="mode")
     print(summaries.markdown_table(summary, ["method", "mode", "fraction_removed", "mean ± sd",
                                              "95% interval", "n"]))
+    print(legend(metric_definitions.RETRAINING))  # the same words as the report card's
     print(f"wrote {stem}.csv, .md and .png")
     return summary
 

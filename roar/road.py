@@ -8,8 +8,10 @@ The clean (explained) model runs on imputed test images: MoRF(p) removes the top
 ranked pixels (= ROAR at ratio p), LeRF(p) keeps the top p and imputes the rest (= KAR at ratio
 1 - p). Every result states its `fraction_removed`. Defaults reproduce ROAD: pixel ranking of
 the signed channel sum, ROAD's shared jitter, noisy linear imputation with noise 0.01. Reports
-accuracy against the labels and the mean softmax probability of the true class, as a table, a
-JSON / CSV / Markdown file and a PNG plot.
+accuracy against the labels and the mean softmax probability of the true class per fraction, as a
+table, a JSON / CSV / Markdown file and a PNG plot, and the metrics MoRF and LeRF (the
+probability averaged over the fractions, `roar.metric_definitions`, as the report card shows
+them).
 """
 import dataclasses
 import os
@@ -24,7 +26,9 @@ from models.foundation.cli import option, origin_flags, run_binary
 from models.foundation.errors import UserError, check_one_of, required
 from models.foundation.files import exclusive, write_json
 from models.foundation.lazy import lazy_module
+from models.foundation.metric_spec import legend
 from models.foundation.rules import UNIQUE_NUMBERS, WHOLE_PERCENTS, Checked, at_least, some_of
+from roar import metric_definitions
 
 # Loaded on first use: a bad flag is reported before TensorFlow starts (docs/architecture.md).
 tf = lazy_module("tensorflow")
@@ -36,7 +40,7 @@ summaries = lazy_module("roar.summaries")
 synthetic_setup = lazy_module("roar.synthetic_setup")
 pipelines = lazy_module("saliency_gen.pipelines")
 
-ORDERS = ("morf", "lerf")
+ORDERS = tuple(metric_definitions.ROAD_ORDERS)  # ("morf", "lerf")
 
 
 def fraction_removed(order: str, p: float) -> float:
@@ -226,15 +230,25 @@ def _curves(f: Config) -> list:
 
 
 def write_results(f: Config, rows: list, model: Any, files: list) -> None:
-    """<output>.json (rows, flags, origin), .csv, .md and .png of a ROAD run."""
-    summary = [dict(row, mean=row["accuracy"], std=0.0) for row in rows]
-    summaries.write_outputs(f.output, rows, summary,
+    """Prints the MoRF / LeRF metrics of `rows` (`roar.metric_definitions`) and writes
+    <output>.json (rows, metrics, flags, origin), .csv, .md and .png of a ROAD run."""
+    metrics = metric_definitions.road_summary(rows)
+    shown = {metric_definitions.ROAD_ORDERS[row["order"]] for row in rows}
+    print(legend(spec for spec in metric_definitions.ROAD if spec.name in shown))
+    fractions = len({row["p"] for row in rows})
+    for method, values in metrics.items():
+        print(f"{method}: " + ", ".join(f"{name} {value:.4f}" for name, value in values.items())
+              + f" (averaged over {fractions} fractions)")
+    by_fraction = [dict(row, mean=row["accuracy"], std=0.0) for row in rows]
+    summaries.write_outputs(f.output, rows, by_fraction,
                             ["method", "order", "p", "fraction_removed", "mean ± sd", "n"],
                             "fraction_removed", ["method", "order"], "accuracy",
                             "ROAD: accuracy of the clean model on imputed images")
     flags = origin_flags(f)  # docs/architecture.md, "Outputs and provenance"
-    write_json(f.output + ".json", {"rows": rows, "flags": flags, "origin": provenance.origin(
-        flags, model_id=model.model_id, data=provenance.listing_digest(files))}, indent=2)
+    origin = provenance.origin(flags, model_id=model.model_id,
+                               data=provenance.listing_digest(files))
+    write_json(f.output + ".json", {"rows": rows, "summary": metrics, "flags": flags,
+                                    "origin": origin}, indent=2)
     print(f"wrote {f.output}.json, .csv, .md and .png")
 
 

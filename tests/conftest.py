@@ -1,6 +1,7 @@
 """Shared fixtures: a tiny synthetic BAM world and a tiny real-format BAM build
 (fabricated MSCOCO + MiniPlaces), each built once per session."""
 import contextlib
+import gc
 import hashlib
 import os
 import shutil
@@ -25,6 +26,18 @@ _SESSIONS = []
 
 def pytest_sessionstart(session):
     _SESSIONS.append(session)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    """After each test file: one garbage collection, then `gc.freeze()`, so that Python's
+    automatic full collections no longer walk the millions of objects (TensorFlow graphs,
+    models, session fixtures) the earlier files left alive. Measured on the whole suite: 25
+    full collections of about 2 s each in one worker, 76 s of the two workers' time."""
+    yield
+    if nextitem is None or nextitem.path != item.path:
+        gc.collect()
+        gc.freeze()
 
 
 @pytest.hookimpl(trylast=True)

@@ -8,7 +8,7 @@ binaries average those values into their tables; the report card compares them u
 (`models.report.engine.Benchmark` is this shape, with the settings that make its cells).
 """
 import dataclasses
-from typing import Protocol, Sequence
+from typing import Iterable, Protocol, Sequence
 
 UNITS = ("image", "seed")
 
@@ -49,3 +49,8 @@ def specs_named(specs: "tuple[MetricSpec, ...]", names: Sequence[str]) -> tuple:
     """The specs of `names`, in the order of `specs` (a binary's or card's chosen subset)."""
     return tuple(spec for spec in specs if spec.name in names)
 
+
+
+def legend(specs: "Iterable[MetricSpec]") -> str:
+    """One line per metric for a binary's output: its name, arrow and what it is."""
+    return "\n".join(f"{spec.name} {spec.arrow}: {spec.about}" for spec in specs)

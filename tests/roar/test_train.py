@@ -267,6 +267,20 @@ def test_a_killed_run_resumes_exactly_and_other_settings_are_refused(world, tmp_
         run("killed", train_crop="inception")  # a pipeline setting is part of the origin
 
 
+def test_road_summary_averages_each_order_over_the_fractions():
+    from roar import metric_definitions
+
+    rows = [{"method": "m", "order": order, "p": p, "true_class_probability": value}
+            for order, p, value in (("morf", 0.1, 0.8), ("morf", 0.5, 0.4), ("lerf", 0.1, 0.3),
+                                    ("lerf", 0.5, 0.6))]
+    rows.append({"method": "x", "order": "morf", "p": 0.1, "true_class_probability": 0.2})
+    summary = metric_definitions.road_summary(rows)
+    assert summary == {"m": {"MoRF": pytest.approx(0.6), "LeRF": pytest.approx(0.45)},
+                       "x": {"MoRF": pytest.approx(0.2)}}
+    # the card shows the same metrics: its ROAD benchmark's columns are these names
+    assert [spec.name for spec in metric_definitions.ROAD] == ["MoRF", "LeRF"]
+
+
 def test_road_binary_writes_table_json_csv_and_plot(world, known_answers, tmp_path):
     _, tmp = known_answers
     records_dir = os.path.dirname(world["validation"][0])
@@ -280,6 +294,10 @@ def test_road_binary_writes_table_json_csv_and_plot(world, known_answers, tmp_pa
     written = json.loads((tmp_path / "road.json").read_text())
     rows = written["rows"]
     assert [row["order"] for row in rows] == ["morf", "lerf"] and rows[0]["n"] == 1000
+    # one fraction: each metric is that fraction's probability
+    assert written["summary"] == {"oracle": {"MoRF": rows[0]["true_class_probability"],
+                                             "LeRF": rows[1]["true_class_probability"]}}
+    assert "MoRF ↓: true-class probability" in result.stdout
     assert_origin_covers_the_flags(road.Config, written["origin"])
     assert (tmp_path / "road.png").read_bytes()[:4] == b"\x89PNG"
     assert "| oracle | morf | 0.5 | 0.5 |" in (tmp_path / "road.md").read_text()
