@@ -57,6 +57,10 @@ MINOR_NOISE = 0.01
 WEIGHT_NOISE = 0.001
 PERTURBATIONS = {"input noise": "minor", "weight noise": "minor",
                  "randomised-model maps": "disruptive"}
+# Beside them, every card runs its image-level benchmarks on the same first images with each
+# method's maps blurred (saliency_gen.transforms.blur): the "rewards blur" verdict of each metric
+# without --blur_controls' full blur(m) rows (which about double the image-level cost).
+BLURRED = "blurred maps"
 # The free choices of each protocol that its literature varies (docs/report_card.md, "How far
 # to trust each metric"): (label, changed evaluate.Options); QUARTER: a quarter of the steps.
 QUARTER = "quarter"
@@ -130,15 +134,16 @@ class Config(Checked):
     variants: bool = option(False, "Run the faithfulness protocols again under the settings "
                             "their literature varies (substrate, step count, baseline) and show "
                             "how far each metric's ranking moves (costs one run per variant).")
-    blur_controls: bool = option(False, "Add blur(<method>) for each method but the controls: "
-                                 "its maps smoothed by a Gaussian of sigma = image side / 32, "
-                                 "so the card can say which metrics reward blur (image-level "
-                                 "benchmarks only; about doubles their cost).")
+    blur_controls: bool = option(False, "Add blur(<method>) rows for each method but the "
+                                 "controls: its maps smoothed by a Gaussian of sigma = image "
+                                 "side / 32, on every image (image-level benchmarks only; about "
+                                 "doubles their cost). Without them, the meta-evaluation judges "
+                                 "'rewards blur' on its first --meta_images images.")
     meta_evaluation: bool = option(True, "Judge each image-level metric by its resilience to "
-                                   "input and weight noise and its reactivity to a randomised "
-                                   "model's maps (MetaQuantus: those benchmarks again on the "
-                                   "first --meta_images images, three times, without the "
-                                   "controls).")
+                                   "input and weight noise, its reactivity to a randomised "
+                                   "model's maps (MetaQuantus) and whether it rewards blurred "
+                                   "maps: those benchmarks again on the first --meta_images "
+                                   "images, four times, without the controls.")
     meta_images: int = option(16, "Images of the meta-evaluation's perturbed runs.",
                               rule=at_least(1))
 
@@ -361,11 +366,17 @@ def perturbed_inputs(config: Config, inputs: Inputs) -> dict:
     sd = MINOR_NOISE * float(images.max() - images.min())
     noisy = images + np.random.default_rng([config.seed, 0x4E01]).normal(
         0.0, sd, images.shape).astype(np.float32)
-    found = {"input noise": dataclasses.replace(
+    found = {}
+    if not config.blur_controls:  # (with them, the verdict is on every image)
+        plain_maps = inputs.maps_of  # the card's own maps (of all its images), computed once
+        found[BLURRED] = dataclasses.replace(
+            inputs, data={**inputs.data, "perturbation": "maps blurred"},
+            maps_of=lambda method: transforms.blur(plain_maps(method)[:count]))
+    found["input noise"] = dataclasses.replace(
         inputs, images=noisy, data={**inputs.data, "perturbation": f"input noise, sd {sd:.4g}"},
         maps_of=map_memo(inputs.loaded, noisy, inputs.labels, inputs.ids, inputs.methods,
                          config.seed,
-                         config.batch_size))}
+                         config.batch_size))
     try:
         weight_noise, randomised = (models.rebuild(inputs.model_path) for _ in range(2))
     except UserError as error:
@@ -423,19 +434,25 @@ def meta_evaluate(summary, benchmarks: list, meta: dict, cells: dict) -> None:
     """Adds each image-level metric's resilience, reactivity and MC (models.report.meta_evaluation)
     to `summary.trust`, over the methods the perturbations judge; the disruptive perturbations
     are the randomised model's maps and, when the card has the random control, random maps
-    (its cells: no extra run)."""
+    (its cells: no extra run). Without --blur_controls, each metric's "rewards blur" verdict
+    compares the blurred-maps run with the same images' own values."""
     methods = [m for m in summary.methods if judged_by_meta_evaluation(m)]
     for benchmark in benchmarks:
         perturbed = {label: meta.get(label, {}).get(benchmark.name) for label in PERTURBATIONS}
-        if None in perturbed.values():
-            continue
         for metric in benchmark.metrics:
             column = f"{benchmark.name} {metric.name}"
             default = engine.unit_table(cells, benchmark.name, metric.name, methods)
-            tables = {label: engine.unit_table(cells, b.name, metric.name, methods)
+            if column not in summary.trust or default is None:
+                continue
+            blurred = engine.unit_table(cells, f"{benchmark.name} [{BLURRED}]", metric.name,
+                                        methods)
+            if summary.trust[column].get("rewards_blur") is None and blurred is not None:
+                summary.trust[column]["rewards_blur"] = engine.rewards_blur_on_units(
+                    methods, default[:len(blurred)], blurred, metric.higher_is_better)
+            tables = {label: None if b is None else engine.unit_table(cells, b.name, metric.name,
+                                                                      methods)
                       for label, b in perturbed.items()}
-            if (column not in summary.trust or default is None
-                    or any(table is None for table in tables.values())):
+            if any(table is None for table in tables.values()):
                 continue
             count = len(tables["input noise"])  # the perturbed runs' images: the first ones
             kinds = {kind: {label: table for label, table in tables.items()
@@ -524,7 +541,8 @@ def about_rows(config: Config, inputs: Optional[Inputs], seconds: float) -> list
                           + ("; blur controls" if config.blur_controls else "")
                           + (f"; meta-evaluation on {config.meta_images} images (input noise sd "
                              f"{MINOR_NOISE} of the range, weight noise sd {WEIGHT_NOISE}, "
-                             "fully randomised model)"
+                             "fully randomised model"
+                             + ("" if config.blur_controls else ", blurred maps") + ")"
                              if config.meta_evaluation else "")),
              ("Seeds", f"{config.seed} (image sample, random draws, bootstrap)"),
              ("Version", f"attribution-benchmarks {package_version()}"),

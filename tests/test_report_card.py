@@ -185,19 +185,34 @@ def test_cells_are_reused_a_new_method_costs_only_itself_and_other_settings_are_
     with open(edited, "w", encoding="utf-8") as handle:
         json.dump(stored, handle)
     capsys.readouterr()
-    # (the same run adds the blur controls, maps of the card's images: image-level benchmarks,
-    # and the meta-evaluation's three perturbed runs of those benchmarks)
-    controlled = report_card.run(dataclasses.replace(config, blur_controls=True, variants=True,
+    # (the same run adds the meta-evaluation's perturbed runs of the image-level benchmarks on
+    # the first images, the blurred maps' among them, and the protocols' variants)
+    controlled = report_card.run(dataclasses.replace(config, variants=True,
                                                      meta_evaluation=True, meta_images=4))
     assert "its values differ from what was written" in capsys.readouterr().out
     with open(edited, encoding="utf-8") as handle:
         assert json.load(handle)["values"][metric][0] == written
     blurred = controlled["card"]
-    assert blurred.methods == [*config.methods, "blur(bam:GC)"]  # the controls get none
-    assert ("ROAD MoRF", "blur(bam:GC)") in blurred.rows
-    assert ("BAM MCS", "blur(bam:GC)") not in blurred.rows
-    assert blurred.trust["ROAD MoRF"]["rewards_blur"] in (True, False)
+    assert blurred.methods == list(config.methods)  # no blur rows without --blur_controls
+    # the verdict from the blurred maps of the first 4 images, by hand from the cells
+    table = {}
+    for kind in ("", " [blurred maps]"):
+        with open(report_card.engine.cell_path(config.output_dir, f"ROAD{kind}", "bam:GC"),
+                  encoding="utf-8") as handle:
+            table[kind] = json.load(handle)["values"]["MoRF"]
+    assert len(table[" [blurred maps]"]) == 4
+    assert blurred.trust["ROAD MoRF"]["rewards_blur"] is bool(
+        np.mean(table[" [blurred maps]"]) < np.mean(table[""][:4]))  # MoRF: lower is better
     assert blurred.trust["BAM MCS"]["rewards_blur"] is None
+    # with --blur_controls, blur(m) rows: m's maps smoothed (the image-level benchmarks only)
+    with_blur = report_card.resolved(dataclasses.replace(config, blur_controls=True))
+    assert with_blur.methods == (*config.methods, "blur(bam:GC)")  # the controls get none
+    loaded = report_card.models.load(config.model_path)
+    maps_of = report_card.map_memo(loaded, np.zeros((2, *loaded.input_shape), np.float32),
+                                   np.array([0, 1]),
+                                   np.array([7, 8]), report_card.resolved_methods(config), 0, 2)
+    np.testing.assert_array_equal(maps_of("blur(bam:GC)"),
+                                  report_card.transforms.blur(maps_of("bam:GC")))
     # resilience and reactivity of the image-level metrics, over bam:GC (the one method that is
     # not a control); BAM is not perturbed
     for column in ("ROAD MoRF", "Deletion dauc", "IDSDS sds"):

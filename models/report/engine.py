@@ -182,6 +182,19 @@ def rewards_blur(oriented: dict) -> Optional[bool]:
     return sum(blur > plain for blur, plain in pairs) > len(pairs) / 2
 
 
+def rewards_blur_on_units(methods: Sequence[str], plain: np.ndarray, smoothed: np.ndarray,
+                          higher_is_better: bool) -> Optional[bool]:
+    """`rewards_blur` from per-unit tables [units, methods] on the same units: each method's
+    mean (over its finite values) with its maps as they are (`plain`) and blurred (`smoothed`)."""
+    sign = 1.0 if higher_is_better else -1.0
+    oriented = {}
+    for index, method in enumerate(methods):
+        for name, table in ((method, plain), (blurred(method), smoothed)):
+            values = table[:, index][np.isfinite(table[:, index])]
+            oriented[name] = sign * float(values.mean()) if len(values) else float("nan")
+    return rewards_blur(oriented)
+
+
 def summarise(benchmarks: Sequence[Benchmark], methods: Sequence[str], cells: dict,
               seed: int = 0, judge: bool = True) -> Card:
     """Intervals, ranks and the Kendall agreement of the computed `cells`; with `judge`, also

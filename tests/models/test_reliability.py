@@ -83,6 +83,15 @@ def test_the_card_flags_a_metric_that_rewards_blur_and_judges_only_real_methods(
     # reliability is over a, b and c only: 3 pairs, all separated by 1 with noise 0.1
     assert summary.trust["Toy smooth"]["separated"] == 1.0
     assert engine.rewards_blur({"a": 1.0, "b": 2.0}) is None  # no blur control
+    # the same verdicts from the blurred maps' own table on the same images (the card's default,
+    # without blur rows); a NaN image is left out of its method's mean
+    for metric, expected in (("smooth", True), ("sharp", False), ("lower", True)):
+        plain, smoothed = (np.array([cells[("Toy", name)][metric] for name in group]).T
+                           for group in (methods, names[3:]))
+        plain[0, 0] = np.nan
+        higher = metric != "lower"
+        assert engine.rewards_blur_on_units(methods, plain, smoothed, higher) is expected
+        assert engine.rewards_blur_on_units(methods, plain, plain, higher) is False  # ties
     assert engine.unblurred("blur(bam:GC)") == "bam:GC" and engine.unblurred("bam:GC") is None
 
 
