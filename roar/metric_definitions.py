@@ -44,4 +44,3 @@ def road_summary(rows: Iterable[dict]) -> dict:
     return {method: {spec.name: float(np.mean(by_name[spec.name]))
                      for spec in ROAD if spec.name in by_name}
             for method, by_name in values.items()}
-

@@ -50,7 +50,6 @@ def specs_named(specs: "tuple[MetricSpec, ...]", names: Sequence[str]) -> tuple:
     return tuple(spec for spec in specs if spec.name in names)
 
 
-
 def legend(specs: "Iterable[MetricSpec]") -> str:
     """One line per metric for a binary's output: its name, arrow and what it is."""
     return "\n".join(f"{spec.name} {spec.arrow}: {spec.about}" for spec in specs)
