@@ -14,6 +14,7 @@ card resumes and one more method costs only that method.
 import models  # noqa: I001  (first: TensorFlow loads quietly)
 import dataclasses
 import atexit
+import functools
 import importlib.metadata
 import os
 import shutil
@@ -371,7 +372,8 @@ def perturbed_inputs(config: Config, inputs: Inputs) -> dict:
         plain_maps = inputs.maps_of  # the card's own maps (of all its images), computed once
         found[BLURRED] = dataclasses.replace(
             inputs, data={**inputs.data, "perturbation": "maps blurred"},
-            maps_of=lambda method: transforms.blur(plain_maps(method)[:count]))
+            maps_of=functools.cache(  # once per method, shared by the benchmarks
+                lambda method: transforms.blur(plain_maps(method)[:count])))
     found["input noise"] = dataclasses.replace(
         inputs, images=noisy, data={**inputs.data, "perturbation": f"input noise, sd {sd:.4g}"},
         maps_of=map_memo(inputs.loaded, noisy, inputs.labels, inputs.ids, inputs.methods,
