@@ -204,9 +204,7 @@ def test_cells_are_reused_a_new_method_costs_only_itself_and_other_settings_are_
     assert blurred.trust["ROAD MoRF"]["rewards_blur"] is bool(
         np.mean(table[" [blurred maps]"]) < np.mean(table[""][:4]))  # MoRF: lower is better
     assert blurred.trust["BAM MCS"]["rewards_blur"] is None
-    # with --blur_controls, blur(m) rows: m's maps smoothed (the image-level benchmarks only)
-    with_blur = report_card.resolved(dataclasses.replace(config, blur_controls=True))
-    assert with_blur.methods == (*config.methods, "blur(bam:GC)")  # the controls get none
+    # with --blur_controls, blur(m) rows: m's maps smoothed (below, at the end)
     loaded = report_card.models.load(config.model_path)
     maps_of = report_card.map_memo(loaded, np.zeros((2, *loaded.input_shape), np.float32),
                                    np.array([0, 1]),
@@ -237,6 +235,13 @@ def test_cells_are_reused_a_new_method_costs_only_itself_and_other_settings_are_
         ("Deletion dauc", "a quarter of the steps"), ("Deletion dc", "a quarter of the steps"),
         ("IDSDS sds", "blur baseline"), ("IDSDS sds", "random baseline")]
     assert all(row[2] == "n/a" or -1 <= float(row[2]) <= 1 for row in sensitivity.rows)
+    # --blur_controls: blur(m) rows on the image-level benchmarks only, and their own verdict
+    rows = report_card.run(dataclasses.replace(config, blur_controls=True, benchmarks=(
+        "BAM", "ROAD"), sanity=False, gallery_images=0, meta_evaluation=False))["card"]
+    assert rows.methods == [*config.methods, "blur(bam:GC)"]  # the controls get none
+    assert ("ROAD MoRF", "blur(bam:GC)") in rows.rows
+    assert ("BAM MCS", "blur(bam:GC)") not in rows.rows
+    assert rows.trust["ROAD MoRF"]["rewards_blur"] in (True, False)
 
 
 def test_the_card_on_the_real_network(real_cache, monkeypatch, tmp_path, capsys):
