@@ -4,11 +4,12 @@
         --data_dir=saliency/SH --ratios=0.1,0.5,0.9 --beam_workers=8
 
 The options, inputs and outputs of `roar.road`, with the work done in Beam workers: every test
-shard is cut into ranges of --batch_size records, and each (range, order, fraction) is one work
-unit; a worker loads the clean model once and scores every image of its unit (correct or not,
-true-class probability) exactly as `roar.road` does, since masks, jitter and imputation noise
-are keyed by the example and not by its batch. A Beam combiner gathers the per-image values of
-each (order, fraction) into the mean and its seeded bootstrap interval. The rows equal
+shard is cut into ranges of --unit_records records (a multiple of --batch_size), and each range
+is one work unit; a worker loads the clean model once and scores every image of its unit at
+every order and fraction (correct or not, true-class probability) with `roar.road`'s
+computation, which keys masks, jitter and imputation noise by the example and not by its batch.
+A Beam combiner gathers the per-image values of each (order, fraction) into the mean and its
+seeded bootstrap interval. The rows equal
 `roar.road`'s (tested to 1e-6) and carry the intervals as `<value>_low` / `<value>_high`.
 """
 import dataclasses
@@ -32,25 +33,27 @@ class Config(road.Config, beam_support.RunnerOptions):
 
 
 class ScoreRoadRange(beam.DoFn):
-    """(shard, start, count, order, p) -> ((order, p, value name), (example key, value)) for
-    every image of the range, with the clean model loaded once per worker."""
+    """(shard, start, count) -> ((order, p, value name), (example key, value)) for every image
+    of the range at every order and fraction, with the clean model loaded once per worker."""
 
-    def __init__(self, ckpt_path: str, read: road.Inputs, batch_size: int):
+    def __init__(self, ckpt_path: str, read: road.Inputs, orders: tuple, batch_size: int):
         super().__init__()
-        self.ckpt_path, self.read, self.batch_size = ckpt_path, read, batch_size
+        self.ckpt_path, self.read, self.orders = ckpt_path, read, orders
+        self.batch_size = batch_size
         self.model: Optional[models.LoadedModel] = None
 
     def setup(self) -> None:
         self.model = models.load(self.ckpt_path)
 
     def process(self, unit: tuple) -> Iterator[tuple[Any, Any]]:  # (key, value) pairs
-        path, start, count, order, p = unit
-        for keys, hits, probabilities in road.image_outcomes(
-                self.model, dataclasses.replace(self.read, files=[path]), order, p,
+        path, start, count = unit
+        for keys, found in road.image_outcomes(
+                self.model, dataclasses.replace(self.read, files=[path]), orders=self.orders,
                 batch_size=self.batch_size, span=(start, count)):
-            for key, hit, probability in zip(keys, hits, probabilities):
-                yield (order, p, "accuracy"), (key, float(hit))
-                yield (order, p, "true_class_probability"), (key, float(probability))
+            for (order, p), (hits, probabilities) in found.items():
+                for key, hit, probability in zip(keys, hits, probabilities):
+                    yield (order, p, "accuracy"), (key, float(hit))
+                    yield (order, p, "true_class_probability"), (key, float(probability))
 
 
 class Gather(beam.DoFn):
@@ -74,16 +77,14 @@ def run(config: Config) -> list:
         model = models.load(f.ckpt_path)
         read = road.inputs(f, model.input_shape[0])
         counts = [(path, count_records([path])) for path in read.files]
-        units = [(path, start, count, order, p)
-                 for path, start, count in f.work_ranges(counts, f.batch_size)
-                 for order in f.orders for p in read.ratios]
+        units = list(f.work_ranges(counts, f.batch_size))
         scratch = os.path.abspath(f.output) + ".combined.json"
 
         def build(root):
             _ = (root
                  | "Units" >> beam.Create(units)
                  | "Spread" >> beam.Reshuffle()
-                 | "Score" >> beam.ParDo(ScoreRoadRange(f.ckpt_path, read, f.batch_size))
+                 | "Score" >> beam.ParDo(ScoreRoadRange(f.ckpt_path, read, f.orders, f.batch_size))
                  | "Combine" >> beam.CombinePerKey(beam_support.MeanAndInterval(f.seed))
                  | "Collect" >> beam.combiners.ToList()
                  | "Gather" >> beam.ParDo(Gather(scratch)))

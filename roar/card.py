@@ -3,10 +3,10 @@ benchmarks (docs/report_card.md, "Benchmarks").
 
 For each image and fraction p, MoRF imputes the top p of the pixels (ROAD's ranking: the signed
 channel sum with the shared jitter; ROAD's noisy linear imputation, noise 0.01) and LeRF imputes
-all but the top p, as `roar.road` does on records; the clean model's true-class probability
-(softmax) on the imputed image is averaged over the fractions into one value per image: lower is
-better for MoRF, higher for LeRF. Every (fraction, image) pair is one work item of the chunked
-executor, so the curve costs one traced function whatever the number of fractions. The "oracle"
+all but the top p; the clean model's true-class probability (softmax) on the imputed image is
+averaged over the fractions into one value per image: lower is better for MoRF, higher for
+LeRF. The values come from ROAD's one computation (`roar.road_outcomes`), the one `roar.road`
+calls on records, with the imputation noise keyed by the image ids. The "oracle"
 control ranks the object's pixels first, from its centre outwards (`oracle_maps`, from the
 records' object masks).
 """
@@ -22,30 +22,17 @@ from numpy.typing import ArrayLike
 
 import models
 import saliency_gen
-from models.formats.adapter import adapt
 from models.formats.preprocessing import input_space
-from models.foundation import executor, provenance
+from models.foundation import provenance
 from models.foundation.errors import check_known
 from models.report.engine import Benchmark
 from models.training import recipes
-from roar import imputation, masked_data, masking, metric_definitions
+from roar import masked_data, metric_definitions, road_outcomes
 from roar import train as roar_train
 from saliency_gen import generate
-from saliency_gen.records import ranking_cut
 
 ORACLE = "oracle"
 RATIOS = (0.1, 0.3, 0.5, 0.7, 0.9)
-
-
-def pixel_ranks(maps: ArrayLike, seed: int = 0) -> np.ndarray:
-    """int32 [N, H*W]: each pixel's position in ROAD's ranking (0: most relevant); the lower
-    index first on ties, as `masking.top_mask`."""
-    scores = masking.feature_scores(maps, unit="pixel", squared=False, tie_break="jitter",
-                                    seed=seed).numpy()
-    order = np.argsort(-scores, axis=1, kind="stable")
-    ranks = np.empty_like(order)
-    np.put_along_axis(ranks, order, np.arange(order.shape[1])[None], axis=1)
-    return ranks.astype(np.int32)
 
 
 # The imputers ROAD's card benchmark offers: ROAD's own (noisy linear, noise 0.01), and the
@@ -53,51 +40,12 @@ def pixel_ranks(maps: ArrayLike, seed: int = 0) -> np.ndarray:
 IMPUTERS = ("noisy_linear", "mean")
 
 
-def road_function(loaded: Any, image_shape: Sequence[int], *, seed: int = 0, noise: float = 0.01,
-                  batch_size: int = 32, fill: bool = False) -> Callable:
-    """A traced function (pixels, labels, ids, ranks, cuts, keep_top, colour) -> float
-    [len(cuts) * N] for N images of `image_shape` (H, W, C): the true-class probability of
-    every image with its pixels of rank < cut imputed (rank >= cut when `keep_top`), each
-    (cut, image) pair one executor item. With `fill`, the removed pixels take the `colour`
-    (pixel space) instead of ROAD's noisy linear imputation. Kept with the model's adapter:
-    MoRF and LeRF, every method and every benchmark made again over the same model (a variant,
-    fewer images) share one trace."""
-    height, width, channels = image_shape
-    adapter = adapt(loaded)
-    signature = [tf.TensorSpec([None, height, width, channels], tf.float32),
-                 tf.TensorSpec([None], tf.int32), tf.TensorSpec([None], tf.int64),
-                 tf.TensorSpec([None, height * width], tf.int32), tf.TensorSpec([None], tf.int32),
-                 tf.TensorSpec([], tf.bool), tf.TensorSpec([channels], tf.float32)]
-
-    def build():
-        space = input_space(loaded.preprocessing)
-
-        # one trace for any number of fractions; autograph off: the executor and the solver
-        # build their loops explicitly
-        @tf.function(input_signature=signature, autograph=False)
-        def run(pixels, labels, ids, ranks, cuts, keep_top, colour):
-            n = tf.shape(pixels)[0]
-
-            def compute(items):
-                image, setting = items % n, items // n
-                cut = tf.gather(cuts, setting)[:, None]
-                image_ranks = tf.gather(ranks, image)
-                removed = tf.where(keep_top, image_ranks >= cut, image_ranks < cut)
-                removed = tf.reshape(removed, [-1, height, width])
-                if fill:
-                    imputed = tf.where(removed[..., None], colour, tf.gather(pixels, image))
-                else:
-                    imputed = imputation.noisy_linear_impute(
-                        tf.gather(pixels, image), removed, noise_std=noise, seed=seed,
-                        keys=tf.gather(ids, image))
-                probabilities = tf.nn.softmax(tf.cast(adapter.logits(space.from_pixels(imputed)),
-                                                      tf.float32))
-                return tf.gather(probabilities, tf.gather(labels, image), batch_dims=1)
-            return executor.collect(tf.shape(cuts)[0] * n, batch_size, compute)
-        return run
-
-    return adapter.traced(("ROAD", tuple(image_shape), seed, noise, batch_size, bool(fill)),
-                          build)
+def road_mask(imputer: str = "noisy_linear", seed: int = 0) -> masked_data.MaskConfig:
+    """ROAD's settings on the card: `roar.road`'s defaults (pixel ranking of the signed channel
+    sum with the shared jitter, noise 0.01) with `imputer`'s fill."""
+    check_known(imputer, IMPUTERS, "ROAD imputer")
+    return masked_data.MaskConfig(ranking="pixel", squared=False, tie_break="jitter",
+                                  fill=imputer, road_noise=0.01, seed=seed)
 
 
 def oracle_maps(masks: ArrayLike) -> np.ndarray:
@@ -120,18 +68,11 @@ def benchmark(loaded: Any, images: np.ndarray, labels: ArrayLike, ids: ArrayLike
     `masks` [N, H, W] (object masks) enable the oracle. `data` fingerprints the images;
     `maps_of(method)`, when given, supplies a method's maps (shared by a card's benchmarks);
     `imputer` is one of `IMPUTERS`."""
-    check_known(imputer, IMPUTERS, "ROAD imputer")
+    mask = road_mask(imputer, seed)
     space = input_space(loaded.preprocessing)
     pixels = np.asarray(space.to_pixels(tf.constant(images, tf.float32)), np.float32)
-    features = images.shape[1] * images.shape[2]
-    morf_cuts = [ranking_cut(round(100 * p), features) for p in ratios]
-    lerf_cuts = [ranking_cut(round(100 * (1 - p)), features) for p in ratios]  # keep the top p
-
-    run = road_function(loaded, images.shape[1:], seed=seed, batch_size=batch_size,
-                        fill=imputer == "mean")
-    colour = pixels.mean(axis=(0, 1, 2)) if imputer == "mean" else np.zeros(pixels.shape[-1])
-    constants = (tf.constant(pixels, tf.float32), tf.constant(labels, tf.int32),
-                 tf.constant(ids, tf.int64))
+    colour = pixels.mean(axis=(0, 1, 2)) if imputer == "mean" else None
+    chosen = road_outcomes.settings(road_outcomes.ORDERS, ratios)
 
     def score(method):
         if method == ORACLE:
@@ -141,14 +82,11 @@ def benchmark(loaded: Any, images: np.ndarray, labels: ArrayLike, ids: ArrayLike
         else:
             maps = saliency_gen.attribute(loaded, images, method, labels,
                                           batch_size=batch_size, seed=seed, ids=ids)
-        ranks = tf.constant(pixel_ranks(maps, seed))
-        curves = {}
-        for order, keep_top, cuts in (("morf", False, morf_cuts), ("lerf", True, lerf_cuts)):
-            values = run(*constants, ranks, tf.constant(cuts, tf.int32), tf.constant(keep_top),
-                         tf.constant(colour, tf.float32)).numpy()
-            curves[metric_definitions.ROAD_ORDERS[order]] = values.reshape(
-                len(cuts), len(images)).mean(axis=0)
-        return curves
+        found = road_outcomes.outcomes(loaded, pixels, labels, ids, maps, mask, chosen,
+                                       batch_size=batch_size, colour=colour)
+        return {name: np.mean([found[setting][0] for setting in chosen
+                               if setting.order == order], axis=0)
+                for order, name in metric_definitions.ROAD_ORDERS.items()}
 
     return Benchmark(
         name="ROAD", metrics=metric_definitions.ROAD, score=score,

@@ -113,7 +113,13 @@ def _example_reader(source, map_key, map_format, size, geometry, label_offset, c
     return read_image
 
 
-def _batch_masker(config, control, size):
+def noise_keys(keys: tf.Tensor) -> tf.Tensor:
+    """int64 [B]: ROAD's imputation-noise keys of a batch of example keys (their hashes; the
+    imputation pairs each with the seed), so the noise never depends on the batch."""
+    return pipelines.key_seeds(keys, 0)[:, 1]
+
+
+def _batch_masker(config, control):
     """A function (keys [B], pixels [B, S, S, 3], scores [B, S, S, 3]) -> masked pixels.
 
     Masks are computed for a batch at once; every example's mask depends only on its own map and
@@ -124,9 +130,7 @@ def _batch_masker(config, control, size):
         replaced = masking.feature_mask(scores, config.ratio, config.keep_information,
                                         config.ranking, config.squared, config.tie_break,
                                         config.seed)
-        seeds = None
-        if config.fill == "noisy_linear":
-            seeds = pipelines.key_seeds(keys, config.seed)[:, 1]
+        seeds = noise_keys(keys) if config.fill == "noisy_linear" else None
         return masking.replace(pixels, replaced, config.fill, noise_std=config.road_noise,
                                seed=config.seed, keys=seeds, tol=config.cg_tol,
                                max_iters=config.cg_max_iters)
@@ -179,18 +183,10 @@ class Records:
             raise UserError(f"image records need a control map: one of {CONTROLS}")
 
 
-def masked_dataset(files: Sequence[str], read: Records, config: MaskConfig, *, training: bool,
-                   batch_size: int, seed: int = 0, space: str = "imagenet",
-                   drop_remainder: Optional[bool] = None, with_keys: bool = False,
-                   span: Optional[tuple[int, int]] = None) -> tf.data.Dataset:
-    """A batched dataset of (normalised image, label) with every example of `files` masked,
-    read as `read` says.
-
-    Training shuffles files and records with `seed` and flips images; evaluation keeps file
-    order and every example (`drop_remainder` False). A per_read training dataset is infinite
-    (it counts its epochs). `span` (start, count) restricts an evaluation of one file to that
-    range of its records (a work unit of a Beam pipeline).
-    """
+def _examples(files: Sequence[str], read: Records, mask_seed: int, *, training: bool,
+              seed: int, span: Optional[tuple[int, int]]) -> tf.data.Dataset:
+    """The unbatched stream of (key, pixels [S, S, 3] in [0, 1], label, scores) of `files` read
+    as `read` says (the scores: the stored map or the control's), before any mask."""
     source, map_key, size, geometry = read.source, read.map_key, read.size, read.geometry
     control, label_offset = read.control, read.label_offset
     per_read = read.random_mask == "per_read" and training
@@ -207,23 +203,12 @@ def masked_dataset(files: Sequence[str], read: Records, config: MaskConfig, *, t
         if map_format[1] != (size, size, 3) and geometry == "none":
             raise RecordError(f"{files[0]}: map {map_key} has shape {map_format[1]}; the model "
                               f"takes {size}x{size}x3")
-        control = "saliency"
     if size is None:
         if geometry != "none":
             raise UserError("--image_size is needed with --geometry=center_crop")
         size = _first_image_side(files[0])
     parse_example = _example_reader(source, map_key, map_format, size, geometry, label_offset,
-                                    control, config.seed, per_read)
-    mask = _batch_masker(config, control, size)
-
-    def mask_batch(keys, pixels, labels, scores):
-        return keys, mask(keys, pixels, scores), labels
-
-    def finish(keys, pixels, labels):
-        outputs = pipelines.finish(keys, pixels, labels, training=training, seed=seed,
-                                   space=space, crop=read.train_crop)
-        return (keys,) + outputs if with_keys else outputs
-
+                                    control, mask_seed, per_read)
     data = pipelines.keyed_stream(files, training, seed)
     if span is not None:
         if training or len(files) != 1:
@@ -237,15 +222,49 @@ def masked_dataset(files: Sequence[str], read: Records, config: MaskConfig, *, t
         data = data.map(lambda key, serialized: (key, serialized, tf.constant(0, tf.int64)))
     # (autograph off: these functions branch on Python values only, and converting them cost
     # about a third of each pipeline's set-up)
+    return data.map(tf.autograph.experimental.do_not_convert(parse_example),
+                    num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+
+
+def masked_dataset(files: Sequence[str], read: Records, config: MaskConfig, *, training: bool,
+                   batch_size: int, seed: int = 0, space: str = "imagenet",
+                   drop_remainder: Optional[bool] = None, with_keys: bool = False,
+                   span: Optional[tuple[int, int]] = None) -> tf.data.Dataset:
+    """A batched dataset of (normalised image, label) with every example of `files` masked,
+    read as `read` says.
+
+    Training shuffles files and records with `seed` and flips images; evaluation keeps file
+    order and every example (`drop_remainder` False). A per_read training dataset is infinite
+    (it counts its epochs). `span` (start, count) restricts an evaluation of one file to that
+    range of its records (a work unit of a Beam pipeline).
+    """
+    mask = _batch_masker(config, "saliency" if read.source == "saliency" else read.control)
+
+    def mask_batch(keys, pixels, labels, scores):
+        return keys, mask(keys, pixels, scores), labels
+
+    def finish(keys, pixels, labels):
+        outputs = pipelines.finish(keys, pixels, labels, training=training, seed=seed,
+                                   space=space, crop=read.train_crop)
+        return (keys,) + outputs if with_keys else outputs
+
     plain = tf.autograph.experimental.do_not_convert
-    data = (data.map(plain(parse_example), num_parallel_calls=tf.data.AUTOTUNE,
-                     deterministic=True)
+    data = (_examples(files, read, config.seed, training=training, seed=seed, span=span)
             .batch(batch_size)
             .map(plain(mask_batch), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
             .unbatch()
             .map(plain(finish), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True))
     drop = training if drop_remainder is None else drop_remainder
     return data.batch(batch_size, drop_remainder=drop).prefetch(tf.data.AUTOTUNE)
+
+
+def scored_batches(files: Sequence[str], read: Records, mask_seed: int, *, batch_size: int,
+                   span: Optional[tuple[int, int]] = None) -> tf.data.Dataset:
+    """Evaluation batches of (keys, pixels [B, S, S, 3] in [0, 1], labels, scores) of every
+    example of `files` in file order, unmasked and unnormalised: what ROAD's one computation
+    (`roar.road_outcomes`) takes. `span` as in `masked_dataset`."""
+    return (_examples(files, read, mask_seed, training=False, seed=0, span=span)
+            .batch(batch_size).prefetch(tf.data.AUTOTUNE))
 
 
 def find_bad_record(files: Sequence[str], read: Records, num_classes: int,

@@ -16,6 +16,7 @@ from typing import Iterable
 
 import numpy as np
 
+from models.foundation.errors import check_one_of
 from models.foundation.metric_spec import MetricSpec
 
 ROAD = (MetricSpec("MoRF", False, about="true-class probability when the most relevant pixels "
@@ -23,6 +24,13 @@ ROAD = (MetricSpec("MoRF", False, about="true-class probability when the most re
         MetricSpec("LeRF", True, about="true-class probability when the least relevant pixels "
                                        "are imputed, averaged over the fractions"))
 ROAD_ORDERS = {"morf": "MoRF", "lerf": "LeRF"}  # roar.road's --orders -> metric name
+
+
+def fraction_removed(order: str, p: float) -> float:
+    """The fraction of pixels ROAD imputes at (`order`, p): MoRF removes the top p (ROAR at p),
+    LeRF keeps it (KAR at 1 - p)."""
+    check_one_of("order", order, tuple(ROAD_ORDERS))
+    return p if order == "morf" else round(1.0 - p, 2)
 
 RETRAINING = (
     MetricSpec("ROAR top-1", False, unit="seed", about="test top-1 after retraining on images "

@@ -11,7 +11,8 @@ the signed channel sum, ROAD's shared jitter, noisy linear imputation with noise
 accuracy against the labels and the mean softmax probability of the true class per fraction, as a
 table, a JSON / CSV / Markdown file and a PNG plot, and the metrics MoRF and LeRF (the
 probability averaged over the fractions, `roar.metric_definitions`, as the report card shows
-them).
+them). The records are read once; every fraction of both orders comes from ROAD's one
+computation (`roar.road_outcomes`), the one the report card calls.
 """
 import dataclasses
 import os
@@ -23,7 +24,7 @@ from tqdm import tqdm
 import models
 from models.foundation import provenance
 from models.foundation.cli import option, origin_flags, run_binary
-from models.foundation.errors import UserError, check_one_of, required
+from models.foundation.errors import UserError, required
 from models.foundation.files import exclusive, write_json
 from models.foundation.lazy import lazy_module
 from models.foundation.metric_spec import legend
@@ -31,29 +32,17 @@ from models.foundation.rules import UNIQUE_NUMBERS, WHOLE_PERCENTS, Checked, at_
 from roar import metric_definitions
 
 # Loaded on first use: a bad flag is reported before TensorFlow starts (docs/architecture.md).
-tf = lazy_module("tensorflow")
-if TYPE_CHECKING:  # the type checker's view of the same module
-    from roar import masked_data
+if TYPE_CHECKING:  # the type checker's view of the same modules
+    from roar import masked_data, road_outcomes
 else:
     masked_data = lazy_module("roar.masked_data")
+    road_outcomes = lazy_module("roar.road_outcomes")
 summaries = lazy_module("roar.summaries")
 synthetic_setup = lazy_module("roar.synthetic_setup")
 pipelines = lazy_module("saliency_gen.pipelines")
 
 ORDERS = tuple(metric_definitions.ROAD_ORDERS)  # ("morf", "lerf")
-
-
-def fraction_removed(order: str, p: float) -> float:
-    """The fraction of pixels imputed at (`order`, p): MoRF removes the top p (ROAR at p),
-    LeRF keeps it (KAR at 1 - p)."""
-    check_one_of("order", order, ORDERS)
-    return p if order == "morf" else round(1.0 - p, 2)
-
-
-def setting(config: "masked_data.MaskConfig", order: str, p: float) -> "masked_data.MaskConfig":
-    """The mask config of `order` at fraction p."""
-    return dataclasses.replace(config, ratio=fraction_removed(order, p),
-                               keep_information=order == "lerf")
+fraction_removed = metric_definitions.fraction_removed
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,22 +56,22 @@ class Inputs:
     ratios: list
 
 
-def image_outcomes(model: Any, read: Inputs, order: str, p: float, *, batch_size: int = 128,
-                   span: Optional[tuple[int, int]] = None
-                   ) -> Iterator[tuple[list, np.ndarray, np.ndarray]]:
-    """Per batch of imputed test images of `read` at (`order`, p): (example keys, correct [B]
-    bool, true-class probability [B] float64). `span` (start, count) restricts one file to a
-    range."""
-    dataset = masked_data.masked_dataset(
-        read.files, read.records, setting(read.mask, order, p), training=False,
-        batch_size=batch_size, space=getattr(model, "preprocessing", "imagenet"),
-        with_keys=True, span=span)
-    for keys, images, labels in dataset:
-        probabilities = tf.nn.softmax(model(images), axis=-1).numpy()
-        labels = labels.numpy()
+def image_outcomes(model: Any, read: Inputs, *, orders: Sequence[str] = ORDERS,
+                   batch_size: int = 128, span: Optional[tuple[int, int]] = None
+                   ) -> Iterator[tuple[list, dict]]:
+    """Per batch of `batch_size` test records of `read`: (example keys, {(order, p): (hit [B]
+    bool, true-class probability [B] float64)}) at every order and fraction, from ROAD's one
+    computation (`roar.road_outcomes`; the imputation noise keyed by the example keys). `span`
+    (start, count) restricts one file to a range."""
+    chosen = road_outcomes.settings(orders, read.ratios)
+    batches = masked_data.scored_batches(read.files, read.records, read.mask.seed,
+                                         batch_size=batch_size, span=span)
+    for keys, pixels, labels, scores in batches:
+        found = road_outcomes.outcomes(model, pixels, labels, masked_data.noise_keys(keys),
+                                       scores, read.mask, chosen, batch_size=batch_size)
         yield ([key.decode() for key in keys.numpy()],
-               np.argmax(probabilities, 1) == labels,
-               probabilities[np.arange(len(labels)), labels].astype(np.float64))
+               {(setting.order, setting.p): (hits, probabilities)
+                for setting, (probabilities, hits) in found.items()})
 
 
 def evaluate_curve(model: Any, read: Inputs, *, orders: Sequence[str] = ORDERS,
@@ -91,23 +80,25 @@ def evaluate_curve(model: Any, read: Inputs, *, orders: Sequence[str] = ORDERS,
                    image_progress: Optional[Callable[[int], None]] = None) -> list:
     """Rows {method, order, p, fraction_removed, accuracy, true_class_probability, n} for
     every order and each of `read`'s fractions, evaluated with `model` (a `models.load` object
-    or Keras model). `progress(row)` is called after each row, `image_progress(n)` after each
-    batch of n."""
+    or Keras model) in one pass over the records. `progress(row)` is called for each row at
+    the end, `image_progress(n)` after each batch with its n imputed images."""
+    sums: dict = {}
+    count = 0
+    for keys, found in image_outcomes(model, read, orders=orders, batch_size=batch_size):
+        for key, (hits, probabilities) in found.items():
+            correct, probability = sums.get(key, (0, 0.0))
+            sums[key] = (correct + int(np.sum(hits)), probability + float(np.sum(probabilities)))
+        count += len(keys)
+        if image_progress:
+            image_progress(len(keys) * len(found))
+    if count == 0:
+        raise UserError("the test set is empty")
     rows = []
     for order in orders:
         for p in read.ratios:
-            correct, probability, count = 0, 0.0, 0
-            for _, hits, probabilities in image_outcomes(model, read, order, p,
-                                                         batch_size=batch_size):
-                correct += int(np.sum(hits))
-                probability += float(np.sum(probabilities))
-                count += len(hits)
-                if image_progress:
-                    image_progress(len(hits))
-            if count == 0:
-                raise UserError("the test set is empty")
-            rows.append(row(method_name or read.records.map_key or read.records.control, order, p,
-                            correct / count, probability / count, count))
+            correct, probability = sums[order, float(p)]
+            rows.append(row(method_name or read.records.map_key or read.records.control, order,
+                            p, correct / count, probability / count, count))
             if progress:
                 progress(rows[-1])
     return rows

@@ -1,7 +1,6 @@
-"""ROAD as a Beam pipeline: per-image scores in two worker processes, work units of another
+"""ROAD as a Beam pipeline: per-image scores of every order and fraction in work units of another
 size than roar.road's batches (shards of 13, 12 and 11 records in units of 10), and rows equal
-to roar.road's within 1e-6, with intervals. Each unit builds its imputing tf.data pipeline (about
-1 s here), so the test keeps to one ratio and six units."""
+to roar.road's within 1e-6, with intervals."""
 import json
 import os
 import sys
@@ -20,16 +19,15 @@ def test_beam_road_rows_equal_the_single_process_binary(small_shards, tmp_path):
     generate.generate(generate.Config(input_pattern=pattern, model_path=model_path,
                                       saliency_method="roar:SH", output_dir=saliency),
                       progress_bar=False)
-    # (one order: LeRF differs only in the mask's direction, which the single-process tests
-    # cover; one worker, in this process: two worker processes are tested with Beam's
-    # generation and deletion scoring)
+    # (one worker, in this process: two worker processes are tested with Beam's generation and
+    # deletion scoring)
     flags = {"ckpt_path": model_path, "data_dir": os.path.join(saliency, "SH"),
-             "saliency_method": "SH", "ratios": ("0.3",), "orders": ("morf",)}
+             "saliency_method": "SH", "ratios": ("0.3", "0.7")}
     expected = road.run(road.Config(**flags, batch_size=16, output=str(tmp_path / "single")))
     done = binaries.run(
         [sys.executable, "-m", "roar.beam_road", *(f"--{k}={v}" for k, v in flags.items()
-                                                   if k not in ("ratios", "orders")),
-         "--ratios=0.3", "--orders=morf", "--batch_size=5", "--unit_records=10",
+                                                   if k != "ratios"),
+         "--ratios=0.3,0.7", "--batch_size=5", "--unit_records=10",
          "--beam_workers=1",
          f"--output={tmp_path / 'beam'}"],
         cwd=REPO, capture_output=True, text=True, timeout=600)
@@ -38,6 +36,7 @@ def test_beam_road_rows_equal_the_single_process_binary(small_shards, tmp_path):
     assert_origin_covers_the_flags(beam_road.Config, written["origin"])
     found = written["rows"]
     assert [(r["order"], r["p"]) for r in found] == [(r["order"], r["p"]) for r in expected]
+    assert len(found) == 4
     for mine, theirs in zip(found, expected):
         assert mine["n"] == theirs["n"] == 36
         assert mine["fraction_removed"] == theirs["fraction_removed"]

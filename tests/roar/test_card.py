@@ -54,8 +54,9 @@ def test_retraining_cells_are_the_runs_top1_per_seed_and_are_reused(tiny_world, 
 
 
 def test_road_with_the_mean_colour_imputer_on_known_answers(tmp_path):
-    """Every pixel removed (MoRF and LeRF at 1.0) leaves the one mean-colour image, whatever the
-    map; none removed (MoRF at 0) leaves the clean image."""
+    """Every pixel removed (MoRF at 1.0, LeRF at 0: it keeps the top p) leaves the one
+    mean-colour image, whatever the map; none removed (MoRF at 0, LeRF at 1.0) leaves the clean
+    image."""
     keras.utils.set_random_seed(0)
     models.export(models.build("small_cnn", 10, (16, 16, 3), width=4), str(tmp_path / "m"))
     loaded = models.load(str(tmp_path / "m"))
@@ -68,17 +69,17 @@ def test_road_with_the_mean_colour_imputer_on_known_answers(tmp_path):
         return card.benchmark(loaded, images, labels, ids, data={}, ratios=(ratio,),
                               maps_of=maps.__getitem__, imputer="mean")
 
-    full = road(1.0)
-    assert full.settings["imputer"] == "mean"
-    first, second = full.score("a"), full.score("b")
     space = models.formats.preprocessing.input_space(loaded.preprocessing)
     pixels = np.asarray(space.to_pixels(images))
     flat = np.broadcast_to(pixels.mean(axis=(0, 1, 2)), pixels.shape).astype(np.float32)
     filled = keras.ops.softmax(loaded(space.from_pixels(flat))).numpy()[np.arange(3), labels]
-    for curves in (first, second):  # the map does not matter
-        for order in ("MoRF", "LeRF"):
-            assert curves[order] == pytest.approx(filled, abs=1e-5), order
     clean = keras.ops.softmax(loaded(images)).numpy()[np.arange(3), labels]
-    assert road(0.0).score("a")["MoRF"] == pytest.approx(clean, abs=1e-5)
     assert not np.allclose(clean, filled, atol=1e-3)  # the two answers differ
+    for ratio, morf, lerf in ((1.0, filled, clean), (0.0, clean, filled)):
+        benchmark = road(ratio)
+        assert benchmark.settings["imputer"] == "mean"
+        for method in ("a", "b"):  # the map does not matter
+            curves = benchmark.score(method)
+            assert curves["MoRF"] == pytest.approx(morf, abs=1e-5), (ratio, method)
+            assert curves["LeRF"] == pytest.approx(lerf, abs=1e-5), (ratio, method)
     assert "imputer" not in card.benchmark(loaded, images, labels, ids, data={}).settings

@@ -168,11 +168,11 @@ def test_road_curve_without_retraining(world, known_answers):
 
 
 def test_road_binary_and_card_benchmark_agree_on_the_same_images_and_maps(world, known_answers):
-    """One metric, two batched computations (docs/architecture.md, "One metric shape"): the
-    binary's records pipeline (`roar.road.image_outcomes`, the per-image values its curve
-    averages) and the card's in-memory executor give the same MoRF / LeRF on the same 200 test
-    images, with each object's mask as the map. ROAD's imputation noise is keyed per image in
-    both, by different keys; on all 1,000 images the two differed by 5e-5."""
+    """One metric, one computation (docs/architecture.md, "One metric shape"), two ways in: the
+    binary's images and maps read from records (`roar.road.image_outcomes`, the per-image values
+    its curve averages) and the card's images in memory give the same MoRF / LeRF on the same
+    200 test images, with each object's mask as the map. ROAD's imputation noise is keyed per
+    image in both, by different keys (the records' example keys, the card's image ids)."""
     _, tmp = known_answers
     import models
     from roar import card as road_card
@@ -182,13 +182,14 @@ def test_road_binary_and_card_benchmark_agree_on_the_same_images_and_maps(world,
     count, shard = 200, world["validation"][0]
     config = masked_data.MaskConfig(ranking="pixel", squared=False, tie_break="jitter",
                                     fill="noisy_linear")
-    read = road.Inputs([shard], masked_data.Records(control="oracle", size=SIZE), config, [])
-    binary = {}
-    for order, name in (("morf", "MoRF"), ("lerf", "LeRF")):
-        binary[name] = np.mean([np.concatenate([probabilities for _, _, probabilities in
-                                                road.image_outcomes(model, read, order, p,
-                                                                    span=(0, count))])
-                                for p in (0.1, 0.9)])  # symmetric: LeRF's parametrisations agree
+    read = road.Inputs([shard], masked_data.Records(control="oracle", size=SIZE), config,
+                       [0.1, 0.9])
+    values: dict = {}
+    for _, found in road.image_outcomes(model, read, span=(0, count)):
+        for (order, _), (_, probabilities) in found.items():
+            values.setdefault(order, []).append(probabilities)
+    binary = {name: float(np.mean(np.concatenate(values[order])))
+              for order, name in (("morf", "MoRF"), ("lerf", "LeRF"))}
     images, labels, ids, masks = pipelines.load_images(shard, model, count, shuffle=False,
                                                        with_masks=True)
     benchmark = road_card.benchmark(model, images, labels, ids, data={}, ratios=(0.1, 0.9),

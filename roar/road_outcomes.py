@@ -1,0 +1,149 @@
+"""ROAD's one computation (docs/roar.md, "ROAD without retraining"): per image and setting, the
+clean model's true-class probability and hit on the imputed image.
+
+    settings = road_outcomes.settings(("morf", "lerf"), (0.1, 0.5, 0.9))
+    found = road_outcomes.outcomes(model, pixels, labels, noise_keys, maps, mask, settings)
+    probabilities, hits = found[settings[0]]      # float64 [N], bool [N]
+
+`roar.road` (images and maps read from records), `roar.beam_road` (record ranges in workers) and
+the report card's ROAD benchmark (`roar.card`, images in memory) all call `outcomes`; they
+differ only in where the images, maps and noise keys come from. MoRF(p) imputes the pixels
+ranked in the top p, LeRF(p) all others (it keeps the top p); the ranking is the mask config's
+(`masking.feature_scores`, the lower index first on ties, as `masking.top_mask`). Every
+(setting, image) pair is one item of the chunked executor, so every fraction of both orders
+costs one traced call.
+"""
+import dataclasses
+from typing import Any, Optional, Sequence
+
+import numpy as np
+import tensorflow as tf
+from numpy.typing import ArrayLike
+
+from models.formats.adapter import adapt
+from models.formats.preprocessing import IMAGENET_MEAN, input_space
+from models.foundation import executor
+from roar import imputation, masking, metric_definitions
+from roar.masked_data import MaskConfig
+from saliency_gen.records import ranking_cut
+
+ORDERS = tuple(metric_definitions.ROAD_ORDERS)  # ("morf", "lerf")
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    """One point of a ROAD curve: the order ("morf" or "lerf") and the fraction p."""
+
+    order: str
+    p: float
+
+    @property
+    def removed(self) -> float:
+        """The fraction of features imputed."""
+        return metric_definitions.fraction_removed(self.order, self.p)
+
+
+def settings(orders: Sequence[str], ratios: Sequence[float]) -> list[Setting]:
+    """Every (order, p), order by order, as the curves list them."""
+    return [Setting(order, float(p)) for order in orders for p in ratios]
+
+
+def feature_ranks(maps: ArrayLike, mask: MaskConfig) -> np.ndarray:
+    """int32 [N, F]: each feature's place in the mask config's ranking (0: most relevant; F
+    pixels or elements per map), the lower index first on ties."""
+    scores = masking.feature_scores(maps, mask.ranking, mask.squared, mask.tie_break,
+                                    mask.seed).numpy()
+    order = np.argsort(-scores, axis=1, kind="stable")
+    ranks = np.empty_like(order)
+    np.put_along_axis(ranks, order, np.arange(order.shape[1])[None], axis=1)
+    return ranks.astype(np.int32)
+
+
+def cuts(chosen: Sequence[Setting], features: int) -> tuple[tf.Tensor, tf.Tensor]:
+    """(cut int32 [K], keep_top bool [K]): a feature of rank r is imputed when r < cut (MoRF)
+    or r >= cut (LeRF); cut is ROAR's count of the top p (`records.ranking_cut`)."""
+    cuts = [ranking_cut(masking.percent(setting.p), features) for setting in chosen]
+    return (tf.constant(cuts, tf.int32),
+            tf.constant([setting.order == "lerf" for setting in chosen], tf.bool))
+
+
+def default_colour(mask: MaskConfig, channels: int) -> np.ndarray:
+    """The pixel colour of a constant fill: ImageNet's mean colour ("mean", as `masking.replace`)
+    or black ("zero")."""
+    if mask.fill == "zero":
+        return np.zeros(channels, np.float32)
+    return np.asarray(IMAGENET_MEAN[:channels], np.float32)
+
+
+def scorer(model: Any, image_shape: Sequence[int], mask: MaskConfig, batch_size: int) -> Any:
+    """The traced function (pixels, labels, noise_keys, ranks, cuts, keep_top, colour) ->
+    float32 [K * N, 2] (true-class probability, hit) of every (cut, image) pair, setting-major;
+    kept with the model's adapter, so every caller with the same settings shares one trace."""
+    height, width, channels = (int(size) for size in image_shape)
+    adapter = adapt(model)
+    features = height * width * (channels if mask.ranking == "element" else 1)
+    signature = [tf.TensorSpec([None, height, width, channels], tf.float32),
+                 tf.TensorSpec([None], tf.int32), tf.TensorSpec([None], tf.int64),
+                 tf.TensorSpec([None, features], tf.int32), tf.TensorSpec([None], tf.int32),
+                 tf.TensorSpec([None], tf.bool), tf.TensorSpec([channels], tf.float32)]
+    removed_shape = [-1, height, width] + ([channels] if mask.ranking == "element" else [])
+
+    def build():
+        space = input_space(getattr(model, "preprocessing", "imagenet"))
+
+        # autograph off: the executor and the solver build their loops explicitly
+        @tf.function(input_signature=signature, autograph=False)
+        def run(pixels, labels, noise_keys, ranks, cuts, keep_top, colour):
+            n = tf.shape(pixels)[0]
+
+            def compute(items):
+                image, setting = items % n, items // n
+                cut = tf.gather(cuts, setting)[:, None]
+                image_ranks = tf.gather(ranks, image)
+                removed = tf.where(tf.gather(keep_top, setting)[:, None], image_ranks >= cut,
+                                   image_ranks < cut)
+                removed = tf.reshape(removed, removed_shape)
+                originals = tf.gather(pixels, image)
+                if mask.fill == "noisy_linear":
+                    imputed = imputation.noisy_linear_impute(
+                        originals, removed, noise_std=mask.road_noise, seed=mask.seed,
+                        keys=tf.gather(noise_keys, image), tol=mask.cg_tol,
+                        max_iters=mask.cg_max_iters)
+                else:
+                    if mask.ranking == "pixel":
+                        removed = removed[..., None]
+                    imputed = tf.where(removed, colour, originals)
+                logits = tf.cast(adapter.logits(space.from_pixels(imputed)), tf.float32)
+                probabilities = tf.nn.softmax(logits)
+                wanted = tf.gather(labels, image)
+                hits = tf.cast(tf.equal(tf.argmax(probabilities, axis=1, output_type=tf.int32),
+                                        wanted), tf.float32)
+                return tf.stack([tf.gather(probabilities, wanted, batch_dims=1), hits], axis=1)
+            return executor.collect(tf.shape(cuts)[0] * n, batch_size, compute, [2])
+        return run
+
+    key = ("ROAD", tuple(int(size) for size in image_shape), mask.ranking, mask.fill,
+           mask.road_noise, mask.seed, mask.cg_tol, mask.cg_max_iters, batch_size)
+    return adapter.traced(key, build)
+
+
+def outcomes(model: Any, pixels: ArrayLike, labels: ArrayLike, noise_keys: ArrayLike,
+             maps: ArrayLike, mask: MaskConfig, chosen: Sequence[Setting], *,
+             batch_size: int = 32, colour: Optional[ArrayLike] = None
+             ) -> dict[Setting, tuple[np.ndarray, np.ndarray]]:
+    """{setting: (true-class probability float64 [N], hit bool [N])} of `model` on the N images
+    `pixels` ([N, H, W, C], [0, 1] pixels) imputed as `mask` says at every `chosen` setting,
+    explaining `labels`. `maps` [N, H, W, C'] rank the features; `noise_keys` (int64 [N]) key
+    ROAD's imputation noise per image, so an image's values do not depend on its batch;
+    `colour` (pixels [C]) replaces a constant fill's default (`default_colour`)."""
+    images = tf.convert_to_tensor(pixels, tf.float32)
+    ranks = feature_ranks(maps, mask)
+    limits, keep_top = cuts(chosen, ranks.shape[1])
+    if colour is None:
+        colour = default_colour(mask, int(images.shape[-1]))
+    run = scorer(model, images.shape[1:], mask, batch_size)
+    values = run(images, tf.cast(labels, tf.int32),
+                 tf.cast(noise_keys, tf.int64), tf.constant(ranks), limits, keep_top,
+                 tf.constant(colour, tf.float32)).numpy().reshape(len(chosen), -1, 2)
+    return {setting: (values[index, :, 0].astype(np.float64), values[index, :, 1] > 0.5)
+            for index, setting in enumerate(chosen)}

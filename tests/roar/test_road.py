@@ -1,0 +1,60 @@
+"""ROAD's one computation (`roar.road_outcomes`): its rank cuts select ROAR's mask sets, and the
+binary's values equal those of ROAR's masked input pipeline on the same records."""
+import glob
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import models
+from roar import masked_data, masking, road, road_outcomes
+
+
+@pytest.mark.parametrize("unit", ["element", "pixel"])
+def test_rank_cuts_select_the_mask_sets_with_ties(unit):
+    """MoRF(p) imputes ROAR's top-p set, LeRF(p) all but KAR's kept top p, ties and all: maps
+    quantised to 4 levels, so most features tie."""
+    maps = np.round(np.random.default_rng(3).uniform(0, 3, (3, 6, 5, 3))).astype(np.float32)
+    mask = masked_data.MaskConfig(ranking=unit, squared=False, tie_break="index")
+    ranks = road_outcomes.feature_ranks(maps, mask)
+    chosen = road_outcomes.settings(road_outcomes.ORDERS, (0.0, 0.1, 0.33, 0.5, 0.9, 1.0))
+    limits, keep_top = (value.numpy() for value in road_outcomes.cuts(chosen, ranks.shape[1]))
+    for setting, limit, lerf in zip(chosen, limits, keep_top):
+        removed = ranks >= limit if lerf else ranks < limit
+        expected = masking.feature_mask(maps, setting.removed, setting.order == "lerf", unit,
+                                        squared=False).numpy().reshape(len(maps), -1)
+        assert np.array_equal(removed, expected), setting
+    assert sorted(ranks[0].tolist()) == list(range(ranks.shape[1]))
+
+
+def test_the_binary_equals_roars_masked_pipeline(small_shards):
+    """Per image, `roar.road.image_outcomes` (every order and fraction in one pass) gives the
+    true-class probability of the clean model on the images ROAR's masked pipeline builds at
+    each setting, with ROAD's noisy linear fill keyed by the example."""
+    pattern, model_path = small_shards
+    model = models.load(model_path)
+    files = sorted(glob.glob(pattern))[:2]
+    mask = masked_data.MaskConfig(ranking="pixel", squared=False, tie_break="jitter",
+                                  fill="noisy_linear", seed=5)
+    records = masked_data.Records(control="random", size=32)
+    read = road.Inputs(files, records, mask, [0.2, 0.7])
+    found: dict = {}
+    for keys, values in road.image_outcomes(model, read, batch_size=8):
+        for setting, (hits, probabilities) in values.items():
+            for key, hit, probability in zip(keys, hits, probabilities):
+                found[setting + (key,)] = (hit, probability)
+    assert len(found) == 4 * 25
+    for setting in road_outcomes.settings(road_outcomes.ORDERS, read.ratios):
+        config = masked_data.MaskConfig(
+            ratio=setting.removed, keep_information=setting.order == "lerf",
+            **{name: getattr(mask, name) for name in ("ranking", "squared", "tie_break",
+                                                       "fill", "seed")})
+        data = masked_data.masked_dataset(files, records, config, training=False,
+                                          batch_size=16, with_keys=True,
+                                          space=model.preprocessing)
+        for keys, images, labels in data:
+            probabilities = tf.nn.softmax(model(images)).numpy()
+            for key, row, label in zip(keys.numpy(), probabilities, labels.numpy()):
+                hit, probability = found[setting.order, setting.p, key.decode()]
+                assert probability == pytest.approx(row[label], abs=1e-6)
+                assert hit == (np.argmax(row) == label)
