@@ -24,10 +24,9 @@ from typing import Optional, Sequence
 import tensorflow as tf
 
 from models.formats.preprocessing import decode_image
-from models.foundation.cli import option
 from models.foundation.errors import RecordError, UserError, check_one_of
-from models.foundation.rules import POSITIVE, WHOLE_PERCENTS, Checked, at_least
 from roar import masking
+from roar.masking import MaskConfig  # (here too: what a pipeline is read and masked with)
 from saliency_gen import generate, names, pipelines, records
 from saliency_gen.pipelines import count_records, fit
 
@@ -54,28 +53,6 @@ def record_key_of(method: str) -> str:
     """The record key of `method`'s maps (`SH` -> `gradient_image`, `pkg.mod:fn` ->
     `pkg.mod_fn`; a key written by another generator stays as it is)."""
     return generate.record_key(generator_name(method))
-
-
-@dataclasses.dataclass(frozen=True)
-class MaskConfig(Checked):
-    """How features are ranked, selected and replaced (docs/roar.md, "Masks"); its values are
-    checked when it is built, by the same rules and words as the binaries' flags."""
-
-    ratio: float = option(0.0, "Fraction of features replaced.", rule=WHOLE_PERCENTS)
-    keep_information: bool = option(False, "KAR: keep the top features, replace the rest.")
-    ranking: str = option("element", "Ranking unit.", masking.UNITS)
-    squared: bool = option(True, "Rank by e^2.")
-    tie_break: str = option("index", "Ties.", masking.TIE_BREAKS)
-    fill: str = option("mean", "Replacement.", masking.FILLS)
-    road_noise: float = option(0.01, "ROAD imputation noise.", rule=at_least(0))
-    cg_tol: float = option(1e-5, "ROAD solver: relative residual to stop at.", rule=POSITIVE)
-    cg_max_iters: int = option(2000, "ROAD solver: iteration limit.", rule=at_least(1))
-    seed: int = option(0, "Seed of the jitter and the noise.")
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.fill == "noisy_linear" and self.ranking != "pixel":
-            raise UserError("--fill=noisy_linear (ROAD) needs --ranking=pixel")
 
 
 def _example_reader(source, map_key, map_format, size, geometry, label_offset, control,
@@ -127,13 +104,8 @@ def _batch_masker(config, control):
     def mask(keys, pixels, scores):
         if control == "none" or (config.ratio == 0 and not config.keep_information):
             return pixels
-        replaced = masking.feature_mask(scores, config.ratio, config.keep_information,
-                                        config.ranking, config.squared, config.tie_break,
-                                        config.seed)
         seeds = noise_keys(keys) if config.fill == "noisy_linear" else None
-        return masking.replace(pixels, replaced, config.fill, noise_std=config.road_noise,
-                               seed=config.seed, keys=seeds, tol=config.cg_tol,
-                               max_iters=config.cg_max_iters)
+        return masking.replace(pixels, masking.feature_mask(scores, config), config, seeds)
     return mask
 
 

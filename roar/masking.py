@@ -1,7 +1,10 @@
 """ROAR / KAR / ROAD masks from saliency maps (docs/roar.md, "Masks"), as batched TensorFlow ops.
 
-    replaced = feature_mask(saliency, ratio=0.5, keep_information=False)   # ROAR, top 50%
-    images = replace(images, replaced, "mean")
+    config = MaskConfig(ratio=0.5)                       # ROAR, top 50%, mean fill
+    images = replace(images, feature_mask(saliency, config), config)
+
+`MaskConfig` holds every setting below; its values are checked once, when it is built, by the
+same rules and words as the binaries' flags, and the functions here trust it.
 
 * `ratio` r is always the fraction of features *replaced*: ROAR replaces the top r, KAR
   (`keep_information`) keeps the top 1 - r and replaces the rest. Counts are ROAR's
@@ -19,12 +22,15 @@ Control maps: `random_scores` (a uniform score per feature keyed by (seed, examp
 same image gets the same mask in every epoch and run; or per read with an epoch) and
 `oracle_scores` (the object mask of the record, for calibration).
 """
-from typing import Any, Optional, Sequence
+import dataclasses
+from typing import Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
 
-from models.foundation.errors import whole_percent
+from models.foundation.cli import option
+from models.foundation.errors import UserError
+from models.foundation.rules import POSITIVE, WHOLE_PERCENTS, Checked, at_least
 from roar import imputation
 from saliency_gen.pipelines import key_seeds
 from saliency_gen.records import ranking_cut
@@ -35,20 +41,38 @@ FILLS = ("mean", "zero", "noisy_linear")
 JITTER = 1e-4
 
 
-def percent(ratio: float) -> int:
-    """`ratio` as an integer percentage (ROAR's thresholds are whole percents): the flags'
-    own rule (`models.foundation.errors.whole_percent`), so a library caller gets the same one
-    line."""
-    return whole_percent("ratio", ratio)
+@dataclasses.dataclass(frozen=True)
+class MaskConfig(Checked):
+    """How features are ranked, selected and replaced (docs/roar.md, "Masks"); its values are
+    checked when it is built, by the same rules and words as the binaries' flags."""
+
+    ratio: float = option(0.0, "Fraction of features replaced.", rule=WHOLE_PERCENTS)
+    keep_information: bool = option(False, "KAR: keep the top features, replace the rest.")
+    ranking: str = option("element", "Ranking unit.", UNITS)
+    squared: bool = option(True, "Rank by e^2.")
+    tie_break: str = option("index", "Ties.", TIE_BREAKS)
+    fill: str = option("mean", "Replacement.", FILLS)
+    road_noise: float = option(0.01, "ROAD imputation noise.", rule=at_least(0))
+    cg_tol: float = option(1e-5, "ROAD solver: relative residual to stop at.", rule=POSITIVE)
+    cg_max_iters: int = option(2000, "ROAD solver: iteration limit.", rule=at_least(1))
+    seed: int = option(0, "Seed of the jitter and the noise.")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.fill == "noisy_linear" and self.ranking != "pixel":
+            raise UserError("--fill=noisy_linear (ROAD) needs --ranking=pixel")
+
+    @property
+    def percent(self) -> int:
+        """The ratio as a whole percent (ROAR's thresholds; a multiple of 0.01, checked)."""
+        return round(self.ratio * 100)
 
 
-def feature_scores(saliency: tf.Tensor, unit: str = "element", squared: bool = True,
-                   tie_break: str = "index", seed: int = 0) -> tf.Tensor:
-    """[N, F] ranking scores of maps [N, H, W, C] (F = H*W*C per element, H*W per pixel)."""
-    if unit not in UNITS:
-        raise ValueError(f"ranking unit must be one of {UNITS}; got {unit!r}")
-    if tie_break not in TIE_BREAKS:
-        raise ValueError(f"tie break must be one of {TIE_BREAKS}; got {tie_break!r}")
+def feature_scores(saliency: tf.Tensor, config: MaskConfig) -> tf.Tensor:
+    """[N, F] ranking scores of maps [N, H, W, C] (F = H*W*C per element, H*W per pixel), as
+    `config` ranks them."""
+    unit, squared, tie_break, seed = (config.ranking, config.squared, config.tie_break,
+                                      config.seed)
     saliency = tf.cast(saliency, tf.float32)
     scores = tf.square(saliency) if squared else saliency
     if unit == "pixel":
@@ -92,41 +116,37 @@ def top_mask(scores: tf.Tensor, count: int) -> tf.Tensor:
     return tf.ensure_shape(selected, scores.shape)
 
 
-def feature_mask(saliency: tf.Tensor, ratio: float, keep_information: bool = False,
-                 unit: str = "element", squared: bool = True, tie_break: str = "index",
-                 seed: int = 0) -> tf.Tensor:
-    """bool mask of the replaced features: [N, H, W, C] (element) or [N, H, W] (pixel)."""
-    q = percent(ratio)
-    scores = feature_scores(saliency, unit, squared, tie_break, seed)
+def feature_mask(saliency: tf.Tensor, config: MaskConfig) -> tf.Tensor:
+    """bool mask of the features `config` replaces: [N, H, W, C] (element) or [N, H, W]
+    (pixel)."""
+    scores = feature_scores(saliency, config)
     num_features = scores.shape[-1]
-    if keep_information:
-        replaced = tf.logical_not(top_mask(scores, ranking_cut(100 - q, num_features)))
+    if config.keep_information:
+        kept = top_mask(scores, ranking_cut(100 - config.percent, num_features))
+        replaced = tf.logical_not(kept)
     else:
-        replaced = top_mask(scores, ranking_cut(q, num_features))
-    shape = tf.shape(saliency) if unit == "element" else tf.shape(saliency)[:3]
+        replaced = top_mask(scores, ranking_cut(config.percent, num_features))
+    shape = tf.shape(saliency) if config.ranking == "element" else tf.shape(saliency)[:3]
     return tf.reshape(replaced, shape)
 
 
-def replace(images: tf.Tensor, replaced: tf.Tensor, fill: str = "mean",
-            mean: Sequence[float] = imputation.IMAGENET_MEAN, noise_std: float = 0.01,
-            seed: int = 0, keys: Optional[tf.Tensor] = None, **solver_options: Any) -> tf.Tensor:
-    """`images` [N, H, W, C] with the `replaced` features filled.
+def replace(images: tf.Tensor, replaced: tf.Tensor, config: MaskConfig,
+            keys: Optional[tf.Tensor] = None,
+            mean: Sequence[float] = imputation.IMAGENET_MEAN) -> tf.Tensor:
+    """`images` [N, H, W, C] ([0, 1] pixels) with the `replaced` features filled as `config`
+    says.
 
-    `replaced` is [N, H, W, C] (element) or [N, H, W] (pixel). `mean` is the fill of "mean"
-    (in the images' units); "noisy_linear" needs a pixel mask and passes `noise_std`, `seed`,
-    `keys` and `solver_options` to `imputation.noisy_linear_impute`.
-    """
-    if fill not in FILLS:
-        raise ValueError(f"fill must be one of {FILLS}; got {fill!r}")
+    `replaced` is [N, H, W, C] (element) or [N, H, W] (pixel). `mean` is the fill of "mean" (in
+    the images' units); "noisy_linear" (pixel masks only, which `config` ensures) keys its
+    noise per image by the int `keys` (`imputation.noisy_linear_impute`)."""
     images = tf.convert_to_tensor(images, tf.float32)
-    if fill == "noisy_linear":
-        if replaced.shape.rank != 3:
-            raise ValueError("noisy_linear imputation needs a pixel mask (--ranking_unit=pixel)")
-        return imputation.noisy_linear_impute(images, replaced, noise_std=noise_std, seed=seed,
-                                              keys=keys, fallback=mean, **solver_options)
+    if config.fill == "noisy_linear":
+        return imputation.noisy_linear_impute(
+            images, replaced, noise_std=config.road_noise, seed=config.seed, keys=keys,
+            fallback=mean, tol=config.cg_tol, max_iters=config.cg_max_iters)
     if replaced.shape.rank == 3:
         replaced = replaced[..., None]
-    value = tf.constant(mean, tf.float32) if fill == "mean" else tf.constant(0.0)
+    value = tf.constant(mean, tf.float32) if config.fill == "mean" else tf.constant(0.0)
     return tf.where(replaced, value, images)
 
 

@@ -24,7 +24,7 @@ from models.formats.adapter import adapt
 from models.formats.preprocessing import IMAGENET_MEAN, input_space
 from models.foundation import executor
 from roar import imputation, masking, metric_definitions
-from roar.masked_data import MaskConfig
+from roar.masking import MaskConfig
 from saliency_gen.records import ranking_cut
 
 ORDERS = tuple(metric_definitions.ROAD_ORDERS)  # ("morf", "lerf")
@@ -51,8 +51,7 @@ def settings(orders: Sequence[str], ratios: Sequence[float]) -> list[Setting]:
 def feature_ranks(maps: ArrayLike, mask: MaskConfig) -> np.ndarray:
     """int32 [N, F]: each feature's place in the mask config's ranking (0: most relevant; F
     pixels or elements per map), the lower index first on ties."""
-    scores = masking.feature_scores(maps, mask.ranking, mask.squared, mask.tie_break,
-                                    mask.seed).numpy()
+    scores = masking.feature_scores(maps, mask).numpy()
     order = np.argsort(-scores, axis=1, kind="stable")
     ranks = np.empty_like(order)
     np.put_along_axis(ranks, order, np.arange(order.shape[1])[None], axis=1)
@@ -61,8 +60,9 @@ def feature_ranks(maps: ArrayLike, mask: MaskConfig) -> np.ndarray:
 
 def cuts(chosen: Sequence[Setting], features: int) -> tuple[tf.Tensor, tf.Tensor]:
     """(cut int32 [K], keep_top bool [K]): a feature of rank r is imputed when r < cut (MoRF)
-    or r >= cut (LeRF); cut is ROAR's count of the top p (`records.ranking_cut`)."""
-    cuts = [ranking_cut(masking.percent(setting.p), features) for setting in chosen]
+    or r >= cut (LeRF); cut is ROAR's count of the top p (`records.ranking_cut`; p is a whole
+    percent, checked by the config that holds it)."""
+    cuts = [ranking_cut(round(100 * setting.p), features) for setting in chosen]
     return (tf.constant(cuts, tf.int32),
             tf.constant([setting.order == "lerf" for setting in chosen], tf.bool))
 

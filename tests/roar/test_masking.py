@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from models.foundation.errors import UserError
 from roar import imputation, masking
 from saliency_gen import records
 
@@ -15,42 +16,47 @@ def _maps(seed=0, shape=(2, 224, 224, 3)):
     return np.random.default_rng(seed).normal(size=shape).astype(np.float32)
 
 
+def _mask(maps, ratio, unit="element", **settings):
+    """`masking.feature_mask` of `maps` with the config of `ratio`, `unit` and `settings`."""
+    return masking.feature_mask(maps, masking.MaskConfig(ratio=ratio, ranking=unit, **settings))
+
+
 def test_counts_are_the_originals_at_224():
     maps = _maps()
     for ratio, count in ROAR_ELEMENT_COUNTS.items():
-        replaced = masking.feature_mask(maps, ratio)
+        replaced = _mask(maps, ratio)
         assert replaced.shape == maps.shape
         assert tf.reduce_sum(tf.cast(replaced, tf.int32), axis=[1, 2, 3]).numpy().tolist() == \
             [count, count]
-        kept = masking.feature_mask(maps, round(1 - ratio, 2), keep_information=True)
+        kept = _mask(maps, round(1 - ratio, 2), keep_information=True)
         assert int(tf.reduce_sum(tf.cast(tf.logical_not(kept[0]), tf.int32))) == count
     for ratio, count in ROAR_PIXEL_COUNTS.items():
-        replaced = masking.feature_mask(maps, ratio, unit="pixel")
+        replaced = _mask(maps, ratio, unit="pixel")
         assert replaced.shape == maps.shape[:3]
         assert int(tf.reduce_sum(tf.cast(replaced[1], tf.int32))) == count
-    with pytest.raises(ValueError, match="multiple of 0.01"):
-        masking.feature_mask(maps, 0.555)
+    with pytest.raises(UserError, match="multiple of 0.01"):  # checked when the config is built
+        masking.MaskConfig(ratio=0.555)
 
 
 def test_roar_selects_the_largest_squared_elements_and_kar_keeps_them():
     saliency = np.array([0.1, -5.0, 3.0, 0.2, -0.3, 4.0, 0.0, 1.0, 0.5, -2.0], np.float32)
     maps = saliency.reshape(1, 1, 10, 1)
-    replaced = masking.feature_mask(maps, 0.3).numpy().ravel()
+    replaced = _mask(maps, 0.3).numpy().ravel()
     assert np.flatnonzero(replaced).tolist() == [1, 2, 5]  # |e| = 5, 4, 3
-    signed = masking.feature_mask(maps, 0.3, squared=False).numpy().ravel()
+    signed = _mask(maps, 0.3, squared=False).numpy().ravel()
     assert np.flatnonzero(signed).tolist() == [2, 5, 7]  # e = 4, 3, 1
-    kar = masking.feature_mask(maps, 0.7, keep_information=True).numpy().ravel()
+    kar = _mask(maps, 0.7, keep_information=True).numpy().ravel()
     assert np.flatnonzero(~kar).tolist() == [1, 2, 5]
 
 
 def test_ties_take_the_lower_flat_index_and_jitter_is_shared_by_all_images():
     maps = np.ones((2, 4, 5, 3), np.float32)
-    replaced = masking.feature_mask(maps, 0.1).numpy()  # int(0.1 * 60) = 6
+    replaced = _mask(maps, 0.1).numpy()  # int(0.1 * 60) = 6
     assert np.flatnonzero(replaced[0]).tolist() == list(range(6))
-    jittered = masking.feature_mask(maps, 0.5, unit="pixel", tie_break="jitter", seed=3).numpy()
+    jittered = _mask(maps, 0.5, unit="pixel", tie_break="jitter", seed=3).numpy()
     np.testing.assert_array_equal(jittered[0], jittered[1])  # one field for every image
     assert jittered[0].sum() == 10 and np.flatnonzero(jittered[0]).tolist() != list(range(10))
-    again = masking.feature_mask(maps, 0.5, unit="pixel", tie_break="jitter", seed=3).numpy()
+    again = _mask(maps, 0.5, unit="pixel", tie_break="jitter", seed=3).numpy()
     np.testing.assert_array_equal(jittered, again)
 
 
@@ -58,10 +64,10 @@ def test_element_unit_treats_channels_independently_and_pixel_unit_does_not():
     maps = np.zeros((1, 2, 2, 3), np.float32)
     maps[0, 0, 0, 0] = 9.0  # one strong channel
     maps[0, 1, 1] = 2.0  # a pixel strong in all channels
-    element = masking.feature_mask(maps, 0.25).numpy()[0]  # int(0.25 * 12) = 3 elements
+    element = _mask(maps, 0.25).numpy()[0]  # int(0.25 * 12) = 3 elements
     assert element[0, 0].tolist() == [True, False, False]
     assert element[1, 1].tolist() == [True, True, False]
-    pixel = masking.feature_mask(maps, 0.25, unit="pixel").numpy()[0]  # 1 pixel: 12 > 81? no
+    pixel = _mask(maps, 0.25, unit="pixel").numpy()[0]  # 1 pixel: 12 > 81? no
     assert pixel.tolist() == [[True, False], [False, False]]  # 81 > 3 * 4
 
 
@@ -72,23 +78,23 @@ def test_rank8_maps_select_exactly_the_float_sets():
     for ratio in (0.1, 0.3, 0.5, 0.7, 0.9, 0.37):
         for keep in (False, True):
             np.testing.assert_array_equal(
-                masking.feature_mask(codes, ratio, keep_information=keep).numpy(),
-                masking.feature_mask(maps, ratio, keep_information=keep).numpy())
+                _mask(codes, ratio, keep_information=keep).numpy(),
+                _mask(maps, ratio, keep_information=keep).numpy())
 
 
 def test_mean_fill_becomes_zero_after_normalisation_and_keeps_the_rest():
     images = np.random.default_rng(2).uniform(size=(2, 8, 8, 3)).astype(np.float32)
-    replaced = masking.feature_mask(_maps(3, (2, 8, 8, 3)), 0.5)
-    filled = masking.replace(images, replaced, "mean").numpy()
+    replaced = _mask(_maps(3, (2, 8, 8, 3)), 0.5)
+    filled = masking.replace(images, replaced, masking.MaskConfig(fill="mean")).numpy()
     mask = replaced.numpy()
     np.testing.assert_array_equal(filled[~mask], images[~mask])
     normalised = (filled - np.array(imputation.IMAGENET_MEAN, np.float32)) / np.float32(0.229)
     assert np.all(normalised[..., 0][mask[..., 0]] == 0)
-    pixel = masking.feature_mask(_maps(3, (2, 8, 8, 3)), 0.5, unit="pixel")
-    zero = masking.replace(images, pixel, "zero").numpy()
+    pixel = _mask(_maps(3, (2, 8, 8, 3)), 0.5, unit="pixel")
+    zero = masking.replace(images, pixel, masking.MaskConfig(fill="zero")).numpy()
     assert np.all(zero[pixel.numpy()] == 0) and zero[~pixel.numpy()].min() > 0
-    with pytest.raises(ValueError, match="needs a pixel mask"):
-        masking.replace(images, replaced, "noisy_linear")
+    with pytest.raises(UserError, match="needs --ranking=pixel"):
+        masking.MaskConfig(fill="noisy_linear")
 
 
 def test_random_maps_are_keyed_by_example_not_by_batch():

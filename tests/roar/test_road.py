@@ -21,8 +21,9 @@ def test_rank_cuts_select_the_mask_sets_with_ties(unit):
     limits, keep_top = (value.numpy() for value in road_outcomes.cuts(chosen, ranks.shape[1]))
     for setting, limit, lerf in zip(chosen, limits, keep_top):
         removed = ranks >= limit if lerf else ranks < limit
-        expected = masking.feature_mask(maps, setting.removed, setting.order == "lerf", unit,
-                                        squared=False).numpy().reshape(len(maps), -1)
+        config = masking.MaskConfig(ratio=setting.removed, keep_information=setting.order == "lerf",
+                                    ranking=unit, squared=False)
+        expected = masking.feature_mask(maps, config).numpy().reshape(len(maps), -1)
         assert np.array_equal(removed, expected), setting
     assert sorted(ranks[0].tolist()) == list(range(ranks.shape[1]))
 

@@ -125,7 +125,7 @@ def test_saliency_records_drive_the_masks(world, known_answers, tmp_path):
     maps = np.stack([records.parse_saliency_record(serialized, "gradient_image", dtype,
                                                    shape)["saliency"].numpy()
                      for _, serialized in records.keyed_records(shards).take(64)])
-    expected = masking.feature_mask(maps, 0.3).numpy()
+    expected = masking.feature_mask(maps, masking.MaskConfig(ratio=0.3)).numpy()
     np.testing.assert_array_equal(images == 0, expected)
 
 
