@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterator
 import models
 from models.foundation.cli import run_binary
 from models.foundation.errors import RecordError
-from saliency_gen import beam_support, generate, records, shard_ledger
+from saliency_gen import beam_support, generate, names, records, shard_ledger
 from saliency_gen.beam_support import beam
 
 
@@ -33,20 +33,23 @@ class Config(generate.Config, beam_support.RunnerOptions):
 
 class ExplainRange(beam.DoFn):
     """(shard, start, count, method) -> ((shard, method), (start, serialized records)): the
-    saliency examples of one record range, with the model loaded once per worker."""
+    saliency examples of one record range, with the model loaded and the `methods` (names)
+    resolved once per worker."""
 
-    def __init__(self, model_path: str, options: dict):
+    def __init__(self, model_path: str, methods: tuple, options: dict):
         super().__init__()
-        self.model_path, self.options = model_path, options
+        self.model_path, self.methods, self.options = model_path, methods, options
         self.loaded: Any = None  # loaded in setup, once per worker
+        self.chosen: dict = {}  # resolved in setup, once per worker
 
     def setup(self) -> None:
         self.loaded = models.load(self.model_path)
+        self.chosen = {method: names.resolved(method) for method in self.methods}
 
     def process(self, unit: Any) -> Iterator[tuple[Any, Any]]:
         path, start, count, method = unit
-        examples = generate.explain_records(path, self.loaded, [method], self.options,
-                                            start=start, count=count)
+        examples = generate.explain_records(path, self.loaded, [self.chosen[method]],
+                                            self.options, start=start, count=count)
         serialized = [example.SerializeToString(deterministic=True) for example in examples]
         if len(serialized) != count:
             raise RecordError(f"{path}: records {start}..{start + count - 1} gave "
@@ -104,7 +107,9 @@ def beam_explainer(runner: beam_support.RunnerOptions) -> Callable:
             _ = (root
                  | "Ranges" >> beam.Create(units)
                  | "Spread" >> beam.Reshuffle()
-                 | "Explain" >> beam.ParDo(ExplainRange(loaded.path, generator_options))
+                 | "Explain" >> beam.ParDo(ExplainRange(
+                     loaded.path, tuple(sorted({method for _, _, _, method in units})),
+                     generator_options))
                  | "ByShard" >> beam.GroupByKey()
                  | "Write" >> beam.ParDo(WriteShard(outputs, counts, sources)))
 

@@ -13,11 +13,12 @@ temporary name and renamed when complete: a re-run skips finished shards of the 
 """
 import contextlib
 import dataclasses
+import functools
 import os
 import re
 import shutil
 import time
-from typing import Any, Callable, Iterator, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence
 
 import numpy as np
 from tqdm import tqdm
@@ -36,7 +37,10 @@ from saliency_gen.formats import MAP_DTYPES
 tf = lazy_module("tensorflow")
 preprocessing = lazy_module("models.formats.preprocessing")
 engine = lazy_module("saliency_gen.engine")
-names = lazy_module("saliency_gen.names")
+if TYPE_CHECKING:  # the type checker's view of the same module
+    from saliency_gen import names
+else:
+    names = lazy_module("saliency_gen.names")
 pipelines = lazy_module("saliency_gen.pipelines")
 records = lazy_module("saliency_gen.records")
 
@@ -101,27 +105,27 @@ def record_key(method: str) -> str:
     return names.ROAR_KEYS.get(code, code) if method.lower().startswith("roar:") else code
 
 
-def explain_shard(path: str, output_path: str, loaded: Any, methods_list: Sequence,
+def explain_shard(path: str, output_path: str, loaded: Any, methods: "Sequence[names.Resolved]",
                   options: dict, progress: Optional[Callable]) -> int:
     """Explains every image of one input shard and writes its saliency shard atomically."""
-    return records.write_records(output_path, explain_records(path, loaded, methods_list,
-                                                              options, progress))
+    return records.write_records(output_path, explain_records(path, loaded, methods, options,
+                                                              progress))
 
 
-def explain_records(path: str, loaded: Any, methods_list: Sequence, options: dict,
+def explain_records(path: str, loaded: Any, methods: "Sequence[names.Resolved]", options: dict,
                     progress: Optional[Callable] = None, start: int = 0,
                     count: int = -1) -> Iterator:
     """Yields the saliency examples (tf.train.Example) of records [start, start + count) of the
-    input shard `path` (count -1: to the end), explained in batches of options["batch_size"]
-    from `start`. Each map depends on its image and key only (docs/saliency.md), so any split
-    of a shard into ranges gives the same examples as the whole shard."""
+    input shard `path` (count -1: to the end) with the maps of the resolved `methods`, explained
+    in batches of options["batch_size"] from `start`. Each map depends on its image and key
+    only (docs/saliency.md), so any split of a shard into ranges gives the same examples as the
+    whole shard."""
     space = preprocessing.input_space(loaded.preprocessing)
     if loaded.input_shape[0] != loaded.input_shape[1] and options["geometry"] != "none":
         raise UserError(f"model {loaded.path} takes non-square input; use --geometry=none")
     dataset = pipelines.explanation_inputs([path], loaded.input_shape, space, options["geometry"],
                                            start=start, count=count)
     dataset = dataset.batch(options["batch_size"]).prefetch(1)
-    chosen = {method: names.resolved(method) for method in methods_list}  # once per shard
     index = start
     try:
         for keys, encoded, labels, images, heights, widths in dataset:
@@ -137,9 +141,9 @@ def explain_records(path: str, loaded: Any, methods_list: Sequence, options: dic
             ids = pipelines.key_ids(keys)
             predictions = np.argmax(engine.predict(loaded, images, options["chunk_size"]), 1)
             targets = labels if options["explain"] == "label" else predictions
-            maps = {record_key(method): engine.attribute(
-                loaded, images, chosen[method], targets, batch_size=options["chunk_size"],
-                seed=options["seed"], ids=ids) for method in methods_list}
+            maps = {record_key(method.name): engine.attribute(
+                loaded, images, method, targets, batch_size=options["chunk_size"],
+                seed=options["seed"], ids=ids) for method in methods}
             for n, key in enumerate(keys):
                 try:
                     yield records.saliency_example(
@@ -276,7 +280,8 @@ def generate(config: Config, *, progress_bar: bool = True,
                               {m: os.path.join(folders[m], os.path.basename(path))
                                for m in pending}, sources[path])
                     for path, pending in todo if pending]
-            written = (explain_all or explain_here)(work, loaded, options, progress_bar)
+            explain_work = explain_all or functools.partial(explain_here, chosen=chosen)
+            written = explain_work(work, loaded, options, progress_bar)
     except BaseException:
         for folder in reversed(created):  # a failed first run leaves no empty output behind
             if _holds_nothing_else(folder):
@@ -310,16 +315,18 @@ class ShardWork:
     source: dict  # shard_ledger.fingerprint of the input shard
 
 
-def explain_here(work: Sequence, loaded: Any, options: dict, progress_bar: bool = True) -> dict:
-    """Explains `work` in this process, shard by shard and method by method."""
+def explain_here(work: Sequence, loaded: Any, options: dict, progress_bar: bool = True, *,
+                 chosen: dict) -> dict:
+    """Explains `work` in this process, shard by shard and method by method, with the run's
+    resolved methods `chosen` ({name: `names.Resolved`})."""
     total = sum(item.count * len(item.methods) for item in work)
     started = time.time()
     images = 0
     with tqdm(total=total, unit="map", desc="saliency", disable=not progress_bar) as bar:
         for item in work:
             for method in item.methods:
-                count = explain_shard(item.path, item.outputs[method], loaded, [method],
-                                      options, bar.update)
+                count = explain_shard(item.path, item.outputs[method], loaded,
+                                      [chosen[method]], options, bar.update)
                 shard_ledger.seal(item.outputs[method], count, item.source)
                 images += count
     return {"images": images, "seconds": time.time() - started, "written": len(work)}
