@@ -20,11 +20,13 @@ DEFAULT = ("Deletion", "Insertion", "IIC/AD", "ADD", "IDSDS")  # incremental: by
 def benchmarks(loaded: Any, images: np.ndarray, labels: np.ndarray, ids: np.ndarray, *,
                data: dict, names: Sequence[str] = DEFAULT,
                options: Optional[evaluate.Options] = None, group_size: int = 256,
-               maps_of: Optional[Callable] = None) -> list:
+               maps_of: Optional[Callable] = None, methods: Optional[dict] = None) -> list:
     """One `Benchmark` per protocol of `names`, scoring `images` ([N, H, W, C] in the model's
     input space, explaining `labels`) with `loaded`. `data` fingerprints the images (their
     origin in the cells); `maps_of(method)`, when given, supplies the method's maps of all
-    `images` (computed once and shared by the benchmarks of one card)."""
+    `images` (computed once and shared by the benchmarks of one card); `methods` ({name:
+    `saliency_gen.names.Resolved`}, the run's resolved methods) explain where maps are not
+    shared (IDSDS re-explains the perturbed images)."""
     options = options or evaluate.Options()
     found = []
     for name in names:
@@ -34,9 +36,10 @@ def benchmarks(loaded: Any, images: np.ndarray, labels: np.ndarray, ids: np.ndar
         def score(method, protocol=protocol, scorer=scorer):
             shared = None if maps_of is None or protocol == "incremental_deletion" \
                 else maps_of(method)
+            explainer = (methods or {}).get(method, method)
             parts = [evaluate.score_group(loaded, images[s:s + group_size],
                                           labels[s:s + group_size], ids[s:s + group_size],
-                                          method, protocol, options, scorer,
+                                          explainer, protocol, options, scorer,
                                           maps=None if shared is None else
                                           shared[s:s + group_size])
                      for s in range(0, len(images), group_size)]

@@ -16,7 +16,7 @@ import dataclasses
 import os
 import sys
 import time
-from typing import Any, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union
 
 import numpy as np
 from tqdm import tqdm
@@ -41,6 +41,10 @@ stats = lazy_module("faithfulness.stats")
 scoring = lazy_module("faithfulness.scorer")
 torch_checkpoints = lazy_module("models.formats.torch_checkpoints")
 saliency_engine = lazy_module("saliency_gen.engine")
+if TYPE_CHECKING:  # the type checker's view of the same module
+    from saliency_gen import names
+else:
+    names = lazy_module("saliency_gen.names")
 records = lazy_module("saliency_gen.records")
 pipelines = lazy_module("saliency_gen.pipelines")
 cache = lazy_module("saliency_gen.world.cache")
@@ -59,10 +63,10 @@ CAM_EXPLAINERS = ("Grad-CAM", "Grad-CAMpp", "XG-CAM", "Layer-CAM")
 def explainers_for(model_name: str) -> list:
     """The IDSDS explainer names (`idsds:...`) that apply to the zoo model `model_name`."""
     native = models.spec(model_name).native
-    names = list(POST_HOC_EXPLAINERS)
+    applicable = list(POST_HOC_EXPLAINERS)
     if "Rollout" not in native:  # a convolutional network
-        names += CAM_EXPLAINERS
-    return [f"idsds:{name}" for name in names + list(native)]
+        applicable += CAM_EXPLAINERS
+    return [f"idsds:{name}" for name in applicable + list(native)]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,10 +117,11 @@ def scorer_for(loaded: Any, protocol: str, options: "Options") -> Any:
 
 
 def score_group(loaded: Any, images: np.ndarray, labels: np.ndarray, ids: np.ndarray,
-                explainer: str, protocol: str, options: "Options", scorer: Any = None,
-                maps: Optional[np.ndarray] = None) -> dict:
-    """Per-image values {metric: [n]} of one explainer on one group of images; `maps` (the
-    explainer's maps of `images`, e.g. read from saliency records) replace explaining them."""
+                explainer: "Union[str, names.Resolved]", protocol: str, options: "Options",
+                scorer: Any = None, maps: Optional[np.ndarray] = None) -> dict:
+    """Per-image values {metric: [n]} of one explainer (a name, or resolved once by the caller)
+    on one group of images; `maps` (the explainer's maps of `images`, e.g. read from saliency
+    records) replace explaining them."""
     scorer = scorer or scorer_for(loaded, protocol, options)
     def explain(batch, targets):
         if maps is not None and batch is images:
@@ -154,16 +159,18 @@ def score_group(loaded: Any, images: np.ndarray, labels: np.ndarray, ids: np.nda
 
 
 def evaluate(loaded: Any, images: np.ndarray, labels: np.ndarray, ids: np.ndarray,
-             explainers: Sequence[str], protocol: str, options: Options = Options(),
-             group_size: int = 256, progress: Optional[Callable[[int], None]] = None) -> dict:
-    """{explainer: {metric: {"mean", "n_excluded", "per_image"}}} over all images, scored in
-    groups of `group_size` images (memory), each group batched."""
+             explainers: "Sequence[Union[str, names.Resolved]]", protocol: str,
+             options: Options = Options(), group_size: int = 256,
+             progress: Optional[Callable[[int], None]] = None) -> dict:
+    """{explainer name: {metric: {"mean", "n_excluded", "per_image"}}} over all images, scored
+    in groups of `group_size` images (memory), each group batched; each explainer (a name or a
+    `names.Resolved`) is resolved once."""
     if protocol not in PROTOCOLS:
         raise UserError(f"unknown --evaluation_protocol {protocol!r}; use one of "
                         f"{', '.join(PROTOCOLS)}")
     scorer = scorer_for(loaded, protocol, options)
     results = {}
-    for explainer in explainers:
+    for explainer in [names.resolved(explainer) for explainer in explainers]:
         parts = []
         for start in range(0, len(images), group_size):  # groups of many images
             stop = start + group_size
@@ -180,7 +187,7 @@ def evaluate(loaded: Any, images: np.ndarray, labels: np.ndarray, ids: np.ndarra
                                "n_nan": int((~np.isfinite(values)).sum()),
                                "per_image": [None if not np.isfinite(v) else float(v)
                                              for v in values]}
-        results[explainer] = summary
+        results[explainer.name] = summary
     return results
 
 
@@ -303,18 +310,19 @@ def _run(f: Config, output: str) -> dict:
     loaded = models.load(model_path)
     options = Options(**{field.name: getattr(f, field.name)
                          for field in dataclasses.fields(Options)})
+    explainers = list(f.explainer)
+    if explainers == [APPLICABLE]:
+        explainers = explainers_for(loaded.name)
+    chosen = [names.resolved(explainer) for explainer in explainers]  # unknown: stop now
     images, labels, ids = pipelines.load_images(pattern, loaded, f.nr_images, f.seed)
     if f.nr_images > len(images):  # as bam.metrics' --num_imgs: never fewer than asked for
         raise UserError(f"--nr_images={f.nr_images} exceeds the {len(images)} images of "
                         f"{pattern}; use at most {len(images)}, or -1 for all")
     print(f"{f.evaluation_protocol}: {len(images)} images of {pattern}, model {loaded.model_id}")
     started = time.time()
-    explainers = list(f.explainer)
-    if explainers == [APPLICABLE]:
-        explainers = explainers_for(loaded.name)
     with tqdm(total=len(images) * len(explainers), unit="img", file=sys.stderr,
               desc=f.evaluation_protocol) as bar:
-        results = evaluate(loaded, images, labels, ids, explainers, f.evaluation_protocol,
+        results = evaluate(loaded, images, labels, ids, chosen, f.evaluation_protocol,
                            options, progress=bar.update)
     seconds = time.time() - started
     print(table(results, len(images), f.evaluation_protocol))

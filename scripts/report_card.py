@@ -287,7 +287,8 @@ def build_benchmarks(config: Config, inputs: Optional[Inputs], methods: dict) ->
                                seed=config.seed)
     for benchmark in faithfulness_card.benchmarks(
             inputs.loaded, inputs.images, inputs.labels, inputs.ids, data=inputs.data,
-            names=protocols, options=options, maps_of=inputs.maps_of) if protocols else ():
+            names=protocols, options=options, maps_of=inputs.maps_of,
+            methods=inputs.methods) if protocols else ():
         found.append(dataclasses.replace(
             benchmark, supports=lambda method: method != bam_card.ORACLE))
     order = {name: i for i, name in enumerate(("BAM", "RMCS", *config.benchmarks))}
@@ -326,7 +327,8 @@ def variant_benchmarks(config: Config, inputs: Inputs) -> list:
                     for key, value in changes.items()})
                 [benchmark] = faithfulness_card.benchmarks(
                     inputs.loaded, inputs.images, inputs.labels, inputs.ids, data=inputs.data,
-                    names=(name,), options=options, maps_of=inputs.maps_of)
+                    names=(name,), options=options, maps_of=inputs.maps_of,
+                    methods=inputs.methods)
             found.append((dataclasses.replace(
                 benchmark, name=f"{name} [{label}]",
                 supports=lambda method: method != bam_card.ORACLE), name, label))

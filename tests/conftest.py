@@ -116,6 +116,23 @@ def tree_digests(root):
     return result
 
 
+@pytest.fixture
+def resolutions(monkeypatch):
+    """The method names `saliency_gen.names.resolved` is asked to resolve during the test, in
+    order (an already resolved method given back is not counted)."""
+    from saliency_gen import names
+
+    resolving, asked = names.resolved, []
+
+    def counted(method, **params):
+        if isinstance(method, str):
+            asked.append(method)
+        return resolving(method, **params)
+
+    monkeypatch.setattr(names, "resolved", counted)
+    return asked
+
+
 def built_once(tmp_path_factory, name, build):
     """`build(folder)` once per test run, also when pytest-xdist runs the tests in several
     worker processes: they share the run's temporary folder and take turns on a lock file, and

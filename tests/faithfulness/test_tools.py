@@ -46,7 +46,7 @@ def test_rebuild_gives_the_exported_weights(tmp_path):
         models.rebuild(str(tmp_path / "w"), width=8)
 
 
-def test_evaluate_equals_the_library_and_ignores_grouping(tiny_world, exported):
+def test_evaluate_equals_the_library_and_ignores_grouping(tiny_world, exported, resolutions):
     root, _ = tiny_world
     loaded = models.load(exported)
     pattern = os.path.join(root, "records", "validation-*")
@@ -58,8 +58,10 @@ def test_evaluate_equals_the_library_and_ignores_grouping(tiny_world, exported):
     options = evaluate.Options(batch_size=16)
     whole = evaluate.evaluate(loaded, images, labels, ids, ["idsds:IxG"], "single_deletion",
                               options)
+    resolutions.clear()
     grouped = evaluate.evaluate(loaded, images, labels, ids, ["idsds:IxG"], "single_deletion",
                                 evaluate.Options(batch_size=5), group_size=7)
+    assert resolutions == ["idsds:IxG"]  # resolved once for its 3 groups
     maps = saliency_gen.attribute(loaded, images, "idsds:IxG", labels, ids=ids)
     direct = faithfulness.single_deletion(loaded, images, labels, maps)
     rho = np.array(whole["idsds:IxG"]["sds"]["per_image"], dtype=float)

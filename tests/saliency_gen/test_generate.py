@@ -147,26 +147,15 @@ def test_sharding_splits_input_files(tiny_world, exported, tmp_path):
                                           saliency_method="gradient", output_dir=str(tmp_path),
                                           num_shards=2, shard_index=2))
 
-def test_a_method_name_is_resolved_once_per_run(tiny_world, exported, tmp_path, monkeypatch):
+def test_a_method_name_is_resolved_once_per_run(tiny_world, exported, tmp_path, resolutions):
     """Two methods: each name is resolved once (the run's check), and the resolved methods are
     what every shard is explained with (before, again for every shard and method)."""
-    from saliency_gen import names
-
     root, _ = tiny_world
     model_path, _ = exported
-    resolving = names.resolved
-    asked = []
-
-    def counted(method, **params):
-        if isinstance(method, str):
-            asked.append(method)
-        return resolving(method, **params)
-
-    monkeypatch.setattr(names, "resolved", counted)
     result = generate.generate(generate.Config(
         input_pattern=os.path.join(root, "records", "validation-*"), model_path=model_path,
         saliency_method="gradient,roar:SH", output_dir=str(tmp_path)), progress_bar=False)
-    assert result["images"] == 2 * 300 and sorted(asked) == ["gradient", "roar:SH"]
+    assert result["images"] == 2 * 300 and sorted(resolutions) == ["gradient", "roar:SH"]
 
 
 
