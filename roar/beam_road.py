@@ -9,8 +9,8 @@ is one work unit; a worker loads the clean model once and scores every image of 
 every order and fraction (correct or not, true-class probability) with `roar.road`'s
 computation, which keys masks, jitter and imputation noise by the example and not by its batch.
 A Beam combiner gathers the per-image values of each (order, fraction) into the mean and its
-seeded bootstrap interval. The rows equal
-`roar.road`'s (tested to 1e-6) and carry the intervals as `<value>_low` / `<value>_high`.
+seeded bootstrap interval. The rows equal `roar.road`'s (tested to 1e-6) and carry the
+intervals as `<value>_low` / `<value>_high`.
 """
 import dataclasses
 import os

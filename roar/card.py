@@ -6,9 +6,9 @@ channel sum with the shared jitter; ROAD's noisy linear imputation, noise 0.01) 
 all but the top p; the clean model's true-class probability (softmax) on the imputed image is
 averaged over the fractions into one value per image: lower is better for MoRF, higher for
 LeRF. The values come from ROAD's one computation (`roar.road_outcomes`), the one `roar.road`
-calls on records, with the imputation noise keyed by the image ids. The "oracle"
-control ranks the object's pixels first, from its centre outwards (`oracle_maps`, from the
-records' object masks).
+calls on records, with the imputation noise keyed by the image ids. The "oracle" control ranks
+the object's pixels first, from its centre outwards (`oracle_maps`, from the records' object
+masks).
 """
 import dataclasses
 import glob
