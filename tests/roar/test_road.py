@@ -34,17 +34,17 @@ def test_the_binary_equals_roars_masked_pipeline(small_shards):
     each setting, with ROAD's noisy linear fill keyed by the example."""
     pattern, model_path = small_shards
     model = models.load(model_path)
-    files = sorted(glob.glob(pattern))[:2]
+    files = sorted(glob.glob(pattern))[:1]
     mask = masked_data.MaskConfig(ranking="pixel", squared=False, tie_break="jitter",
                                   fill="noisy_linear", seed=5)
     records = masked_data.Records(control="random", size=32)
-    read = road.Inputs(files, records, mask, [0.2, 0.7])
+    read = road.Inputs(files, records, mask, [0.7])
     found: dict = {}
     for keys, values in road.image_outcomes(model, read, batch_size=8):
         for setting, (hits, probabilities) in values.items():
             for key, hit, probability in zip(keys, hits, probabilities):
                 found[setting + (key,)] = (hit, probability)
-    assert len(found) == 4 * 25
+    assert len(found) == 2 * 13
     for setting in road_outcomes.settings(road_outcomes.ORDERS, read.ratios):
         config = masked_data.MaskConfig(
             ratio=setting.removed, keep_information=setting.order == "lerf",

@@ -26,7 +26,8 @@ def exported(tiny_world, tmp_path_factory):
     return path, model
 
 
-def test_generator_writes_one_shard_per_input_and_resumes(tiny_world, exported, tmp_path):
+def test_generator_writes_one_shard_per_input_and_resumes(tiny_world, exported, tmp_path,
+                                                         resolutions):
     root, _ = tiny_world
     model_path, model = exported
     pattern = os.path.join(root, "records", "validation-*")
@@ -35,6 +36,8 @@ def test_generator_writes_one_shard_per_input_and_resumes(tiny_world, exported, 
                                                saliency_method="roar:SH,bam:GC", output_dir=out,
                                                batch_size=7, chunk_size=16), progress_bar=False)
     assert result["images"] == 2 * 300 and result["skipped"] == 0
+    # Each method name is resolved once per run (before, again for every shard and method).
+    assert resolutions == ["roar:SH", "bam:GC"]
     shard = "validation-00000-of-00001.tfrecord"
     for folder, key in (("SH", "gradient_image"), ("bam_GC", "bam_GC")):
         path = os.path.join(out, folder, shard)
@@ -146,16 +149,6 @@ def test_sharding_splits_input_files(tiny_world, exported, tmp_path):
         generate.generate(generate.Config(input_pattern=pattern, model_path=model_path,
                                           saliency_method="gradient", output_dir=str(tmp_path),
                                           num_shards=2, shard_index=2))
-
-def test_a_method_name_is_resolved_once_per_run(tiny_world, exported, tmp_path, resolutions):
-    """Two methods: each name is resolved once (the run's check), and the resolved methods are
-    what every shard is explained with (before, again for every shard and method)."""
-    root, _ = tiny_world
-    model_path, _ = exported
-    result = generate.generate(generate.Config(
-        input_pattern=os.path.join(root, "records", "validation-*"), model_path=model_path,
-        saliency_method="gradient,roar:SH", output_dir=str(tmp_path)), progress_bar=False)
-    assert result["images"] == 2 * 300 and sorted(resolutions) == ["gradient", "roar:SH"]
 
 
 
