@@ -34,6 +34,8 @@ SOURCES = ("saliency", "images")
 CONTROLS = ("random", "oracle", "none")  # maps that need no saliency records
 RANDOM_MASKS = ("fixed", "per_read")
 NON_FINITE_MAP = "a saliency map holds NaN or infinite values"
+NO_OBJECT_MASK = ("has no object mask (image/object/mask); the oracle map needs image records "
+                  "that carry them, as the synthetic world's do")
 
 
 def _roar_code(method: str) -> Optional[str]:
@@ -120,6 +122,13 @@ def _first_image_side(path):
     raise RecordError(f"{path}: holds no records")
 
 
+def _check_object_mask(path):
+    """One line unless the first record of `path` carries an object mask (the oracle's map)."""
+    for _, serialized in records.keyed_shard(path).take(1):
+        if not records.parse_image_record(serialized)["mask_png"].numpy():
+            raise RecordError(f"{path}: record 0 {NO_OBJECT_MASK}")
+
+
 def list_shards(pattern: str, what: str) -> list:
     """Sorted files matching `pattern` (a glob or a directory), or a one-line error."""
     if os.path.isdir(pattern):
@@ -179,6 +188,8 @@ def _examples(files: Sequence[str], read: Records, mask_seed: int, *, training: 
         if geometry != "none":
             raise UserError("--image_size is needed with --geometry=center_crop")
         size = _first_image_side(files[0])
+    if control == "oracle":
+        _check_object_mask(files[0])
     parse_example = _example_reader(source, map_key, map_format, size, geometry, label_offset,
                                     control, mask_seed, per_read)
     data = pipelines.keyed_stream(files, training, seed)
@@ -259,6 +270,8 @@ def find_bad_record(files: Sequence[str], read: Records, num_classes: int,
             else:
                 parsed = records.parse_image_record(serialized)
                 encoded, scores = parsed["encoded"], None
+                if read.control == "oracle" and not parsed["mask_png"].numpy():
+                    return f"{where}: {NO_OBJECT_MASK}"
             label = int(parsed["label"]) + (label_offset if read.source == "images" else 0)
             if not 0 <= label < num_classes:
                 return (f"{where}: label {label} is outside the {num_classes} classes; check "

@@ -143,6 +143,10 @@ case("road-output-is-a-folder", "roar.road",
 case("road-duplicate-ratio", "roar.road",
      ["--ckpt_path={model}", "--data_dir={records}", "--saliency_method=random",
       "--ratios=0.5,0.50", "--output={out}/road"], "--ratios names 0.5 twice", "{out}")
+case("road-oracle-without-object-masks", "roar.road",
+     ["--ckpt_path={model}", "--data_dir={no_masks}", "--saliency_method=oracle",
+      "--ratios=0.5", "--output={out}/road"],
+     "record 0 has no object mask (image/object/mask); the oracle map needs", "{out}")
 case("road-ratio-above-1", "roar.road",
      ["--ckpt_path={model}", "--data_dir={records}", "--saliency_method=random",
       "--ratios=0.1,1.5", "--output={out}/road"],
@@ -321,6 +325,15 @@ def places(tiny_world, tmp_path_factory):
     (two / "train-00001-of-00002.tfrecord").write_bytes(train[:len(train) // 2])
     shutil.copy(validation, str(two / "validation-00000-of-00001.tfrecord"))
     paths["two_shards"] = str(two)
+    # image records without object masks (the oracle map needs them)
+    (tmp / "no_masks").mkdir()
+    stripped = [tf.train.Example.FromString(record)
+                for _, record in records.iter_serialized(validation)][:20]
+    for example in stripped:
+        del example.features.feature["image/object/mask"]
+    records.write_serialized(str(tmp / "no_masks" / "validation-00000-of-00001.tfrecord"),
+                             [example.SerializeToString() for example in stripped])
+    paths["no_masks"] = str(tmp / "no_masks")
     # A run folder of another learning rate where the ratio-0.5 random run goes.
     run_folder = os.path.join(tmp, "out-roar-other-settings", "random_baseline", "0.50",
                               "random", "remove", "element-mean", "seed_0")
