@@ -219,7 +219,8 @@ def noisy_linear_impute(images: tf.Tensor, removed: tf.Tensor, noise_std: float 
                                        tf.constant(max_iters))
     r = tf.cast(removed, dtype)[..., None]
     no_kept = tf.reduce_all(removed, axis=[1, 2])
-    fill = tf.broadcast_to(tf.constant(fallback, dtype)[: images.shape[-1]], tf.shape(images))
+    fill = tf.broadcast_to(tf.convert_to_tensor(fallback, dtype)[: images.shape[-1]],
+                           tf.shape(images))
     u = tf.where(no_kept[:, None, None, None], fill, u)
     if noise_std:
         u = u + noise_std * _noise(tf.shape(images), dtype, seed, keys)

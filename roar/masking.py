@@ -136,9 +136,10 @@ def replace(images: tf.Tensor, replaced: tf.Tensor, config: MaskConfig,
     """`images` [N, H, W, C] ([0, 1] pixels) with the `replaced` features filled as `config`
     says.
 
-    `replaced` is [N, H, W, C] (element) or [N, H, W] (pixel). `mean` is the fill of "mean" (in
-    the images' units); "noisy_linear" (pixel masks only, which `config` ensures) keys its
-    noise per image by the int `keys` (`imputation.noisy_linear_impute`)."""
+    `replaced` is [N, H, W, C] (element) or [N, H, W] (pixel). `mean` (a colour in the images'
+    units, also a tensor) is the fill of "mean" and noisy linear's fallback for an image with
+    no kept pixel; "noisy_linear" (pixel masks only, which `config` ensures) keys its noise per
+    image by the int `keys` (`imputation.noisy_linear_impute`)."""
     images = tf.convert_to_tensor(images, tf.float32)
     if config.fill == "noisy_linear":
         return imputation.noisy_linear_impute(
@@ -146,7 +147,7 @@ def replace(images: tf.Tensor, replaced: tf.Tensor, config: MaskConfig,
             fallback=mean, tol=config.cg_tol, max_iters=config.cg_max_iters)
     if replaced.shape.rank == 3:
         replaced = replaced[..., None]
-    value = tf.constant(mean, tf.float32) if config.fill == "mean" else tf.constant(0.0)
+    value = tf.convert_to_tensor(mean, tf.float32) if config.fill == "mean" else tf.constant(0.0)
     return tf.where(replaced, value, images)
 
 

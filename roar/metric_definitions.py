@@ -32,6 +32,7 @@ def fraction_removed(order: str, p: float) -> float:
     check_one_of("order", order, tuple(ROAD_ORDERS))
     return p if order == "morf" else round(1.0 - p, 2)
 
+
 RETRAINING = (
     MetricSpec("ROAR top-1", False, unit="seed", about="test top-1 after retraining on images "
                                                        "with the top fraction replaced"),

@@ -23,7 +23,7 @@ from numpy.typing import ArrayLike
 from models.formats.adapter import adapt
 from models.formats.preprocessing import IMAGENET_MEAN, input_space
 from models.foundation import executor
-from roar import imputation, masking, metric_definitions
+from roar import masking, metric_definitions
 from roar.masking import MaskConfig
 from saliency_gen.records import ranking_cut
 
@@ -62,17 +62,9 @@ def cuts(chosen: Sequence[Setting], features: int) -> tuple[tf.Tensor, tf.Tensor
     """(cut int32 [K], keep_top bool [K]): a feature of rank r is imputed when r < cut (MoRF)
     or r >= cut (LeRF); cut is ROAR's count of the top p (`records.ranking_cut`; p is a whole
     percent, checked by the config that holds it)."""
-    cuts = [ranking_cut(round(100 * setting.p), features) for setting in chosen]
-    return (tf.constant(cuts, tf.int32),
+    limits = [ranking_cut(round(100 * setting.p), features) for setting in chosen]
+    return (tf.constant(limits, tf.int32),
             tf.constant([setting.order == "lerf" for setting in chosen], tf.bool))
-
-
-def default_colour(mask: MaskConfig, channels: int) -> np.ndarray:
-    """The pixel colour of a constant fill: ImageNet's mean colour ("mean", as `masking.replace`)
-    or black ("zero")."""
-    if mask.fill == "zero":
-        return np.zeros(channels, np.float32)
-    return np.asarray(IMAGENET_MEAN[:channels], np.float32)
 
 
 def scorer(model: Any, image_shape: Sequence[int], mask: MaskConfig, batch_size: int) -> Any:
@@ -103,16 +95,8 @@ def scorer(model: Any, image_shape: Sequence[int], mask: MaskConfig, batch_size:
                 removed = tf.where(tf.gather(keep_top, setting)[:, None], image_ranks >= cut,
                                    image_ranks < cut)
                 removed = tf.reshape(removed, removed_shape)
-                originals = tf.gather(pixels, image)
-                if mask.fill == "noisy_linear":
-                    imputed = imputation.noisy_linear_impute(
-                        originals, removed, noise_std=mask.road_noise, seed=mask.seed,
-                        keys=tf.gather(noise_keys, image), tol=mask.cg_tol,
-                        max_iters=mask.cg_max_iters)
-                else:
-                    if mask.ranking == "pixel":
-                        removed = removed[..., None]
-                    imputed = tf.where(removed, colour, originals)
+                imputed = masking.replace(tf.gather(pixels, image), removed, mask,
+                                          keys=tf.gather(noise_keys, image), mean=colour)
                 logits = tf.cast(adapter.logits(space.from_pixels(imputed)), tf.float32)
                 probabilities = tf.nn.softmax(logits)
                 wanted = tf.gather(labels, image)
@@ -135,12 +119,13 @@ def outcomes(model: Any, pixels: ArrayLike, labels: ArrayLike, noise_keys: Array
     `pixels` ([N, H, W, C], [0, 1] pixels) imputed as `mask` says at every `chosen` setting,
     explaining `labels`. `maps` [N, H, W, C'] rank the features; `noise_keys` (int64 [N]) key
     ROAD's imputation noise per image, so an image's values do not depend on its batch;
-    `colour` (pixels [C]) replaces a constant fill's default (`default_colour`)."""
+    `colour` (pixels [C]) replaces ImageNet's mean colour as the "mean" fill and as the
+    fallback of an image without a kept pixel."""
     images = tf.convert_to_tensor(pixels, tf.float32)
     ranks = feature_ranks(maps, mask)
     limits, keep_top = cuts(chosen, ranks.shape[1])
-    if colour is None:
-        colour = default_colour(mask, int(images.shape[-1]))
+    if colour is None:  # `masking.replace`'s own: ImageNet's mean colour (also the fallback)
+        colour = IMAGENET_MEAN[:int(images.shape[-1])]
     run = scorer(model, images.shape[1:], mask, batch_size)
     values = run(images, tf.cast(labels, tf.int32),
                  tf.cast(noise_keys, tf.int64), tf.constant(ranks), limits, keep_top,
