@@ -19,7 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from models.formats.adapter import Adapter, adapt
-from models.foundation import executor
+from models.foundation import executor, transfer
 from models.foundation.errors import ShapeError, UserError, first_non_finite
 from models.foundation.tracing import kept, quiet_retracing
 from saliency_gen import names, noise, transforms
@@ -45,6 +45,8 @@ class _Runner:
         if isinstance(plan, HostPlan):
             return
         height, width, channels = shape
+        # One aux row for the whole run (the usual baseline) is broadcast, not copied per item.
+        shared_aux = plan.aux is None or np.ndim(plan.aux) == 3 or len(plan.aux) == 1
         image_spec = tf.TensorSpec([None, height, width, channels], tf.float32)
 
         # No autograph: the stream's loop is explicit, and a unit's error (a user method's
@@ -56,13 +58,12 @@ class _Runner:
         def run(images, targets, ids, sigmas, aux):
             group = tf.shape(images)[0]
             state = plan.start(images, targets, ids, sigmas)
-            last_aux = tf.shape(aux)[0] - 1
 
             def compute(item):
                 image = item // plan.steps
                 step = item % plan.steps
                 items = Items(x=tf.gather(images, image), targets=tf.gather(targets, image),
-                              step=step, aux=tf.gather(aux, tf.minimum(image, last_aux)),
+                              step=step, aux=aux if shared_aux else tf.gather(aux, image),
                               ids=tf.gather(ids, image), image=image)
                 return plan.slot(image, step), plan.shares(state, items)
 
@@ -193,15 +194,15 @@ def _run_group(runner, images, targets, ids, sigmas, start, count, name):
     if aux.shape[0] != 1:
         aux = aux[start:start + len(images)]
     try:
-        maps = runner.run(tf.constant(images), tf.constant(targets, tf.int32),
+        maps = runner.run(transfer.tensor_from(images), tf.constant(targets, tf.int32),
                           tf.constant(ids), tf.constant(sigmas), tf.constant(aux))
     except tf.errors.OpError as error:
         detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error)
         raise UserError(f"method {name!r} failed while running: {detail}") from None
-    maps = maps.numpy()
     if plan.direct:
         # The bits a sum from zero gives, as the accumulating path has them: -0.0 becomes +0.0.
         # Done here because a graph optimiser drops a traced "+ 0.0" and a traced select costs
-        # a fifth of a cheap model's gradient time.
-        np.add(maps, np.float32(0.0), out=maps)
-    return maps
+        # a fifth of a cheap model's gradient time; reading the tensor's own buffer, the addition
+        # is also the copy to the host (one pass, where a copy and an in-place add took two).
+        return np.add(np.asarray(maps), np.float32(0.0))
+    return maps.numpy()

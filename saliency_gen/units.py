@@ -48,7 +48,8 @@ class Items(NamedTuple):
     x: tf.Tensor        # [chunk, H, W, C] the item's input (noisy under a noise wrapper)
     targets: tf.Tensor  # [chunk] int32 explained class
     step: tf.Tensor     # [chunk] int32 step of the unit (path point, mask, window, ...)
-    aux: tf.Tensor      # [chunk, H, W, C] the run's per-image input (e.g. the IG baseline)
+    aux: tf.Tensor      # [chunk or 1, H, W, C] the run's input (e.g. the IG baseline): one row
+                        # when the run has one (broadcast), else the item's image's row
     ids: tf.Tensor      # [chunk] int64 image id (the key of every random draw)
     image: tf.Tensor    # [chunk] int32 position of the image in its group
 

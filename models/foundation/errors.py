@@ -126,5 +126,9 @@ def first_non_finite(values: Any) -> Optional[int]:
     values = np.asarray(values)
     if values.size == 0 or not np.issubdtype(values.dtype, np.floating):
         return None
+    with np.errstate(over="ignore", invalid="ignore"):
+        total = values.sum()  # one pass: a NaN or an infinity anywhere makes it non-finite
+    if np.isfinite(total):  # (an overflowing sum of finite values falls to the exact scan)
+        return None
     finite = np.isfinite(values.reshape(len(values), -1)).all(axis=1)
     return None if finite.all() else int(np.flatnonzero(~finite)[0])

@@ -12,29 +12,48 @@ from absl import flags
 
 import models
 from models.formats.adapter import CallableAdapter, KerasAdapter, LoadedAdapter, adapt
-from models.foundation import cli, executor, rules
+from models.foundation import cli, executor, rules, transfer
 from models.foundation.errors import UserError, first_non_finite
 
+COUNTS_AND_CHUNKS = [(10, 1), (10, 3), (10, 4), (10, 16), (10, 128), (256, 128), (300, 128)]
 
-@pytest.mark.parametrize("chunk", [1, 3, 4, 16])
-def test_collect_gives_every_item_once_in_order(chunk):
+
+@pytest.mark.parametrize("count, chunk", COUNTS_AND_CHUNKS)
+def test_collect_gives_every_item_once_in_order(count, chunk):
     run = tf.function(lambda: executor.collect(
-        tf.constant(10), chunk, lambda items: tf.cast(items, tf.float32)[:, None] * [1.0, -1.0],
-        item_shape=[2]))
-    np.testing.assert_array_equal(run().numpy(), np.stack([np.arange(10), -np.arange(10)], 1))
+        tf.constant(count), chunk,
+        lambda items: tf.cast(items, tf.float32)[:, None] * [1.0, -1.0], item_shape=[2]))
+    np.testing.assert_array_equal(run().numpy(), np.stack([np.arange(count),
+                                                           -np.arange(count)], 1))
 
 
-@pytest.mark.parametrize("chunk", [1, 3, 7, 32])
-def test_accumulate_sums_per_slot_and_drops_the_padding(chunk):
-    # 10 items in 3 slots (items 0-3, 4-7, 8-9); each share is 2 ** item: exact sums.
+@pytest.mark.parametrize("count, chunk", COUNTS_AND_CHUNKS)
+def test_accumulate_sums_per_slot_and_drops_the_padding(count, chunk):
+    # `count` items in slots of 4 items each; each share is 2 ** (item % 4): exact sums.
     def compute(items):
-        return items // 4, (tf.pow(2.0, tf.cast(items, tf.float32))[:, None],)
+        return items // 4, (tf.pow(2.0, tf.cast(items % 4, tf.float32))[:, None],)
 
-    run = tf.function(lambda: executor.accumulate(tf.constant(10), chunk, compute,
-                                                  (tf.zeros([4, 1]),)))
+    slots = -(-count // 4)
+    run = tf.function(lambda: executor.accumulate(tf.constant(count), chunk, compute,
+                                                  (tf.zeros([slots + 1, 1]),)))
     (sums,) = run()
-    np.testing.assert_array_equal(sums.numpy()[:, 0], [1 + 2 + 4 + 8, 16 + 32 + 64 + 128,
-                                                       256 + 512])
+    expected = np.bincount(np.arange(count) // 4, 2.0 ** (np.arange(count) % 4))
+    np.testing.assert_array_equal(sums.numpy()[:, 0], expected)
+
+
+@pytest.mark.parametrize("count, chunk, computed", [(300, 128, 320), (300, 64, 320),
+                                                    (256, 128, 256), (10, 128, 32)])
+def test_left_over_items_run_in_quarter_chunks(count, chunk, computed):
+    # 300 items: two whole chunks of 128, then 44 items in two tail chunks of 32 (a third whole
+    # chunk would compute 384); chunks under 128 items keep one size.
+    seen = tf.Variable(0)
+
+    def compute(items):
+        with tf.control_dependencies([seen.assign_add(tf.size(items))]):
+            return tf.cast(items, tf.float32)
+
+    tf.function(lambda: executor.collect(tf.constant(count), chunk, compute))()
+    assert int(seen.numpy()) == computed
 
 
 def test_groups_cover_every_image_within_the_budgets():
@@ -87,6 +106,17 @@ def test_the_first_non_finite_row_is_found():
         assert first_non_finite(values) == 2
     values[1, 0, 0], values[2, 1, 0] = np.inf, -np.inf
     assert first_non_finite(values) == 1
+
+
+def test_a_tensor_from_a_host_array_is_an_aligned_copy_of_its_own():
+    source = np.random.default_rng(0).normal(size=(5, 7, 3)).astype(np.float64)
+    tensor = transfer.tensor_from(source[:, 1:])  # not contiguous, float64: cast to float32
+    expected = source[:, 1:].astype(np.float32)
+    source[:] = 0.0  # the tensor shares nothing with its source
+    assert tensor.dtype == tf.float32 and tensor.shape == (5, 6, 3)
+    np.testing.assert_array_equal(tensor.numpy(), expected)
+    assert np.asarray(tensor).ctypes.data % transfer.ALIGNMENT == 0
+    assert transfer.tensor_from(np.zeros((0, 4), np.float32)).shape == (0, 4)
 
 
 @dataclasses.dataclass(frozen=True)
