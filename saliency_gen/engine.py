@@ -42,11 +42,12 @@ class _Runner:
             plan = noise.NoisePlan(plan, spec.wrapper, spec.wrapper_samples,
                                    noise.method_code(seed, spec.base), shape)
         self.plan = plan
+        # One aux row for the whole run (the usual baseline) is broadcast, not copied per item.
+        self.shared_aux = shared_aux = (plan.aux is None or np.ndim(plan.aux) == 3
+                                        or len(plan.aux) == 1)
         if isinstance(plan, HostPlan):
             return
         height, width, channels = shape
-        # One aux row for the whole run (the usual baseline) is broadcast, not copied per item.
-        shared_aux = plan.aux is None or np.ndim(plan.aux) == 3 or len(plan.aux) == 1
         image_spec = tf.TensorSpec([None, height, width, channels], tf.float32)
 
         # No autograph: the stream's loop is explicit, and a unit's error (a user method's
@@ -191,7 +192,7 @@ def _run_group(runner, images, targets, ids, sigmas, start, count, name):
     aux = aux[None] if aux.ndim == 3 else aux
     if aux.shape[0] not in (1, count):
         raise ShapeError(f"a per-image baseline needs {count} images; got {aux.shape[0]}")
-    if aux.shape[0] != 1:
+    if not runner.shared_aux:
         aux = aux[start:start + len(images)]
     try:
         maps = runner.run(transfer.tensor_from(images), tf.constant(targets, tf.int32),
