@@ -118,7 +118,7 @@ def attribute(model: Any, images: Any, method: Union[str, names.Resolved],
                                    feature_layer=feature_layer, memory_bytes=memory_bytes,
                                    progress=None if part is chosen.parts[0] else progress)
                          for part in chosen.parts)
-        return first * second
+        return _product(first, second)
     spec = chosen.spec
     assert spec is not None  # a resolved name that is not a product has its spec
     unit = spec.unit
@@ -163,8 +163,19 @@ def attribute(model: Any, images: Any, method: Union[str, names.Resolved],
     maps = parts[0] if len(parts) == 1 else np.concatenate(parts)
     unit.check_maps(maps, method)
     if spec.times_input:
-        maps = maps * images
+        maps = _product(maps, images)
     return transforms.postprocess(maps, spec.transform, spec.reduce)
+
+
+def _product(maps: np.ndarray, factor: np.ndarray) -> np.ndarray:
+    """`maps * factor`, written into `maps` when the shapes allow: the maps are always the
+    engine's own array (`_run_group` copies a host method's result), and on a cheap model a new
+    array the size of the maps costs about as much again as the multiplication (12 MB of maps:
+    2.7 ms against 1.5 ms into the existing array on an AMD EPYC Zen 1)."""
+    if maps.flags.writeable and maps.dtype == np.float32 and \
+            np.broadcast_shapes(maps.shape, factor.shape) == maps.shape:
+        return np.multiply(maps, factor, out=maps)
+    return maps * factor
 
 
 def _targets(adapter: Optional[Adapter], images, targets, batch_size):
@@ -187,7 +198,7 @@ def _run_group(runner, images, targets, ids, sigmas, start, count, name):
     """The float32 maps of one group of images."""
     plan = runner.plan
     if isinstance(plan, HostPlan):
-        return np.asarray(plan.run(images, targets, ids), np.float32)
+        return np.array(plan.run(images, targets, ids), np.float32)  # ours, not the plan's
     aux = plan.aux if plan.aux is not None else np.zeros(images.shape[1:], np.float32)
     aux = aux[None] if aux.ndim == 3 else aux
     if aux.shape[0] not in (1, count):

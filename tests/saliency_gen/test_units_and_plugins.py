@@ -166,6 +166,21 @@ def test_untraced_functions_run_on_groups(linear):
     _register("gradient_sign", numpy_gradient_sign, traced=False)
     np.testing.assert_array_equal(saliency_gen.attribute(model, images, "gradient_sign",
                                                          targets), np.sign(w))
+    # times the input: the product is written into the engine's own array, never into one a
+    # host plan keeps and returns again
+    kept = np.full(images.shape, 2.0, np.float32)
+
+    class KeptMaps(saliency_gen.Method):
+        name = "kept_maps"
+
+        def plan(self, options, context):
+            return units.HostPlan(lambda images, targets, ids: kept)
+
+    saliency_gen.register(KeptMaps)
+    for _ in range(2):
+        np.testing.assert_array_equal(saliency_gen.attribute(
+            model, images, "kept_maps", targets, times_input=True), 2.0 * images)
+    assert (kept == 2.0).all()
     with pytest.raises(models.UserError, match="gradient_sign takes no noise wrapper"):
         saliency_gen.attribute(model, images, "smoothgrad(gradient_sign)", targets)
 
