@@ -71,3 +71,15 @@ def test_a_missing_optional_part_is_one_line_naming_its_extra(capsys):
     assert capsys.readouterr().err == (
         "error: apache_beam_not_installed_here is not installed; it comes with this project's "
         "'scale' extra: pip install -e '.[scale]'\n")
+
+
+def test_an_unknown_flag_or_an_unreadable_value_is_one_line_and_status_2():
+    # absl's own parser prints "FATAL Flags parsing error" and exits with 1
+    for argument, expected in (
+            ("--num_img=3", "unknown flag --num_img; did you mean --num_imgs?"),
+            ("--num_imgs=ten", "flag --num_imgs=ten: invalid literal for int() with base 10: "
+                               "'ten'")):
+        done = subprocess.run([sys.executable, "-m", "bam.metrics", argument], check=False,
+                              cwd=REPO, capture_output=True, text=True, timeout=60)
+        assert (done.returncode, done.stdout) == (2, "")
+        assert done.stderr == f"error: {expected} (--help lists the flags)\n"

@@ -165,7 +165,28 @@ def run_binary(config_class: type, run: Callable) -> None:
                   "path, then re-run (finished outputs are kept)", file=sys.stderr)
             sys.exit(2)
 
-    app.run(guarded)
+    app.run(guarded, flags_parser=lambda argv: _parse_flags(argv, config_class))
+
+
+def _parse_flags(argv: list, config_class: type) -> list:
+    """absl's flag parsing, with an unknown flag (the closest of the binary's own flags
+    suggested) or an unreadable value as one `error:` line and exit status 2, where absl's own
+    parser prints "FATAL Flags parsing error" and exits with 1."""
+    import difflib
+
+    from absl import flags
+
+    try:
+        return flags.FLAGS(argv)
+    except flags.UnrecognizedFlagError as error:
+        own = [field.name for field in dataclasses.fields(config_class)]
+        close = difflib.get_close_matches(error.flagname, own, n=1)
+        message = f"unknown flag --{error.flagname}" + "".join(
+            f"; did you mean --{name}?" for name in close)
+    except flags.Error as error:
+        message = str(error)
+    print(f"error: {message} (--help lists the flags)", file=sys.stderr)
+    sys.exit(2)
 
 
 def user_asked_for_logs() -> bool:
