@@ -183,8 +183,8 @@ def _parse_flags(argv: list, config_class: type) -> list:
         close = difflib.get_close_matches(error.flagname, own, n=1)
         message = f"unknown flag --{error.flagname}" + "".join(
             f"; did you mean --{name}?" for name in close)
-    except flags.Error as error:
-        message = str(error)
+    except flags.Error as error:  # a value of the wrong type, an unreadable --flagfile
+        message = str(error).removeprefix("ERROR:: ")
     print(f"error: {message} (--help lists the flags)", file=sys.stderr)
     sys.exit(2)
 
