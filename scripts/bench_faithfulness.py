@@ -211,22 +211,20 @@ def measure(widths, config, model=None):
     if twin is not None:
         torch_data = torch.tensor(data.transpose(0, 3, 1, 2))
         torch_labels = torch.tensor(labels)
-        torch_attributions = torch.tensor(attributions[:, None], dtype=torch.float32)
 
-        def reference_run():
+        def peer_run(torch_attributions):
             return np.concatenate([  # the reference's batches of 64 images
                 reference_single_deletion(twin, torch_data[i:i + 64], torch_labels[i:i + 64],
                                           torch_attributions[i:i + 64], 4)
                 for i in range(0, count, 64)])
 
+        reference_run = functools.partial(  # timed: float32 attributions, as the reference's
+            peer_run, torch.tensor(attributions[:, None], dtype=torch.float32))
         # Agreement with float64 attributions in the peer: its timed float32 cell sums of
         # 3,136 values tie-break near-equal cells (1e-4 apart at 1.5e3) by rounding, which moved
         # rho by up to 1.5e-2 on the 8-16-32 CNN.
         our_rho = faithfulness.single_deletion(scorer, tf_data, labels, attributions)["rho"]
-        peer_rho = np.concatenate([
-            reference_single_deletion(twin, torch_data[i:i + 64], torch_labels[i:i + 64],
-                                      torch.tensor(attributions[i:i + 64, None]), 4)
-            for i in range(0, count, 64)])
+        peer_rho = peer_run(torch.tensor(attributions[:, None]))  # float64
         print(f"single deletion, widths {widths}: largest |rho ours - rho IDSDS-structured "
               f"peer (float64 attributions)| = {np.nanmax(np.abs(our_rho - peer_rho)):.1e}")
     timed("single deletion", count, count * 17,
