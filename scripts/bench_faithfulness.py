@@ -221,8 +221,8 @@ def measure(widths, config, model=None):
         reference_run = functools.partial(  # timed: float32 attributions, as the reference's
             peer_run, torch.tensor(attributions[:, None], dtype=torch.float32))
         # Agreement with float64 attributions in the peer: its timed float32 cell sums of
-        # 3,136 values tie-break near-equal cells (1e-4 apart at 1.5e3) by rounding, which moved
-        # rho by up to 1.5e-2 on the 8-16-32 CNN.
+        # 3,136 values order near-equal cells by rounding, which moved rho by up to 1.5e-2 on
+        # the 8-16-32 CNN (docs/faithfulness.md, "Speed").
         our_rho = faithfulness.single_deletion(scorer, tf_data, labels, attributions)["rho"]
         peer_rho = peer_run(torch.tensor(attributions[:, None]))  # float64
         print(f"single deletion, widths {widths}: largest |rho ours - rho IDSDS-structured "
