@@ -58,18 +58,23 @@ def collect(count: Any, chunk: int, compute: Callable, item_shape: Sequence = ()
     `compute` maps int32 item indices [chunk] to float32 outputs [chunk, *item_shape].
     `parallel` chunks may be in flight at once (the next chunk's input preparation overlaps the
     current chunk's model call)."""
-    parts = []
-    for first, chunks, size in _passes(count, chunk):
-        array = tf.TensorArray(tf.float32, size=chunks, element_shape=[size, *item_shape])
+    passes = _passes(count, chunk)
+    # One array for every pass (whole and tail chunks differ in size): one concatenation, where
+    # concatenating each pass's array and then the passes copied the outputs twice.
+    array = tf.TensorArray(tf.float32, size=sum(chunks for _, chunks, _ in passes),
+                           infer_shape=False,
+                           element_shape=[chunk if len(passes) == 1 else None, *item_shape])
+    written = 0
+    for first, chunks, size in passes:
 
-        def body(index, array, first=first, size=size):
+        def body(index, array, first=first, size=size, written=written):
             items, _ = _padded_items(first, index, size, count)
-            return index + 1, array.write(index, compute(items))
+            return index + 1, array.write(written + index, compute(items))
 
         _, array = tf.while_loop(lambda index, _, chunks=chunks: index < chunks, body,
                                  [0, array], parallel_iterations=parallel)
-        parts.append(array.concat())
-    return (parts[0] if len(parts) == 1 else tf.concat(parts, 0))[:count]
+        written += chunks
+    return array.concat()[:count]
 
 
 def accumulate(count: Any, chunk: int, compute: Callable, initial: tuple,
