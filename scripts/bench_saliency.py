@@ -413,7 +413,7 @@ def run(config: Config):
         if chosen:
             low = min(chosen, key=lambda row: row[key])
             print(f"{what} >= 0.9 on every model: {'yes' if low[key] >= 0.9 else 'NO'} "
-                  f"(lowest {low[key]:.2f}: {low['model']} {low['method']})")
+                  f"(lowest {low[key]:.3f}: {low['model']} {low['method']})")
     captum_rows = [row for row in rows if "speedup_vs_captum" in row]
     if captum_rows:
         lowest = min(row["speedup_vs_captum"] for row in captum_rows)
