@@ -76,9 +76,10 @@ METHODS = (
 )
 
 
-# (rate, ratio) of a row's peer: the noise peer of a noise wrapper, the bare user function
-PEER_KEYS = (("noise_peer_images_per_s", "ratio_to_noise_peer"),
-             ("bare_function_images_per_s", "ratio_to_bare_function"))
+# A row's peer: the noise peer of a noise wrapper, the bare function of the user's method; the
+# keys of its rate and of the engine's ratio to it
+PEER_KEYS = {"noise": ("noise_peer_images_per_s", "ratio_to_noise_peer"),
+             "bare": ("bare_function_images_per_s", "ratio_to_bare_function")}
 CAPTUM_METHODS = ("integrated_gradients", "smoothgrad_sq(gradient)")  # Captum peers exist
 
 
@@ -327,12 +328,14 @@ def bench_model(entry, config):
 
         runs = {chunk: engine_run(chunk) for chunk in chunks}
         runs["ceiling"] = ceiling_run
-        if "(" in method:  # a noise wrapper: its noise peer, measured beside the engine
-            runs["peer"] = noise_peer_runner(model, images[:count], targets[:count], best_batch,
-                                             params["nsamples"])
+        peer, peer_count = None, count  # measured beside the engine
+        if "(" in method:  # a noise wrapper: its noise peer
+            peer, runs["peer"] = "noise", noise_peer_runner(
+                model, images[:count], targets[:count], best_batch, params["nsamples"])
         elif method in USER_FUNCTIONS:  # the researcher's function itself, traced bare
-            runs["peer"] = gradient_runner(model, images, targets, best_batch, static,
-                                           USER_FUNCTIONS[method])[0]
+            peer = "bare"
+            runs["peer"], peer_count = gradient_runner(model, images, targets, best_batch,
+                                                       static, USER_FUNCTIONS[method])
         captum = {}
         if twin is not None and method in CAPTUM_METHODS:
             captum = {("captum", setting): run for setting, run in captum_runs(
@@ -346,12 +349,10 @@ def bench_model(entry, config):
         row = {"model": name, "method": label, "engine_images_per_s": engine,
                "engine_chunk": chunk, "ceiling_images_per_s": limit,
                "ratio_to_ceiling": engine / limit}
-        if "(" in method:
-            row.update(noise_peer_images_per_s=count / seconds["peer"],
-                       ratio_to_noise_peer=seconds["peer"] / seconds[chunk])
-        elif "peer" in runs:  # the bare function ran ceiling_count images, the engine count
-            row.update(bare_function_images_per_s=ceiling_count / seconds["peer"],
-                       ratio_to_bare_function=engine * seconds["peer"] / ceiling_count)
+        if peer is not None:
+            rate_key, ratio_key = PEER_KEYS[peer]
+            peer_rate = peer_count / seconds["peer"]
+            row.update({rate_key: peer_rate, ratio_key: engine / peer_rate})
         if captum:
             setting = min(captum, key=seconds.get)
             row.update(captum_images_per_s=count / seconds[setting],
@@ -385,7 +386,7 @@ def bench_model(entry, config):
         captum_cells = (f"{row['captum_images_per_s']:>9.2f}{row['speedup_vs_captum']:>9.2f}"
                         f"{row['ceiling_vs_captum']:>7.2f}"
                         if "captum_images_per_s" in row else f"{'-':>9}{'-':>9}{'-':>7}")
-        peer = [(row[rate], row[ratio]) for rate, ratio in PEER_KEYS if rate in row]
+        peer = [(row[rate], row[ratio]) for rate, ratio in PEER_KEYS.values() if rate in row]
         peer_cells = (f"{peer[0][0]:>11.2f}{peer[0][1]:>7.2f}" if peer
                       else f"{'-':>11}{'-':>7}")
         print(f"{row['method']:<24}{row['engine_images_per_s']:>13.2f}{row['engine_chunk']:>6}"
@@ -404,8 +405,8 @@ def run(config: Config):
     print()
     for what, key, chosen in (
             ("built-in one-gradient methods and IG / ceiling", "ratio_to_ceiling",
-             [row for row in rows if "ratio_to_noise_peer" not in row
-              and not row["method"].startswith("user")]),
+             [row for row in rows  # rows with no peer of their own
+              if not any(ratio in row for _, ratio in PEER_KEYS.values())]),
             ("noise wrappers / their noise peer", "ratio_to_noise_peer",
              [row for row in rows if "ratio_to_noise_peer" in row]),
             ("the user's one-gradient method / its bare function", "ratio_to_bare_function",
