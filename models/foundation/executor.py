@@ -59,8 +59,8 @@ def collect(count: Any, chunk: int, compute: Callable, item_shape: Sequence = ()
     `parallel` chunks may be in flight at once (the next chunk's input preparation overlaps the
     current chunk's model call)."""
     passes = _passes(count, chunk)
-    # One array for every pass (whole and tail chunks differ in size): one concatenation, where
-    # concatenating each pass's array and then the passes copied the outputs twice.
+    # One array for every pass (whole and tail chunks differ in size), concatenated once: each
+    # concatenation copies every output.
     array = tf.TensorArray(tf.float32, size=sum(chunks for _, chunks, _ in passes),
                            infer_shape=False,
                            element_shape=[chunk if len(passes) == 1 else None, *item_shape])
