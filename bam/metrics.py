@@ -211,7 +211,11 @@ def origin_of(config: Config, methods: Sequence[str], data_dir: str,
         for name in sorted(os.listdir(model_dir)):
             if os.path.isfile(os.path.join(model_dir, name, "saved_model.pb")):
                 model_ids[name] = models.read_info(os.path.join(model_dir, name))["model_id"]
-    return provenance.origin(dict(settings, methods=list(methods)), models=model_ids,
+    code = {} if config.maps_dir or not config.scratch else {
+        name: method.code_origin
+        for name, method in val_set_scores.resolved_methods(methods).items() if method.code}
+    return provenance.origin(provenance.with_code(dict(settings, methods=list(methods)), code),
+                             models=model_ids,
                              data_dir=os.path.abspath(data_dir) if data_dir else None)
 
 

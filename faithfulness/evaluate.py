@@ -330,9 +330,10 @@ def _run(f: Config, output: str) -> dict:
     report = {"protocol": f.evaluation_protocol, "model_path": model_path,
               "model_id": loaded.model_id, "input_pattern": pattern, "n_images": len(images),
               "options": dataclasses.asdict(options), "seconds": seconds, "results": results,
-              "origin": provenance.origin(
+              "origin": provenance.origin(provenance.with_code(
                   {**origin_flags(f), "protocol": f.evaluation_protocol,
                    "explainer": explainers, **dataclasses.asdict(options)},
+                  {method.name: method.code_origin for method in chosen if method.code}),
                   model_id=loaded.model_id,
                   data=provenance.listing_digest(records.list_files(pattern)))}
     write_json(output, report, indent=1)

@@ -27,7 +27,7 @@ import models
 from models.foundation import provenance
 from models.foundation.cli import option, run_binary
 from models.foundation.errors import RecordError, UserError, check_unique, required
-from models.foundation.files import ensure_directory, exclusive, remove_leftovers
+from models.foundation.files import ensure_directory, exclusive, read_json, remove_leftovers
 from models.foundation.lazy import lazy_module
 from models.foundation.rules import Checked, at_least
 from saliency_gen import shard_ledger
@@ -189,16 +189,26 @@ def _shown(source: dict) -> str:
            f"{str(source.get('sha256'))[:12]})"
 
 
-def claim_folder(folder: str, requested: dict, overwrite: bool) -> None:
-    """Makes `folder` (one method's shards) hold shards of the origin `requested` only.
+def claim_folder(folder: str, requested: dict, overwrite: bool, method: str = "") -> bool:
+    """Makes `folder` (one method's shards) hold shards of the origin `requested` only; True
+    when its finished shards must be redone because the method's code changed.
 
     The folder's manifest records the origin; a folder of another origin, or finished shards
     without a manifest, stop the run with one line unless --overwrite, which starts the folder
-    afresh. Concurrent tasks of one run claim the same origin and share the folder.
+    afresh. A folder made by an earlier edit of a user method (the origins differ in the
+    method's code alone) starts afresh with one line saying so. Concurrent tasks of one run
+    claim the same origin and share the folder.
     """
     manifest = os.path.join(folder, records.MANIFEST)
     what = f"saliency folder {folder}"
-    if overwrite and os.path.exists(manifest):
+    edited = (not overwrite and os.path.exists(manifest) and provenance.code_changed(
+        read_json(manifest, "origin file", provenance.ORIGIN_SCHEMA), requested))
+    if edited:
+        print(f"{what}: the code of method {method} changed since its shards were made; "
+              "redoing them", flush=True)
+        # their seals go too, so that a concurrent task of the run redoes its own shards
+        shutil.rmtree(os.path.join(folder, shard_ledger.LEDGER), ignore_errors=True)
+    if (overwrite or edited) and os.path.exists(manifest):
         os.remove(manifest)
     elif not os.path.exists(manifest) and _finished_shards(folder):
         if not overwrite:
@@ -206,6 +216,7 @@ def claim_folder(folder: str, requested: dict, overwrite: bool) -> None:
                             "version or another tool); pass --overwrite to replace them or "
                             "choose a new --output_dir")
     provenance.claim(manifest, requested, what)
+    return edited
 
 
 def _finished_shards(folder):
@@ -257,7 +268,8 @@ def generate(config: Config, *, progress_bar: bool = True,
               "crop_version": preprocessing.CROP_VERSION, "explain": explain,
               "label_offset": label_offset}
     meta = {"methods": {record_key(m): {"name": m, **{k: repr(v) for k, v in
-                                                      chosen[m].options.items()}}
+                                                      chosen[m].options.items()},
+                                        **provenance.with_code({}, chosen[m].code_origin)}
                         for m in methods_list}, "model_id": loaded.model_id, **common}
     options = dict(batch_size=batch_size, chunk_size=chunk_size, seed=seed, dtype=dtype,
                    geometry=geometry, label_offset=label_offset, explain=explain,
@@ -267,15 +279,19 @@ def generate(config: Config, *, progress_bar: bool = True,
     try:
         with shards_lock(output_dir, files):
             sources = {path: shard_ledger.fingerprint(path) for path in files}
+            redo = set()
             for method, folder in folders.items():
                 ensure_directory(folder)
                 remove_leftovers(folder, [os.path.basename(path) for path in files])
-                claim_folder(folder, provenance.origin(
-                    {"method": meta["methods"][record_key(method)], "dtype": dtype, **common},
-                    model_id=loaded.model_id), overwrite)
+                entry = dict(meta["methods"][record_key(method)])
+                code = entry.pop(provenance.METHOD_CODE, {})
+                if claim_folder(folder, provenance.origin(provenance.with_code(
+                        {"method": entry, "dtype": dtype, **common}, code),
+                        model_id=loaded.model_id), overwrite, method):
+                    redo.add(method)
             todo = [(path, [m for m in methods_list if not _shard_is_current(
-                sources[path], os.path.join(folders[m], os.path.basename(path)), overwrite)])
-                for path in files]
+                sources[path], os.path.join(folders[m], os.path.basename(path)),
+                overwrite or m in redo)]) for path in files]
             work = [ShardWork(path, tuple(pending), records.check_file(path, "image"),
                               {m: os.path.join(folders[m], os.path.basename(path))
                                for m in pending}, sources[path])

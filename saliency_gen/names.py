@@ -210,11 +210,18 @@ class Resolved:
     spec: Optional[MethodSpec]
     parts: tuple = ()
     preprocessing: Optional[str] = None
+    code: tuple = ()  # sorted (unit name, `plugins.user_code` digest) of its user units
 
     @property
     def options(self) -> dict:
         """The spec's parameters ({} for a product)."""
         return self.spec.options if self.spec is not None else {}
+
+    @property
+    def code_origin(self) -> dict:
+        """{user unit: digest of its code}, for every origin that names the method ({} for the
+        package's own methods): an edited method no longer matches its old outputs."""
+        return dict(self.code)
 
 
 def resolved(method: Any, **params: Any) -> Resolved:
@@ -225,6 +232,10 @@ def resolved(method: Any, **params: Any) -> Resolved:
             raise ValueError("parameter overrides apply to a method name, not a resolved method")
         return method
     if method in PRODUCTS:
-        return Resolved(method, None, tuple(resolved(part, **params) for part in PRODUCTS[method]),
-                        scheme_preprocessing(method))
-    return Resolved(method, resolve(method, **params), (), scheme_preprocessing(method))
+        parts = tuple(resolved(part, **params) for part in PRODUCTS[method])
+        code = tuple(sorted({pair for part in parts for pair in part.code}))
+        return Resolved(method, None, parts, scheme_preprocessing(method), code)
+    spec = resolve(method, **params)
+    digest = plugins.user_code(spec.unit)
+    return Resolved(method, spec, (), scheme_preprocessing(method),
+                    ((spec.base, digest),) if digest else ())

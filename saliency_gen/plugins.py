@@ -19,8 +19,10 @@ for multi-item methods that join the stream item by item.
 A function that raises, returns the wrong shape, or returns NaN or infinite values gets one
 `UserError` line naming the method and what to fix.
 """
+import hashlib
 import importlib
 import inspect
+import marshal
 from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
@@ -56,6 +58,9 @@ class FunctionMethod(Method):
         self.summary = summary or (inspect.getdoc(fn) or "").split("\n")[0]
         accepted = inspect.signature(fn).parameters
         self._wants = {key for key in ("ids", "seed") if key in accepted}
+        # taken now, from the code as it was loaded: a module file edited later, but not
+        # re-imported, must not pass for the code that runs
+        self.code = code_digest(fn)
 
     def evaluations(self, options: dict, shape: Sequence[int]) -> int:
         return self._evaluations
@@ -147,6 +152,51 @@ def register_method(name: str, method: Any, *, params: Optional[dict] = None,
 
 
 SCHEMES = ("roar", "bam", "idsds")
+
+
+def _source_of(obj: Any) -> bytes:
+    """The source text of a function or class, or (defined where no source is kept, e.g. with
+    exec) its compiled code; b"" for neither."""
+    try:
+        return inspect.getsource(obj).encode()
+    except (OSError, TypeError):
+        code = getattr(obj, "__code__", None)
+        return marshal.dumps(code) if code is not None else b""
+
+
+def _module_bytes(obj: Any) -> bytes:
+    """The bytes of the file of the module that defines `obj` (b"" without one)."""
+    module = inspect.getmodule(obj)
+    path = getattr(module, "__file__", None)
+    if not path:
+        return b""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except OSError:
+        return b""
+
+
+def code_digest(obj: Any) -> str:
+    """A digest of a user method's code: the function's (or class's) source and the whole
+    module file it comes from, so that editing the method, or a helper beside it, changes it
+    (docs/saliency.md, "Your own method": an edited method is recomputed)."""
+    digest = hashlib.sha256(_source_of(obj))
+    digest.update(b"\0module\0" + _module_bytes(obj))
+    return digest.hexdigest()[:16]
+
+
+def user_code(unit: Method) -> Optional[str]:
+    """`code_digest` of the code behind a unit that is not the package's own (a plain function
+    registered or named "package.module:function", a user's `Method`); None for a built-in,
+    whose code the package version fixes."""
+    if isinstance(unit, FunctionMethod):
+        return unit.code
+    if type(unit).__module__.split(".")[0] == "saliency_gen":
+        return None
+    if "_user_code" not in vars(unit):  # once per unit, as it was loaded
+        setattr(unit, "_user_code", code_digest(type(unit)))
+    return vars(unit)["_user_code"]
 
 
 def load(spec: str) -> str:

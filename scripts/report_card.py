@@ -182,6 +182,13 @@ def resolved_methods(config: Config) -> dict:
     return found
 
 
+def method_code(config: Config, methods: dict) -> dict:
+    """{method: digests of its user code} for every card method (a blur control: its method's),
+    part of each cell's origin: a cell of an edited method is recomputed."""
+    return {method: methods[engine.unblurred(method) or method].code_origin
+            for method in config.methods if (engine.unblurred(method) or method) in methods}
+
+
 def check_flags(config: Config) -> None:
     """What the options' own rules cannot say (they are checked when the config is built):
     the flags that go together."""
@@ -586,16 +593,14 @@ def _run(config: Config, methods: dict) -> dict:
     meta = meta_benchmarks(config, inputs) if config.meta_evaluation and inputs else {}
     meta_list = [benchmark for found in meta.values() for benchmark in found.values()]
     every = [*benchmarks, *checks, *variant_list, *meta_list]
+    code = method_code(config, methods)
     with progress.CostBar({b.name: len(config.methods) for b in every},
                           {b.name: b.cost for b in every}, "report card") as bar:
-        cells = engine.run_cells(benchmarks, config.methods, config.output_dir, bar.finished,
-                                 overwrite=config.overwrite)
-        check_cells = engine.run_cells(checks, config.methods, config.output_dir, bar.finished,
-                                       overwrite=config.overwrite)
-        variant_cells = engine.run_cells(variant_list, config.methods, config.output_dir,
-                                         bar.finished, overwrite=config.overwrite)
-        meta_cells = engine.run_cells(meta_list, config.methods, config.output_dir,
-                                      bar.finished, overwrite=config.overwrite)
+        cells_of = functools.partial(engine.run_cells, methods=config.methods,
+                                     output_dir=config.output_dir, progress=bar.finished,
+                                     overwrite=config.overwrite, method_code=code)
+        cells, check_cells, variant_cells, meta_cells = (
+            cells_of(group) for group in (benchmarks, checks, variant_list, meta_list))
     summary = engine.summarise(benchmarks, config.methods, cells, config.seed)
     meta_evaluate(summary, benchmarks, meta, {**cells, **meta_cells})
     sections, sanity = [], None

@@ -9,12 +9,13 @@ import json
 import os
 import re
 import shutil
+import sys
 
 import numpy as np
 import pytest
 
 from models.foundation.errors import UserError
-from tests import REPO
+from tests import REPO, binaries
 from tests.conftest import assert_origin_covers_the_flags
 
 
@@ -277,3 +278,39 @@ def test_a_method_or_benchmark_named_twice_is_refused_before_any_work():
     with pytest.raises(UserError, match="--benchmarks names 'ROAD' twice"):
         report_card.check_flags(report_card.Config(methods=("random",),
                                                    benchmarks=("ROAD", "ROAD")))
+
+
+def test_an_edited_method_is_recomputed_by_the_same_card_command(trained_world, tmp_path):
+    """Edit a user method's module and re-run the same card command: its cells are recomputed
+    with one line saying why (before: reused, the old values shown); a damaged cell too."""
+    data_dir, model_dir, _ = trained_world
+    module, output = tmp_path / "card_method.py", tmp_path / "card"
+    cell = _card_module().engine.cell_path(str(output), "Deletion", "card_method:saliency")
+
+    def run(sign):
+        module.write_text("def saliency(model, images, targets):\n"
+                          f"    return {sign}images * 2.0\n")
+        done = binaries.run(
+            [sys.executable, os.path.join(REPO, "scripts", "report_card.py"),
+             "--methods=card_method:saliency", "--benchmarks=Deletion", "--sanity=false",
+             "--meta_evaluation=false", "--gallery_images=0", "--nr_images=6",
+             "--max_step_nb=8", f"--model_path={os.path.join(model_dir, 'obj')}",
+             f"--input_pattern={os.path.join(data_dir, 'records', 'validation-*')}",
+             f"--output_dir={output}"], cwd=REPO, timeout=300,
+            env=dict(os.environ, PYTHONPATH=str(tmp_path)))
+        assert done.returncode == 0, done.stderr
+        with open(cell, encoding="utf-8") as handle:
+            return done.stdout, json.load(handle)
+
+    _, first = run("")
+    printed, edited = run("-")
+    assert ("the code of method card_method:saliency changed since the cell was computed; "
+            "recomputing it") in printed
+    assert edited["values"] != first["values"]  # the reversed map deletes other pixels first
+    assert edited["origin"]["settings"]["method_code"] != first["origin"]["settings"][
+        "method_code"]
+    with open(cell, "r+", encoding="utf-8") as handle:  # a cell cut short (a full disk, say)
+        handle.truncate(40)
+    printed, again = run("-")
+    assert "is empty or corrupt" in printed and "recomputing it" in printed
+    assert again["values"] == edited["values"]

@@ -95,6 +95,25 @@ def differences(recorded: dict, requested: dict) -> list:
     return found
 
 
+# The setting that holds the digests of a user method's code (`saliency_gen.names.Resolved`):
+# an output that differs from a request in it alone was made by an earlier edit of the method,
+# and is recomputed with one line rather than refused (docs/architecture.md, "Outputs and
+# provenance").
+METHOD_CODE = "method_code"
+
+
+def code_changed(recorded: dict, requested: dict) -> bool:
+    """Whether `recorded` and `requested` differ, and only in the method's code."""
+    found = differences(recorded, requested)
+    return bool(found) and all(name == METHOD_CODE for name, _, _ in found)
+
+
+def with_code(settings: dict, code: dict) -> dict:
+    """`settings` with the method code digests `code` added (unchanged when it is empty, so the
+    package's own methods keep the origins they always had)."""
+    return {**settings, METHOD_CODE: code} if code else dict(settings)
+
+
 def _shown(value) -> str:
     text = json.dumps(value) if not isinstance(value, str) else value
     return text if len(text) <= 60 else text[:57] + "..."

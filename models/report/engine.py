@@ -64,10 +64,12 @@ def _file_name(name: str) -> str:
 
 def run_cells(benchmarks: Sequence[Benchmark], methods: Sequence[str], output_dir: str,
               progress: Optional[Callable[[str, float], None]] = None,
-              overwrite: bool = False) -> dict:
+              overwrite: bool = False, method_code: Optional[dict] = None) -> dict:
     """{(benchmark, method): {metric: values} or None (unsupported)}, computing only the cells
     not already finished with the same origin. `progress(benchmark name, seconds)` follows
-    every cell (a reused or unsupported cell takes about 0 s)."""
+    every cell (a reused or unsupported cell takes about 0 s). `method_code` maps a user
+    method to the digests of its code (`saliency_gen.names.Resolved.code_origin`): a cell of an
+    earlier edit of the method is recomputed, with one line saying so."""
     cells: dict = {}
     for benchmark in benchmarks:
         for method in methods:
@@ -75,7 +77,8 @@ def run_cells(benchmarks: Sequence[Benchmark], methods: Sequence[str], output_di
             if not benchmark.supports(method):
                 cells[key] = None
             else:
-                cells[key] = _cell(benchmark, method, output_dir, overwrite)
+                code = (method_code or {}).get(method, {})
+                cells[key] = _cell(benchmark, method, output_dir, overwrite, code)
             if progress:
                 progress(benchmark.name, time.perf_counter() - started)
     return cells
@@ -99,18 +102,32 @@ def values_digest(values: dict) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _cell(benchmark, method, output_dir, overwrite):
+def _stored_cell(path: str) -> Optional[dict]:
+    """The cell in `path`, or None (with one line) when it is damaged: cut short, not JSON, or
+    JSON of another shape. Cells are this program's own outputs, so a damaged one is
+    recomputed, as an edited method's is."""
+    try:
+        return read_json(path, "card cell", CELL_SCHEMA)
+    except UserError as error:
+        print(f"{str(error).split(';')[0]}; recomputing it", flush=True)
+        return None
+
+
+def _cell(benchmark, method, output_dir, overwrite, code):
     path = cell_path(output_dir, benchmark.name, method)
-    requested = provenance.origin({"benchmark": benchmark.name, "method": method,
-                                   **benchmark.settings})
-    if os.path.exists(path):
-        stored = read_json(path, "card cell", CELL_SCHEMA)
+    requested = provenance.origin(provenance.with_code(
+        {"benchmark": benchmark.name, "method": method, **benchmark.settings}, code))
+    stored = _stored_cell(path) if os.path.exists(path) else None
+    if stored is not None:
         error = provenance.mismatch_error(f"card cell {path}", stored["origin"], requested)
         if error is None and stored.get("digest") == values_digest(stored["values"]):
             return stored["values"]
         if error is None:
             print(f"card cell {path}: its values differ from what was written (or it predates "
                   "digests); recomputing it", flush=True)
+        elif provenance.code_changed(stored["origin"], requested):
+            print(f"card cell {path}: the code of method {method} changed since the cell was "
+                  "computed; recomputing it", flush=True)
         elif not overwrite:
             raise error
     values = benchmark.score(method)

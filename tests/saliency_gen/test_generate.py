@@ -165,3 +165,56 @@ def test_binary_writes_float16_maps(tiny_world, exported, tmp_path):
                f"--output_dir={tmp_path / 'ok'}", "--saliency_method=sobel", "--dtype=float16")
     assert done.returncode == 0, done.stderr
     assert "images/s" in done.stdout.splitlines()[-1]
+
+
+USER_METHOD = '''import tensorflow as tf
+
+
+def saliency(model, images, targets):
+    """The gradient of the target logit{doc}."""
+    with tf.GradientTape() as tape:
+        tape.watch(images)
+        score = tf.reduce_sum(tf.gather(model(images), targets, batch_dims=1))
+    return {sign}tape.gradient(score, images)
+'''
+
+
+def test_an_edited_user_method_is_recomputed_with_a_line_saying_why(tiny_world, exported,
+                                                                     tmp_path):
+    """Edit the method's module between two runs of the same command: its maps are redone
+    (before: reused, the old values); an edit elsewhere in the module counts too, a re-run
+    without an edit reuses them."""
+    root, _ = tiny_world
+    model_path, _ = exported
+    source = os.path.join(root, "records", "validation-00000-of-00001.tfrecord")
+    module = tmp_path / "edited_method.py"
+    out = tmp_path / "maps"
+    shard = out / "edited_method_saliency" / os.path.basename(source)
+
+    def run(sign, doc=""):
+        module.write_text(USER_METHOD.format(sign=sign, doc=doc))
+        done = binaries.run([sys.executable, "-m", "saliency_gen.generate",
+                             f"--input_pattern={source}", f"--model_path={model_path}",
+                             f"--output_dir={out}", "--saliency_method=edited_method:saliency",
+                             "--dtype=float32"], cwd=REPO, timeout=300,
+                            env=dict(os.environ, PYTHONPATH=str(tmp_path)))
+        assert done.returncode == 0, done.stderr
+        maps = [example["saliency"].numpy() for example in records.keyed_records(
+            [str(shard)]).map(lambda k, r: records.parse_saliency_record(
+                r, "edited_method_saliency", "float32", (64, 64, 3), default_key=k)).take(2)]
+        return done.stdout, np.stack(maps)
+
+    first, maps = run("")
+    assert "changed" not in first and np.abs(maps).max() > 0
+    edited, negated = run("-")
+    assert "saliency folder" in edited and "the code of method edited_method:saliency " \
+                                           "changed since its shards were made; redoing them" in edited
+    assert "wrote 300 maps" in edited
+    np.testing.assert_array_equal(negated, -maps)
+    unchanged, same = run("-")
+    assert "changed" not in unchanged and "wrote 0 maps" in unchanged
+    np.testing.assert_array_equal(same, negated)
+    elsewhere, _ = run("-", doc=" (a docstring edited)")
+    assert "changed since its shards were made" in elsewhere
+    manifest = json.loads((shard.parent / "manifest.json").read_text())
+    assert set(manifest["settings"]["method_code"]) == {"edited_method:saliency"}
