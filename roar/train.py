@@ -36,6 +36,7 @@ else:
 synthetic_setup = lazy_module("roar.synthetic_setup")
 tfds_source = lazy_module("roar.tfds_source")
 pipelines = lazy_module("saliency_gen.pipelines")
+records = lazy_module("saliency_gen.records")
 
 
 def run_masked(train_files: Sequence[str], eval_files: Sequence[str],
@@ -330,8 +331,9 @@ def run(config: Config, verbose: int = 1) -> dict:
         print(f"ROAR run -> {output}")
     # every flag that changes results (docs/architecture.md, "Outputs and provenance"), then
     # the resolved masking, method and ratio
-    record = {**origin_flags(f), **dataclasses.asdict(mask), "saliency_method": method,
-              "ratio": ratio}
+    record = provenance.with_code(
+        {**origin_flags(f), **dataclasses.asdict(mask), "saliency_method": method,
+         "ratio": ratio}, records.manifest_code(data_dir) if source == "saliency" else {})
     options = f.run_options(
         model_name=f.model or ("small_cnn" if synthetic else "resnet50"),
         num_classes=num_classes, recipe=recipe, seed=f.seed, overwrite=f.overwrite,

@@ -26,8 +26,9 @@ from typing import Any, Iterable, Iterator, Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
+from models.foundation import provenance
 from models.foundation.errors import MissingPathError, RecordError, UserError, check_known
-from models.foundation.files import atomic_output, is_temporary
+from models.foundation.files import atomic_output, is_temporary, read_json
 from saliency_gen import shard_ledger
 from saliency_gen.formats import MAP_DTYPES
 
@@ -259,6 +260,17 @@ def write_serialized(path: str, serialized_records: Iterable[bytes]) -> int:
 
 
 MANIFEST = "manifest.json"  # the origin of a folder of shards (saliency_gen.generate)
+
+
+def manifest_code(folder: str) -> dict:
+    """The user method code digests in the origin of a folder of saliency shards ({} for the
+    package's own methods, or a folder without a manifest): what a run trained on its maps puts
+    into its own origin, so that an edited method's run is redone."""
+    path = os.path.join(folder, MANIFEST)
+    if not os.path.exists(path):
+        return {}
+    recorded = read_json(path, "origin file", provenance.ORIGIN_SCHEMA)["settings"]
+    return recorded.get(provenance.METHOD_CODE, {})
 
 
 def list_files(pattern: str, what: str = "--input_pattern") -> list:

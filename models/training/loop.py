@@ -249,7 +249,12 @@ def prepare_run_folder(output_dir: str, requested: dict, overwrite: bool) -> Opt
     recording the origin)."""
     origin_path = os.path.join(output_dir, ORIGIN)
     what = f"run folder {output_dir}"
-    if overwrite:
+    edited = (not overwrite and os.path.exists(origin_path) and provenance.code_changed(
+        read_json(origin_path, "origin file", provenance.ORIGIN_SCHEMA), requested))
+    if edited:
+        print(f"{what}: the code of the method whose maps it trains on changed since it was "
+              "made; training it afresh", flush=True)
+    if overwrite or edited:
         shutil.rmtree(output_dir, ignore_errors=True)
     elif os.path.exists(origin_path):
         provenance.check(origin_path, requested, what)

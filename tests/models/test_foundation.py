@@ -264,3 +264,24 @@ def test_an_output_path_of_the_wrong_kind_and_a_full_disk_are_one_line(tmp_path,
     lines = capsys.readouterr().err.strip().splitlines()
     assert ended.value.code == 2 and len(lines) == 1
     assert lines[0].startswith("error: No space left on device (") and "out.json" in lines[0]
+
+
+def test_a_run_folder_of_an_edited_method_is_trained_afresh_with_a_line(tmp_path, capsys):
+    """A ROAR run folder whose origin differs from the request in the method's code alone (its
+    maps came from an earlier edit of a user method) is started afresh with one line (before:
+    its finished metrics were reused); any other difference is still refused."""
+    from models.foundation import provenance
+    from models.training import loop
+
+    folder = str(tmp_path / "run")
+    old = provenance.origin({"ratio": 0.5, provenance.METHOD_CODE: {"m:f": "a" * 16}})
+    assert loop.prepare_run_folder(folder, old, overwrite=False) is None
+    (tmp_path / "run" / "metrics.json").write_text('{"top1": 0.5}')
+    assert loop.prepare_run_folder(folder, old, overwrite=False) == {"top1": 0.5}
+    edited = provenance.origin({"ratio": 0.5, provenance.METHOD_CODE: {"m:f": "b" * 16}})
+    assert loop.prepare_run_folder(folder, edited, overwrite=False) is None
+    assert "the code of the method whose maps it trains on changed" in capsys.readouterr().out
+    assert not (tmp_path / "run" / "metrics.json").exists()
+    other = provenance.origin({"ratio": 0.6, provenance.METHOD_CODE: {"m:f": "c" * 16}})
+    with pytest.raises(UserError, match=r"was made with method_code=.* \(and 1 more"):
+        loop.prepare_run_folder(folder, other, overwrite=False)
