@@ -74,10 +74,10 @@ def _run_warm(command, cwd, environment, timeout) -> subprocess.CompletedProcess
             except (socket.timeout, TimeoutError):
                 os.kill(pid, signal.SIGKILL)
                 raise subprocess.TimeoutExpired(command, timeout) from None
-        if not status.strip():
-            raise RuntimeError(f"the warm child {pid} of {command} ended without a status")
         stdout, stderr = (open(name, encoding="utf-8", errors="replace").read()
                           for name in outputs)
+        if not status.strip():  # killed by a signal (as by kill -9): subprocess.run says -9
+            return subprocess.CompletedProcess(command, -signal.SIGKILL, stdout, stderr)
     return subprocess.CompletedProcess(command, int(status), stdout, stderr)
 
 

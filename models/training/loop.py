@@ -24,6 +24,7 @@ from models.formats.exporting import export
 from models.foundation import provenance, results
 from models.foundation.errors import UserError, check_one_of
 from models.foundation.files import ensure_directory, exclusive, read_json, write_json
+from models.training import backup as epoch_backup
 from models.training import distribution
 from models.training.recipes import OPTIMIZERS, PRECISIONS, Recipe, RunOptions
 
@@ -146,8 +147,6 @@ def _one_hot(num_classes):
 
 
 LABEL_MESSAGE = "a label lies"
-BACKUP_STATE = "training_metadata.json"  # Keras' BackupAndRestore: {"epoch": finished epochs}
-PROGRESS = "progress.json"  # ours, in the backup: time spent and resumptions so far
 ORIGIN = "origin.json"
 
 
@@ -177,70 +176,29 @@ class StopAfter(keras.callbacks.Callback):
             raise Stopped(epoch + 1)
 
 
-class ReadOnlyBackup(keras.callbacks.BackupAndRestore):
-    """A multi-worker run's non-chief workers restore from the chief's backup and never write
-    it: every worker resumes from the same epoch. They save their weights to their own scratch
-    folder at the same moments as the chief, since saving takes part in the workers'
-    collective operations."""
+class Progress:
+    """The time spent and the resumptions of a run, counted over every attempt of a killed and
+    resumed run: the backup keeps them with each epoch's state."""
 
-    def __init__(self, backup_dir: str, scratch_dir: str):
-        super().__init__(backup_dir)
-        self.scratch_dir = scratch_dir
-
-    def on_epoch_end(self, epoch: int, logs: Optional[dict] = None) -> None:
-        self.model.save_weights(os.path.join(ensure_directory(self.scratch_dir),
-                                             "latest.weights.h5"), overwrite=True)
-
-    def on_train_end(self, logs: Optional[dict] = None) -> None:
-        pass
-
-
-class Progress(keras.callbacks.Callback):
-    """Keeps the time spent and the resumptions in the backup folder at every epoch end, so the
-    final metrics count every attempt of a killed and resumed run (with `path` None it only
-    measures the time)."""
-
-    def __init__(self, path: Optional[str], state: dict):
-        super().__init__()
-        self.path, self.state = path, state
+    def __init__(self, state: Optional[dict]):
+        recorded = {} if state is None else state.get("progress", {})
+        self.train_seconds = float(recorded.get("train_seconds", 0.0))
+        self.resumed_at_epochs = list(recorded.get("resumed_at_epochs", []))
+        if state is not None:
+            self.resumed_at_epochs.append(int(state["epoch"]))
         self.started = time.time()
 
     def seconds(self) -> float:
-        return self.state["train_seconds"] + time.time() - self.started
+        return self.train_seconds + time.time() - self.started
 
-    def on_epoch_end(self, epoch: int, logs: Optional[dict] = None) -> None:
-        if self.path is not None:
-            write_json(self.path, {**self.state, "train_seconds": self.seconds()})
+    def record(self) -> dict:
+        return {"train_seconds": self.seconds(), "resumed_at_epochs": self.resumed_at_epochs}
 
 
-# The backup's epoch counter and its progress record (written by the callbacks above).
-BACKUP_STATE_SCHEMA = {"type": "object",
-                       "properties": {"epoch": {"type": "integer", "minimum": 0}}}
-PROGRESS_SCHEMA = {"type": "object", "properties": {
-    "train_seconds": {"type": "number"},
-    "resumed_at_epochs": {"type": "array", "items": {"type": "integer"}}}}
 # A finished run's metrics.json, whatever trained it (ROAR, fine-tuning), and a ROAR run's, which
 # roar.report and train_and_evaluate's reuse read.
 # (METRICS_SCHEMA lives with the results writer, which roar.report loads without TensorFlow.)
 FINISHED_SCHEMA = {"type": "object"}
-
-
-def resume_state(backup: Optional[str]) -> tuple[int, dict]:
-    """(finished epochs, progress so far) of a backup folder (0 and a fresh record if none, or
-    if `backup` is None)."""
-    state: dict = {"train_seconds": 0.0, "resumed_at_epochs": []}
-    epochs = 0
-    if backup is None:
-        return epochs, state
-    if os.path.exists(os.path.join(backup, BACKUP_STATE)):
-        epochs = read_json(os.path.join(backup, BACKUP_STATE), "backup state",
-                           BACKUP_STATE_SCHEMA).get("epoch", 0)
-    if os.path.exists(os.path.join(backup, PROGRESS)):
-        state.update(read_json(os.path.join(backup, PROGRESS), "backup progress",
-                               PROGRESS_SCHEMA))
-    if epochs > 0:
-        state["resumed_at_epochs"] = [*state["resumed_at_epochs"], epochs]
-    return epochs, state
 
 
 def prepare_run_folder(output_dir: str, requested: dict, overwrite: bool) -> Optional[dict]:
@@ -378,21 +336,19 @@ def fit(build: Callable[[], Any], stream_from: Callable[[int], Any], run: RunOpt
     distributed = distribution.start(run.strategy, run.cpu_replicas)
     with distributed.scope():
         model = build()
-    done_epochs, state = resume_state(backup)
-    progress = Progress(None if backup is None else os.path.join(backup, PROGRESS), state)
+    if scratch is not None and backup is None:
+        raise ValueError("a worker's scratch folder goes with the chief's backup")
+    state = epoch_backup.latest(backup, writer=scratch is None)
+    done_epochs = 0 if state is None else int(state["epoch"])
+    progress = Progress(state)
     stream = distribution.distribute_training(distributed, stream_from(done_epochs),
                                               run.recipe.batch_size)
-    if scratch is not None:
-        if backup is None:
-            raise ValueError("a worker's scratch folder goes with the chief's backup")
-        run_callbacks = [ReadOnlyBackup(backup, os.path.join(scratch, "backup")),
-                         keras.callbacks.TensorBoard(os.path.join(scratch, "logs"))]
-    else:
-        run_callbacks = [] if backup is None else [
-            keras.callbacks.BackupAndRestore(backup, delete_checkpoint=not keep_backup),
-            progress]
-        if logs is not None:
-            run_callbacks.append(keras.callbacks.TensorBoard(logs))
+    run_callbacks: list = [] if backup is None else [epoch_backup.EpochBackup(
+        backup, state, progress.record, keep=keep_backup,
+        scratch=None if scratch is None else os.path.join(scratch, "backup"))]
+    logs = logs if scratch is None else os.path.join(scratch, "logs")
+    if logs is not None:
+        run_callbacks.append(keras.callbacks.TensorBoard(logs))
     if run.stop_after_epochs is not None:
         run_callbacks.append(StopAfter(run.stop_after_epochs))
     try:
@@ -408,7 +364,7 @@ def fit(build: Callable[[], Any], stream_from: Callable[[int], Any], run: RunOpt
     except tf.errors.OpError as error:
         raise DataError(_data_problem(error)) from None
     return Fitted(model, [float(v) for v in history.history.get("loss", [])], done_epochs,
-                  seconds, list(state["resumed_at_epochs"]),
+                  seconds, list(progress.resumed_at_epochs),
                   int(distributed.num_replicas_in_sync), finished)
 
 
@@ -452,7 +408,8 @@ def _train(train_data, eval_data, output_dir, requested, run: RunOptions, *, scr
                          first * steps_per_epoch), run,
                      steps_per_epoch=steps_per_epoch, epochs=epochs, backup=backup,
                      first_batch=first_batch, logs=os.path.join(output_dir, "logs"),
-                     callbacks=callbacks, scratch=scratch, after=after)
+                     callbacks=callbacks, scratch=scratch, after=after,
+                     keep_backup=True)  # until metrics.json is written (below)
     except Stopped as stop:
         return {"stopped_after_epoch": stop.epochs}
     scores, info = fitted.after

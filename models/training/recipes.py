@@ -100,7 +100,8 @@ class TrainingFlags(Checked):
                        origin=False)
     checkpoint: Optional[str] = option(
         None, "--mode=eval: an exported model folder (a run's model/); roar.train also takes a "
-        "Keras weights file of --model (a killed run's backup/latest.weights.h5).", origin=False)
+        "Keras weights file of --model (a killed run's newest backup/epoch-NNNN.weights.h5).",
+        origin=False)
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -64,7 +64,7 @@ def test_killed_training_resumes_to_the_uninterrupted_weights(tiny_world, tmp_pa
     with pytest.raises(KeyboardInterrupt):  # 4 steps per epoch: killed inside the second
         train.train_classifier(root, "obj", _run(epochs=3, seed=1), backup_dir=backup,
                                callbacks=[interrupt_at(epoch=1, step=1)])
-    assert os.path.isfile(os.path.join(backup, "training_metadata.json"))
+    assert os.path.isfile(os.path.join(backup, "epoch-0001.json"))
     resumed, report = train.train_classifier(root, "obj", _run(epochs=3, seed=1),
                                              backup_dir=backup)
     assert report["resumed_from_epoch"] == 1 and report["epochs_run"] == 3

@@ -268,38 +268,6 @@ def test_a_tensorflow_datasets_split_becomes_masked_records(tmp_path):
 
 
 
-def test_a_killed_run_resumes_exactly_and_other_settings_are_refused(world, tmp_path):
-    recipe = recipes.with_overrides(recipes.SYNTHETIC_RECIPE, epochs=3.0)
-    config = masked_data.MaskConfig(ratio=0.3)
-    files = world["validation"]  # small: 1,000 images
-
-    def run(folder, train_crop="none", **options):
-        read = masked_data.Records(control="random", train_crop=train_crop)
-        return train.run_masked(files, files, config, read, recipes.RunOptions(recipe=recipe),
-                                output_dir=str(tmp_path / folder), **options)
-
-    uninterrupted = run("whole")
-    killed = tmp_path / "killed"
-    with pytest.raises(KeyboardInterrupt):  # killed at step 5 of epoch 2, after two backups
-        run("killed", callbacks=[interrupt_at(epoch=1, step=5)])
-    with open(killed / "backup" / "training_metadata.json") as handle:
-        assert json.load(handle)["epoch"] == 1
-    assert not os.path.exists(killed / "metrics.json")  # nothing looks finished
-    resumed = run("killed")
-    assert resumed["model_id"] == uninterrupted["model_id"]  # the same weights, bit for bit
-    assert resumed["top1"] == uninterrupted["top1"]
-    assert resumed["resumptions"] == 1 and resumed["resumed_at_epochs"] == [1]
-    assert uninterrupted["resumptions"] == 0 and not os.path.exists(killed / "backup")
-    assert run("killed") == resumed  # a finished run of the same origin is reused
-    with pytest.raises(UserError, match=r"run folder .*killed was made with "
-                                        r"base_learning_rate=0.004, not 0.01; pass --overwrite"):
-        train.run_masked(files, files, config, masked_data.Records(control="random"),
-                         recipes.RunOptions(recipe=recipes.with_overrides(
-                             recipe, base_learning_rate=0.01)), output_dir=str(killed))
-    with pytest.raises(UserError, match=r"made with train_crop=none, not inception"):
-        run("killed", train_crop="inception")  # a pipeline setting is part of the origin
-
-
 def test_road_summary_averages_each_order_over_the_fractions():
     from roar import metric_definitions
 
