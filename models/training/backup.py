@@ -21,8 +21,14 @@ from typing import Callable, Optional
 import keras
 
 from models.foundation.errors import UserError
-from models.foundation.files import (ensure_directory, file_sha256, read_json, remove_leftovers,
-                                     temporary_name, write_json)
+from models.foundation.files import (
+    ensure_directory,
+    file_sha256,
+    read_json,
+    remove_leftovers,
+    temporary_name,
+    write_json,
+)
 
 STATE = re.compile(r"^epoch-(\d{4,})\.json$")
 KEPT = 2  # committed states kept: the newest and the one before it

@@ -10,13 +10,12 @@ import sys
 import numpy as np
 import pytest
 
-from models.foundation.errors import UserError
 from models.training import recipes
 from roar import masked_data, masking, road, train
 from saliency_gen import generate, records
 from saliency_gen.world import synthetic
 from tests import REPO, binaries
-from tests.conftest import assert_origin_covers_the_flags, interrupt_at
+from tests.conftest import assert_origin_covers_the_flags
 
 SIZE, T, V = 32, 30, 10  # 3,000 train and 1,000 test images of 32 x 32
 RECIPE = recipes.with_overrides(recipes.SYNTHETIC_RECIPE, epochs=5.0)
