@@ -26,8 +26,8 @@ import urllib.request
 import zipfile
 from typing import Optional
 
-from tqdm import tqdm
 
+from models.foundation import progress as progress_bar
 from models.foundation.cli import option, run_binary
 from models.foundation.errors import UserError
 from models.foundation.files import file_sha256, read_json, write_json
@@ -84,9 +84,9 @@ def fetch(url: str, path: str, expected: Optional[str] = None, timeout: float = 
                 write_json(about, {"url": url, "validator": validator})
             length = response.headers.get("Content-Length")
             total = have + int(length) if length is not None else None
-            with open(partial, "ab" if resumed else "wb") as handle, tqdm(
-                    total=total, initial=have, unit="B", unit_scale=True, disable=not progress,
-                    desc=os.path.basename(path)) as bar:
+            with open(partial, "ab" if resumed else "wb") as handle, progress_bar.bar(
+                    total if progress else 0, os.path.basename(path), "B", initial=have,
+                    unit_scale=True) as bar:
                 try:
                     for block in iter(lambda: response.read(CHUNK), b""):
                         handle.write(block)

@@ -20,10 +20,10 @@ import os
 import time
 from typing import Callable, Optional, Sequence
 
-from tqdm import tqdm
 
 import models
 from bam import metric_definitions
+from models.foundation import progress as progress_bar
 from models.foundation import provenance
 from models.foundation import results as result_files
 from models.foundation.cli import option, origin_flags, run_binary
@@ -260,8 +260,8 @@ def _run(config: Config) -> dict:
     pairs = len({pair for m in pair_metrics if m in metric_definitions.PAIRS
                  for pair in metric_definitions.PAIRS[m]})
     total = config.num_imgs * len(methods) * (pairs + 10 * ("RMCS" in metric_names))
-    with tqdm(total=total if scored else 2 * len(pair_metrics), desc="BAM metrics",
-              unit="map" if scored else "pair", disable=None, smoothing=0.1) as bar:
+    with progress_bar.bar(total if scored else 2 * len(pair_metrics), "BAM metrics",
+                      "map" if scored else "pair", smoothing=0.1) as bar:
         step = bar.update if scored else None
         results = compute(dataclasses.replace(config, data_dir=data_dir, model_dir=model_dir,
                                               methods=tuple(methods)),

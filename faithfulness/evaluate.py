@@ -19,12 +19,11 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union
 
 import numpy as np
-from tqdm import tqdm
 
 import models
 from faithfulness import protocols
 from faithfulness.protocols import BASELINES, METRICS, ORDERS
-from models.foundation import provenance
+from models.foundation import progress, provenance
 from models.foundation import results as result_files
 from models.foundation.cli import option, origin_flags, run_binary
 from models.foundation.errors import UserError, require_both_or_neither
@@ -320,8 +319,7 @@ def _run(f: Config, output: str) -> dict:
                         f"{pattern}; use at most {len(images)}, or -1 for all")
     print(f"{f.evaluation_protocol}: {len(images)} images of {pattern}, model {loaded.model_id}")
     started = time.time()
-    with tqdm(total=len(images) * len(explainers), unit="img", file=sys.stderr,
-              desc=f.evaluation_protocol) as bar:
+    with progress.bar(len(images) * len(explainers), f.evaluation_protocol, "img") as bar:
         results = evaluate(loaded, images, labels, ids, chosen, f.evaluation_protocol,
                            options, progress=bar.update)
     seconds = time.time() - started

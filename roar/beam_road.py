@@ -76,7 +76,7 @@ def run(config: Config) -> list:
         f = road.on_synthetic_world(config)
         model = models.load(f.ckpt_path)
         read = road.inputs(f, model.input_shape[0])
-        counts = [(path, count_records([path])) for path in read.files]
+        counts = road.first_records(f, [(path, count_records([path])) for path in read.files])
         units = list(f.work_ranges(counts, f.batch_size))
         scratch = os.path.abspath(f.output) + ".combined.json"
 

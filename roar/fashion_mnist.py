@@ -24,8 +24,8 @@ import os
 import time
 
 import keras
-from tqdm import tqdm
 
+from models.foundation import progress
 from models.foundation.cli import option, run_binary
 from models.foundation.rules import UNIQUE_NUMBERS, WHOLE_PERCENTS, Checked, at_least, some_of
 from roar import report, sweep, train
@@ -104,19 +104,25 @@ def run(config: Config) -> list:
     runs = [(mode, method, float(ratio), int(seed)) for mode in config.modes
             for method in config.methods for ratio in config.ratios for seed in config.seeds]
     runs_dir = os.path.join(root, "runs")
-    for mode, method, ratio, seed in tqdm(runs, unit="run", desc="ROAR / KAR retraining"):
-        flags = dict(ratio=ratio, seed=seed, keep_information=mode == "kar",
-                     output_dir=runs_dir, **_training_flags(config, config.epochs))
-        if method == "random":
-            flags.update(transformation="random_baseline", data_dir=data_dir)
-        else:
-            flags.update(saliency_method=method,
-                         data_dir=os.path.join(saliency_dir, generate.method_directory(
-                             f"roar:{method}")))
-        _quiet_run(**flags)
+    with progress.bar(len(runs), "ROAR / KAR retraining", "run") as bar:
+        for mode, method, ratio, seed in runs:
+            _train_one(config, mode, method, ratio, seed, runs_dir, data_dir, saliency_dir)
+            bar.update(1)
     print(f"{len(runs)} runs finished in {time.time() - started:.0f} s in all")
     return report.run(report.Config(output_dir=runs_dir,
                                     output=os.path.join(root, "fashion_mnist_roar")))
+
+
+def _train_one(config, mode, method, ratio, seed, runs_dir, data_dir, saliency_dir) -> None:
+    """One ROAR or KAR retraining of the grid."""
+    flags = dict(ratio=ratio, seed=seed, keep_information=mode == "kar",
+                 output_dir=runs_dir, **_training_flags(config, config.epochs))
+    if method == "random":
+        flags.update(transformation="random_baseline", data_dir=data_dir)
+    else:
+        flags.update(saliency_method=method, data_dir=os.path.join(
+            saliency_dir, generate.method_directory(f"roar:{method}")))
+    _quiet_run(**flags)
 
 
 if __name__ == "__main__":

@@ -242,12 +242,16 @@ def masked_dataset(files: Sequence[str], read: Records, config: MaskConfig, *, t
 
 
 def scored_batches(files: Sequence[str], read: Records, mask_seed: int, *, batch_size: int,
-                   span: Optional[tuple[int, int]] = None) -> tf.data.Dataset:
+                   span: Optional[tuple[int, int]] = None,
+                   limit: Optional[int] = None) -> tf.data.Dataset:
     """Evaluation batches of (keys, pixels [B, S, S, 3] in [0, 1], labels, scores) of every
-    example of `files` in file order, unmasked and unnormalised: what ROAD's one computation
-    (`roar.road_outcomes`) takes. `span` as in `masked_dataset`."""
-    return (_examples(files, read, mask_seed, training=False, seed=0, span=span)
-            .batch(batch_size).prefetch(tf.data.AUTOTUNE))
+    example of `files` in file order (the first `limit` only, when given), unmasked and
+    unnormalised: what ROAD's one computation (`roar.road_outcomes`) takes. `span` as in
+    `masked_dataset`."""
+    examples = _examples(files, read, mask_seed, training=False, seed=0, span=span)
+    if limit is not None:
+        examples = examples.take(limit)
+    return examples.batch(batch_size).prefetch(tf.data.AUTOTUNE)
 
 
 def find_bad_record(files: Sequence[str], read: Records, num_classes: int,

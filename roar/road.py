@@ -19,16 +19,16 @@ import os
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence, TypeVar
 
 import numpy as np
-from tqdm import tqdm
 
 import models
-from models.foundation import provenance
+from models.foundation import progress, provenance
 from models.foundation.cli import option, origin_flags, run_binary
 from models.foundation.errors import UserError, required
 from models.foundation.files import exclusive, write_json
 from models.foundation.lazy import lazy_module
 from models.foundation.metric_spec import legend
-from models.foundation.rules import UNIQUE_NUMBERS, WHOLE_PERCENTS, Checked, at_least, some_of
+from models.foundation.rules import (COUNT_OR_ALL, UNIQUE_NUMBERS, WHOLE_PERCENTS, Checked,
+                                    at_least, some_of)
 from roar import metric_definitions
 
 # Loaded on first use: a bad flag is reported before TensorFlow starts (docs/architecture.md).
@@ -57,15 +57,15 @@ class Inputs:
 
 
 def image_outcomes(model: Any, read: Inputs, *, orders: Sequence[str] = ORDERS,
-                   batch_size: int = 128, span: Optional[tuple[int, int]] = None
-                   ) -> Iterator[tuple[list, dict]]:
+                   batch_size: int = 128, span: Optional[tuple[int, int]] = None,
+                   limit: Optional[int] = None) -> Iterator[tuple[list, dict]]:
     """Per batch of `batch_size` test records of `read`: (example keys, {(order, p): (hit [B]
     bool, true-class probability [B] float64)}) at every order and fraction, from ROAD's one
     computation (`roar.road_outcomes`; the imputation noise keyed by the example keys). `span`
-    (start, count) restricts one file to a range."""
+    (start, count) restricts one file to a range, `limit` the records to the first ones."""
     chosen = road_outcomes.settings(orders, read.ratios)
     batches = masked_data.scored_batches(read.files, read.records, read.mask.seed,
-                                         batch_size=batch_size, span=span)
+                                         batch_size=batch_size, span=span, limit=limit)
     for keys, pixels, labels, scores in batches:
         found = road_outcomes.outcomes(model, pixels, labels, masked_data.noise_keys(keys),
                                        scores, read.mask, chosen, batch_size=batch_size)
@@ -77,14 +77,17 @@ def image_outcomes(model: Any, read: Inputs, *, orders: Sequence[str] = ORDERS,
 def evaluate_curve(model: Any, read: Inputs, *, orders: Sequence[str] = ORDERS,
                    batch_size: int = 128, method_name: Optional[str] = None,
                    progress: Optional[Callable[[dict], None]] = None,
-                   image_progress: Optional[Callable[[int], None]] = None) -> list:
+                   image_progress: Optional[Callable[[int], None]] = None,
+                   limit: Optional[int] = None) -> list:
     """Rows {method, order, p, fraction_removed, accuracy, true_class_probability, n} for
     every order and each of `read`'s fractions, evaluated with `model` (a `models.load` object
     or Keras model) in one pass over the records. `progress(row)` is called for each row at
-    the end, `image_progress(n)` after each batch with its n imputed images."""
+    the end, `image_progress(n)` after each batch with its n imputed images. `limit`: the first
+    records only."""
     sums: dict = {}
     count = 0
-    for keys, found in image_outcomes(model, read, orders=orders, batch_size=batch_size):
+    for keys, found in image_outcomes(model, read, orders=orders, batch_size=batch_size,
+                                      limit=limit):
         for key, (hits, probabilities) in found.items():
             correct, probability = sums.get(key, (0, 0.0))
             sums[key] = (correct + int(np.sum(hits)), probability + float(np.sum(probabilities)))
@@ -142,6 +145,8 @@ class Config(Checked):
     batch_size: int = option(128, 'Images per evaluation batch.', origin=False,
                              rule=at_least(1))
     label_offset: int = option(0, 'Added to image-record labels.')
+    nr_images: int = option(-1, 'Test images: the first N records in file order (-1: all).',
+                            rule=COUNT_OR_ALL)
     output: str = option("road", 'Output stem: <output>.json, .csv, .md, .png.', origin=False)
 
 
@@ -201,6 +206,21 @@ def inputs(f: Config, size: int) -> Inputs:
     return Inputs(files, read, mask, [float(r) for r in f.ratios])
 
 
+def first_records(f: Config, counts: list) -> list:
+    """[(file, records)] cut to the first --nr_images records in file order (all with -1); more
+    than there are is one line."""
+    available = sum(count for _, count in counts)
+    if f.nr_images > available:
+        raise UserError(f"--nr_images={f.nr_images} exceeds the {available} test records of "
+                        f"{f.data_dir}; use at most {available}, or -1 for all")
+    left, kept = (available if f.nr_images < 0 else f.nr_images), []
+    for path, count in counts:
+        if left > 0:
+            kept.append((path, min(count, left)))
+            left -= kept[-1][1]
+    return kept
+
+
 def describe(row: dict) -> str:
     """One printed line of a row."""
     return (f"{row['order']:>4} p={row['p']:.2f} removed {row['fraction_removed']:.2f}: "
@@ -211,11 +231,17 @@ def describe(row: dict) -> str:
 def _curves(f: Config) -> list:
     model = models.load(f.ckpt_path)
     read = inputs(f, model.input_shape[0])
-    total = pipelines.count_records(read.files) * len(read.ratios) * len(f.orders)
-    with tqdm(total=total, unit="img", desc="ROAD", disable=None) as bar:
+    counts = first_records(f, [(path, pipelines.count_records([path])) for path in read.files])
+    images = sum(count for _, count in counts)
+    total = images * len(read.ratios) * len(f.orders)
+    print(f"ROAD: {images} test images x {len(read.ratios)} fractions x {len(f.orders)} "
+          f"order(s) = {total} imputed images scored by model {model.model_id}, maps of "
+          f"{f.saliency_method} from {f.data_dir}", flush=True)
+    with progress.bar(total, "ROAD", "img") as bar:
         rows = evaluate_curve(
             model, read, orders=f.orders, batch_size=f.batch_size, method_name=f.saliency_method,
-            image_progress=bar.update, progress=lambda row: bar.write(describe(row)))
+            image_progress=bar.update, progress=lambda row: bar.write(describe(row)),
+            limit=None if f.nr_images < 0 else f.nr_images)
     write_results(f, rows, model, read.files)
     return rows
 

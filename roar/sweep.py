@@ -15,8 +15,8 @@ import subprocess
 import sys
 from typing import Sequence
 
-from tqdm import tqdm
 
+from models.foundation import progress
 from models.foundation.cli import option, run_binary
 from models.foundation.errors import UserError
 from models.foundation.rules import UNIQUE_NUMBERS, WHOLE_PERCENTS, Checked, some_of
@@ -67,7 +67,7 @@ def run(config: Config) -> int:
     runs = planned_runs(f.methods, f.ratios, f.seeds, f.modes)
     extra = shlex.split(f.train_flags)
     done = 0
-    with tqdm(total=len(runs), unit="run", desc="ROAR sweep") as bar:
+    with progress.bar(len(runs), "ROAR sweep", "run") as bar:
         for method, ratio, seed, keep in runs:
             arguments, transformation = run_arguments(method, ratio, seed, keep, f.output_dir)
             options = dict(arg[2:].split("=", 1) for arg in extra if "=" in arg)

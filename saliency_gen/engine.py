@@ -20,7 +20,8 @@ import tensorflow as tf
 
 from models.formats.adapter import Adapter, adapt
 from models.foundation import executor, transfer
-from models.foundation.errors import ShapeError, UserError, first_non_finite
+from models.foundation.errors import (ShapeError, UserError, failure_line, first_non_finite,
+                                     op_error_detail)
 from models.foundation.tracing import kept, quiet_retracing
 from saliency_gen import names, noise, transforms
 from saliency_gen.spec import MethodSpec
@@ -193,11 +194,19 @@ def _targets(adapter: Optional[Adapter], images, targets, batch_size):
     return targets
 
 
+def _exited(name: str, ending: SystemExit) -> UserError:
+    return UserError(f"method {name!r} called sys.exit({ending.code!r}) (or raised SystemExit); "
+                     "a method must return maps or raise an error, not end the program")
+
+
 def _run_group(runner, images, targets, ids, sigmas, start, count, name):
     """The float32 maps of one group of images."""
     plan = runner.plan
     if isinstance(plan, HostPlan):
-        return np.array(plan.run(images, targets, ids), np.float32)  # ours, not the plan's
+        try:
+            return np.array(plan.run(images, targets, ids), np.float32)  # ours, not the plan's
+        except SystemExit as ending:  # a user Method's code ending the program
+            raise _exited(name, ending) from None
     aux = plan.aux if plan.aux is not None else np.zeros(images.shape[1:], np.float32)
     aux = aux[None] if aux.ndim == 3 else aux
     if aux.shape[0] not in (1, count):
@@ -208,8 +217,12 @@ def _run_group(runner, images, targets, ids, sigmas, start, count, name):
         maps = runner.run(transfer.tensor_from(images), tf.constant(targets, tf.int32),
                           tf.constant(ids), tf.constant(sigmas), tf.constant(aux))
     except tf.errors.OpError as error:
-        detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error)
-        raise UserError(f"method {name!r} failed while running: {detail}") from None
+        if failure_line(error):  # out of memory or disk: the binary's one line says so
+            raise
+        raise UserError(f"method {name!r} failed while running: "
+                        f"{op_error_detail(error)}") from None
+    except SystemExit as ending:  # a user Method's code ending the program
+        raise _exited(name, ending) from None
     if plan.direct:
         # The bits a sum from zero gives, as the accumulating path has them: -0.0 becomes +0.0.
         # Done here because a graph optimiser drops a traced "+ 0.0" and a traced select costs

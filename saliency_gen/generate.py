@@ -21,10 +21,9 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence
 
 import numpy as np
-from tqdm import tqdm
 
 import models
-from models.foundation import provenance
+from models.foundation import progress, provenance
 from models.foundation.cli import option, run_binary
 from models.foundation.errors import RecordError, UserError, check_unique, required
 from models.foundation.files import ensure_directory, exclusive, read_json, remove_leftovers
@@ -338,7 +337,7 @@ def explain_here(work: Sequence, loaded: Any, options: dict, progress_bar: bool 
     total = sum(item.count * len(item.methods) for item in work)
     started = time.time()
     images = 0
-    with tqdm(total=total, unit="map", desc="saliency", disable=not progress_bar) as bar:
+    with progress.bar(total if progress_bar else 0, "saliency", "map") as bar:
         for item in work:
             for method in item.methods:
                 count = explain_shard(item.path, item.outputs[method], loaded,

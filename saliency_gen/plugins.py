@@ -33,7 +33,7 @@ from saliency_gen import units
 from saliency_gen.units import Context, HostPlan, Method, Param, Plan
 
 
-def _first_line(error: Exception) -> str:
+def _first_line(error: BaseException) -> str:
     text = str(error).strip().splitlines()
     return f"{type(error).__name__}: {text[0] if text else ''}".rstrip(": ")
 
@@ -73,9 +73,9 @@ class FunctionMethod(Method):
         try:
             return self.fn(model, x, targets, **options,
                            **{key: extra[key] for key in self._wants})
-        except UserError:
+        except (UserError, KeyboardInterrupt, SystemExit):  # SystemExit: the engine says
             raise
-        except Exception as error:  # any failure of user code becomes one clear line
+        except BaseException as error:  # any failure of user code becomes one clear line
             raise UserError(f"method {self.name!r} raised {_first_line(error)}; fix the "
                             "function (it gets model, images [B, H, W, C] float32, targets "
                             "[B] int32)") from None
@@ -92,6 +92,8 @@ class FunctionMethod(Method):
             raise UserError(f"method {self.name!r} returned {given} of dtype "
                             f"{maps.dtype.name}, not numbers; return maps [B, H, W, C]")
         maps = tf.cast(maps, tf.float32)
+        if maps.shape.rank is None:  # e.g. a tf.py_function's result: checked when it runs
+            maps = tf.ensure_shape(maps, x.shape)
         batch, height, width, channels = x.shape
         shape = tuple(maps.shape)
         fits = (len(shape) == 4 and shape[0] in (batch, None) and shape[1:3] == (height, width)

@@ -12,9 +12,9 @@ import models  # noqa: F401, I001  (first: TensorFlow loads quietly)
 import dataclasses
 from typing import Optional
 
-from tqdm import tqdm
 
 from bam import coco_miniplaces
+from models.foundation import progress
 from models.foundation.cli import option, run_binary
 from models.foundation.errors import UserError
 
@@ -30,7 +30,7 @@ class _Bars:
         if bar is None:
             for other in self.bars.values():
                 other.close()
-            bar = self.bars[stage] = tqdm(total=total, desc=stage, unit="img", disable=None)
+            bar = self.bars[stage] = progress.bar(total, stage, "img")
         bar.update(done - bar.n)
 
     def close(self):

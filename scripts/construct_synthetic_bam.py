@@ -10,8 +10,8 @@ import models  # noqa: F401, I001  (first: TensorFlow loads quietly)
 import dataclasses
 from typing import Optional
 
-from tqdm import tqdm
 
+from models.foundation import progress
 from models.foundation.cli import option, run_binary
 from models.foundation.errors import UserError
 from saliency_gen.world import synthetic
@@ -32,8 +32,8 @@ class Config:
 def run(config: Config):
     if not config.output_dir:
         raise UserError("--output_dir is required")
-    with tqdm(total=config.train_per_pair + config.val_per_pair, unit="instance",
-              desc="synthetic BAM world", disable=None) as bar:
+    with progress.bar(config.train_per_pair + config.val_per_pair, "synthetic BAM world",
+                      "instance") as bar:
         info = synthetic.build_world(
             config.output_dir, seed=config.seed, image_size=config.image_size,
             train_per_pair=config.train_per_pair, val_per_pair=config.val_per_pair,

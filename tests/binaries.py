@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import traceback
 
 from tests import REPO
@@ -42,22 +43,38 @@ _server = {}
 _server_lock = threading.Lock()
 
 
-def run(command, cwd=None, env=None, timeout=900, check=False,
+def run(command, cwd=None, env=None, timeout=900, check=False, interrupt_on=None,
         **_captured) -> subprocess.CompletedProcess:
     """`subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True,
-    timeout=timeout, check=check)`, in a warm forked child where that gives the same result."""
+    timeout=timeout, check=check)`, in a warm forked child where that gives the same result.
+
+    `interrupt_on` (a text; warm children only): Ctrl-C (SIGINT) is sent once the child's
+    stdout or stderr shows it, and the result's `seconds_after_interrupt` says how long it took to end."""
     environment = dict(os.environ if env is None else env)
     cwd = os.getcwd() if cwd is None else cwd
     if not _forkable(command, environment):
+        if interrupt_on is not None:
+            raise ValueError("interrupt_on needs a command a warm child can run")
         return subprocess.run(command, cwd=cwd, env=environment, capture_output=True, text=True,
                               timeout=timeout, check=check)
-    done = _run_warm(command, cwd, environment, timeout)
+    done = _run_warm(command, cwd, environment, timeout, interrupt_on)
     if check:
         done.check_returncode()
     return done
 
 
-def _run_warm(command, cwd, environment, timeout) -> subprocess.CompletedProcess:
+def _interrupt_on(pid, text, outputs, sent) -> None:
+    """Sends SIGINT to `pid` once one of the files `outputs` holds `text`; records the time in
+    `sent`."""
+    while not any(os.path.exists(path) and text in open(path, errors="replace").read()
+                  for path in outputs):
+        time.sleep(0.2)
+    sent.append(time.monotonic())
+    os.kill(pid, signal.SIGINT)
+
+
+def _run_warm(command, cwd, environment, timeout,
+              interrupt_on=None) -> subprocess.CompletedProcess:
     path = _warm_server()
     with tempfile.TemporaryDirectory(prefix="binary-") as folder:
         outputs = [os.path.join(folder, "stdout"), os.path.join(folder, "stderr")]
@@ -68,6 +85,10 @@ def _run_warm(command, cwd, environment, timeout) -> subprocess.CompletedProcess
             connection.sendall(json.dumps(request).encode() + b"\n")
             stream = connection.makefile("r")
             pid = int(stream.readline())
+            sent: list = []
+            if interrupt_on is not None:
+                threading.Thread(target=_interrupt_on, args=(pid, interrupt_on, outputs, sent),
+                                 daemon=True).start()
             connection.settimeout(timeout)
             try:
                 status = stream.readline()
@@ -76,9 +97,12 @@ def _run_warm(command, cwd, environment, timeout) -> subprocess.CompletedProcess
                 raise subprocess.TimeoutExpired(command, timeout) from None
         stdout, stderr = (open(name, encoding="utf-8", errors="replace").read()
                           for name in outputs)
-        if not status.strip():  # killed by a signal (as by kill -9): subprocess.run says -9
-            return subprocess.CompletedProcess(command, -signal.SIGKILL, stdout, stderr)
-    return subprocess.CompletedProcess(command, int(status), stdout, stderr)
+        ended = time.monotonic()
+    # no status: killed by a signal (as by kill -9), which subprocess.run reports as -9
+    done = subprocess.CompletedProcess(command, int(status) if status.strip() else
+                                       -signal.SIGKILL, stdout, stderr)
+    done.seconds_after_interrupt = ended - sent[0] if sent else None
+    return done
 
 
 def _forkable(command, environment) -> bool:
@@ -146,6 +170,13 @@ def _child(connection) -> None:
     os.environ.update(request["env"])
     os.chdir(request["cwd"])
     extra = [entry for entry in request["env"].get("PYTHONPATH", "").split(os.pathsep) if entry]
+    real_exit = os._exit
+
+    def reporting_exit(code):  # a program ending itself at once still reports its status
+        connection.sendall(f"{code}\n".encode())
+        real_exit(code)
+
+    os._exit = reporting_exit
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     for descriptor, name in zip((1, 2), request["outputs"]):
@@ -178,7 +209,7 @@ def _child(connection) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         connection.sendall(f"{status}\n".encode())
-        os._exit(status)
+        real_exit(status)
 
 
 if __name__ == "__main__":

@@ -21,11 +21,12 @@ import tensorflow as tf
 
 import models
 from bam import val_set_scores
-from models.foundation import files, provenance
+from models.foundation import cli, files, provenance
 from saliency_gen import generate, records
-from tests import binaries
+from tests import REPO, binaries
 from tests.conftest import WritesMarker, tree_digests
 
+USER_METHODS = os.path.join(REPO, "tests", "data", "user_methods")
 CASES = []  # (id, module, arguments (with {placeholders}), expected text, watched output)
 
 
@@ -199,6 +200,19 @@ case("faithfulness-duplicate-explainer", "faithfulness.evaluate",
      "{out}")
 case("faithfulness-batch-size-0", "faithfulness.evaluate", [*FAITH, "--batch_size=0"],
      "--batch_size=0 must be at least 1", "{out}")
+# user methods (tests/data/user_methods/ending_attribution.py) that end the program or fail
+# in graph mode: before, sys.exit ended the run with status 0 and no line at all, and a failed
+# graph check showed only "Graph execution error:"
+case("generate-method-calls-sys-exit", "saliency_gen.generate",
+     [*GEN, "--output_dir={out}", "--saliency_method=ending_attribution:calls_sys_exit"],
+     "method 'ending_attribution:calls_sys_exit' called sys.exit(3)", "{out}")
+case("faithfulness-method-calls-sys-exit", "faithfulness.evaluate",
+     [*FAITH, "--explainer=ending_attribution:calls_sys_exit"],
+     "called sys.exit(3) (or raised SystemExit); a method must return maps", "{out}")
+case("faithfulness-method-graph-check", "faithfulness.evaluate",
+     [*FAITH, "--explainer=ending_attribution:graph_check"],
+     "failed while running: InvalidArgumentError: assertion failed: [my own graph check "
+     "failed]", "{out}")
 
 
 class _WrongOutputs(tf.Module):
@@ -395,7 +409,8 @@ def _run_case(module, arguments, watched, places):
     arguments = [argument.format(**places) for argument in arguments]
     watched = watched.format(**places) if watched else None
     before = _snapshot(watched)
-    done = binaries.run([sys.executable, "-m", module, *arguments], timeout=600)
+    done = binaries.run([sys.executable, "-m", module, *arguments], timeout=600,
+                        env=dict(os.environ, PYTHONPATH=USER_METHODS))
     return done, before, _snapshot(watched)
 
 
@@ -417,6 +432,23 @@ def test_one_clear_line_and_nothing_left_behind(module, arguments, expected, wat
     assert len(errors) == 1 and expected in errors[0], done.stderr[-3000:]
     assert "Traceback" not in done.stderr
     assert after == before  # no output file left behind or changed
+
+
+def test_ctrl_c_stops_a_method_blocked_inside_tensorflow_within_seconds(places, tmp_path):
+    """Ctrl-C while a user method sleeps inside a py_function (Python cannot raise
+    KeyboardInterrupt there): one line, exit status 130, within the grace period, and no output
+    (before: it ran on for as long as the method blocked, 10 minutes here)."""
+    output = tmp_path / "out.json"
+    done = binaries.run(
+        [sys.executable, "-m", "faithfulness.evaluate", "--model_path=" + places["model"],
+         f"--input_pattern={places['records']}/validation-*", f"--output={output}",
+         "--explainer=ending_attribution:blocks", "--nr_images=4"],
+        env=dict(os.environ, PYTHONPATH=USER_METHODS), timeout=120,
+        interrupt_on="single_deletion: 4 images")
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert done.returncode == 130 and errors == [f"error: {cli.INTERRUPTED}"], done.stderr
+    assert done.seconds_after_interrupt < cli.INTERRUPT_GRACE_SECONDS + 5
+    assert [name for name in os.listdir(tmp_path) if not name.startswith(".")] == []  # (lock)
 
 
 def test_no_data_file_ran_code(outcomes, places):

@@ -35,7 +35,8 @@ import typing
 from typing import Any, Callable, Optional, Sequence, Union
 
 from models.foundation import rules
-from models.foundation.errors import UserError
+from models.foundation.errors import (UserError, failure_line, is_tensorflow_error,
+                                     op_error_detail)
 
 
 def require(module: str, extra: str) -> Any:
@@ -151,21 +152,73 @@ def run_binary(config_class: type, run: Callable) -> None:
     def guarded(argv):
         if not flags.FLAGS["verbosity"].present:
             logging.set_verbosity(logging.WARNING)
+        watch_interrupts()
         try:
             return main(argv)
         except UserError as error:
             print(f"error: {error}", file=sys.stderr)
             sys.exit(2)
-        except OSError as error:
-            if error.errno not in ENVIRONMENT_ERRORS:
+        except KeyboardInterrupt:
+            print(f"error: {INTERRUPTED}", file=sys.stderr)
+            sys.exit(INTERRUPTED_STATUS)
+        except (OSError, MemoryError) as error:
+            line = failure_line(error)
+            if line is None and getattr(error, "errno", None) in ENVIRONMENT_ERRORS:
+                # a read-only or forbidden folder, a path of the wrong kind
+                where = f" ({error.filename})" if getattr(error, "filename", None) else ""
+                line = (f"{error.strerror or error}{where}; choose another path, then re-run "
+                        "(finished outputs are kept)")
+            if line is None:
                 raise
-            # a full disk, a read-only or forbidden folder, a path of the wrong kind
-            where = f" ({error.filename})" if error.filename else ""
-            print(f"error: {error.strerror or error}{where}; free space or choose another "
-                  "path, then re-run (finished outputs are kept)", file=sys.stderr)
+            print(f"error: {line}", file=sys.stderr)
+            sys.exit(2)
+        except Exception as error:
+            if not is_tensorflow_error(error):
+                raise
+            # a TensorFlow failure that no layer below explained: its real message, one line
+            print(f"error: {failure_line(error) or op_error_detail(error)}", file=sys.stderr)
             sys.exit(2)
 
     app.run(guarded, flags_parser=lambda argv: _parse_flags(argv, config_class))
+
+
+INTERRUPTED = ("interrupted (Ctrl-C); the work in progress is abandoned, finished outputs are "
+               "kept and nothing unfinished looks finished")
+INTERRUPTED_STATUS = 130  # 128 + SIGINT, as a shell reports a process ended by Ctrl-C
+# After Ctrl-C, how long the program may take to stop by itself (Python raises
+# KeyboardInterrupt only between its own bytecodes: a user method blocked inside a TensorFlow
+# kernel, a py_function or C code would otherwise hold it for as long as it runs).
+INTERRUPT_GRACE_SECONDS = 3.0
+
+
+def watch_interrupts() -> None:
+    """Makes Ctrl-C end the binary within `INTERRUPT_GRACE_SECONDS` wherever it is: Python's
+    SIGINT handler still raises KeyboardInterrupt (one `error:` line, exit status 130); a thread
+    woken by the signal (`signal.set_wakeup_fd`, written by the C-level handler whatever the
+    main thread is doing) ends the process with the same line and status if it is still
+    running after the grace period. Outputs are written under temporary names and renamed when
+    complete, so abandoning them leaves nothing that looks finished."""
+    import signal
+    import threading
+    import time
+
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        return  # not ours to handle (an embedding program, an ignored SIGINT)
+    reading, writing = os.pipe()
+    os.set_blocking(writing, False)
+    signal.set_wakeup_fd(writing, warn_on_full_buffer=False)
+
+    def watch():
+        while True:
+            received = os.read(reading, 64)
+            if signal.SIGINT in received:
+                time.sleep(INTERRUPT_GRACE_SECONDS)
+                sys.stderr.write(f"error: {INTERRUPTED}\n")
+                sys.stderr.flush()
+                os._exit(INTERRUPTED_STATUS)
+
+    threading.Thread(target=watch, name="interrupt-watch", daemon=True).start()
 
 
 def _parse_flags(argv: list, config_class: type) -> list:

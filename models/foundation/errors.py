@@ -5,6 +5,7 @@ fault and says what to do. Binaries run through `models.foundation.cli.run_binar
 prints as a single `error: ...` line with exit status 2 instead of a traceback from deep inside
 TensorFlow.
 """
+import errno
 from typing import Any, Collection, Iterable, Optional
 
 
@@ -132,3 +133,43 @@ def first_non_finite(values: Any) -> Optional[int]:
         return None
     finite = np.isfinite(values.reshape(len(values), -1)).all(axis=1)
     return None if finite.all() else int(np.flatnonzero(~finite)[0])
+
+
+def op_error_detail(error: BaseException) -> str:
+    """The informative line of a TensorFlow error (or any error): its type and the first line
+    of its message that is not TensorFlow's "Graph execution error:" header, the "Detected at
+    node ..." trace or a node reference, so that a user's own message (an assertion's, a shape
+    error's) reaches the one-line report."""
+    text = getattr(error, "message", None) or str(error)
+    for line in text.splitlines():
+        stripped = line.strip()
+        if (not stripped or line[:1].isspace() or stripped == "Graph execution error:"
+                or stripped.startswith(("Detected at node", "[[{{node"))):
+            continue
+        stripped = stripped.split("\t [[{{node")[0].strip()
+        return f"{type(error).__name__}: {stripped[:400]}"
+    return type(error).__name__
+
+
+NO_SPACE = "No space left on device"
+
+
+def failure_line(error: BaseException) -> Optional[str]:
+    """One line for a failure of the machine rather than of the inputs or the code, None for any
+    other: out of disk space (an OSError, or a TensorFlow or HDF5 error whose message says so),
+    out of memory (MemoryError, TensorFlow's ResourceExhaustedError)."""
+    text = getattr(error, "message", None) or str(error)
+    if getattr(error, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or NO_SPACE in text:
+        return (f"out of disk space ({op_error_detail(error)}); free space or choose another "
+                "path, then re-run (finished outputs are kept)")
+    if isinstance(error, MemoryError) or type(error).__name__ == "ResourceExhaustedError":
+        return (f"out of memory ({op_error_detail(error)}); lower --batch_size or --chunk_size "
+                "(results do not depend on them) or use a machine with more memory")
+    return None
+
+
+def is_tensorflow_error(error: BaseException) -> bool:
+    """Is `error` one of TensorFlow's runtime errors (`tf.errors.OpError`), without importing
+    TensorFlow?"""
+    return any(kind.__name__ == "OpError" and kind.__module__.startswith("tensorflow")
+               for kind in type(error).__mro__)

@@ -1,6 +1,8 @@
-"""Progress bars that tell the truth (docs/architecture.md, "Progress"): every phase longer than
-a few seconds shows elapsed time, rate and ETA on stderr when it is a terminal (tqdm's
-`disable=None`), and nothing in logs or tests.
+"""Progress that tells the truth and suits where it goes (docs/architecture.md, "Progress"):
+every phase longer than a few seconds shows elapsed time, rate and ETA on stderr: as a bar
+(tqdm) when stderr is a terminal, and otherwise (a log file, a pipe, a test) as plain
+timestamped lines, one when the phase starts, then at most one every `LINE_EVERY` seconds, and
+one when it ends, with no carriage returns or colours. A phase with nothing to do shows nothing.
 
 `TrainingBar` follows a Keras fit step by step with the loss beside it; `CountBar` is a
 `progress(done, total)` callable for builders that report counts (the synthetic world, the delta
@@ -17,10 +19,91 @@ import keras
 from tqdm import tqdm
 
 
-def bar(total: Optional[float], desc: str, unit: str = "it", **options: Any) -> tqdm:
-    """The project's bar: on stderr, off when stderr is not a terminal."""
-    return tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, disable=None,
-                dynamic_ncols=True, **options)
+LINE_EVERY = 30.0  # seconds between two progress lines in a log
+
+
+def _clock_text(seconds: float) -> str:
+    seconds = int(max(seconds, 0.0) + 0.5)
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+class LineProgress:
+    """A bar's information as plain lines on `file`: `<date time> <desc>: <n>/<total> <unit>
+    (<percent>%), <rate>, elapsed <h:mm:ss>, ETA <h:mm:ss>` when the phase starts, at most every
+    `every` seconds as it goes, and once more when it ends. With `counts` off (a bar of
+    estimated seconds, `CostBar`) the line gives the share done instead of counts. Takes the
+    calls the code makes of a tqdm bar (`update`, `refresh`, `set_postfix`, `write`, `close`,
+    `n`, `total`)."""
+
+    def __init__(self, total: Optional[float], desc: str, unit: str = "it",
+                 every: float = LINE_EVERY, counts: bool = True, file: Any = None,
+                 clock: Callable[[], float] = time.monotonic):
+        self.total, self.desc, self.unit, self.every, self.counts = total, desc, unit, every, counts
+        self.file = file or sys.stderr
+        self.clock, self.n, self.postfix, self.disable = clock, 0.0, "", False
+        self.started = clock()
+        self.last: Optional[float] = None
+        self.shown, self.closed = -1.0, False
+        self._line()
+
+    def _line(self) -> None:
+        now = self.clock()
+        self.last, self.shown = now, self.n
+        elapsed = now - self.started
+        total = self.total or 0
+        share = self.n / total if total else None
+        if self.counts:
+            done = f"{self.n:g}/{total:g} {self.unit}" if total else f"{self.n:g} {self.unit}"
+            if share is not None:
+                done += f" ({100 * share:.0f}%)"
+            if elapsed > 0 and self.n:
+                done += f", {self.n / elapsed:.3g} {self.unit}/s"
+        else:
+            done = f"{100 * share:.0f}% of the estimated work" if share is not None else "started"
+        eta = (f", ETA {_clock_text(elapsed * (1 - share) / share)}"
+               if share and share < 1 and not self.closed else "")
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+        extra = f" [{self.postfix}]" if self.postfix else ""
+        print(f"{stamp} {self.desc}: {done}, elapsed {_clock_text(elapsed)}{eta}{extra}",
+              file=self.file, flush=True)
+
+    def refresh(self) -> None:
+        if not self.closed and self.last is not None and self.clock() - self.last >= self.every:
+            self._line()
+
+    def update(self, n: float = 1) -> None:
+        self.n += n
+        self.refresh()
+
+    def set_postfix(self, refresh: bool = True, **values: Any) -> None:
+        self.postfix = ", ".join(f"{key}={value}" for key, value in values.items())
+
+    def write(self, text: str) -> None:
+        print(text, file=self.file, flush=True)
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            if self.n != self.shown or self.n == 0:  # (not the line just written again)
+                self._line()
+
+    def __enter__(self) -> "LineProgress":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def bar(total: Optional[float], desc: str, unit: str = "it", counts: bool = True,
+        **options: Any) -> Any:
+    """The project's progress for one phase, on stderr: a tqdm bar on a terminal (`options` go
+    to tqdm), `LineProgress` lines otherwise, nothing for a phase of no work (`total` 0)."""
+    if total is not None and total <= 0:
+        return tqdm(total=0, disable=True)
+    if sys.stderr.isatty():
+        return tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, dynamic_ncols=True,
+                    **options)
+    return LineProgress(total, desc, unit, counts=counts)
 
 
 class TrainingBar(keras.callbacks.Callback):
@@ -81,7 +164,8 @@ class CostBar:
                  clock: Callable[[], float] = time.monotonic):
         self.counts, self.priors = dict(counts), dict(priors)
         self.done: dict[str, list[float]] = {kind: [] for kind in counts}
-        self.progress = bar(1.0, desc, "s", bar_format="{l_bar}{bar}| [{elapsed}<{remaining}]")
+        self.progress = bar(1.0, desc, "s", counts=False,
+                            bar_format="{l_bar}{bar}| [{elapsed}<{remaining}]")
         self.clock, self.reported = clock, clock()
         self.lock, self.stopped = threading.Lock(), threading.Event()
         self._redraw()

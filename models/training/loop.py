@@ -21,6 +21,7 @@ import tensorflow as tf
 
 from models.architectures.zoo import build
 from models.formats.exporting import export
+from models.foundation import progress as progress_lines
 from models.foundation import provenance, results
 from models.foundation.errors import UserError, check_one_of
 from models.foundation.files import ensure_directory, exclusive, read_json, write_json
@@ -349,6 +350,8 @@ def fit(build: Callable[[], Any], stream_from: Callable[[int], Any], run: RunOpt
     logs = logs if scratch is None else os.path.join(scratch, "logs")
     if logs is not None:
         run_callbacks.append(keras.callbacks.TensorBoard(logs))
+    if run.verbose:  # a bar on a terminal, timestamped lines in a log (Keras' own bar: neither)
+        run_callbacks.append(progress_lines.TrainingBar(f"training {run.model_name}"))
     if run.stop_after_epochs is not None:
         run_callbacks.append(StopAfter(run.stop_after_epochs))
     try:
@@ -356,7 +359,7 @@ def fit(build: Callable[[], Any], stream_from: Callable[[int], Any], run: RunOpt
             if before is not None:
                 before(model)
             history = model.fit(stream, epochs=epochs, steps_per_epoch=steps_per_epoch,
-                                verbose=run.verbose, shuffle=False,
+                                verbose=0, shuffle=False,
                                 validation_data=validation_data,
                                 callbacks=[*run_callbacks, *callbacks])
             seconds = progress.seconds()

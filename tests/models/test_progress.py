@@ -1,6 +1,7 @@
 """Progress bars: a training bar counts every step of every epoch with the loss; the cost bar
 re-estimates the remaining work from what finished items really took."""
 import io
+import re
 import time
 
 import keras
@@ -12,7 +13,7 @@ from models.foundation import progress
 
 def _visible(monkeypatch):
     shown = io.StringIO()
-    monkeypatch.setattr(progress, "bar", lambda total, desc, unit="it", **options: tqdm(
+    monkeypatch.setattr(progress, "bar", lambda total, desc, unit="it", counts=True, **options: tqdm(
         total=total, desc=desc, unit=unit, file=shown, disable=False, mininterval=0, **options))
     return shown
 
@@ -74,3 +75,25 @@ def test_count_bar_opens_on_the_first_report_and_closes_at_the_end(monkeypatch):
     for done in range(5):
         counted(done, 4)
     assert counted.progress.n == 4 and "world" in shown.getvalue()
+
+
+def test_away_from_a_terminal_progress_is_timestamped_lines_at_most_every_30_s():
+    """In a log: a line when the phase starts, at most one per `LINE_EVERY` seconds with counts,
+    rate and ETA, one when it ends; no carriage return, no colour (before: tqdm's bar, redrawn
+    with carriage returns into the file, or nothing at all for a minute)."""
+    shown, now = io.StringIO(), [0.0]
+    with progress.LineProgress(600, "saliency", "map", file=shown,
+                               clock=lambda: now[0]) as lines:
+        for _ in range(60):  # 10 maps a second for a minute
+            now[0] += 1.0
+            lines.update(10)
+    text = shown.getvalue()
+    assert "\r" not in text and "\x1b" not in text
+    written = text.splitlines()
+    assert len(written) == 3  # started, after 30 s, after 60 s (the end: not written twice)
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d saliency: 0/600 map \(0%\), "
+                        r"elapsed 0:00:00", written[0])
+    assert written[1].endswith("saliency: 300/600 map (50%), 10 map/s, elapsed 0:00:30, "
+                               "ETA 0:00:30")
+    assert written[2].endswith("600/600 map (100%), 10 map/s, elapsed 0:01:00")
+    assert progress.bar(0, "saliency", "map").disable  # no work: no bar at all

@@ -101,8 +101,15 @@ def test_a_run_killed_anywhere_ends_with_the_uninterrupted_weights(small_shards,
         with open(os.path.join(_run_folder(str(output)), "metrics.json")) as handle:
             return json.load(handle)
 
-    assert run("none", tmp_path / "whole").returncode == 0
+    uninterrupted = run("none", tmp_path / "whole")
+    assert uninterrupted.returncode == 0
     whole = metrics(tmp_path / "whole")
+    # progress in a log: timestamped lines, no carriage-return bars or colours (before: Keras'
+    # bar, redrawn with \r and ANSI codes into the file)
+    logged = uninterrupted.stdout + uninterrupted.stderr
+    assert "\r" not in logged and "\x1b" not in logged
+    assert re.search(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d training plain_cnn: 9/9 step \(100%\)",
+                     uninterrupted.stderr, re.M)
     again = run("none", tmp_path / "whole")  # a finished run of the same origin is reused
     assert again.returncode == 0 and metrics(tmp_path / "whole") == whole
     refused = run("none", tmp_path / "whole", "--base_learning_rate=0.01")

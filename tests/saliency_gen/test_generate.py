@@ -202,10 +202,12 @@ def test_an_edited_user_method_is_recomputed_with_a_line_saying_why(tiny_world, 
         maps = [example["saliency"].numpy() for example in records.keyed_records(
             [str(shard)]).map(lambda k, r: records.parse_saliency_record(
                 r, "edited_method_saliency", "float32", (64, 64, 3), default_key=k)).take(2)]
-        return done.stdout, np.stack(maps)
+        return done.stdout + done.stderr, np.stack(maps)
 
     first, maps = run("")
     assert "changed" not in first and np.abs(maps).max() > 0
+    unchanged, same = run("")  # nothing to do: no empty progress bar (before: "saliency: 0map")
+    assert "saliency:" not in unchanged and "wrote 0 maps" in unchanged
     edited, negated = run("-")
     assert ("the code of method edited_method:saliency changed since its shards were made; "
             "redoing them") in edited
