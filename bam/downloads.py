@@ -29,6 +29,7 @@ from typing import Optional
 
 from models.foundation import progress as progress_bar
 from models.foundation.cli import option, run_binary
+from models.foundation.rules import POSITIVE
 from models.foundation.errors import UserError
 from models.foundation.files import file_sha256, read_json, write_json
 
@@ -186,7 +187,8 @@ class Config:
         "Folder URL of the released models' <name>.tar.gz.")
     checksums: Optional[str] = option(None, "JSON file {archive file name: sha256} to check.")
     keep_archives: bool = option(False, "Keep the archives after unpacking.")
-    timeout: float = option(60.0, "Seconds without data before a transfer is given up.")
+    timeout: float = option(60.0, "Seconds without data before a transfer is given up.",
+                            rule=POSITIVE)
 
 
 def _jobs(f: Config) -> list:

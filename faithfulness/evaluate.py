@@ -29,7 +29,7 @@ from models.foundation.cli import option, origin_flags, run_binary
 from models.foundation.errors import UserError, require_both_or_neither
 from models.foundation.files import exclusive, write_json
 from models.foundation.lazy import lazy_module
-from models.foundation.rules import COUNT_OR_ALL, UNIQUE, Checked, at_least, some
+from models.foundation.rules import COUNT_OR_ALL, POSITIVE, UNIQUE, Checked, at_least, some
 
 # Loaded on first use: a bad flag is reported before TensorFlow starts (docs/architecture.md).
 curves = lazy_module("faithfulness.curves")
@@ -254,7 +254,7 @@ class Config(Checked):
     id_update_attribution: bool = option(False, 'Re-explain before every step.')
     id_baseline_gaussian_kernel: int = option(51, 'Blur baseline kernel size (odd).',
                                               rule=at_least(1))
-    id_baseline_gaussian_sigma: float = option(41.0, 'Blur baseline sigma.')
+    id_baseline_gaussian_sigma: float = option(41.0, 'Blur baseline sigma.', rule=POSITIVE)
     data_replace_method: str = option(
         "",
         "deletion/insertion/iic_ad/add substrate: black or blur (default: the metric's).")

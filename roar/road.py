@@ -27,8 +27,8 @@ from models.foundation.errors import UserError, required
 from models.foundation.files import exclusive, write_json
 from models.foundation.lazy import lazy_module
 from models.foundation.metric_spec import legend
-from models.foundation.rules import (COUNT_OR_ALL, UNIQUE_NUMBERS, WHOLE_PERCENTS, Checked,
-                                    at_least, some_of)
+from models.foundation.rules import (COUNT_OR_ALL, LABEL_OFFSETS, UNIQUE_NUMBERS,
+                                    WHOLE_PERCENTS, Checked, at_least, some_of)
 from roar import metric_definitions
 
 # Loaded on first use: a bad flag is reported before TensorFlow starts (docs/architecture.md).
@@ -144,7 +144,8 @@ class Config(Checked):
     seed: int = option(0, 'Seed of the jitter and the noise.')
     batch_size: int = option(128, 'Images per evaluation batch.', origin=False,
                              rule=at_least(1))
-    label_offset: int = option(0, 'Added to image-record labels.')
+    label_offset: int = option(0, 'Added to image-record labels.',
+                              rule=LABEL_OFFSETS)
     nr_images: int = option(-1, 'Test images: the first N records in file order (-1: all).',
                             rule=COUNT_OR_ALL)
     output: str = option("road", 'Output stem: <output>.json, .csv, .md, .png.', origin=False)

@@ -23,7 +23,7 @@ from models.foundation.cli import option, origin_flags, run_binary
 from models.foundation.errors import UserError
 from models.foundation.files import ensure_directory, write_json
 from models.foundation.lazy import lazy_module
-from models.foundation.rules import POSITIVE, WHOLE_PERCENTS, at_least
+from models.foundation.rules import LABEL_OFFSETS, POSITIVE, WHOLE_PERCENTS, at_least
 from models.training import distribution, recipes
 from models.training.recipes import Recipe, RunOptions, TrainingFlags
 
@@ -196,7 +196,8 @@ class Config(TrainingFlags):
         tuple(DATASETS))
     num_classes: Optional[int] = option(None, 'Number of classes (default: by dataset).',
                                         origin="num_classes", rule=at_least(1))
-    label_offset: int = option(0, 'Added to image-record labels (TF-slim ImageNet: -1).')
+    label_offset: int = option(0, 'Added to image-record labels (TF-slim ImageNet: -1).',
+                              rule=LABEL_OFFSETS)
     geometry: str = option(
         "none",
         "none: images are already the model's size; center_crop: ROAR's crop_224.",

@@ -28,7 +28,7 @@ from models.foundation.cli import option, run_binary
 from models.foundation.errors import RecordError, UserError, check_unique, required
 from models.foundation.files import ensure_directory, exclusive, read_json, remove_leftovers
 from models.foundation.lazy import lazy_module
-from models.foundation.rules import Checked, at_least
+from models.foundation.rules import LABEL_OFFSETS, MAX_CHUNK, Checked, at_least, at_most
 from saliency_gen import shard_ledger
 from saliency_gen.formats import MAP_DTYPES
 
@@ -60,7 +60,7 @@ class Config(Checked):
     batch_size: int = option(32, "Images read and explained per step.", origin=False,
                              rule=at_least(1))
     chunk_size: int = option(64, "Rows per gradient evaluation (results do not depend on it).",
-                             origin=False, rule=at_least(1))
+                             origin=False, rule=(at_least(1), at_most(MAX_CHUNK)))
     num_shards: int = option(1, "Split the input shards over this many tasks.", origin=False,
                              rule=at_least(1))
     shard_index: int = option(0, "This task's index in [0, num_shards).", origin=False)
@@ -71,7 +71,8 @@ class Config(Checked):
     geometry: str = option("auto", "How images reach the model's input size: center_crop "
                            "(ROAR's crop_224), none (images already have it) or auto (none when "
                            "they do, else center_crop).", ("auto", "center_crop", "none"))
-    label_offset: int = option(0, "Added to every stored label (ImageNet TF-slim: -1).")
+    label_offset: int = option(0, "Added to every stored label (ImageNet TF-slim: -1).",
+                              rule=LABEL_OFFSETS)
     explain: str = option("prediction", "Explain the model's predicted class (ROAR, BAM) or the "
                           "label (IDSDS).", ("prediction", "label"))
     overwrite: bool = option(False, "Recompute finished output shards.", origin=False)

@@ -148,6 +148,24 @@ case("road-oracle-without-object-masks", "roar.road",
      ["--ckpt_path={model}", "--data_dir={no_masks}", "--saliency_method=oracle",
       "--ratios=0.5", "--output={out}/road"],
      "record 0 has no object mask (image/object/mask); the oracle map needs", "{out}")
+# numbers that are not numbers, lists that are empty, sizes without bound: before, a traceback
+# (or, for --ratios=, 42 s of work first)
+case("roar-ratio-nan", "roar.train", [*ROAR, "--data_dir={records}", "--ratio=nan"],
+     "--ratio=nan must be a finite number", "{out}")
+case("roar-ratio-inf", "roar.train", [*ROAR, "--data_dir={records}", "--ratio=inf"],
+     "--ratio=inf must be a finite number", "{out}")
+case("road-empty-ratios", "roar.road",
+     ["--ckpt_path={model}", "--data_dir={records}", "--saliency_method=random", "--ratios=",
+      "--output={out}/road"], "--ratios is empty; give at least one value", "{out}")
+case("generate-huge-label-offset", "saliency_gen.generate",
+     [*GEN, "--output_dir={out}", "--label_offset=100000000000000000000"],
+     "--label_offset=100000000000000000000 is out of range", "{out}")
+case("generate-huge-chunk", "saliency_gen.generate",
+     [*GEN, "--output_dir={out}", "--chunk_size=1000000"],
+     "--chunk_size=1000000 must be at most 4096", "{out}")
+case("downloads-negative-timeout", "bam.downloads",
+     ["--dest={out}", "--what=miniplaces", "--timeout=-1"], "--timeout=-1.0 must be positive",
+     "{out}")
 case("road-ratio-above-1", "roar.road",
      ["--ckpt_path={model}", "--data_dir={records}", "--saliency_method=random",
       "--ratios=0.1,1.5", "--output={out}/road"],
@@ -180,6 +198,15 @@ case("bam-non-square-maps", "bam.metrics", [*BAM, "--maps_dir={flat_maps}"],
      "GC.npy holds 1x64 maps", "{out}")
 case("bam-nan-maps", "bam.metrics", [*BAM, "--maps_dir={nan_bam_maps}"],
      "GC.npy: a sampled map contains NaN", "{out}")
+case("bam-negative-prediction", "bam.metrics", [*BAM, "--maps_dir={negative_predictions}"],
+     "predictions.npy: image 0 is predicted as class -3, outside the 10 classes", "{out}")
+case("bam-fractional-prediction", "bam.metrics", [*BAM, "--maps_dir={fractional_predictions}"],
+     "predictions.npy holds float64 values; the model's predictions must be whole numbers",
+     "{out}")
+case("bam-complex-maps", "bam.metrics", [*BAM, "--maps_dir={complex_maps}"],
+     "GC.npy holds complex64 values; the maps of method GC must be real numbers", "{out}")
+case("bam-string-maps", "bam.metrics", [*BAM, "--maps_dir={string_maps}"],
+     "GC.npy holds <U3 values; the maps of method GC must be real numbers", "{out}")
 case("bam-pickled-val-mask", "bam.metrics",
      ["--data_dir={pickled_world}", "--metrics=MCS", "--output={out}/out.json", "--methods=GC",
       "--maps_dir={flat_maps}"], "names the global posix.system", "{out}")
@@ -193,13 +220,18 @@ FAITH = ["--model_path={model}", "--input_pattern={records}/validation-*",
 case("faithfulness-negative-images", "faithfulness.evaluate", [*FAITH, "--nr_images=-7"],
      "--nr_images=-7 must be a positive count, or -1 for all", "{out}")
 case("faithfulness-more-images-than-there-are", "faithfulness.evaluate",
-     [*FAITH, "--nr_images=99999999999"], "--nr_images=99999999999 exceeds the 300 images of",
-     "{out}")
+     [*FAITH, "--nr_images=99999"], "--nr_images=99999 exceeds the 300 images of", "{out}")
 case("faithfulness-duplicate-explainer", "faithfulness.evaluate",
      [*FAITH, "--explainer=random,idsds:IxG,random"], "--explainer names 'random' twice",
      "{out}")
 case("faithfulness-batch-size-0", "faithfulness.evaluate", [*FAITH, "--batch_size=0"],
      "--batch_size=0 must be at least 1", "{out}")
+case("faithfulness-nan-sigma", "faithfulness.evaluate",
+     [*FAITH, "--id_baseline_gaussian_sigma=nan"],
+     "--id_baseline_gaussian_sigma=nan must be a finite number", "{out}")
+case("faithfulness-negative-sigma", "faithfulness.evaluate",
+     [*FAITH, "--id_baseline_gaussian_sigma=-1"],
+     "--id_baseline_gaussian_sigma=-1.0 must be positive", "{out}")
 # user methods (tests/data/user_methods/ending_attribution.py) that end the program or fail
 # in graph mode: before, sys.exit ended the run with status 0 and no line at all, and a failed
 # graph check showed only "Graph execution error:"
@@ -367,11 +399,18 @@ def places(tiny_world, tmp_path_factory):
         paths[name] = str(tmp / name)
     # bam.metrics saved maps: 64x1 maps, and square maps with a NaN.
     count = len(val_set_scores.load_val_set(root, "obj").paths)
-    for name, maps in (("flat_maps", np.ones([count, 64, 1], np.float32)),
-                       ("nan_bam_maps", np.full([count, 64, 64], np.nan, np.float32))):
+    ones = np.ones([count, 64, 64], np.float32)
+    for name, maps, predictions in (
+            ("flat_maps", np.ones([count, 64, 1], np.float32), None),
+            ("nan_bam_maps", np.full([count, 64, 64], np.nan, np.float32), None),
+            ("negative_predictions", ones, np.full(count, -3, np.int64)),
+            ("fractional_predictions", ones, np.full(count, 2.4)),
+            ("complex_maps", ones.astype(np.complex64), None),
+            ("string_maps", np.full([count, 64, 64], "1.0"), None)):
         for pair in ("obj-obj", "scene-scene"):
             os.makedirs(tmp / name / pair)
-            np.save(tmp / name / pair / "predictions.npy", np.zeros(count, np.int64))
+            np.save(tmp / name / pair / "predictions.npy",
+                    np.zeros(count, np.int64) if predictions is None else predictions)
             np.save(tmp / name / pair / "GC.npy", maps)
         paths[name] = str(tmp / name)
     # A shared data folder whose obj/val_mask would run a shell command if it were unpickled.

@@ -29,15 +29,18 @@ class Global:
 
 
 class Tensor:
-    """A numpy array to pickle as a torch tensor (storage, offset, shape, strides)."""
+    """A numpy array to pickle as a torch tensor (storage, offset, shape, strides); a crafted
+    one may declare another `shape` and `strides` than its array has, and (legacy format) a
+    `view` (key, element offset, size) of its storage."""
 
-    def __init__(self, array: np.ndarray, key: str):
+    def __init__(self, array: np.ndarray, key: str, shape=None, strides=None, view=None):
         self.array, self.key = np.ascontiguousarray(array), key
+        self.shape, self.strides, self.view = shape, strides, view
 
     def __reduce__(self):
-        strides = tuple(s // self.array.itemsize for s in self.array.strides)
+        strides = self.strides or tuple(s // self.array.itemsize for s in self.array.strides)
         return (Global("torch._utils", "_rebuild_tensor_v2"),
-                (Storage(self), 0, self.array.shape, strides, False,
+                (Storage(self), 0, self.shape or self.array.shape, strides, False,
                  collections.OrderedDict()))
 
 
@@ -69,7 +72,7 @@ class _Pickler(pickle._Pickler):
         self.storages.append(tensor)
         kind = Global("torch", STORAGE_NAMES[tensor.array.dtype])
         pid = ("storage", kind, tensor.key, "cpu", tensor.array.size)
-        return pid + (None,) if self.legacy else pid
+        return pid + (tensor.view,) if self.legacy else pid
 
 
 def tensors_of(state: dict) -> dict:
@@ -78,8 +81,10 @@ def tensors_of(state: dict) -> dict:
             for index, (key, value) in enumerate(state.items())}
 
 
-def write_checkpoint(path: str, obj, legacy: bool = False) -> None:
-    """Writes `obj` (containers of `Tensor`s and anything picklable) to `path`."""
+def write_checkpoint(path: str, obj, legacy: bool = False,
+                     compression: int = zipfile.ZIP_STORED) -> None:
+    """Writes `obj` (containers of `Tensor`s and anything picklable) to `path`; the zip format's
+    members with `compression` (PyTorch stores them uncompressed)."""
     stream = io.BytesIO()
     pickler = _Pickler(stream, legacy)
     pickler.dump(obj)
@@ -93,7 +98,7 @@ def write_checkpoint(path: str, obj, legacy: bool = False) -> None:
                 handle.write(struct.pack("<q", tensor.array.size))
                 handle.write(tensor.array.tobytes())
         return
-    with zipfile.ZipFile(path, "w") as archive:
+    with zipfile.ZipFile(path, "w", compression) as archive:
         archive.writestr("archive/data.pkl", stream.getvalue())
         archive.writestr("archive/byteorder", "little")
         for tensor in pickler.storages:

@@ -53,8 +53,12 @@ def read_state_dict(path: str) -> dict:
     if not isinstance(state, dict) or not state:
         raise UserError(f"{path}: holds no state dict")
     names = list(state)
+    for name in names:
+        if not isinstance(name, str):
+            raise UserError(f"{path}: state dict key {name!r} is not a name (a state dict maps "
+                            "parameter names to tensors)")
     for prefix in PREFIXES:
-        if isinstance(names[0], str) and names[0].startswith(prefix):
+        if names[0].startswith(prefix):
             state = {(k[len(prefix):] if k.startswith(prefix) else k): v
                      for k, v in state.items()}
             break
@@ -126,8 +130,16 @@ def load_state_dict(model: keras.Model, state: dict, source: str = "the checkpoi
             if absent:
                 missing.append(f"{modules.get(layer.name, layer.name)}.{absent[0]}")
                 continue
-            values = [change(tensors[name]) for name, change in zip(*standard)]
             keys = [f"{modules[layer.name]}.{name}" for name in standard[0]]
+            values = []
+            for key, name, change in zip(keys, *standard):
+                try:
+                    values.append(change(np.asarray(tensors[name])))
+                except ValueError:  # e.g. a transpose of a tensor of another rank
+                    raise UserError(f"{source}: the tensor {key} has shape "
+                                    f"{np.shape(tensors[name])}, which layer {layer.name} "
+                                    f"({type(layer).__name__}) cannot take (wrong --model?)"
+                                    ) from None
         if not values:
             missing.append(layer.name)
             continue

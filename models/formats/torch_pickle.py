@@ -172,16 +172,24 @@ class _RestrictedUnpickler(pickle.Unpickler):
 def _storage_from_id(pid, legacy: bool) -> _Storage:
     """The `_Storage` of a persistent id: ('storage', type, key, location, numel[, view])."""
     if not isinstance(pid, tuple) or len(pid) < 5 or pid[0] not in ("storage", b"storage"):
-        raise pickle.UnpicklingError(f"an unknown persistent id {str(pid)[:60]}")
+        raise pickle.UnpicklingError(f"an unknown persistent id (a {type(pid).__name__})")
     kind, key, numel = pid[1], pid[2], pid[4]
-    if not isinstance(kind, _DType) or not isinstance(numel, int) or numel < 0:
+    if not isinstance(kind, _DType) or not _is_count(numel) or \
+            not isinstance(key, (str, bytes)) or len(key) > 256:
         raise pickle.UnpicklingError("a malformed storage reference")
-    key = key.decode() if isinstance(key, bytes) else str(key)
+    key = key.decode(errors="replace") if isinstance(key, bytes) else key
     view = pid[5] if legacy and len(pid) > 5 else None
     if view is not None:  # a view of a root storage: (view key, element offset, size)
-        _, offset, size = view
-        return _Storage(key=key, dtype=kind.dtype, numel=int(size), offset=int(offset))
+        if not (isinstance(view, tuple) and len(view) == 3 and _is_count(view[1])
+                and _is_count(view[2]) and view[1] + view[2] <= numel):
+            raise pickle.UnpicklingError("a storage view outside its root storage")
+        return _Storage(key=key, dtype=kind.dtype, numel=view[2], offset=view[1])
     return _Storage(key=key, dtype=kind.dtype, numel=numel, offset=0)
+
+
+def _is_count(value) -> bool:
+    """A non-negative int (not a bool)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _unpickle(data: bytes, path: str, storage_of=None, handle=None):
@@ -189,26 +197,57 @@ def _unpickle(data: bytes, path: str, storage_of=None, handle=None):
     return _RestrictedUnpickler(reader, path, storage_of).load()
 
 
-def _materialise(value, buffers: dict, path: str, depth: int = 0):
+# What a checkpoint's object may become: its containers at most this deep, at most this many
+# container entries, and arrays of at most twice the bytes of its storages (tensors are cut out
+# of storages, mostly one each; PyTorch's legacy views split one root storage between them).
+MAX_DEPTH = 64
+MAX_ENTRIES = 10_000_000
+
+
+def _materialise(value, buffers: dict, path: str) -> Any:
     """`value` with every `_Tensor` replaced by a numpy array; refuses anything but plain
-    containers, strings, numbers and tensors."""
-    if depth > 64:
-        raise UserError(f"{path}: nested too deeply to be a checkpoint")
-    if isinstance(value, _Tensor):
-        return _tensor_array(value, buffers, path)
-    if isinstance(value, dict):
-        copy = collections.OrderedDict() if isinstance(value, collections.OrderedDict) else {}
-        for key, item in value.items():
-            copy[_materialise(key, buffers, path, depth + 1)] = _materialise(
-                item, buffers, path, depth + 1)
-        return copy
-    if isinstance(value, (list, tuple)):
-        items = [_materialise(item, buffers, path, depth + 1) for item in value]
-        return items if isinstance(value, list) else tuple(items)
-    if value is None or isinstance(value, (str, bytes, bool, int, float)):
-        return value
-    raise UserError(f"{path}: holds a {type(value).__name__}, which is not part of a tensor "
-                    "checkpoint")
+    containers, strings, numbers and tensors. An object the pickle refers to twice is converted
+    once (a pickle of shared references could otherwise stand for exponentially many), and the
+    arrays made are bounded by the storages' bytes."""
+    memo: dict = {}
+    budget = {"entries": MAX_ENTRIES,
+              "bytes": 2 * sum(len(raw) for raw in buffers.values()) + (1 << 20)}
+
+    def convert(item, depth):
+        if depth > MAX_DEPTH:
+            raise UserError(f"{path}: nested too deeply to be a checkpoint")
+        if item is None or isinstance(item, (str, bytes, bool, int, float)):
+            return item
+        if id(item) in memo:
+            return memo[id(item)][1]
+        budget["entries"] -= 1
+        if isinstance(item, _Tensor):
+            result = _tensor_array(item, buffers, path)
+            budget["bytes"] -= result.nbytes
+            if budget["bytes"] < 0:
+                raise UserError(f"{path}: its tensors would take more than twice the bytes of "
+                                "its storages; refused")
+        elif isinstance(item, dict):
+            budget["entries"] -= len(item)
+            result = collections.OrderedDict() if isinstance(
+                item, collections.OrderedDict) else {}
+            if budget["entries"] < 0:
+                raise UserError(f"{path}: more than {MAX_ENTRIES} entries; refused")
+            for key, entry in item.items():
+                result[convert(key, depth + 1)] = convert(entry, depth + 1)
+        elif isinstance(item, (list, tuple)):
+            budget["entries"] -= len(item)
+            if budget["entries"] < 0:
+                raise UserError(f"{path}: more than {MAX_ENTRIES} entries; refused")
+            items = [convert(entry, depth + 1) for entry in item]
+            result = items if isinstance(item, list) else tuple(items)
+        else:
+            raise UserError(f"{path}: holds a {type(item).__name__}, which is not part of a "
+                            "tensor checkpoint")
+        memo[id(item)] = (item, result)  # (the item kept alive: its id stays its own)
+        return result
+
+    return convert(value, 0)
 
 
 def _tensor_array(tensor: _Tensor, buffers: dict, path: str) -> np.ndarray:
@@ -220,10 +259,17 @@ def _tensor_array(tensor: _Tensor, buffers: dict, path: str) -> np.ndarray:
     flat = np.frombuffer(raw, dtype=dtype, count=len(raw) // dtype.itemsize)
     flat = flat[storage.offset:storage.offset + storage.numel]
     shape, strides = tensor.shape, tensor.strides
-    if len(shape) != len(strides) or min(shape, default=1) < 0 or min(strides, default=0) < 0:
-        raise UserError(f"{path}: a tensor with shape {shape} and strides {strides}")
+    if len(shape) != len(strides) or len(shape) > 32 or min(shape, default=1) < 0 or \
+            min(strides, default=0) < 0:
+        raise UserError(f"{path}: a tensor with shape {shape[:8]} and strides {strides[:8]}")
     if 0 in shape:
         return np.zeros(shape, dtype)
+    # bounded by its storage: a tensor has no more elements than the storage it is cut from
+    # (zero strides could otherwise make a few bytes of file into gigabytes of array)
+    elements = int(np.prod(shape, dtype=object))
+    if elements > flat.size:
+        raise UserError(f"{path}: a tensor of shape {shape} has {elements} elements, more than "
+                        f"the {flat.size} of its storage")
     last = tensor.offset + sum((n - 1) * s for n, s in zip(shape, strides))
     if tensor.offset < 0 or last >= flat.size:
         raise UserError(f"{path}: a tensor reaches past the end of its storage "
@@ -252,14 +298,41 @@ def _read_zip(path: str) -> Any:
             wanted[storage.key] = storage
             return storage
 
-        value = _unpickle(archive.read(pickles[0]), path, storage_of)
+        value = _unpickle(_bounded_read(archive, pickles[0], path), path, storage_of)
         buffers = {}
-        for key in wanted:
+        for key, storage in wanted.items():
             member = f"{root}data/{key}"
             if member not in names:
                 raise UserError(f"{path}: the storage {key} is missing from the archive")
-            buffers[key] = archive.read(member)
+            buffers[key] = _read_member(archive, member, storage, path)
     return _materialise(value, buffers, path)
+
+
+# A storage member PyTorch writes is stored uncompressed; one compressed later (a checkpoint
+# re-zipped) may be inflated up to this many times its compressed size, no more.
+MAX_INFLATION = 20
+
+
+def _read_member(archive: zipfile.ZipFile, member: str, storage: _Storage, path: str) -> bytes:
+    """A storage's bytes, after checking what the archive declares of the member against what
+    the pickle declares of the storage, and its inflation, before anything is inflated."""
+    info = archive.getinfo(member)
+    expected = storage.numel * np.dtype(storage.dtype).itemsize
+    if info.file_size != expected:
+        raise UserError(f"{path}: the storage {storage.key} holds {info.file_size} bytes, not "
+                        f"the {expected} its tensors declare")
+    return _bounded_read(archive, member, path)
+
+
+def _bounded_read(archive: zipfile.ZipFile, member: str, path: str) -> bytes:
+    """A member's bytes, refused before inflating when it would inflate more than
+    `MAX_INFLATION` times its compressed size."""
+    info = archive.getinfo(member)
+    if info.compress_type != zipfile.ZIP_STORED and \
+            info.file_size > MAX_INFLATION * max(info.compress_size, 1):
+        raise UserError(f"{path}: {member} would inflate {info.compress_size} bytes to "
+                        f"{info.file_size}; refused (a zip bomb?)")
+    return archive.read(member)
 
 
 def _read_legacy(path: str) -> Any:
@@ -313,7 +386,8 @@ def read_checkpoint(path: str) -> Any:
     except UserError:
         raise
     except (pickle.UnpicklingError, EOFError, ValueError, TypeError, KeyError, IndexError,
-            AttributeError, struct.error, zipfile.BadZipFile, OverflowError,
+            AttributeError, struct.error, zipfile.BadZipFile, zipfile.LargeZipFile,
+            NotImplementedError, OverflowError, RecursionError, UnicodeDecodeError,
             MemoryError) as error:
         detail = (str(error).strip().splitlines() or [type(error).__name__])[0][:160]
         raise UserError(f"{path}: not a readable PyTorch checkpoint ({detail})") from None

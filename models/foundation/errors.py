@@ -6,6 +6,7 @@ prints as a single `error: ...` line with exit status 2 instead of a traceback f
 TensorFlow.
 """
 import errno
+import math
 from typing import Any, Collection, Iterable, Optional
 
 
@@ -106,6 +107,8 @@ def whole_percent(flag: str, value: Any) -> int:
         fraction = float(value)
     except (TypeError, ValueError):
         raise UserError(f"--{flag}={value} is not a number") from None
+    if not math.isfinite(fraction):
+        raise UserError(f"--{flag}={value} must be a finite number")
     percent = round(fraction * 100)
     if abs(percent - fraction * 100) > 1e-6 or not 0 <= percent <= 100:
         raise UserError(f"--{flag}={value} must be a multiple of 0.01 in [0, 1] (a whole "

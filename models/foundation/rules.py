@@ -9,7 +9,8 @@ Each rule has one wording, the one of the check in `models.foundation.errors` it
 is what `--help` says of it. A value of None (an option left out) is not checked.
 """
 import dataclasses
-from typing import Any, Callable, Sequence
+import math
+from typing import Any, Callable, Optional, Sequence
 
 from models.foundation.errors import (
     UserError,
@@ -75,21 +76,95 @@ def some_of(known: Sequence, what: str) -> Rule:
     return Rule(check, f"Any of: {', '.join(known)}, each once.")
 
 
+def between(low: float, high: float) -> Rule:
+    """A number in [low, high] (an offset that may be negative)."""
+    def check(flag: str, value: Any) -> None:
+        if not low <= value <= high:
+            raise UserError(f"--{flag}={value} must be between {low} and {high}")
+    return Rule(check, f"Between {low} and {high}.")
+
+
+def at_most(maximum: float) -> Rule:
+    """A number of at most `maximum` (a size whose memory grows with it)."""
+    def check(flag: str, value: Any) -> None:
+        if value > maximum:
+            raise UserError(f"--{flag}={value} must be at most {maximum}")
+    return Rule(check, f"At most {maximum}.")
+
+
+# Added to every stored label: -1 or +1 for the TF-slim ImageNet layouts; the largest label sets
+# (ImageNet-21k) have about 21,000 classes.
+LABEL_OFFSETS = between(-100_000, 100_000)
+# Work items in one traced model call: the executor pads the last chunk to this size, so its
+# memory grows with the chunk whatever the job's size.
+MAX_CHUNK = 4096
+
+
 def _rules_of(field: dataclasses.Field) -> tuple:
     rules = field.metadata.get("rule")
     return () if rules is None else rules if isinstance(rules, tuple) else (rules,)
 
 
+# Every number an option takes stays within this size: TensorFlow counts, sizes and seeds in
+# 32-bit integers, and no setting of this project needs more.
+LIMIT = 2 ** 31 - 1
+
+
+def _number_text(value: Any) -> Optional[float]:
+    """A list element as the number it writes (None when it writes none)."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def check_by_kind(field: dataclasses.Field, value: Any) -> None:
+    """What every option of a kind must be, whatever its own rules say (docs/architecture.md,
+    "Binaries"): a number is finite and at most `LIMIT` in size, and not negative unless its
+    own rules allow it; a list is not empty when its default is not, and the elements of a
+    list of numbers (ratios, seeds) are finite numbers, whole where the default's are."""
+    name = field.name
+    if value is None or isinstance(value, bool):
+        return
+    if isinstance(value, (int, float)):
+        if not math.isfinite(value):
+            raise UserError(f"--{name}={value} must be a finite number")
+        if abs(value) > LIMIT:
+            raise UserError(f"--{name}={value} is out of range (at most {LIMIT} in size)")
+        if value < 0 and not _rules_of(field):
+            raise UserError(f"--{name}={value} must not be negative")
+    elif isinstance(value, (tuple, list)):
+        default = field.default if isinstance(field.default, (tuple, list)) else None
+        if not value and default != ():
+            raise UserError(f"--{name} is empty; give at least one value"
+                            + (f" (default: {','.join(map(str, default))})" if default else ""))
+        numeric = default and all(_number_text(item) is not None for item in default)
+        for item in value if numeric else ():
+            number = _number_text(item)
+            if number is None or not math.isfinite(number):
+                raise UserError(f"--{name} holds {item!r}, not a finite number")
+            whole = all(float(d).is_integer() and "." not in str(d) for d in default)
+            if whole and not (number.is_integer() and abs(number) <= LIMIT):
+                raise UserError(f"--{name} holds {item!r}, not a whole number of at most "
+                                f"{LIMIT} in size")
+
+
 def check_options(config: Any) -> None:
-    """Applies every option's choices and rules to the values of `config` (a dataclass made
-    with `cli.option` fields): the first value that breaks one raises its `UserError`."""
+    """Applies every option's kind checks (`check_by_kind`), choices and rules to the values of
+    `config` (a dataclass made with `cli.option` fields): the first value that breaks one
+    raises its `UserError`."""
     for field in dataclasses.fields(config):
         value = getattr(config, field.name)
+        is_list = isinstance(value, (tuple, list))
+        if not is_list:  # (a list: after its own rules, whose wording comes first)
+            check_by_kind(field, value)
         choices = field.metadata.get("choices")
         if choices is not None and value is not None:
             check_one_of(field.name, value, choices)
         for rule in _rules_of(field):
             rule(field.name, value)
+        if is_list:
+            check_by_kind(field, value)
 
 
 class Checked:

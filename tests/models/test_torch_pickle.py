@@ -3,6 +3,7 @@
 truncated files one line; with torch installed, every tensor equals `torch.load`'s."""
 import os
 import sys
+import zipfile
 
 import numpy as np
 import pytest
@@ -74,3 +75,55 @@ def test_every_tensor_equals_torch_load():
         assert found["epoch"] == 3
         for key, tensor in tensors.items():
             assert np.array_equal(found["state_dict"][key], tensor.detach().numpy()), key
+
+
+def test_a_crafted_checkpoint_cannot_make_the_reader_allocate_without_bound(tmp_path):
+    """Every tensor is bounded by its storage and every archive member by its declared size,
+    before anything is allocated or inflated (before: a 505-byte file with zero strides made a
+    1.6 GB array, an 815 KB member inflated to 800 MB, a negative view offset read from the end
+    of its storage, a deeply nested persistent id gave a RecursionError traceback)."""
+    path = str(tmp_path / "crafted.pth")
+    one = np.ones(1, np.float32)
+    torch_format.write_checkpoint(path, {"w": torch_format.Tensor(
+        one, "0", shape=(20000, 20000), strides=(0, 0))})
+    assert os.path.getsize(path) < 1000
+    with pytest.raises(UserError, match=r"has 400000000 elements, more than the 1 of its "):
+        torch_pickle.read_checkpoint(path)
+    zeros = np.zeros(5_000_000, np.float32)  # 20 MB of zeros deflate to about 20 KB
+    torch_format.write_checkpoint(path, torch_format.tensors_of({"w": zeros}),
+                                  compression=zipfile.ZIP_DEFLATED)
+    assert os.path.getsize(path) < 100_000
+    with pytest.raises(UserError, match=r"data/0 would inflate \d+ bytes to 20000000; refused"):
+        torch_pickle.read_checkpoint(path)
+    torch_format.write_checkpoint(path, {"w": torch_format.Tensor(
+        np.arange(8, dtype=np.float32), "0", shape=(2,), strides=(1,), view=("0", -4, 2))},
+        legacy=True)
+    with pytest.raises(UserError, match="a storage view outside its root storage"):
+        torch_pickle.read_checkpoint(path)
+    with zipfile.ZipFile(path, "w") as archive:  # a persistent id nested 100,000 deep
+        archive.writestr("archive/data.pkl", b"\x80\x02)" + b"\x85" * 100_000 + b"Q.")
+    with pytest.raises(UserError, match="an unknown persistent id"):
+        torch_pickle.read_checkpoint(path)
+    shared: list = []  # 40 levels of a list holding the level below twice: 2^40 leaves
+    for _ in range(40):
+        shared = [shared, shared]
+    torch_format.write_checkpoint(path, {"nested": shared})
+    assert len(torch_pickle.read_checkpoint(path)["nested"]) == 2  # each level converted once
+
+
+def test_a_state_dict_of_the_wrong_shape_is_one_line(tmp_path):
+    """Keys that are not names, and a tensor of the wrong rank, are one line naming them
+    (before: an AttributeError and a ValueError traceback in the converter)."""
+    import keras
+
+    from models.formats import torch_checkpoints
+
+    path = str(tmp_path / "state.pth")
+    torch_format.write_checkpoint(path, torch_format.tensors_of(
+        {1: np.ones((2, 2), np.float32), "fc.bias": np.ones(2, np.float32)}))
+    with pytest.raises(UserError, match="state dict key 1 is not a name"):
+        torch_checkpoints.read_state_dict(path)
+    model = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Conv2D(4, 3, name="conv1")])
+    state = {"conv1.weight": np.ones(4 * 3 * 3 * 3, np.float32), "conv1.bias": np.ones(4)}
+    with pytest.raises(UserError, match=r"conv1.weight has shape \(108,\), which layer conv1 "):
+        torch_checkpoints.load_state_dict(model, state)
