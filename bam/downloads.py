@@ -26,12 +26,11 @@ import urllib.request
 import zipfile
 from typing import Optional
 
-
 from models.foundation import progress as progress_bar
 from models.foundation.cli import option, run_binary
-from models.foundation.rules import POSITIVE
 from models.foundation.errors import UserError
 from models.foundation.files import file_sha256, read_json, write_json
+from models.foundation.rules import POSITIVE
 
 MODEL_NAMES = ("obj", "scene", "scene_only") + tuple(f"scene{k}" for k in range(1, 11))
 WHAT = ("coco", "miniplaces", "models")
