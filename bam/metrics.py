@@ -20,7 +20,6 @@ import os
 import time
 from typing import Callable, Optional, Sequence
 
-
 import models
 from bam import metric_definitions
 from models.foundation import progress as progress_bar

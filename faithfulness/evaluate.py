@@ -14,7 +14,6 @@ once and cached, as for `roar.train`).
 """
 import dataclasses
 import os
-import sys
 import time
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union
 

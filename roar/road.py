@@ -27,8 +27,15 @@ from models.foundation.errors import UserError, required
 from models.foundation.files import exclusive, write_json
 from models.foundation.lazy import lazy_module
 from models.foundation.metric_spec import legend
-from models.foundation.rules import (COUNT_OR_ALL, LABEL_OFFSETS, UNIQUE_NUMBERS,
-                                    WHOLE_PERCENTS, Checked, at_least, some_of)
+from models.foundation.rules import (
+    COUNT_OR_ALL,
+    LABEL_OFFSETS,
+    UNIQUE_NUMBERS,
+    WHOLE_PERCENTS,
+    Checked,
+    at_least,
+    some_of,
+)
 from roar import metric_definitions
 
 # Loaded on first use: a bad flag is reported before TensorFlow starts (docs/architecture.md).

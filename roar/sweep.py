@@ -15,7 +15,6 @@ import subprocess
 import sys
 from typing import Sequence
 
-
 from models.foundation import progress
 from models.foundation.cli import option, run_binary
 from models.foundation.errors import UserError

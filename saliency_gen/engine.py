@@ -20,8 +20,13 @@ import tensorflow as tf
 
 from models.formats.adapter import Adapter, adapt
 from models.foundation import executor, transfer
-from models.foundation.errors import (ShapeError, UserError, failure_line, first_non_finite,
-                                     op_error_detail)
+from models.foundation.errors import (
+    ShapeError,
+    UserError,
+    failure_line,
+    first_non_finite,
+    op_error_detail,
+)
 from models.foundation.tracing import kept, quiet_retracing
 from saliency_gen import names, noise, transforms
 from saliency_gen.spec import MethodSpec

@@ -35,8 +35,7 @@ import typing
 from typing import Any, Callable, Optional, Sequence, Union
 
 from models.foundation import rules
-from models.foundation.errors import (UserError, failure_line, is_tensorflow_error,
-                                     op_error_detail)
+from models.foundation.errors import UserError, failure_line, is_tensorflow_error, op_error_detail
 
 
 def require(module: str, extra: str) -> Any:

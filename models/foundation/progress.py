@@ -18,7 +18,6 @@ from typing import Any, Callable, Optional
 import keras
 from tqdm import tqdm
 
-
 LINE_EVERY = 30.0  # seconds between two progress lines in a log
 
 
