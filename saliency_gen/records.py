@@ -21,6 +21,7 @@ validates a file record by record and names the file and record index of the fir
 import glob
 import json
 import os
+import struct
 from typing import Any, Iterable, Iterator, Optional, Sequence
 
 import numpy as np
@@ -287,10 +288,30 @@ def list_files(pattern: str, what: str = "--input_pattern") -> list:
     return files
 
 
+def check_framing(path: str) -> None:
+    """Checks that every record length a TFRecord file declares fits in what is left of the
+    file, before TensorFlow reads a record (and sizes its buffer) by that length: a damaged
+    length field is a `RecordError`, not a buffer the size of a made-up length."""
+    size = os.path.getsize(path)
+    with open(path, "rb") as handle:
+        offset, index = 0, 0
+        while offset < size:
+            header = handle.read(8)
+            (length,) = struct.unpack("<Q", header) if len(header) == 8 else (None,)
+            if length is None or offset + 16 + length > size:
+                raise RecordError(f"{path}: record {index}: corrupt or truncated TFRecord data "
+                                  f"(a record of {length} bytes declared at byte {offset} of "
+                                  f"{size}); re-create the file")
+            offset += 16 + length  # length, its CRC, the data, its CRC
+            handle.seek(offset)
+            index += 1
+
+
 def iter_serialized(path: str) -> Iterator[tuple[int, bytes]]:
     """Yields (index, serialized record) of a TFRecord file; corrupt data is a `RecordError`."""
     if not os.path.isfile(path):
         raise MissingPathError(f"TFRecord file {path} does not exist")
+    check_framing(path)
     index = 0
     iterator = iter(tf.data.TFRecordDataset(path))
     while True:

@@ -13,6 +13,9 @@ import pytest
 import models  # noqa: F401  (first, as in every binary: oneDNN on, TensorFlow's start-up quiet)
 
 _SESSION_CACHE = tempfile.mkdtemp(prefix="attribution-benchmarks-tests-")
+# hypothesis keeps its own files (examples, character tables) in the session's cache too, not
+# in the checkout (its default, ./.hypothesis)
+os.environ["HYPOTHESIS_STORAGE_DIRECTORY"] = os.path.join(_SESSION_CACHE, "hypothesis")
 
 
 def pytest_configure(config):

@@ -130,8 +130,9 @@ def read_json(path: Union[str, os.PathLike], what: str = "file",
             value = json.load(handle)
     except FileNotFoundError:
         raise UserError(f"{what} {path} does not exist") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise UserError(f"{what} {path} is empty or corrupt ({error}); delete it or re-create "
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as error:
+        detail = error if not isinstance(error, RecursionError) else "nested too deeply"
+        raise UserError(f"{what} {path} is empty or corrupt ({detail}); delete it or re-create "
                         "it by re-running the job that wrote it") from None
     if schema is not None:
         check_shape(value, schema, f"{what} {path}")
