@@ -25,7 +25,8 @@ import numpy as np
 import models
 from models.foundation import progress, provenance
 from models.foundation.cli import option, run_binary
-from models.foundation.errors import RecordError, UserError, check_unique, required
+from models.foundation.errors import (RecordError, UserError, check_unique, failure_line,
+                                     op_error_detail, required)
 from models.foundation.files import ensure_directory, exclusive, read_json, remove_leftovers
 from models.foundation.lazy import lazy_module
 from models.foundation.rules import LABEL_OFFSETS, MAX_CHUNK, Checked, at_least, at_most
@@ -127,42 +128,54 @@ def explain_records(path: str, loaded: Any, methods: "Sequence[names.Resolved]",
                                            start=start, count=count)
     dataset = dataset.batch(options["batch_size"]).prefetch(1)
     index = start
-    try:
-        for keys, encoded, labels, images, heights, widths in dataset:
-            labels = labels.numpy() + options["label_offset"]
-            bad = np.flatnonzero((labels < 0) | (labels >= loaded.num_classes))
-            if bad.size:
-                raise RecordError(
-                    f"{path}: record {index + bad[0]}: label {labels[bad[0]]} is outside the "
-                    f"model's {loaded.num_classes} classes; check --label_offset and "
-                    "--model_path")
-            images = images.numpy()
-            keys = [k.decode() for k in keys.numpy()]
-            ids = pipelines.key_ids(keys)
-            predictions = np.argmax(engine.predict(loaded, images, options["chunk_size"]), 1)
-            targets = labels if options["explain"] == "label" else predictions
-            maps = {record_key(method.name): engine.attribute(
-                loaded, images, method, targets, batch_size=options["chunk_size"],
-                seed=options["seed"], ids=ids) for method in methods}
-            for n, key in enumerate(keys):
-                try:
-                    yield records.saliency_example(
-                        encoded[n].numpy(), int(labels[n]),
-                        {name: values[n] for name, values in maps.items()},
-                        prediction_class=int(predictions[n]), height=int(heights[n]),
-                        width=int(widths[n]), example_key=key, model_id=loaded.model_id,
-                        meta={**options["meta"], "input": shard_ledger.identity(path)},
-                        dtype=options["dtype"])
-                except UserError as error:
-                    raise RecordError(f"{path}: record {index + n} ({key}): {error}") from None
-            index += len(keys)
-            if progress:
-                progress(len(keys))
-    except tf.errors.OpError as error:
-        detail = str(error).strip().splitlines()[0]
-        raise RecordError(f"{path}: cannot decode an image or fit it to the model's input "
-                          f"{loaded.input_shape} ({detail}); check --geometry or re-create the "
-                          "shard") from None
+    for keys, encoded, labels, images, heights, widths in _decoded(dataset, path, loaded):
+        labels = labels.numpy() + options["label_offset"]
+        bad = np.flatnonzero((labels < 0) | (labels >= loaded.num_classes))
+        if bad.size:
+            raise RecordError(
+                f"{path}: record {index + bad[0]}: label {labels[bad[0]]} is outside the "
+                f"model's {loaded.num_classes} classes; check --label_offset and "
+                "--model_path")
+        images = images.numpy()
+        keys = [k.decode() for k in keys.numpy()]
+        ids = pipelines.key_ids(keys)
+        predictions = np.argmax(engine.predict(loaded, images, options["chunk_size"]), 1)
+        targets = labels if options["explain"] == "label" else predictions
+        maps = {record_key(method.name): engine.attribute(
+            loaded, images, method, targets, batch_size=options["chunk_size"],
+            seed=options["seed"], ids=ids) for method in methods}
+        for n, key in enumerate(keys):
+            try:
+                yield records.saliency_example(
+                    encoded[n].numpy(), int(labels[n]),
+                    {name: values[n] for name, values in maps.items()},
+                    prediction_class=int(predictions[n]), height=int(heights[n]),
+                    width=int(widths[n]), example_key=key, model_id=loaded.model_id,
+                    meta={**options["meta"], "input": shard_ledger.identity(path)},
+                    dtype=options["dtype"])
+            except UserError as error:
+                raise RecordError(f"{path}: record {index + n} ({key}): {error}") from None
+        index += len(keys)
+        if progress:
+            progress(len(keys))
+
+
+def _decoded(dataset: Any, path: str, loaded: Any) -> Iterator:
+    """The batches of `dataset`; a failure to read or decode them (not the model's or a
+    method's, which say their own) is one line with TensorFlow's own message."""
+    batches = iter(dataset)
+    while True:
+        try:
+            batch = next(batches)
+        except StopIteration:
+            return
+        except tf.errors.OpError as error:
+            if failure_line(error):  # out of memory: the binary's one line says so
+                raise
+            raise RecordError(f"{path}: cannot decode an image or fit it to the model's input "
+                              f"{loaded.input_shape} ({op_error_detail(error)}); check "
+                              "--geometry or re-create the shard") from None
+        yield batch
 
 
 def _shard_is_current(source, output_path, overwrite):

@@ -244,10 +244,7 @@ def test_an_output_lock_refuses_a_second_writer_and_leaves_nothing_behind(tmp_pa
         pass
 
 
-def test_an_output_path_of_the_wrong_kind_and_a_full_disk_are_one_line(tmp_path, monkeypatch,
-                                                                       capsys):
-    import errno
-
+def test_an_output_path_of_the_wrong_kind_is_one_line(tmp_path):
     from models.foundation import files
     from models.foundation.errors import UserError
     (tmp_path / "taken").mkdir()
@@ -255,15 +252,42 @@ def test_an_output_path_of_the_wrong_kind_and_a_full_disk_are_one_line(tmp_path,
         files.write_json(tmp_path / "taken", {"a": 1})
     assert os.listdir(tmp_path) == ["taken"]  # no hidden temporary file left behind
 
-    def full_disk(config):
-        raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "out.json"))
+
+GRAPH_FAILURE = ("Graph execution error:\n\nDetected at node check defined at (most recent call "
+                 "last):\n  File \"m.py\", line 3, in f\n\nassertion failed: [my check] [x = 2]"
+                 "\n\t [[{{node check}}]] [Op:__inference_f_40]")
+
+
+@pytest.mark.parametrize("failure, expected", [
+    (lambda: OSError(28, "No space left on device", "/d/out.json"),
+     "error: out of disk space (OSError: [Errno 28] No space left on device: '/d/out.json'); "
+     "free space or choose another path, then re-run (finished outputs are kept)"),
+    (lambda: OSError("Unable to synchronously create file (file write failed: errno = 28, "
+                     "error message = 'No space left on device')"),  # as h5py says it
+     "error: out of disk space (OSError: Unable to synchronously create file (file write "
+     "failed: errno = 28, error message = 'No space left on device')); free space"),
+    (lambda: tf.errors.UnknownError(None, None, "shard.tfrecord; No space left on device"),
+     "error: out of disk space (UnknownError: shard.tfrecord; No space left on device)"),
+    (lambda: tf.errors.ResourceExhaustedError(None, None, "OOM when allocating tensor with "
+                                                          "shape[4096,224,224,3]"),
+     "error: out of memory (ResourceExhaustedError: OOM when allocating tensor with "
+     "shape[4096,224,224,3]); lower --batch_size or --chunk_size"),
+    (lambda: tf.errors.InvalidArgumentError(None, None, GRAPH_FAILURE),
+     "error: InvalidArgumentError: assertion failed: [my check] [x = 2]"),
+], ids=["full-disk", "full-disk-hdf5", "full-disk-tfrecord", "out-of-memory", "graph-failure"])
+def test_failures_of_the_machine_and_of_tensorflow_are_one_line_with_their_cause(
+        failure, expected, monkeypatch, capsys):
+    """A full disk (an OSError, HDF5's words for it, a TensorFlow writer's), memory running out
+    and a TensorFlow failure no layer explained: one line with the real cause, exit status 2
+    (before: tracebacks, or "Graph execution error:" alone)."""
+    def fails(config):
+        raise failure()
 
     monkeypatch.setattr("sys.argv", ["prog"])
     with pytest.raises(SystemExit) as ended:
-        cli.run_binary(_Config, full_disk)
+        cli.run_binary(_Config, fails)
     lines = capsys.readouterr().err.strip().splitlines()
-    assert ended.value.code == 2 and len(lines) == 1
-    assert lines[0].startswith("error: No space left on device (") and "out.json" in lines[0]
+    assert ended.value.code == 2 and len(lines) == 1 and lines[0].startswith(expected), lines
 
 
 def test_a_run_folder_of_an_edited_method_is_trained_afresh_with_a_line(tmp_path, capsys):
