@@ -25,8 +25,14 @@ import numpy as np
 import models
 from models.foundation import progress, provenance
 from models.foundation.cli import option, run_binary
-from models.foundation.errors import (RecordError, UserError, check_unique, failure_line,
-                                     op_error_detail, required)
+from models.foundation.errors import (
+    RecordError,
+    UserError,
+    check_unique,
+    failure_line,
+    op_error_detail,
+    required,
+)
 from models.foundation.files import ensure_directory, exclusive, read_json, remove_leftovers
 from models.foundation.lazy import lazy_module
 from models.foundation.rules import LABEL_OFFSETS, MAX_CHUNK, Checked, at_least, at_most
