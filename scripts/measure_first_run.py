@@ -2,6 +2,8 @@
 
     python scripts/measure_first_run.py                 # install into a fresh venv, then run
     python scripts/measure_first_run.py --install=False # this environment, runs only
+    python scripts/measure_first_run.py --install=False --job=roar_train   # README's ROAR line
+    python scripts/measure_first_run.py --install=False --job=notebook     # the quickstart
 
 With --install, makes a fresh virtual environment in a temporary folder and times
 `pip install -e <repo>` into it (pip's own download cache is used as on any machine). Then runs
@@ -10,6 +12,9 @@ empty temporary project cache (XDG_CACHE_HOME): cold (the world is built, the sh
 delta patch are installed, the maps computed) and warm (all reused). Every line the job prints
 is stamped with the seconds since its start, which is the profile of where the time goes.
 Prints a table of the times and the CPU (docs/synthetic_world.md and the README quote it).
+`--job` measures another first run the docs quote the same way: `python -m roar.train
+--ratio=0.5` on the synthetic world (README, docs/roar.md) or the quickstart notebook executed
+top to bottom (docs/quickstart.ipynb).
 """
 import dataclasses
 import os
@@ -26,7 +31,8 @@ from models.foundation.cli import option, run_binary
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-PHASES = ("built the synthetic world", "loaded the shipped", "trained ", "delta patch",
+PHASES = ("built the synthetic world", "loaded the shipped", "trained ", "delta patch", "wrote ",
+          "ROAR run", "top-1", "executed",
           "wrote bam_metrics")
 
 
@@ -36,6 +42,9 @@ class Config:
 
     install: bool = option(True, 'Time `pip install -e` of the repository into a fresh venv '
                            'and run the job with it (else: this Python).')
+    job: str = option("main", "The job: main (README command 1), roar_train (python -m "
+                      "roar.train --ratio=0.5) or notebook (docs/quickstart.ipynb).",
+                      ("main", "roar_train", "notebook"))
 
 
 def readme_main_job() -> list:
@@ -47,6 +56,20 @@ def readme_main_job() -> list:
     if arguments[:3] != ["python", "-m", "bam.metrics"]:
         sys.exit(f"error: README command 1 does not end in python -m bam.metrics: {arguments}")
     return arguments[1:]
+
+
+NOTEBOOK = ("import nbclient, nbformat, sys; notebook = nbformat.read(sys.argv[1], as_version=4); "
+            "nbclient.NotebookClient(notebook, timeout=3600, kernel_name='python3').execute(); "
+            "print('executed', sys.argv[1])")
+
+
+def job_arguments(job: str) -> list:
+    """The arguments after `python` of the measured job."""
+    if job == "roar_train":
+        return ["-m", "roar.train", "--ratio=0.5"]
+    if job == "notebook":
+        return ["-c", NOTEBOOK, os.path.join(REPO, "docs", "quickstart.ipynb")]
+    return readme_main_job()
 
 
 def timed(command: list, env: dict, cwd: str, echo: bool) -> tuple:
@@ -81,14 +104,16 @@ def run(config: Config) -> dict:
                                         work, echo=False)
         for run_name in ("cold", "warm"):
             print(f"{run_name} run:", flush=True)
-            times[run_name], lines = timed([python, *readme_main_job()], env, work,
+            times[run_name], lines = timed([python, *job_arguments(config.job)], env, work,
                                            echo=True)
         table = [line for _, line in lines]
-        print("\n".join(table[next(i for i, line in enumerate(table)
-                                   if line.startswith("metric ")):-1]))
+        if config.job == "main":
+            print("\n".join(table[next(i for i, line in enumerate(table)
+                                       if line.startswith("metric ")):-1]))
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print(f"\n{'step':<32}{'seconds':>9}   ({provenance.cpu_model()}, {os.cpu_count()} CPUs)")
+    print(f"\n{config.job}: {time.strftime('%Y-%m-%d')}")
+    print(f"{'step':<32}{'seconds':>9}   ({provenance.cpu_model()}, {os.cpu_count()} CPUs)")
     for name, seconds in times.items():
         print(f"{name:<32}{seconds:>9.1f}")
     if config.install:

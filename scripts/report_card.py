@@ -15,7 +15,6 @@ import models  # noqa: I001  (first: TensorFlow loads quietly)
 import dataclasses
 import atexit
 import functools
-import importlib.metadata
 import os
 import shutil
 import tempfile
@@ -522,8 +521,10 @@ def row_titles(config: Config, labels) -> list:
     return [f"label {label}" for label in labels]
 
 
-def about_rows(config: Config, inputs: Optional[Inputs], seconds: float) -> list:
-    """[(label, value)]: what the card evaluated, shown above its table."""
+def about_rows(config: Config, inputs: Optional[Inputs], seconds: float,
+               environment: dict) -> list:
+    """[(label, value)]: what the card evaluated, and what ran it (`environment`:
+    `provenance.software()`), shown above its table."""
     if config.pretrained:
         model, data = (f"{config.pretrained} with its ImageNet weights",
                        "foolbox's ImageNet photos (saliency_gen.sources.photos)")
@@ -556,18 +557,13 @@ def about_rows(config: Config, inputs: Optional[Inputs], seconds: float) -> list
                              + ("" if config.blur_controls else ", blurred maps") + ")"
                              if config.meta_evaluation else "")),
              ("Seeds", f"{config.seed} (image sample, random draws, bootstrap)"),
-             ("Version", f"attribution-benchmarks {package_version()}"),
+             ("Software", f"attribution-benchmarks {environment['package']} (commit "
+                          f"{environment['commit']}), TensorFlow {environment['tensorflow']}, "
+                          f"Keras {environment['keras']}, Python {environment['python']}"),
+             ("Machine", environment["cpu"]),
              ("Date", time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())),
              ("Run time", f"{seconds:.0f} s (reused cells cost nothing)")]
     return rows
-
-
-def package_version() -> str:
-    """The installed package's version (or "unknown" when run from a bare checkout)."""
-    try:
-        return importlib.metadata.version("attribution-benchmarks")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
 
 
 def run(config: Config) -> dict:
@@ -633,11 +629,14 @@ def _run(config: Config, methods: dict) -> dict:
              "number of methods that beat it on the same images (paired bootstrap of the "
              "difference excluding 0), so methods nothing separates share a rank. Bold: the "
              "best mean of the column. ↑: higher is better, ↓: lower is better.")
+    environment = provenance.software()
     paths = pages.write_card(summary, config.output_dir, sections,
                              title="Saliency report card", intro=intro,
                              extra={"seconds": time.time() - started,
-                                    "origin": provenance.origin(origin_flags(config))},
-                             about=about_rows(config, inputs, time.time() - started))
+                                    "origin": provenance.origin(origin_flags(config)),
+                                    "software": environment},
+                             about=about_rows(config, inputs, time.time() - started,
+                                              environment))
     print(f"\nwrote {paths['html']}, {paths['md']}, {paths['csv']} and {paths['json']} "
           f"in {time.time() - started:.0f} s")
     return {"card": summary, "sanity": sanity, "sections": sections, "paths": paths,

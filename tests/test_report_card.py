@@ -7,6 +7,7 @@ import html.parser
 import importlib.util
 import json
 import os
+import platform
 import re
 import shutil
 import sys
@@ -17,6 +18,12 @@ import pytest
 from models.foundation.errors import UserError
 from tests import REPO, binaries
 from tests.conftest import assert_origin_covers_the_flags
+
+
+def tf_version():
+    import tensorflow as tf
+
+    return tf.__version__
 
 
 def _card_module():
@@ -110,11 +117,19 @@ def test_the_html_page_holds_every_cell_and_embeds_every_picture(card_run):
                 expected = f"{estimate.value:.3f} ±{half:.3f} #{row['rank']}"
             assert expected in page.cells, (metric.name, method)
     # what was evaluated, above the table
-    about = dict(zip(page.cells[0:20:2], page.cells[1:20:2]))
+    about = dict(zip(page.cells[0:22:2], page.cells[1:22:2]))
     assert list(about)[:3] == ["Model", "Accuracy", "Data"]
     assert about["Methods"] == "bam:GC, random, oracle" and about["Seeds"].startswith("0 ")
     assert about["Accuracy"].startswith("top-1 ") and "12 images" in about["Data"]
-    assert {"Version", "Date", "Run time", "Settings"} <= set(about)
+    assert {"Software", "Machine", "Date", "Run time", "Settings"} <= set(about)
+    # what ran it (before: the package version alone)
+    software = json.load(open(result["paths"]["json"], encoding="utf-8"))["software"]
+    assert re.fullmatch(r"([0-9a-f]{12}( with uncommitted changes)?|not a git checkout)",
+                        software["commit"])
+    assert about["Software"] == (
+        f"attribution-benchmarks {software['package']} (commit {software['commit']}), "
+        f"TensorFlow {tf_version()}, Keras {software['keras']}, Python {platform.python_version()}")
+    assert about["Machine"].endswith(f"{os.cpu_count()} CPUs")
     # the best mean of each column is marked: the oracle on BAM MCS
     assert re.search(r"<td class=best title='95% interval \[1.000, 1.000\], n = \d+'>1.000", text)
     # notes: the random control's IIR, and how coarse tau is over three methods
@@ -129,7 +144,7 @@ def test_the_html_page_holds_every_cell_and_embeds_every_picture(card_run):
     assert set(card.trust) == {metric.name for metric in card.metrics}
     assert card.trust["BAM MCS"]["separated"] == 1.0  # oracle > bam:GC > random, all separated
     assert "How far to trust each metric" in text
-    assert len(page.cells) == 2 * 10 + 9 * 4 + 8 * 9 + 5 * 4
+    assert len(page.cells) == 2 * 11 + 9 * 4 + 8 * 9 + 5 * 4
     random_row = next(row for row in sanity.rows if row[0] == "random")
     assert all(cell.startswith("1.000 [1.000, 1.000]") for cell in random_row[1:])
     assert len(page.images) == 2 and gallery.png is not None  # agreement and gallery
@@ -314,3 +329,28 @@ def test_an_edited_method_is_recomputed_by_the_same_card_command(trained_world, 
     printed, again = run("-")
     assert "is empty or corrupt" in printed and "recomputing it" in printed
     assert again["values"] == edited["values"]
+
+
+def test_gallery_titles_wrap_within_their_columns():
+    """Long method names (a module path, a wrapper around it) wrap at their separators and
+    are shortened past three lines, so no column title overlaps the next or leaves the picture
+    (before: one line each, running into each other and cut at the edges)."""
+    from models.report import pages
+
+    names = ["bam:GC", "my_package.my_module:gradient_times_input",
+             "smoothgrad_sq(my_methods:gradient_times_blob)", "integrated_gradients",
+             "blur(my_package.my_module:gradient_times_input)", "random"]
+    figure = pages.gallery_figure(np.zeros((2, 16, 16, 3)),
+                                  {name: np.ones((2, 16, 16, 3)) for name in names},
+                                  ["a long class name of many words", "b"])
+    figure.canvas.draw()
+    renderer = figure.canvas.get_renderer()
+    titles = [axis.title.get_window_extent(renderer) for axis in figure.axes[:1 + len(names)]]
+    for left, right in zip(titles, titles[1:]):
+        assert left.x1 <= right.x0, (left, right)
+    assert all(0 <= box.x0 and box.x1 <= figure.bbox.width and box.y1 <= figure.bbox.height
+               for box in titles)
+    assert pages.column_title("my_package.my_module:gradient_times_input") == \
+        "my_package.\nmy_module:\n…times_input"
+    assert all(len(line) <= pages.TITLE_WIDTH for name in names
+               for line in pages.column_title(name).split("\n"))

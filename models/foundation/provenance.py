@@ -29,6 +29,44 @@ def package_version() -> str:
         return "unknown"
 
 
+def _version(distribution: str) -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def git_commit() -> str:
+    """The commit of the checkout the project runs from ("<hash>", "<hash> with uncommitted
+    changes"), or "not a git checkout" (an installed copy, no git)."""
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    try:
+        commit = subprocess.run(["git", "-C", root, "rev-parse", "HEAD"], capture_output=True,
+                                text=True, timeout=10)
+        if commit.returncode:
+            return "not a git checkout"
+        changed = subprocess.run(["git", "-C", root, "status", "--porcelain",
+                                  "--untracked-files=no"], capture_output=True, text=True,
+                                 timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "not a git checkout"
+    return commit.stdout.strip()[:12] + (" with uncommitted changes" if changed else "")
+
+
+def software() -> dict:
+    """What ran: the commit, the package, TensorFlow, Keras and Python versions and the CPU
+    (docs/architecture.md, "Outputs and provenance"), for pages and reports."""
+    import platform
+
+    return {"commit": git_commit(), "package": package_version(),
+            "tensorflow": _version("tensorflow"), "keras": _version("keras"),
+            "python": platform.python_version(), "cpu": f"{cpu_model()}, {os.cpu_count()} CPUs"}
+
+
 def _cpuinfo(field: str) -> str:
     """The first value of `field` in /proc/cpuinfo ("" when absent or unreadable)."""
     try:

@@ -12,6 +12,7 @@ import html
 import json
 import math
 import os
+import re
 from typing import Optional, Sequence
 
 import numpy as np
@@ -183,10 +184,54 @@ def section_of(card: Card, title: str, text: str) -> Section:
     return Section(title, text, tuple(_header(card)), tuple(tuple(r) for r in _body(card)))
 
 
+# A gallery column's title: at most this many characters a line (a 1.25-inch column at 10 pt)
+# and this many lines; a longer method name is shortened in its middle.
+TITLE_WIDTH, TITLE_LINES = 15, 3
+
+
+def _title_tokens(name: str, width: int) -> list:
+    """`name` cut after `:` `.` `(` `,`, and a piece still wider than `width` after `_` `-`
+    (then anywhere)."""
+    tokens = []
+    for major in re.findall(r"[^:.(,]+[:.(,]?|[:.(,]", name):
+        minors = [major] if len(major) <= width else re.findall(r"[^_\-]+[_\-]?|[_\-]", major)
+        for minor in minors:
+            tokens += [minor[i:i + width] for i in range(0, len(minor), width)]
+    return tokens
+
+
+def column_title(name: str, width: int = TITLE_WIDTH, lines: int = TITLE_LINES) -> str:
+    """`name` in lines of at most `width` characters, broken after the separators of method
+    names (`:` `.` `(` first, `_` where a part is still too wide); a name of more than `lines`
+    lines keeps its first lines and the end of its last part after an ellipsis."""
+    tokens = _title_tokens(name, width)
+    found, line = [], ""
+    for token in tokens:
+        if line and len(line) + len(token) > width:
+            found.append(line)
+            line = ""
+        line += token
+    found += [line] if line else []
+    if len(found) <= lines:
+        return "\n".join(found)
+    tail = ""
+    for token in reversed(tokens):
+        if len(tail) + len(token) > width - 1:
+            break
+        tail = token + tail
+    return "\n".join(found[:lines - 1] + ["…" + (tail or tokens[-1][-(width - 1):])])
+
+
 def gallery_png(pixels: np.ndarray, maps: dict, captions: Optional[Sequence[str]] = None) -> bytes:
+    """The picture of `gallery_figure`."""
+    return results.figure_png(gallery_figure(pixels, maps, captions), dpi=100)
+
+
+def gallery_figure(pixels: np.ndarray, maps: dict, captions: Optional[Sequence[str]] = None):
     """The inputs (pixels [K, H, W, 3] in [0, 1]) in the first column and each method's maps
     beside them (|map| summed over channels, scaled to each map's 99th percentile); titles at
-    10 pt, readable when the page shrinks the picture to its width."""
+    10 pt, wrapped to their column (`column_title`), readable when the page shrinks the picture
+    to its width."""
     pyplot = results.pyplot()
     rows, columns = len(pixels), 1 + len(maps)
     figure, axes = pyplot.subplots(rows, columns, figsize=(1.25 * columns, 1.3 * rows + 0.3),
@@ -199,16 +244,17 @@ def gallery_png(pixels: np.ndarray, maps: dict, captions: Optional[Sequence[str]
             axes[row, column].imshow(np.clip(heat / top, 0, 1), cmap="inferno", vmin=0, vmax=1,
                                      interpolation="nearest")
             if row == 0:
-                axes[row, column].set_title(method, fontsize=10)
+                axes[row, column].set_title(column_title(method), fontsize=10)
         if row == 0:
             axes[row, 0].set_title("input", fontsize=10)
         if captions:
-            axes[row, 0].set_ylabel(captions[row].replace("_", " "), fontsize=10)
+            axes[row, 0].set_ylabel(column_title(captions[row].replace("_", " "), width=20,
+                                                 lines=2), fontsize=10)
     for axis in axes.ravel():
         axis.set_xticks([])
         axis.set_yticks([])
     figure.tight_layout()
-    return results.figure_png(figure, dpi=100)
+    return figure
 
 
 def _html_table(header, rows) -> str:
