@@ -75,6 +75,12 @@ case("generate-model-returns-a-dict", "saliency_gen.generate",
 case("generate-model-returns-rank-3", "saliency_gen.generate",
      ["--input_pattern={records}/validation-*", "--model_path={rank3_model}",
       "--output_dir={out}"], "rank3_model returned a tensor of shape [", "{out}")
+# a model that fails while it runs: its own message (before: "cannot decode an image ...
+# check --geometry", whatever failed)
+case("generate-model-fails-while-running", "saliency_gen.generate",
+     ["--input_pattern={records}/validation-*", "--model_path={failing_model}",
+      "--output_dir={out}"], "InvalidArgumentError: assertion failed: [the model's own check "
+                             "failed]", "{out}")
 case("generate-labels-outside-classes", "saliency_gen.generate",
      ["--input_pattern={records}/validation-*", "--model_path={five_classes}",
       "--output_dir={out}"], "is outside the model's 5 classes", "{out}")
@@ -249,7 +255,7 @@ case("faithfulness-method-graph-check", "faithfulness.evaluate",
 
 class _WrongOutputs(tf.Module):
     """A SavedModel beside a copied model_info.json whose `serve` gives a dict or rank-3
-    tensor instead of logits."""
+    tensor instead of logits, or fails a check of its own while it runs."""
 
     def __init__(self, kind):
         super().__init__()
@@ -259,6 +265,11 @@ class _WrongOutputs(tf.Module):
     def serve(self, images):
         if self.kind == "dict":
             return {"scores": tf.reduce_mean(images, [1, 2])}
+        if self.kind == "failing":  # logits of the right shape, but a check that fails
+            check = tf.debugging.assert_less(tf.reduce_max(images), -1e9,
+                                             message="the model's own check failed")
+            with tf.control_dependencies([check]):
+                return tf.zeros([tf.shape(images)[0], 10])
         return tf.reduce_mean(images, 1)
 
 
@@ -310,7 +321,7 @@ def places(tiny_world, tmp_path_factory):
         target = tmp / name / damage
         target.write_bytes(target.read_bytes()[:len(target.read_bytes()) // 3])
         paths[name] = str(tmp / name)
-    for kind in ("dict", "rank3"):
+    for kind in ("dict", "rank3", "failing"):
         folder = str(tmp / f"{kind}_model")
         tf.saved_model.save(_WrongOutputs(kind), folder)
         shutil.copytree(os.path.join(model, "assets.extra"), os.path.join(folder, "assets.extra"))

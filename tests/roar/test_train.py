@@ -5,6 +5,7 @@ import dataclasses
 import glob
 import json
 import os
+import re
 import sys
 
 import numpy as np
@@ -288,12 +289,19 @@ def test_road_binary_writes_table_json_csv_and_plot(world, known_answers, tmp_pa
     result = binaries.run(
         [sys.executable, "-m", "roar.road", f"--ckpt_path={tmp / 'clean' / 'model'}",
          f"--data_dir={records_dir}", "--saliency_method=oracle", "--ratios=0.5",
-         f"--output={output}"], capture_output=True, text=True, cwd=REPO, check=False)
+         "--nr_images=200", f"--output={output}"], capture_output=True, text=True, cwd=REPO,
+        check=False)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "morf p=0.50 removed 0.50" in result.stdout and "lerf p=0.50" in result.stdout
+    # its work stated up front, its progress as log lines (before: no --nr_images, and minutes
+    # with no output at all when it went to a file)
+    assert "ROAD: 200 test images x 1 fractions x 2 order(s) = 400 imputed images" in \
+        result.stdout
+    assert re.search(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d ROAD: 400/400 img \(100%\)",
+                     result.stderr, re.M) and "\r" not in result.stderr
     written = json.loads((tmp_path / "road.json").read_text())
     rows = written["rows"]
-    assert [row["order"] for row in rows] == ["morf", "lerf"] and rows[0]["n"] == 1000
+    assert [row["order"] for row in rows] == ["morf", "lerf"] and rows[0]["n"] == 200
     # one fraction: each metric is that fraction's probability
     assert written["summary"] == {"oracle": {"MoRF": rows[0]["true_class_probability"],
                                              "LeRF": rows[1]["true_class_probability"]}}
