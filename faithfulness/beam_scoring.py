@@ -124,11 +124,11 @@ def run(config: Config) -> dict:
               "model_id": loaded.model_id, "input_pattern": f.input_pattern, "map_key": key,
               "n_images": sum(count for _, count in counts),
               "options": dataclasses.asdict(options),
-              "origin": provenance.origin({"protocol": f.evaluation_protocol, "map_key": key,
-                                           "geometry": f.geometry,
-                                           **dataclasses.asdict(options)},
-                                          model_id=loaded.model_id,
-                                          data=provenance.listing_digest(files))}
+              "origin": provenance.origin(provenance.with_code(
+                  {"protocol": f.evaluation_protocol, "map_key": key, "geometry": f.geometry,
+                   **dataclasses.asdict(options)},
+                  records.manifest_code(os.path.dirname(os.path.abspath(files[0])))),
+                  model_id=loaded.model_id, data=provenance.listing_digest(files))}
     units = f.work_ranges(counts, f.batch_size)
     output = os.path.abspath(f.output)
 

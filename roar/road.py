@@ -47,6 +47,7 @@ else:
 summaries = lazy_module("roar.summaries")
 synthetic_setup = lazy_module("roar.synthetic_setup")
 pipelines = lazy_module("saliency_gen.pipelines")
+records = lazy_module("saliency_gen.records")
 
 ORDERS = tuple(metric_definitions.ROAD_ORDERS)  # ("morf", "lerf")
 fraction_removed = metric_definitions.fraction_removed
@@ -270,7 +271,9 @@ def write_results(f: Config, rows: list, model: Any, files: list) -> None:
                             "fraction_removed", ["method", "order"], "accuracy",
                             "ROAD: accuracy of the clean model on imputed images")
     flags = origin_flags(f)  # docs/architecture.md, "Outputs and provenance"
-    origin = provenance.origin(flags, model_id=model.model_id,
+    # a user method's code, as the folder of its maps records it
+    code = records.manifest_code(f.data_dir) if f.data_dir else {}
+    origin = provenance.origin(provenance.with_code(flags, code), model_id=model.model_id,
                                data=provenance.listing_digest(files))
     write_json(f.output + ".json", {"rows": rows, "summary": metrics, "flags": flags,
                                     "origin": origin}, indent=2)
