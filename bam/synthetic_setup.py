@@ -21,6 +21,7 @@ from models.formats.exporting import WEIGHTS_PATH, read_info
 from models.foundation import progress
 from models.foundation.files import atomic_output, read_json, write_json
 from models.training.recipes import RunOptions
+from models.training.training_bar import TrainingBar
 from saliency_gen.world import cache, construction
 from saliency_gen.world import shipped as shipped_models
 
@@ -96,7 +97,7 @@ def train_model(data_dir: str, model_dir: str, name: str, epochs: int = EPOCHS,
     run = RunOptions(recipe=dataclasses.replace(train.PRESETS["synthetic"].recipe,
                                                 epochs=epochs), seed=seed, overwrite=True)
     return train.train_and_export(data_dir, name, model_dir, run,
-                                  callbacks=[progress.TrainingBar(f"training {name}")])
+                                  callbacks=[TrainingBar(f"training {name}")])
 
 
 def _train_missing(data_dir, model_dir, names, epochs, seed, log, shipped):

@@ -143,19 +143,17 @@ def score_pair(model: Any, val_set: ValSet, indices: Sequence[int],
     return predictions, scores, constants
 
 
-def _load_array(path, what, integers=False):
-    """The .npy array of `path` (memory-mapped), refused unless it holds real numbers (whole
-    numbers with `integers`): no complex, string or object arrays."""
+def _load_array(path, what):
+    """The .npy array of `path` (memory-mapped), refused unless it holds real numbers: no
+    complex, string or object arrays."""
     if not os.path.isfile(path):
         raise UserError(f"{path} does not exist; --maps_dir needs {what}")
     try:
         array = np.load(path, mmap_mode="r")
     except (ValueError, OSError) as error:
         raise UserError(f"{path} is not a .npy array: {error}") from None
-    kinds = "iub" if integers else "iubf"
-    if array.dtype.kind not in kinds:
-        raise UserError(f"{path} holds {array.dtype} values; {what} must be "
-                        + ("whole numbers (an integer dtype)" if integers else "real numbers"))
+    if array.dtype.kind not in "iubf":
+        raise UserError(f"{path} holds {array.dtype} values; {what} must be real numbers")
     return array
 
 
@@ -181,11 +179,13 @@ def score_saved_maps(maps_dir: str, pair_name: str, val_set: ValSet, indices: Se
 
     folder = os.path.join(maps_dir, pair_name)
     count = len(val_set.paths)
-    predictions = _load_array(os.path.join(folder, "predictions.npy"), "the model's predictions",
-                              integers=True)
+    predictions = _load_array(os.path.join(folder, "predictions.npy"), "the model's predictions")
     if predictions.shape != (count,):
         raise UserError(f"{folder}/predictions.npy has shape {predictions.shape}; expected "
                         f"({count},), one label per image of {val_set.name}")
+    if predictions.dtype.kind not in "iub":
+        raise UserError(f"{folder}/predictions.npy holds {predictions.dtype} values; the model's "
+                        "predictions must be whole numbers (an integer dtype)")
     classes = int(max(val_set.labels)) + 1
     outside = np.flatnonzero((np.asarray(predictions) < 0) | (np.asarray(predictions) >= classes))
     if outside.size:

@@ -79,7 +79,7 @@ case("generate-model-returns-rank-3", "saliency_gen.generate",
 # check --geometry", whatever failed)
 case("generate-model-fails-while-running", "saliency_gen.generate",
      ["--input_pattern={records}/validation-*", "--model_path={failing_model}",
-      "--output_dir={out}"], "InvalidArgumentError: assertion failed: [the model's own check "
+      "--output_dir={out}"], "InvalidArgumentError: assertion failed: [the model check "
                              "failed]", "{out}")
 case("generate-labels-outside-classes", "saliency_gen.generate",
      ["--input_pattern={records}/validation-*", "--model_path={five_classes}",
@@ -267,7 +267,7 @@ class _WrongOutputs(tf.Module):
             return {"scores": tf.reduce_mean(images, [1, 2])}
         if self.kind == "failing":  # logits of the right shape, but a check that fails
             check = tf.debugging.assert_less(tf.reduce_max(images), -1e9,
-                                             message="the model's own check failed")
+                                             message="the model check failed")
             with tf.control_dependencies([check]):
                 return tf.zeros([tf.shape(images)[0], 10])
         return tf.reduce_mean(images, 1)

@@ -147,7 +147,8 @@ def op_error_detail(error: BaseException) -> str:
     for line in text.splitlines():
         stripped = line.strip()
         if (not stripped or line[:1].isspace() or stripped == "Graph execution error:"
-                or stripped.startswith(("Detected at node", "[[{{node"))):
+                or stripped.startswith(("Detected at node", "[[{{node"))
+                or (stripped.startswith("<") and stripped.endswith(">"))):  # "<stack traces ..>"
             continue
         stripped = stripped.split("\t [[{{node")[0].strip()
         return f"{type(error).__name__}: {stripped[:400]}"

@@ -4,7 +4,8 @@ every phase longer than a few seconds shows elapsed time, rate and ETA on stderr
 timestamped lines, one when the phase starts, then at most one every `LINE_EVERY` seconds, and
 one when it ends, with no carriage returns or colours. A phase with nothing to do shows nothing.
 
-`TrainingBar` follows a Keras fit step by step with the loss beside it; `CountBar` is a
+`models.training.training_bar.TrainingBar` follows a Keras fit step by step with the loss beside
+it; `CountBar` is a
 `progress(done, total)` callable for builders that report counts (the synthetic world, the delta
 patch); `CostBar` follows work items of unequal cost, re-estimating each kind's cost from the
 time its finished items took, so the ETA does not swing when a cheap phase gives way to a
@@ -15,7 +16,6 @@ import threading
 import time
 from typing import Any, Callable, Optional
 
-import keras
 from tqdm import tqdm
 
 LINE_EVERY = 30.0  # seconds between two progress lines in a log
@@ -78,12 +78,13 @@ class LineProgress:
         self.postfix = ", ".join(f"{key}={value}" for key, value in values.items())
 
     def write(self, text: str) -> None:
-        print(text, file=self.file, flush=True)
+        """A result line beside the progress: on stdout, as tqdm's `write` puts it."""
+        print(text, flush=True)
 
     def close(self) -> None:
         if not self.closed:
             self.closed = True
-            if self.n != self.shown or self.n == 0:  # (not the line just written again)
+            if self.n != self.shown:  # (not the line just written again)
                 self._line()
 
     def __enter__(self) -> "LineProgress":
@@ -103,33 +104,6 @@ def bar(total: Optional[float], desc: str, unit: str = "it", counts: bool = True
         return tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, dynamic_ncols=True,
                     **options)
     return LineProgress(total, desc, unit, counts=counts)
-
-
-class TrainingBar(keras.callbacks.Callback):
-    """One tick per training step over all epochs, with the running loss."""
-
-    def __init__(self, desc: str):
-        super().__init__()
-        self.desc, self.steps = desc, 0
-        self.progress = tqdm(disable=True)  # a silent stand-in until training begins
-
-    def on_train_begin(self, logs: Optional[dict] = None) -> None:
-        self.steps = int(self.params.get("steps") or 0)
-        epochs = int(self.params.get("epochs") or 1)
-        self.progress = bar(self.steps * epochs or None, self.desc, "step")
-
-    def on_epoch_begin(self, epoch: int, logs: Optional[dict] = None) -> None:
-        if self.steps and self.progress.n != epoch * self.steps:  # resumed from a backup
-            self.progress.n = epoch * self.steps
-            self.progress.refresh()
-
-    def on_train_batch_end(self, batch: int, logs: Optional[dict] = None) -> None:
-        if logs and "loss" in logs:
-            self.progress.set_postfix(loss=f"{float(logs['loss']):.3f}", refresh=False)
-        self.progress.update(1)
-
-    def on_train_end(self, logs: Optional[dict] = None) -> None:
-        self.progress.close()
 
 
 class CountBar:

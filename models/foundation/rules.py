@@ -134,16 +134,17 @@ def check_by_kind(field: dataclasses.Field, value: Any) -> None:
         if value < 0 and not _rules_of(field):
             raise UserError(f"--{name}={value} must not be negative")
     elif isinstance(value, (tuple, list)):
-        default = field.default if isinstance(field.default, (tuple, list)) else None
+        default = tuple(field.default) if isinstance(field.default, (tuple, list)) else None
         if not value and default != ():
             raise UserError(f"--{name} is empty; give at least one value"
                             + (f" (default: {','.join(map(str, default))})" if default else ""))
-        numeric = default and all(_number_text(item) is not None for item in default)
+        numbers = [_number_text(item) for item in default or ()]
+        numeric = bool(numbers) and None not in numbers
+        whole = numeric and all("." not in str(item) for item in default or ())
         for item in value if numeric else ():
             number = _number_text(item)
             if number is None or not math.isfinite(number):
                 raise UserError(f"--{name} holds {item!r}, not a finite number")
-            whole = all(float(d).is_integer() and "." not in str(d) for d in default)
             if whole and not (number.is_integer() and abs(number) <= LIMIT):
                 raise UserError(f"--{name} holds {item!r}, not a whole number of at most "
                                 f"{LIMIT} in size")

@@ -13,7 +13,7 @@ import json
 import math
 import os
 import re
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
@@ -227,7 +227,8 @@ def gallery_png(pixels: np.ndarray, maps: dict, captions: Optional[Sequence[str]
     return results.figure_png(gallery_figure(pixels, maps, captions), dpi=100)
 
 
-def gallery_figure(pixels: np.ndarray, maps: dict, captions: Optional[Sequence[str]] = None):
+def gallery_figure(pixels: np.ndarray, maps: dict,
+                   captions: Optional[Sequence[str]] = None) -> Any:
     """The inputs (pixels [K, H, W, 3] in [0, 1]) in the first column and each method's maps
     beside them (|map| summed over channels, scaled to each map's 99th percentile); titles at
     10 pt, wrapped to their column (`column_title`), readable when the page shrinks the picture

@@ -1,4 +1,5 @@
-"""The epoch backup of every training (docs/architecture.md, "Exact resume"): written so that
+"""The epoch backup of every training (docs/architecture.md, "Outputs and provenance", exact
+resume): written so that
 no kill, full disk or damaged file costs more than the epoch in progress.
 
 A backup folder holds committed states, one per finished epoch N:

@@ -21,12 +21,12 @@ import tensorflow as tf
 
 from models.architectures.zoo import build
 from models.formats.exporting import export
-from models.foundation import progress as progress_lines
 from models.foundation import provenance, results
 from models.foundation.errors import UserError, check_one_of
 from models.foundation.files import ensure_directory, exclusive, read_json, write_json
 from models.training import backup as epoch_backup
 from models.training import distribution
+from models.training.training_bar import TrainingBar
 from models.training.recipes import OPTIMIZERS, PRECISIONS, Recipe, RunOptions
 
 
@@ -351,7 +351,7 @@ def fit(build: Callable[[], Any], stream_from: Callable[[int], Any], run: RunOpt
     if logs is not None:
         run_callbacks.append(keras.callbacks.TensorBoard(logs))
     if run.verbose:  # a bar on a terminal, timestamped lines in a log (Keras' own bar: neither)
-        run_callbacks.append(progress_lines.TrainingBar(f"training {run.model_name}"))
+        run_callbacks.append(TrainingBar(f"training {run.model_name}"))
     if run.stop_after_epochs is not None:
         run_callbacks.append(StopAfter(run.stop_after_epochs))
     try:

@@ -22,6 +22,7 @@ from typing import Callable, Optional
 from models.foundation import progress
 from models.foundation.files import project_cache_dir, write_json
 from models.training import loop, recipes
+from models.training.training_bar import TrainingBar
 from saliency_gen import pipelines, records
 from saliency_gen.world import shipped as shipped_models
 from saliency_gen.world import synthetic
@@ -84,6 +85,6 @@ def clean_model(seed: int = 0, folder: Optional[str] = None, log: Callable = pri
             train_data, eval_data, recipes.RunOptions(num_classes=10, recipe=recipe, seed=seed),
             num_train=pipelines.count_records(files["train"]),
             num_eval=pipelines.count_records(files["validation"]), size=IMAGE_SIZE,
-            output_dir=clean_dir, callbacks=[progress.TrainingBar("training the clean model")])
+            output_dir=clean_dir, callbacks=[TrainingBar("training the clean model")])
         log(f"trained the clean model: top-1 {metrics['top1']:.3f}")
     return os.path.join(clean_dir, "model")

@@ -9,6 +9,7 @@ import numpy as np
 from tqdm import tqdm
 
 from models.foundation import progress
+from models.training.training_bar import TrainingBar
 
 
 def _visible(monkeypatch):
@@ -23,7 +24,7 @@ def test_training_bar_counts_steps_over_epochs_with_the_loss(monkeypatch):
     keras.utils.set_random_seed(0)
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
     model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    tracker = progress.TrainingBar("training")
+    tracker = TrainingBar("training")
     model.fit(np.zeros((10, 3)), np.zeros(10, int), batch_size=4, epochs=3, verbose=0,
               callbacks=[tracker])
     assert tracker.progress.total == 9 and tracker.progress.n == 9  # 3 steps x 3 epochs
