@@ -26,8 +26,8 @@ from models.foundation.errors import UserError, check_one_of
 from models.foundation.files import ensure_directory, exclusive, read_json, write_json
 from models.training import backup as epoch_backup
 from models.training import distribution
-from models.training.training_bar import TrainingBar
 from models.training.recipes import OPTIMIZERS, PRECISIONS, Recipe, RunOptions
+from models.training.training_bar import TrainingBar
 
 
 @keras.saving.register_keras_serializable(package="models")
