@@ -1,7 +1,8 @@
 """Property-based checks of every place a value enters (hypothesis): every option of every
 binary's Config takes any drawn value (NaN, infinities, huge or negative numbers, empty or odd
 lists, any text) as a config or one `UserError` line, never another exception; and the parsers
-of files a user hands in (PyTorch checkpoints, TFRecord files, card cells) take any bytes (random,
+of files a user hands in (PyTorch checkpoints, TFRecord files, card cells, BAM's object arrays
+of masks) take any bytes (random,
 or a valid file cut, flipped or spliced) as a value or one `UserError`, with bounded memory."""
 import dataclasses
 import importlib
@@ -16,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from models.formats import torch_pickle
+from models.formats import object_arrays, torch_pickle
 from models.foundation import cli, rules
 from models.foundation.errors import UserError
 from models.report import engine
@@ -104,6 +105,14 @@ def _valid_files(folder) -> dict:
     records.write_records(path, [records.image_example(b"\x89PNG fake", label)
                                  for label in range(3)])
     found["records"] = open(path, "rb").read()
+    masks = np.empty(2, dtype=object)  # BAM's val_mask: an object array of masks
+    masks[0], masks[1] = np.ones((2, 3), np.uint8), np.zeros((4, 4), bool)
+    path = os.path.join(folder, "val_mask.npy")
+    np.save(path, masks, allow_pickle=True)
+    found["object-array"] = open(path, "rb").read()
+    path = os.path.join(folder, "maps.npy")
+    np.save(path, np.ones((3, 4, 4), np.float32))
+    found["numeric-array"] = open(path, "rb").read()
     cell = {"origin": {"settings": {"benchmark": "B", "method": "m"}, "inputs": {}},
             "values": {"dauc": [0.5, None, 0.25]}}
     found["cell"] = engine.json.dumps(cell).encode()
@@ -115,6 +124,8 @@ READERS = {
     "checkpoint-True": torch_pickle.read_checkpoint,
     "records": lambda path: records.check_file(path, "image"),
     "cell": lambda path: engine._stored_cell(path),
+    "object-array": object_arrays.load_object_array,
+    "numeric-array": object_arrays.load_object_array,
 }
 
 

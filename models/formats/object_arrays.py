@@ -8,6 +8,7 @@ rebuild function, `ndarray`, `dtype`, and latin-1 bytes in protocol 2); any othe
 the read with an `UnsafeArrayFileError` naming the file and the global, before anything is
 called. Arrays that are not object arrays are read with `allow_pickle=False`.
 """
+import os
 import pickle
 
 import numpy as np
@@ -75,8 +76,13 @@ def load_object_array(path: str) -> list:
             version = np.lib.format.read_magic(handle)
             read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
                            else np.lib.format.read_array_header_2_0)
-            _, _, dtype = read_header(handle)
+            shape, _, dtype = read_header(handle)
             if not dtype.hasobject:
+                declared = int(np.prod(shape, dtype=object)) * dtype.itemsize
+                held = os.fstat(handle.fileno()).st_size - handle.tell()
+                if declared > held:  # refused before numpy sizes an array by the header
+                    raise UserError(f"{path}: its header declares {declared} bytes of values; "
+                                    f"the file holds {held}")
                 handle.seek(0)
                 return list(np.lib.format.read_array(handle, allow_pickle=False))
             array = _ArrayUnpickler(handle, path).load()
