@@ -25,7 +25,7 @@ from numpy.typing import ArrayLike
 
 from faithfulness import ranking, substrates
 from models.formats.adapter import adapt
-from models.foundation import executor
+from models.foundation import executor, workload
 from models.foundation.errors import ShapeError, UserError
 from models.foundation.tracing import quiet_retracing
 
@@ -128,6 +128,7 @@ class Scorer:
         if images.shape[0] == 0:
             raise UserError("there are no images to score")
         self.probe(images)
+        workload.count("forward", images.shape[0])
 
         def build():
             def run(images):
@@ -198,6 +199,7 @@ class Scorer:
             return run
 
         run = self._function(key, build)
+        workload.count("forward", count * len(schedule.lo))
         scores = run(start, end, tf.constant(ranks, tf.int32),
                      tf.constant(schedule.lo, tf.int32), tf.constant(schedule.hi, tf.int32),
                      tf.constant(classes, tf.int32), tf.constant(rows, tf.int32),
@@ -229,5 +231,6 @@ class Scorer:
             return run
 
         run = self._function(("soft",), build)
+        workload.count("forward", start.shape[0] * 2)
         return run(start, tf.convert_to_tensor(end, tf.float32),
                    tf.convert_to_tensor(keep, tf.float32), tf.constant(classes, tf.int32)).numpy()

@@ -22,7 +22,7 @@ from numpy.typing import ArrayLike
 
 from models.formats.adapter import adapt
 from models.formats.preprocessing import IMAGENET_MEAN, input_space
-from models.foundation import executor
+from models.foundation import executor, workload
 from roar import masking, metric_definitions
 from roar.masking import MaskConfig
 from saliency_gen.records import ranking_cut
@@ -127,6 +127,7 @@ def outcomes(model: Any, pixels: ArrayLike, labels: ArrayLike, noise_keys: Array
     if colour is None:  # `masking.replace`'s own: ImageNet's mean colour (also the fallback)
         colour = IMAGENET_MEAN[:int(images.shape[-1])]
     run = scorer(model, images.shape[1:], mask, batch_size)
+    workload.count("forward", int(images.shape[0]) * len(chosen))
     values = run(images, tf.cast(labels, tf.int32),
                  tf.cast(noise_keys, tf.int64), tf.constant(ranks), limits, keep_top,
                  tf.constant(colour, tf.float32)).numpy().reshape(len(chosen), -1, 2)

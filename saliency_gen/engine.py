@@ -19,7 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from models.formats.adapter import Adapter, adapt
-from models.foundation import executor, transfer
+from models.foundation import executor, transfer, workload
 from models.foundation.errors import (
     ShapeError,
     UserError,
@@ -160,6 +160,9 @@ def attribute(model: Any, images: Any, method: Union[str, names.Resolved],
     # A chunk never exceeds the items of a group, so small jobs are not padded.
     chunk = int(min(batch_size, (spans[0][1] - spans[0][0]) * steps))
     runner = _runner(adapter, model, spec, shape, chunk, preprocessing, seed, method)
+    if unit.views:  # every model evaluation of a method is counted as a gradient pass
+        workload.count("gradient", count * spec.wrapper_samples * unit.evaluations(
+            spec.options, shape))
     parts = []
     for start, stop in spans:  # groups of many images, bounded by memory
         parts.append(_run_group(runner, images[start:stop], explained[start:stop],

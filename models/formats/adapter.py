@@ -27,7 +27,7 @@ from models.architectures import zoo
 from models.formats import tf1_models
 from models.formats.exporting import INFO_PATH, LoadedModel
 from models.formats.loading import load
-from models.foundation import executor
+from models.foundation import executor, workload
 from models.foundation.errors import UserError
 from models.foundation.tracing import kept, quiet_retracing
 
@@ -86,6 +86,7 @@ class Adapter:
         images = tf.convert_to_tensor(np.asarray(images, np.float32))
         if images.shape[0] == 0:
             return np.zeros((0, self.num_classes or 0), np.float32)
+        workload.count("forward", images.shape[0])
         def build():
             def run(images):
                 return executor.collect(tf.shape(images)[0], batch_size, lambda items: tf.cast(
