@@ -18,7 +18,7 @@ Counts every model evaluation of a method as a gradient pass (RISE's forwards to
 overestimate of the work it needs). Prints the phase table and the costliest cells, the CPU,
 and writes <output>.json and <output>.csv.
 """
-import models  # noqa: I001  (first: TensorFlow loads quietly)
+import models  # noqa: F401, I001  (first: TensorFlow loads quietly)
 import dataclasses
 import importlib.util
 import os
