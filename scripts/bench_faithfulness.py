@@ -29,6 +29,7 @@ import dataclasses
 import functools
 import os
 import time
+from typing import Optional
 
 import keras
 import numpy as np
@@ -39,6 +40,7 @@ from faithfulness import torch_twin
 from models.formats import pretrained
 from models.foundation import provenance
 from models.foundation.cli import option, run_binary
+from models.foundation.files import write_json
 
 CLASSES = 10
 
@@ -142,22 +144,48 @@ class Config:
     repeats: int = option(5, 'Timed repeats; the best is reported.')
     models: tuple = option(
         ("16-32-64", "8-16-32", "efficientnet_lite0"),
-        'Benchmark CNNs by their three conv widths, or a pretrained model by name; one table '
-        'each (the plain CNN gets cheaper from left to right).')
+        'Benchmark CNNs by their three conv widths, a pretrained model by name, or any zoo '
+        'model by name (random weights, --real_images images); one table each (the plain CNN '
+        'gets cheaper from left to right).')
     real_images: int = option(4, "Images per deletion/insertion measurement of a pretrained "
                               "model (x8 for single deletion).")
+    output_json: Optional[str] = option(None, "Optional JSON output: every row of every table "
+                                        "(images/s of ours and the ceiling, their ratio).")
 
 
-def run(config: Config):
+def run(config: Config) -> list:
+    """Measures and prints each model's table; returns (and with --output_json writes) its
+    rows."""
     print(f"machine: {provenance.machine()}", flush=True)
+    found = []
     for name in config.models:
         if name in pretrained.PRETRAINED:
             real = dataclasses.replace(config, images=config.real_images,
                                        size=pretrained.PRETRAINED[name].image_size)
-            print_table(name, measure(None, real, pretrained_model(name)), real)
-            continue
-        widths = tuple(int(w) for w in name.split("-"))
-        print_table(f"CNN widths {name}", measure(widths, config), config)
+            title, rows, used = name, measure(None, real, pretrained_model(name)), real
+        elif all(part.isdigit() for part in name.split("-")):
+            widths = tuple(int(w) for w in name.split("-"))
+            title, rows, used = f"CNN widths {name}", measure(widths, config), config
+        else:  # any zoo model with random weights (resnet50, ...) at --size
+            title, used = name, dataclasses.replace(config, images=config.real_images)
+            rows = measure(None, used, zoo_model(name, config.size))
+        print_table(title, rows, used)
+        found += [{"model": name, "metric": metric, "images": count, "passes": passes,
+                   "images_per_s": count / seconds, "ceiling_images_per_s": count / ceiling,
+                   "ratio_to_ceiling": ceiling / seconds, "size": used.size,
+                   "batch_size": used.batch_size}
+                  for metric, count, passes, seconds, ceiling, *_ in rows]
+    if config.output_json:
+        write_json(config.output_json, {"machine": provenance.machine(), "rows": found},
+                   indent=1)
+    return found
+
+
+def zoo_model(name, size):
+    """A zoo model with random weights (seed 0) and a softmax on top."""
+    keras.utils.set_random_seed(0)
+    model = models.build(name, CLASSES, (size, size, 3))
+    return keras.Model(model.input, keras.layers.Softmax()(model.output))
 
 
 def measure(widths, config, model=None):

@@ -59,6 +59,9 @@ class Config:
     nr_images: Optional[int] = option(None, "The card's --nr_images (default: the card's).",
                                       rule=at_least(1))
     meta_evaluation: bool = option(True, "The card's --meta_evaluation.")
+    methods: Optional[tuple] = option(None, "The card's --methods (default: the card's).")
+    benchmarks: Optional[tuple] = option(None, "The card's --benchmarks (default: the card's).")
+    sanity: bool = option(True, "The card's --sanity.")
     repeats: int = option(3, "Timings of each ceiling (the best counts).", rule=at_least(1))
     output: str = option("card_profile", "Output stem: <output>.json and .csv.")
 
@@ -131,9 +134,9 @@ def run(config: Config) -> dict:
     card = card_module()
     output_dir = tempfile.mkdtemp(prefix="card-profile-")
     options = {"pretrained": config.pretrained, "meta_evaluation": config.meta_evaluation,
-               "output_dir": os.path.join(output_dir, "card")}
-    if config.nr_images:
-        options["nr_images"] = config.nr_images
+               "sanity": config.sanity, "output_dir": os.path.join(output_dir, "card")}
+    options.update({name: getattr(config, name) for name in ("nr_images", "methods", "benchmarks")
+                    if getattr(config, name)})
     card_config = card.resolved(card.Config(**options))
     recorder = Recorder()
     card.engine.run_cells = recorder.wrap_run_cells(card.engine.run_cells)

@@ -434,3 +434,44 @@ def test_clear_errors(call, message):
     with pytest.raises(models.UserError) as error:
         call(model, _images(2))
     assert message in str(error.value)
+
+
+PLACEMENT = """
+import models, tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+import keras, numpy as np, saliency_gen
+from faithfulness import Deletion
+from roar import masking, road_outcomes
+keras.utils.set_random_seed(0)
+model = models.build("small_cnn", 10, (32, 32, 3), width=4)
+images = np.random.default_rng(0).random((6, 32, 32, 3)).astype(np.float32)
+labels = np.arange(6) % 10
+found = []
+for device in ("/cpu:0", "/cpu:1"):
+    with tf.device(device):
+        assert tf.zeros([1]).device.endswith(device[1:].upper()), tf.zeros([1]).device
+        maps = saliency_gen.attribute(model, images, "smoothgrad_sq(integrated_gradients)",
+                                      labels, nsamples=3, steps=4, seed=1, batch_size=5)
+        deletion = Deletion(output_activation="softmax")(model, images, maps.sum(-1), labels)
+        road = road_outcomes.outcomes(model, images, labels, np.arange(6), maps,
+                                      masking.MaskConfig(fill="noisy_linear", ranking="pixel"),
+                                      road_outcomes.settings(("morf",), (0.3,)), batch_size=4)
+    found.append([maps, deletion["dauc"], *[v[0] for v in road.values()]])
+assert all(np.array_equal(a, b) for a, b in zip(*found))
+print("the same on both devices")
+"""
+
+
+def test_placement_on_another_device_does_not_change_values():
+    """Two logical devices (the CPU split in two, as two accelerators would be): the engine's
+    maps, the scorer's deletion curves and ROAD's outcomes computed under each are the same
+    bytes, so nothing in them is tied to one device."""
+    import subprocess
+    import sys
+
+    from tests import REPO
+
+    done = subprocess.run([sys.executable, "-c", PLACEMENT], cwd=REPO, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0 and "the same on both devices" in done.stdout, done.stderr[-3000:]

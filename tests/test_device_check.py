@@ -1,0 +1,31 @@
+"""scripts/device_check.sh at its small sizes, as it runs on a machine without a GPU (CI): all
+four phases run, and its one table gives each phase's wall time, the engine's and the scorer's
+rates with their ratio to the ceiling, and the card's efficiency."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+from tests import REPO
+
+
+def test_the_device_check_runs_on_a_cpu_at_small_sizes(tmp_path):
+    output = tmp_path / "check"
+    done = subprocess.run(["bash", os.path.join(REPO, "scripts", "device_check.sh"),
+                           "--size=small", f"--output_dir={output}"], cwd=REPO,
+                          capture_output=True, text=True, timeout=900,
+                          env=dict(os.environ, PYTHON=sys.executable))
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    report = json.loads((output / "device_check.json").read_text())
+    assert report["size"] == "small"
+    assert list(report["phases"]) == ["engine", "faithfulness", "main job", "real card"]
+    gpu = "no nvidia-smi" if shutil.which("nvidia-smi") is None else None
+    for phase in report["phases"].values():
+        assert phase["seconds"] > 0 and (gpu is None or phase["gpu"] == gpu)
+    rows = {(row[0], row[2]): row for row in report["rows"]}
+    assert 0 < float(rows["engine", "plain_cnn@32: gradient"][4]) < 5
+    assert 0 < float(rows["faithfulness", "8-16-32: Deletion"][4]) < 5
+    card = next(row for row in report["rows"] if row[0] == "real card" and "cells" in row[2])
+    assert card[2].startswith("2 cells") and card[4].startswith("efficiency ")
+    assert "| engine |" in (output / "device_check.md").read_text()
