@@ -137,7 +137,8 @@ def run(config: Config) -> dict:
                "sanity": config.sanity, "output_dir": os.path.join(output_dir, "card")}
     options.update({name: getattr(config, name) for name in ("nr_images", "methods", "benchmarks")
                     if getattr(config, name)})
-    card_config = card.resolved(card.Config(**options))
+    requested = card.Config(**options)
+    card_config = card.resolved(requested)
     recorder = Recorder()
     card.engine.run_cells = recorder.wrap_run_cells(card.engine.run_cells)
     try:
@@ -147,7 +148,7 @@ def run(config: Config) -> dict:
         print(f"ceiling at batch {card_config.batch_size}: forward {ceiling['forward']:.0f} "
               f"images/s, gradient {ceiling['gradient']:.0f} images/s", flush=True)
         before, started = workload.snapshot(), time.perf_counter()
-        card.run(card_config)
+        card.run(requested)
         wall, passes = time.perf_counter() - started, workload.since(before)
     finally:
         shutil.rmtree(output_dir, ignore_errors=True)
