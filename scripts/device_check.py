@@ -138,26 +138,34 @@ def _read(path: str) -> dict:
         return json.load(handle)
 
 
-def table_rows(phases: dict, output_dir: str) -> list:
-    """[phase, wall s, what was measured, rate, ratio to its ceiling, GPU] rows."""
-    rows = []
+def measured_rows(output_dir: str) -> dict:
+    """{phase: [what was measured, rate, ratio to its ceiling]} from the phases' JSON files."""
+    found: dict = {name: [] for name in PHASES}
     for model in _read(os.path.join(output_dir, "engine.json"))["results"]:
-        for entry in model["rows"]:
-            rows.append(["engine", "", f"{entry['model']}: {entry['method']}",
-                         f"{entry['engine_images_per_s']:.1f} img/s",
-                         f"{entry['ratio_to_ceiling']:.2f}", ""])
-    for entry in _read(os.path.join(output_dir, "faithfulness.json"))["rows"]:
-        rows.append(["faithfulness", "", f"{entry['model']}: {entry['metric']}",
-                     f"{entry['images_per_s']:.1f} img/s", f"{entry['ratio_to_ceiling']:.2f}",
-                     ""])
+        found["engine"] += [[f"{entry['model']}: {entry['method']}",
+                             f"{entry['engine_images_per_s']:.1f} img/s",
+                             f"{entry['ratio_to_ceiling']:.2f}"] for entry in model["rows"]]
+    found["faithfulness"] = [[f"{entry['model']}: {entry['metric']}",
+                              f"{entry['images_per_s']:.1f} img/s",
+                              f"{entry['ratio_to_ceiling']:.2f}"]
+                             for entry in _read(os.path.join(output_dir,
+                                                             "faithfulness.json"))["rows"]]
     card = _read(os.path.join(output_dir, "card_profile.json"))
-    rows.append(["real card", "", f"{len(card['cells'])} cells, {card['passes']['forward']} "
-                 f"forwards, {card['passes']['gradient']} gradients",
-                 f"{card['needed']:.1f} s of passes", f"efficiency {card['efficiency']:.2f}", ""])
-    for name, phase in phases.items():  # the phases' own rows first in their block
-        first = next(i for i, row in enumerate(rows + [[name]]) if row[0] == name)
-        rows.insert(first, [name, f"{phase['seconds']:.1f}", "the whole phase", "", "",
-                            phase["gpu"]])
+    found["real card"] = [[f"{len(card['cells'])} cells, {card['passes']['forward']} forwards, "
+                           f"{card['passes']['gradient']} gradients",
+                           f"{card['needed']:.1f} s of passes",
+                           f"efficiency {card['efficiency']:.2f}"]]
+    return found
+
+
+def table_rows(phases: dict, output_dir: str) -> list:
+    """[phase, wall s, what was measured, rate, ratio to its ceiling, GPU] rows: each phase's
+    own row, then what it measured."""
+    measured = measured_rows(output_dir)
+    rows = []
+    for name, phase in phases.items():
+        rows.append([name, f"{phase['seconds']:.1f}", "the whole phase", "", "", phase["gpu"]])
+        rows += [[name, "", *entry, ""] for entry in measured[name]]
     return rows
 
 
