@@ -37,6 +37,10 @@ px and shrink with the pixel count, at least 8 and 4):
   tuned where PAIR has one (IG), for the methods PAIR has; its VarGrad row times the equivalent
   loop of 25 `GetMask` calls on noisy inputs.
 
+`--call_sizes=24,96` measures every method at those numbers of images per call instead (the
+"images" column): a small call shows the engine's fixed per-call costs (argument checks,
+transfers, the finiteness check), which a call of 256 images hides.
+
 Prints a table per model with the ratios engine/ceiling, engine/peer, engine/Captum and
 engine/PAIR, then whether each goal of docs/saliency.md ("Benchmark") holds: built-in
 one-gradient methods and IG >= 0.9 of the ceiling, noise wrappers >= 0.9 of their noise peer,
@@ -115,6 +119,10 @@ class Config:
                               "0 skips PAIR.")
     batch_sizes: str = option("8,16,32,64,128,256", "Batch sizes tried for the ceiling.")
     repeats: int = option(3, "Timed repetitions; the best is kept.")
+    call_sizes: str = option("", "Images per engine call to measure every method at (comma-"
+                             "separated, e.g. 24,96, where fixed per-call costs show); default: "
+                             "--num_images for one-gradient methods, --heavy_images for the "
+                             "others.")
     output_json: Optional[str] = option(None, "Optional JSON output.")
 
 
@@ -307,8 +315,9 @@ def bench_model(entry, config):
     num_images = max(8, round(config.num_images / scale))
     heavy_images = max(4, round(config.heavy_images / scale))
     config = dataclasses.replace(config, num_images=num_images, heavy_images=heavy_images)
-    images = np.random.default_rng(0).normal(0, 50, (config.num_images, size, size, 3)).astype(
-        np.float32)
+    call_sizes = [int(size) for size in config.call_sizes.split(",") if size.strip()]
+    images = np.random.default_rng(0).normal(
+        0, 50, (max([config.num_images, *call_sizes]), size, size, 3)).astype(np.float32)
     targets = np.argmax(saliency_gen.predict(model, images), axis=1)
     batch_sizes = [b for b in (int(b) for b in config.batch_sizes.split(",")) if b <= num_images]
     gradients_per_second, (best_batch, static), rates = ceiling(model, images, targets,
@@ -319,8 +328,9 @@ def bench_model(entry, config):
     chunks = sorted({ENGINE_DEFAULT_CHUNK, best_batch})
     twin = pytorch_twin(model, entry.partition("@")[0])
     rows = []
-    for label, method, per_image, params, in_pair in METHODS:
-        count = config.num_images if per_image == 1 else config.heavy_images
+    for (label, method, per_image, params, in_pair), count in (
+            (entry, count) for entry in METHODS for count in call_sizes or [
+                config.num_images if entry[2] == 1 else config.heavy_images]):
 
         def engine_run(chunk, method=method, params=params, count=count):
             return lambda: saliency_gen.attribute(model, images[:count], method,
@@ -346,7 +356,8 @@ def bench_model(entry, config):
         chunk = min(chunks, key=seconds.get)
         engine = count / seconds[chunk]
         limit = ceiling_count / seconds["ceiling"] / per_image
-        row = {"model": name, "method": label, "engine_images_per_s": engine,
+        row = {"model": name, "method": label, "call_images": count,
+               "engine_images_per_s": engine,
                "engine_chunk": chunk, "ceiling_images_per_s": limit,
                "ratio_to_ceiling": engine / limit}
         if peer is not None:
@@ -374,7 +385,7 @@ def bench_model(entry, config):
           f"engine: the better of chunks {', '.join(map(str, chunks))}; {config.num_images} "
           f"images for one-gradient methods, {config.heavy_images} for 25-gradient ones; peer: "
           "the noise peer of a noise wrapper, the bare function of the user's method\n")
-    print(f"{'method':<24}{'engine img/s':>13}{'chunk':>6}{'ceiling':>10}{'ratio':>7}"
+    print(f"{'method':<24}{'images':>7}{'engine img/s':>13}{'chunk':>6}{'ceiling':>10}{'ratio':>7}"
           f"{'peer':>11}"
           f"{'ratio':>7}{'Captum':>9}{'x Captum':>9}{'bound':>7}{'PAIR dflt':>11}{'PAIR tuned':>11}"
           f"{'x tuned':>8}")
@@ -389,7 +400,8 @@ def bench_model(entry, config):
         peer = [(row[rate], row[ratio]) for rate, ratio in PEER_KEYS.values() if rate in row]
         peer_cells = (f"{peer[0][0]:>11.2f}{peer[0][1]:>7.2f}" if peer
                       else f"{'-':>11}{'-':>7}")
-        print(f"{row['method']:<24}{row['engine_images_per_s']:>13.2f}{row['engine_chunk']:>6}"
+        print(f"{row['method']:<24}{row['call_images']:>7}{row['engine_images_per_s']:>13.2f}"
+              f"{row['engine_chunk']:>6}"
               f"{row['ceiling_images_per_s']:>10.2f}{row['ratio_to_ceiling']:>7.2f}"
               + peer_cells + captum_cells + pair_cells)
     return {"model": name, "ceiling_batch": best_batch, "ceiling_static_shape": static,
