@@ -15,9 +15,11 @@ px and shrink with the pixel count, at least 8 and 4):
   ceiling's batch size;
 * ceiling: the best raw batched input-gradient throughput over batch sizes (a bare traced
   gradient of the target logits, traced for any batch size and for exactly that one), divided by
-  the gradients each method needs per image. The batch size is chosen once per model; the
-  ceiling is then re-measured beside each method's engine runs (interleaved, best of --repeats
-  each, four times as many for one-gradient methods), so machine drift affects both alike;
+  the gradients each method needs per image; for a call whose gradients are fewer than that
+  batch (`--call_sizes`), the throughput at a batch of exactly that many gradients. The batch
+  size is chosen once per model; the ceiling is then re-measured beside each method's engine
+  runs (interleaved, best of --repeats each, four times as many for one-gradient methods), so
+  machine drift affects both alike;
 * noise peer (noise-wrapped methods): a bare traced loop doing only the work every exact
   implementation of these methods must do: drawing each image's noise with the engine's keyed
   generator (stateless Philox normals) and taking the raw gradients of the noisy images at the
@@ -324,7 +326,14 @@ def bench_model(entry, config):
                                                                batch_sizes, config.repeats)
     print(f"\nmodel {name}, {os.cpu_count()} CPUs; raw gradient throughput by "
           "batch size: " + ", ".join(f"{b}: {r:.0f}/s" for b, r in rates.items()))
-    ceiling_run, ceiling_count = gradient_runner(model, images, targets, best_batch, static)
+    ceilings: dict = {}  # batch size -> (run, gradients per run): the ceiling at a call's size
+
+    def ceiling_at(batch):
+        if batch not in ceilings:
+            ceilings[batch] = gradient_runner(model, images, targets, batch,
+                                              static or batch != best_batch)
+        return ceilings[batch]
+
     chunks = sorted({ENGINE_DEFAULT_CHUNK, best_batch})
     twin = pytorch_twin(model, entry.partition("@")[0])
     rows = []
@@ -337,15 +346,18 @@ def bench_model(entry, config):
                                                   targets[:count], batch_size=chunk, **params)
 
         runs = {chunk: engine_run(chunk) for chunk in chunks}
-        runs["ceiling"] = ceiling_run
+        # the raw gradients the call needs, in batches as large as the call allows
+        runs["ceiling"], ceiling_count = ceiling_at(min(best_batch, count * per_image))
         peer, peer_count = None, count  # measured beside the engine
         if "(" in method:  # a noise wrapper: its noise peer
             peer, runs["peer"] = "noise", noise_peer_runner(
                 model, images[:count], targets[:count], best_batch, params["nsamples"])
         elif method in USER_FUNCTIONS:  # the researcher's function itself, traced bare
             peer = "bare"
-            runs["peer"], peer_count = gradient_runner(model, images, targets, best_batch,
-                                                       static, USER_FUNCTIONS[method])
+            batch = min(best_batch, count)
+            runs["peer"], peer_count = gradient_runner(model, images, targets, batch,
+                                                       static or batch != best_batch,
+                                                       USER_FUNCTIONS[method])
         captum = {}
         if twin is not None and method in CAPTUM_METHODS:
             captum = {("captum", setting): run for setting, run in captum_runs(
