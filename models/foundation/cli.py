@@ -31,6 +31,7 @@ import dataclasses
 import errno
 import os
 import sys
+import threading
 import typing
 from typing import Any, Callable, Optional, Sequence, Union
 
@@ -158,6 +159,7 @@ def run_binary(config_class: type, run: Callable) -> None:
             print(f"error: {error}", file=sys.stderr)
             sys.exit(2)
         except KeyboardInterrupt:
+            _INTERRUPT_REPORTED.set()  # (the watcher then ends the process without a 2nd line)
             print(f"error: {INTERRUPTED}", file=sys.stderr)
             sys.exit(INTERRUPTED_STATUS)
         except (OSError, MemoryError) as error:
@@ -188,6 +190,7 @@ INTERRUPTED_STATUS = 130  # 128 + SIGINT, as a shell reports a process ended by 
 # KeyboardInterrupt only between its own bytecodes: a user method blocked inside a TensorFlow
 # kernel, a py_function or C code would otherwise hold it for as long as it runs).
 INTERRUPT_GRACE_SECONDS = 3.0
+_INTERRUPT_REPORTED = threading.Event()
 
 
 def watch_interrupts() -> None:
@@ -198,7 +201,6 @@ def watch_interrupts() -> None:
     running after the grace period. Outputs are written under temporary names and renamed when
     complete, so abandoning them leaves nothing that looks finished."""
     import signal
-    import threading
     import time
 
     if threading.current_thread() is not threading.main_thread() or \
@@ -213,8 +215,9 @@ def watch_interrupts() -> None:
             received = os.read(reading, 64)
             if signal.SIGINT in received:
                 time.sleep(INTERRUPT_GRACE_SECONDS)
-                sys.stderr.write(f"error: {INTERRUPTED}\n")
-                sys.stderr.flush()
+                if not _INTERRUPT_REPORTED.is_set():
+                    sys.stderr.write(f"error: {INTERRUPTED}\n")
+                    sys.stderr.flush()
                 os._exit(INTERRUPTED_STATUS)
 
     threading.Thread(target=watch, name="interrupt-watch", daemon=True).start()
