@@ -5,6 +5,7 @@ of files a user hands in (PyTorch checkpoints, TFRecord files, card cells, BAM's
 of masks) take any bytes (random,
 or a valid file cut, flipped or spliced) as a value or one `UserError`, with bounded memory."""
 import dataclasses
+import functools
 import importlib
 import importlib.util
 import os
@@ -35,6 +36,7 @@ SETTINGS = settings(max_examples=60, deadline=None, derandomize=True, database=N
                     suppress_health_check=[HealthCheck.too_slow])
 
 
+@functools.lru_cache(maxsize=None)
 def _config_class(module_name: str) -> type:
     if module_name.startswith("scripts."):
         path = os.path.join(REPO, *module_name.split(".")) + ".py"
@@ -58,21 +60,29 @@ def _strategy(config_class: type, field: dataclasses.Field):
     return TEXTS
 
 
-@pytest.mark.parametrize("module_name", BINARIES)
-@SETTINGS
+def _options() -> list:
+    """(binary, option name) of every option of every binary."""
+    return [(module_name, field.name) for module_name in BINARIES
+            for field in dataclasses.fields(_config_class(module_name))]
+
+
+OPTION_SETTINGS = settings(max_examples=12, deadline=None, derandomize=True, database=None,
+                           suppress_health_check=[HealthCheck.too_slow])
+
+
+@pytest.mark.parametrize("module_name, option", _options())
+@OPTION_SETTINGS
 @given(data=st.data())
-def test_every_option_takes_any_value_or_one_line(module_name, data):
+def test_every_option_takes_any_value_or_one_line(module_name, option, data):
     config_class = _config_class(module_name)
-    if not dataclasses.fields(config_class):
-        return  # a binary without options
-    field = data.draw(st.sampled_from(dataclasses.fields(config_class)), label="option")
-    value = data.draw(_strategy(config_class, field), label=field.name)
+    field = next(f for f in dataclasses.fields(config_class) if f.name == option)
+    value = data.draw(_strategy(config_class, field), label=option)
     try:
-        config = config_class(**{field.name: value})
+        config = config_class(**{option: value})
         rules.check_options(config)  # (run_binary checks a config that does not check itself)
     except UserError as error:
         assert "\n" not in str(error) and str(error)
-    else:  # accepted: then a number is finite and in range, a default-bearing list not empty
+    else:  # accepted: then a number is finite and in range
         if isinstance(value, float):
             assert np.isfinite(value) and abs(value) <= rules.LIMIT
         if isinstance(value, int) and not isinstance(value, bool):

@@ -155,8 +155,8 @@ def run_binary(config_class: type, run: Callable) -> None:
         watch_interrupts()
         try:
             return main(argv)
-        except UserError as error:
-            print(f"error: {error}", file=sys.stderr)
+        except UserError as error:  # (a value echoed in it keeps the line whole)
+            print(f"error: {str(error).replace(chr(10), ' ')}", file=sys.stderr)
             sys.exit(2)
         except KeyboardInterrupt:
             _INTERRUPT_REPORTED.set()  # (the watcher then ends the process without a 2nd line)

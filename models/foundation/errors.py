@@ -106,7 +106,7 @@ def whole_percent(flag: str, value: Any) -> int:
     try:
         fraction = float(value)
     except (TypeError, ValueError):
-        raise UserError(f"--{flag}={value} is not a number") from None
+        raise UserError(f"--{flag}={value!r} is not a number") from None
     if not math.isfinite(fraction):
         raise UserError(f"--{flag}={value} must be a finite number")
     percent = round(fraction * 100)
