@@ -20,7 +20,6 @@ and writes <output>.json and <output>.csv.
 """
 import models  # noqa: F401, I001  (first: TensorFlow loads quietly)
 import dataclasses
-import importlib.util
 import os
 import shutil
 import tempfile
@@ -33,7 +32,7 @@ import tensorflow as tf
 from models.formats import pretrained as pretrained_models
 from models.formats.adapter import adapt
 from models.foundation import provenance, results, workload
-from models.foundation.cli import option, run_binary
+from models.foundation.cli import option, run_binary, script_module
 from models.foundation.files import write_json
 from models.foundation.rules import at_least
 
@@ -42,11 +41,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def card_module():
     """scripts/report_card.py as a module."""
-    spec = importlib.util.spec_from_file_location(
-        "report_card", os.path.join(REPO, "scripts", "report_card.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return script_module(os.path.join(REPO, "scripts", "report_card.py"))
 
 
 @dataclasses.dataclass(frozen=True)

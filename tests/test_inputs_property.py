@@ -7,7 +7,6 @@ or a valid file cut, flipped or spliced) as a value or one `UserError`, with bou
 import dataclasses
 import functools
 import importlib
-import importlib.util
 import os
 import resource
 import tracemalloc
@@ -20,6 +19,7 @@ from hypothesis import strategies as st
 
 from models.formats import object_arrays, torch_pickle
 from models.foundation import cli, rules
+from models.foundation.cli import script_module
 from models.foundation.errors import UserError
 from models.report import engine
 from saliency_gen import records
@@ -39,13 +39,8 @@ SETTINGS = settings(max_examples=60, deadline=None, derandomize=True, database=N
 @functools.lru_cache(maxsize=None)
 def _config_class(module_name: str) -> type:
     if module_name.startswith("scripts."):
-        path = os.path.join(REPO, *module_name.split(".")) + ".py"
-        spec = importlib.util.spec_from_file_location(module_name.replace(".", "_"), path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    else:
-        module = importlib.import_module(module_name)
-    return module.Config
+        return script_module(os.path.join(REPO, *module_name.split(".")) + ".py").Config
+    return importlib.import_module(module_name).Config
 
 
 def _strategy(config_class: type, field: dataclasses.Field):

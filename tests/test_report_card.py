@@ -4,7 +4,6 @@ with one more method computes only that method) and a cell of another origin ref
 import base64
 import dataclasses
 import html.parser
-import importlib.util
 import json
 import os
 import platform
@@ -15,6 +14,7 @@ import sys
 import numpy as np
 import pytest
 
+from models.foundation.cli import script_module
 from models.foundation.errors import UserError
 from tests import REPO, binaries
 from tests.conftest import assert_origin_covers_the_flags
@@ -27,11 +27,7 @@ def tf_version():
 
 
 def _card_module():
-    spec = importlib.util.spec_from_file_location(
-        "report_card", os.path.join(REPO, "scripts", "report_card.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return script_module(os.path.join(REPO, "scripts", "report_card.py"))
 
 
 class _Page(html.parser.HTMLParser):
@@ -166,10 +162,7 @@ def test_the_page_fits_a_1280_px_window_in_headless_chromium(card_run, tmp_path)
     """The page as a browser lays it out (scripts/card_screenshot.py): no side scroll at 1280 px
     (wide tables scroll inside their frame), and a screenshot of its top."""
     _, _, result = card_run
-    spec = importlib.util.spec_from_file_location(
-        "card_screenshot", os.path.join(REPO, "scripts", "card_screenshot.py"))
-    screenshot = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(screenshot)
+    screenshot = script_module(os.path.join(REPO, "scripts", "card_screenshot.py"))
     shot = tmp_path / "card.png"
     width = screenshot.run(screenshot.Config(page=result["paths"]["html"], output=str(shot)))
     assert 1000 < width <= 1280

@@ -39,6 +39,20 @@ from models.foundation import rules
 from models.foundation.errors import UserError, failure_line, is_tensorflow_error, op_error_detail
 
 
+def script_module(path: str) -> Any:
+    """The script at `path` (scripts/*.py, which are not a package) imported as a module named
+    after its file, for the scripts and tests that call another script's functions."""
+    import importlib.util
+
+    name = os.path.splitext(os.path.basename(path))[0]
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise UserError(f"{path} is not a Python script")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def require(module: str, extra: str) -> Any:
     """`module`, imported; when it is not installed, one `error:` line naming the project extra
     that installs it, and exit status 2 (optional parts such as Apache Beam)."""
