@@ -220,7 +220,9 @@ def _materialise(value, buffers: dict, path: str) -> Any:
             return item
         if id(item) in memo:
             return memo[id(item)][1]
-        budget["entries"] -= 1
+        budget["entries"] -= 1 + (len(item) if isinstance(item, (dict, list, tuple)) else 0)
+        if budget["entries"] < 0:
+            raise UserError(f"{path}: more than {MAX_ENTRIES} entries; refused")
         if isinstance(item, _Tensor):
             result = _tensor_array(item, buffers, path)
             budget["bytes"] -= result.nbytes
@@ -228,17 +230,11 @@ def _materialise(value, buffers: dict, path: str) -> Any:
                 raise UserError(f"{path}: its tensors would take more than twice the bytes of "
                                 "its storages; refused")
         elif isinstance(item, dict):
-            budget["entries"] -= len(item)
             result = collections.OrderedDict() if isinstance(
                 item, collections.OrderedDict) else {}
-            if budget["entries"] < 0:
-                raise UserError(f"{path}: more than {MAX_ENTRIES} entries; refused")
             for key, entry in item.items():
                 result[convert(key, depth + 1)] = convert(entry, depth + 1)
         elif isinstance(item, (list, tuple)):
-            budget["entries"] -= len(item)
-            if budget["entries"] < 0:
-                raise UserError(f"{path}: more than {MAX_ENTRIES} entries; refused")
             items = [convert(entry, depth + 1) for entry in item]
             result = items if isinstance(item, list) else tuple(items)
         else:

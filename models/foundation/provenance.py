@@ -21,21 +21,17 @@ PACKAGE = "attribution-benchmarks"
 
 def package_version() -> str:
     """The installed project's version ("unknown" when run from a bare checkout)."""
-    from importlib import metadata
-
-    try:
-        return metadata.version(PACKAGE)
-    except metadata.PackageNotFoundError:
-        return "unknown"
+    return _version(PACKAGE, "unknown")
 
 
-def _version(distribution: str) -> str:
+def _version(distribution: str, missing: str = "not installed") -> str:
+    """The installed version of `distribution`, else `missing`."""
     from importlib import metadata
 
     try:
         return metadata.version(distribution)
     except metadata.PackageNotFoundError:
-        return "not installed"
+        return missing
 
 
 def git_commit() -> str:

@@ -62,24 +62,25 @@ def _states(folder: str) -> list:
     return sorted(found, reverse=True)
 
 
-def _damage(folder: str, epoch: int) -> Optional[str]:
-    """Why the state of `epoch` cannot be used (None when it can)."""
+def _checked(folder: str, epoch: int) -> tuple[Optional[dict], Optional[str]]:
+    """(the state of `epoch`, None) when it can be used, else (None, why not)."""
     try:
         state = read_json(os.path.join(folder, state_name(epoch)), "backup state",
                           STATE_SCHEMA)
     except UserError as error:
-        return str(error).split(";")[0]
+        return None, str(error).split(";")[0]
     weights = os.path.join(folder, state["weights"]["file"])
     if state["epoch"] != epoch or os.path.basename(weights) != weights_name(epoch):
-        return f"{state_name(epoch)} describes another epoch"
+        return None, f"{state_name(epoch)} describes another epoch"
     if not os.path.isfile(weights):
-        return f"{weights_name(epoch)} is missing"
+        return None, f"{weights_name(epoch)} is missing"
     size = os.path.getsize(weights)
     if size != state["weights"]["bytes"]:
-        return f"{weights_name(epoch)} is {size} bytes, not the {state['weights']['bytes']} written"
+        return None, (f"{weights_name(epoch)} is {size} bytes, not the "
+                      f"{state['weights']['bytes']} written")
     if file_sha256(weights) != state["weights"]["sha256"]:
-        return f"{weights_name(epoch)} differs from what was written"
-    return None
+        return None, f"{weights_name(epoch)} differs from what was written"
+    return dict(state, path=weights), None
 
 
 def _set_aside(folder: str, epoch: int) -> None:
@@ -100,11 +101,9 @@ def latest(folder: Optional[str], log: Callable[[str], None] = print,
     if writer:
         remove_leftovers(folder)
     for epoch in _states(folder):
-        reason = _damage(folder, epoch)
-        if reason is None:
-            state = read_json(os.path.join(folder, state_name(epoch)), "backup state",
-                              STATE_SCHEMA)
-            return dict(state, path=os.path.join(folder, weights_name(epoch)))
+        state, reason = _checked(folder, epoch)
+        if state is not None:
+            return state
         if not writer:
             continue
         _set_aside(folder, epoch)
