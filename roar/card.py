@@ -94,6 +94,7 @@ def benchmark(loaded: Any, images: np.ndarray, labels: ArrayLike, ids: ArrayLike
         settings={"model_id": loaded.model_id, "n_images": len(images),
                   "ratios": [float(r) for r in ratios], "seed": seed, "noise": 0.01,
                   "ranking": "pixel, signed, jitter", **data,
+                  **masked_data.masking.solver_setting(imputer),
                   # (the default leaves the key out: cells made before it existed stay valid)
                   **({} if imputer == "noisy_linear" else {"imputer": imputer})},
         cost=4.0 * len(ratios))

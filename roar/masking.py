@@ -28,6 +28,7 @@ from typing import Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
+from models.foundation import provenance
 from models.foundation.cli import option
 from models.foundation.errors import UserError
 from models.foundation.rules import POSITIVE, WHOLE_PERCENTS, Checked, at_least
@@ -66,6 +67,12 @@ class MaskConfig(Checked):
     def percent(self) -> int:
         """The ratio as a whole percent (ROAR's thresholds; a multiple of 0.01, checked)."""
         return round(self.ratio * 100)
+
+
+def solver_setting(fill: str) -> dict:
+    """{IMPUTATION_SOLVER: the solver's name} for the origin of an output imputed by
+    `fill` = "noisy_linear", else {} (docs/architecture.md, "Outputs and provenance")."""
+    return {provenance.IMPUTATION_SOLVER: imputation.SOLVER} if fill == "noisy_linear" else {}
 
 
 def feature_scores(saliency: tf.Tensor, config: MaskConfig) -> tf.Tensor:

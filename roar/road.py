@@ -273,8 +273,9 @@ def write_results(f: Config, rows: list, model: Any, files: list) -> None:
     flags = origin_flags(f)  # docs/architecture.md, "Outputs and provenance"
     # a user method's code, as the folder of its maps records it
     code = records.manifest_code(f.data_dir) if f.data_dir else {}
-    origin = provenance.origin(provenance.with_code(flags, code), model_id=model.model_id,
-                               data=provenance.listing_digest(files))
+    origin = provenance.origin(dict(provenance.with_code(flags, code),
+                                    **masked_data.masking.solver_setting(f.fill)),
+                               model_id=model.model_id, data=provenance.listing_digest(files))
     write_json(f.output + ".json", {"rows": rows, "summary": metrics, "flags": flags,
                                     "origin": origin}, indent=2)
     print(f"wrote {f.output}.json, .csv, .md and .png")

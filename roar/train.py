@@ -58,7 +58,8 @@ def run_masked(train_files: Sequence[str], eval_files: Sequence[str],
               "eval_data": provenance.listing_digest(eval_files)}
     # the data pipeline's settings belong to the origin whoever calls (the side is the run's)
     flags_record = dict(flags_record or {}, **{
-        key: value for key, value in dataclasses.asdict(read).items() if key != "size"})
+        key: value for key, value in dataclasses.asdict(read).items() if key != "size"},
+        **masked_data.masking.solver_setting(config.fill))
     try:
         return training.train_and_evaluate(
             train_data, eval_data, run,

@@ -220,11 +220,11 @@ def claim_folder(folder: str, requested: dict, overwrite: bool, method: str = ""
     """
     manifest = os.path.join(folder, records.MANIFEST)
     what = f"saliency folder {folder}"
-    edited = (not overwrite and os.path.exists(manifest) and provenance.code_changed(
-        read_json(manifest, "origin file", provenance.ORIGIN_SCHEMA), requested))
+    edited = not overwrite and os.path.exists(manifest) and provenance.code_changed(
+        read_json(manifest, "origin file", provenance.ORIGIN_SCHEMA), requested,
+        f"method {method}")
     if edited:
-        print(f"{what}: the code of method {method} changed since its shards were made; "
-              "redoing them", flush=True)
+        print(f"{what}: {edited} changed since its shards were made; redoing them", flush=True)
         # their seals go too, so that a concurrent task of the run redoes its own shards
         shutil.rmtree(os.path.join(folder, shard_ledger.LEDGER), ignore_errors=True)
     if (overwrite or edited) and os.path.exists(manifest):

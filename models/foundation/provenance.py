@@ -129,17 +129,26 @@ def differences(recorded: dict, requested: dict) -> list:
     return found
 
 
-# The setting that holds the digests of a user method's code (`saliency_gen.names.Resolved`):
-# an output that differs from a request in it alone was made by an earlier edit of the method,
-# and is recomputed with one line rather than refused (docs/architecture.md, "Outputs and
-# provenance").
+# Settings that say how the code computed an output rather than what was asked for: the digests
+# of a user method's code (`saliency_gen.names.Resolved`) and the name of ROAD's imputation
+# solver (`roar.imputation.SOLVER`). An output that differs from a request in these alone was
+# made by earlier code, and is recomputed with one line saying which code changed rather than
+# refused (docs/architecture.md, "Outputs and provenance").
 METHOD_CODE = "method_code"
+IMPUTATION_SOLVER = "imputation_solver"
+_CODE_SETTINGS = {METHOD_CODE: "the code of {method}",
+                  IMPUTATION_SOLVER: "ROAD's imputation solver"}
 
 
-def code_changed(recorded: dict, requested: dict) -> bool:
-    """Whether `recorded` and `requested` differ, and only in the method's code."""
-    found = differences(recorded, requested)
-    return bool(found) and all(name == METHOD_CODE for name, _, _ in found)
+def code_changed(recorded: dict, requested: dict, method: str = "the method") -> Optional[str]:
+    """What changed ("the code of <method>", "ROAD's imputation solver", or both) when
+    `recorded` and `requested` differ in code settings alone; None otherwise (no difference,
+    or a difference in anything the user chose)."""
+    names = {name for name, _, _ in differences(recorded, requested)}
+    if not names or not names <= set(_CODE_SETTINGS):
+        return None
+    return " and ".join(phrase.format(method=method) for name, phrase in _CODE_SETTINGS.items()
+                        if name in names)
 
 
 def with_code(settings: dict, code: dict) -> dict:

@@ -125,9 +125,9 @@ def _cell(benchmark, method, output_dir, overwrite, code):
         if error is None:
             print(f"card cell {path}: its values differ from what was written (or it predates "
                   "digests); recomputing it", flush=True)
-        elif provenance.code_changed(stored["origin"], requested):
-            print(f"card cell {path}: the code of method {method} changed since the cell was "
-                  "computed; recomputing it", flush=True)
+        elif changed := provenance.code_changed(stored["origin"], requested, f"method {method}"):
+            print(f"card cell {path}: {changed} changed since the cell was computed; "
+                  "recomputing it", flush=True)
         elif not overwrite:
             raise error
     values = benchmark.score(method)

@@ -208,11 +208,11 @@ def prepare_run_folder(output_dir: str, requested: dict, overwrite: bool) -> Opt
     recording the origin)."""
     origin_path = os.path.join(output_dir, ORIGIN)
     what = f"run folder {output_dir}"
-    edited = (not overwrite and os.path.exists(origin_path) and provenance.code_changed(
-        read_json(origin_path, "origin file", provenance.ORIGIN_SCHEMA), requested))
+    edited = not overwrite and os.path.exists(origin_path) and provenance.code_changed(
+        read_json(origin_path, "origin file", provenance.ORIGIN_SCHEMA), requested,
+        "the method whose maps it trains on")
     if edited:
-        print(f"{what}: the code of the method whose maps it trains on changed since it was "
-              "made; training it afresh", flush=True)
+        print(f"{what}: {edited} changed since it was made; training it afresh", flush=True)
     if overwrite or edited:
         shutil.rmtree(output_dir, ignore_errors=True)
     elif os.path.exists(origin_path):
