@@ -200,7 +200,9 @@ def _solve(images, removed, tol, max_iters):
 # whenever a change of the solver changes its bytes.
 SOLVER = "multigrid-cg, xla, 1"
 
-_solve_traced = tf.function(_solve, jit_compile=True, reduce_retracing=True)
+# The compiled solve: (images, removed, tol, max_iters) -> (u, iterations, max relative
+# residual); `solve.python_function` is the same algorithm uncompiled (a benchmark's peer).
+solve = tf.function(_solve, jit_compile=True, reduce_retracing=True)
 
 
 def noisy_linear_impute(images: tf.Tensor, removed: tf.Tensor, noise_std: float = 0.0,
@@ -216,7 +218,8 @@ def noisy_linear_impute(images: tf.Tensor, removed: tf.Tensor, noise_std: float 
     (then independent of batching), else by `seed` over the whole batch. The solve stops when
     every image's and channel's relative residual is at most `tol`, or after `max_iters`.
     With `return_info`, also returns {"iterations", "residual", "no_kept_pixel"} (the number of
-    images without a kept pixel, filled with `fallback` + noise).
+    images without a kept pixel, filled with `fallback` + noise): Python numbers when run
+    eagerly, tensors while a function traces.
     """
     images = tf.convert_to_tensor(images)
     if not images.dtype.is_floating:
@@ -227,7 +230,7 @@ def noisy_linear_impute(images: tf.Tensor, removed: tf.Tensor, noise_std: float 
         raise ValueError(f"images must be [N, H, W, C] and removed [N, H, W]; got "
                          f"{images.shape} and {removed.shape}")
     dtype = images.dtype
-    u, iterations, residual = _solve_traced(images, removed, tf.constant(tol, dtype),
+    u, iterations, residual = solve(images, removed, tf.constant(tol, dtype),
                                        tf.constant(max_iters))
     r = tf.cast(removed, dtype)[..., None]
     no_kept = tf.reduce_all(removed, axis=[1, 2])
@@ -238,8 +241,11 @@ def noisy_linear_impute(images: tf.Tensor, removed: tf.Tensor, noise_std: float 
         u = u + noise_std * _noise(tf.shape(images), dtype, seed, keys)
     result = tf.where(r > 0, u, images)
     if return_info:
-        return result, {"iterations": int(iterations), "residual": float(residual),
-                        "no_kept_pixel": int(tf.reduce_sum(tf.cast(no_kept, tf.int32)))}
+        info = {"iterations": iterations, "residual": residual,
+                "no_kept_pixel": tf.reduce_sum(tf.cast(no_kept, tf.int32))}
+        if tf.executing_eagerly():
+            info = {name: value.numpy().item() for name, value in info.items()}
+        return result, info
     return result
 
 

@@ -147,15 +147,24 @@ def replace(images: tf.Tensor, replaced: tf.Tensor, config: MaskConfig,
     units, also a tensor) is the fill of "mean" and noisy linear's fallback for an image with
     no kept pixel; "noisy_linear" (pixel masks only, which `config` ensures) keys its noise per
     image by the int `keys` (`imputation.noisy_linear_impute`)."""
+    return replace_counted(images, replaced, config, keys, mean)[0]
+
+
+def replace_counted(images: tf.Tensor, replaced: tf.Tensor, config: MaskConfig,
+                    keys: Optional[tf.Tensor] = None,
+                    mean: Sequence[float] = imputation.IMAGENET_MEAN) -> tuple:
+    """(`replace`'s images, int32 iterations of ROAD's solver for them: 0 for other fills); a
+    profile counts the solver's work as images x iterations (`models.foundation.workload`)."""
     images = tf.convert_to_tensor(images, tf.float32)
     if config.fill == "noisy_linear":
-        return imputation.noisy_linear_impute(
+        filled, info = imputation.noisy_linear_impute(
             images, replaced, noise_std=config.road_noise, seed=config.seed, keys=keys,
-            fallback=mean, tol=config.cg_tol, max_iters=config.cg_max_iters)
+            fallback=mean, tol=config.cg_tol, max_iters=config.cg_max_iters, return_info=True)
+        return filled, tf.convert_to_tensor(info["iterations"], tf.int32)
     if replaced.shape.rank == 3:
         replaced = replaced[..., None]
     value = tf.convert_to_tensor(mean, tf.float32) if config.fill == "mean" else tf.constant(0.0)
-    return tf.where(replaced, value, images)
+    return tf.where(replaced, value, images), tf.constant(0, tf.int32)
 
 
 def random_map(key: tf.Tensor, shape: Sequence[int], seed: int = 0,

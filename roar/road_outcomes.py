@@ -69,8 +69,9 @@ def cuts(chosen: Sequence[Setting], features: int) -> tuple[tf.Tensor, tf.Tensor
 
 def scorer(model: Any, image_shape: Sequence[int], mask: MaskConfig, batch_size: int) -> Any:
     """The traced function (pixels, labels, noise_keys, ranks, cuts, keep_top, colour) ->
-    float32 [K * N, 2] (true-class probability, hit) of every (cut, image) pair, setting-major;
-    kept with the model's adapter, so every caller with the same settings shares one trace."""
+    float32 [K * N, 3] (true-class probability, hit, ROAD's solver iterations for the item's
+    chunk) of every (cut, image) pair, setting-major; kept with the model's adapter, so every
+    caller with the same settings shares one trace."""
     height, width, channels = (int(size) for size in image_shape)
     adapter = adapt(model)
     features = height * width * (channels if mask.ranking == "element" else 1)
@@ -95,15 +96,19 @@ def scorer(model: Any, image_shape: Sequence[int], mask: MaskConfig, batch_size:
                 removed = tf.where(tf.gather(keep_top, setting)[:, None], image_ranks >= cut,
                                    image_ranks < cut)
                 removed = tf.reshape(removed, removed_shape)
-                imputed = masking.replace(tf.gather(pixels, image), removed, mask,
-                                          keys=tf.gather(noise_keys, image), mean=colour)
+                imputed, iterations = masking.replace_counted(
+                    tf.gather(pixels, image), removed, mask, keys=tf.gather(noise_keys, image),
+                    mean=colour)
                 logits = tf.cast(adapter.logits(space.from_pixels(imputed)), tf.float32)
                 probabilities = tf.nn.softmax(logits)
                 wanted = tf.gather(labels, image)
                 hits = tf.cast(tf.equal(tf.argmax(probabilities, axis=1, output_type=tf.int32),
                                         wanted), tf.float32)
-                return tf.stack([tf.gather(probabilities, wanted, batch_dims=1), hits], axis=1)
-            return executor.collect(tf.shape(cuts)[0] * n, batch_size, compute, [2])
+                # the chunk's solver iterations ride along with each of its items
+                solved = tf.fill(tf.shape(hits), tf.cast(iterations, tf.float32))
+                return tf.stack([tf.gather(probabilities, wanted, batch_dims=1), hits, solved],
+                                axis=1)
+            return executor.collect(tf.shape(cuts)[0] * n, batch_size, compute, [3])
         return run
 
     key = ("ROAD", tuple(int(size) for size in image_shape), mask.ranking, mask.fill,
@@ -130,6 +135,7 @@ def outcomes(model: Any, pixels: ArrayLike, labels: ArrayLike, noise_keys: Array
     workload.count("forward", int(images.shape[0]) * len(chosen))
     values = run(images, tf.cast(labels, tf.int32),
                  tf.cast(noise_keys, tf.int64), tf.constant(ranks), limits, keep_top,
-                 tf.constant(colour, tf.float32)).numpy().reshape(len(chosen), -1, 2)
+                 tf.constant(colour, tf.float32)).numpy().reshape(len(chosen), -1, 3)
+    workload.count("solve", int(values[..., 2].sum()))  # images x solver iterations
     return {setting: (values[index, :, 0].astype(np.float64), values[index, :, 1] > 0.5)
             for index, setting in enumerate(chosen)}

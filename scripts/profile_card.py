@@ -7,16 +7,18 @@ it asked for and the time those passes need at the model's own measured rate.
 
 Runs `scripts/report_card.py`'s `run` in this process, from no card cell (a fresh temporary
 --output_dir; the synthetic world and the shipped or converted models come from the project
-cache as usual), and follows every cell: its wall time and the forward and gradient passes it
-ran (counted by `models.foundation.workload`: images x model evaluations). Before the card, it
-measures the card's classifier at the card's batch size: the forward rate (a bare traced call
-on a batch) and the gradient rate (a bare traced input gradient of the target logits), each the
-best of --repeats. A cell's unavoidable time is forwards / forward rate + gradients / gradient
-rate, and its efficiency is that over its wall time; the card's efficiency is the sum over
-everything over the card's wall time (docs/report_card.md, "Where the card's time goes").
-Counts every model evaluation of a method as a gradient pass (RISE's forwards too, an
-overestimate of the work it needs). Prints the phase table and the costliest cells, the CPU,
-and writes <output>.json and <output>.csv.
+cache as usual), and follows every cell: its wall time, the forward and gradient passes it ran
+(counted by `models.foundation.workload`: images x model evaluations) and the work of ROAD's
+imputation solver (images x solver iterations: part of ROAD's definition, no model pass).
+Before the card, it measures at the card's batch size the forward rate (a bare traced call of
+the card's classifier), the gradient rate (a bare traced input gradient of the target logits)
+and the solver's rate (the compiled solve alone, image iterations per second), each the best
+of --repeats. A cell's unavoidable time is the sum of its counts over those rates, and its
+efficiency is that over its wall time; the card's efficiency is the sum over everything over
+the card's wall time, and "passes only" leaves the solver's work out (docs/report_card.md,
+"Where the card's time goes"). Counts every model evaluation of a method as a gradient pass
+(RISE's forwards too, an overestimate of the work it needs). Prints the phase table and the
+costliest cells, the CPU, and writes <output>.json and <output>.csv.
 """
 import models  # noqa: F401, I001  (first: TensorFlow loads quietly)
 import dataclasses
@@ -35,6 +37,7 @@ from models.foundation import provenance, results, workload
 from models.foundation.cli import option, run_binary, script_module
 from models.foundation.files import write_json
 from models.foundation.rules import at_least
+from roar import imputation
 from saliency_gen import units
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -63,8 +66,9 @@ class Config:
 
 
 def rates(model, images: np.ndarray, batch_size: int, repeats: int) -> dict:
-    """{"forward", "gradient"}: images per second of a bare traced forward pass and a bare
-    traced input gradient of the target logits, on batches of `batch_size`, best of `repeats`."""
+    """{"forward", "gradient", "solve"}: images per second of a bare traced forward pass and a
+    bare traced input gradient of the target logits, and image iterations per second of ROAD's
+    compiled imputation solver, on batches of `batch_size`, best of `repeats`."""
     batch = tf.constant(np.resize(images, (batch_size, *images.shape[1:])).astype(np.float32))
     targets = tf.zeros([batch_size], tf.int32)
     call = adapt(model).logits
@@ -77,13 +81,24 @@ def rates(model, images: np.ndarray, batch_size: int, repeats: int) -> dict:
     def gradient(x, t):
         return units.gradient_of(call, x, t)  # the input gradient every gradient method takes
 
+    # ROAD's solver on a chunk of the card's images (half the pixels removed; its cost per
+    # iteration does not depend on the holes), a fixed number of iterations (tolerance 0)
+    pixels = tf.clip_by_value(batch, 0.0, 1.0)
+    removed = tf.constant(np.arange(np.prod(batch.shape[1:3])).reshape(batch.shape[1:3]) % 2
+                          == 0)[None] & tf.ones(batch.shape[:3], tf.bool)
+    solve_iterations = 10
+
+    def solve():
+        return imputation.solve(pixels, removed, tf.constant(0.0), tf.constant(solve_iterations))[0]
+
     found = {}
-    for kind, run in (("forward", lambda: forward(batch)),
-                      ("gradient", lambda: gradient(batch, targets))):
+    for kind, run, work in (("forward", lambda: forward(batch), 1),
+                            ("gradient", lambda: gradient(batch, targets), 1),
+                            ("solve", solve, solve_iterations)):
         run().numpy()  # trace and warm up
         calls = max(1, int(2.0 / max(_seconds(run), 1e-4)))  # about 2 s a timing
         best = min(_seconds(run, calls) for _ in range(repeats))
-        found[kind] = batch_size * calls / best
+        found[kind] = batch_size * work * calls / best
     return found
 
 
@@ -139,7 +154,8 @@ def run(config: Config) -> dict:
         ceiling = rates(inputs.loaded, np.asarray(inputs.images), card_config.batch_size,
                         config.repeats)
         print(f"ceiling at batch {card_config.batch_size}: forward {ceiling['forward']:.0f} "
-              f"images/s, gradient {ceiling['gradient']:.0f} images/s", flush=True)
+              f"images/s, gradient {ceiling['gradient']:.0f} images/s, ROAD's solver "
+              f"{ceiling['solve']:.0f} image iterations/s", flush=True)
         before, started = workload.snapshot(), time.perf_counter()
         card.run(requested)
         wall, passes = time.perf_counter() - started, workload.since(before)
@@ -149,14 +165,19 @@ def run(config: Config) -> dict:
     print_report(report)
     write_json(config.output + ".json", report, indent=1)
     results.write_csv(config.output + ".csv", report["cells"],
-                      ["phase", "benchmark", "method", "seconds", "forward", "gradient",
-                       "needed", "efficiency"])
+                      ["phase", "benchmark", "method", "seconds", *KINDS, "needed",
+                       "efficiency"])
     print(f"wrote {config.output}.json and .csv")
     return report
 
 
-def _needed(row: dict, ceiling: dict) -> float:
-    return row["forward"] / ceiling["forward"] + row["gradient"] / ceiling["gradient"]
+KINDS = ("forward", "gradient", "solve")
+PASSES = ("forward", "gradient")  # the model's passes alone
+
+
+def _needed(row: dict, ceiling: dict, kinds=KINDS) -> float:
+    """Seconds the counted work of `kinds` needs at the ceiling's rates."""
+    return sum(row[kind] / ceiling[kind] for kind in kinds)
 
 
 def summarise(cells: list, wall: float, passes: dict, ceiling: dict, card_config,
@@ -169,40 +190,51 @@ def summarise(cells: list, wall: float, passes: dict, ceiling: dict, card_config
     for phase in dict.fromkeys(cell["phase"] for cell in cells):
         rows = [cell for cell in cells if cell["phase"] == phase]
         totals = {key: sum(cell[key] for cell in rows)
-                  for key in ("seconds", "forward", "gradient")}
+                  for key in ("seconds", *KINDS)}
         phases.append({"phase": phase, "cells": len(rows), **totals,
                        "needed": _needed(totals, ceiling)})
-    inside = {key: sum(cell[key] for cell in cells) for key in ("seconds", "forward", "gradient")}
-    outside = {"forward": passes["forward"] - inside["forward"],
-               "gradient": passes["gradient"] - inside["gradient"]}
+    inside = {key: sum(cell[key] for cell in cells) for key in ("seconds", *KINDS)}
+    outside = {kind: passes[kind] - inside[kind] for kind in KINDS}
     phases.append({"phase": "outside the cells (inputs, models, summary, pages)", "cells": 0,
                    "seconds": wall - inside["seconds"], **outside,
                    "needed": _needed(outside, ceiling)})
     needed = _needed(passes, ceiling)
+    for phase in phases:
+        phase["passes_needed"] = _needed(phase, ceiling, PASSES)
     return {"date": time.strftime("%Y-%m-%d"), "machine": provenance.machine(),
             "card": {"pretrained": card_config.pretrained, "nr_images": card_config.nr_images,
                      "methods": list(card_config.methods),
                      "meta_evaluation": card_config.meta_evaluation,
                      "batch_size": card_config.batch_size},
             "ceiling": ceiling, "seconds": wall, "passes": passes, "needed": needed,
-            "efficiency": needed / wall, "phases": phases, "cells": cells}
+            "efficiency": needed / wall,
+            "passes_efficiency": _needed(passes, ceiling, PASSES) / wall,
+            "phases": phases, "cells": cells}
+
+
+def _ratio(needed: float, seconds: float) -> str:
+    return f"{needed / seconds:.2f}" if seconds > 0 else "-"
 
 
 def print_report(report: dict) -> None:
     rows = [[phase["phase"], phase["cells"], f"{phase['seconds']:.1f}", phase["forward"],
-             phase["gradient"], f"{phase['needed']:.1f}",
-             f"{phase['needed'] / phase['seconds']:.2f}" if phase["seconds"] > 0 else "-"]
+             phase["gradient"], phase["solve"], f"{phase['needed']:.1f}",
+             _ratio(phase["needed"], phase["seconds"]),
+             _ratio(phase["passes_needed"], phase["seconds"])]
             for phase in report["phases"]]
-    rows.append(["card", len(report["cells"]), f"{report['seconds']:.1f}",
-                 report["passes"]["forward"], report["passes"]["gradient"],
-                 f"{report['needed']:.1f}", f"{report['efficiency']:.2f}"])
+    passes = report["passes"]
+    rows.append(["card", len(report["cells"]), f"{report['seconds']:.1f}", passes["forward"],
+                 passes["gradient"], passes["solve"], f"{report['needed']:.1f}",
+                 f"{report['efficiency']:.2f}", f"{report['passes_efficiency']:.2f}"])
     print(results.text_table(["phase", "cells", "wall s", "forwards", "gradients",
-                              "needed s", "efficiency"], rows))
+                              "solver image-iterations", "needed s", "efficiency",
+                              "passes only"], rows))
     costly = sorted(report["cells"], key=lambda cell: -cell["seconds"])[:12]
     print("\nthe costliest cells\n" + results.text_table(
-        ["phase", "benchmark", "method", "wall s", "forwards", "gradients", "efficiency"],
+        ["phase", "benchmark", "method", "wall s", "forwards", "gradients", "solves",
+         "efficiency"],
         [[c["phase"], c["benchmark"], c["method"], f"{c['seconds']:.1f}", c["forward"],
-          c["gradient"], f"{c['efficiency']:.2f}"] for c in costly]))
+          c["gradient"], c["solve"], f"{c['efficiency']:.2f}"] for c in costly]))
     print(f"\n{report['date']}, {report['machine']}")
 
 

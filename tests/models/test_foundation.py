@@ -309,3 +309,14 @@ def test_a_run_folder_of_an_edited_method_is_trained_afresh_with_a_line(tmp_path
     other = provenance.origin({"ratio": 0.6, provenance.METHOD_CODE: {"m:f": "c" * 16}})
     with pytest.raises(UserError, match=r"was made with method_code=.* \(and 1 more"):
         loop.prepare_run_folder(folder, other, overwrite=False)
+    # an output of an earlier ROAD solver is redone too, and the line names the solver
+    solver = provenance.IMPUTATION_SOLVER
+    assert provenance.code_changed(provenance.origin({"ratio": 0.5, solver: "old"}),
+                                   provenance.origin({"ratio": 0.5, solver: "new"}),
+                                   "method m") == "ROAD's imputation solver"
+    both = provenance.code_changed(
+        provenance.origin({solver: "old", provenance.METHOD_CODE: {"m:f": "a"}}),
+        provenance.origin({solver: "new", provenance.METHOD_CODE: {"m:f": "b"}}), "method m")
+    assert both == "the code of method m and ROAD's imputation solver"
+    assert provenance.code_changed(provenance.origin({"ratio": 0.5, solver: "old"}),
+                                   provenance.origin({"ratio": 0.6, solver: "new"})) is None

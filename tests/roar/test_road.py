@@ -59,3 +59,35 @@ def test_the_binary_equals_roars_masked_pipeline(small_shards):
                 hit, probability = found[setting.order, setting.p, key.decode()]
                 assert probability == pytest.approx(row[label], abs=1e-6)
                 assert hit == (np.argmax(row) == label)
+
+
+def test_outcomes_count_the_passes_and_the_solvers_work():
+    """A profile's counts (`models.foundation.workload`): one forward pass per (image, setting)
+    and, with ROAD's fill, the solver's images x iterations: here one chunk of all 8 items, so
+    8 x the iterations of the same masked images imputed at once; none with the mean fill."""
+    import keras
+
+    from models.foundation import workload
+    from roar import imputation
+
+    rng = np.random.default_rng(4)
+    pixels = rng.uniform(size=(4, 16, 16, 3)).astype(np.float32)
+    maps = rng.normal(size=(4, 16, 16, 1)).astype(np.float32)
+    model = keras.Sequential([keras.Input((16, 16, 3)), keras.layers.Flatten(),
+                              keras.layers.Dense(3)])
+    chosen = road_outcomes.settings(road_outcomes.ORDERS, (0.5,))
+    for fill in ("noisy_linear", "mean"):
+        mask = masked_data.MaskConfig(ranking="pixel", squared=False, fill=fill)
+        before = workload.snapshot()
+        road_outcomes.outcomes(model, pixels, [0, 1, 2, 0], np.arange(4), maps, mask, chosen,
+                               batch_size=8)
+        counted = workload.since(before)
+        ranks = road_outcomes.feature_ranks(maps, mask)
+        limits, keep_top = (value.numpy() for value in road_outcomes.cuts(chosen, 256))
+        removed = np.concatenate([ranks >= cut if top else ranks < cut
+                                  for cut, top in zip(limits, keep_top)]).reshape(8, 16, 16)
+        _, info = imputation.noisy_linear_impute(np.concatenate([pixels, pixels]), removed,
+                                                 return_info=True)
+        expected = 8 * info["iterations"] if fill == "noisy_linear" else 0
+        assert counted == {"forward": 8, "gradient": 0, "solve": expected}
+        assert fill == "mean" or expected > 8
