@@ -30,7 +30,9 @@ class LineProgress:
     """A bar's information as plain lines on `file`: `<date time> <desc>: <n>/<total> <unit>
     (<percent>%), <rate>, elapsed <h:mm:ss>, ETA <h:mm:ss>` when the phase starts, at most every
     `every` seconds as it goes, and once more when it ends. With `counts` off (a bar of
-    estimated seconds, `CostBar`) the line gives the share done instead of counts. Takes the
+    estimated seconds, `CostBar`) the line gives the share done instead of counts, and the ETA
+    is the estimated seconds left (not the rate extrapolated, which a long item under way
+    would stretch: an ETA of 1:53:50 for a card 4 minutes from its end). Takes the
     calls the code makes of a tqdm bar (`update`, `refresh`, `set_postfix`, `write`, `close`,
     `n`, `total`)."""
 
@@ -59,7 +61,10 @@ class LineProgress:
                 done += f", {self.n / elapsed:.3g} {self.unit}/s"
         else:
             done = f"{100 * share:.0f}% of the estimated work" if share is not None else "started"
-        eta = (f", ETA {_clock_text(elapsed * (1 - share) / share)}"
+        # a bar of estimated seconds knows what is left; a count extrapolates its rate
+        left = total - self.n if not self.counts else (
+            elapsed * (1 - share) / share if share else 0.0)
+        eta = (f", ETA {_clock_text(left)}"
                if share and share < 1 and not self.closed else "")
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
         extra = f" [{self.postfix}]" if self.postfix else ""
@@ -138,7 +143,7 @@ class CostBar:
         self.counts, self.priors = dict(counts), dict(priors)
         self.done: dict[str, list[float]] = {kind: [] for kind in counts}
         self.progress = bar(1.0, desc, "s", counts=False,
-                            bar_format="{l_bar}{bar}| [{elapsed}<{remaining}]")
+                            bar_format="{l_bar}{bar}| [{elapsed}{postfix}]")
         self.clock, self.reported = clock, clock()
         self.lock, self.stopped = threading.Lock(), threading.Event()
         self._redraw()
@@ -170,6 +175,9 @@ class CostBar:
             running = min(self.clock() - self.reported, 0.95 * under_way)
             self.progress.total = total
             self.progress.n = spent + max(running, 0.0)
+            if isinstance(self.progress, tqdm):  # the estimate's seconds left, as the lines say
+                self.progress.set_postfix_str(
+                    f"ETA {_clock_text(total - self.progress.n)}", refresh=False)
             self.progress.refresh()
 
     def finished(self, kind: str, seconds: float) -> None:

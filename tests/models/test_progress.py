@@ -59,6 +59,19 @@ def test_cost_bar_moves_through_a_long_item_up_to_its_estimate(monkeypatch):
         assert tracker.progress.n == 2 + 0.95 * 20
         tracker.finished("costly", 58.0)  # measured: the last one is estimated at 58 s
         assert tracker.progress.n == 60 and tracker.progress.total == 2 + 58 + 58
+        assert tracker.progress.postfix == "ETA 0:00:58"  # the estimate's seconds left
+
+
+def test_a_cost_line_gives_the_estimated_seconds_left_not_the_rate_extrapolated():
+    """In a log, a bar of estimated seconds: 60 s done of 100 s estimated after 200 s of wall
+    time (an item ran long) is 40 s from its end (before: 200 x 40 / 60 = 2:13)."""
+    shown, now = io.StringIO(), [0.0]
+    with progress.LineProgress(100.0, "card", "s", counts=False, file=shown,
+                               clock=lambda: now[0]) as lines:
+        now[0] = 200.0
+        lines.update(60.0)
+    assert shown.getvalue().splitlines()[1].endswith(
+        "card: 60% of the estimated work, elapsed 0:03:20, ETA 0:00:40")
 
 
 def test_cost_bar_ticks_by_itself(monkeypatch):
