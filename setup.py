@@ -18,7 +18,7 @@ setup(
     python_requires=">=3.10",
     packages=find_packages(include=["bam*", "roar*", "faithfulness*", "saliency_gen*", "models*"]),
     # The default synthetic world's trained weights (docs/synthetic_world.md, "Shipped models").
-    package_data={"saliency_gen.world": ["shipped_models/*/*.json", "shipped_models/*/*/*.*",
+    package_data={"saliency_gen.data.world": ["shipped_models/*/*.json", "shipped_models/*/*/*.*",
                                          "shipped_models/*/*/*/*.png"]},
     install_requires=[
         "tensorflow>=2.16",

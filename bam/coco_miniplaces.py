@@ -35,8 +35,8 @@ from PIL import Image
 
 from models.foundation.errors import MissingPathError, UserError
 from models.foundation.files import write_json
-from saliency_gen.world import compositing, construction, dataset
-from saliency_gen.world.dataset import OBJECT_CLASSES, SCENE_CLASSES
+from saliency_gen.data.world import compositing, construction, dataset
+from saliency_gen.data.world.dataset import OBJECT_CLASSES, SCENE_CLASSES
 
 FORMAT = "bam-coco-miniplaces/v1"
 SCENE_SIZE = 128

@@ -30,7 +30,7 @@ from models.formats.adapter import adapt
 from models.formats.preprocessing import BAM_RGB_MEAN, INPUT_SPACES
 from models.foundation.errors import UserError
 from models.foundation.files import atomic_output
-from saliency_gen.world import dataset
+from saliency_gen.data.world import dataset
 
 LOW, HIGH = -103.94, 131.32
 SEGMENT = 25  # gradient steps per traced call

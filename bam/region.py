@@ -17,7 +17,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from models.foundation.errors import UserError
-from saliency_gen.world import dataset
+from saliency_gen.data.world import dataset
 
 
 def normalise_maps(maps: ArrayLike) -> tuple[np.ndarray, np.ndarray]:

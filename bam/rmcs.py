@@ -20,7 +20,7 @@ import saliency_gen
 from bam import metric_definitions, tcav, tcav_experiment, val_set_scores
 from models.foundation import results
 from models.foundation.errors import UserError
-from saliency_gen.world import dataset
+from saliency_gen.data.world import dataset
 
 KS = tuple(range(1, 10))
 REFERENCE_MODEL = "scene10"

@@ -1,8 +1,8 @@
 """BAM on the built-in synthetic world: its models and delta patch, built once and cached.
 
 `prepare(cache_dir, seed)` builds, in order and only what is missing: the synthetic world
-(`saliency_gen.world.cache`), small_cnn models on obj, scene and scene_only exported into the
-world cache's `bam_models/` (the shipped weights of the default world, `saliency_gen.world.
+(`saliency_gen.data.world.cache`), small_cnn models on obj, scene and scene_only exported into the
+world cache's `bam_models/` (the shipped weights of the default world, `saliency_gen.data.world.
 shipped`, or, with `shipped=False` or for another world, trained by `bam.train`), and the
 bamboo_forest_patch set (`bam.delta_patch` with the scene_only model, remade when that model
 changes) in the world's folder. `prepare_relative` adds
@@ -22,8 +22,8 @@ from models.foundation import progress
 from models.foundation.files import atomic_output, read_json, write_json
 from models.training.recipes import RunOptions
 from models.training.training_bar import TrainingBar
-from saliency_gen.world import cache, construction
-from saliency_gen.world import shipped as shipped_models
+from saliency_gen.data.world import cache, construction
+from saliency_gen.data.world import shipped as shipped_models
 
 MODELS = ("obj", "scene", "scene_only")
 RELATIVE_MODELS = tuple(f"scene{k}" for k in range(1, 11))

@@ -9,7 +9,7 @@ import models
 from bam import tcav
 from models.formats import tf1_models
 from models.foundation.errors import UserError
-from saliency_gen.world import dataset
+from saliency_gen.data.world import dataset
 
 TARGET, CONCEPT, COUNTERPART = "dog_bedroom", "dog_scene", "random_counter_part"
 

@@ -37,7 +37,7 @@ from models.foundation.errors import UserError, check_one_of, required
 from models.foundation.files import ensure_directory, read_json, write_json
 from models.training import distribution, loop, recipes
 from models.training.recipes import RunOptions, TrainingFlags
-from saliency_gen.world import dataset
+from saliency_gen.data.world import dataset
 
 
 @dataclasses.dataclass(frozen=True)

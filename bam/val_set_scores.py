@@ -18,8 +18,8 @@ import saliency_gen
 from bam import region
 from models.formats.preprocessing import load_bam_pixels
 from models.foundation.errors import UserError
-from saliency_gen import names
-from saliency_gen.world import dataset
+from saliency_gen.attribution import names
+from saliency_gen.data.world import dataset
 
 
 @dataclass
@@ -106,8 +106,8 @@ def stem_ids(stems: Sequence[str]) -> np.ndarray:
 
 
 def resolved_methods(methods: Union[Sequence[str], dict]) -> dict:
-    """{method: its `saliency_gen.names.Resolved`}, each name resolved once (an unknown one
-    stops here with one line): BAM's abbreviations (`GC`) as `bam:GC`, any other name (a
+    """{method: its `saliency_gen.attribution.names.Resolved`}, each name resolved once (an unknown
+    one stops here with one line): BAM's abbreviations (`GC`) as `bam:GC`, any other name (a
     built-in, a registered or a "package.module:function" method) as it is. A dict of resolved
     methods is returned as it is."""
     if isinstance(methods, dict):

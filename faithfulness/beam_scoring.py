@@ -25,8 +25,10 @@ from models.foundation import results as result_files
 from models.foundation.cli import option, run_binary
 from models.foundation.errors import RecordError, UserError, required
 from models.foundation.files import exclusive, read_json, write_json
-from saliency_gen import beam_support, generate, names, pipelines, records
+from saliency_gen import beam_support, generate
+from saliency_gen.attribution import names
 from saliency_gen.beam_support import beam
+from saliency_gen.data import pipelines, records
 
 
 @dataclasses.dataclass(frozen=True)

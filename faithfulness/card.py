@@ -25,8 +25,8 @@ def benchmarks(loaded: Any, images: np.ndarray, labels: np.ndarray, ids: np.ndar
     input space, explaining `labels`) with `loaded`. `data` fingerprints the images (their
     origin in the cells); `maps_of(method)`, when given, supplies the method's maps of all
     `images` (computed once and shared by the benchmarks of one card); `methods` ({name:
-    `saliency_gen.names.Resolved`}, the run's resolved methods) explain where maps are not
-    shared (IDSDS re-explains the perturbed images)."""
+    `saliency_gen.attribution.names.Resolved`}, the run's resolved methods) explain where maps are
+    not shared (IDSDS re-explains the perturbed images)."""
     options = options or evaluate.Options()
     found = []
     for name in names:

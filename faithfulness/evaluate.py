@@ -38,14 +38,14 @@ single_step = lazy_module("faithfulness.single_step")
 stats = lazy_module("faithfulness.stats")
 scoring = lazy_module("faithfulness.scorer")
 torch_checkpoints = lazy_module("models.formats.torch_checkpoints")
-saliency_engine = lazy_module("saliency_gen.engine")
+saliency_engine = lazy_module("saliency_gen.attribution.engine")
 if TYPE_CHECKING:  # the type checker's view of the same module
-    from saliency_gen import names
+    from saliency_gen.attribution import names
 else:
-    names = lazy_module("saliency_gen.names")
-records = lazy_module("saliency_gen.records")
-pipelines = lazy_module("saliency_gen.pipelines")
-cache = lazy_module("saliency_gen.world.cache")
+    names = lazy_module("saliency_gen.attribution.names")
+records = lazy_module("saliency_gen.data.records")
+pipelines = lazy_module("saliency_gen.data.pipelines")
+cache = lazy_module("saliency_gen.data.world.cache")
 
 PROTOCOLS = tuple(METRICS)  # single_deletion, incremental_deletion, deletion, insertion, ...
 DEFAULT_EXPLAINERS = "idsds:IxG,idsds:IG,idsds:Grad-CAM,idsds:IxG abs,random"

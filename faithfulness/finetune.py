@@ -34,8 +34,8 @@ from models.foundation.errors import UserError
 from models.foundation.files import atomic_output, exclusive, write_json
 from models.training import distribution, loop, recipes
 from models.training.recipes import RunOptions, TrainingFlags
-from saliency_gen import pipelines, records
-from saliency_gen.world import cache
+from saliency_gen.data import pipelines, records
+from saliency_gen.data.world import cache
 
 
 @dataclasses.dataclass(frozen=True)

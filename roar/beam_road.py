@@ -22,7 +22,7 @@ from models.foundation.files import exclusive, read_json, write_json
 from roar import road
 from saliency_gen import beam_support
 from saliency_gen.beam_support import beam
-from saliency_gen.pipelines import count_records
+from saliency_gen.data.pipelines import count_records
 
 VALUES = ("accuracy", "true_class_probability")
 

@@ -7,7 +7,7 @@
 One command, resumable at every step:
 
 1. the first `--train_images` training and `--test_images` test images of the IDX files become
-   image records (`saliency_gen.sources.idx`);
+   image records (`saliency_gen.data.sources.idx`);
 2. a small CNN is trained on them (the model to explain; `roar.train --transformation=raw_image`);
 3. its saliency records are written for every image and method (`saliency_gen.generate`, ROAR's
    settings: the predicted class, SmoothGrad² and VarGrad of the gradient with 25 samples and
@@ -30,7 +30,7 @@ from models.foundation.cli import option, run_binary
 from models.foundation.rules import UNIQUE_NUMBERS, WHOLE_PERCENTS, Checked, at_least, some_of
 from roar import report, sweep, train
 from saliency_gen import generate
-from saliency_gen.sources import idx
+from saliency_gen.data.sources import idx
 
 # The methods of the sweep: ROAR generator codes, and the random control.
 METHODS = ("SH", "IG", "GB", "SH_SG_2", "SH_V", "random")

@@ -5,8 +5,8 @@
     train = masked_dataset(files, read, config, training=True, batch_size=64)
 
 The reading, flipping and normalisation are the shared image-record pipeline pieces
-(`saliency_gen.pipelines`); this module inserts the scores and the mask between them. Per example,
-inside the pipeline (train and test alike): parse (saliency records, v2 or the
+(`saliency_gen.data.pipelines`); this module inserts the scores and the mask between them. Per
+example, inside the pipeline (train and test alike): parse (saliency records, v2 or the
 original layout, or plain image records for the random / oracle / raw controls) -> decode to
 [0, 1] pixels -> fit the map's geometry (`none`, or ROAR's crop_224) -> scores (the stored map,
 a keyed random map, or the record's object mask) -> the mask (`roar.masking`) -> fill -> train
@@ -27,8 +27,10 @@ from models.formats.preprocessing import decode_image
 from models.foundation.errors import RecordError, UserError, check_one_of
 from roar import masking
 from roar.masking import MaskConfig  # (here too: what a pipeline is read and masked with)
-from saliency_gen import generate, names, pipelines, records
-from saliency_gen.pipelines import count_records, fit
+from saliency_gen import generate
+from saliency_gen.attribution import names
+from saliency_gen.data import pipelines, records
+from saliency_gen.data.pipelines import count_records, fit
 
 SOURCES = ("saliency", "images")
 CONTROLS = ("random", "oracle", "none")  # maps that need no saliency records

@@ -33,8 +33,8 @@ from models.foundation.cli import option
 from models.foundation.errors import UserError
 from models.foundation.rules import POSITIVE, WHOLE_PERCENTS, Checked, at_least
 from roar import imputation
-from saliency_gen.pipelines import key_seeds
-from saliency_gen.records import ranking_cut
+from saliency_gen.data.pipelines import key_seeds
+from saliency_gen.data.records import ranking_cut
 
 UNITS = ("element", "pixel")
 TIE_BREAKS = ("index", "jitter")

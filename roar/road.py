@@ -46,8 +46,8 @@ else:
     road_outcomes = lazy_module("roar.road_outcomes")
 summaries = lazy_module("roar.summaries")
 synthetic_setup = lazy_module("roar.synthetic_setup")
-pipelines = lazy_module("saliency_gen.pipelines")
-records = lazy_module("saliency_gen.records")
+pipelines = lazy_module("saliency_gen.data.pipelines")
+records = lazy_module("saliency_gen.data.records")
 
 ORDERS = tuple(metric_definitions.ROAD_ORDERS)  # ("morf", "lerf")
 fraction_removed = metric_definitions.fraction_removed

@@ -25,7 +25,7 @@ from models.formats.preprocessing import IMAGENET_MEAN, input_space
 from models.foundation import executor, workload
 from roar import masking, metric_definitions
 from roar.masking import MaskConfig
-from saliency_gen.records import ranking_cut
+from saliency_gen.data.records import ranking_cut
 
 ORDERS = tuple(metric_definitions.ROAD_ORDERS)  # ("morf", "lerf")
 

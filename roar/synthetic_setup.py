@@ -1,7 +1,7 @@
 """ROAR on the built-in synthetic world: the saliency records of a method, built once and cached.
 
 `prepare(seed, method)` makes, only what is missing: the synthetic world with its image
-TFRecords and the clean small_cnn that is explained (`saliency_gen.world.cache`), and the
+TFRecords and the clean small_cnn that is explained (`saliency_gen.data.world.cache`), and the
 saliency records of `method` for the train and validation shards (`saliency_gen.generate`,
 float16 maps so that every ranking unit and sign is exact enough) in the world cache's
 `roar_saliency/<method>`. Each step writes under a temporary name and renames, so an
@@ -13,7 +13,7 @@ from typing import Callable, Optional
 
 from roar.masked_data import generator_name, record_key_of
 from saliency_gen import generate
-from saliency_gen.world import cache
+from saliency_gen.data.world import cache
 
 IMAGE_SIZE = cache.IMAGE_SIZE
 

@@ -14,7 +14,7 @@ from typing import Callable, Optional
 import tensorflow as tf
 
 from models.foundation.errors import UserError
-from saliency_gen import records
+from saliency_gen.data import records
 
 RECORDS_PER_SHARD = 2500
 

@@ -35,8 +35,8 @@ else:
     masked_data = lazy_module("roar.masked_data")
 synthetic_setup = lazy_module("roar.synthetic_setup")
 tfds_source = lazy_module("roar.tfds_source")
-pipelines = lazy_module("saliency_gen.pipelines")
-records = lazy_module("saliency_gen.records")
+pipelines = lazy_module("saliency_gen.data.pipelines")
+records = lazy_module("saliency_gen.data.records")
 
 
 def run_masked(train_files: Sequence[str], eval_files: Sequence[str],

@@ -8,22 +8,26 @@
     maps = saliency_gen.attribute(model, images, "smoothgrad(my_method)")
     maps = saliency_gen.attribute(model, images, "my_package.my_module:my_function")
 
-A method is a unit (`saliency_gen.units.Method`, one module each under `saliency_gen.methods`);
-`saliency_gen.METHODS` lists every built-in name; `saliency_gen.records` owns the TFRecord
-schemas; `python -m saliency_gen.generate` writes saliency records (docs/saliency.md).
+Two parts that never import each other (docs/architecture.md, "Layers"): `saliency_gen.attribution`
+(the engine; a method is a unit, `saliency_gen.attribution.units.Method`, one module each under
+`saliency_gen.attribution.methods`; `saliency_gen.METHODS` lists every built-in name) and
+`saliency_gen.data` (`saliency_gen.data.records` owns the TFRecord schemas; pipelines, sources,
+the synthetic world). The binaries on top use both: `python -m saliency_gen.generate` writes
+saliency records (docs/saliency.md), `saliency_gen.beam_generate` does so as a Beam pipeline.
 """
 import models  # noqa: F401  (first: TensorFlow, whenever it loads, loads quietly)
 from models.foundation.lazy import lazy_names
 
 _EXPORTS = {  # name -> the module that defines it
-    "attribute": "saliency_gen.engine", "predict": "saliency_gen.engine",
-    "METHODS": "saliency_gen.names", "method_names": "saliency_gen.names",
-    "resolve": "saliency_gen.names",
-    "register_method": "saliency_gen.plugins",
-    "MethodSpec": "saliency_gen.spec",
-    "postprocess": "saliency_gen.transforms",
-    "Items": "saliency_gen.units", "Method": "saliency_gen.units", "Param": "saliency_gen.units",
-    "Plan": "saliency_gen.units", "register": "saliency_gen.units",
+    "attribute": "saliency_gen.attribution.engine", "predict": "saliency_gen.attribution.engine",
+    "METHODS": "saliency_gen.attribution.names", "method_names": "saliency_gen.attribution.names",
+    "resolve": "saliency_gen.attribution.names",
+    "register_method": "saliency_gen.attribution.plugins",
+    "MethodSpec": "saliency_gen.attribution.spec",
+    "postprocess": "saliency_gen.attribution.transforms",
+    "Items": "saliency_gen.attribution.units", "Method": "saliency_gen.attribution.units",
+    "Param": "saliency_gen.attribution.units", "Plan": "saliency_gen.attribution.units",
+    "register": "saliency_gen.attribution.units",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -22,8 +22,10 @@ from typing import Any, Callable, Iterator
 import models
 from models.foundation.cli import run_binary
 from models.foundation.errors import RecordError
-from saliency_gen import beam_support, generate, names, records, shard_ledger
+from saliency_gen import beam_support, generate
+from saliency_gen.attribution import names
 from saliency_gen.beam_support import beam
+from saliency_gen.data import records, shard_ledger
 
 
 @dataclasses.dataclass(frozen=True)

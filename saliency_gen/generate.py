@@ -36,19 +36,19 @@ from models.foundation.errors import (
 from models.foundation.files import ensure_directory, exclusive, read_json, remove_leftovers
 from models.foundation.lazy import lazy_module
 from models.foundation.rules import LABEL_OFFSETS, MAX_CHUNK, Checked, at_least, at_most
-from saliency_gen import shard_ledger
-from saliency_gen.formats import MAP_DTYPES
+from saliency_gen.data import shard_ledger
+from saliency_gen.data.formats import MAP_DTYPES
 
 # Loaded on first use: a bad flag is reported before TensorFlow starts (docs/architecture.md).
 tf = lazy_module("tensorflow")
 preprocessing = lazy_module("models.formats.preprocessing")
-engine = lazy_module("saliency_gen.engine")
+engine = lazy_module("saliency_gen.attribution.engine")
 if TYPE_CHECKING:  # the type checker's view of the same module
-    from saliency_gen import names
+    from saliency_gen.attribution import names
 else:
-    names = lazy_module("saliency_gen.names")
-pipelines = lazy_module("saliency_gen.pipelines")
-records = lazy_module("saliency_gen.records")
+    names = lazy_module("saliency_gen.attribution.names")
+pipelines = lazy_module("saliency_gen.data.pipelines")
+records = lazy_module("saliency_gen.data.records")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -235,7 +235,7 @@ def claim_folder(folder: str, requested: dict, overwrite: bool, method: str = ""
                             "version or another tool); pass --overwrite to replace them or "
                             "choose a new --output_dir")
     provenance.claim(manifest, requested, what)
-    return edited
+    return bool(edited)
 
 
 def _finished_shards(folder):

@@ -3,7 +3,8 @@
     python scripts/bench_noise_draws.py [--model=plain_cnn --image_size=64 --batch=128]
 
 Inside one traced loop of --chunks chunks of --batch images each, it times: the raw input
-gradients alone; the engine's keyed Gaussian draws alone (`saliency_gen.noise.group_noise`:
+gradients alone; the engine's keyed Gaussian draws alone
+(`saliency_gen.attribution.noise.group_noise`:
 stateless Philox bits and Box-Muller normals); the uniform bits alone (the share of the draws that
 is not the logarithm and sine/cosine); the gradients of noisy images with draws and gradients in
 turn; and the same with two chunks in flight, to see whether draws overlap idle model time. It
@@ -22,7 +23,7 @@ import tensorflow as tf
 from models.foundation import provenance
 from models.foundation.cli import option, run_binary
 from models.foundation.tracing import quiet_retracing
-from saliency_gen import noise
+from saliency_gen.attribution import noise
 
 
 @dataclasses.dataclass(frozen=True)

@@ -26,7 +26,7 @@ import tensorflow as tf
 from models.foundation import provenance
 from models.foundation.cli import option, run_binary
 from roar import imputation, masked_data
-from saliency_gen.world import synthetic
+from saliency_gen.data.world import synthetic
 
 
 def _steps_per_second(model, dataset, steps):

@@ -65,8 +65,8 @@ from faithfulness import torch_twin
 from models.formats import pretrained
 from models.foundation import provenance
 from models.foundation.cli import option, run_binary
-from saliency_gen import noise
-from saliency_gen.methods import pair
+from saliency_gen.attribution import noise
+from saliency_gen.attribution.methods import pair
 
 ENGINE_DEFAULT_CHUNK = 64  # saliency_gen.attribute's default batch_size
 # (label, engine name, gradients per image, parameters, PAIR has it)

@@ -38,7 +38,7 @@ def make_records(root, images, chosen, size=64, shards=4):
     import keras
 
     import models
-    from saliency_gen import records
+    from saliency_gen.data import records
 
     rng = np.random.RandomState(0)
     per = images // shards

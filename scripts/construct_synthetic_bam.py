@@ -14,7 +14,7 @@ from typing import Optional
 from models.foundation import progress
 from models.foundation.cli import option, run_binary
 from models.foundation.errors import UserError
-from saliency_gen.world import synthetic
+from saliency_gen.data.world import synthetic
 
 
 @dataclasses.dataclass(frozen=True)

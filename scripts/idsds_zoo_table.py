@@ -22,8 +22,8 @@ from faithfulness import evaluate  # noqa: E402
 from models.foundation import results  # noqa: E402
 from models.foundation.cli import option, run_binary  # noqa: E402
 from models.training import loop, recipes
-from saliency_gen import pipelines, records  # noqa: E402
-from saliency_gen.world import cache  # noqa: E402
+from saliency_gen.data import pipelines, records  # noqa: E402
+from saliency_gen.data.world import cache  # noqa: E402
 
 MODELS = ("small_cnn", "resnet18", "resnet50_tv", "wide_resnet50_2", "fixup_resnet50",
           "x_resnet50", "vgg11", "vgg16_tv", "vgg16_bn", "x_vgg16", "bcos_resnet50",

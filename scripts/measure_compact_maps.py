@@ -26,8 +26,8 @@ from bam import train
 from models.foundation.cli import option, run_binary
 from models.formats.preprocessing import INPUT_SPACES
 from models.training.recipes import RunOptions
-from saliency_gen import records
-from saliency_gen.world import dataset, synthetic
+from saliency_gen.data import records
+from saliency_gen.data.world import dataset, synthetic
 
 PERCENTS = (10, 20, 30, 40, 50, 60, 70, 80, 90)
 

@@ -18,7 +18,7 @@ from typing import Optional
 from bam import train
 from models.foundation.cli import option, run_binary
 from models.training.recipes import RunOptions
-from saliency_gen.world import synthetic
+from saliency_gen.data.world import synthetic
 
 GENERATION_TARGET_SECONDS = 60.0
 ACCURACY_TARGET = 0.90

@@ -38,7 +38,7 @@ from models.foundation.cli import option, run_binary, script_module
 from models.foundation.files import write_json
 from models.foundation.rules import at_least
 from roar import imputation
-from saliency_gen import units
+from saliency_gen.attribution import units
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -38,9 +38,10 @@ from models.foundation.files import exclusive
 from models.foundation.rules import UNIQUE, WHOLE_PERCENTS, Checked, at_least, some, some_of
 from models.report import engine, meta_evaluation, pages
 from roar import card as roar_card
-from saliency_gen import names, pipelines, records, transforms
-from saliency_gen.sources import photos
-from saliency_gen.world import cache, dataset
+from saliency_gen.attribution import names, transforms
+from saliency_gen.data import pipelines, records
+from saliency_gen.data.sources import photos
+from saliency_gen.data.world import cache, dataset
 
 BAM_METHODS = ("bam:GC", "bam:VG", "bam:SG", "bam:IG", "bam:IG-SG", "bam:GxI", "bam:GB",
                "bam:GGC")
@@ -58,8 +59,8 @@ WEIGHT_NOISE = 0.001
 PERTURBATIONS = {"input noise": "minor", "weight noise": "minor",
                  "randomised-model maps": "disruptive"}
 # Beside them, every card runs its image-level benchmarks on the same first images with each
-# method's maps blurred (saliency_gen.transforms.blur): the "rewards blur" verdict of each metric
-# without --blur_controls' full blur(m) rows (which about double the image-level cost).
+# method's maps blurred (saliency_gen.attribution.transforms.blur): the "rewards blur" verdict of
+# each metric without --blur_controls' full blur(m) rows (which about double the image-level cost).
 BLURRED = "blurred maps"
 # The free choices of each protocol that its literature varies (docs/report_card.md, "How far
 # to trust each metric"): (label, changed evaluate.Options); QUARTER: a quarter of the steps.
@@ -170,9 +171,9 @@ def resolved(config: Config) -> Config:
 
 
 def resolved_methods(config: Config) -> dict:
-    """{method: its `saliency_gen.names.Resolved`} of every method the card explains (not the
-    oracle; a blur control uses its method's), resolved once for the whole run and passed to
-    every benchmark: an unknown name stops here, before any work, with one line."""
+    """{method: its `saliency_gen.attribution.names.Resolved`} of every method the card explains
+    (not the oracle; a blur control uses its method's), resolved once for the whole run and passed
+    to every benchmark: an unknown name stops here, before any work, with one line."""
     found = {}
     for method in config.methods:
         plain = engine.unblurred(method) or method
@@ -219,7 +220,8 @@ def map_memo(loaded, images, labels, ids, methods: dict, seed: int, batch_size: 
              preprocessing: Optional[str] = None):
     """`maps_of(method)`: the method's maps of `images` (explaining `labels`) by its resolved
     spec in `methods`, computed the first time a benchmark asks and shared by every image-level
-    benchmark and the gallery; `blur(m)` is m's maps smoothed (saliency_gen.transforms.blur).
+    benchmark and the gallery; `blur(m)` is m's maps smoothed
+    (saliency_gen.attribution.transforms.blur).
     `preprocessing` names the input space of a Keras model (a loaded export knows its own)."""
     found = {}
 
@@ -527,7 +529,7 @@ def about_rows(config: Config, inputs: Optional[Inputs], seconds: float,
     `provenance.software()`), shown above its table."""
     if config.pretrained:
         model, data = (f"{config.pretrained} with its ImageNet weights",
-                       "foolbox's ImageNet photos (saliency_gen.sources.photos)")
+                       "foolbox's ImageNet photos (saliency_gen.data.sources.photos)")
     elif config.model_path is None:
         model, data = ("small_cnn, the synthetic world's clean model",
                        "the synthetic world's validation records")

@@ -15,7 +15,7 @@ import tempfile
 from models.training import recipes
 from models.foundation.cli import option, run_binary
 from roar import masked_data, train
-from saliency_gen.world import synthetic
+from saliency_gen.data.world import synthetic
 
 RUNS = {  # name: (control, ratio, keep, ranking, fill)
     "clean": ("none", 0.0, False, "element", "mean"),

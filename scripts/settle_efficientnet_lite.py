@@ -20,8 +20,8 @@ from models.formats import pretrained, torch_checkpoints
 from models.foundation import results
 from models.foundation.cli import run_binary
 from models.formats.preprocessing import input_space
-from saliency_gen import pipelines
-from saliency_gen.sources import photos
+from saliency_gen.data import pipelines
+from saliency_gen.data.sources import photos
 
 
 @dataclasses.dataclass(frozen=True)

@@ -4,10 +4,10 @@
 
 Builds the synthetic world of --seed in --work_dir (a fresh temporary folder by default),
 trains BAM's obj, scene and scene_only models (`bam.train`, synthetic preset) and the clean
-model (`saliency_gen.world.cache.clean_model`) there without the shipped weights, makes BAM's
+model (`saliency_gen.data.world.cache.clean_model`) there without the shipped weights, makes BAM's
 delta patch with that scene_only model (two minutes of gradient steps), and stores each
 model's info, Keras weights and training report, and the patch's images, under --output (the
-package's `saliency_gen/world/shipped_models`, docs/synthetic_world.md "Shipped models"), with
+package's `saliency_gen/data/world/shipped_models`, docs/synthetic_world.md "Shipped models"), with
 the CPU, versions and date in the manifest. The main job and the card then load these weights
 instead of training. Prints a table of each model's accuracy, training time and weight size.
 """
@@ -28,7 +28,7 @@ from models.foundation import provenance
 from models.foundation.cli import option, run_binary
 from models.formats.exporting import read_info
 from models.foundation.files import read_json
-from saliency_gen.world import cache, shipped
+from saliency_gen.data.world import cache, shipped
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,7 +39,8 @@ class Config:
     work_dir: Optional[str] = option(
         None, 'Where to build the world and train (default: a temporary folder, removed after).')
     output: Optional[str] = option(None, "Root folder of the shipped models, seed<seed>/ inside "
-                                   "(default: the package's saliency_gen/world/shipped_models).")
+                                   "(default: the package's "
+                                   "saliency_gen/data/world/shipped_models).")
     models: str = option("obj,scene,scene_only,clean,patch",
                          'Comma-separated parts to make and store: BAM models, clean, and patch '
                          '(the delta patch, with the work folder\'s scene_only model).')

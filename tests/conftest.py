@@ -121,9 +121,9 @@ def tree_digests(root):
 
 @pytest.fixture
 def resolutions(monkeypatch):
-    """The method names `saliency_gen.names.resolved` is asked to resolve during the test, in
-    order (an already resolved method given back is not counted)."""
-    from saliency_gen import names
+    """The method names `saliency_gen.attribution.names.resolved` is asked to resolve during the
+    test, in order (an already resolved method given back is not counted)."""
+    from saliency_gen.attribution import names
 
     resolving, asked = names.resolved, []
 
@@ -173,7 +173,7 @@ def _cache_home(folder):
 
 @pytest.fixture(scope="session")
 def tiny_world(tmp_path_factory):
-    from saliency_gen.world import synthetic
+    from saliency_gen.data.world import synthetic
 
     def build(folder):
         root = str(folder / "bam")
@@ -186,7 +186,7 @@ def tiny_world(tmp_path_factory):
 def trained_world(tmp_path_factory):
     """(data_dir, model_dir, reports): the default synthetic world in the session's cache with
     its obj, scene and scene_only models and delta patch, as the main job uses them: shipped
-    with the package, so nothing is trained (saliency_gen.world.shipped). Built once per run
+    with the package, so nothing is trained (saliency_gen.data.world.shipped). Built once per run
     and hard-linked into each worker's cache (every cache file is written under a temporary
     name and renamed, so no worker changes another's copy)."""
     from bam import synthetic_setup
@@ -243,7 +243,7 @@ def small_shards(tmp_path_factory):
     import numpy as np
     from PIL import Image
 
-    from saliency_gen import records
+    from saliency_gen.data import records
 
     root = tmp_path_factory.mktemp("small_shards")
     rng = np.random.RandomState(7)
@@ -288,6 +288,6 @@ def lite0_export(real_cache):
 @pytest.fixture(scope="session")
 def photo_pattern(tmp_path_factory):
     """The 20 ImageNet photos as one shard of image records."""
-    from saliency_gen.sources import photos
+    from saliency_gen.data.sources import photos
 
     return photos.write_photo_records(str(tmp_path_factory.mktemp("photos")), "imagenet")

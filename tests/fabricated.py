@@ -8,7 +8,7 @@ from PIL import Image
 from pycocotools import mask as mask_utils
 
 from bam import coco_miniplaces
-from saliency_gen.world.dataset import OBJECT_CLASSES, SCENE_CLASSES
+from saliency_gen.data.world.dataset import OBJECT_CLASSES, SCENE_CLASSES
 
 N, V = 5, 2  # images per class, of which val
 T = N - V

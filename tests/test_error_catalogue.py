@@ -22,7 +22,8 @@ import tensorflow as tf
 import models
 from bam import val_set_scores
 from models.foundation import cli, files, provenance
-from saliency_gen import generate, records
+from saliency_gen import generate
+from saliency_gen.data import records
 from tests import REPO, binaries
 from tests.conftest import WritesMarker, tree_digests
 

@@ -22,7 +22,7 @@ from models.foundation import cli, rules
 from models.foundation.cli import script_module
 from models.foundation.errors import UserError
 from models.report import engine
-from saliency_gen import records
+from saliency_gen.data import records
 from tests import REPO, torch_format
 from tests.test_help import BINARIES
 

@@ -12,7 +12,7 @@ import pytest
 
 from models.formats import object_arrays
 from models.foundation.errors import UserError
-from saliency_gen.world import dataset
+from saliency_gen.data.world import dataset
 from tests import REPO
 from tests.conftest import WritesMarker
 

@@ -17,7 +17,8 @@ from faithfulness import evaluate as faithfulness_evaluate
 from models.formats.preprocessing import input_space
 from models.training import recipes
 from roar import masked_data, road, train
-from saliency_gen import generate, pipelines, records
+from saliency_gen import generate
+from saliency_gen.data import pipelines, records
 from tests import REPO, binaries
 
 USER_METHODS = os.path.join(REPO, "tests", "data", "user_methods")

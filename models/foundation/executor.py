@@ -1,6 +1,6 @@
 """The one chunked executor: work items streamed through a model in fixed-size chunks.
 
-Both the attribution engine (`saliency_gen.engine`) and the faithfulness scorer
+Both the attribution engine (`saliency_gen.attribution.engine`) and the faithfulness scorer
 (`faithfulness.scorer`) cut their work into items (image x noise sample x path step, or image x
 deletion step), flatten them into one stream and evaluate it in chunks of exactly `chunk` items
 inside one `tf.while_loop` (docs/architecture.md, "The chunked executor"):

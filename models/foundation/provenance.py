@@ -130,9 +130,9 @@ def differences(recorded: dict, requested: dict) -> list:
 
 
 # Settings that say how the code computed an output rather than what was asked for: the digests
-# of a user method's code (`saliency_gen.names.Resolved`) and the name of ROAD's imputation
-# solver (`roar.imputation.SOLVER`). An output that differs from a request in these alone was
-# made by earlier code, and is recomputed with one line saying which code changed rather than
+# of a user method's code (`saliency_gen.attribution.names.Resolved`) and the name of ROAD's
+# imputation solver (`roar.imputation.SOLVER`). An output that differs from a request in these alone
+# was made by earlier code, and is recomputed with one line saying which code changed rather than
 # refused (docs/architecture.md, "Outputs and provenance").
 METHOD_CODE = "method_code"
 IMPUTATION_SOLVER = "imputation_solver"

@@ -68,8 +68,8 @@ def run_cells(benchmarks: Sequence[Benchmark], methods: Sequence[str], output_di
     """{(benchmark, method): {metric: values} or None (unsupported)}, computing only the cells
     not already finished with the same origin. `progress(benchmark name, seconds)` follows
     every cell (a reused or unsupported cell takes about 0 s). `method_code` maps a user
-    method to the digests of its code (`saliency_gen.names.Resolved.code_origin`): a cell of an
-    earlier edit of the method is recomputed, with one line saying so."""
+    method to the digests of its code (`saliency_gen.attribution.names.Resolved.code_origin`): a
+    cell of an earlier edit of the method is recomputed, with one line saying so."""
     cells: dict = {}
     for benchmark in benchmarks:
         for method in methods:
@@ -177,7 +177,8 @@ class Card:
 
 
 def blurred(method: str) -> str:
-    """The name of `method`'s blur control: its maps smoothed (saliency_gen.transforms.blur)."""
+    """The name of `method`'s blur control: its maps smoothed
+    (saliency_gen.attribution.transforms.blur)."""
     return f"blur({method})"
 
 

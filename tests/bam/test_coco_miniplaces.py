@@ -11,8 +11,8 @@ from PIL import Image
 
 from bam import coco_miniplaces
 from models.foundation.errors import UserError
-from saliency_gen.world import compositing, construction, dataset
-from saliency_gen.world.dataset import OBJECT_CLASSES, OBJECT_LABEL, SCENE_CLASSES, SCENE_LABEL
+from saliency_gen.data.world import compositing, construction, dataset
+from saliency_gen.data.world.dataset import OBJECT_CLASSES, OBJECT_LABEL, SCENE_CLASSES, SCENE_LABEL
 from tests import REPO, binaries, fabricated
 from tests.conftest import tree_digests
 from tests.fabricated import CATEGORY_ID, N, T, V

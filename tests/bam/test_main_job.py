@@ -13,7 +13,7 @@ import os
 import sys
 
 from models.foundation.files import project_cache_dir
-from saliency_gen.world import shipped
+from saliency_gen.data.world import shipped
 from scripts.measure_first_run import readme_main_job
 from tests import REPO, binaries
 

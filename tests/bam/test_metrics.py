@@ -48,7 +48,7 @@ def test_percentile_normalisation_and_box_scaling():
     expected = np.clip((maps[0, ..., 0] - flat.min()) / (np.percentile(flat, 99) - flat.min()),
                        0, 1)
     np.testing.assert_allclose(normalised[0], expected, rtol=1e-5)
-    from saliency_gen.world import dataset
+    from saliency_gen.data.world import dataset
     assert dataset.scale_box((10, 3, 51, 127), 128, 224) == (17, 5, 89, 222)
 
 

@@ -11,7 +11,7 @@ import pytest
 
 import models
 from bam import rmcs
-from saliency_gen.world import construction
+from saliency_gen.data.world import construction
 from tests import REPO, binaries
 
 

@@ -10,7 +10,7 @@ import pytest
 import models
 from faithfulness import beam_scoring, evaluate
 from saliency_gen import generate
-from saliency_gen.pipelines import load_images
+from saliency_gen.data.pipelines import load_images
 from tests import REPO, binaries
 from tests.conftest import assert_origin_covers_the_flags
 

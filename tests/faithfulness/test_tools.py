@@ -16,7 +16,7 @@ import models
 import saliency_gen
 from faithfulness import evaluate, finetune
 from models.training.recipes import RunOptions
-from saliency_gen import pipelines
+from saliency_gen.data import pipelines
 from tests import REPO, binaries
 from tests.conftest import assert_origin_covers_the_flags, interrupt_at
 

@@ -8,8 +8,8 @@ import pytest
 
 import models
 from models.formats import pretrained, torch_checkpoints
-from saliency_gen import pipelines, records
-from saliency_gen.sources import photos
+from saliency_gen.data import pipelines, records
+from saliency_gen.data.sources import photos
 from tests.models import round_trip
 
 

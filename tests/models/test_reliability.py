@@ -96,7 +96,7 @@ def test_the_card_flags_a_metric_that_rewards_blur_and_judges_only_real_methods(
 
 
 def test_the_blur_control_is_a_gaussian_of_a_32nd_of_the_side():
-    from saliency_gen import transforms
+    from saliency_gen.attribution import transforms
 
     delta = np.zeros((1, 64, 64, 2), np.float32)
     delta[0, 32, 32, 0] = 1.0

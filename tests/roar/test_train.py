@@ -13,8 +13,9 @@ import pytest
 
 from models.training import recipes
 from roar import masked_data, masking, road, train
-from saliency_gen import generate, records
-from saliency_gen.world import synthetic
+from saliency_gen import generate
+from saliency_gen.data import records
+from saliency_gen.data.world import synthetic
 from tests import REPO, binaries
 from tests.conftest import assert_origin_covers_the_flags
 
@@ -176,7 +177,7 @@ def test_road_binary_and_card_benchmark_agree_on_the_same_images_and_maps(world,
     _, tmp = known_answers
     import models
     from roar import card as road_card
-    from saliency_gen import pipelines
+    from saliency_gen.data import pipelines
 
     model = models.load(str(tmp / "clean" / "model"))
     count, shard = 200, world["validation"][0]

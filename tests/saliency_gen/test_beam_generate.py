@@ -4,7 +4,8 @@ import json
 import os
 import sys
 
-from saliency_gen import beam_generate, beam_support, generate, records
+from saliency_gen import beam_generate, beam_support, generate
+from saliency_gen.data import records
 from tests import REPO, binaries
 from tests.conftest import assert_origin_covers_the_flags, tree_digests
 

@@ -7,7 +7,7 @@ import tensorflow as tf
 
 import models
 import saliency_gen
-from saliency_gen.methods import integrated_gradients, rise
+from saliency_gen.attribution.methods import integrated_gradients, rise
 from tests.saliency_gen import linear_model
 
 SHAPE = (8, 8, 3)

@@ -12,7 +12,8 @@ import models
 import saliency_gen
 from models.formats.preprocessing import input_space, load_bam_pixels
 from models.foundation import files
-from saliency_gen import generate, records
+from saliency_gen import generate
+from saliency_gen.data import records
 from tests import REPO, binaries
 from tests.conftest import assert_origin_covers_the_flags
 

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from models.foundation.errors import UserError
-from saliency_gen import pipelines, records
-from saliency_gen.sources import idx
+from saliency_gen.data import pipelines, records
+from saliency_gen.data.sources import idx
 
 
 def write_idx(path, array, type_code=0x08):

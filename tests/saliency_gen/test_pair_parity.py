@@ -5,7 +5,7 @@ import pytest
 
 import models
 import saliency_gen
-from saliency_gen.methods import pair
+from saliency_gen.attribution.methods import pair
 
 core = pytest.importorskip("saliency.core")
 

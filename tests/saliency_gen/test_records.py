@@ -10,8 +10,8 @@ from PIL import Image
 
 import models
 from models.foundation.errors import UserError
-from saliency_gen import pipelines
-from saliency_gen import records as R
+from saliency_gen.data import pipelines
+from saliency_gen.data import records as R
 from tests import fabricated
 
 

@@ -1,4 +1,4 @@
-"""The shipped weights of the default world's models (saliency_gen.world.shipped): what the
+"""The shipped weights of the default world's models (saliency_gen.data.world.shipped): what the
 package holds is complete and intact, and a stored model comes back as the same model."""
 import json
 import os
@@ -10,7 +10,7 @@ import pytest
 import models
 from models.foundation.errors import UserError
 from models.foundation.files import file_sha256, read_json
-from saliency_gen.world import cache, shipped, synthetic
+from saliency_gen.data.world import cache, shipped, synthetic
 
 SHIPPED = ("obj", "scene", "scene_only", "clean")
 
@@ -18,7 +18,7 @@ SHIPPED = ("obj", "scene", "scene_only", "clean")
 def test_the_package_ships_the_default_worlds_four_models_intact():
     recorded = shipped.manifest(0)
     assert recorded is not None, "run python scripts/train_shipped_models.py"
-    # the world the default run builds (saliency_gen.world.cache with its defaults)
+    # the world the default run builds (saliency_gen.data.world.cache with its defaults)
     assert recorded["world"] == synthetic.world_config(0, cache.IMAGE_SIZE, 100, 100)
     assert sorted(recorded["models"]) == sorted(SHIPPED)
     total = 0

@@ -7,7 +7,7 @@ import tensorflow as tf
 
 import models
 import saliency_gen
-from saliency_gen import noise, units
+from saliency_gen.attribution import noise, units
 from tests import REPO
 from tests.saliency_gen import linear_model
 
@@ -219,7 +219,7 @@ def test_spec_string_errors_and_name_rules(on_path):
 
 def test_every_builtin_unit_declares_its_parameters_and_cost():
     shape = (16, 16, 3)
-    for name in saliency_gen.names.builtin_bases():
+    for name in saliency_gen.attribution.names.builtin_bases():
         unit = units.unit(name)
         assert unit.name == name and unit.summary, name
         options = {key: param.default for key, param in unit.params.items()}

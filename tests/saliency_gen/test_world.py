@@ -9,9 +9,9 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from saliency_gen import records
-from saliency_gen.world import compositing, construction, dataset, synthetic
-from saliency_gen.world.dataset import OBJECT_CLASSES, OBJECT_LABEL, SCENE_CLASSES, SCENE_LABEL
+from saliency_gen.data import records
+from saliency_gen.data.world import compositing, construction, dataset, synthetic
+from saliency_gen.data.world.dataset import OBJECT_CLASSES, OBJECT_LABEL, SCENE_CLASSES, SCENE_LABEL
 from tests import REPO, binaries
 from tests.conftest import TINY_WORLD, tree_digests
 
