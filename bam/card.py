@@ -15,7 +15,7 @@ import numpy as np
 import models
 from bam import metric_definitions, region, rmcs, val_set_scores
 from models.foundation.metric_spec import MetricSpec
-from models.report.engine import Benchmark
+from models.report.card_engine import Benchmark
 
 ORACLE = "oracle"
 

@@ -8,7 +8,7 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 
 from faithfulness import evaluate, protocols
-from models.report.engine import Benchmark
+from models.report.card_engine import Benchmark
 
 PROTOCOLS = {  # card name -> protocol (its metrics: faithfulness.protocols.METRICS)
     "Deletion": "deletion", "Insertion": "insertion", "IIC/AD": "iic_ad", "ADD": "add",

@@ -18,7 +18,7 @@ import models
 import saliency_gen
 from faithfulness import stats
 from models.foundation.metric_spec import MetricSpec
-from models.report.engine import Benchmark
+from models.report.card_engine import Benchmark
 
 
 def weighted_layers(model: keras.Model) -> list:

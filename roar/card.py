@@ -25,7 +25,7 @@ import saliency_gen
 from models.formats.preprocessing import input_space
 from models.foundation import provenance
 from models.foundation.errors import check_known
-from models.report.engine import Benchmark
+from models.report.card_engine import Benchmark
 from models.training import recipes
 from roar import masked_data, metric_definitions, road_outcomes
 from roar import train as roar_train

@@ -148,7 +148,7 @@ def run(config: Config) -> dict:
     requested = card.Config(**options)
     card_config = card.resolved(requested)
     recorder = Recorder()
-    card.engine.run_cells = recorder.wrap_run_cells(card.engine.run_cells)
+    card.card_engine.run_cells = recorder.wrap_run_cells(card.card_engine.run_cells)
     try:
         inputs = card.load_inputs(card_config, card.resolved_methods(card_config))
         ceiling = rates(inputs.loaded, np.asarray(inputs.images), card_config.batch_size,

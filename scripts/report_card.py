@@ -8,8 +8,8 @@
 
 The thin entry point: it parses the flags, asks bam/ and faithfulness/ for their benchmarks
 (`bam.card`, `faithfulness.card`), and leaves the cells, intervals, ranks, agreement and pages to
-`models.report.engine` and `models.report.pages`. Cells are cached under --output_dir, so a killed
-card resumes and one more method costs only that method.
+`models.report.card_engine` and `models.report.pages`. Cells are cached under --output_dir, so
+a killed card resumes and one more method costs only that method.
 """
 import models  # noqa: I001  (first: TensorFlow loads quietly)
 import dataclasses
@@ -36,7 +36,7 @@ from models.foundation.cli import option, origin_flags, run_binary
 from models.foundation.errors import UserError, require_both_or_neither
 from models.foundation.files import exclusive
 from models.foundation.rules import UNIQUE, WHOLE_PERCENTS, Checked, at_least, some, some_of
-from models.report import engine, meta_evaluation, pages
+from models.report import card_engine, meta_evaluation, pages
 from roar import card as roar_card
 from saliency_gen.attribution import names, transforms
 from saliency_gen.data import pipelines, records
@@ -159,8 +159,8 @@ def resolved(config: Config) -> Config:
     if methods is None:
         methods = REAL_METHODS if config.pretrained else BAM_METHODS + CONTROLS
     if config.blur_controls:
-        methods = (*methods, *(engine.blurred(m) for m in methods
-                               if m not in CONTROLS and engine.unblurred(m) is None))
+        methods = (*methods, *(card_engine.blurred(m) for m in methods
+                               if m not in CONTROLS and card_engine.unblurred(m) is None))
     config = dataclasses.replace(config, methods=tuple(methods), output_dir=config.output_dir or (
         f"report_card_{config.pretrained}" if config.pretrained else "report_card"))
     if config.pretrained:
@@ -176,7 +176,7 @@ def resolved_methods(config: Config) -> dict:
     to every benchmark: an unknown name stops here, before any work, with one line."""
     found = {}
     for method in config.methods:
-        plain = engine.unblurred(method) or method
+        plain = card_engine.unblurred(method) or method
         if plain != bam_card.ORACLE and plain not in found:
             found[plain] = names.resolved(plain)
     return found
@@ -185,8 +185,8 @@ def resolved_methods(config: Config) -> dict:
 def method_code(config: Config, methods: dict) -> dict:
     """{method: digests of its user code} for every card method (a blur control: its method's),
     part of each cell's origin: a cell of an edited method is recomputed."""
-    return {method: methods[engine.unblurred(method) or method].code_origin
-            for method in config.methods if (engine.unblurred(method) or method) in methods}
+    return {method: methods[card_engine.unblurred(method) or method].code_origin
+            for method in config.methods if (card_engine.unblurred(method) or method) in methods}
 
 
 def check_flags(config: Config) -> None:
@@ -227,7 +227,7 @@ def map_memo(loaded, images, labels, ids, methods: dict, seed: int, batch_size: 
 
     def maps_of(method):
         if method not in found:
-            plain = engine.unblurred(method)
+            plain = card_engine.unblurred(method)
             found[method] = transforms.blur(maps_of(plain)) if plain else saliency_gen.attribute(
                 loaded, images, methods[method], labels, batch_size=batch_size, seed=seed,
                 ids=ids, preprocessing=preprocessing)
@@ -313,7 +313,7 @@ def build_benchmarks(config: Config, inputs: Optional[Inputs], methods: dict) ->
     image_level = {"ROAD", *faithfulness_card.PROTOCOLS}
     return [benchmark if benchmark.name in image_level else dataclasses.replace(
         benchmark, supports=lambda method, own=benchmark.supports: (
-            own(method) and engine.unblurred(method) is None)) for benchmark in found]
+            own(method) and card_engine.unblurred(method) is None)) for benchmark in found]
 
 
 def variant_benchmarks(config: Config, inputs: Inputs) -> list:
@@ -348,9 +348,9 @@ def sensitivity_section(summary, variants: list, variant_card) -> pages.Section:
     rows = []
     for benchmark, name, label in variants:
         for metric in benchmark.metrics:
-            tau = engine.ranking_agreement(
-                engine.oriented_means(summary, f"{name} {metric.name}"),
-                engine.oriented_means(variant_card, f"{benchmark.name} {metric.name}"))
+            tau = card_engine.ranking_agreement(
+                card_engine.oriented_means(summary, f"{name} {metric.name}"),
+                card_engine.oriented_means(variant_card, f"{benchmark.name} {metric.name}"))
             rows.append((f"{name} {metric.name}", label, "n/a" if np.isnan(tau) else
                          f"{tau:+.2f}"))
     return pages.Section(
@@ -426,7 +426,7 @@ def exporting_folder() -> str:
 
 def judged_by_meta_evaluation(method: str) -> bool:
     """The methods the meta-evaluation perturbs: not the controls, not the blur controls."""
-    return method not in CONTROLS and engine.unblurred(method) is None
+    return method not in CONTROLS and card_engine.unblurred(method) is None
 
 
 def meta_benchmarks(config: Config, inputs: Inputs) -> dict:
@@ -453,23 +453,23 @@ def meta_evaluate(summary, benchmarks: list, meta: dict, cells: dict) -> None:
         perturbed = {label: meta.get(label, {}).get(benchmark.name) for label in PERTURBATIONS}
         for metric in benchmark.metrics:
             column = f"{benchmark.name} {metric.name}"
-            default = engine.unit_table(cells, benchmark.name, metric.name, methods)
+            default = card_engine.unit_table(cells, benchmark.name, metric.name, methods)
             if column not in summary.trust or default is None:
                 continue
-            blurred = engine.unit_table(cells, f"{benchmark.name} [{BLURRED}]", metric.name,
+            blurred = card_engine.unit_table(cells, f"{benchmark.name} [{BLURRED}]", metric.name,
                                         methods)
             if summary.trust[column].get("rewards_blur") is None and blurred is not None:
-                summary.trust[column]["rewards_blur"] = engine.rewards_blur_on_units(
+                summary.trust[column]["rewards_blur"] = card_engine.rewards_blur_on_units(
                     methods, default[:len(blurred)], blurred, metric.higher_is_better)
-            tables = {label: None if b is None else engine.unit_table(cells, b.name, metric.name,
-                                                                      methods)
+            tables = {label: None if b is None else card_engine.unit_table(
+                cells, b.name, metric.name, methods)
                       for label, b in perturbed.items()}
             if any(table is None for table in tables.values()):
                 continue
             count = len(tables["input noise"])  # the perturbed runs' images: the first ones
             kinds = {kind: {label: table for label, table in tables.items()
                             if PERTURBATIONS[label] == kind} for kind in ("minor", "disruptive")}
-            control = engine.unit_table(cells, benchmark.name, metric.name, ["random"])
+            control = card_engine.unit_table(cells, benchmark.name, metric.name, ["random"])
             if control is not None:  # the random control's values in place of each method's
                 kinds["disruptive"]["random maps"] = np.repeat(control[:count], len(methods),
                                                                axis=1)
@@ -491,7 +491,7 @@ def sanity_benchmark(config: Config, inputs: Inputs):
         data=inputs.data, seed=config.seed, batch_size=config.batch_size,
         maps_of=inputs.maps_of, methods=inputs.methods)
     return dataclasses.replace(checked, supports=lambda method: (
-        method != bam_card.ORACLE and engine.unblurred(method) is None))
+        method != bam_card.ORACLE and card_engine.unblurred(method) is None))
 
 
 def gallery(config: Config, inputs: Inputs) -> pages.Section:
@@ -594,16 +594,17 @@ def _run(config: Config, methods: dict) -> dict:
     code = method_code(config, methods)
     with progress.CostBar({b.name: len(config.methods) for b in every},
                           {b.name: b.cost for b in every}, "report card") as bar:
-        cells_of = functools.partial(engine.run_cells, methods=config.methods,
+        cells_of = functools.partial(card_engine.run_cells, methods=config.methods,
                                      output_dir=config.output_dir, progress=bar.finished,
                                      overwrite=config.overwrite, method_code=code)
         cells, check_cells, variant_cells, meta_cells = (
             cells_of(group) for group in (benchmarks, checks, variant_list, meta_list))
-    summary = engine.summarise(benchmarks, config.methods, cells, config.seed)
+    summary = card_engine.summarise(benchmarks, config.methods, cells, config.seed)
     meta_evaluate(summary, benchmarks, meta, {**cells, **meta_cells})
     sections, sanity = [], None
     if checks:
-        sanity = engine.summarise(checks, config.methods, check_cells, config.seed, judge=False)
+        sanity = card_engine.summarise(checks, config.methods, check_cells, config.seed,
+                                       judge=False)
         sections.append(pages.section_of(
             sanity, "Sanity check: cascading model randomisation",
             "Spearman correlation between each method's maps on the trained model and on the "
@@ -611,7 +612,7 @@ def _run(config: Config, methods: dict) -> dict:
             f"{checks[0].settings['n_images']} images. A map that explains the model should "
             "lose its resemblance (towards 0); near 1 means the map ignores the weights."))
     if variants:
-        sections.append(sensitivity_section(summary, variants, engine.summarise(
+        sections.append(sensitivity_section(summary, variants, card_engine.summarise(
             variant_list, config.methods, variant_cells, config.seed, judge=False)))
     if config.gallery_images:
         sections.append(gallery(config, inputs))

@@ -21,7 +21,7 @@ from models.formats import object_arrays, torch_pickle
 from models.foundation import cli, rules
 from models.foundation.cli import script_module
 from models.foundation.errors import UserError
-from models.report import engine
+from models.report import card_engine
 from saliency_gen.data import records
 from tests import REPO, torch_format
 from tests.test_help import BINARIES
@@ -120,7 +120,7 @@ def _valid_files(folder) -> dict:
     found["numeric-array"] = open(path, "rb").read()
     cell = {"origin": {"settings": {"benchmark": "B", "method": "m"}, "inputs": {}},
             "values": {"dauc": [0.5, None, 0.25]}}
-    found["cell"] = engine.json.dumps(cell).encode()
+    found["cell"] = card_engine.json.dumps(cell).encode()
     return found
 
 
@@ -128,7 +128,7 @@ READERS = {
     "checkpoint-False": torch_pickle.read_checkpoint,
     "checkpoint-True": torch_pickle.read_checkpoint,
     "records": lambda path: records.check_file(path, "image"),
-    "cell": lambda path: engine._stored_cell(path),
+    "cell": lambda path: card_engine._stored_cell(path),
     "object-array": object_arrays.load_object_array,
     "numeric-array": object_arrays.load_object_array,
 }

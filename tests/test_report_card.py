@@ -206,7 +206,7 @@ def test_cells_are_reused_a_new_method_costs_only_itself_and_other_settings_are_
     # the verdict from the blurred maps of the first 4 images, by hand from the cells
     table = {}
     for kind in ("", " [blurred maps]"):
-        with open(report_card.engine.cell_path(config.output_dir, f"ROAD{kind}", "bam:GC"),
+        with open(report_card.card_engine.cell_path(config.output_dir, f"ROAD{kind}", "bam:GC"),
                   encoding="utf-8") as handle:
             table[kind] = json.load(handle)["values"]["MoRF"]
     assert len(table[" [blurred maps]"]) == 4
@@ -271,7 +271,7 @@ def test_the_card_on_the_real_network(real_cache, monkeypatch, tmp_path, capsys)
     assert {"Deletion dauc", "Deletion dc"} <= set(columns)  # the others: the synthetic card
     assert result["card"].settings["Deletion"]["n_images"] == 2
     sanity = {(row["metric"], row["method"]): row["value"] for row in
-              report_card.engine.as_records(result["sanity"])}
+              report_card.card_engine.as_records(result["sanity"])}
     stages = sorted({metric for metric, _ in sanity}, key=lambda name: int(name.split()[-1]))
     assert [sanity[(stage, "random")] for stage in stages] == [1.0] * len(stages)
     assert sanity[(stages[-1], "bam:GC")] < 0.5  # all layers re-initialised: the map changes
@@ -293,7 +293,7 @@ def test_an_edited_method_is_recomputed_by_the_same_card_command(trained_world, 
     with one line saying why (before: reused, the old values shown); a damaged cell too."""
     data_dir, model_dir, _ = trained_world
     module, output = tmp_path / "card_method.py", tmp_path / "card"
-    cell = _card_module().engine.cell_path(str(output), "Deletion", "card_method:saliency")
+    cell = _card_module().card_engine.cell_path(str(output), "Deletion", "card_method:saliency")
 
     def run(sign):
         module.write_text("def saliency(model, images, targets):\n"

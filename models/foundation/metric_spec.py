@@ -5,7 +5,7 @@ is better, what one of its units is (an image, or a training seed) and a line ab
 computes metrics has one shape too, `PerUnitScores`: the specs of the metrics it gives and
 `score(method)`, every metric's value on every unit for one method, computed in batches. The
 binaries average those values into their tables; the report card compares them unit by unit
-(`models.report.engine.Benchmark` is this shape, with the settings that make its cells).
+(`models.report.card_engine.Benchmark` is this shape, with the settings that make its cells).
 """
 import dataclasses
 from typing import Iterable, Protocol, Sequence

@@ -20,7 +20,7 @@ import numpy as np
 from models.foundation import results
 from models.foundation.files import write_json
 from models.foundation.results import markdown_table, text_table
-from models.report.engine import Card, as_records
+from models.report.card_engine import Card, as_records
 
 
 @dataclasses.dataclass(frozen=True)

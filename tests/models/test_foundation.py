@@ -199,9 +199,10 @@ def test_the_foundation_imports_without_tensorflow_and_tensorflow_loads_quietly(
     light = ("import sys; import models.foundation.errors, models.foundation.cli, "
              "models.foundation.rules, models.foundation.files, models.foundation.provenance, "
              "models.report.uncertainty, models.report.reliability, "
-             "models.report.meta_evaluation, models.report.engine, models.report.pages, bam, roar, "
-             "faithfulness, saliency_gen, models.training.recipes, roar.report, bam.downloads, "
-             "saliency_gen.generate, roar.train, roar.road, bam.metrics, faithfulness.evaluate; "
+             "models.report.meta_evaluation, models.report.card_engine, models.report.pages, "
+             "bam, roar, faithfulness, saliency_gen, models.training.recipes, roar.report, "
+             "bam.downloads, saliency_gen.generate, roar.train, roar.road, bam.metrics, "
+             "faithfulness.evaluate; "
              "print(sorted({'tensorflow', 'keras'} & set(sys.modules)))")
     done = subprocess.run([sys.executable, "-c", light], cwd=REPO, capture_output=True,
                           text=True, timeout=120, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})

@@ -61,28 +61,28 @@ def test_intervals_are_seeded_and_hold_the_estimate():
 
 
 def test_the_card_flags_a_metric_that_rewards_blur_and_judges_only_real_methods():
-    from models.report import engine
+    from models.report import card_engine
 
     rng = np.random.default_rng(2)
     methods = ["a", "b", "c"]
-    names = methods + [engine.blurred(m) for m in methods]
-    benchmark = engine.Benchmark(name="Toy", settings={}, score=None, metrics=(
+    names = methods + [card_engine.blurred(m) for m in methods]
+    benchmark = card_engine.Benchmark(name="Toy", settings={}, score=None, metrics=(
         MetricSpec("smooth", True), MetricSpec("sharp", True),
         MetricSpec("lower", False)))
     cells = {}
     for index, name in enumerate(names):
-        base = methods.index(engine.unblurred(name) or name)
-        blur = engine.unblurred(name) is not None
+        base = methods.index(card_engine.unblurred(name) or name)
+        blur = card_engine.unblurred(name) is not None
         cells[("Toy", name)] = {
             "smooth": list(base + 0.5 * blur + rng.normal(0, 0.1, 40)),  # blur scores higher
             "sharp": list(base - 0.5 * blur + rng.normal(0, 0.1, 40)),  # blur scores lower
             "lower": list(base - 0.5 * blur + rng.normal(0, 0.1, 40))}  # lower is better
-    summary = engine.summarise([benchmark], names, cells)
+    summary = card_engine.summarise([benchmark], names, cells)
     verdicts = {name: found["rewards_blur"] for name, found in summary.trust.items()}
     assert verdicts == {"Toy smooth": True, "Toy sharp": False, "Toy lower": True}
     # reliability is over a, b and c only: 3 pairs, all separated by 1 with noise 0.1
     assert summary.trust["Toy smooth"]["separated"] == 1.0
-    assert engine.rewards_blur({"a": 1.0, "b": 2.0}) is None  # no blur control
+    assert card_engine.rewards_blur({"a": 1.0, "b": 2.0}) is None  # no blur control
     # the same verdicts from the blurred maps' own table on the same images (the card's default,
     # without blur rows); a NaN image is left out of its method's mean
     for metric, expected in (("smooth", True), ("sharp", False), ("lower", True)):
@@ -90,9 +90,10 @@ def test_the_card_flags_a_metric_that_rewards_blur_and_judges_only_real_methods(
                            for group in (methods, names[3:]))
         plain[0, 0] = np.nan
         higher = metric != "lower"
-        assert engine.rewards_blur_on_units(methods, plain, smoothed, higher) is expected
-        assert engine.rewards_blur_on_units(methods, plain, plain, higher) is False  # ties
-    assert engine.unblurred("blur(bam:GC)") == "bam:GC" and engine.unblurred("bam:GC") is None
+        assert card_engine.rewards_blur_on_units(methods, plain, smoothed, higher) is expected
+        assert card_engine.rewards_blur_on_units(methods, plain, plain, higher) is False  # ties
+    assert card_engine.unblurred("blur(bam:GC)") == "bam:GC"
+    assert card_engine.unblurred("bam:GC") is None
 
 
 def test_the_blur_control_is_a_gaussian_of_a_32nd_of_the_side():
@@ -107,14 +108,14 @@ def test_the_blur_control_is_a_gaussian_of_a_32nd_of_the_side():
 
 
 def test_ranking_agreement_of_a_variant_with_its_default():
-    from models.report import engine
+    from models.report import card_engine
 
     same, reversed_ = {"a": 1.0, "b": 2.0, "c": 3.0}, {"a": 3.0, "b": 2.0, "c": 1.0}
-    assert engine.ranking_agreement(same, {"a": 10.0, "b": 20.0, "c": 30.0, "d": 0.0}) == 1.0
-    assert engine.ranking_agreement(same, reversed_) == -1.0
-    assert np.isnan(engine.ranking_agreement(same, {"a": 1.0}))  # one shared method
-    benchmark = engine.Benchmark(name="T", settings={}, score=None,
+    assert card_engine.ranking_agreement(same, {"a": 10.0, "b": 20.0, "c": 30.0, "d": 0.0}) == 1.0
+    assert card_engine.ranking_agreement(same, reversed_) == -1.0
+    assert np.isnan(card_engine.ranking_agreement(same, {"a": 1.0}))  # one shared method
+    benchmark = card_engine.Benchmark(name="T", settings={}, score=None,
                                  metrics=(MetricSpec("low", False),))
-    summary = engine.summarise([benchmark], ["a", "b"], {
+    summary = card_engine.summarise([benchmark], ["a", "b"], {
         ("T", "a"): {"low": [1.0, 1.0]}, ("T", "b"): {"low": [2.0, 2.0]}})
-    assert engine.oriented_means(summary, "T low") == {"a": -1.0, "b": -2.0}  # lower is better
+    assert card_engine.oriented_means(summary, "T low") == {"a": -1.0, "b": -2.0}  # lower is better
