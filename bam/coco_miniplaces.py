@@ -278,26 +278,13 @@ def build_dataset(coco_dir: str, miniplaces_dir: str, output_dir: str = "data", 
     info_path = os.path.join(output_dir, INFO_FILE)
     staging = os.path.join(output_dir, STAGING)
     existing = _read_json(info_path)
-    if not overwrite:
-        reused = construction.check_reusable(existing, config, output_dir, "a BAM dataset")
-        if reused:
-            return reused
     if overwrite:
         _remove(staging)
         _remove(info_path)
+    elif reused := construction.check_reusable(existing, config, output_dir, "a BAM dataset"):
+        return reused
     layout = construction.Layout(staging)
-    partial = _read_json(layout("config.json"))
-    if partial is not None and partial != config:
-        raise UserError(f"{staging} holds an unfinished build with other parameters ({partial}); "
-                        "re-run with those, pass --overwrite, or delete it")
-    moving = os.path.isfile(layout(".done", "move"))
-    for output in OUTPUTS:
-        target = os.path.join(output_dir, *output)
-        if os.path.exists(target) and not moving:
-            if not overwrite:
-                raise UserError(f"{target} already exists; choose another --output_dir or pass "
-                                "--overwrite to replace it")
-            _remove(target)
+    _check_staging(layout, staging, output_dir, config, overwrite)
     annotation_file, images_dir = coco_paths(coco_dir)
     scenes = scene_files(miniplaces_dir, images_per_class)
     started = time.time()
@@ -352,6 +339,31 @@ def build_dataset(coco_dir: str, miniplaces_dir: str, output_dir: str = "data", 
                 num_val_images=len(OBJECT_CLASSES) * len(SCENE_CLASSES) * val_per_class,
                 relative_sets={name: list(construction.relative_dog_classes(k)) for k, name in
                                enumerate(construction.RELATIVE_SETS, start=1)})
+    _publish(layout, staging, output_dir, info_path, info)
+    return dict(info, reused=False, seconds=time.time() - started)
+
+
+def _check_staging(layout: Any, staging: str, output_dir: str, config: dict,
+                   overwrite: bool) -> None:
+    """Refuses an unfinished build of other parameters in `staging`, and outputs already in
+    `output_dir` (removed with `overwrite`) unless an interrupted build was moving them."""
+    partial = _read_json(layout("config.json"))
+    if partial is not None and partial != config:
+        raise UserError(f"{staging} holds an unfinished build with other parameters ({partial}); "
+                        "re-run with those, pass --overwrite, or delete it")
+    moving = os.path.isfile(layout(".done", "move"))
+    for output in OUTPUTS:
+        target = os.path.join(output_dir, *output)
+        if os.path.exists(target) and not moving:
+            if not overwrite:
+                raise UserError(f"{target} already exists; choose another --output_dir or pass "
+                                "--overwrite to replace it")
+            _remove(target)
+
+
+def _publish(layout: Any, staging: str, output_dir: str, info_path: str, info: dict) -> None:
+    """Moves the finished outputs from `staging` into `output_dir` (a marker first, so an
+    interrupted move resumes), then writes the info file and removes the staging folder."""
     with open(layout(".done", "move"), "w", encoding="utf-8") as handle:
         handle.write("moving\n")
     for output in OUTPUTS:
@@ -361,4 +373,3 @@ def build_dataset(coco_dir: str, miniplaces_dir: str, output_dir: str = "data", 
             os.replace(source, target)
     write_json(info_path, info, indent=2, sort_keys=True)
     shutil.rmtree(staging)
-    return dict(info, reused=False, seconds=time.time() - started)

@@ -207,11 +207,7 @@ def train_classifier(data_dir: str, dataset_name: str,
     """
     recipe = run.recipe
     root = os.path.join(data_dir, dataset_name)
-    train = dataset.train_listing(root)
-    val = dataset.val_listing(root)
-    if not train or not val:
-        raise UserError(f"{root} has {len(train)} training and {len(val)} validation images; "
-                        "both must be non-empty")
+    train, val = _listings(root)
     input_size = recipe.input_size or load_bam_pixels(train[0][0]).shape[0]
     chosen = choose_pipeline(pipeline, len(train), input_size)
     space = INPUT_SPACES["caffe_rgb"]
@@ -223,13 +219,7 @@ def train_classifier(data_dir: str, dataset_name: str,
     val_data = labelled_images([p for p, _ in val], val_y, input_size, chosen)
     decode_seconds = time.time() - started
     model_options = dict(run.model_options or {})
-    config = {"dataset": dataset_name, "model": run.model_name, "input_size": input_size,
-              "epochs": recipe.epochs, "batch_size": recipe.batch_size,
-              "learning_rate": recipe.learning_rate, "optimizer": recipe.optimizer,
-              "seed": run.seed, "max_seconds": max_seconds,
-              "model_options": {k: str(v) for k, v in sorted(model_options.items())},
-              "strategy": run.strategy, "cpu_replicas": run.cpu_replicas,
-              "precision": run.precision}
+    config = _run_record(dataset_name, run, input_size, max_seconds, model_options)
     if backup_dir is not None:
         _claim_backup(backup_dir, config, run.overwrite)
 
@@ -243,11 +233,7 @@ def train_classifier(data_dir: str, dataset_name: str,
 
     val_inputs = finish(val_data, input_size, chosen).map(
         lambda x, y: space.from_uint8(x)).batch(256)
-    # Several replicas split whole batches only (models.training.distribution).
-    whole = distribution.start(run.strategy, run.cpu_replicas).num_replicas_in_sync > 1
-    if whole and len(train_y) < recipe.batch_size:
-        raise UserError(f"{root} has {len(train_y)} training images, fewer than one batch of "
-                        f"{recipe.batch_size}; lower --batch_size")
+    whole = _whole_batches(run, len(train_y), root)
 
     def stream_from(first_epoch):
         return epoch_stream(train_data, len(train_y), first_epoch=first_epoch,
@@ -274,12 +260,54 @@ def train_classifier(data_dir: str, dataset_name: str,
     accuracy = float(np.mean(np.argmax(fitted.after, axis=1) == val_y))
     model = fitted.model if run.precision == "float32" else loop.float32_twin(
         fitted.model, run.model_name, num_classes, input_size, None, model_options)
-    return model, dict(
-        config, val_accuracy=accuracy, num_train=len(train_y), num_val=len(val_y),
+    return model, _report(config, accuracy, len(train_y), len(val_y), fitted, decode_seconds,
+                          chosen)
+
+
+def _whole_batches(run: RunOptions, num_train: int, root: str) -> bool:
+    """Whether training runs on several replicas, which split whole batches only
+    (models.training.distribution); then at least one batch of images is needed."""
+    whole = distribution.start(run.strategy, run.cpu_replicas).num_replicas_in_sync > 1
+    if whole and num_train < run.recipe.batch_size:
+        raise UserError(f"{root} has {num_train} training images, fewer than one batch of "
+                        f"{run.recipe.batch_size}; lower --batch_size")
+    return whole
+
+
+def _listings(root: str) -> tuple:
+    """(train, validation) listings of [(path, label)] of the data set in `root`, both
+    non-empty (else one line)."""
+    train, val = dataset.train_listing(root), dataset.val_listing(root)
+    if not train or not val:
+        raise UserError(f"{root} has {len(train)} training and {len(val)} validation images; "
+                        "both must be non-empty")
+    return train, val
+
+
+def _run_record(dataset_name: str, run: RunOptions, input_size: int,
+                max_seconds: Optional[float], model_options: dict) -> dict:
+    """Every argument of a training that changes its weights: its backup's origin, and the
+    first part of its report."""
+    recipe = run.recipe
+    return {"dataset": dataset_name, "model": run.model_name, "input_size": input_size,
+            "epochs": recipe.epochs, "batch_size": recipe.batch_size,
+            "learning_rate": recipe.learning_rate, "optimizer": recipe.optimizer,
+            "seed": run.seed, "max_seconds": max_seconds,
+            "model_options": {k: str(v) for k, v in sorted(model_options.items())},
+            "strategy": run.strategy, "cpu_replicas": run.cpu_replicas,
+            "precision": run.precision}
+
+
+def _report(config: dict, accuracy: float, num_train: int, num_val: int, fitted: Any,
+            decode_seconds: float, pipeline: str) -> dict:
+    """The training's report: its arguments (`config`), the validation accuracy and the
+    numbers of images, and what the loop's fit did (epochs, resumptions, seconds, losses)."""
+    return dict(
+        config, val_accuracy=accuracy, num_train=num_train, num_val=num_val,
         epochs_run=fitted.first_epoch + len(fitted.losses),
         resumed_from_epoch=fitted.first_epoch, resumptions=len(fitted.resumed_at_epochs),
         resumed_at_epochs=fitted.resumed_at_epochs, train_seconds=fitted.seconds,
-        decode_seconds=decode_seconds, pipeline=chosen, loss_per_epoch=fitted.losses,
+        decode_seconds=decode_seconds, pipeline=pipeline, loss_per_epoch=fitted.losses,
         replicas=fitted.replicas)
 
 

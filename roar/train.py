@@ -278,6 +278,40 @@ def run_directory(output_dir: str, transformation: str, ratio: float, method: Op
                         "keep" if keep else "remove", f"{ranking}-{fill}", f"seed_{seed}")
 
 
+def _method_and_control(f: Config, synthetic: bool) -> tuple:
+    """(saliency method or None, control or None) of the run's flags: the transformation's
+    control ("random", "none") or the oracle's, else the method's maps (default: the synthetic
+    world's gradient maps, ImageNet's IG-SG²)."""
+    method: Optional[str] = f.saliency_method or ("gradient_image" if synthetic else "ig_smooth_2")
+    if f.transformation == "random_baseline":
+        return "random", "random"
+    if f.transformation == "raw_image":
+        return None, "none"
+    return method, "oracle" if method == "oracle" else None
+
+
+def _data_source(f: Config, synthetic: bool, method: Optional[str],
+                 control: Optional[str]) -> tuple:
+    """(records folder, number of classes): a TFDS data set written as image records, the
+    synthetic world's records or maps (made if missing), or --data_dir."""
+    dataset_name = f.dataset_name or ("synthetic" if synthetic else "imagenet")
+    num_classes = f.num_classes or DATASETS[dataset_name]
+    if f.tfds_name:
+        data_dir = os.path.join(f.output_dir, "tfds", f.tfds_name)
+        for split, prefix in ((f.tfds_train_split, "train"), (f.tfds_eval_split, "validation")):
+            tfds_source.tfds_to_records(f.tfds_name, split, data_dir, prefix, f.tfds_data_dir)
+        num_classes = f.num_classes or tfds_source.tfds_num_classes(f.tfds_name,
+                                                                    f.tfds_data_dir)
+        if control is None:
+            raise UserError(f"--tfds_name gives images only; generate saliency records from "
+                            f"{data_dir} with saliency_gen.generate and pass --data_dir")
+        return data_dir, num_classes
+    if f.data_dir is None:
+        setup = synthetic_setup.prepare(seed=0, method=method if control is None else None)
+        return setup["saliency"] if control is None else setup["records"], num_classes
+    return f.data_dir, num_classes
+
+
 def run(config: Config, verbose: int = 1) -> dict:
     """One ROAR / KAR run with `config`; prints the run folder and the result line and returns
     the metrics (also written to `<run folder>/metrics.json`). `verbose=0` hides Keras'
@@ -291,32 +325,10 @@ def run(config: Config, verbose: int = 1) -> dict:
     transformation = f.transformation
     # (check_flags: a ratio is given unless the transformation is raw_image)
     ratio = 0.0 if transformation == "raw_image" or f.ratio is None else f.ratio
-    method: Optional[str] = f.saliency_method or ("gradient_image" if synthetic else "ig_smooth_2")
-    control: Optional[str]
-    if transformation == "random_baseline":
-        method, control = "random", "random"
-    elif transformation == "raw_image":
-        method, control = None, "none"
-    else:
-        control = "oracle" if method == "oracle" else None
-    dataset_name = f.dataset_name or ("synthetic" if synthetic else "imagenet")
-    num_classes = f.num_classes or DATASETS[dataset_name]
+    method, control = _method_and_control(f, synthetic)
     size = f.image_size or (synthetic_setup.IMAGE_SIZE if f.data_dir is None and not f.tfds_name
                             else None)
-    if f.tfds_name:
-        data_dir = os.path.join(f.output_dir, "tfds", f.tfds_name)
-        for split, prefix in ((f.tfds_train_split, "train"), (f.tfds_eval_split, "validation")):
-            tfds_source.tfds_to_records(f.tfds_name, split, data_dir, prefix, f.tfds_data_dir)
-        num_classes = f.num_classes or tfds_source.tfds_num_classes(f.tfds_name,
-                                                                    f.tfds_data_dir)
-        if control is None:
-            raise UserError(f"--tfds_name gives images only; generate saliency records from "
-                            f"{data_dir} with saliency_gen.generate and pass --data_dir")
-    elif f.data_dir is None:
-        setup = synthetic_setup.prepare(seed=0, method=method if control is None else None)
-        data_dir = setup["saliency"] if control is None else setup["records"]
-    else:
-        data_dir = f.data_dir
+    data_dir, num_classes = _data_source(f, synthetic, method, control)
     mask = masked_data.MaskConfig(ratio=ratio, keep_information=f.keep_information,
                                   ranking=f.ranking, squared=f.squared_value,
                                   tie_break=f.tie_break, fill=f.fill, road_noise=f.road_noise,

@@ -309,6 +309,44 @@ def benchmark_model(entry: str):
     return model, size
 
 
+def pair_rates(model, images, targets, method, params, engine):
+    """PAIR's images/s with its defaults and tuned (IG's best of 5 and 25 steps a batch), and
+    the engine's speed-up over the tuned rate."""
+    default = pair_rate(model, images, targets, method, params)
+    tuned = default
+    if method == "integrated_gradients":
+        tuned = max(pair_rate(model, images, targets, method, params, b) for b in (5, 25))
+    return {"pair_default_images_per_s": default, "pair_tuned_images_per_s": tuned,
+            "speedup_vs_pair_tuned": engine / tuned}
+
+
+def print_rows(rows, best_batch, static, chunks, config):
+    """One model's table, as text."""
+    print(f"ceiling: batch {best_batch}, traced for {'that' if static else 'any'} batch size; "
+          f"engine: the better of chunks {', '.join(map(str, chunks))}; {config.num_images} "
+          f"images for one-gradient methods, {config.heavy_images} for 25-gradient ones; peer: "
+          "the noise peer of a noise wrapper, the bare function of the user's method\n")
+    print(f"{'method':<24}{'images':>7}{'engine img/s':>13}{'chunk':>6}{'ceiling':>10}{'ratio':>7}"
+          f"{'peer':>11}"
+          f"{'ratio':>7}{'Captum':>9}{'x Captum':>9}{'bound':>7}{'PAIR dflt':>11}{'PAIR tuned':>11}"
+          f"{'x tuned':>8}")
+    for row in rows:
+        pair_cells = (f"{row['pair_default_images_per_s']:>11.2f}"
+                      f"{row['pair_tuned_images_per_s']:>11.2f}"
+                      f"{row['speedup_vs_pair_tuned']:>8.1f}"
+                      if "pair_tuned_images_per_s" in row else f"{'-':>11}{'-':>11}{'-':>8}")
+        captum_cells = (f"{row['captum_images_per_s']:>9.2f}{row['speedup_vs_captum']:>9.2f}"
+                        f"{row['ceiling_vs_captum']:>7.2f}"
+                        if "captum_images_per_s" in row else f"{'-':>9}{'-':>9}{'-':>7}")
+        peer = [(row[rate], row[ratio]) for rate, ratio in PEER_KEYS.values() if rate in row]
+        peer_cells = (f"{peer[0][0]:>11.2f}{peer[0][1]:>7.2f}" if peer
+                      else f"{'-':>11}{'-':>7}")
+        print(f"{row['method']:<24}{row['call_images']:>7}{row['engine_images_per_s']:>13.2f}"
+              f"{row['engine_chunk']:>6}"
+              f"{row['ceiling_images_per_s']:>10.2f}{row['ratio_to_ceiling']:>7.2f}"
+              + peer_cells + captum_cells + pair_cells)
+
+
 def bench_model(entry, config):
     """The rows of one model's table."""
     model, size = benchmark_model(entry)
@@ -383,39 +421,10 @@ def bench_model(entry, config):
                        speedup_vs_captum=seconds[setting] / seconds[chunk],
                        ceiling_vs_captum=limit * seconds[setting] / count)
         if in_pair and config.pair_images:
-            pair_images, pair_targets = images[:config.pair_images], targets[:config.pair_images]
-            pair_default = pair_rate(model, pair_images, pair_targets, method, params)
-            pair_tuned = pair_default
-            if method == "integrated_gradients":
-                pair_tuned = max(pair_rate(model, pair_images, pair_targets, method, params, b)
-                                 for b in (5, 25))
-            row.update(pair_default_images_per_s=pair_default,
-                       pair_tuned_images_per_s=pair_tuned,
-                       speedup_vs_pair_tuned=engine / pair_tuned)
+            row.update(pair_rates(model, images[:config.pair_images],
+                                  targets[:config.pair_images], method, params, engine))
         rows.append(row)
-    print(f"ceiling: batch {best_batch}, traced for {'that' if static else 'any'} batch size; "
-          f"engine: the better of chunks {', '.join(map(str, chunks))}; {config.num_images} "
-          f"images for one-gradient methods, {config.heavy_images} for 25-gradient ones; peer: "
-          "the noise peer of a noise wrapper, the bare function of the user's method\n")
-    print(f"{'method':<24}{'images':>7}{'engine img/s':>13}{'chunk':>6}{'ceiling':>10}{'ratio':>7}"
-          f"{'peer':>11}"
-          f"{'ratio':>7}{'Captum':>9}{'x Captum':>9}{'bound':>7}{'PAIR dflt':>11}{'PAIR tuned':>11}"
-          f"{'x tuned':>8}")
-    for row in rows:
-        pair_cells = (f"{row['pair_default_images_per_s']:>11.2f}"
-                      f"{row['pair_tuned_images_per_s']:>11.2f}"
-                      f"{row['speedup_vs_pair_tuned']:>8.1f}"
-                      if "pair_tuned_images_per_s" in row else f"{'-':>11}{'-':>11}{'-':>8}")
-        captum_cells = (f"{row['captum_images_per_s']:>9.2f}{row['speedup_vs_captum']:>9.2f}"
-                        f"{row['ceiling_vs_captum']:>7.2f}"
-                        if "captum_images_per_s" in row else f"{'-':>9}{'-':>9}{'-':>7}")
-        peer = [(row[rate], row[ratio]) for rate, ratio in PEER_KEYS.values() if rate in row]
-        peer_cells = (f"{peer[0][0]:>11.2f}{peer[0][1]:>7.2f}" if peer
-                      else f"{'-':>11}{'-':>7}")
-        print(f"{row['method']:<24}{row['call_images']:>7}{row['engine_images_per_s']:>13.2f}"
-              f"{row['engine_chunk']:>6}"
-              f"{row['ceiling_images_per_s']:>10.2f}{row['ratio_to_ceiling']:>7.2f}"
-              + peer_cells + captum_cells + pair_cells)
+    print_rows(rows, best_batch, static, chunks, config)
     return {"model": name, "ceiling_batch": best_batch, "ceiling_static_shape": static,
             "ceiling_rates": rates, "rows": rows}
 
