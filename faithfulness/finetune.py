@@ -27,6 +27,7 @@ import tensorflow as tf
 
 import models
 from faithfulness import idsds, protocols
+from models.architectures.zoo import in_precision
 from models.formats.preprocessing import InputSpace, decode_image, input_space
 from models.foundation import provenance
 from models.foundation.cli import option, run_binary
@@ -226,7 +227,7 @@ def _finetune(train_files, eval_files, output_dir, requested, run: RunOptions, *
         return initial_model(init_model, run.model_name, run.num_classes, size, weights)[0]
 
     def build():
-        base = made["base"] = loop.in_precision(initial, run.precision)
+        base = made["base"] = in_precision(initial, run.precision)
         model = CoupledDecayModel(base.inputs, base.outputs, name=base.name,
                                   weight_decay=recipe.weight_decay)
         decays = math.ceil(recipe.epochs / recipe.decay_every)  # learning rates used

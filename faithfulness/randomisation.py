@@ -17,6 +17,8 @@ import numpy as np
 import models
 import saliency_gen
 from faithfulness import stats
+from models.architectures.zoo import in_precision
+from models.formats import exporting
 from models.foundation.metric_spec import MetricSpec
 from models.report.card_engine import Benchmark
 
@@ -67,18 +69,21 @@ def _flat_abs(maps) -> np.ndarray:
 def benchmark(model_path: str, images: np.ndarray, labels: np.ndarray, ids: np.ndarray, *,
               data: dict, seed: int = 0, batch_size: int = 32,
               maps_of: Optional[Callable[[str], np.ndarray]] = None,
-              methods: Optional[dict] = None) -> Benchmark:
+              methods: Optional[dict] = None, precision: str = "float32") -> Benchmark:
     """The cascading check of the exported zoo model `model_path` on `images` (its input
     space), explaining `labels`: one metric per stage, the mean Spearman correlation (lower is
     better). `maps_of(method)`, when given, supplies the trained model's maps of at least
     `images` (their first len(images) are used); `methods` ({name: Resolved}, the run's)
-    spares resolving a method's name again."""
+    spares resolving a method's name again. `precision` is the trained and the randomised
+    model's compute precision (`models.foundation.rules.PRECISIONS`)."""
     info = models.read_info(model_path)
-    loaded = models.load(model_path) if maps_of is None else None  # the trained maps' source
+    # the trained maps' source
+    loaded = (models.load(exporting.export_in_precision(model_path, precision))
+              if maps_of is None else None)
     # One randomised model serves every stage and method, its weights set per stage in place:
     # the methods' traced functions are reused (a rebuilt model per stage meant a new trace of
     # every method per stage, most of the check's time on a real network).
-    randomised = models.rebuild(model_path)
+    randomised = in_precision(lambda: models.rebuild(model_path), precision)
     count = len(weighted_layers(randomised))
     chosen = stages(count)
 
@@ -111,5 +116,6 @@ def benchmark(model_path: str, images: np.ndarray, labels: np.ndarray, ids: np.n
                                                        f"the top {k} of {count} weighted layers "
                                                        "are re-initialised") for k in chosen),
         score=score, settings={"model_id": info["model_id"], "n_images": len(images),
-                               "seed": seed, "stages": chosen, **data},
+                               "seed": seed, "stages": chosen, **data,
+                               **({} if precision == "float32" else {"precision": precision})},
         cost=2.0 * len(chosen))

@@ -29,13 +29,22 @@ from bam import card as bam_card
 from bam import synthetic_setup
 from faithfulness import card as faithfulness_card
 from faithfulness import evaluate, randomisation
-from models.formats import pretrained
+from models.architectures.zoo import in_precision
+from models.formats import exporting, pretrained
 from models.formats.preprocessing import input_space
 from models.foundation import progress, provenance, results
 from models.foundation.cli import option, origin_flags, run_binary
 from models.foundation.errors import UserError, require_both_or_neither
 from models.foundation.files import exclusive
-from models.foundation.rules import UNIQUE, WHOLE_PERCENTS, Checked, at_least, some, some_of
+from models.foundation.rules import (
+    PRECISIONS,
+    UNIQUE,
+    WHOLE_PERCENTS,
+    Checked,
+    at_least,
+    some,
+    some_of,
+)
 from models.report import card_engine, meta_evaluation, pages
 from roar import card as roar_card
 from saliency_gen.attribution import names, transforms
@@ -114,6 +123,11 @@ class Config(Checked):
                               rule=at_least(1))
     batch_size: int = option(32, "Work items per model call.", rule=at_least(1))
     seed: int = option(0, "Seed of the image samples, the random draws and the bootstrap.")
+    precision: str = option("float32", "Compute precision of the classifier the image-level "
+                            "benchmarks explain and score (its maps, scores, the randomisation "
+                            "check and the meta-evaluation): mixed precision computes in "
+                            "bfloat16 / float16 with the float32 weights (docs/models.md, "
+                            "\"Precision\"); BAM's own models stay float32.", PRECISIONS)
     output_dir: Optional[str] = option(None, "Where the cells and the card go (default: "
                                        "report_card, or report_card_<--pretrained>).",
                                        origin=False)
@@ -244,7 +258,9 @@ def load_inputs(config: Config, methods: dict) -> Inputs:
                                        shipped=not config.train_models)
         pattern = os.path.join(cache.records_dir(0, config.cache_dir, lambda *_: None),
                                "validation-*")
-    loaded = models.load(model_path)
+    precision_folder = os.path.join(config.cache_dir, "precision") if config.cache_dir else None
+    loaded = models.load(exporting.export_in_precision(model_path, config.precision,
+                                                       precision_folder))
     with_masks = bam_card.ORACLE in config.methods and (
         "ROAD" in config.benchmarks or config.gallery_images)
     try:
@@ -257,7 +273,9 @@ def load_inputs(config: Config, methods: dict) -> Inputs:
         images, labels, ids, *masks = pipelines.load_images(pattern, loaded, config.nr_images,
                                                             config.seed)
     data = {"data": provenance.listing_digest(records.list_files(pattern)),
-            "nr_images": config.nr_images}
+            "nr_images": config.nr_images,
+            # (float32 leaves the key out: cells made before --precision stay valid)
+            **({} if config.precision == "float32" else {"precision": config.precision})}
     return Inputs(model_path, loaded, images, labels, ids, masks[0] if masks else None, data,
                   pattern, methods, map_memo(loaded, images, labels, ids, methods, config.seed,
                                              config.batch_size))
@@ -390,7 +408,8 @@ def perturbed_inputs(config: Config, inputs: Inputs) -> dict:
                          config.seed,
                          config.batch_size))
     try:
-        weight_noise, randomised = (models.rebuild(inputs.model_path) for _ in range(2))
+        weight_noise, randomised = (in_precision(lambda: models.rebuild(inputs.model_path),
+                                                 config.precision) for _ in range(2))
     except UserError as error:
         print(f"note: no resilience to weight noise, no reactivity to a randomised model: "
               f"{error}")
@@ -489,7 +508,7 @@ def sanity_benchmark(config: Config, inputs: Inputs):
     checked = randomisation.benchmark(
         inputs.model_path, inputs.images[:count], inputs.labels[:count], inputs.ids[:count],
         data=inputs.data, seed=config.seed, batch_size=config.batch_size,
-        maps_of=inputs.maps_of, methods=inputs.methods)
+        maps_of=inputs.maps_of, methods=inputs.methods, precision=config.precision)
     return dataclasses.replace(checked, supports=lambda method: (
         method != bam_card.ORACLE and card_engine.unblurred(method) is None))
 

@@ -253,6 +253,36 @@ def test_cells_are_reused_a_new_method_costs_only_itself_and_other_settings_are_
     assert rows.trust["ROAD MoRF"]["rewards_blur"] in (True, False)
 
 
+def test_a_mixed_precision_card_is_its_own_card_close_to_float32(card_run, tmp_path):
+    """--precision=mixed_bfloat16: the classifier computes in bfloat16 with the float32 weights
+    (an export of its own, model id `<id>@mixed_bfloat16`); the precision is in every
+    image-level cell's origin, so a float32 card's cells are refused, not reused, and the
+    scores of the mixed-precision card are new and close to float32's."""
+    report_card, config, _ = card_run
+    mixed = dataclasses.replace(config, precision="mixed_bfloat16", benchmarks=("Deletion",),
+                                methods=("bam:GC",), gallery_images=0, sanity=False)
+    with pytest.raises(UserError, match=r"was made with model_id=small_cnn-\w+, not "
+                                        r"small_cnn-\w+@mixed_bfloat16 \(and 1 more"):
+        report_card.run(mixed)
+    output_dir = str(tmp_path / "card")
+    report_card.run(dataclasses.replace(mixed, output_dir=output_dir))
+    with open(report_card.card_engine.cell_path(output_dir, "Deletion", "bam:GC"),
+              encoding="utf-8") as handle:
+        settings = json.load(handle)["origin"]["settings"]
+    assert settings["model_id"].endswith("@mixed_bfloat16")
+    assert settings["precision"] == "mixed_bfloat16"
+    float32 = _cell_values(report_card, config.output_dir, "Deletion", "bam:GC")
+    for metric, values in _cell_values(report_card, output_dir, "Deletion", "bam:GC").items():
+        difference = np.abs(np.array(values, float) - np.array(float32[metric], float))
+        assert 0 < difference.max() < 0.1, metric  # computed anew, and close
+
+
+def _cell_values(report_card, output_dir, benchmark, method):
+    with open(report_card.card_engine.cell_path(output_dir, benchmark, method),
+              encoding="utf-8") as handle:
+        return json.load(handle)["values"]
+
+
 def test_the_card_on_the_real_network(real_cache, monkeypatch, tmp_path, capsys):
     monkeypatch.setenv("XDG_CACHE_HOME", real_cache)  # the session's converted Lite0 and photos
     report_card = _card_module()

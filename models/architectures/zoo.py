@@ -27,7 +27,8 @@ from models.architectures import (
     vit,
 )
 from models.architectures.layers import FEATURE_LAYER, conv2d
-from models.foundation.errors import UserError, look_up
+from models.foundation.errors import UserError, check_one_of, look_up
+from models.foundation.rules import PRECISIONS
 
 
 @keras.saving.register_keras_serializable(package="models")
@@ -322,3 +323,21 @@ def features_and_logits_model(model: Any, layer_name: Optional[str] = None) -> A
         raise UserError(f"model {model.name!r} has no layer named {layer_name!r}") from None
     return keras.Model(model.input, [features, model.output],
                        name=f"{model.name}_features_and_logits")
+
+
+def in_precision(make: Callable[[], Any], precision: str) -> Any:
+    """`make()` (a Keras model) built under `precision`: under a mixed precision its layers
+    compute in bfloat16 / float16 with float32 variables, and its logits (so the loss) are
+    cast to float32; float32 gives `make()` itself."""
+    check_one_of("precision", precision, PRECISIONS)
+    previous = keras.mixed_precision.global_policy().name
+    keras.mixed_precision.set_global_policy(precision)
+    try:
+        model = make()
+    finally:
+        keras.mixed_precision.set_global_policy(previous)
+    if precision == "float32":
+        return model
+    logits = keras.layers.Activation("linear", dtype="float32", name="float32_logits")(
+        model.output)
+    return keras.Model(model.input, logits, name=model.name)

@@ -24,6 +24,7 @@ under a temporary name and renamed when complete, so an interrupted export never
 import hashlib
 import json
 import os
+import shutil
 import warnings
 from typing import Any, Optional, Union
 
@@ -34,8 +35,9 @@ import tensorflow as tf
 from models.architectures import guided as guided_views
 from models.architectures import native_explainers, zoo
 from models.formats.preprocessing import check_images, input_space
-from models.foundation.errors import MissingPathError, UserError
-from models.foundation.files import atomic_output, read_json
+from models.foundation.errors import MissingPathError, UserError, check_one_of
+from models.foundation.files import atomic_output, project_cache_dir, read_json
+from models.foundation.rules import PRECISIONS
 
 INFO_PATH = os.path.join("assets.extra", "model_info.json")
 WEIGHTS_PATH = os.path.join("assets.extra", "model.weights.h5")
@@ -204,6 +206,40 @@ def build_with_weights(info: dict, weights: str, what: str, **options: Any) -> A
         raise UserError(f"the weights of {what} do not fit a default {info['name']} "
                         f"({str(error).splitlines()[0]}); pass its builder options") from None
     return model
+
+
+def export_in_precision(path: Union[str, os.PathLike], precision: str,
+                        folder: Optional[str] = None) -> str:
+    """The path of an export of the zoo model in `path` that computes in `precision`
+    (`models.foundation.rules.PRECISIONS`; float32 gives `path` itself): the same weights in a
+    Keras model built under that mixed precision (`zoo.in_precision`), exported once into
+    `folder` (default: the project cache's `precision/`) as `<model_id>-<precision>`, its
+    model id `<model_id>@<precision>`, so that everything computed with it has an origin of its
+    own (docs/models.md, "Precision"). A folder made from other weights is refused."""
+    check_one_of("precision", precision, PRECISIONS)
+    if precision == "float32":
+        return os.fspath(path)
+    info = read_info(path)
+    target = os.path.join(folder or project_cache_dir("precision"),
+                          f"{info['model_id']}-{precision}")
+    wanted = {"precision": precision, "float32_model_id": info["model_id"]}
+    if os.path.isdir(target):
+        found = {key: read_info(target).get("extra", {}).get(key) for key in wanted}
+        if found != wanted:
+            raise UserError(f"{target} holds another model ({found}); delete it")
+        return target
+    with warnings.catch_warnings():  # Keras notes an empty tracking container; harmless
+        warnings.filterwarnings("ignore", message="Skipping nested container")
+        model = zoo.in_precision(lambda: rebuild(path), precision)
+    temporary = f"{target}.partial-{os.getpid()}"
+    export(model, temporary, preprocessing=info["preprocessing"],
+           feature_layer=info["feature_layer"], model_id=f"{info['model_id']}@{precision}",
+           extra=wanted, overwrite=True)
+    try:
+        os.replace(temporary, target)  # whole or not at all
+    except OSError:  # another process got there first
+        shutil.rmtree(temporary, ignore_errors=True)
+    return target
 
 
 class LoadedModel:

@@ -21,6 +21,10 @@ from models.foundation.errors import (
     check_unique,
 )
 
+# Compute precisions of Keras models (training, and scoring with --precision): float32, or mixed
+# precision with float32 variables and bfloat16 / float16 computation.
+PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
+
 
 @dataclasses.dataclass(frozen=True)
 class Rule:

@@ -19,14 +19,14 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from models.architectures.zoo import build
+from models.architectures.zoo import build, in_precision
 from models.formats.exporting import export
 from models.foundation import provenance, results
 from models.foundation.errors import UserError, check_one_of
 from models.foundation.files import ensure_directory, exclusive, read_json, write_json
 from models.training import backup as epoch_backup
 from models.training import distribution
-from models.training.recipes import OPTIMIZERS, PRECISIONS, Recipe, RunOptions
+from models.training.recipes import OPTIMIZERS, Recipe, RunOptions
 from models.training.training_bar import TrainingBar
 
 
@@ -88,24 +88,6 @@ def top_k_accuracy(call: Callable[[Any], Any], batches: Iterable, k: int = 1,
         top_k += int(np.sum(np.any(ranked == labels[:, None], axis=1)))
         count += len(labels)
     return top1 / max(count, 1), top_k / max(count, 1), count
-
-
-def in_precision(make: Callable[[], Any], precision: str) -> Any:
-    """`make()` (a Keras model) built under `precision`: under a mixed precision its layers
-    compute in bfloat16 / float16 with float32 variables, and its logits (so the loss) are
-    cast to float32; float32 gives `make()` itself."""
-    check_one_of("precision", precision, PRECISIONS)
-    previous = keras.mixed_precision.global_policy().name
-    keras.mixed_precision.set_global_policy(precision)
-    try:
-        model = make()
-    finally:
-        keras.mixed_precision.set_global_policy(previous)
-    if precision == "float32":
-        return model
-    logits = keras.layers.Activation("linear", dtype="float32", name="float32_logits")(
-        model.output)
-    return keras.Model(model.input, logits, name=model.name)
 
 
 def build_model(model_name: str, num_classes: int, size: int, recipe: Optional[Recipe],

@@ -12,10 +12,9 @@ from typing import Any, Optional
 
 from models.foundation.cli import option
 from models.foundation.errors import UserError
-from models.foundation.rules import Checked, at_least
+from models.foundation.rules import PRECISIONS, Checked, at_least
 from models.training.distribution import STRATEGIES
 
-PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 OPTIMIZERS = ("sgd", "adam")  # Nesterov SGD or Adam (models.training.loop.make_optimizer)
 
 
