@@ -123,11 +123,11 @@ class Config(Checked):
                               rule=at_least(1))
     batch_size: int = option(32, "Work items per model call.", rule=at_least(1))
     seed: int = option(0, "Seed of the image samples, the random draws and the bootstrap.")
-    precision: str = option("float32", "Compute precision of the classifier the image-level "
-                            "benchmarks explain and score (its maps, scores, the randomisation "
-                            "check and the meta-evaluation): mixed precision computes in "
-                            "bfloat16 / float16 with the float32 weights (docs/models.md, "
-                            "\"Precision\"); BAM's own models stay float32.", PRECISIONS)
+    precision: str = option(
+        "float32", "Compute precision of the classifier the image-level benchmarks explain and "
+        "score (its maps, scores, the randomisation check and the meta-evaluation): mixed "
+        "precision computes in bfloat16 / float16 with the float32 weights; BAM's own models "
+        'stay float32 (docs/models.md, "Precision").', PRECISIONS)
     output_dir: Optional[str] = option(None, "Where the cells and the card go (default: "
                                        "report_card, or report_card_<--pretrained>).",
                                        origin=False)
