@@ -17,8 +17,8 @@ whenever the image keeps at least one pixel. An image that keeps none has no sol
 filled with `fallback` (default: ImageNet's mean colour) plus the noise and counted.
 
 The solve is compiled by XLA (`jit_compile`): its loop is some hundred element-wise passes over
-the images per iteration, which XLA fuses into a few, 4.9x faster at 224 px and 5.8x at 64 px
-on a 2-core AMD EPYC Zen 5 (scripts/bench_roar.py). XLA compiles once per batch shape (the
+the images per iteration, which XLA fuses into a few: 4.6-4.8x faster at 224 px on a 2-core
+AMD EPYC Zen 5 (scripts/bench_roar.py). XLA compiles once per batch shape (the
 callers' chunks are fixed-size) and sums the dot products in its own order, so the solution
 differs from the uncompiled graph's within the tolerance; `SOLVER` names this solver in every
 origin that depends on it, so outputs of an earlier solver are recomputed (docs/roar.md,
