@@ -41,7 +41,7 @@ from saliency_gen.data.world import dataset
 
 
 @dataclasses.dataclass(frozen=True)
-class Recipe:
+class BamRecipe:
     """How BAM trains (docs/bam.md, "Training"); the model and its initial weights are the
     run's (`RunOptions.model_name`, `model_options`)."""
 
@@ -59,13 +59,13 @@ class Preset:
 
     model: str = "small_cnn"
     weights: Optional[str] = None
-    recipe: Recipe = Recipe()
+    recipe: BamRecipe = BamRecipe()
 
 
 PRESETS = {
     "synthetic": Preset(),
     "real": Preset(model="keras_resnet50", weights="imagenet",
-                   recipe=Recipe(input_size=224, epochs=5, learning_rate=1e-4)),
+                   recipe=BamRecipe(input_size=224, epochs=5, learning_rate=1e-4)),
 }
 MEMORY_LIMIT_BYTES = 2 << 30  # decoded training pixels above this stream from disk
 PIPELINES = ("auto", "memory", "stream")
@@ -185,7 +185,7 @@ def epoch_stream(data: tf.data.Dataset, num_images: int, *, first_epoch: int, ep
 
 
 def train_classifier(data_dir: str, dataset_name: str,
-                     run: RunOptions = RunOptions(recipe=Recipe()), *,
+                     run: RunOptions = RunOptions(recipe=BamRecipe()), *,
                      max_seconds: Optional[float] = None, pipeline: str = "auto",
                      backup_dir: Optional[str] = None,
                      callbacks: Sequence = ()) -> tuple[Any, dict]:
@@ -205,7 +205,7 @@ def train_classifier(data_dir: str, dataset_name: str,
     `run.stop_after_epochs` ends the call after that many epochs with (None,
     {"stopped_after_epoch": n}).
     """
-    recipe = run.recipe
+    recipe = recipes.own_recipe(run, BamRecipe)
     root = os.path.join(data_dir, dataset_name)
     train, val = _listings(root)
     input_size = recipe.input_size or load_bam_pixels(train[0][0]).shape[0]
@@ -288,7 +288,7 @@ def _run_record(dataset_name: str, run: RunOptions, input_size: int,
                 max_seconds: Optional[float], model_options: dict) -> dict:
     """Every argument of a training that changes its weights: its backup's origin, and the
     first part of its report."""
-    recipe = run.recipe
+    recipe = recipes.own_recipe(run, BamRecipe)
     return {"dataset": dataset_name, "model": run.model_name, "input_size": input_size,
             "epochs": recipe.epochs, "batch_size": recipe.batch_size,
             "learning_rate": recipe.learning_rate, "optimizer": recipe.optimizer,
@@ -317,7 +317,7 @@ _MEASURED = ("val_accuracy", "num_train", "num_val", "epochs_run", "resumed_from
 
 
 def train_and_export(data_dir: str, dataset_name: str, model_dir: str,
-                     run: RunOptions = RunOptions(recipe=Recipe()), *,
+                     run: RunOptions = RunOptions(recipe=BamRecipe()), *,
                      settings: Optional[dict] = None, max_seconds: Optional[float] = None,
                      pipeline: str = "auto", callbacks: Sequence = ()) -> dict:
     """Trains on `<data_dir>/<dataset_name>` as `train_classifier` does, exports

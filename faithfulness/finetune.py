@@ -186,7 +186,7 @@ def finetune(train_files: Sequence[str], eval_files: Sequence[str], output_dir: 
     makes the run; a finished run of the same origin is reused, another origin stops with one
     line unless `run.overwrite`, and a killed run resumes to the uninterrupted result.
     """
-    recipe = run.recipe
+    recipe = recipes.own_recipe(run, FinetuneRecipe)
     if init_model:
         info = models.read_info(init_model)
         size, classes = int(info["input_shape"][0]), int(info["num_classes"])
@@ -220,7 +220,7 @@ def finetune(train_files: Sequence[str], eval_files: Sequence[str], output_dir: 
 
 def _finetune(train_files, eval_files, output_dir, requested, run: RunOptions, *, size,
               space_name, init_model, weights, callbacks, num_train, num_eval):
-    recipe = run.recipe
+    recipe = recipes.own_recipe(run, FinetuneRecipe)
     made: dict = {}
 
     def initial():

@@ -78,7 +78,7 @@ class Config:
 def run(config: Config):
     synthetic.build_world(config.world_dir, seed=0)
     model, report = train.train_classifier(config.world_dir, "obj",
-                                           RunOptions(recipe=train.Recipe(epochs=1)))
+                                           RunOptions(recipe=train.BamRecipe(epochs=1)))
     listing = dataset.val_listing(os.path.join(config.world_dir, "obj"))[:config.num_images]
     pixels = dataset.load_pixels([path for path, _ in listing])
     images = INPUT_SPACES["caffe_rgb"].from_uint8(pixels)

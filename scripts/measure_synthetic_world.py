@@ -46,7 +46,7 @@ def run(config: Config):
     for name in ("obj", "scene"):
         _, report = train.train_classifier(
             config.output_dir, name,
-            RunOptions(model_name=config.model, recipe=train.Recipe(epochs=config.epochs),
+            RunOptions(model_name=config.model, recipe=train.BamRecipe(epochs=config.epochs),
                        seed=config.seed), max_seconds=config.budget_seconds)
         reports.append(report)
         rows.append((f"train {name}", f"{report['val_accuracy']:.4f}", report["train_seconds"],

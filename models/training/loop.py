@@ -26,7 +26,7 @@ from models.foundation.errors import UserError, check_one_of
 from models.foundation.files import ensure_directory, exclusive, read_json, write_json
 from models.training import backup as epoch_backup
 from models.training import distribution
-from models.training.recipes import OPTIMIZERS, Recipe, RunOptions
+from models.training.recipes import OPTIMIZERS, Recipe, RunOptions, own_recipe
 from models.training.training_bar import TrainingBar
 
 
@@ -236,7 +236,7 @@ def train_and_evaluate(train_data: Any, eval_data: Any, run: RunOptions, *, num_
     same arguments; the chief writes the run folder, the others restore from its backup and
     keep their own files in `<output_dir>.<task>` until they finish (docs/scale_out.md).
     """
-    recipe = run.recipe
+    recipe = own_recipe(run, Recipe)
     steps_per_epoch = max(1, num_train // recipe.batch_size)
     epochs = max(1, int(math.ceil(recipe.epochs)))
     requested = provenance.origin(
@@ -356,7 +356,7 @@ def fit(build: Callable[[], Any], stream_from: Callable[[int], Any], run: RunOpt
 def _train(train_data, eval_data, output_dir, requested, run: RunOptions, *, scratch, num_train,
            num_eval, size, distributed, flags_record, callbacks, preprocessing, steps_per_epoch,
            epochs):
-    recipe, num_classes, model_name = run.recipe, run.num_classes, run.model_name
+    recipe, num_classes, model_name = own_recipe(run, Recipe), run.num_classes, run.model_name
 
     def build():
         model = build_model(model_name, num_classes, size, recipe, run.precision,

@@ -8,7 +8,7 @@ batch / 256 with a linear warm-up and step decays, weight decay where the model 
 the synthetic world's clean model's.
 """
 import dataclasses
-from typing import Any, Optional
+from typing import Any, Optional, Protocol, TypeVar
 
 from models.foundation.cli import option
 from models.foundation.errors import UserError
@@ -16,6 +16,18 @@ from models.foundation.rules import PRECISIONS, Checked, at_least
 from models.training.distribution import STRATEGIES
 
 OPTIMIZERS = ("sgd", "adam")  # Nesterov SGD or Adam (models.training.loop.make_optimizer)
+
+
+class TrainingRecipe(Protocol):
+    """What the one training loop reads of any trainer's recipe (ROAR's `Recipe`,
+    `bam.train.BamRecipe`, `faithfulness.finetune.FinetuneRecipe`): its length and batch size;
+    the rest is the trainer's own."""
+
+    @property
+    def epochs(self) -> float: ...
+
+    @property
+    def batch_size(self) -> int: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,6 +55,18 @@ REAL_RECIPE = Recipe(epochs=90.0, batch_size=256, optimizer="sgd", base_learning
                      decay_multipliers=(0.1, 0.01, 0.001))
 
 
+RecipeType = TypeVar("RecipeType")
+
+
+def own_recipe(run: "RunOptions", kind: type[RecipeType]) -> RecipeType:
+    """`run.recipe` as the trainer's own recipe type `kind`; another trainer's recipe is one
+    line, not a missing attribute half-way through a run."""
+    if not isinstance(run.recipe, kind):
+        raise UserError(f"this trainer takes a {kind.__name__}, not a "
+                        f"{type(run.recipe).__name__}")
+    return run.recipe
+
+
 @dataclasses.dataclass(frozen=True)
 class RunOptions:
     """How one training run is made, besides its data: the zoo model (`model_options`: builder
@@ -56,7 +80,7 @@ class RunOptions:
 
     model_name: str = "small_cnn"
     num_classes: int = 10
-    recipe: Any = Recipe()  # the trainer's: Recipe, bam.train.Recipe or a FinetuneRecipe
+    recipe: TrainingRecipe = Recipe()  # the trainer's: Recipe, BamRecipe or FinetuneRecipe
     seed: int = 0
     strategy: str = "default"
     precision: str = "float32"

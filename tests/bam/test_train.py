@@ -19,7 +19,7 @@ from tests.conftest import assert_origin_covers_the_flags, interrupt_at
 
 def _run(epochs, seed=0, **options):
     """small_cnn with BAM's synthetic recipe for `epochs` epochs."""
-    return RunOptions(recipe=train.Recipe(epochs=epochs), seed=seed, **options)
+    return RunOptions(recipe=train.BamRecipe(epochs=epochs), seed=seed, **options)
 
 
 def test_small_cnn_learns_scene_labels_of_the_tiny_world(tiny_world):
@@ -122,7 +122,7 @@ def test_presets_and_weights_flags(tiny_world, real_bam, tmp_path):
     assert preset.recipe.input_size == 224 and preset.recipe.learning_rate == 1e-4
     assert train.preset_with({"weights": "none"}, "real").weights is None
     assert train.preset_with({"epochs": 7}, "synthetic") == train.Preset(
-        recipe=train.Recipe(epochs=7))
+        recipe=train.BamRecipe(epochs=7))
     with pytest.raises(UserError, match="neither 'imagenet' nor an existing file"):
         train.preset_with({"weights": str(tmp_path / "missing.h5")}, "real")
     with pytest.raises(UserError, match="applies to keras_resnet50 and vgg16, not small_cnn"):
