@@ -9,7 +9,7 @@ much the map still looks the same. A method that explains the model should fall 
 more layers are randomised; a map that does not depend on the model (an edge detector, the random
 control) stays at 1.
 """
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import keras
 import numpy as np
@@ -61,7 +61,9 @@ def perturb_weights(model: keras.Model, sd: float, seed: int = 0) -> None:
         variable.assign(variable.numpy() * noise.astype(variable.dtype))
 
 
-def _flat_abs(maps) -> np.ndarray:
+def flat_abs(maps: Any) -> np.ndarray:
+    """[N, pixels]: each map's absolute values summed over channels, flattened (what the
+    check correlates, as the paper's main figures)."""
     maps = np.abs(np.asarray(maps, np.float64)).sum(axis=-1)
     return maps.reshape(len(maps), -1)
 
@@ -106,8 +108,8 @@ def benchmark(model_path: str, images: np.ndarray, labels: np.ndarray, ids: np.n
 
     def score(method):
         trained = explain(loaded, method) if maps_of is None else maps_of(method)[:len(images)]
-        original = _flat_abs(trained)
-        return {f"top {k}": stats.spearman(original, _flat_abs(explain(model_at(k), method)))
+        original = flat_abs(trained)
+        return {f"top {k}": stats.spearman(original, flat_abs(explain(model_at(k), method)))
                 for k in chosen}
 
     return Benchmark(

@@ -23,7 +23,7 @@ from typing import Optional
 import numpy as np
 
 from faithfulness import card as faithfulness_card
-from faithfulness import stats
+from faithfulness import randomisation, stats
 from models.formats import exporting
 from models.formats import pretrained as pretrained_models
 from models.foundation import provenance, results
@@ -48,11 +48,6 @@ class Config:
     batch_size: int = option(32, "Images per model call.", rule=at_least(1))
     repeats: int = option(3, "Timings of each rate (the best counts).", rule=at_least(1))
     output: str = option("precision_comparison", "Output stem: <output>.json.")
-
-
-def _flat_abs(maps) -> np.ndarray:
-    maps = np.abs(np.asarray(maps, np.float64)).sum(axis=-1)
-    return maps.reshape(len(maps), -1)
 
 
 def _scores(loaded, inputs, methods) -> dict:
@@ -89,7 +84,7 @@ def run(config: Config) -> dict:
         report["top1_agreement"] = float(np.mean(logits["float32"].argmax(1)
                                                  == logits[config.precision].argmax(1)))
         report["maps_spearman"] = {
-            method: float(np.mean(stats.spearman(*(_flat_abs(attribute(
+            method: float(np.mean(stats.spearman(*(randomisation.flat_abs(attribute(
                 model, inputs.images, method, inputs.labels, ids=inputs.ids))
                 for model in twins.values()))))
             for method in config.methods}

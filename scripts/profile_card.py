@@ -84,8 +84,8 @@ def rates(model, images: np.ndarray, batch_size: int, repeats: int) -> dict:
     # ROAD's solver on a chunk of the card's images (half the pixels removed; its cost per
     # iteration does not depend on the holes), a fixed number of iterations (tolerance 0)
     pixels = tf.clip_by_value(batch, 0.0, 1.0)
-    removed = tf.constant(np.arange(np.prod(batch.shape[1:3])).reshape(batch.shape[1:3]) % 2
-                          == 0)[None] & tf.ones(batch.shape[:3], tf.bool)
+    every_other = np.arange(np.prod(batch.shape[1:3])).reshape(batch.shape[1:3]) % 2 == 0
+    removed = tf.constant(np.broadcast_to(every_other, batch.shape[:3]))
     solve_iterations = 10
 
     def solve():

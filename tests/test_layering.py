@@ -82,8 +82,8 @@ def _imports(path, module):
                                     + ([base] if base else []))
                 names = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base
                          for alias in child.names]
-            elif _deferred_imports(child):  # lazy_module, import_module, an _EXPORTS table
-                names = _deferred_imports(child)
+            elif deferred := _deferred_imports(child):  # lazy_module, import_module, _EXPORTS
+                names = deferred
             else:
                 visit(child, inner)
                 continue

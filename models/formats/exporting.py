@@ -24,7 +24,6 @@ under a temporary name and renamed when complete, so an interrupted export never
 import hashlib
 import json
 import os
-import shutil
 import warnings
 from typing import Any, Optional, Union
 
@@ -228,17 +227,11 @@ def export_in_precision(path: Union[str, os.PathLike], precision: str,
         if found != wanted:
             raise UserError(f"{target} holds another model ({found}); delete it")
         return target
-    with warnings.catch_warnings():  # Keras notes an empty tracking container; harmless
-        warnings.filterwarnings("ignore", message="Skipping nested container")
-        model = zoo.in_precision(lambda: rebuild(path), precision)
-    temporary = f"{target}.partial-{os.getpid()}"
-    export(model, temporary, preprocessing=info["preprocessing"],
+    model = zoo.in_precision(lambda: rebuild(path), precision)
+    # (written whole or not at all, as every export; a concurrent twin writes the same model)
+    export(model, target, preprocessing=info["preprocessing"],
            feature_layer=info["feature_layer"], model_id=f"{info['model_id']}@{precision}",
            extra=wanted, overwrite=True)
-    try:
-        os.replace(temporary, target)  # whole or not at all
-    except OSError:  # another process got there first
-        shutil.rmtree(temporary, ignore_errors=True)
     return target
 
 

@@ -443,13 +443,13 @@ def test_the_randomisation_check_equals_a_fresh_model_per_stage(tmp_path):
     first, second = check.score("gradient"), check.score("grad_x_input")  # stages revisited
     trained = models.load(path)
     for method, scores in (("gradient", first), ("grad_x_input", second)):
-        original = randomisation._flat_abs(
+        original = randomisation.flat_abs(
             saliency_gen.attribute(trained, images, method, labels, ids=ids,
                                    preprocessing=trained.preprocessing))
         for k in randomisation.stages(len(randomisation.weighted_layers(models.rebuild(path)))):
             fresh = models.rebuild(path)
             randomisation.randomise_top(fresh, k)
-            expected = stats.spearman(original, randomisation._flat_abs(
+            expected = stats.spearman(original, randomisation.flat_abs(
                 saliency_gen.attribute(fresh, images, method, labels, ids=ids,
                                        preprocessing=trained.preprocessing)))
             assert scores[f"top {k}"] == pytest.approx(expected, abs=1e-6), (method, k)
