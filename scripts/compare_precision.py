@@ -11,7 +11,8 @@ traced passes, best of --repeats, as `scripts/profile_card.py` measures its ceil
 largest logit difference and the share of equal top-1 predictions; per method, the mean
 Spearman correlation between the two precisions' maps (absolute values summed over channels);
 per Deletion / Insertion metric and method, the largest and mean absolute per-image difference
-(docs/models.md, "Precision"). Writes <output>.json.
+(docs/models.md, "Precision"). Shows its progress by step (rates, maps, scores). Writes
+<output>.json.
 """
 import models  # noqa: F401, I001  (first: TensorFlow loads quietly)
 import dataclasses
@@ -26,7 +27,7 @@ from faithfulness import card as faithfulness_card
 from faithfulness import randomisation, stats
 from models.formats import exporting
 from models.formats import pretrained as pretrained_models
-from models.foundation import provenance, results
+from models.foundation import progress, provenance, results
 from models.foundation.cli import option, run_binary, script_module
 from models.foundation.files import write_json
 from models.foundation.rules import PRECISIONS, at_least
@@ -75,20 +76,29 @@ def run(config: Config) -> dict:
         report: dict = {"date": time.strftime("%Y-%m-%d"), "machine": provenance.machine(),
                         "model": inputs.loaded.model_id, "precision": config.precision,
                         "images": len(inputs.images)}
-        report["rates"] = {name: profile.rates(model, np.asarray(inputs.images),
-                                               config.batch_size, config.repeats)
-                           for name, model in twins.items()}
+        steps = progress.bar(2 + 3 * len(config.methods), "precision comparison", "step")
+        report["rates"] = {}
+        for name, model in twins.items():
+            report["rates"][name] = profile.rates(model, np.asarray(inputs.images),
+                                                  config.batch_size, config.repeats)
+            steps.update()
         logits = {name: np.asarray(model(inputs.images)) for name, model in twins.items()}
         report["logits_max_difference"] = float(np.abs(logits["float32"]
                                                        - logits[config.precision]).max())
         report["top1_agreement"] = float(np.mean(logits["float32"].argmax(1)
                                                  == logits[config.precision].argmax(1)))
-        report["maps_spearman"] = {
-            method: float(np.mean(stats.spearman(*(randomisation.flat_abs(attribute(
-                model, inputs.images, method, inputs.labels, ids=inputs.ids))
+        report["maps_spearman"] = {}
+        for method in config.methods:
+            report["maps_spearman"][method] = float(np.mean(stats.spearman(*(
+                randomisation.flat_abs(attribute(model, inputs.images, method, inputs.labels,
+                                                 ids=inputs.ids))
                 for model in twins.values()))))
-            for method in config.methods}
-        scores = {name: _scores(model, inputs, config.methods) for name, model in twins.items()}
+            steps.update()
+        scores = {}
+        for name, model in twins.items():
+            scores[name] = _scores(model, inputs, config.methods)
+            steps.update(len(config.methods))
+        steps.close()
     report["scores"] = [
         {"metric": metric, "method": method,
          "max_difference": float(np.nanmax(np.abs(values - scores[config.precision][key]))),
