@@ -14,7 +14,6 @@ metrics without printing.
 """
 from typing import TYPE_CHECKING
 
-import models  # noqa: F401  (first: TensorFlow, whenever it loads, loads quietly)
 from models.foundation.lazy import lazy_names
 
 _EXPORTS = {  # name -> the module that defines it

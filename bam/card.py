@@ -15,9 +15,7 @@ import numpy as np
 import models
 from bam import metric_definitions, region, rmcs, val_set_scores
 from models.foundation.metric_spec import MetricSpec
-from models.report.card_engine import Benchmark
-
-ORACLE = "oracle"
+from models.report.card_engine import ORACLE, Benchmark
 
 
 def benchmark(data_dir: str, model_dir: str, *, metrics: Sequence[str] = ("MCS", "IDR", "IIR"),

@@ -15,15 +15,22 @@ here. Without `--data_dir` / `--model_dir` it uses the built-in synthetic world 
 """
 import dataclasses
 import os
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import models
-from bam import synthetic_setup
-from bam.tcav_experiment import contrast, model_tcav, table
 from models.foundation import provenance
 from models.foundation.cli import option, origin_flags, run_binary
 from models.foundation.errors import require_both_or_neither
 from models.foundation.files import write_json
+from models.foundation.lazy import lazy_module
+
+# Loaded on first use: --help and a bad flag are answered before TensorFlow starts
+# (docs/architecture.md, "Light imports").
+if TYPE_CHECKING:  # the type checker's view of the same modules
+    from bam import synthetic_setup, tcav_experiment
+else:
+    synthetic_setup = lazy_module("bam.synthetic_setup")
+    tcav_experiment = lazy_module("bam.tcav_experiment")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,12 +62,12 @@ def run(config: Config) -> dict:
         data_dir, model_dir = f.data_dir, f.model_dir
     report = {}
     for name in f.model:
-        report[name] = model_tcav(data_dir, model_dir, name, f.bottlenecks or None,
+        report[name] = tcav_experiment.model_tcav(data_dir, model_dir, name, f.bottlenecks or None,
                                   f.num_random_exp, f.max_examples, f.seed, f.alpha,
                                   f.batch_size, f.tcav_raw_inputs)
-        print(table(name, report[name]))
+        print(tcav_experiment.table(name, report[name]))
     if "obj" in report and "scene" in report:
-        report["tcav_mcs"] = contrast(report["obj"], report["scene"])
+        report["tcav_mcs"] = tcav_experiment.contrast(report["obj"], report["scene"])
         print("TCAV model contrast (obj - scene): " + ", ".join(
             f"{name} {value:+.3f}" for name, value in report["tcav_mcs"].items()))
     output = f.output or f"tcav_{'_'.join(f.model)}.json"

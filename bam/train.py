@@ -18,26 +18,41 @@ pipelines feed the same batches. Training is deterministic for a seed, and a kil
 at its last finished epoch with the result of an uninterrupted one (`train_and_export` keeps a
 backup beside the model until it is exported).
 """
+from __future__ import annotations
+
 import dataclasses
 import os
 import shutil
 import time
-from typing import Any, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
-import keras
 import numpy as np
-import tensorflow as tf
 from numpy.typing import ArrayLike
 
 import models
-from models.formats.preprocessing import INPUT_SPACES, InputSpace, load_bam_pixels
 from models.foundation import provenance
 from models.foundation.cli import option, run_binary
 from models.foundation.errors import UserError, check_one_of, required
 from models.foundation.files import ensure_directory, read_json, write_json
-from models.training import distribution, loop, recipes
+from models.foundation.lazy import lazy_module
+from models.training import distribution, recipes
 from models.training.recipes import RunOptions, TrainingFlags
-from saliency_gen.data.world import dataset
+
+# Loaded on first use: --help and a bad flag are answered before TensorFlow starts
+# (docs/architecture.md, "Light imports").
+if TYPE_CHECKING:  # the type checker's view of the same modules
+    import keras
+    import tensorflow as tf
+
+    from models.formats import preprocessing
+    from models.training import loop
+    from saliency_gen.data.world import dataset
+else:
+    keras = lazy_module("keras")
+    tf = lazy_module("tensorflow")
+    preprocessing = lazy_module("models.formats.preprocessing")
+    loop = lazy_module("models.training.loop")
+    dataset = lazy_module("saliency_gen.data.world.dataset")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,22 +91,6 @@ def detect_preset(data_dir: str) -> str:
     return "synthetic" if os.path.isfile(os.path.join(data_dir, "world.json")) else "real"
 
 
-class _TimeLimit(keras.callbacks.Callback):
-    """Stops training at the end of the batch on which `seconds` have passed."""
-
-    def __init__(self, seconds):
-        super().__init__()
-        self.seconds = seconds
-        self.started = None
-
-    def on_train_begin(self, logs=None):
-        self.started = time.time()
-
-    def on_train_batch_end(self, batch, logs=None):
-        if self.seconds and time.time() - self.started > self.seconds:
-            self.model.stop_training = True
-
-
 def choose_pipeline(pipeline: str, num_images: int, input_size: int) -> str:
     """"memory" or "stream": `auto` streams when the decoded images exceed MEMORY_LIMIT_BYTES."""
     check_one_of("pipeline", pipeline, PIPELINES)
@@ -105,7 +104,7 @@ def decoder(input_size: int) -> Callable:
     """A tf function: image path -> uint8 [size, size, 3] with BAM geometry (PIL, as eval)."""
 
     def load(path):
-        return load_bam_pixels(path.decode("utf-8"), input_size)
+        return preprocessing.load_bam_pixels(path.decode("utf-8"), input_size)
 
     def decode(path):
         pixels = tf.numpy_function(load, [path], tf.uint8, stateful=False)
@@ -157,7 +156,7 @@ def _claim_backup(backup_dir, config, overwrite=False):
 
 def epoch_stream(data: tf.data.Dataset, num_images: int, *, first_epoch: int, epochs: int,
                  batch_size: int, seed: int, input_size: int, pipeline: str,
-                 space: InputSpace, whole_batches: bool = False) -> tf.data.Dataset:
+                 space: preprocessing.InputSpace, whole_batches: bool = False) -> tf.data.Dataset:
     """Training batches of epochs `first_epoch`..`epochs - 1`, each a fresh shuffle of `data`
     with random flips, ending in a partial batch (dropped when `whole_batches`).
 
@@ -208,9 +207,9 @@ def train_classifier(data_dir: str, dataset_name: str,
     recipe = recipes.own_recipe(run, BamRecipe)
     root = os.path.join(data_dir, dataset_name)
     train, val = _listings(root)
-    input_size = recipe.input_size or load_bam_pixels(train[0][0]).shape[0]
+    input_size = recipe.input_size or preprocessing.load_bam_pixels(train[0][0]).shape[0]
     chosen = choose_pipeline(pipeline, len(train), input_size)
-    space = INPUT_SPACES["caffe_rgb"]
+    space = preprocessing.INPUT_SPACES["caffe_rgb"]
     train_y = np.array([label for _, label in train], np.int64)
     val_y = np.array([label for _, label in val], np.int64)
     num_classes = int(train_y.max()) + 1
@@ -251,7 +250,7 @@ def train_classifier(data_dir: str, dataset_name: str,
             steps_per_epoch=(len(train_y) // recipe.batch_size if whole
                              else -(-len(train_y) // recipe.batch_size)),
             backup=backup_dir, keep_backup=True, first_batch=first_batch,
-            callbacks=[_TimeLimit(max_seconds), *callbacks],
+            callbacks=[loop.TimeLimit(max_seconds), *callbacks],
             after=lambda model: model.predict(val_inputs, verbose=0))
     except loop.DataError as error:  # e.g. an unreadable image met while streaming
         raise UserError(f"training on {root} failed: {error}") from None
@@ -362,7 +361,7 @@ def evaluate_export(checkpoint: str, data_dir: str, dataset_name: str,
                         f"{root} has labels up to {int(labels.max())}")
     size = int(loaded.input_shape[0])
     chosen = choose_pipeline(pipeline, len(val), size)
-    space = INPUT_SPACES[loaded.preprocessing]
+    space = preprocessing.INPUT_SPACES[loaded.preprocessing]
     inputs = finish(labelled_images([p for p, _ in val], labels, size, chosen), size,
                     chosen).map(lambda x, y: (space.from_uint8(x), y)).batch(256)
     accuracy, _, count = loop.top_k_accuracy(loaded, inputs)

@@ -6,7 +6,6 @@
 Every metric scores all perturbed images of all curves in fixed-size chunks inside one traced
 function (`faithfulness.scorer`); the classes mirror `saliency_maps_metrics`' API.
 """
-import models  # noqa: F401  (first: TensorFlow, whenever it loads, loads quietly)
 from models.foundation.lazy import lazy_names
 
 _EXPORTS = {  # name -> the module that defines it

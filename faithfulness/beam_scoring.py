@@ -13,22 +13,32 @@ JSON report (means, intervals, per-image values by example key) and prints a tab
 """
 import dataclasses
 import os
-from typing import Any, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Iterator, Optional
 
 import numpy as np
 
 import models
 from faithfulness import evaluate
-from models.formats.preprocessing import decode_image, input_space
 from models.foundation import provenance
 from models.foundation import results as result_files
 from models.foundation.cli import option, run_binary
 from models.foundation.errors import RecordError, UserError, required
 from models.foundation.files import exclusive, read_json, write_json
+from models.foundation.lazy import lazy_module
 from saliency_gen import beam_support, generate
-from saliency_gen.attribution import names
 from saliency_gen.beam_support import beam
-from saliency_gen.data import pipelines, records
+
+# Loaded on first use: --help and a bad flag are answered before TensorFlow starts
+# (docs/architecture.md, "Light imports").
+if TYPE_CHECKING:  # the type checker's view of the same modules
+    from models.formats import preprocessing
+    from saliency_gen.attribution import names
+    from saliency_gen.data import pipelines, records
+else:
+    preprocessing = lazy_module("models.formats.preprocessing")
+    names = lazy_module("saliency_gen.attribution.names")
+    pipelines = lazy_module("saliency_gen.data.pipelines")
+    records = lazy_module("saliency_gen.data.records")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,19 +80,21 @@ class ScoreRange(beam.DoFn):
         self.options, self.geometry = options, geometry
 
     def setup(self) -> None:
+        beam_support.start_worker()
         self.loaded = models.load(self.model_path)
         self.scorer = evaluate.scorer_for(self.loaded, self.protocol, self.options)
 
     def process(self, unit: tuple) -> Iterator[tuple[Any, Any]]:  # (key, value) pairs
         path, start, count = unit
         dtype, shape, _ = self.formats[path]
-        space = input_space(self.loaded.preprocessing)
+        space = preprocessing.input_space(self.loaded.preprocessing)
         size = self.loaded.input_shape[0]
 
         def read(default_key, serialized):
             parsed = records.parse_saliency_record(serialized, self.key, dtype, shape,
                                                    default_key)
-            fitted = pipelines.fit(decode_image(parsed["raw_image"]), size, self.geometry)
+            fitted = pipelines.fit(preprocessing.decode_image(parsed["raw_image"]), size,
+                                   self.geometry)
             return (parsed["example_key"], space.from_pixels(fitted), parsed["label"],
                     parsed["saliency"])
 

@@ -6,17 +6,13 @@
     loaded = models.load("/tmp/small_cnn")   # loaded(images) -> logits, differentiable
 
 Importing the package (or a light module of it: errors, files, provenance, cli, uncertainty)
-does not load TensorFlow; the names below load their modules on first use (docs/architecture.md,
-"Light imports").
+does not load TensorFlow and has no side effect; the names below load their modules on first use
+(docs/architecture.md, "Light imports"). A program's start-up settings (TensorFlow quiet, oneDNN
+on) come from `models.foundation.cli.start_process`, which every binary calls.
 """
 from typing import TYPE_CHECKING
 
-from models.foundation import cli as _cli
 from models.foundation import lazy as _lazy
-
-_cli.answer_help_early()  # --help: the binary's flags, without loading TensorFlow
-_cli.quiet_startup()  # TensorFlow's C++ start-up lines stay hidden whenever it loads
-_cli.fast_kernels()  # oneDNN on, unless the user chose
 
 _EXPORTS = {  # name -> the module that defines it
     "adapt": "models.formats.adapter",

@@ -11,7 +11,6 @@ images whose most (or least) important features are replaced (docs/roar.md).
 The binaries are `python -m roar.train`, `roar.road`, `roar.sweep` and `roar.report`; each has an
 importable `run(Config(...))`.
 """
-import models  # noqa: F401  (first: TensorFlow, whenever it loads, loads quietly)
 from models.foundation.lazy import lazy_names
 
 _EXPORTS = {  # name -> the module that defines it

@@ -14,15 +14,22 @@ intervals as `<value>_low` / `<value>_high`.
 """
 import dataclasses
 import os
-from typing import Any, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Iterator, Optional
 
 import models
 from models.foundation.cli import run_binary
 from models.foundation.files import exclusive, read_json, write_json
+from models.foundation.lazy import lazy_module
 from roar import road
 from saliency_gen import beam_support
 from saliency_gen.beam_support import beam
-from saliency_gen.data.pipelines import count_records
+
+# Loaded on first use: --help and a bad flag are answered before TensorFlow starts
+# (docs/architecture.md, "Light imports").
+if TYPE_CHECKING:  # the type checker's view of the same modules
+    from saliency_gen.data import pipelines
+else:
+    pipelines = lazy_module("saliency_gen.data.pipelines")
 
 VALUES = ("accuracy", "true_class_probability")
 
@@ -43,6 +50,7 @@ class ScoreRoadRange(beam.DoFn):
         self.model: Optional[models.LoadedModel] = None
 
     def setup(self) -> None:
+        beam_support.start_worker()
         self.model = models.load(self.ckpt_path)
 
     def process(self, unit: tuple) -> Iterator[tuple[Any, Any]]:  # (key, value) pairs
@@ -76,7 +84,8 @@ def run(config: Config) -> list:
         f = road.on_synthetic_world(config)
         model = models.load(f.ckpt_path)
         read = road.inputs(f, model.input_shape[0])
-        counts = road.first_records(f, [(path, count_records([path])) for path in read.files])
+        counts = road.first_records(
+            f, [(path, pipelines.count_records([path])) for path in read.files])
         units = list(f.work_ranges(counts, f.batch_size))
         scratch = os.path.abspath(f.output) + ".combined.json"
 

@@ -25,13 +25,12 @@ import saliency_gen
 from models.formats.preprocessing import input_space
 from models.foundation import provenance
 from models.foundation.errors import check_known
-from models.report.card_engine import Benchmark
+from models.report.card_engine import ORACLE, Benchmark
 from models.training import recipes
 from roar import masked_data, metric_definitions, road_outcomes
 from roar import train as roar_train
 from saliency_gen import generate
 
-ORACLE = "oracle"
 RATIOS = (0.1, 0.3, 0.5, 0.7, 0.9)
 
 

@@ -22,15 +22,24 @@ The random control ranks the features by a random map (`--transformation=random_
 import dataclasses
 import os
 import time
-
-import keras
+from typing import TYPE_CHECKING
 
 from models.foundation import progress
 from models.foundation.cli import option, run_binary
+from models.foundation.lazy import lazy_module
 from models.foundation.rules import UNIQUE_NUMBERS, WHOLE_PERCENTS, Checked, at_least, some_of
 from roar import report, sweep, train
 from saliency_gen import generate
-from saliency_gen.data.sources import idx
+
+# Loaded on first use: --help and a bad flag are answered before TensorFlow starts
+# (docs/architecture.md, "Light imports").
+if TYPE_CHECKING:  # the type checker's view of the same modules
+    import keras
+
+    from saliency_gen.data.sources import idx
+else:
+    keras = lazy_module("keras")
+    idx = lazy_module("saliency_gen.data.sources.idx")
 
 # The methods of the sweep: ROAR generator codes, and the random control.
 METHODS = ("SH", "IG", "GB", "SH_SG_2", "SH_V", "random")

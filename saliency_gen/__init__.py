@@ -15,7 +15,6 @@ Two parts that never import each other (docs/architecture.md, "Layers"): `salien
 the synthetic world). The binaries on top use both: `python -m saliency_gen.generate` writes
 saliency records (docs/saliency.md), `saliency_gen.beam_generate` does so as a Beam pipeline.
 """
-import models  # noqa: F401  (first: TensorFlow, whenever it loads, loads quietly)
 from models.foundation.lazy import lazy_names
 
 _EXPORTS = {  # name -> the module that defines it

@@ -17,15 +17,24 @@ process does not exist in a worker process).
 """
 import dataclasses
 import time
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import models
 from models.foundation.cli import run_binary
 from models.foundation.errors import RecordError
+from models.foundation.lazy import lazy_module
 from saliency_gen import beam_support, generate
-from saliency_gen.attribution import names
 from saliency_gen.beam_support import beam
-from saliency_gen.data import records, shard_ledger
+from saliency_gen.data import shard_ledger
+
+# Loaded on first use: --help and a bad flag are answered before TensorFlow starts
+# (docs/architecture.md, "Light imports").
+if TYPE_CHECKING:  # the type checker's view of the same modules
+    from saliency_gen.attribution import names
+    from saliency_gen.data import records
+else:
+    names = lazy_module("saliency_gen.attribution.names")
+    records = lazy_module("saliency_gen.data.records")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,6 +54,7 @@ class ExplainRange(beam.DoFn):
         self.chosen: dict = {}  # resolved in setup, once per worker
 
     def setup(self) -> None:
+        beam_support.start_worker()
         self.loaded = models.load(self.model_path)
         self.chosen = {method: names.resolved(method) for method in self.methods}
 

@@ -43,6 +43,13 @@ finally:
 LOCAL_RUNNERS = ("DirectRunner", "BundleBasedDirectRunner")
 
 
+def start_worker() -> None:
+    """A worker process's start-up, the binary's own (`cli.start_process`: TensorFlow quiet,
+    oneDNN on unless the environment the worker inherited says otherwise), called by each
+    DoFn's `setup` before its model loads TensorFlow."""
+    cli.start_process()
+
+
 def pipeline_options(runner: str = "DirectRunner", num_workers: int = 2,
                      extra: Optional[str] = None) -> PipelineOptions:
     """Beam options: `runner` with `num_workers` local worker processes for the DirectRunner

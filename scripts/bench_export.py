@@ -9,12 +9,21 @@ import dataclasses
 import os
 import tempfile
 import time
+from typing import TYPE_CHECKING
 
 import models
-from models.architectures import guided as guided_views
-from models.architectures import zoo
 from models.foundation import provenance
 from models.foundation.cli import option, run_binary
+from models.foundation.lazy import lazy_module
+
+# Loaded on first use: --help and a bad flag are answered before TensorFlow starts
+# (docs/architecture.md, "Light imports").
+if TYPE_CHECKING:  # the type checker's view of the same modules
+    from models.architectures import guided as guided_views
+    from models.architectures import zoo
+else:
+    guided_views = lazy_module("models.architectures.guided")
+    zoo = lazy_module("models.architectures.zoo")
 
 
 @dataclasses.dataclass(frozen=True)

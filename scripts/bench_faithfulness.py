@@ -24,23 +24,33 @@ forward passes alone, without building a single perturbed image. The torch forwa
 how much of that bound is Keras' forward pass against PyTorch's on this CPU rather than the
 reference's own work.
 """
-import models  # noqa: I001  (first: TensorFlow loads quietly)
 import dataclasses
 import functools
 import os
 import time
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
-import keras
 import numpy as np
-import tensorflow as tf
 
 import faithfulness
+import models  # noqa: I001  (first: TensorFlow loads quietly)
 from faithfulness import torch_twin
-from models.formats import pretrained
 from models.foundation import provenance
 from models.foundation.cli import option, run_binary
 from models.foundation.files import write_json
+from models.foundation.lazy import lazy_module
+
+# Loaded on first use: --help and a bad flag are answered before TensorFlow starts
+# (docs/architecture.md, "Light imports").
+if TYPE_CHECKING:  # the type checker's view of the same modules
+    import keras
+    import tensorflow as tf
+
+    from models.formats import pretrained
+else:
+    keras = lazy_module("keras")
+    tf = lazy_module("tensorflow")
+    pretrained = lazy_module("models.formats.pretrained")
 
 CLASSES = 10
 

@@ -12,18 +12,29 @@ prints items/s, ms per chunk and the bound draws put on any exact noise wrapper:
 gradient / (gradient + draws) of the raw-gradient ceiling, and the looser bound the uniform bits
 alone put on any noise wrapper that draws fresh keyed bits for every element.
 """
-import models  # noqa: F401, I001  (first: TensorFlow loads quietly)
 import dataclasses
 import time
+from typing import TYPE_CHECKING
 
-import keras
 import numpy as np
-import tensorflow as tf
 
+import models  # noqa: F401, I001  (first: TensorFlow loads quietly)
 from models.foundation import provenance
 from models.foundation.cli import option, run_binary
+from models.foundation.lazy import lazy_module
 from models.foundation.tracing import quiet_retracing
-from saliency_gen.attribution import noise
+
+# Loaded on first use: --help and a bad flag are answered before TensorFlow starts
+# (docs/architecture.md, "Light imports").
+if TYPE_CHECKING:  # the type checker's view of the same modules
+    import keras
+    import tensorflow as tf
+
+    from saliency_gen.attribution import noise
+else:
+    keras = lazy_module("keras")
+    tf = lazy_module("tensorflow")
+    noise = lazy_module("saliency_gen.attribution.noise")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -11,22 +11,35 @@
    scattered at random, and in large smooth holes as saliency rankings make (target: >= 5x
    scipy).
 """
-import models  # noqa: F401, I001  (first: TensorFlow loads quietly)
 import dataclasses
 import glob
 import os
 import tempfile
 import time
+from typing import TYPE_CHECKING
 
-import keras
 import numpy as np
 import scipy.ndimage
-import tensorflow as tf
 
+import models  # noqa: F401, I001  (first: TensorFlow loads quietly)
 from models.foundation import provenance
 from models.foundation.cli import option, run_binary
-from roar import imputation, masked_data
-from saliency_gen.data.world import synthetic
+from models.foundation.lazy import lazy_module
+
+# Loaded on first use: --help and a bad flag are answered before TensorFlow starts
+# (docs/architecture.md, "Light imports").
+if TYPE_CHECKING:  # the type checker's view of the same modules
+    import keras
+    import tensorflow as tf
+
+    from roar import imputation, masked_data
+    from saliency_gen.data.world import synthetic
+else:
+    keras = lazy_module("keras")
+    tf = lazy_module("tensorflow")
+    imputation = lazy_module("roar.imputation")
+    masked_data = lazy_module("roar.masked_data")
+    synthetic = lazy_module("saliency_gen.data.world.synthetic")
 
 
 def _steps_per_second(model, dataset, steps):

@@ -48,25 +48,37 @@ engine/PAIR, then whether each goal of docs/saliency.md ("Benchmark") holds: bui
 one-gradient methods and IG >= 0.9 of the ceiling, noise wrappers >= 0.9 of their noise peer,
 the user's method >= 0.9 of its bare function, >= 2x Captum; --output_json writes them as JSON.
 """
-import models  # noqa: I001  (first: TensorFlow loads quietly)
 import dataclasses
 import functools
 import json
 import os
 import time
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
-import keras
 import numpy as np
-import tensorflow as tf
 
+import models  # noqa: I001  (first: TensorFlow loads quietly)
 import saliency_gen
 from faithfulness import torch_twin
-from models.formats import pretrained
 from models.foundation import provenance
 from models.foundation.cli import option, run_binary
-from saliency_gen.attribution import noise
-from saliency_gen.attribution.methods import pair
+from models.foundation.lazy import lazy_module
+
+# Loaded on first use: --help and a bad flag are answered before TensorFlow starts
+# (docs/architecture.md, "Light imports").
+if TYPE_CHECKING:  # the type checker's view of the same modules
+    import keras
+    import tensorflow as tf
+
+    from models.formats import pretrained
+    from saliency_gen.attribution import noise
+    from saliency_gen.attribution.methods import pair
+else:
+    keras = lazy_module("keras")
+    tf = lazy_module("tensorflow")
+    pretrained = lazy_module("models.formats.pretrained")
+    noise = lazy_module("saliency_gen.attribution.noise")
+    pair = lazy_module("saliency_gen.attribution.methods.pair")
 
 ENGINE_DEFAULT_CHUNK = 64  # saliency_gen.attribute's default batch_size
 # (label, engine name, gradients per image, parameters, PAIR has it)

@@ -14,24 +14,35 @@ per Deletion / Insertion metric and method, the largest and mean absolute per-im
 (docs/models.md, "Precision"). Shows its progress by step (rates, maps, scores). Writes
 <output>.json.
 """
-import models  # noqa: F401, I001  (first: TensorFlow loads quietly)
 import dataclasses
 import os
 import tempfile
 import time
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import numpy as np
 
+import models  # noqa: F401, I001  (first: TensorFlow loads quietly)
 from faithfulness import card as faithfulness_card
-from faithfulness import randomisation, stats
-from models.formats import exporting
-from models.formats import pretrained as pretrained_models
+from faithfulness import stats
 from models.foundation import progress, provenance, results
 from models.foundation.cli import option, run_binary, script_module
 from models.foundation.files import write_json
+from models.foundation.lazy import lazy_module
 from models.foundation.rules import PRECISIONS, at_least
-from saliency_gen.attribution.engine import attribute
+
+# Loaded on first use: --help and a bad flag are answered before TensorFlow starts
+# (docs/architecture.md, "Light imports").
+if TYPE_CHECKING:  # the type checker's view of the same modules
+    from faithfulness import randomisation
+    from models.formats import exporting
+    from models.formats import pretrained as pretrained_models
+    from saliency_gen.attribution import engine
+else:
+    randomisation = lazy_module("faithfulness.randomisation")
+    exporting = lazy_module("models.formats.exporting")
+    pretrained_models = lazy_module("models.formats.pretrained")
+    engine = lazy_module("saliency_gen.attribution.engine")
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -90,7 +101,7 @@ def run(config: Config) -> dict:
         report["maps_spearman"] = {}
         for method in config.methods:
             report["maps_spearman"][method] = float(np.mean(stats.spearman(*(
-                randomisation.flat_abs(attribute(model, inputs.images, method, inputs.labels,
+                randomisation.flat_abs(engine.attribute(model, inputs.images, method, inputs.labels,
                                                  ids=inputs.ids))
                 for model in twins.values()))))
             steps.update()

@@ -8,15 +8,21 @@
 scene_only, dog_bedroom, bamboo_forest, tcav, scene1..scene10) and `bam_dataset.json`; an
 interrupted run resumes where it stopped. See docs/bam.md ("The real dataset").
 """
-import models  # noqa: F401, I001  (first: TensorFlow loads quietly)
 import dataclasses
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
-
-from bam import coco_miniplaces
+import models  # noqa: F401, I001  (first: TensorFlow loads quietly)
 from models.foundation import progress
 from models.foundation.cli import option, run_binary
 from models.foundation.errors import UserError
+from models.foundation.lazy import lazy_module
+
+# Loaded on first use: --help and a bad flag are answered before TensorFlow starts
+# (docs/architecture.md, "Light imports").
+if TYPE_CHECKING:  # the type checker's view of the same modules
+    from bam import coco_miniplaces
+else:
+    coco_miniplaces = lazy_module("bam.coco_miniplaces")
 
 
 class _Bars:

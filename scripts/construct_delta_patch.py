@@ -7,13 +7,20 @@
 Writes <data_dir>/bamboo_forest_patch/{val/<stem>.png, val.txt, val_loc.txt, val_mask,
 patch_stats.csv} and prints how many patched images keep the model's prediction.
 """
-import models  # noqa: F401, I001  (first: TensorFlow loads quietly)
 import dataclasses
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
-from bam import delta_patch
+import models  # noqa: F401, I001  (first: TensorFlow loads quietly)
 from models.foundation.cli import option, run_binary
 from models.foundation.errors import UserError
+from models.foundation.lazy import lazy_module
+
+# Loaded on first use: --help and a bad flag are answered before TensorFlow starts
+# (docs/architecture.md, "Light imports").
+if TYPE_CHECKING:  # the type checker's view of the same modules
+    from bam import delta_patch
+else:
+    delta_patch = lazy_module("bam.delta_patch")
 
 
 @dataclasses.dataclass(frozen=True)

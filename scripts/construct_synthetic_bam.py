@@ -6,15 +6,21 @@ Writes BAM's layout (docs/bam.md) (obj, scene, scene_only, dog_bedroom, bamboo_f
 coco/segments, tcav) and image TFRecords under `records/`; see docs/synthetic_world.md. Same seed,
 same bytes.
 """
-import models  # noqa: F401, I001  (first: TensorFlow loads quietly)
 import dataclasses
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
-
+import models  # noqa: F401, I001  (first: TensorFlow loads quietly)
 from models.foundation import progress
 from models.foundation.cli import option, run_binary
 from models.foundation.errors import UserError
-from saliency_gen.data.world import synthetic
+from models.foundation.lazy import lazy_module
+
+# Loaded on first use: --help and a bad flag are answered before TensorFlow starts
+# (docs/architecture.md, "Light imports").
+if TYPE_CHECKING:  # the type checker's view of the same modules
+    from saliency_gen.data.world import synthetic
+else:
+    synthetic = lazy_module("saliency_gen.data.world.synthetic")
 
 
 @dataclasses.dataclass(frozen=True)

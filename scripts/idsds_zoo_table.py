@@ -11,19 +11,26 @@ import dataclasses
 import json
 import os
 import time
+from typing import TYPE_CHECKING
 
-# The table in docs/model_zoo.md was measured with TensorFlow's reference kernels, whose choice
-# does not depend on the CPU's instruction set as oneDNN's does (oneDNN also once crashed
-# training BagNet-33 here; see docs/model_zoo.md).
-os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+import models
+from faithfulness import evaluate
+from models.foundation import results
+from models.foundation.cli import option, run_binary
+from models.foundation.lazy import lazy_module
+from models.training import recipes
 
-import models  # noqa: E402  (after the environment setting above)
-from faithfulness import evaluate  # noqa: E402
-from models.foundation import results  # noqa: E402
-from models.foundation.cli import option, run_binary  # noqa: E402
-from models.training import loop, recipes
-from saliency_gen.data import pipelines, records  # noqa: E402
-from saliency_gen.data.world import cache  # noqa: E402
+# Loaded on first use: --help and a bad flag are answered before TensorFlow starts
+# (docs/architecture.md, "Light imports").
+if TYPE_CHECKING:  # the type checker's view of the same modules
+    from models.training import loop
+    from saliency_gen.data import pipelines, records
+    from saliency_gen.data.world import cache
+else:
+    loop = lazy_module("models.training.loop")
+    pipelines = lazy_module("saliency_gen.data.pipelines")
+    records = lazy_module("saliency_gen.data.records")
+    cache = lazy_module("saliency_gen.data.world.cache")
 
 MODELS = ("small_cnn", "resnet18", "resnet50_tv", "wide_resnet50_2", "fixup_resnet50",
           "x_resnet50", "vgg11", "vgg16_tv", "vgg16_bn", "x_vgg16", "bcos_resnet50",
@@ -86,4 +93,9 @@ def run(args: Config) -> dict:
 
 
 if __name__ == "__main__":
+    # The table in docs/model_zoo.md was measured with TensorFlow's reference kernels, whose
+    # choice does not depend on the CPU's instruction set as oneDNN's does (oneDNN also once
+    # crashed training BagNet-33 here; see docs/model_zoo.md): the program's choice, made before
+    # the start-up (which keeps a value already set).
+    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
     run_binary(Config, run)

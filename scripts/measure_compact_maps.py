@@ -15,19 +15,31 @@ float32 map at ROAR's ratios (10..90%):
 Selection is ROAR's: the top k = int(q * N) scores, the lower flat index first on ties. Prints the
 mean and minimum IoU over images and ratios, and the map bytes per element.
 """
-import models  # noqa: F401, I001  (first: TensorFlow loads quietly)
 import dataclasses
 import os
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+import models  # noqa: F401, I001  (first: TensorFlow loads quietly)
 import saliency_gen
-from bam import train
 from models.foundation.cli import option, run_binary
-from models.formats.preprocessing import INPUT_SPACES
+from models.foundation.lazy import lazy_module
 from models.training.recipes import RunOptions
-from saliency_gen.data import records
-from saliency_gen.data.world import dataset, synthetic
+
+# Loaded on first use: --help and a bad flag are answered before TensorFlow starts
+# (docs/architecture.md, "Light imports").
+if TYPE_CHECKING:  # the type checker's view of the same modules
+    from bam import train
+    from models.formats import preprocessing
+    from saliency_gen.data import records
+    from saliency_gen.data.world import dataset, synthetic
+else:
+    train = lazy_module("bam.train")
+    preprocessing = lazy_module("models.formats.preprocessing")
+    records = lazy_module("saliency_gen.data.records")
+    dataset = lazy_module("saliency_gen.data.world.dataset")
+    synthetic = lazy_module("saliency_gen.data.world.synthetic")
 
 PERCENTS = (10, 20, 30, 40, 50, 60, 70, 80, 90)
 
@@ -81,7 +93,7 @@ def run(config: Config):
                                            RunOptions(recipe=train.BamRecipe(epochs=1)))
     listing = dataset.val_listing(os.path.join(config.world_dir, "obj"))[:config.num_images]
     pixels = dataset.load_pixels([path for path, _ in listing])
-    images = INPUT_SPACES["caffe_rgb"].from_uint8(pixels)
+    images = preprocessing.INPUT_SPACES["caffe_rgb"].from_uint8(pixels)
     print(f"small_cnn, 1 epoch (val accuracy {report['val_accuracy']:.3f}); {len(images)} "
           f"images of {images.shape[1]}x{images.shape[2]}; IoU of ROAR's selected sets vs "
           f"float32 at {PERCENTS[0]}..{PERCENTS[-1]}%: mean / min over images and ratios")

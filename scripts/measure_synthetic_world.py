@@ -7,18 +7,26 @@ labels (scene) within a wall-clock budget each, and prints a table of validation
 training time against the targets of docs/synthetic_world.md (>= 90% within 180 s each; the
 world built within 60 s). Writes the same figures as JSON to --output_json.
 """
-import models  # noqa: F401, I001  (first: TensorFlow loads quietly)
 import dataclasses
 import json
 import os
 import shutil
 import time
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
-from bam import train
+import models  # noqa: F401, I001  (first: TensorFlow loads quietly)
 from models.foundation.cli import option, run_binary
+from models.foundation.lazy import lazy_module
 from models.training.recipes import RunOptions
-from saliency_gen.data.world import synthetic
+
+# Loaded on first use: --help and a bad flag are answered before TensorFlow starts
+# (docs/architecture.md, "Light imports").
+if TYPE_CHECKING:  # the type checker's view of the same modules
+    from bam import train
+    from saliency_gen.data.world import synthetic
+else:
+    train = lazy_module("bam.train")
+    synthetic = lazy_module("saliency_gen.data.world.synthetic")
 
 GENERATION_TARGET_SECONDS = 60.0
 ACCURACY_TARGET = 0.90

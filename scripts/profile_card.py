@@ -20,25 +20,37 @@ the card's wall time, and "passes only" leaves the solver's work out (docs/repor
 (RISE's forwards too, an overestimate of the work it needs). Prints the phase table and the
 costliest cells, the CPU, and writes <output>.json and <output>.csv.
 """
-import models  # noqa: F401, I001  (first: TensorFlow loads quietly)
 import dataclasses
 import os
 import shutil
 import tempfile
 import time
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import numpy as np
-import tensorflow as tf
 
-from models.formats import pretrained as pretrained_models
-from models.formats.adapter import adapt
+import models  # noqa: F401, I001  (first: TensorFlow loads quietly)
 from models.foundation import provenance, results, workload
 from models.foundation.cli import option, run_binary, script_module
 from models.foundation.files import write_json
+from models.foundation.lazy import lazy_module
 from models.foundation.rules import at_least
-from roar import imputation
-from saliency_gen.attribution import units
+
+# Loaded on first use: --help and a bad flag are answered before TensorFlow starts
+# (docs/architecture.md, "Light imports").
+if TYPE_CHECKING:  # the type checker's view of the same modules
+    import tensorflow as tf
+
+    from models.formats import adapter
+    from models.formats import pretrained as pretrained_models
+    from roar import imputation
+    from saliency_gen.attribution import units
+else:
+    tf = lazy_module("tensorflow")
+    pretrained_models = lazy_module("models.formats.pretrained")
+    adapter = lazy_module("models.formats.adapter")
+    imputation = lazy_module("roar.imputation")
+    units = lazy_module("saliency_gen.attribution.units")
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -71,7 +83,7 @@ def rates(model, images: np.ndarray, batch_size: int, repeats: int) -> dict:
     compiled imputation solver, on batches of `batch_size`, best of `repeats`."""
     batch = tf.constant(np.resize(images, (batch_size, *images.shape[1:])).astype(np.float32))
     targets = tf.zeros([batch_size], tf.int32)
-    call = adapt(model).logits
+    call = adapter.adapt(model).logits
 
     @tf.function
     def forward(x):

@@ -11,31 +11,26 @@ The thin entry point: it parses the flags, asks bam/ and faithfulness/ for their
 `models.report.card_engine` and `models.report.pages`. Cells are cached under --output_dir, so
 a killed card resumes and one more method costs only that method.
 """
-import models  # noqa: I001  (first: TensorFlow loads quietly)
-import dataclasses
 import atexit
+import dataclasses
 import functools
 import os
 import shutil
 import tempfile
 import time
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import numpy as np
 
+import models  # noqa: I001  (first: TensorFlow loads quietly)
 import saliency_gen
-
-from bam import card as bam_card
-from bam import synthetic_setup
 from faithfulness import card as faithfulness_card
-from faithfulness import evaluate, randomisation
-from models.architectures.zoo import in_precision
-from models.formats import exporting, pretrained
-from models.formats.preprocessing import input_space
+from faithfulness import evaluate
 from models.foundation import progress, provenance, results
 from models.foundation.cli import option, origin_flags, run_binary
 from models.foundation.errors import UserError, require_both_or_neither
 from models.foundation.files import exclusive
+from models.foundation.lazy import lazy_module
 from models.foundation.rules import (
     PRECISIONS,
     UNIQUE,
@@ -46,18 +41,43 @@ from models.foundation.rules import (
     some_of,
 )
 from models.report import card_engine, meta_evaluation, pages
-from roar import card as roar_card
-from saliency_gen.attribution import names, transforms
-from saliency_gen.data import pipelines, records
-from saliency_gen.data.sources import photos
-from saliency_gen.data.world import cache, dataset
+from saliency_gen.attribution import transforms
+
+# Loaded on first use: --help and a bad flag are answered before TensorFlow starts
+# (docs/architecture.md, "Light imports").
+if TYPE_CHECKING:  # the type checker's view of the same modules
+    from bam import card as bam_card
+    from bam import synthetic_setup
+    from faithfulness import randomisation
+    from models.architectures import zoo
+    from models.formats import exporting, preprocessing, pretrained
+    from roar import card as roar_card
+    from saliency_gen.attribution import names
+    from saliency_gen.data import pipelines, records
+    from saliency_gen.data.sources import photos
+    from saliency_gen.data.world import cache, dataset
+else:
+    bam_card = lazy_module("bam.card")
+    synthetic_setup = lazy_module("bam.synthetic_setup")
+    randomisation = lazy_module("faithfulness.randomisation")
+    zoo = lazy_module("models.architectures.zoo")
+    exporting = lazy_module("models.formats.exporting")
+    pretrained = lazy_module("models.formats.pretrained")
+    preprocessing = lazy_module("models.formats.preprocessing")
+    roar_card = lazy_module("roar.card")
+    names = lazy_module("saliency_gen.attribution.names")
+    pipelines = lazy_module("saliency_gen.data.pipelines")
+    records = lazy_module("saliency_gen.data.records")
+    photos = lazy_module("saliency_gen.data.sources.photos")
+    cache = lazy_module("saliency_gen.data.world.cache")
+    dataset = lazy_module("saliency_gen.data.world.dataset")
 
 BAM_METHODS = ("bam:GC", "bam:VG", "bam:SG", "bam:IG", "bam:IG-SG", "bam:GxI", "bam:GB",
                "bam:GGC")
 # Controls: the random map and the object mask, and maps that ignore the model (a centre
 # Gaussian, Sobel edges, a constant): they test the metrics more than the methods.
 MODEL_FREE = ("centre_gaussian", "sobel", "constant")
-CONTROLS = ("random", bam_card.ORACLE, *MODEL_FREE)
+CONTROLS = ("random", card_engine.ORACLE, *MODEL_FREE)
 # The meta-evaluation's perturbations (docs/report_card.md, "Resilience and reactivity"), each
 # minor or disruptive: Gaussian noise of sd MINOR_NOISE (a fraction of the images' value range)
 # added to the images; every trainable weight multiplied by 1 + Gaussian noise of sd
@@ -191,7 +211,7 @@ def resolved_methods(config: Config) -> dict:
     found = {}
     for method in config.methods:
         plain = card_engine.unblurred(method) or method
-        if plain != bam_card.ORACLE and plain not in found:
+        if plain != card_engine.ORACLE and plain not in found:
             found[plain] = names.resolved(plain)
     return found
 
@@ -261,7 +281,7 @@ def load_inputs(config: Config, methods: dict) -> Inputs:
     precision_folder = os.path.join(config.cache_dir, "precision") if config.cache_dir else None
     loaded = models.load(exporting.export_in_precision(model_path, config.precision,
                                                        precision_folder))
-    with_masks = bam_card.ORACLE in config.methods and (
+    with_masks = card_engine.ORACLE in config.methods and (
         "ROAD" in config.benchmarks or config.gallery_images)
     try:
         images, labels, ids, *masks = pipelines.load_images(
@@ -316,7 +336,7 @@ def build_benchmarks(config: Config, inputs: Optional[Inputs], methods: dict) ->
             names=protocols, options=options, maps_of=inputs.maps_of,
             methods=inputs.methods) if protocols else ():
         found.append(dataclasses.replace(
-            benchmark, supports=lambda method: method != bam_card.ORACLE))
+            benchmark, supports=lambda method: method != card_engine.ORACLE))
     order = {name: i for i, name in enumerate(("BAM", "RMCS", *config.benchmarks))}
     found = sorted(found, key=lambda b: order[b.name])
     if config.retraining:
@@ -357,7 +377,7 @@ def variant_benchmarks(config: Config, inputs: Inputs) -> list:
                     methods=inputs.methods)
             found.append((dataclasses.replace(
                 benchmark, name=f"{name} [{label}]",
-                supports=lambda method: method != bam_card.ORACLE), name, label))
+                supports=lambda method: method != card_engine.ORACLE), name, label))
     return found
 
 
@@ -408,7 +428,7 @@ def perturbed_inputs(config: Config, inputs: Inputs) -> dict:
                          config.seed,
                          config.batch_size))
     try:
-        weight_noise, randomised = (in_precision(lambda: models.rebuild(inputs.model_path),
+        weight_noise, randomised = (zoo.in_precision(lambda: models.rebuild(inputs.model_path),
                                                  config.precision) for _ in range(2))
     except UserError as error:
         print(f"note: no resilience to weight noise, no reactivity to a randomised model: "
@@ -510,7 +530,7 @@ def sanity_benchmark(config: Config, inputs: Inputs):
         data=inputs.data, seed=config.seed, batch_size=config.batch_size,
         maps_of=inputs.maps_of, methods=inputs.methods, precision=config.precision)
     return dataclasses.replace(checked, supports=lambda method: (
-        method != bam_card.ORACLE and card_engine.unblurred(method) is None))
+        method != card_engine.ORACLE and card_engine.unblurred(method) is None))
 
 
 def gallery(config: Config, inputs: Inputs) -> pages.Section:
@@ -519,12 +539,12 @@ def gallery(config: Config, inputs: Inputs) -> pages.Section:
     images, labels = inputs.images[:count], inputs.labels[:count]
     maps = {}
     for method in config.methods:
-        if method == bam_card.ORACLE:
+        if method == card_engine.ORACLE:
             if inputs.masks is not None:
                 maps[method] = inputs.masks[:count, ..., None]
             continue
         maps[method] = inputs.maps_of(method)[:count]
-    pixels = np.asarray(input_space(inputs.loaded.preprocessing).to_pixels(images))
+    pixels = np.asarray(preprocessing.input_space(inputs.loaded.preprocessing).to_pixels(images))
     return pages.Section(
         "Gallery", f"The first {count} images and each method's map (|map| summed over "
         "channels, scaled to its 99th percentile), explaining the true label.",

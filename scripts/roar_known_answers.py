@@ -6,16 +6,26 @@ Clean, oracle and random controls as in tests/test_roar_train.py, plus the oracl
 the mean fill and with ROAD's noisy linear fill (pixel ranking) beside the random map at 50%
 with each fill: how much the *shape* of the hole leaks the class (ROAD's finding).
 """
-import models  # noqa: F401, I001  (first: TensorFlow loads quietly)
 import dataclasses
 import glob
 import os
 import tempfile
+from typing import TYPE_CHECKING
 
-from models.training import recipes
+import models  # noqa: F401, I001  (first: TensorFlow loads quietly)
 from models.foundation.cli import option, run_binary
-from roar import masked_data, train
-from saliency_gen.data.world import synthetic
+from models.foundation.lazy import lazy_module
+from models.training import recipes
+from roar import train
+
+# Loaded on first use: --help and a bad flag are answered before TensorFlow starts
+# (docs/architecture.md, "Light imports").
+if TYPE_CHECKING:  # the type checker's view of the same modules
+    from roar import masked_data
+    from saliency_gen.data.world import synthetic
+else:
+    masked_data = lazy_module("roar.masked_data")
+    synthetic = lazy_module("saliency_gen.data.world.synthetic")
 
 RUNS = {  # name: (control, ratio, keep, ranking, fill)
     "clean": ("none", 0.0, False, "element", "mean"),

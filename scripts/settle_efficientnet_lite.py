@@ -9,19 +9,32 @@ each combination (padding: TensorFlow's "same" or PyTorch's symmetric; epsilon 1
 input: [-1, 1] or ImageNet mean/std) and prints, on the 20 ImageNet photos, the top-1 and top-5
 counts and the mean probability of the true class. The zoo's defaults are the best row.
 """
-import models  # noqa: I001  (first: TensorFlow loads quietly)
 import dataclasses
 import itertools
+from typing import TYPE_CHECKING
 
 import numpy as np
-import tensorflow as tf
 
-from models.formats import pretrained, torch_checkpoints
+import models  # noqa: I001  (first: TensorFlow loads quietly)
 from models.foundation import results
 from models.foundation.cli import run_binary
-from models.formats.preprocessing import input_space
-from saliency_gen.data import pipelines
-from saliency_gen.data.sources import photos
+from models.foundation.lazy import lazy_module
+
+# Loaded on first use: --help and a bad flag are answered before TensorFlow starts
+# (docs/architecture.md, "Light imports").
+if TYPE_CHECKING:  # the type checker's view of the same modules
+    import tensorflow as tf
+
+    from models.formats import preprocessing, pretrained, torch_checkpoints
+    from saliency_gen.data import pipelines
+    from saliency_gen.data.sources import photos
+else:
+    tf = lazy_module("tensorflow")
+    pretrained = lazy_module("models.formats.pretrained")
+    torch_checkpoints = lazy_module("models.formats.torch_checkpoints")
+    preprocessing = lazy_module("models.formats.preprocessing")
+    pipelines = lazy_module("saliency_gen.data.pipelines")
+    photos = lazy_module("saliency_gen.data.sources.photos")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,7 +45,7 @@ class Config:
 def photo_inputs(space: str) -> tuple:
     """The 20 photos centre-cropped to 224 px in input space `space`, and their labels."""
     path = photos.photo_records("imagenet")
-    dataset = pipelines.explanation_inputs([path], (224, 224, 3), input_space(space),
+    dataset = pipelines.explanation_inputs([path], (224, 224, 3), preprocessing.input_space(space),
                                            "center_crop")
     images, labels = [], []
     for _, _, label, image, _, _ in dataset:

@@ -11,24 +11,36 @@ package's `saliency_gen/data/world/shipped_models`, docs/synthetic_world.md "Shi
 the CPU, versions and date in the manifest. The main job and the card then load these weights
 instead of training. Prints a table of each model's accuracy, training time and weight size.
 """
-import models  # noqa: F401, I001  (first: TensorFlow loads quietly)
 import dataclasses
 import datetime
 import os
 import shutil
 import tempfile
 import time
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
-import keras
-import tensorflow as tf
-
-from bam import synthetic_setup
+import models  # noqa: F401, I001  (first: TensorFlow loads quietly)
 from models.foundation import provenance
 from models.foundation.cli import option, run_binary
-from models.formats.exporting import read_info
 from models.foundation.files import read_json
-from saliency_gen.data.world import cache, shipped
+from models.foundation.lazy import lazy_module
+
+# Loaded on first use: --help and a bad flag are answered before TensorFlow starts
+# (docs/architecture.md, "Light imports").
+if TYPE_CHECKING:  # the type checker's view of the same modules
+    import keras
+    import tensorflow as tf
+
+    from bam import synthetic_setup
+    from models.formats import exporting
+    from saliency_gen.data.world import cache, shipped
+else:
+    keras = lazy_module("keras")
+    tf = lazy_module("tensorflow")
+    synthetic_setup = lazy_module("bam.synthetic_setup")
+    exporting = lazy_module("models.formats.exporting")
+    cache = lazy_module("saliency_gen.data.world.cache")
+    shipped = lazy_module("saliency_gen.data.world.shipped")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,7 +78,7 @@ def store_patch(data_dir: str, work: str, root: Optional[str]) -> tuple:
     seconds = time.time() - started
     stored = shipped.store_folder(
         synthetic_setup.PATCH, os.path.join(data_dir, synthetic_setup.PATCH), data_dir,
-        {"model_id": read_info(scene_only)["model_id"]}, made_by(seconds), exclude=(
+        {"model_id": exporting.read_info(scene_only)["model_id"]}, made_by(seconds), exclude=(
             synthetic_setup.PATCH_MASKS, synthetic_setup.PATCH_MODEL), root=root)
     size = sum(os.path.getsize(os.path.join(here, name))
                for here, _, files in os.walk(stored) for name in files)

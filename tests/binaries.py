@@ -140,6 +140,9 @@ def _serve(path: str) -> None:
     (the test process ended)."""
     import importlib
 
+    from models.foundation import cli
+
+    cli.start_process()  # as every binary starts: TensorFlow quiet, oneDNN on
     for name in _WARM_IMPORTS:
         importlib.import_module(name)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel

@@ -10,7 +10,10 @@ import tempfile
 
 import pytest
 
-import models  # noqa: F401  (first, as in every binary: oneDNN on, TensorFlow's start-up quiet)
+import models
+from models.foundation import cli
+
+cli.start_process()  # as in every binary: oneDNN on, TensorFlow's start-up quiet
 
 _SESSION_CACHE = tempfile.mkdtemp(prefix="attribution-benchmarks-tests-")
 # hypothesis keeps its own files (examples, character tables) in the session's cache too, not

@@ -1,5 +1,7 @@
 """Every binary answers --help with its own flags and their defaults, exits 0, and does so in
-under 3 s because TensorFlow is never loaded for it (models.foundation.cli.answer_help_early)."""
+under 3 s: binaries import nothing heavy at their top level, so the help comes from the real
+`Config` before TensorFlow loads (models.foundation.cli.run_binary); and importing a package or a
+binary has no side effect."""
 import dataclasses
 import importlib
 import os
@@ -47,21 +49,45 @@ def test_help_lists_the_binarys_own_flags_with_their_defaults(module):
     assert done.returncode == 0, done.stderr
     assert elapsed < 3, f"--help took {elapsed:.1f} s"
     assert done.stdout.startswith(f"usage: python -m {module}") and not done.stderr
-    saved = dict(os.environ)
-    try:  # importing a script may set its own environment (idsds_zoo_table turns oneDNN off)
-        config = importlib.import_module(module).Config
-    finally:  # ... which later subprocesses of the suite must not inherit
-        os.environ.clear()
-        os.environ.update(saved)
+    config = importlib.import_module(module).Config
     lines = done.stdout.splitlines()
-    for field in dataclasses.fields(config):
-        # the default shown is the real one, computed from the source without running it
+    for field in dataclasses.fields(config):  # the real defaults, help texts and rules
         flag_line = f"  --{field.name} [{cli.flag_text(field.default)}]"
         assert flag_line in lines, field.name
         rules = field.metadata.get("rule")  # and each rule the option declares
         for rule in () if rules is None else rules if isinstance(rules, tuple) else (rules,):
             assert rule.text in lines[lines.index(flag_line) + 1], field.name
     assert "--verbosity" not in done.stdout  # absl's own flags stay in --helpfull
+
+
+IMPORT_EVERY_BINARY = """
+import os, sys
+OWN = ("bam", "roar", "faithfulness", "saliency_gen", "models", "scripts")
+def own_hooks():  # (libraries such as absl and six add import hooks of their own)
+    return [hook for hook in sys.meta_path if type(hook).__module__.startswith(OWN)]
+before = (dict(os.environ), own_hooks(), list(sys.argv))
+sys.argv[1:] = ["--help"]  # a module that answered it on import would exit here
+import bam, roar, faithfulness, saliency_gen, models
+import models.foundation.errors, models.foundation.rules, models.foundation.files
+import models.foundation.provenance, models.training.recipes, models.report.uncertainty
+import models.report.reliability, models.report.meta_evaluation, models.report.card_engine
+import models.report.pages
+for module in %r:
+    __import__(module)
+after = (dict(os.environ), own_hooks(), list(sys.argv))
+print(sorted(name for name in ("tensorflow", "keras", "torch") if name in sys.modules))
+print(before[0] == after[0], before[1] == after[1], after[2][1:])
+"""
+
+
+def test_importing_any_package_or_binary_loads_nothing_heavy_and_changes_nothing():
+    # (nor do the foundation's light modules: errors, rules, files, provenance, recipes and the
+    # report's statistics and pages)
+    done = subprocess.run([sys.executable, "-c", IMPORT_EVERY_BINARY % (BINARIES,)],
+                          check=False, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    # no TensorFlow, no environment variable, no import hook; argv read by nobody
+    assert done.stdout.splitlines() == ["[]", "True True ['--help']"], done.stdout
 
 
 def test_a_missing_optional_part_is_one_line_naming_its_extra(capsys):

@@ -16,20 +16,32 @@ conversion stops naming the first few.
 Checkpoints are read without torch (`models.formats.torch_pickle`: a restricted unpickler that
 rebuilds tensors only and refuses any other global in the pickle).
 """
+from __future__ import annotations
+
 import collections
 import dataclasses
 import os
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
-import keras
 import numpy as np
 
-from models.architectures import zoo
-from models.formats.exporting import INFO_PATH, export
 from models.formats.torch_pickle import read_checkpoint
 from models.foundation.cli import option, run_binary
 from models.foundation.errors import UserError, required
 from models.foundation.files import file_sha256, project_cache_dir
+from models.foundation.lazy import lazy_module
+
+# Loaded on first use: --help and a bad flag are answered before TensorFlow starts
+# (docs/architecture.md, "Light imports").
+if TYPE_CHECKING:  # the type checker's view of the same modules
+    import keras
+
+    from models.architectures import zoo
+    from models.formats import exporting
+else:
+    keras = lazy_module("keras")
+    zoo = lazy_module("models.architectures.zoo")
+    exporting = lazy_module("models.formats.exporting")
 
 # IDSDS' --model names whose zoo model has another name (the zoo's resnet50 / vgg16 are ROAR's
 # and Keras' layouts).
@@ -178,7 +190,7 @@ def convert(checkpoint: str, model: str, output: str, *, image_size: int = 224,
     counts = load_state_dict(built, state, checkpoint)
     extra = {"torch_checkpoint": os.path.abspath(checkpoint),
              "torch_checkpoint_sha256_16": digest or file_sha256(checkpoint)[:16], **counts}
-    return export(built, output, preprocessing=spec.preprocessing, extra=extra,
+    return exporting.export(built, output, preprocessing=spec.preprocessing, extra=extra,
                   overwrite=overwrite)
 
 
@@ -194,7 +206,7 @@ def converted_model(checkpoint: str, model: str, cache_dir: Optional[str] = None
     digest = file_sha256(checkpoint)[:16]
     key = f"{zoo_name(model)}-{image_size}-{num_classes or 'auto'}-{digest}"
     path = os.path.join(cache_dir, key)
-    if not os.path.isfile(os.path.join(path, INFO_PATH)):
+    if not os.path.isfile(os.path.join(path, exporting.INFO_PATH)):
         os.makedirs(cache_dir, exist_ok=True)
         convert(checkpoint, model, path, image_size=image_size, num_classes=num_classes,
                 digest=digest)

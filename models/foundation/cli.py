@@ -14,18 +14,16 @@ importable `run(config)`, which a notebook can call with a `Config` of its own:
     if __name__ == "__main__":
         run_binary(Config, run)
 
-`run_binary` prints a `UserError` as one `error: ...` line with exit status 2 and hides log
-messages below WARNING unless --verbosity is given. `quiet_startup` (called by `models` on
-import) makes TensorFlow's C++ start-up lines (CUDA stubs, CPU feature notes) silent whenever
-TensorFlow first loads, without loading it, unless the user sets TF_CPP_MIN_LOG_LEVEL to 0 or 1
-or passes --verbosity.
-`answer_help_early` (also called by `models` on import) answers `--help` / `-h` with the
-binary's own flags, read from its source, and exits before TensorFlow loads; `--helpfull` still
-lists every absl flag.
+`run_binary` is every binary's one start-up path: it calls `start_process` (TensorFlow's C++
+start-up lines silent whenever it first loads, unless the user sets TF_CPP_MIN_LOG_LEVEL to 0 or
+1 or passes --verbosity; oneDNN on unless the user chose), answers `--help` / `-h` from the real
+`Config` (a binary imports nothing heavy at its top level, so this takes well under a second;
+`--helpfull` still lists every absl flag), prints a `UserError` as one `error: ...` line with
+exit status 2 and hides log messages below WARNING unless --verbosity is given. Importing a
+package changes nothing: no argv is read, no environment variable set, no import hook added.
 
-This module imports no TensorFlow, so that `quiet_startup` can run first.
+This module imports no TensorFlow, so that `start_process` can run first.
 """
-import ast
 import contextlib
 import dataclasses
 import errno
@@ -154,6 +152,11 @@ ENVIRONMENT_ERRORS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.
 def run_binary(config_class: type, run: Callable) -> None:
     """Defines the flags of `config_class`, parses them, and calls `run(config)`; a
     `UserError` becomes one `error:` line and exit status 2."""
+    start_process()
+    if any(argument in HELP_FLAGS for argument in sys.argv[1:]):
+        doc = getattr(sys.modules.get(getattr(run, "__module__", "")), "__doc__", None)
+        print(help_text(config_class, doc, _command()))
+        sys.exit(0)
     from absl import app, flags, logging
 
     define_flags(config_class)
@@ -342,165 +345,8 @@ def fast_kernels() -> None:
 HELP_FLAGS = ("--help", "-h", "--helpshort", "-?")
 
 
-def _started_file() -> Optional[str]:
-    """The source file of the binary being started (`python -m pkg.mod` or `python file.py`)."""
-    argv = list(getattr(sys, "orig_argv", ()))
-    if "-m" in argv[:-1]:
-        import importlib.util
-
-        try:
-            spec = importlib.util.find_spec(argv[argv.index("-m") + 1])
-        except (ImportError, ValueError):
-            return None
-        return spec.origin if spec is not None else None
-    scripts = [argument for argument in argv[1:] if argument.endswith(".py")]
-    return scripts[0] if scripts else None
-
-
-PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-_NAMESPACES: dict = {}
-
-
-def _project_file(module: str) -> Optional[str]:
-    """The source file of a project module (`pkg.mod` -> pkg/mod.py or pkg/mod/__init__.py)."""
-    base = os.path.join(PROJECT_ROOT, *module.split("."))
-    for path in (base + ".py", os.path.join(base, "__init__.py")):
-        if os.path.isfile(path):
-            return path
-    return None
-
-
-def _bound(module: str, name: Optional[str] = None) -> Any:
-    """What `import module` (name None) or `from module import name` binds, computed without
-    running project code: a project module becomes a namespace of its evaluable values, a
-    standard-library module is imported; anything else raises LookupError."""
-    import importlib
-    import types
-
-    if name is not None and _project_file(f"{module}.{name}"):
-        module, name = f"{module}.{name}", None
-    path = _project_file(module)
-    if path is not None:
-        values = source_values(path)
-        if name is None:
-            return types.SimpleNamespace(**values, __file__=path)
-        if name in values:
-            return values[name]
-    elif module.split(".")[0] in sys.stdlib_module_names:
-        imported = importlib.import_module(module)
-        return imported if name is None else getattr(imported, name)
-    raise LookupError(module)
-
-
-def source_values(path: str) -> dict:
-    """The module-level names of a project source file whose values can be computed from
-    literals, the standard library and other project modules' such names, without running
-    the file (its imports would start TensorFlow)."""
-    if path in _NAMESPACES:
-        return _NAMESPACES[path]
-    values = _NAMESPACES[path] = {}  # an import cycle sees the names bound so far
-    with open(path, encoding="utf-8") as handle:
-        tree = ast.parse(handle.read())
-    for node in tree.body:
-        try:
-            if isinstance(node, ast.Import):
-                for alias in node.names:
-                    top = alias.name.split(".")[0]
-                    values[alias.asname or top] = _bound(alias.name if alias.asname else top)
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                for alias in node.names:
-                    values[alias.asname or alias.name] = _bound(node.module, alias.name)
-            elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(
-                    node.targets[0], ast.Name):
-                values[node.targets[0].id] = _evaluate_or_keys(node.value, values)
-        except Exception:  # noqa: BLE001, S112 - needs running code: left out
-            continue
-    return values
-
-
-def _evaluate_or_keys(node: ast.expr, values: dict) -> Any:
-    """An expression's value; for a dict display whose values need running code, its keys
-    (mapped to None), which is what flag choices and defaults built from it use."""
-    try:
-        return _evaluate(node, values)
-    except Exception:
-        if not isinstance(node, ast.Dict) or None in node.keys:
-            raise
-        return dict.fromkeys(_evaluate(key, values) for key in node.keys if key is not None)
-
-
-def _evaluate(node: ast.expr, values: dict) -> Any:
-    """The value of an expression of the project's own source, over `values`."""
-    return eval(compile(ast.Expression(node), "<binary>", "eval"), dict(values))
-
-
-def declared_options(path: str, class_name: str = "Config") -> list:
-    """[(name, default, help, choices, rule text)] of a binary's `Config` dataclass (its bases'
-    fields first, as dataclasses order them), read from the source file without running it. A
-    default that cannot be computed so is its source text (a `_Verbatim`)."""
-    values = source_values(path)
-    with open(path, encoding="utf-8") as handle:
-        tree = ast.parse(handle.read())
-    config = next((node for node in tree.body
-                   if isinstance(node, ast.ClassDef) and node.name == class_name), None)
-    if config is None:
-        return []
-    options: dict[str, tuple] = {}
-    imported = {alias.asname or alias.name: node.module for node in tree.body
-                if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module
-                for alias in node.names}
-    for base in config.bases:  # e.g. road.Config: the base module's own options first
-        source, name = None, None
-        if isinstance(base, ast.Attribute) and isinstance(base.value, ast.Name):
-            source, name = getattr(values.get(base.value.id), "__file__", None), base.attr
-        elif isinstance(base, ast.Name) and base.id in imported:  # from m import Base
-            source, name = _project_file(imported[base.id]), base.id
-        if source is not None and name is not None:
-            options.update((option[0], option) for option in declared_options(source, name))
-    for node in config.body:
-        call = getattr(node, "value", None)
-        if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
-                and isinstance(call, ast.Call) and getattr(call.func, "id", "") == "option"):
-            continue
-        given = dict(zip(("default", "help", "choices"), call.args))
-        given.update({keyword.arg: keyword.value for keyword in call.keywords if keyword.arg})
-        options[node.target.id] = (node.target.id, *(
-            _shown(given.get(name), values) for name in ("default", "help", "choices")),
-            _rule_text(given.get("rule"), values))
-    return list(options.values())
-
-
-def _rule_text(node: Optional[ast.expr], values: dict) -> str:
-    """What an option's rule says (`models.foundation.rules`), or "" if it has none or its
-    arguments need running code."""
-    if node is None:
-        return ""
-    try:
-        found = _evaluate(node, {**values, **vars(rules)})
-    except Exception:  # noqa: BLE001
-        return ""
-    return " ".join(rule.text for rule in (found if isinstance(found, tuple) else (found,)))
-
-
-def _shown(node: Optional[ast.expr], values: dict) -> Any:
-    """An option argument's value, its source text (`_Verbatim`) if that needs running code,
-    or None if not given."""
-    if node is None:
-        return None
-    try:
-        return _evaluate(node, values)
-    except Exception:  # noqa: BLE001
-        return _Verbatim(ast.unparse(node))
-
-
-class _Verbatim(str):
-    """A default shown as the source text that computes it."""
-
-
 def flag_text(value: Any) -> str:
     """A default as the user would type it on the command line."""
-    if isinstance(value, _Verbatim):
-        return f"<{value}>"
     if value is None:
         return "(none)"
     if isinstance(value, bool):
@@ -510,42 +356,47 @@ def flag_text(value: Any) -> str:
     return str(value)
 
 
-def help_text(path: str, command: str) -> str:
-    """The `--help` page of a binary: its docstring's first paragraph and one line per flag."""
-    with open(path, encoding="utf-8") as handle:
-        doc = (ast.get_docstring(ast.parse(handle.read())) or "").split("\n\n")[0].strip()
+def _rule_text(rule: Any) -> str:
+    """What an option's rule (or tuple of rules) says, or "" if it has none."""
+    if rule is None:
+        return ""
+    return " ".join(one.text for one in (rule if isinstance(rule, tuple) else (rule,)))
+
+
+def help_text(config_class: type, doc: Optional[str], command: str) -> str:
+    """The `--help` page of a binary: the first paragraph of its docstring `doc` and one line
+    per field of its real `config_class` (default, help, choices, rules)."""
     lines = [f"usage: {command} [--flag=value ...]", ""]
-    if doc:
-        lines += [doc, ""]
+    summary = (doc or "").strip().split("\n\n")[0].strip()
+    if summary:
+        lines += [summary, ""]
     lines.append("flags (default in brackets):")
-    for name, default, text, choices, rule in declared_options(path):
-        one_line = " ".join(str(text or "").split())
+    for field in dataclasses.fields(config_class):
+        one_line = " ".join(str(field.metadata.get("help", "")).split())
+        choices = field.metadata.get("choices")
         if choices:
             one_line += f" One of: {flag_text(choices).replace(',', ', ')}."
+        rule = _rule_text(field.metadata.get("rule"))
         if rule:
             one_line += f" {rule}"
-        lines.append(f"  --{name} [{flag_text(default)}]")
+        lines.append(f"  --{field.name} [{flag_text(field.default)}]")
         lines.append(f"      {one_line}")
     lines += ["", "  --helpfull  every flag, including absl's and TensorFlow's"]
     return "\n".join(lines)
 
 
-def answer_help_early() -> None:
-    """If a binary was started with --help/-h, prints its own flags and exits 0 before any
-    heavy import; otherwise does nothing."""
-    if not any(argument in HELP_FLAGS for argument in sys.argv[1:]):
-        return
-    path = _started_file()
-    if not path or not os.path.isfile(path):
-        return
-    if os.path.commonpath([os.path.abspath(path), PROJECT_ROOT]) != PROJECT_ROOT:
-        return  # only the project's own binaries are read (and their defaults evaluated)
-    with open(path, encoding="utf-8") as handle:
-        source = handle.read()
-    if "run_binary(Config, run)" not in source:
-        return
-    argv = list(getattr(sys, "orig_argv", ()))
-    command = (f"python -m {argv[argv.index('-m') + 1]}" if "-m" in argv[:-1]
-               else f"python {path}")
-    print(help_text(path, command))
-    sys.exit(0)
+def _command() -> str:
+    """How the running binary was started: `python -m pkg.mod` or `python path/file.py`."""
+    argv = list(getattr(sys, "orig_argv", sys.argv))
+    if "-m" in argv[:-1]:
+        return f"python -m {argv[argv.index('-m') + 1]}"
+    return f"python {sys.argv[0]}"
+
+
+def start_process() -> None:
+    """The one start-up of a process that runs the project as a program (every binary, through
+    `run_binary`; the test suite; a notebook that wants the same): TensorFlow's C++ start-up
+    lines stay silent when it loads and its oneDNN kernels are on, unless the user chose
+    otherwise. Importing a package does neither (docs/architecture.md, "Start-up")."""
+    quiet_startup()
+    fast_kernels()

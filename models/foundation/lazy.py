@@ -43,6 +43,9 @@ class _ModuleOnFirstUse(types.ModuleType):
     def __delattr__(self, attribute: str) -> None:
         delattr(importlib.import_module(self.__name__), attribute)
 
+    def __reduce__(self):  # pickled by name (Beam pickles a binary's DoFn with its globals)
+        return lazy_module, (self.__name__,)
+
 
 def lazy_module(name: str) -> types.ModuleType:
     """The module `name`, imported on the first use of one of its attributes instead of now: a

@@ -159,6 +159,22 @@ class StopAfter(keras.callbacks.Callback):
             raise Stopped(epoch + 1)
 
 
+class TimeLimit(keras.callbacks.Callback):
+    """Stops training at the end of the batch on which `seconds` have passed."""
+
+    def __init__(self, seconds: Optional[float]):
+        super().__init__()
+        self.seconds = seconds
+        self.started = 0.0
+
+    def on_train_begin(self, logs: Optional[dict] = None) -> None:
+        self.started = time.time()
+
+    def on_train_batch_end(self, batch: int, logs: Optional[dict] = None) -> None:
+        if self.seconds and time.time() - self.started > self.seconds:
+            self.model.stop_training = True
+
+
 class Progress:
     """The time spent and the resumptions of a run, counted over every attempt of a killed and
     resumed run: the backup keeps them with each epoch's state."""

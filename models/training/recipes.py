@@ -20,7 +20,7 @@ OPTIMIZERS = ("sgd", "adam")  # Nesterov SGD or Adam (models.training.loop.make_
 
 class TrainingRecipe(Protocol):
     """What the one training loop reads of any trainer's recipe (ROAR's `Recipe`,
-    `bam.train.BamRecipe`, `faithfulness.finetune.FinetuneRecipe`): its length and batch size;
+    `bam.train.BamRecipe`, `faithfulness.finetuning.FinetuneRecipe`): its length and batch size;
     the rest is the trainer's own."""
 
     @property

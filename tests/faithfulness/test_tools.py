@@ -14,7 +14,7 @@ import tensorflow as tf
 import faithfulness
 import models
 import saliency_gen
-from faithfulness import evaluate, finetune
+from faithfulness import evaluate, finetune, finetuning
 from models.training.recipes import RunOptions
 from saliency_gen.data import pipelines
 from tests import REPO, binaries
@@ -104,7 +104,7 @@ def test_coupled_weight_decay_is_pytorch_sgd():
     keras.utils.set_random_seed(0)
     inputs = keras.Input((3,))
     outputs = keras.layers.Dense(2)(inputs)
-    model = finetune.CoupledDecayModel(inputs, outputs, weight_decay=0.1)
+    model = finetuning.CoupledDecayModel(inputs, outputs, weight_decay=0.1)
     kernel, bias = [w.copy() for w in model.get_weights()]
     model.compile(keras.optimizers.SGD(0.5), keras.losses.MeanSquaredError())
     x, y = np.zeros((4, 3), np.float32), np.zeros((4, 2), np.float32)
@@ -116,9 +116,9 @@ def test_coupled_weight_decay_is_pytorch_sgd():
 
 def test_random_resized_crop_is_keyed_and_sized():
     image = tf.random.uniform([40, 60, 3])
-    first = finetune.random_resized_crop(image, 32, tf.constant([1, 2], tf.int64))
-    again = finetune.random_resized_crop(image, 32, tf.constant([1, 2], tf.int64))
-    other = finetune.random_resized_crop(image, 32, tf.constant([1, 3], tf.int64))
+    first = finetuning.random_resized_crop(image, 32, tf.constant([1, 2], tf.int64))
+    again = finetuning.random_resized_crop(image, 32, tf.constant([1, 2], tf.int64))
+    other = finetuning.random_resized_crop(image, 32, tf.constant([1, 3], tf.int64))
     assert first.shape == (32, 32, 3)
     np.testing.assert_array_equal(first.numpy(), again.numpy())
     assert not np.array_equal(first.numpy(), other.numpy())
@@ -129,8 +129,8 @@ def test_training_pipeline_deletes_cells(tiny_world):
     from models.formats.preprocessing import input_space
 
     files = sorted(tf.io.gfile.glob(os.path.join(root, "records", "train-*")))
-    recipe = finetune.FinetuneRecipe(batch_size=32, grid=4, min_crop_area=1.0, p_delete=1.0)
-    images, _ = next(iter(finetune.training_dataset(files, 64, input_space("pixels01"), recipe,
+    recipe = finetuning.FinetuneRecipe(batch_size=32, grid=4, min_crop_area=1.0, p_delete=1.0)
+    images, _ = next(iter(finetuning.training_dataset(files, 64, input_space("pixels01"), recipe,
                                                     0, 200)))
     zero_pixels = (images.numpy() == 0).all(axis=-1).reshape(32, -1).sum(axis=1)
     assert (zero_pixels >= 16 * 16).all()  # one whole 16 x 16 cell per image
@@ -143,16 +143,16 @@ def test_finetune_exports_the_best_epoch_and_resumes_exactly(tiny_world, tmp_pat
     models.export(models.build("small_cnn", 10, (64, 64, 3)), start, preprocessing="imagenet")
     train = sorted(tf.io.gfile.glob(os.path.join(root, "records", "train-*")))
     val = sorted(tf.io.gfile.glob(os.path.join(root, "records", "validation-*")))
-    recipe = finetune.FinetuneRecipe(epochs=2, batch_size=50, learning_rate=0.01,
+    recipe = finetuning.FinetuneRecipe(epochs=2, batch_size=50, learning_rate=0.01,
                                      decay_every=1, min_crop_area=0.5)
     run = RunOptions(recipe=recipe)
-    whole = finetune.finetune(train, val, str(tmp_path / "whole"), run, init_model=start)
+    whole = finetuning.finetune(train, val, str(tmp_path / "whole"), run, init_model=start)
     output = str(tmp_path / "tuned")
     with pytest.raises(KeyboardInterrupt):  # 4 steps per epoch: killed inside the second
-        finetune.finetune(train, val, output, run, init_model=start,
+        finetuning.finetune(train, val, output, run, init_model=start,
                           callbacks=[interrupt_at(epoch=1, step=1)])
     assert not os.path.exists(os.path.join(output, "model"))
-    result = finetune.finetune(train, val, output, run, init_model=start)
+    result = finetuning.finetune(train, val, output, run, init_model=start)
     assert result["model_id"] == whole["model_id"]
     assert result["val_top1_per_epoch"] == whole["val_top1_per_epoch"]
     assert result["resumptions"] == 1 and result["resumed_at_epochs"] == [1]
@@ -168,10 +168,10 @@ def test_finetune_exports_the_best_epoch_and_resumes_exactly(tiny_world, tmp_pat
     assert evaluated["n_eval"] == result["n_eval"] and evaluated["model_id"] == tuned.model_id
     assert abs(evaluated["top1"] - result["best_val_top1"]) <= 1 / result["n_eval"] + 1e-9
     # Finished: reused as it is; other settings stop with one line.
-    assert finetune.finetune(train, val, output, run, init_model=start) == result
+    assert finetuning.finetune(train, val, output, run, init_model=start) == result
     assert_origin_covers_the_flags(finetune.Config, result["origin"])
     with pytest.raises(models.UserError, match=r"run folder .*tuned was made with seed=0, not 1"):
-        finetune.finetune(train, val, output, dataclasses.replace(run, seed=1),
+        finetuning.finetune(train, val, output, dataclasses.replace(run, seed=1),
                           init_model=start)
 
 

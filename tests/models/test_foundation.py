@@ -186,28 +186,17 @@ def test_start_up_logs_stay_hidden_unless_asked_for(monkeypatch):
     assert os.environ.get("TF_CPP_MIN_LOG_LEVEL") is None
 
 
-def test_the_foundation_imports_without_tensorflow_and_tensorflow_loads_quietly():
-    """errors, flags and their rules, files, provenance, the statistics and the recipes load no
-    TensorFlow, nor do the four benchmark packages, ROAR's report, BAM's downloader and the
-    binaries that check their flags before it starts (their heavy modules load on first use);
-    the first model loads it, and its C++ start-up lines stay hidden (stderr stays empty)."""
+def test_after_the_start_up_tensorflow_loads_quietly():
+    """After `cli.start_process` (every binary's start-up) the first model loads TensorFlow and
+    its C++ start-up lines stay hidden: stderr stays empty. (That importing the packages and
+    binaries loads no TensorFlow is tests/test_help.py's.)"""
     import subprocess
     import sys
 
     from tests import REPO
 
-    light = ("import sys; import models.foundation.errors, models.foundation.cli, "
-             "models.foundation.rules, models.foundation.files, models.foundation.provenance, "
-             "models.report.uncertainty, models.report.reliability, "
-             "models.report.meta_evaluation, models.report.card_engine, models.report.pages, "
-             "bam, roar, faithfulness, saliency_gen, models.training.recipes, roar.report, "
-             "bam.downloads, saliency_gen.generate, roar.train, roar.road, bam.metrics, "
-             "faithfulness.evaluate; "
-             "print(sorted({'tensorflow', 'keras'} & set(sys.modules)))")
-    done = subprocess.run([sys.executable, "-c", light], cwd=REPO, capture_output=True,
-                          text=True, timeout=120, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
-    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stderr[-2000:]
-    heavy = "import models; models.build('small_cnn', 3, (16, 16, 3)); print('built')"
+    heavy = ("from models.foundation import cli; cli.start_process(); import models; "
+             "models.build('small_cnn', 3, (16, 16, 3)); print('built')")
     env = {key: value for key, value in os.environ.items() if key != "TF_CPP_MIN_LOG_LEVEL"}
     done = subprocess.run([sys.executable, "-c", heavy], cwd=REPO, capture_output=True,
                           text=True, timeout=300, env=env)
@@ -216,6 +205,7 @@ def test_the_foundation_imports_without_tensorflow_and_tensorflow_loads_quietly(
 
 
 def test_a_lazy_module_imports_on_first_use_and_forwards_settings(tmp_path, monkeypatch):
+    import pickle
     import sys
 
     from models.foundation.lazy import lazy_module
@@ -223,7 +213,9 @@ def test_a_lazy_module_imports_on_first_use_and_forwards_settings(tmp_path, monk
     (tmp_path / "lazy_probe.py").write_text("VALUE = 41\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     probe = lazy_module("lazy_probe")
+    again = pickle.loads(pickle.dumps(probe))  # by name (Beam pickles a binary's globals)
     assert "lazy_probe" not in sys.modules  # nothing imported yet
+    assert again.__name__ == "lazy_probe" and again.VALUE == 41
     assert probe.VALUE == 41 and "lazy_probe" in sys.modules
     probe.VALUE = 42  # a setting (a test's monkeypatch) reaches the real module
     assert sys.modules["lazy_probe"].VALUE == 42

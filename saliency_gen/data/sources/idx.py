@@ -19,14 +19,23 @@ import gzip
 import math
 import os
 import struct
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import numpy as np
-import tensorflow as tf
 
 from models.foundation.cli import option, run_binary
 from models.foundation.errors import MissingPathError, UserError, check_minimum
-from saliency_gen.data import records
+from models.foundation.lazy import lazy_module
+
+# Loaded on first use: --help and a bad flag are answered before TensorFlow starts
+# (docs/architecture.md, "Light imports").
+if TYPE_CHECKING:  # the type checker's view of the same modules
+    import tensorflow as tf
+
+    from saliency_gen.data import records
+else:
+    tf = lazy_module("tensorflow")
+    records = lazy_module("saliency_gen.data.records")
 
 # IDX type codes: numpy dtype (big-endian where it matters).
 IDX_TYPES: dict[int, np.dtype] = {

@@ -16,14 +16,21 @@ import importlib.util
 import json
 import os
 import re
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from PIL import Image
 
 from models.foundation.cli import option, run_binary
 from models.foundation.errors import MissingPathError, UserError, check_known
 from models.foundation.files import project_cache_dir
-from saliency_gen.data import records
+from models.foundation.lazy import lazy_module
+
+# Loaded on first use: --help and a bad flag are answered before TensorFlow starts
+# (docs/architecture.md, "Light imports").
+if TYPE_CHECKING:  # the type checker's view of the same modules
+    from saliency_gen.data import records
+else:
+    records = lazy_module("saliency_gen.data.records")
 
 PHOTO_SETS = {"imagenet": 1000, "cifar10": 10}
 CIFAR10_NAMES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse",
