@@ -21,7 +21,7 @@ import models
 from faithfulness import evaluate
 from models.foundation import provenance
 from models.foundation import results as result_files
-from models.foundation.cli import option, run_binary
+from models.foundation.cli import flag_of, option, run_binary
 from models.foundation.errors import RecordError, UserError, required
 from models.foundation.files import exclusive, read_json, write_json
 from models.foundation.lazy import lazy_module
@@ -55,7 +55,7 @@ class Config(beam_support.RunnerOptions):
                                       evaluate.PROTOCOLS, origin="protocol")
     geometry: str = option("auto", "How images reach the model's size (as the generator).",
                            ("auto", "center_crop", "none"))
-    batch_size: int = option(32, "Work items per model call.")
+    batch_size: int = flag_of(evaluate.Options, "batch_size", origin=True)
     seed: int = option(0, "Seed of the protocols' draws and of the bootstrap.")
     output: str = option("faithfulness_beam.json", "JSON report.", origin=False)
 

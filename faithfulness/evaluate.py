@@ -68,23 +68,40 @@ def explainers_for(model_name: str) -> list:
 
 
 @dataclasses.dataclass(frozen=True)
-class Options:
-    """Protocol settings (IDSDS flag names where they exist)."""
+class Options(Checked):
+    """How a protocol scores (IDSDS flag names where they exist), checked when built: the
+    protocol flags of `python -m faithfulness.evaluate`, declared once here; its `Config` is
+    these and where the model, images and output are."""
 
-    grid_rows_and_cols: int = 4
-    sd_baseline: str = "zeros"
-    id_baseline: str = "zeros"
-    id_steps: int = 32
-    id_order: str = "ascending"
-    id_update_attribution: bool = False
-    id_baseline_gaussian_kernel: int = 51
-    id_baseline_gaussian_sigma: float = 41.0
-    attribution_transform: str = "raw"
-    data_replace_method: str = ""  # deletion/insertion/iic_ad/add; "" = the metric's default
-    max_step_nb: int = 196
-    output_activation: str = "auto"  # auto: logits for single deletion, softmax otherwise
-    batch_size: int = 32
-    seed: int = 0
+    grid_rows_and_cols: int = option(4, 'Single deletion grid G (G x G cells).',
+                                     rule=at_least(1))
+    sd_baseline: str = option("zeros", 'Single deletion baseline.', BASELINES)
+    id_baseline: str = option("zeros", 'Incremental deletion baseline.', BASELINES)
+    id_steps: int = option(32, 'Incremental deletion steps S.', rule=at_least(1))
+    id_order: str = option("ascending", 'Deletion order.', ORDERS)
+    id_update_attribution: bool = option(False, 'Re-explain before every step.')
+    id_baseline_gaussian_kernel: int = option(51, 'Blur baseline kernel size (odd).',
+                                              rule=at_least(1))
+    id_baseline_gaussian_sigma: float = option(41.0, 'Blur baseline sigma.', rule=POSITIVE)
+    attribution_transform: str = option(
+        "raw",
+        'Applied to the attribution before the channel sum.',
+        ("raw", "abs", "relu"))
+    data_replace_method: str = option(
+        "",
+        "deletion/insertion/iic_ad/add substrate: black or blur (default: the metric's).")
+    max_step_nb: int = option(196, 'deletion/insertion: at most this many steps.',
+                              rule=at_least(1))
+    output_activation: str = option(
+        "auto",
+        'auto: logits for single deletion (IDSDS), softmax for the others.',
+        ("auto", "none", "softmax"))
+    batch_size: int = option(32, 'Work items per model call.', origin=False, rule=at_least(1))
+    seed: int = option(0, 'Seed of the image order and of every random draw.')
+
+    def protocol_settings(self) -> dict:
+        """{name: value} of these settings alone (what a report records as its options)."""
+        return {field.name: getattr(self, field.name) for field in dataclasses.fields(Options)}
 
 
 def _activation(options, protocol):
@@ -214,8 +231,9 @@ def table(results: dict, n_images: int, protocol: str) -> str:
 # The binary.
 
 @dataclasses.dataclass(frozen=True)
-class Config(Checked):
-    """faithfulness.evaluate's options (one flag each), checked when built."""
+class Config(Options):
+    """faithfulness.evaluate's options (one flag each): the protocol settings (`Options`), then
+    the model, the images, the explainers and the output; checked when built."""
 
     model_path: Optional[str] = option(
         None,
@@ -240,35 +258,9 @@ class Config(Checked):
         "random, ...), registered methods or 'package.module:function'; idsds:applicable: "
         "every IDSDS explainer that applies to the zoo model (CAMs on CNNs, its own ones).",
         rule=(some("method"), UNIQUE))
-    attribution_transform: str = option(
-        "raw",
-        'Applied to the attribution before the channel sum.',
-        ("raw", "abs", "relu"))
-    grid_rows_and_cols: int = option(4, 'Single deletion grid G (G x G cells).',
-                                     rule=at_least(1))
-    sd_baseline: str = option("zeros", 'Single deletion baseline.', BASELINES)
-    id_baseline: str = option("zeros", 'Incremental deletion baseline.', BASELINES)
-    id_steps: int = option(32, 'Incremental deletion steps S.', rule=at_least(1))
-    id_order: str = option("ascending", 'Deletion order.', ORDERS)
-    id_update_attribution: bool = option(False, 'Re-explain before every step.')
-    id_baseline_gaussian_kernel: int = option(51, 'Blur baseline kernel size (odd).',
-                                              rule=at_least(1))
-    id_baseline_gaussian_sigma: float = option(41.0, 'Blur baseline sigma.', rule=POSITIVE)
-    data_replace_method: str = option(
-        "",
-        "deletion/insertion/iic_ad/add substrate: black or blur (default: the metric's).")
-    max_step_nb: int = option(196, 'deletion/insertion: at most this many steps.',
-                              rule=at_least(1))
-    output_activation: str = option(
-        "auto",
-        'auto: logits for single deletion (IDSDS), softmax for the others.',
-        ("auto", "none", "softmax"))
     nr_images: int = option(64, 'Images to score (-1: all).', rule=COUNT_OR_ALL)
-    batch_size: int = option(32, 'Work items per model call.', origin=False, rule=at_least(1))
-    seed: int = option(0, 'Seed of the image order and of every random draw.')
     output: Optional[str] = option(None, 'JSON file (default faithfulness_<protocol>.json).',
                                    origin=False)
-
 
 
 def run(config: Config) -> dict:
@@ -306,8 +298,6 @@ def _run(f: Config, output: str) -> dict:
     else:
         model_path, pattern = f.model_path, f.input_pattern
     loaded = models.load(model_path)
-    options = Options(**{field.name: getattr(f, field.name)
-                         for field in dataclasses.fields(Options)})
     explainers = list(f.explainer)
     if explainers == [APPLICABLE]:
         explainers = explainers_for(loaded.name)
@@ -319,17 +309,17 @@ def _run(f: Config, output: str) -> dict:
     print(f"{f.evaluation_protocol}: {len(images)} images of {pattern}, model {loaded.model_id}")
     started = time.time()
     with progress.bar(len(images) * len(explainers), f.evaluation_protocol, "img") as bar:
-        results = evaluate(loaded, images, labels, ids, chosen, f.evaluation_protocol,
-                           options, progress=bar.update)
+        results = evaluate(loaded, images, labels, ids, chosen, f.evaluation_protocol, f,
+                           progress=bar.update)
     seconds = time.time() - started
     print(table(results, len(images), f.evaluation_protocol))
     # every flag that changes results (docs/architecture.md, "Outputs and provenance")
     report = {"protocol": f.evaluation_protocol, "model_path": model_path,
               "model_id": loaded.model_id, "input_pattern": pattern, "n_images": len(images),
-              "options": dataclasses.asdict(options), "seconds": seconds, "results": results,
+              "options": f.protocol_settings(), "seconds": seconds, "results": results,
               "origin": provenance.origin(provenance.with_code(
                   {**origin_flags(f), "protocol": f.evaluation_protocol,
-                   "explainer": explainers, **dataclasses.asdict(options)},
+                   "explainer": explainers, **f.protocol_settings()},
                   {method.name: method.code_origin for method in chosen if method.code}),
                   model_id=loaded.model_id,
                   data=provenance.listing_digest(records.list_files(pattern)))}

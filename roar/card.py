@@ -27,7 +27,7 @@ from models.foundation import provenance
 from models.foundation.errors import check_known
 from models.report.card_engine import ORACLE, Benchmark
 from models.training import recipes
-from roar import masked_data, metric_definitions, road_outcomes
+from roar import mask_settings, masked_data, metric_definitions, road_outcomes
 from roar import train as roar_train
 from saliency_gen import generate
 
@@ -40,11 +40,10 @@ IMPUTERS = ("noisy_linear", "mean")
 
 
 def road_mask(imputer: str = "noisy_linear", seed: int = 0) -> masked_data.MaskConfig:
-    """ROAD's settings on the card: `roar.road`'s defaults (pixel ranking of the signed channel
-    sum with the shared jitter, noise 0.01) with `imputer`'s fill."""
+    """ROAD's settings on the card: `roar.road`'s defaults (`mask_settings.ROAD`: pixel ranking
+    of the signed channel sum with the shared jitter; noise 0.01) with `imputer`'s fill."""
     check_known(imputer, IMPUTERS, "ROAD imputer")
-    return masked_data.MaskConfig(ranking="pixel", squared=False, tie_break="jitter",
-                                  fill=imputer, road_noise=0.01, seed=seed)
+    return mask_settings.MaskConfig(**{**mask_settings.ROAD, "fill": imputer}, seed=seed)
 
 
 def oracle_maps(masks: ArrayLike) -> np.ndarray:

@@ -3,8 +3,9 @@
     config = MaskConfig(ratio=0.5)                       # ROAR, top 50%, mean fill
     images = replace(images, feature_mask(saliency, config), config)
 
-`MaskConfig` holds every setting below; its values are checked once, when it is built, by the
-same rules and words as the binaries' flags, and the functions here trust it.
+`MaskConfig` (declared in `roar.mask_settings`) holds every setting below; its values are
+checked once, when it is built, by the same rules and words as the binaries' flags, and the
+functions here trust it.
 
 * `ratio` r is always the fraction of features *replaced*: ROAR replaces the top r, KAR
   (`keep_information`) keeps the top 1 - r and replaces the rest. Counts are ROAR's
@@ -22,51 +23,18 @@ Control maps: `random_scores` (a uniform score per feature keyed by (seed, examp
 same image gets the same mask in every epoch and run; or per read with an epoch) and
 `oracle_scores` (the object mask of the record, for calibration).
 """
-import dataclasses
 from typing import Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
 
 from models.foundation import provenance
-from models.foundation.cli import option
-from models.foundation.errors import UserError
-from models.foundation.rules import POSITIVE, WHOLE_PERCENTS, Checked, at_least
 from roar import imputation
+from roar.mask_settings import FILLS, TIE_BREAKS, UNITS, MaskConfig  # noqa: F401 (its users')
 from saliency_gen.data.pipelines import key_seeds
 from saliency_gen.data.records import ranking_cut
 
-UNITS = ("element", "pixel")
-TIE_BREAKS = ("index", "jitter")
-FILLS = ("mean", "zero", "noisy_linear")
 JITTER = 1e-4
-
-
-@dataclasses.dataclass(frozen=True)
-class MaskConfig(Checked):
-    """How features are ranked, selected and replaced (docs/roar.md, "Masks"); its values are
-    checked when it is built, by the same rules and words as the binaries' flags."""
-
-    ratio: float = option(0.0, "Fraction of features replaced.", rule=WHOLE_PERCENTS)
-    keep_information: bool = option(False, "KAR: keep the top features, replace the rest.")
-    ranking: str = option("element", "Ranking unit.", UNITS)
-    squared: bool = option(True, "Rank by e^2.")
-    tie_break: str = option("index", "Ties.", TIE_BREAKS)
-    fill: str = option("mean", "Replacement.", FILLS)
-    road_noise: float = option(0.01, "ROAD imputation noise.", rule=at_least(0))
-    cg_tol: float = option(1e-5, "ROAD solver: relative residual to stop at.", rule=POSITIVE)
-    cg_max_iters: int = option(2000, "ROAD solver: iteration limit.", rule=at_least(1))
-    seed: int = option(0, "Seed of the jitter and the noise.")
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.fill == "noisy_linear" and self.ranking != "pixel":
-            raise UserError("--fill=noisy_linear (ROAD) needs --ranking=pixel")
-
-    @property
-    def percent(self) -> int:
-        """The ratio as a whole percent (ROAR's thresholds; a multiple of 0.01, checked)."""
-        return round(self.ratio * 100)
 
 
 def solver_setting(fill: str) -> dict:

@@ -22,7 +22,7 @@ import numpy as np
 
 import models
 from models.foundation import progress, provenance
-from models.foundation.cli import option, origin_flags, run_binary
+from models.foundation.cli import flag_of, option, origin_flags, run_binary
 from models.foundation.errors import UserError, required
 from models.foundation.files import exclusive, write_json
 from models.foundation.lazy import lazy_module
@@ -36,7 +36,8 @@ from models.foundation.rules import (
     at_least,
     some_of,
 )
-from roar import metric_definitions
+from roar import mask_settings, metric_definitions
+from roar.mask_settings import ROAD, MaskConfig
 
 # Loaded on first use: a bad flag is reported before TensorFlow starts (docs/architecture.md).
 if TYPE_CHECKING:  # the type checker's view of the same modules
@@ -143,13 +144,13 @@ class Config(Checked):
         ("0.1", "0.2", "0.3", "0.4", "0.5", "0.7", "0.9"),
         'Fractions p (MoRF removes the top p, LeRF keeps it).',
         rule=(WHOLE_PERCENTS, UNIQUE_NUMBERS))
-    ranking: str = option("pixel", 'Ranking unit (ROAD: pixel).', ["element", "pixel"])
-    squared_value: bool = option(False, 'Rank by e^2 (ROAD: the signed sum).')
-    tie_break: str = option("jitter", 'Ties (ROAD: jitter).', ["index", "jitter"])
-    fill: str = option("noisy_linear", 'Replacement.', ["mean", "zero", "noisy_linear"])
-    road_noise: float = option(0.01, 'Imputation noise (absolute, [0, 1] pixels).',
-                               rule=at_least(0))
-    seed: int = option(0, 'Seed of the jitter and the noise.')
+    # The mask settings, declared once (roar.mask_settings), with ROAD's choices as defaults.
+    ranking: str = flag_of(MaskConfig, "ranking", ROAD["ranking"])
+    squared_value: bool = flag_of(MaskConfig, "squared", ROAD["squared"])
+    tie_break: str = flag_of(MaskConfig, "tie_break", ROAD["tie_break"])
+    fill: str = flag_of(MaskConfig, "fill", ROAD["fill"])
+    road_noise: float = flag_of(MaskConfig, "road_noise")
+    seed: int = flag_of(MaskConfig, "seed")
     batch_size: int = option(128, 'Images per evaluation batch.', origin=False,
                              rule=at_least(1))
     label_offset: int = option(0, 'Added to image-record labels.',
@@ -205,9 +206,7 @@ def inputs(f: Config, size: int) -> Inputs:
     data_dir, method = required(f, "data_dir", "saliency_method")
     files = masked_data.list_shards(os.path.join(data_dir, f.eval_pattern), "--eval_pattern")
     control = method if method in ("random", "oracle") else None
-    mask = masked_data.MaskConfig(ranking=f.ranking, squared=f.squared_value,
-                                  tie_break=f.tie_break, fill=f.fill, road_noise=f.road_noise,
-                                  seed=f.seed)
+    mask = mask_settings.mask_config(f)
     read = masked_data.Records(
         "images" if control else "saliency", control,
         map_key=None if control else masked_data.record_key_of(method), size=size,

@@ -19,13 +19,15 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import models
 from models.foundation import provenance
-from models.foundation.cli import option, origin_flags, run_binary
+from models.foundation.cli import flag_of, option, origin_flags, run_binary
 from models.foundation.errors import UserError
 from models.foundation.files import ensure_directory, write_json
 from models.foundation.lazy import lazy_module
-from models.foundation.rules import LABEL_OFFSETS, POSITIVE, WHOLE_PERCENTS, at_least
+from models.foundation.rules import LABEL_OFFSETS, POSITIVE, at_least
 from models.training import distribution, recipes
 from models.training.recipes import Recipe, RunOptions, TrainingFlags
+from roar import mask_settings
+from roar.mask_settings import MaskConfig
 
 # Loaded on first use: a bad flag is reported before TensorFlow starts (docs/architecture.md).
 training = lazy_module("models.training.loop")
@@ -138,10 +140,7 @@ class Config(TrainingFlags):
     """roar.train's options (one flag each; the training flags shared with the other trainers
     first), checked when built."""
 
-    ratio: Optional[float] = option(
-        None,
-        'Fraction of features replaced (ROAR: the top ones; KAR: all but the top 1 - '
-        'ratio). Required unless --transformation=raw_image.', rule=WHOLE_PERCENTS)
+    ratio: Optional[float] = flag_of(MaskConfig, "ratio", None)  # (required but for raw_image)
     transformation: str = option(
         "modified_image",
         'Mask by a saliency map (or the oracle), by a random map, or not at all.',
@@ -157,25 +156,15 @@ class Config(TrainingFlags):
         'Random baseline: one map per image (default), or re-drawn every epoch as the '
         'original (evaluation then uses the fixed draw).',
         ["fixed", "per_read"])
-    keep_information: bool = option(False, 'KAR: keep the top features, replace the rest.')
-    fill: str = option(
-        "mean",
-        "Replacement: ImageNet's mean colour (original), zero, or ROAD's noisy linear "
-        'imputation (needs --ranking=pixel).',
-        ["mean", "zero", "noisy_linear"])
-    ranking: str = option(
-        "element",
-        'Rank channel entries independently (original) or whole pixels (ROAD).',
-        ["element", "pixel"])
-    squared_value: bool = option(True, 'Rank by e^2 (original) instead of the signed e.')
-    tie_break: str = option(
-        "index",
-        "Ties: lower flat index first (original) or ROAD's shared 1e-4 jitter.",
-        ["index", "jitter"])
-    road_noise: float = option(0.01, 'ROAD imputation noise (absolute, [0, 1] pixels).',
-                               rule=at_least(0))
-    cg_tol: float = option(1e-5, 'ROAD solver: relative residual to stop at.', rule=POSITIVE)
-    cg_max_iters: int = option(2000, 'ROAD solver: iteration limit.', rule=at_least(1))
+    # The mask settings, declared once (roar.mask_settings).
+    keep_information: bool = flag_of(MaskConfig, "keep_information")
+    fill: str = flag_of(MaskConfig, "fill")
+    ranking: str = flag_of(MaskConfig, "ranking")
+    squared_value: bool = flag_of(MaskConfig, "squared")
+    tie_break: str = flag_of(MaskConfig, "tie_break")
+    road_noise: float = flag_of(MaskConfig, "road_noise")
+    cg_tol: float = flag_of(MaskConfig, "cg_tol")
+    cg_max_iters: int = flag_of(MaskConfig, "cg_max_iters")
     data_dir: Optional[str] = option(
         None,
         "Folder of the method's saliency records, or of image records for "
@@ -329,10 +318,7 @@ def run(config: Config, verbose: int = 1) -> dict:
     size = f.image_size or (synthetic_setup.IMAGE_SIZE if f.data_dir is None and not f.tfds_name
                             else None)
     data_dir, num_classes = _data_source(f, synthetic, method, control)
-    mask = masked_data.MaskConfig(ratio=ratio, keep_information=f.keep_information,
-                                  ranking=f.ranking, squared=f.squared_value,
-                                  tie_break=f.tie_break, fill=f.fill, road_noise=f.road_noise,
-                                  cg_tol=f.cg_tol, cg_max_iters=f.cg_max_iters, seed=f.seed)
+    mask = mask_settings.mask_config(f, ratio=ratio)  # (its seed: --seed, as the run's)
     recipe = recipe_from_flags(f, synthetic)
     train_files = masked_data.list_shards(os.path.join(data_dir, f.train_pattern),
                                           "--train_pattern")

@@ -27,7 +27,7 @@ import saliency_gen
 from faithfulness import card as faithfulness_card
 from faithfulness import evaluate
 from models.foundation import progress, provenance, results
-from models.foundation.cli import option, origin_flags, run_binary
+from models.foundation.cli import flag_of, option, origin_flags, run_binary
 from models.foundation.errors import UserError, require_both_or_neither
 from models.foundation.files import exclusive
 from models.foundation.lazy import lazy_module
@@ -139,8 +139,7 @@ class Config(Checked):
     data_dir: Optional[str] = option(None, "BAM data root (default: the synthetic world).")
     bam_model_dir: Optional[str] = option(None, "BAM models obj/, scene/, scene_only/.")
     num_imgs: int = option(50, "Images sampled per BAM metric.", rule=at_least(1))
-    max_step_nb: int = option(64, "Deletion / Insertion: at most this many steps.",
-                              rule=at_least(1))
+    max_step_nb: int = flag_of(evaluate.Options, "max_step_nb", 64)
     batch_size: int = option(32, "Work items per model call.", rule=at_least(1))
     seed: int = option(0, "Seed of the image samples, the random draws and the bootstrap.")
     precision: str = option(

@@ -81,6 +81,20 @@ def option(default: Any, help: str, choices: Optional[Sequence] = None,  # noqa:
                                                         "origin": origin, "rule": rule})
 
 
+def flag_of(owner: type, name: str, default: Any = dataclasses.MISSING, *,
+            origin: Union[bool, str, tuple, None] = None) -> Any:
+    """A config field that is the option `name` of the options class `owner`, declared there
+    once (help text, choices, rule, origin), with `default` instead of the owner's where a
+    binary has its own (e.g. ROAD's choices of the mask settings), and `origin` instead of the
+    owner's where the binary records it otherwise (see `option`)."""
+    declared = next(field for field in dataclasses.fields(owner) if field.name == name)
+    metadata = dict(declared.metadata) if origin is None else {**declared.metadata,
+                                                               "origin": origin}
+    return dataclasses.field(
+        default=declared.default if default is dataclasses.MISSING else default,
+        metadata=metadata)
+
+
 def origin_flags(config: Any) -> dict:
     """{name: value} of the config's fields declared `origin=True` (see `option`)."""
     return {field.name: getattr(config, field.name) for field in dataclasses.fields(config)

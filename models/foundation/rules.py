@@ -10,7 +10,7 @@ is what `--help` says of it. A value of None (an option left out) is not checked
 """
 import dataclasses
 import math
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence
 
 from models.foundation.errors import (
     UserError,
@@ -154,11 +154,14 @@ def check_by_kind(field: dataclasses.Field, value: Any) -> None:
                                 f"{LIMIT} in size")
 
 
-def check_options(config: Any) -> None:
+def check_options(config: Any, names: Optional[Iterable[str]] = None) -> None:
     """Applies every option's kind checks (`check_by_kind`), choices and rules to the values of
-    `config` (a dataclass made with `cli.option` fields): the first value that breaks one
-    raises its `UserError`."""
+    `config` (a dataclass made with `cli.option` fields), or to those of the fields `names`
+    only: the first value that breaks one raises its `UserError`."""
+    chosen = None if names is None else set(names)
     for field in dataclasses.fields(config):
+        if chosen is not None and field.name not in chosen:
+            continue
         value = getattr(config, field.name)
         is_list = isinstance(value, (tuple, list))
         if not is_list:  # (a list: after its own rules, whose wording comes first)
