@@ -127,7 +127,7 @@ class WriteReport(beam.DoFn):
 def run(config: Config) -> dict:
     """Scores the records of `config` in a Beam pipeline; prints the table, returns the report."""
     f = config
-    pattern, _, method = required(f, "input_pattern", "model_path", "saliency_method")
+    pattern, model_path, method = required(f, "input_pattern", "model_path", "saliency_method")
     files = records.list_files(pattern)
     key = map_key(method)
     counts = [(path, records.check_file(path, "saliency", key=key)) for path in files]
@@ -150,7 +150,7 @@ def run(config: Config) -> dict:
         _ = (root
              | "Ranges" >> beam.Create(units)
              | "Spread" >> beam.Reshuffle()
-             | "Score" >> beam.ParDo(ScoreRange(f.model_path, key, formats,
+             | "Score" >> beam.ParDo(ScoreRange(model_path, key, formats,
                                                 f.evaluation_protocol, options, f.geometry))
              | "Combine" >> beam.CombinePerKey(beam_support.MeanAndInterval(f.seed))
              | "Gather" >> beam.combiners.ToList()

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Optional
 
 import models
 from models.foundation.cli import run_binary
+from models.foundation.errors import required
 from models.foundation.files import exclusive, read_json, write_json
 from models.foundation.lazy import lazy_module
 from roar import road
@@ -82,7 +83,8 @@ def run(config: Config) -> list:
     road.check_flags(config)
     with exclusive(config.output + ".json", "ROAD output"):
         f = road.on_synthetic_world(config)
-        model = models.load(f.ckpt_path)
+        (ckpt_path,) = required(f, "ckpt_path")  # (set by on_synthetic_world when not given)
+        model = models.load(ckpt_path)
         read = road.inputs(f, model.input_shape[0])
         counts = road.first_records(
             f, [(path, pipelines.count_records([path])) for path in read.files])
@@ -93,7 +95,7 @@ def run(config: Config) -> list:
             _ = (root
                  | "Units" >> beam.Create(units)
                  | "Spread" >> beam.Reshuffle()
-                 | "Score" >> beam.ParDo(ScoreRoadRange(f.ckpt_path, read, f.orders, f.batch_size))
+                 | "Score" >> beam.ParDo(ScoreRoadRange(ckpt_path, read, f.orders, f.batch_size))
                  | "Combine" >> beam.CombinePerKey(beam_support.MeanAndInterval(f.seed))
                  | "Collect" >> beam.combiners.ToList()
                  | "Gather" >> beam.ParDo(Gather(scratch)))

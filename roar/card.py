@@ -73,7 +73,7 @@ def benchmark(loaded: Any, images: np.ndarray, labels: ArrayLike, ids: ArrayLike
     chosen = road_outcomes.settings(road_outcomes.ORDERS, ratios)
 
     def score(method):
-        if method == ORACLE:
+        if method == ORACLE and masks is not None:  # (`supports`: no oracle without masks)
             maps = oracle_maps(masks)
         elif maps_of is not None:
             maps = maps_of(method)
@@ -131,7 +131,7 @@ def retraining_benchmark(model_path: str, records_dir: str, work_dir: str, *,
         train_files = masked_data.list_shards(os.path.join(data_dir, "train-*"), "train-*")
         eval_files = masked_data.list_shards(os.path.join(data_dir, "validation-*"),
                                              "validation-*")
-        values = {spec.name: [] for spec in metric_definitions.RETRAINING}
+        values: dict[str, list] = {spec.name: [] for spec in metric_definitions.RETRAINING}
         for keep, mode in ((False, "ROAR"), (True, "KAR")):
             for seed in seeds:
                 config = masked_data.MaskConfig(ratio=ratio, keep_information=keep, seed=seed)

@@ -60,7 +60,8 @@ class MaskConfig(Checked):
 # ROAD's own choices (Rong et al. 2022): whole pixels ranked by the signed channel sum, ties
 # broken by the shared jitter, noisy linear imputation. roar.road, roar.beam_road and the
 # card's ROAD benchmark use them as their defaults.
-ROAD: dict[str, Any] = {"ranking": "pixel", "squared": False, "tie_break": "jitter", "fill": "noisy_linear"}
+ROAD: dict[str, Any] = {"ranking": "pixel", "squared": False, "tie_break": "jitter",
+                        "fill": "noisy_linear"}
 # The flag of each field whose flag has another name.
 FLAG_NAMES = {"squared": "squared_value"}
 

@@ -193,7 +193,7 @@ def _shard_is_current(source, output_path, overwrite):
     entry = shard_ledger.read_seal(output_path)
     reason = ("it has no seal (written by an older version, or killed before it was sealed)"
               if entry is None else shard_ledger.mismatch(output_path, entry))
-    if reason:
+    if reason or entry is None:  # (no seal: `reason` says so)
         print(f"redoing {output_path}: {reason}", flush=True)
         return False
     if entry["input"] != source:

@@ -75,7 +75,7 @@ def best_times(runs, repeats):
     present = [run for run in runs if run is not None]
     for run in present:
         run()
-    best = {}
+    best: dict = {}
     for _ in range(repeats):
         for run in present:
             started = time.perf_counter()
@@ -210,7 +210,7 @@ def measure(widths, config, model=None):
             import saliency_maps_metrics.multi_step_metrics as reference
             import torch
             if not hasattr(np, "trapz"):
-                np.trapz = np.trapezoid
+                np.trapz = np.trapezoid  # type: ignore[attr-defined]  # NumPy 2.4 removed it
             torch.set_num_threads(os.cpu_count())
             twin = torch_twin.plain_cnn(model, softmax=True)
         except ImportError:

@@ -82,7 +82,7 @@ else:
 
 ENGINE_DEFAULT_CHUNK = 64  # saliency_gen.attribute's default batch_size
 # (label, engine name, gradients per image, parameters, PAIR has it)
-METHODS = (
+METHODS: tuple[tuple[str, str, int, dict, bool], ...] = (
     ("gradient", "gradient", 1, {}, True),
     ("gradient x input", "grad_x_input", 1, {}, False),
     ("IG (25 steps)", "integrated_gradients", 25, {"steps": 25}, True),
@@ -189,7 +189,8 @@ def gradient_runner(model, images, targets, size, static=False, method=bare_grad
 def ceiling(model, images, targets, batch_sizes, repeats):
     """(best gradients/s, its (batch size, static), {batch size: gradients/s}) of a bare traced
     gradient, traced for any batch size and for exactly that batch size (the best of both)."""
-    rates, best_rate, best = {}, 0.0, None
+    rates: dict = {}
+    best_rate, best = 0.0, None
     for size in batch_sizes:
         for static in (False, True):
             run, count = gradient_runner(model, images, targets, size, static)
@@ -415,7 +416,7 @@ def bench_model(entry, config):
             runs.update(captum)
         # A one-gradient run of a cheap model lasts a tenth of a second: more turns against jitter.
         seconds = interleaved(runs, config.repeats * (4 if per_image == 1 else 1))
-        chunk = min(chunks, key=seconds.get)
+        chunk = min(chunks, key=lambda name: seconds[name])
         engine = count / seconds[chunk]
         limit = ceiling_count / seconds["ceiling"] / per_image
         row = {"model": name, "method": label, "call_images": count,
@@ -427,7 +428,7 @@ def bench_model(entry, config):
             peer_rate = peer_count / seconds["peer"]
             row.update({rate_key: peer_rate, ratio_key: engine / peer_rate})
         if captum:
-            setting = min(captum, key=seconds.get)
+            setting = min(captum, key=lambda name: seconds[name])
             row.update(captum_images_per_s=count / seconds[setting],
                        captum_batch=setting[1] or "all",
                        speedup_vs_captum=seconds[setting] / seconds[chunk],

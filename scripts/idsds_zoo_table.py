@@ -70,7 +70,7 @@ def run(args: Config) -> dict:
         loaded = models.load(os.path.join(args.output_dir, name, "model"))
         images, labels, ids = pipelines.load_images(
             os.path.join(shards, "validation-*"), loaded, args.nr_images, args.seed)
-        scores = {}
+        scores: dict = {}
         for protocol, metric in (("single_deletion", "sds"), ("incremental_deletion", "id")):
             found = evaluate.evaluate(loaded, images, labels, ids, evaluate.explainers_for(name),
                                       protocol, evaluate.Options(batch_size=64))

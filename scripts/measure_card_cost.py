@@ -35,7 +35,8 @@ class Config:
     """The script's options (one flag each)."""
 
     settings: tuple = option(tuple(SETTINGS), "Which cards to time, in order (the first is "
-                             "the reference of the ratios).", rule=some_of(SETTINGS, "setting"))
+                             "the reference of the ratios).",
+                             rule=some_of(tuple(SETTINGS), "setting"))
 
 
 def timed_card(flags: list, output_dir: str, env: dict) -> float:

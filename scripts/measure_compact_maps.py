@@ -63,7 +63,7 @@ RANKINGS = {
 
 def agreement(maps, dtype):
     """{ranking: (mean IoU, min IoU)} of decoded `dtype` maps against the float32 maps."""
-    scores = {name: [] for name in RANKINGS}
+    scores: dict[str, list] = {name: [] for name in RANKINGS}
     for saliency in maps:
         encoded, scale = records.encode_map(saliency, dtype)
         decoded = records.decode_map(encoded, dtype, saliency.shape, scale)

@@ -28,6 +28,7 @@ import time
 
 from models.foundation import provenance
 from models.foundation.cli import option, run_binary
+from models.foundation.errors import UserError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -51,7 +52,10 @@ def readme_main_job() -> list:
     """The arguments after `python` of README command 1's main job (what follows its last
     `&&`)."""
     with open(os.path.join(REPO, "README.md"), encoding="utf-8") as handle:
-        first = re.search(r"```bash\n(.*?)\n```", handle.read(), re.S).group(1)
+        found = re.search(r"```bash\n(.*?)\n```", handle.read(), re.S)
+    if found is None:
+        raise UserError("README.md has no ```bash block: its command 1 is missing")
+    first = found.group(1)
     arguments = shlex.split(first.split("&&")[-1])
     if arguments[:3] != ["python", "-m", "bam.metrics"]:
         sys.exit(f"error: README command 1 does not end in python -m bam.metrics: {arguments}")
@@ -78,7 +82,7 @@ def timed(command: list, env: dict, cwd: str, echo: bool) -> tuple:
     stamped = []
     with subprocess.Popen(command, env=env, cwd=cwd, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True) as process:
-        for line in process.stdout:
+        for line in process.stdout or ():
             line = line.rstrip().split("\r")[-1]
             stamped.append((time.time() - started, line))
             if echo and any(line.startswith(phase) for phase in PHASES):

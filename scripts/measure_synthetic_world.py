@@ -49,7 +49,8 @@ def run(config: Config):
     started = time.time()
     info = synthetic.build_world(config.output_dir, seed=config.seed)
     generation = time.time() - started
-    rows = [("generation", "-", generation, GENERATION_TARGET_SECONDS, None)]
+    rows: list[tuple[str, str, float, float, Optional[dict]]] = [
+        ("generation", "-", generation, GENERATION_TARGET_SECONDS, None)]
     reports = []
     for name in ("obj", "scene"):
         _, report = train.train_classifier(
@@ -62,8 +63,8 @@ def run(config: Config):
     print(f"\nsynthetic world: {info['num_train_images']} train / {info['num_val_images']} val "
           f"images, {info['image_size']} px, model {config.model}, {os.cpu_count()} CPUs")
     print(f"{'step':<14}{'val acc':>9}{'seconds':>9}{'budget':>8}{'ratio':>7}{'epochs':>8}")
-    for step, accuracy, seconds, budget, report in rows:
-        epochs = report["epochs_run"] if report else "-"
+    for step, accuracy, seconds, budget, reported in rows:
+        epochs = reported["epochs_run"] if reported else "-"
         print(f"{step:<14}{accuracy:>9}{seconds:>9.1f}{budget:>8.0f}{seconds / budget:>7.2f}"
               f"{epochs:>8}")
     ok = generation <= GENERATION_TARGET_SECONDS and all(

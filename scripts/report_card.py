@@ -18,7 +18,7 @@ import os
 import shutil
 import tempfile
 import time
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 
@@ -238,15 +238,15 @@ class Inputs:
     """The classifier and images the image-level benchmarks share."""
 
     model_path: str
-    loaded: object
-    images: object
-    labels: object
-    ids: object
-    masks: object  # object masks [N, H, W] for the oracle, or None
+    loaded: Any  # a `models.LoadedModel`
+    images: np.ndarray
+    labels: np.ndarray
+    ids: np.ndarray
+    masks: Optional[np.ndarray]  # object masks [N, H, W] for the oracle, or None
     data: dict
     pattern: str
     methods: dict  # the run's resolved methods (`resolved_methods`)
-    maps_of: object = None  # method -> its maps of `images`, computed once per card run
+    maps_of: Any = None  # method -> its maps of `images`, computed once per card run
 
 
 def map_memo(loaded, images, labels, ids, methods: dict, seed: int, batch_size: int,
@@ -300,6 +300,13 @@ def load_inputs(config: Config, methods: dict) -> Inputs:
                                              config.batch_size))
 
 
+def _given(inputs: Optional[Inputs]) -> Inputs:
+    """`inputs`, which `run` loads whenever an image-level benchmark or retraining is chosen."""
+    if inputs is None:
+        raise ValueError("the card's image-level inputs were not loaded")
+    return inputs
+
+
 def build_benchmarks(config: Config, inputs: Optional[Inputs], methods: dict) -> list:
     """The chosen benchmarks, on the given or the synthetic world's models and data, explaining
     with the run's resolved `methods`."""
@@ -323,6 +330,7 @@ def build_benchmarks(config: Config, inputs: Optional[Inputs], methods: dict) ->
                                              seed=config.seed, batch_size=config.batch_size,
                                              methods=methods))
     if "ROAD" in config.benchmarks:
+        inputs = _given(inputs)
         found.append(roar_card.benchmark(inputs.loaded, inputs.images, inputs.labels,
                                          inputs.ids, inputs.masks, data=inputs.data,
                                          seed=config.seed, batch_size=config.batch_size,
@@ -331,9 +339,9 @@ def build_benchmarks(config: Config, inputs: Optional[Inputs], methods: dict) ->
     options = evaluate.Options(max_step_nb=config.max_step_nb, batch_size=config.batch_size,
                                seed=config.seed)
     for benchmark in faithfulness_card.benchmarks(
-            inputs.loaded, inputs.images, inputs.labels, inputs.ids, data=inputs.data,
-            names=protocols, options=options, maps_of=inputs.maps_of,
-            methods=inputs.methods) if protocols else ():
+            _given(inputs).loaded, _given(inputs).images, _given(inputs).labels,
+            _given(inputs).ids, data=_given(inputs).data, names=protocols, options=options,
+            maps_of=_given(inputs).maps_of, methods=_given(inputs).methods) if protocols else ():
         found.append(dataclasses.replace(
             benchmark, supports=lambda method: method != card_engine.ORACLE))
     order = {name: i for i, name in enumerate(("BAM", "RMCS", *config.benchmarks))}
@@ -342,6 +350,7 @@ def build_benchmarks(config: Config, inputs: Optional[Inputs], methods: dict) ->
         synthetic = config.model_path is None
         work_dir = (os.path.join(cache.cache_dir(0, config.cache_dir), "card_retraining")
                     if synthetic else os.path.join(config.output_dir, "retraining"))
+        inputs = _given(inputs)
         found.append(roar_card.retraining_benchmark(
             inputs.model_path, os.path.dirname(inputs.pattern), work_dir,
             num_classes=inputs.loaded.num_classes, ratio=config.retraining_ratio,

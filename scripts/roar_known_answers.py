@@ -63,10 +63,10 @@ def run(config: Config):
         print(f"| run ({size}-px world, {100 * t} train / {100 * v} test, {config.epochs:g} "
               "epochs) | top-1 |\n|---|---|", flush=True)
         for name, (control, ratio, keep, ranking, fill) in RUNS.items():
-            config = masked_data.MaskConfig(ratio=ratio, keep_information=keep, ranking=ranking,
-                                            fill=fill)
+            mask = masked_data.MaskConfig(ratio=ratio, keep_information=keep, ranking=ranking,
+                                          fill=fill)
             result = train.run_masked(
-                files["train"], files["validation"], config,
+                files["train"], files["validation"], mask,
                 masked_data.Records(control=control, size=size), recipes.RunOptions(recipe=recipe),
                 output_dir=os.path.join(scratch, "runs", str(len(name))))
             print(f"| {name} | {result['top1']:.3f} |", flush=True)

@@ -273,7 +273,7 @@ class LoadedModel:
         if not isinstance(logits, tf.Tensor) or logits.shape.rank != 2 or \
                 logits.shape[-1] not in (None, self.num_classes):
             shape = getattr(logits, "shape", None)
-            kind = (f"tensor of shape {list(shape)}" if isinstance(logits, tf.Tensor)
+            kind = (f"tensor of shape {list(shape or ())}" if isinstance(logits, tf.Tensor)
                     else type(logits).__name__)
             raise UserError(f"model {self.path} returned a {kind}, not [N, {self.num_classes}] "
                             "logits; re-export it with models.export")

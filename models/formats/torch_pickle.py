@@ -223,6 +223,7 @@ def _materialise(value, buffers: dict, path: str) -> Any:
         budget["entries"] -= 1 + (len(item) if isinstance(item, (dict, list, tuple)) else 0)
         if budget["entries"] < 0:
             raise UserError(f"{path}: more than {MAX_ENTRIES} entries; refused")
+        result: Any
         if isinstance(item, _Tensor):
             result = _tensor_array(item, buffers, path)
             budget["bytes"] -= result.nbytes

@@ -195,9 +195,9 @@ def run_binary(config_class: type, run: Callable) -> None:
             sys.exit(INTERRUPTED_STATUS)
         except (OSError, MemoryError) as error:
             line = failure_line(error)
-            if line is None and getattr(error, "errno", None) in ENVIRONMENT_ERRORS:
+            if line is None and isinstance(error, OSError) and error.errno in ENVIRONMENT_ERRORS:
                 # a read-only or forbidden folder, a path of the wrong kind
-                where = f" ({error.filename})" if getattr(error, "filename", None) else ""
+                where = f" ({error.filename})" if error.filename else ""
                 line = (f"{error.strerror or error}{where}; choose another path, then re-run "
                         "(finished outputs are kept)")
             if line is None:
@@ -333,7 +333,7 @@ class _QuietTensorFlow:
 
         spec = importlib.machinery.PathFinder.find_spec(name, path)
         if spec is not None and spec.loader is not None:
-            spec.loader = _QuietLoader(spec.loader)
+            spec.loader = _QuietLoader(spec.loader)  # type: ignore[assignment]  # a wrapper
         return spec
 
 

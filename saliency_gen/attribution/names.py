@@ -64,7 +64,7 @@ _IDSDS_SG = {"nsamples": 4, "noise": "absolute", "stdev": 1.0}
 _IDSDS_IG = {"rule": "gausslegendre", "steps": 50}
 _IDSDS_CAM = {"cam_normalise": "minmax", "cam_upsample": "bilinear"}
 _IDSDS_RISE = {"n_masks": 1000, "cells": 8, "p1": 0.1}
-IDSDS = {  # name: (base, wrapper, params)
+IDSDS: dict[str, tuple[str, Optional[str], dict[str, Any]]] = {  # name: (base, wrapper, params)
     "IxG": ("grad_x_input", None, {}),
     "IxG-SG": ("grad_x_input", "smoothgrad", _IDSDS_SG),
     "IG": ("integrated_gradients", None, _IDSDS_IG),
@@ -96,7 +96,7 @@ def _all_names():
     bases = builtin_bases()
     listed = list(bases)
     listed += [f"{wrapper}({base})" for wrapper in noise.WRAPPERS for base in bases
-               if units.unit(base).wrappable]
+               if getattr(units.unit(base), "wrappable", False)]
     listed += [f"roar:{code}" for code in ROAR] + [f"roar:{key}" for key, *_ in ROAR.values()]
     listed += [f"bam:{name}" for name in BAM] + list(PRODUCTS)
     listed += [f"idsds:{name}" for name in IDSDS] + [f"idsds:{name} abs" for name in IDSDS_ABS]
@@ -146,8 +146,8 @@ def _scheme_entry(scheme, name, params):
                 raise UserError(f"IDSDS has no abs variant of {name!r}")
         if name not in IDSDS:
             raise UserError(f"unknown IDSDS method {name!r}; names: {', '.join(IDSDS)}")
-        base, wrapper, defaults = IDSDS[name]
-        return base, wrapper, dict(defaults), {"transform": transform, "reduce": "sum"}
+        base, wrapper, idsds_defaults = IDSDS[name]
+        return base, wrapper, dict(idsds_defaults), {"transform": transform, "reduce": "sum"}
 
 
 def is_scheme_name(method: str) -> bool:
