@@ -245,13 +245,13 @@ def train_classifier(data_dir: str, dataset_name: str,
         return images, val_y[:len(images)]
 
     try:
-        fitted = loop.fit(
-            build, stream_from, run, epochs=recipe.epochs,
+        fitted = loop.fit(loop.FitPlan(
+            build, stream_from, epochs=recipe.epochs,
             steps_per_epoch=(len(train_y) // recipe.batch_size if whole
                              else -(-len(train_y) // recipe.batch_size)),
             backup=backup_dir, keep_backup=True, first_batch=first_batch,
             callbacks=[loop.TimeLimit(max_seconds), *callbacks],
-            after=lambda model: model.predict(val_inputs, verbose=0))
+            after=lambda model: model.predict(val_inputs, verbose=0)), run)
     except loop.DataError as error:  # e.g. an unreadable image met while streaming
         raise UserError(f"training on {root} failed: {error}") from None
     except loop.Stopped as stop:  # --stop_after_epochs: the backup is kept

@@ -243,16 +243,16 @@ def _finetune(train_files, eval_files, output_dir, requested, run: RunOptions, *
                              extra={"origin": requested})
 
     backup = os.path.join(output_dir, "backup")
-    fitted = loop.fit(
+    fitted = loop.fit(loop.FitPlan(
         build, lambda first: training_dataset(train_files, size, space, recipe, run.seed,
-                                              num_train, first), run,
+                                              num_train, first),
         steps_per_epoch=steps, epochs=recipe.epochs, backup=backup,
         first_batch=clean_eval.take(1).get_single_element,
         logs=os.path.join(output_dir, "logs"), callbacks=[keeper, *callbacks],
         validation_data=clean_eval,
         before=lambda model: before.append(
             model.evaluate(clean_eval, verbose=0, return_dict=True)["top1"]),
-        after=after)
+        after=after), run)
     info, base = fitted.after, made["base"]
     accuracies = [value for _, value in sorted(keeper.accuracies().items())]
     result = {"best_val_top1": max(accuracies),

@@ -266,9 +266,8 @@ def train_and_evaluate(train_data: Any, eval_data: Any, run: RunOptions, *, num_
     distributed = distribution.start(run.strategy, run.cpu_replicas)
     chief, task = (distribution.role() if distribution.is_multi_worker(distributed)
                    else (True, "chief"))
-    common = dict(num_train=num_train, num_eval=num_eval, size=size, distributed=distributed,
-                  flags_record=flags_record, callbacks=callbacks, preprocessing=preprocessing,
-                  steps_per_epoch=steps_per_epoch, epochs=epochs)
+    job = _Job(train_data, eval_data, num_train, num_eval, size, preprocessing, output_dir,
+               requested, flags_record or {}, tuple(callbacks), steps_per_epoch, epochs)
     if not chief:  # a multi-worker run's other workers: their own scratch folder
         scratch = f"{os.path.abspath(output_dir)}.{task}"
         with exclusive(scratch, "worker folder"):
@@ -276,8 +275,7 @@ def train_and_evaluate(train_data: Any, eval_data: Any, run: RunOptions, *, num_
             if os.path.exists(chiefs) and not run.overwrite:
                 return read_json(chiefs, "metrics file", results.METRICS_SCHEMA)
             try:
-                return _train(train_data, eval_data, output_dir, requested, run,
-                              scratch=scratch, **common)
+                return _train(job, run, scratch)
             finally:
                 shutil.rmtree(scratch, ignore_errors=True)
     with exclusive(output_dir, "run folder"):
@@ -286,8 +284,7 @@ def train_and_evaluate(train_data: Any, eval_data: Any, run: RunOptions, *, num_
         if finished is not None:
             return finished
         try:
-            return _train(train_data, eval_data, output_dir, requested, run, scratch=None,
-                          **common)
+            return _train(job, run, None)
         except UserError:
             if fresh:  # a run that failed before its first backup leaves nothing behind
                 shutil.rmtree(output_dir, ignore_errors=True)
@@ -310,26 +307,42 @@ class Fitted:
     after: Any = None
 
 
-def fit(build: Callable[[], Any], stream_from: Callable[[int], Any], run: RunOptions, *,
-        steps_per_epoch: int, epochs: int, backup: Optional[str],
-        first_batch: Callable[[], tuple], logs: Optional[str] = None,
-        callbacks: Sequence = (), validation_data: Any = None, keep_backup: bool = False,
-        scratch: Optional[str] = None, before: Optional[Callable[[Any], None]] = None,
-        after: Optional[Callable[[Any], Any]] = None) -> Fitted:
+@dataclasses.dataclass(frozen=True)
+class FitPlan:
+    """What one training needs besides the run's options (`RunOptions`): the loop's one input.
+
+    `build()` makes the compiled model (called in the strategy's scope); `stream_from(epoch)`
+    gives the training batches from that epoch on (the stream of a resumed run skips what the
+    finished epochs read), `epochs` epochs of `steps_per_epoch` steps; `first_batch()` one
+    unshuffled batch (`distribution.fit_compatible`). `backup` (a folder, or None for none)
+    holds Keras' backup of the last finished epoch and the time spent, so a re-run resumes
+    there exactly; it is deleted when training ends unless `keep_backup`. `logs`: a TensorBoard
+    folder. `scratch`: a multi-worker run's non-chief worker restores from the chief's `backup`
+    and writes only there. `before(model)` and `after(model)` run under the strategy, before
+    and after training (an evaluation, an export)."""
+
+    build: Callable[[], Any]
+    stream_from: Callable[[int], Any]
+    steps_per_epoch: int
+    epochs: int
+    first_batch: Callable[[], tuple]
+    backup: Optional[str] = None
+    keep_backup: bool = False
+    logs: Optional[str] = None
+    callbacks: Sequence = ()
+    validation_data: Any = None
+    scratch: Optional[str] = None
+    before: Optional[Callable[[Any], None]] = None
+    after: Optional[Callable[[Any], Any]] = None
+
+
+def fit(plan: FitPlan, run: RunOptions) -> Fitted:
     """The one training loop of BAM training, ROAR / KAR retraining and IDSDS fine-tuning
     (docs/architecture.md, "Training"): seeds the process (`run.seed`, op determinism), starts
-    `run.strategy`, calls `build()` in its scope for the compiled model, then `fit`s it on
-    `stream_from(first_epoch)` (batches of `run.recipe.batch_size` from that epoch on: the
-    stream of a resumed run skips what the finished epochs read) for `epochs` epochs of
-    `steps_per_epoch` steps, split over the replicas as one device would see it.
-
-    `backup` (a folder, or None for none) holds Keras' backup of the last finished epoch and the
-    time spent, so a re-run resumes there exactly; it is deleted when training ends unless
-    `keep_backup`. `logs`: a TensorBoard folder. `scratch`: a multi-worker run's non-chief
-    worker restores from the chief's `backup` and writes only there. `run.stop_after_epochs`
-    raises `Stopped` after that many finished epochs. `before(model)` and `after(model)` run
-    under the strategy, before and after training (an evaluation, an export). Training that
-    fails on its data raises `DataError` with one line."""
+    `run.strategy`, builds the model in its scope and trains it as `plan` says, split over the
+    replicas as one device would see it. `run.stop_after_epochs` raises `Stopped` after that
+    many finished epochs. Training that fails on its data raises `DataError` with one line."""
+    build, backup, scratch, logs = plan.build, plan.backup, plan.scratch, plan.logs
     keras.utils.set_random_seed(run.seed)
     tf.config.experimental.enable_op_determinism()
     distributed = distribution.start(run.strategy, run.cpu_replicas)
@@ -340,10 +353,10 @@ def fit(build: Callable[[], Any], stream_from: Callable[[int], Any], run: RunOpt
     state = epoch_backup.latest(backup, writer=scratch is None)
     done_epochs = 0 if state is None else int(state["epoch"])
     progress = Progress(state)
-    stream = distribution.distribute_training(distributed, stream_from(done_epochs),
+    stream = distribution.distribute_training(distributed, plan.stream_from(done_epochs),
                                               run.recipe.batch_size)
     run_callbacks: list = [] if backup is None else [epoch_backup.EpochBackup(
-        backup, state, progress.record, keep=keep_backup,
+        backup, state, progress.record, keep=plan.keep_backup,
         scratch=None if scratch is None else os.path.join(scratch, "backup"))]
     logs = logs if scratch is None else os.path.join(scratch, "logs")
     if logs is not None:
@@ -353,15 +366,14 @@ def fit(build: Callable[[], Any], stream_from: Callable[[int], Any], run: RunOpt
     if run.stop_after_epochs is not None:
         run_callbacks.append(StopAfter(run.stop_after_epochs))
     try:
-        with distribution.fit_compatible(model, distributed, first_batch):
-            if before is not None:
-                before(model)
-            history = model.fit(stream, epochs=epochs, steps_per_epoch=steps_per_epoch,
-                                verbose=0, shuffle=False,
-                                validation_data=validation_data,
-                                callbacks=[*run_callbacks, *callbacks])
+        with distribution.fit_compatible(model, distributed, plan.first_batch):
+            if plan.before is not None:
+                plan.before(model)
+            history = model.fit(stream, epochs=plan.epochs, steps_per_epoch=plan.steps_per_epoch,
+                                verbose=0, shuffle=False, validation_data=plan.validation_data,
+                                callbacks=[*run_callbacks, *plan.callbacks])
             seconds = progress.seconds()
-            finished = None if after is None else after(model)
+            finished = None if plan.after is None else plan.after(model)
     except tf.errors.OpError as error:
         raise DataError(_data_problem(error)) from None
     return Fitted(model, [float(v) for v in history.history.get("loss", [])], done_epochs,
@@ -369,10 +381,33 @@ def fit(build: Callable[[], Any], stream_from: Callable[[int], Any], run: RunOpt
                   int(distributed.num_replicas_in_sync), finished)
 
 
-def _train(train_data, eval_data, output_dir, requested, run: RunOptions, *, scratch, num_train,
-           num_eval, size, distributed, flags_record, callbacks, preprocessing, steps_per_epoch,
-           epochs):
+@dataclasses.dataclass(frozen=True)
+class _Job:
+    """One `train_and_evaluate` run as `_train` reads it: its data (batched datasets of
+    `num_train` and `num_eval` images of side `size` in the input space `preprocessing`), its
+    folder and origin, what the caller adds (`flags_record`, `callbacks`) and its length."""
+
+    train_data: Any
+    eval_data: Any
+    num_train: int
+    num_eval: int
+    size: int
+    preprocessing: str
+    output_dir: str
+    requested: dict
+    flags_record: dict
+    callbacks: tuple
+    steps_per_epoch: int
+    epochs: int
+
+
+def _train(job: _Job, run: RunOptions, scratch: Optional[str]) -> dict:
+    """Trains, evaluates and exports `job` (into `scratch` for a non-chief worker)."""
     recipe, num_classes, model_name = own_recipe(run, Recipe), run.num_classes, run.model_name
+    train_data, eval_data, output_dir, requested = (job.train_data, job.eval_data,
+                                                    job.output_dir, job.requested)
+    num_eval, size, steps_per_epoch = job.num_eval, job.size, job.steps_per_epoch
+    distributed = distribution.start(run.strategy, run.cpu_replicas)
 
     def build():
         model = build_model(model_name, num_classes, size, recipe, run.precision,
@@ -399,18 +434,18 @@ def _train(train_data, eval_data, output_dir, requested, run: RunOptions, *, scr
         exported = model if run.precision == "float32" else float32_twin(
             model, model_name, num_classes, size, recipe, run.model_options)
         info = export(exported, os.path.join(scratch or output_dir, "model"),
-                      preprocessing=preprocessing, overwrite=True,
+                      preprocessing=job.preprocessing, overwrite=True,
                       extra={"origin": requested})
         return scores, info
 
     backup = os.path.join(output_dir, "backup")
     try:
-        fitted = fit(build, lambda first: train_data.map(_one_hot(num_classes)).repeat().skip(
-                         first * steps_per_epoch), run,
-                     steps_per_epoch=steps_per_epoch, epochs=epochs, backup=backup,
-                     first_batch=first_batch, logs=os.path.join(output_dir, "logs"),
-                     callbacks=callbacks, scratch=scratch, after=after,
-                     keep_backup=True)  # until metrics.json is written (below)
+        fitted = fit(FitPlan(
+            build, lambda first: train_data.map(_one_hot(num_classes)).repeat().skip(
+                first * steps_per_epoch), steps_per_epoch, job.epochs, first_batch, backup=backup,
+            keep_backup=True,  # until metrics.json is written (below)
+            logs=os.path.join(output_dir, "logs"), callbacks=job.callbacks, scratch=scratch,
+            after=after), run)
     except Stopped as stop:
         return {"stopped_after_epoch": stop.epochs}
     scores, info = fitted.after
@@ -418,13 +453,13 @@ def _train(train_data, eval_data, output_dir, requested, run: RunOptions, *, scr
     if counted != num_eval:
         raise UserError(f"evaluation saw {counted} test images, expected {num_eval}")
     result = {"top1": float(scores["top1"]), "top5": float(scores["top5"]), "n_eval": counted,
-              "n_train": num_train, "steps": steps_per_epoch * epochs,
+              "n_train": job.num_train, "steps": steps_per_epoch * job.epochs,
               "train_seconds": fitted.seconds, "resumptions": len(fitted.resumed_at_epochs),
               "resumed_at_epochs": fitted.resumed_at_epochs, "model_id": info["model_id"],
               "model": model_name, "seed": run.seed, "recipe": dataclasses.asdict(recipe),
               "loss_per_epoch": fitted.losses, "first_epoch": fitted.first_epoch,
               "precision": run.precision, "replicas": fitted.replicas,
-              "flags": flags_record or {}, "origin": requested}
+              "flags": job.flags_record, "origin": requested}
     result = provenance.canonical(result)  # as metrics.json will give it back when reused
     if scratch is None:
         write_json(os.path.join(output_dir, "metrics.json"), result, indent=2, sort_keys=True)
