@@ -104,9 +104,9 @@ class ScoreRange(beam.DoFn):
             raise RecordError(f"{path}: records {start}..{start + count - 1}: a map holds NaN "
                               "or infinite values; re-generate the saliency records")
         keys = [k.decode() for k in keys]
-        values = evaluate.score_group(self.loaded, images, labels, pipelines.key_ids(keys),
-                                      self.key, self.protocol, self.options, self.scorer,
-                                      maps=maps)
+        values = evaluate.per_image(self.loaded, images, labels, pipelines.key_ids(keys),
+                                    self.key, self.protocol, self.options, self.scorer,
+                                    maps=maps, group_size=len(images))
         for metric, per_image in values.items():
             for key, value in zip(keys, np.asarray(per_image, np.float64)):
                 yield metric, (key, float(value))

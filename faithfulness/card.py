@@ -1,7 +1,8 @@
 """The faithfulness protocols as report-card benchmarks (docs/report_card.md, "Benchmarks"):
 Deletion / Insertion (DAUC, DC, IAUC, IC), IIC / AD, ADD, IDSDS single and (by flag) incremental
 deletion, each
-scoring one method on the same images with `faithfulness.evaluate.score_group`."""
+scoring one method on the same images with `faithfulness.evaluate.per_image`, the computation
+the binary and Beam call too."""
 import dataclasses
 from typing import Any, Callable, Optional, Sequence
 
@@ -36,14 +37,9 @@ def benchmarks(loaded: Any, images: np.ndarray, labels: np.ndarray, ids: np.ndar
         def score(method, protocol=protocol, scorer=scorer):
             shared = None if maps_of is None or protocol == "incremental_deletion" \
                 else maps_of(method)
-            explainer = (methods or {}).get(method, method)
-            parts = [evaluate.score_group(loaded, images[s:s + group_size],
-                                          labels[s:s + group_size], ids[s:s + group_size],
-                                          explainer, protocol, options, scorer,
-                                          maps=None if shared is None else
-                                          shared[s:s + group_size])
-                     for s in range(0, len(images), group_size)]
-            return {key: np.concatenate([part[key] for part in parts]) for key in parts[0]}
+            return evaluate.per_image(loaded, images, labels, ids,
+                                      (methods or {}).get(method, method), protocol, options,
+                                      scorer, shared, group_size)
 
         found.append(Benchmark(
             name=name, metrics=protocols.METRICS[protocol], score=score,

@@ -173,6 +173,27 @@ def score_group(loaded: Any, images: np.ndarray, labels: np.ndarray, ids: np.nda
     return metric.per_image(*metric.compute_scores(loaded, images, maps, labels))
 
 
+def per_image(loaded: Any, images: np.ndarray, labels: np.ndarray, ids: np.ndarray,
+              explainer: "Union[str, names.Resolved]", protocol: str, options: "Options",
+              scorer: Any = None, maps: Optional[np.ndarray] = None, group_size: int = 256,
+              progress: Optional[Callable[[int], None]] = None) -> dict:
+    """{metric: values [N]} of one explainer on `images`, scored in groups of `group_size`
+    images (memory), each group batched (`score_group`): the one computation of a faithfulness
+    protocol, which this binary, the report card (`faithfulness.card`) and Beam
+    (`faithfulness.beam_scoring`) call. `maps`, when given, are the explainer's maps of all
+    `images`; `progress(n)` follows each group."""
+    scorer = scorer or scorer_for(loaded, protocol, options)
+    parts = []
+    for start in range(0, len(images), group_size):  # groups of many images
+        stop = start + group_size
+        parts.append(score_group(loaded, images[start:stop], labels[start:stop],
+                                 ids[start:stop], explainer, protocol, options, scorer,
+                                 None if maps is None else maps[start:stop]))
+        if progress:
+            progress(len(images[start:stop]))
+    return {metric: np.concatenate([part[metric] for part in parts]) for metric in parts[0]}
+
+
 def evaluate(loaded: Any, images: np.ndarray, labels: np.ndarray, ids: np.ndarray,
              explainers: "Sequence[Union[str, names.Resolved]]", protocol: str,
              options: Options = Options(), group_size: int = 256,
@@ -186,16 +207,10 @@ def evaluate(loaded: Any, images: np.ndarray, labels: np.ndarray, ids: np.ndarra
     scorer = scorer_for(loaded, protocol, options)
     results = {}
     for explainer in [names.resolved(explainer) for explainer in explainers]:
-        parts = []
-        for start in range(0, len(images), group_size):  # groups of many images
-            stop = start + group_size
-            parts.append(score_group(loaded, images[start:stop], labels[start:stop],
-                                     ids[start:stop], explainer, protocol, options, scorer))
-            if progress:
-                progress(len(images[start:stop]))
         summary = {}
-        for metric in parts[0]:
-            values = np.concatenate([part[metric] for part in parts])
+        for metric, values in per_image(loaded, images, labels, ids, explainer, protocol,
+                                        options, scorer, group_size=group_size,
+                                        progress=progress).items():
             policy = "omit" if metric == "sds" else "propagate"
             mean, excluded = stats.aggregate(values, policy, metric)
             summary[metric] = {"mean": mean, "n_excluded": excluded,
