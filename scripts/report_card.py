@@ -18,7 +18,7 @@ import os
 import shutil
 import tempfile
 import time
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import numpy as np
 
@@ -182,9 +182,18 @@ class Config(Checked):
                               rule=at_least(1))
 
 
-def resolved(config: Config) -> Config:
-    """`config` with its defaults filled in: the methods, and with --pretrained the network's
-    export and the photos' records."""
+@dataclasses.dataclass(frozen=True)
+class Resolved(Config):
+    """A card's config with its defaults filled in (`resolved`): what the rest of the card
+    reads, so that a flag left to its default is never read as unset."""
+
+    methods: tuple = flag_of(Config, "methods", ())
+    output_dir: str = flag_of(Config, "output_dir", "report_card")
+
+
+def resolved(config: Config) -> Resolved:
+    """`config` with its defaults filled in: the methods, the output folder, and with
+    --pretrained the network's export and the photos' records."""
     if config.pretrained and (config.model_path or config.data_dir):
         raise UserError("--pretrained brings its own model and photos; leave out --model_path, "
                         "--input_pattern, --data_dir and --bam_model_dir")
@@ -194,16 +203,16 @@ def resolved(config: Config) -> Config:
     if config.blur_controls:
         methods = (*methods, *(card_engine.blurred(m) for m in methods
                                if m not in CONTROLS and card_engine.unblurred(m) is None))
-    config = dataclasses.replace(config, methods=tuple(methods), output_dir=config.output_dir or (
+    values = {field.name: getattr(config, field.name) for field in dataclasses.fields(Config)}
+    values.update(methods=tuple(methods), output_dir=config.output_dir or (
         f"report_card_{config.pretrained}" if config.pretrained else "report_card"))
     if config.pretrained:
-        config = dataclasses.replace(
-            config, model_path=pretrained.export_path(config.pretrained),
-            input_pattern=photos.photo_records("imagenet"))
-    return config
+        values.update(model_path=pretrained.export_path(config.pretrained),
+                      input_pattern=photos.photo_records("imagenet"))
+    return Resolved(**values)
 
 
-def resolved_methods(config: Config) -> dict:
+def resolved_methods(config: Resolved) -> dict:
     """{method: its `saliency_gen.attribution.names.Resolved`} of every method the card explains
     (not the oracle; a blur control uses its method's), resolved once for the whole run and passed
     to every benchmark: an unknown name stops here, before any work, with one line."""
@@ -215,14 +224,14 @@ def resolved_methods(config: Config) -> dict:
     return found
 
 
-def method_code(config: Config, methods: dict) -> dict:
+def method_code(config: Resolved, methods: dict) -> dict:
     """{method: digests of its user code} for every card method (a blur control: its method's),
     part of each cell's origin: a cell of an edited method is recomputed."""
     return {method: methods[card_engine.unblurred(method) or method].code_origin
             for method in config.methods if (card_engine.unblurred(method) or method) in methods}
 
 
-def check_flags(config: Config) -> None:
+def check_flags(config: Resolved) -> None:
     """What the options' own rules cannot say (they are checked when the config is built):
     the flags that go together."""
     if config.retraining and not config.retraining_seeds:
@@ -269,19 +278,20 @@ def map_memo(loaded, images, labels, ids, methods: dict, seed: int, batch_size: 
     return maps_of
 
 
-def load_inputs(config: Config, methods: dict) -> Inputs:
+def load_inputs(config: Resolved, methods: dict) -> Inputs:
     """The given or the synthetic world's classifier and its first --nr_images images."""
-    model_path, pattern = config.model_path, config.input_pattern
-    if model_path is None:
+    if config.model_path is None or config.input_pattern is None:  # (check_flags: both or none)
         model_path = cache.clean_model(seed=0, folder=config.cache_dir, log=lambda *_: None,
                                        shipped=not config.train_models)
         pattern = os.path.join(cache.records_dir(0, config.cache_dir, lambda *_: None),
                                "validation-*")
+    else:
+        model_path, pattern = config.model_path, config.input_pattern
     precision_folder = os.path.join(config.cache_dir, "precision") if config.cache_dir else None
     loaded = models.load(exporting.export_in_precision(model_path, config.precision,
                                                        precision_folder))
     with_masks = card_engine.ORACLE in config.methods and (
-        "ROAD" in config.benchmarks or config.gallery_images)
+        "ROAD" in config.benchmarks or config.gallery_images > 0)
     try:
         images, labels, ids, *masks = pipelines.load_images(
             pattern, loaded, config.nr_images, config.seed, with_masks=with_masks)
@@ -307,7 +317,12 @@ def _given(inputs: Optional[Inputs]) -> Inputs:
     return inputs
 
 
-def build_benchmarks(config: Config, inputs: Optional[Inputs], methods: dict) -> list:
+def _image_level_only(supports: Callable[[str], bool]) -> Callable[[str], bool]:
+    """`supports`, but not for the blur controls (maps of the card's images)."""
+    return lambda method: supports(method) and card_engine.unblurred(method) is None
+
+
+def build_benchmarks(config: Resolved, inputs: Optional[Inputs], methods: dict) -> list:
     """The chosen benchmarks, on the given or the synthetic world's models and data, explaining
     with the run's resolved `methods`."""
     found = []
@@ -315,7 +330,7 @@ def build_benchmarks(config: Config, inputs: Optional[Inputs], methods: dict) ->
         print(f"note: {BAM_NEEDS_ITS_DATA}")
     elif "BAM" in config.benchmarks:
         data_dir, model_dir = config.data_dir, config.bam_model_dir
-        if data_dir is None:
+        if data_dir is None or model_dir is None:  # (check_flags: both or neither)
             data_dir, model_dir = synthetic_setup.prepare(config.cache_dir, log=lambda *_: None,
                                                           shipped=not config.train_models)
         found.append(bam_card.benchmark(data_dir, model_dir, num_imgs=config.num_imgs,
@@ -323,7 +338,7 @@ def build_benchmarks(config: Config, inputs: Optional[Inputs], methods: dict) ->
                                         methods=methods))
     if config.rmcs:
         data_dir, model_dir = config.data_dir, config.bam_model_dir
-        if data_dir is None:
+        if data_dir is None or model_dir is None:  # (check_flags: both or neither)
             data_dir, model_dir = synthetic_setup.prepare_relative(
                 config.cache_dir, log=lambda *_: None, shipped=not config.train_models)
         found.append(bam_card.rmcs_benchmark(data_dir, model_dir, num_imgs=config.num_imgs,
@@ -358,11 +373,10 @@ def build_benchmarks(config: Config, inputs: Optional[Inputs], methods: dict) ->
     # the blur controls are maps of the card's images: the image-level benchmarks only
     image_level = {"ROAD", *faithfulness_card.PROTOCOLS}
     return [benchmark if benchmark.name in image_level else dataclasses.replace(
-        benchmark, supports=lambda method, own=benchmark.supports: (
-            own(method) and card_engine.unblurred(method) is None)) for benchmark in found]
+        benchmark, supports=_image_level_only(benchmark.supports)) for benchmark in found]
 
 
-def variant_benchmarks(config: Config, inputs: Inputs) -> list:
+def variant_benchmarks(config: Resolved, inputs: Inputs) -> list:
     """[(variant benchmark, benchmark's card name, variant label)]: each chosen faithfulness
     protocol and ROAD again under each of its `VARIANTS`, cached as cells like the others."""
     base = evaluate.Options(max_step_nb=config.max_step_nb, batch_size=config.batch_size,
@@ -376,9 +390,10 @@ def variant_benchmarks(config: Config, inputs: Inputs) -> list:
                     seed=config.seed, batch_size=config.batch_size, maps_of=inputs.maps_of,
                     **changes)
             else:
-                options = dataclasses.replace(base, **{
+                changed: dict[str, Any] = {
                     key: max(2, base.max_step_nb // 4) if value == QUARTER else value
-                    for key, value in changes.items()})
+                    for key, value in changes.items()}
+                options = dataclasses.replace(base, **changed)
                 [benchmark] = faithfulness_card.benchmarks(
                     inputs.loaded, inputs.images, inputs.labels, inputs.ids, data=inputs.data,
                     names=(name,), options=options, maps_of=inputs.maps_of,
@@ -408,7 +423,7 @@ def sensitivity_section(summary, variants: list, variant_card) -> pages.Section:
         ("metric", "variant", "Kendall tau with the default"), tuple(rows))
 
 
-def perturbed_inputs(config: Config, inputs: Inputs) -> dict:
+def perturbed_inputs(config: Resolved, inputs: Inputs) -> dict:
     """{perturbation: Inputs} of the meta-evaluation (`PERTURBATIONS`) on the first
     --meta_images images: input noise (seeded, sd `MINOR_NOISE` of the value range; the noisy
     images get their own maps), weight noise (the model with noisy weights makes the maps and
@@ -476,7 +491,7 @@ def judged_by_meta_evaluation(method: str) -> bool:
     return method not in CONTROLS and card_engine.unblurred(method) is None
 
 
-def meta_benchmarks(config: Config, inputs: Inputs) -> dict:
+def meta_benchmarks(config: Resolved, inputs: Inputs) -> dict:
     """{perturbation: {benchmark name: benchmark}}: the image-level benchmarks again on each
     perturbation's inputs, named "<benchmark> [<perturbation>]" and cached as cells."""
     image_level = dataclasses.replace(
@@ -511,10 +526,11 @@ def meta_evaluate(summary, benchmarks: list, meta: dict, cells: dict) -> None:
             tables = {label: None if b is None else card_engine.unit_table(
                 cells, b.name, metric.name, methods)
                       for label, b in perturbed.items()}
-            if any(table is None for table in tables.values()):
+            found = {label: table for label, table in tables.items() if table is not None}
+            if len(found) < len(tables):
                 continue
-            count = len(tables["input noise"])  # the perturbed runs' images: the first ones
-            kinds = {kind: {label: table for label, table in tables.items()
+            count = len(found["input noise"])  # the perturbed runs' images: the first ones
+            kinds = {kind: {label: table for label, table in found.items()
                             if PERTURBATIONS[label] == kind} for kind in ("minor", "disruptive")}
             control = card_engine.unit_table(cells, benchmark.name, metric.name, ["random"])
             if control is not None:  # the random control's values in place of each method's
@@ -524,7 +540,7 @@ def meta_evaluate(summary, benchmarks: list, meta: dict, cells: dict) -> None:
                 default[:count], kinds["minor"], kinds["disruptive"], metric.higher_is_better)
 
 
-def sanity_benchmark(config: Config, inputs: Inputs):
+def sanity_benchmark(config: Resolved, inputs: Inputs):
     """The randomisation check on the first images, or None (with a note) for a model that
     cannot be rebuilt from its export."""
     try:
@@ -541,7 +557,7 @@ def sanity_benchmark(config: Config, inputs: Inputs):
         method != card_engine.ORACLE and card_engine.unblurred(method) is None))
 
 
-def gallery(config: Config, inputs: Inputs) -> pages.Section:
+def gallery(config: Resolved, inputs: Inputs) -> pages.Section:
     """The first --gallery_images images and every method's maps (the oracle: the mask)."""
     count = min(config.gallery_images, len(inputs.images))
     images, labels = inputs.images[:count], inputs.labels[:count]
@@ -559,7 +575,7 @@ def gallery(config: Config, inputs: Inputs) -> pages.Section:
         png=pages.gallery_png(pixels, maps, row_titles(config, labels)))
 
 
-def row_titles(config: Config, labels) -> list:
+def row_titles(config: Resolved, labels) -> list:
     """The gallery's row titles: the class names of the photos or of the synthetic world's
     objects, else the label numbers."""
     if config.pretrained:
@@ -570,7 +586,7 @@ def row_titles(config: Config, labels) -> list:
     return [f"label {label}" for label in labels]
 
 
-def about_rows(config: Config, inputs: Optional[Inputs], seconds: float,
+def about_rows(config: Resolved, inputs: Optional[Inputs], seconds: float,
                environment: dict) -> list:
     """[(label, value)]: what the card evaluated, and what ran it (`environment`:
     `provenance.software()`), shown above its table."""
@@ -581,7 +597,7 @@ def about_rows(config: Config, inputs: Optional[Inputs], seconds: float,
         model, data = ("small_cnn, the synthetic world's clean model",
                        "the synthetic world's validation records")
     else:
-        model, data = config.model_path, config.input_pattern
+        model, data = config.model_path, str(config.input_pattern)
     rows = []
     if inputs is not None:
         predicted = np.argmax(saliency_gen.predict(inputs.loaded, inputs.images,
@@ -624,16 +640,17 @@ def run(config: Config) -> dict:
         return _run(config, methods)
 
 
-def _run(config: Config, methods: dict) -> dict:
+def _run(config: Resolved, methods: dict) -> dict:
     started = time.time()
     image_level = [b for b in config.benchmarks if b != "BAM"]
     inputs = load_inputs(config, methods) if (image_level or config.sanity
                                               or config.gallery_images
                                               or config.retraining) else None
     benchmarks = build_benchmarks(config, inputs, methods)
-    checks = [sanity_benchmark(config, inputs)] if config.sanity else []
+    checks = [sanity_benchmark(config, _given(inputs))] if config.sanity else []
     checks = [check for check in checks if check is not None]
-    variants = variant_benchmarks(config, inputs) if config.variants else []
+    variants = (variant_benchmarks(config, inputs) if config.variants and inputs is not None
+                else [])
     variant_list = [benchmark for benchmark, _, _ in variants]
     meta = meta_benchmarks(config, inputs) if config.meta_evaluation and inputs else {}
     meta_list = [benchmark for found in meta.values() for benchmark in found.values()]
@@ -662,7 +679,7 @@ def _run(config: Config, methods: dict) -> dict:
         sections.append(sensitivity_section(summary, variants, card_engine.summarise(
             variant_list, config.methods, variant_cells, config.seed, judge=False)))
     if config.gallery_images:
-        sections.append(gallery(config, inputs))
+        sections.append(gallery(config, _given(inputs)))
     print(pages.card_table(summary))
     header, rows = pages.agreement_rows(summary)
     print("\nKendall's tau between the benchmarks' method rankings\n"
