@@ -13,7 +13,7 @@ import dataclasses
 import os
 import shutil
 import time
-from typing import Callable, Optional
+from typing import Callable, NamedTuple, Optional
 
 import models
 from bam import delta_patch, train
@@ -32,8 +32,16 @@ PATCH, PATCH_MASKS = "bamboo_forest_patch", "val_mask"
 PATCH_MODEL = "made_with.json"  # the scene_only model the patch was made with
 
 
+class BamSetup(NamedTuple):
+    """Where a BAM setup is: its data (`data_dir`, as `bam.metrics --data_dir` reads it) and its
+    trained models (`model_dir`)."""
+
+    data_dir: str
+    model_dir: str
+
+
 def prepare(cache_dir: Optional[str] = None, seed: int = 0, epochs: int = EPOCHS,
-            log: Callable = print, shipped: bool = True) -> tuple:
+            log: Callable = print, shipped: bool = True) -> BamSetup:
     """(data_dir, model_dir) of the synthetic setup, building what is missing; `shipped` takes
     the shipped weights where the package has them for this world instead of training."""
     folder = cache.cache_dir(seed, cache_dir)
@@ -52,7 +60,7 @@ def prepare(cache_dir: Optional[str] = None, seed: int = 0, epochs: int = EPOCHS
         else:
             make_patch(data_dir, scene_only, log)
         write_json(made_with, origin)
-    return data_dir, model_dir
+    return BamSetup(data_dir, model_dir)
 
 
 def make_patch(data_dir: str, scene_only: str, log: Callable = print) -> str:
@@ -76,7 +84,7 @@ def install_patch(source: str, data_dir: str) -> None:
 
 
 def prepare_relative(cache_dir: Optional[str] = None, seed: int = 0, epochs: int = EPOCHS,
-                     log: Callable = print, shipped: bool = True) -> tuple:
+                     log: Callable = print, shipped: bool = True) -> BamSetup:
     """(data_dir, model_dir) with the relative sets scene1..scene10 (docs/bam.md, "The dataset
     layout") and a small_cnn trained on each, building what is missing."""
     data_dir, model_dir = prepare(cache_dir, seed, epochs, log, shipped)
@@ -87,7 +95,7 @@ def prepare_relative(cache_dir: Optional[str] = None, seed: int = 0, epochs: int
             shutil.rmtree(root, ignore_errors=True)
             construction.write_relative_set(layout, k)
     _train_missing(data_dir, model_dir, RELATIVE_MODELS, epochs, seed, log, shipped)
-    return data_dir, model_dir
+    return BamSetup(data_dir, model_dir)
 
 
 def train_model(data_dir: str, model_dir: str, name: str, epochs: int = EPOCHS,

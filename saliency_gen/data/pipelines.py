@@ -13,7 +13,7 @@ example's flip or mask never depends on read order, batching or sharding.
 """
 import contextlib
 import zlib
-from typing import Any, Callable, Iterable, Optional, Sequence
+from typing import Any, Callable, Iterable, Literal, NamedTuple, Optional, Sequence, Union, overload
 
 import numpy as np
 import tensorflow as tf
@@ -116,12 +116,42 @@ def _process_independent_seeds():
         eager._seed = saved
 
 
+class Images(NamedTuple):
+    """Images read for explaining and scoring (`load_images`)."""
+
+    images: np.ndarray  # [N, H, W, C] in the model's input space
+    labels: np.ndarray  # int64 [N]
+    ids: np.ndarray  # int64 [N], keyed on the records (`key_ids`)
+
+
+class ImagesWithMasks(NamedTuple):
+    """`Images` and the objects' masks (`load_images(..., with_masks=True)`)."""
+
+    images: np.ndarray
+    labels: np.ndarray
+    ids: np.ndarray
+    masks: np.ndarray  # [N, H, W]
+
+
+@overload
+def load_images(pattern: str, loaded: Any, nr_images: int = ..., seed: int = ...,
+                geometry: str = ..., shuffle: bool = ...,
+                with_masks: Literal[False] = ...) -> Images: ...
+@overload
+def load_images(pattern: str, loaded: Any, nr_images: int = ..., seed: int = ...,
+                geometry: str = ..., shuffle: bool = ..., *,
+                with_masks: Literal[True]) -> ImagesWithMasks: ...
+@overload
+def load_images(pattern: str, loaded: Any, nr_images: int = ..., seed: int = ...,
+                geometry: str = ..., shuffle: bool = ..., *,
+                with_masks: bool) -> Union[Images, ImagesWithMasks]: ...
 def load_images(pattern: str, loaded: Any, nr_images: int = -1, seed: int = 0,
-                geometry: str = "auto", shuffle: bool = True, with_masks: bool = False) -> tuple:
-    """(images [N, H, W, C] in the model's input space, labels [N], ids [N]) from image records,
-    plus object masks [N, H, W] with `with_masks`: a seeded shuffle of all records (buffer
-    10,000), then the first `nr_images` (-1: all). Unreadable data and labels outside the
-    model's classes are one `UserError` line."""
+                geometry: str = "auto", shuffle: bool = True,
+                with_masks: bool = False) -> Union[Images, ImagesWithMasks]:
+    """`Images` (images, labels, ids) from image records, `ImagesWithMasks` (and object masks)
+    with `with_masks`: a seeded shuffle of all records (buffer 10,000), then the first
+    `nr_images` (-1: all). Unreadable data and labels outside the model's classes are one
+    `UserError` line."""
     files = records.list_files(pattern, "--input_pattern")
     for path in files:
         records.check_file(path, "image", max_records=1)
@@ -158,8 +188,8 @@ def load_images(pattern: str, loaded: Any, nr_images: int = -1, seed: int = 0,
     if label_array.min() < 0 or label_array.max() >= loaded.num_classes:
         raise UserError(f"a label of {pattern} is outside the model's {loaded.num_classes} "
                         "classes; check --input_pattern and --model_path")
-    found = (np.concatenate(images), label_array, key_ids(keys))
-    return (*found, np.concatenate(masks)) if with_masks else found
+    found = Images(np.concatenate(images), label_array, key_ids(keys))
+    return ImagesWithMasks(*found, np.concatenate(masks)) if with_masks else found
 
 
 def shuffled(data: tf.data.Dataset, buffer_size: int, seed: int,
