@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union
 import numpy as np
 
 import models
-from faithfulness import protocols
 from faithfulness.protocols import BASELINES, METRICS, ORDERS
 from models.foundation import progress, provenance
 from models.foundation import results as result_files
@@ -31,12 +30,8 @@ from models.foundation.lazy import lazy_module
 from models.foundation.rules import COUNT_OR_ALL, POSITIVE, UNIQUE, Checked, at_least, some
 
 # Loaded on first use: a bad flag is reported before TensorFlow starts (docs/architecture.md).
-curves = lazy_module("faithfulness.curves")
-idsds = lazy_module("faithfulness.idsds")
-inputs = lazy_module("faithfulness.inputs")
-single_step = lazy_module("faithfulness.single_step")
+protocol_measures = lazy_module("faithfulness.protocol_measures")
 stats = lazy_module("faithfulness.stats")
-scoring = lazy_module("faithfulness.scorer")
 torch_checkpoints = lazy_module("models.formats.torch_checkpoints")
 saliency_engine = lazy_module("saliency_gen.attribution.engine")
 if TYPE_CHECKING:  # the type checker's view of the same module
@@ -104,40 +99,22 @@ class Options(Checked):
         return {field.name: getattr(self, field.name) for field in dataclasses.fields(Options)}
 
 
-def _activation(options, protocol):
-    if options.output_activation == "auto":
-        return None if protocol == "single_deletion" else "softmax"
-    return None if options.output_activation == "none" else options.output_activation
-
-
-def _masking_metric(protocol, options):
-    common = dict(batch_size=options.batch_size,
-                  output_activation=_activation(options, protocol))
-    replace = {"data_replace_method": options.data_replace_method} \
-        if options.data_replace_method else {}
-    if protocol in ("deletion", "insertion"):
-        metric_class = curves.Deletion if protocol == "deletion" else curves.Insertion
-        return metric_class(max_step_nb=options.max_step_nb, **replace, **common)
-    return (single_step.IIC_AD if protocol == "iic_ad" else single_step.ADD)(**replace, **common)
-
-
 def scorer_for(loaded: Any, protocol: str, options: "Options") -> Any:
     """What a protocol scores with, built once per evaluation so its traced functions are
     reused for every explainer and group."""
-    if protocol in ("single_deletion", "incremental_deletion"):
-        activation = "softmax" if protocol == "incremental_deletion" else _activation(
-            options, protocol)
-        return scoring.Scorer(loaded, activation, options.batch_size)
-    return _masking_metric(protocol, options)
+    return protocol_measures.MEASURES[protocol].scorer(loaded, options)
 
 
 def score_group(loaded: Any, images: np.ndarray, labels: np.ndarray, ids: np.ndarray,
                 explainer: "Union[str, names.Resolved]", protocol: str, options: "Options",
                 scorer: Any = None, maps: Optional[np.ndarray] = None) -> dict:
     """Per-image values {metric: [n]} of one explainer (a name, or resolved once by the caller)
-    on one group of images; `maps` (the explainer's maps of `images`, e.g. read from saliency
-    records) replace explaining them."""
-    scorer = scorer or scorer_for(loaded, protocol, options)
+    on one group of images, by the protocol's measure (`faithfulness.protocol_measures`);
+    `maps` (the explainer's maps of `images`, e.g. read from saliency records) replace
+    explaining them."""
+    measure = protocol_measures.MEASURES[protocol]
+    scorer = scorer or measure.scorer(loaded, options)
+
     def explain(batch, targets):
         if maps is not None and batch is images:
             return maps
@@ -145,32 +122,8 @@ def score_group(loaded: Any, images: np.ndarray, labels: np.ndarray, ids: np.nda
                                          batch_size=options.batch_size, seed=options.seed,
                                          ids=ids)
 
-    if protocol == "incremental_deletion":
-        result = idsds.incremental_deletion(
-            scorer, images, labels, None if options.id_update_attribution
-            else explain(images, labels), explain_fn=explain, steps=options.id_steps,
-            order=options.id_order, baseline=options.id_baseline,
-            blur_kernel=options.id_baseline_gaussian_kernel,
-            blur_sigma=options.id_baseline_gaussian_sigma,
-            update_attribution=options.id_update_attribution,
-            attribution_transform=options.attribution_transform,
-            batch_size=options.batch_size, seed=options.seed, ids=ids)
-        return protocols.named(protocol, result["curves"].mean(axis=1))
-    maps = explain(images, labels)
-    if protocol == "single_deletion":
-        result = idsds.single_deletion(
-            scorer, images, labels, maps, grid=options.grid_rows_and_cols,
-            baseline=options.sd_baseline, attribution_transform=options.attribution_transform,
-            output_activation=_activation(options, protocol), batch_size=options.batch_size,
-            seed=options.seed, ids=ids, blur_kernel=options.id_baseline_gaussian_kernel,
-            blur_sigma=options.id_baseline_gaussian_sigma)
-        return protocols.named(protocol, result["rho"])
-    maps = inputs.attributions(maps, len(images), options.attribution_transform)
-    metric = scorer
-    if protocol in ("deletion", "insertion"):
-        result = metric.compute_scores(loaded, images, maps, labels)
-        return dict(zip(metric.keys, (result.auc, result.calibration)))
-    return metric.per_image(*metric.compute_scores(loaded, images, maps, labels))
+    return measure.score(protocol_measures.Group(loaded, images, labels, ids, explain),
+                         options, scorer)
 
 
 def per_image(loaded: Any, images: np.ndarray, labels: np.ndarray, ids: np.ndarray,
