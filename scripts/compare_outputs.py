@@ -1,11 +1,13 @@
 """Byte-identity check of a change (docs/architecture.md, "Behaviour unchanged"): runs the main
 binaries on the synthetic world from a base revision and from the working tree, with one shared
-cache, and compares their outputs: files byte for byte, JSON reports value for value with the
-wall-clock keys (seconds) set aside, and the printed BAM table line for line.
+cache, and compares their outputs: files byte for byte (a small report card's table and every
+cell it cached among them), JSON reports value for value with the wall-clock keys (seconds) set
+aside, and the printed BAM table line for line.
 
     python scripts/compare_outputs.py --base=cc79fb5
 """
 import dataclasses
+import glob
 import json
 import os
 import subprocess
@@ -28,6 +30,9 @@ RUNS = (
     ("roar", ["roar.train", "--ratio=0.3", "--epochs=1", "--num_train_images=256",
               "--output_dir=runs"],
      ("runs/modified_image/0.30/gradient_image/remove/element-mean/seed_0/metrics.json",)),
+    ("card", ["scripts.report_card", "--methods=bam:GC,bam:IG,random,oracle", "--nr_images=8",
+              "--num_imgs=8", "--max_step_nb=16", "--meta_images=4", "--gallery_images=0",
+              "--output_dir=card"], ("card/card.csv",)),
     ("roar_noisy_linear", ["roar.train", "--ratio=0.3", "--epochs=1", "--num_train_images=256",
                            "--fill=noisy_linear", "--ranking=pixel", "--output_dir=runs"],
      ("runs/modified_image/0.30/gradient_image/remove/pixel-noisy_linear/seed_0/"
@@ -103,6 +108,15 @@ def run(config: Config) -> dict:
     verdicts = {f"{name}/{os.path.basename(relative)}": _same(
         *(os.path.join(scratch, label, name, relative) for label in ("before", "after")))
         for name, _, files in RUNS for relative in files}
+    cells = [sorted(glob.glob(os.path.join(scratch, label, "card", "card", "cells", "*", "*.json")))
+             for label in ("before", "after")]
+    if [os.path.relpath(p, os.path.join(scratch, "before")) for p in cells[0]] != [
+            os.path.relpath(p, os.path.join(scratch, "after")) for p in cells[1]]:
+        verdicts["card/cells"] = "DIFFERENT"
+    else:
+        kinds = {_same(a, b) for a, b in zip(*cells)}
+        verdicts[f"card/{len(cells[0])} cells"] = "DIFFERENT" if "DIFFERENT" in kinds else (
+            "values" if "values" in kinds else "bytes")
     tables = []
     for label in ("before", "after"):
         with open(os.path.join(scratch, label, "bam", "stdout.txt"), encoding="utf-8") as handle:
