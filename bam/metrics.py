@@ -18,7 +18,7 @@ building it and training its models once into a cache directory it names.
 import dataclasses
 import os
 import time
-from typing import Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 import models
 from bam import metric_definitions
@@ -32,10 +32,14 @@ from models.foundation.lazy import lazy_module
 from models.foundation.rules import UNIQUE, Checked, at_least, some, some_of
 
 # Loaded on first use: a bad flag is reported before TensorFlow starts (docs/architecture.md).
-rmcs = lazy_module("bam.rmcs")
-synthetic_setup = lazy_module("bam.synthetic_setup")
-val_set_scores = lazy_module("bam.val_set_scores")
-score_cache_files = lazy_module("bam.score_cache")
+if TYPE_CHECKING:  # the type checker's view of the same modules
+    from bam import rmcs, synthetic_setup, val_set_scores
+    from bam import score_cache as score_cache_files
+else:
+    rmcs = lazy_module("bam.rmcs")
+    synthetic_setup = lazy_module("bam.synthetic_setup")
+    val_set_scores = lazy_module("bam.val_set_scores")
+    score_cache_files = lazy_module("bam.score_cache")
 
 
 def compute(config: "Config", *, progress: Optional[Callable[[], None]] = None,
@@ -266,7 +270,8 @@ def _run(config: Config) -> dict:
                                               methods=tuple(methods)),
                           progress=None if scored else (lambda: bar.update(1)),
                           image_progress=step, score_cache=score_cache)
-        if "RMCS" in metric_names:
+        if "RMCS" in metric_names:  # (computed from scratch: the setup above gave both)
+            assert data_dir is not None and model_dir is not None
             relative = rmcs.compute(data_dir, model_dir, methods, config.num_imgs, config.seed,
                                     config.noise_seed, config.batch_size, image_progress=step)
             if config.rmcs_tcav:

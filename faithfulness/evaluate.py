@@ -24,23 +24,28 @@ from faithfulness.protocols import BASELINES, METRICS, ORDERS
 from models.foundation import progress, provenance
 from models.foundation import results as result_files
 from models.foundation.cli import option, origin_flags, run_binary
-from models.foundation.errors import UserError, require_both_or_neither
+from models.foundation.errors import UserError, require_both_or_neither, required
 from models.foundation.files import exclusive, write_json
 from models.foundation.lazy import lazy_module
 from models.foundation.rules import COUNT_OR_ALL, POSITIVE, UNIQUE, Checked, at_least, some
 
 # Loaded on first use: a bad flag is reported before TensorFlow starts (docs/architecture.md).
-protocol_measures = lazy_module("faithfulness.protocol_measures")
-stats = lazy_module("faithfulness.stats")
-torch_checkpoints = lazy_module("models.formats.torch_checkpoints")
-saliency_engine = lazy_module("saliency_gen.attribution.engine")
-if TYPE_CHECKING:  # the type checker's view of the same module
+if TYPE_CHECKING:  # the type checker's view of the same modules
+    from faithfulness import protocol_measures, stats
+    from models.formats import torch_checkpoints
+    from saliency_gen.attribution import engine as saliency_engine
     from saliency_gen.attribution import names
+    from saliency_gen.data import pipelines, records
+    from saliency_gen.data.world import cache
 else:
+    protocol_measures = lazy_module("faithfulness.protocol_measures")
+    stats = lazy_module("faithfulness.stats")
+    torch_checkpoints = lazy_module("models.formats.torch_checkpoints")
+    saliency_engine = lazy_module("saliency_gen.attribution.engine")
+    records = lazy_module("saliency_gen.data.records")
+    pipelines = lazy_module("saliency_gen.data.pipelines")
+    cache = lazy_module("saliency_gen.data.world.cache")
     names = lazy_module("saliency_gen.attribution.names")
-records = lazy_module("saliency_gen.data.records")
-pipelines = lazy_module("saliency_gen.data.pipelines")
-cache = lazy_module("saliency_gen.data.world.cache")
 
 PROTOCOLS = tuple(METRICS)  # single_deletion, incremental_deletion, deletion, insertion, ...
 DEFAULT_EXPLAINERS = "idsds:IxG,idsds:IG,idsds:Grad-CAM,idsds:IxG abs,random"
@@ -256,15 +261,15 @@ def check_flags(f: Config) -> None:
 
 
 def _run(f: Config, output: str) -> dict:
-    if f.pretrained_ckpt:
-        model_path = torch_checkpoints.converted_model(f.pretrained_ckpt, f.model,
+    if f.pretrained_ckpt:  # (check_flags: with --model and --input_pattern)
+        checkpoint, model, pattern = required(f, "pretrained_ckpt", "model", "input_pattern")
+        model_path = torch_checkpoints.converted_model(checkpoint, model,
                                                        image_size=f.image_size)
-        pattern = f.input_pattern
     elif f.model_path is None:
         model_path = cache.clean_model(seed=0)
         pattern = os.path.join(cache.records_dir(seed=0), "validation-*")
-    else:
-        model_path, pattern = f.model_path, f.input_pattern
+    else:  # (check_flags: both or neither)
+        model_path, pattern = required(f, "model_path", "input_pattern")
     loaded = models.load(model_path)
     explainers = list(f.explainer)
     if explainers == [APPLICABLE]:

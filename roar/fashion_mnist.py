@@ -22,7 +22,7 @@ The random control ranks the features by a random map (`--transformation=random_
 import dataclasses
 import os
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Mapping
 
 from models.foundation import progress
 from models.foundation.cli import option, run_binary
@@ -76,7 +76,7 @@ def _training_flags(config: Config, epochs: float) -> dict:
             "warmup_epochs": 0.5, "lr_decay_epochs": (str(round(epochs * 2 / 3, 3)),)}
 
 
-def _quiet_run(**flags) -> dict:
+def _quiet_run(**flags) -> Mapping[str, Any]:
     """One roar.train run in this process, its progress bar off; the graph cleared after."""
     try:
         return train.run(train.Config(**flags), verbose=0)

@@ -45,10 +45,14 @@ if TYPE_CHECKING:  # the type checker's view of the same modules
 else:
     masked_data = lazy_module("roar.masked_data")
     road_outcomes = lazy_module("roar.road_outcomes")
-summaries = lazy_module("roar.summaries")
-synthetic_setup = lazy_module("roar.synthetic_setup")
-pipelines = lazy_module("saliency_gen.data.pipelines")
-records = lazy_module("saliency_gen.data.records")
+if TYPE_CHECKING:  # the type checker's view of the same modules
+    from roar import summaries, synthetic_setup
+    from saliency_gen.data import pipelines, records
+else:
+    summaries = lazy_module("roar.summaries")
+    synthetic_setup = lazy_module("roar.synthetic_setup")
+    pipelines = lazy_module("saliency_gen.data.pipelines")
+    records = lazy_module("saliency_gen.data.records")
 
 ORDERS = tuple(metric_definitions.ROAD_ORDERS)  # ("morf", "lerf")
 fraction_removed = metric_definitions.fraction_removed

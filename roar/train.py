@@ -15,7 +15,7 @@ model.
 """
 import dataclasses
 import os
-from typing import TYPE_CHECKING, Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
 import models
 from models.foundation import provenance
@@ -30,22 +30,28 @@ from roar import mask_settings
 from roar.mask_settings import MaskConfig
 
 # Loaded on first use: a bad flag is reported before TensorFlow starts (docs/architecture.md).
-training = lazy_module("models.training.loop")
-if TYPE_CHECKING:  # the type checker's view of the same module
+if TYPE_CHECKING:  # the type checker's view of the same modules
+    from models.training import loop as training
     from roar import masked_data
 else:
+    training = lazy_module("models.training.loop")
     masked_data = lazy_module("roar.masked_data")
-synthetic_setup = lazy_module("roar.synthetic_setup")
-tfds_source = lazy_module("roar.tfds_source")
-pipelines = lazy_module("saliency_gen.data.pipelines")
-records = lazy_module("saliency_gen.data.records")
+if TYPE_CHECKING:  # the type checker's view of the same modules
+    from roar import synthetic_setup, tfds_source
+    from saliency_gen.data import pipelines, records
+else:
+    synthetic_setup = lazy_module("roar.synthetic_setup")
+    tfds_source = lazy_module("roar.tfds_source")
+    pipelines = lazy_module("saliency_gen.data.pipelines")
+    records = lazy_module("saliency_gen.data.records")
 
 
 def run_masked(train_files: Sequence[str], eval_files: Sequence[str],
                config: "masked_data.MaskConfig", read: "masked_data.Records",
                run: RunOptions = RunOptions(), *, output_dir: str, eval_batch_size: int = 256,
                flags_record: Optional[dict] = None, num_train: Optional[int] = None,
-               num_eval: Optional[int] = None, callbacks: Sequence = ()) -> dict:
+               num_eval: Optional[int] = None,
+               callbacks: Sequence = ()) -> "training.RunMetrics":
     """One ROAR / KAR run on record files, read as `read` says and trained as `run` says: the
     masked train and test pipelines (`roar.masked_data`) with the same masking, then
     `train_and_evaluate`; returns the metrics. The numbers of train and test records are
@@ -98,7 +104,8 @@ def evaluate_checkpoint(checkpoint: str, eval_files: Sequence[str],
         model, model_id = loaded, loaded.model_id
     else:
         side = data.element_spec[0].shape[1]
-        model = training.build_model(model_name, num_classes, side, run.recipe)
+        model = training.build_model(model_name, num_classes, side,
+                                     recipes.own_recipe(run, Recipe))
         try:
             model.load_weights(checkpoint)
         except (ValueError, OSError) as error:
@@ -301,7 +308,7 @@ def _data_source(f: Config, synthetic: bool, method: Optional[str],
     return f.data_dir, num_classes
 
 
-def run(config: Config, verbose: int = 1) -> dict:
+def run(config: Config, verbose: int = 1) -> Mapping[str, Any]:
     """One ROAR / KAR run with `config`; prints the run folder and the result line and returns
     the metrics (also written to `<run folder>/metrics.json`). `verbose=0` hides Keras'
     per-step progress bar (a caller with its own bar over many runs)."""

@@ -40,15 +40,22 @@ from saliency_gen.data import shard_ledger
 from saliency_gen.data.formats import MAP_DTYPES
 
 # Loaded on first use: a bad flag is reported before TensorFlow starts (docs/architecture.md).
-tf = lazy_module("tensorflow")
-preprocessing = lazy_module("models.formats.preprocessing")
-engine = lazy_module("saliency_gen.attribution.engine")
+if TYPE_CHECKING:  # the type checker's view of the same modules
+    import tensorflow as tf
+
+    from models.formats import preprocessing
+    from saliency_gen.attribution import engine
+    from saliency_gen.data import pipelines, records
+else:
+    tf = lazy_module("tensorflow")
+    preprocessing = lazy_module("models.formats.preprocessing")
+    engine = lazy_module("saliency_gen.attribution.engine")
+    pipelines = lazy_module("saliency_gen.data.pipelines")
+    records = lazy_module("saliency_gen.data.records")
 if TYPE_CHECKING:  # the type checker's view of the same module
     from saliency_gen.attribution import names
 else:
     names = lazy_module("saliency_gen.attribution.names")
-pipelines = lazy_module("saliency_gen.data.pipelines")
-records = lazy_module("saliency_gen.data.records")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -17,12 +17,15 @@
 import contextlib
 import json
 import os
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from models.foundation.errors import UserError, check_one_of
 from models.foundation.lazy import lazy_module
 
-tf = lazy_module("tensorflow")  # loaded on first use: the strategy names stay light
+if TYPE_CHECKING:  # the type checker's view of the same modules
+    import tensorflow as tf
+else:
+    tf = lazy_module("tensorflow")
 
 STRATEGIES = ("default", "mirrored", "multi_worker", "tpu")
 

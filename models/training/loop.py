@@ -13,7 +13,7 @@ import math
 import os
 import shutil
 import time
-from typing import Any, Callable, Iterable, Optional, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence, TypedDict
 
 import keras
 import numpy as np
@@ -200,7 +200,7 @@ class Progress:
 FINISHED_SCHEMA = {"type": "object"}
 
 
-def prepare_run_folder(output_dir: str, requested: dict, overwrite: bool) -> Optional[dict]:
+def prepare_run_folder(output_dir: str, requested: dict, overwrite: bool) -> Optional[Any]:
     """Checks the run folder's origin before anything is reused (docs/architecture.md,
     "Outputs and provenance"). Returns the finished metrics to reuse, or None to train (after
     recording the origin)."""
@@ -227,10 +227,35 @@ def prepare_run_folder(output_dir: str, requested: dict, overwrite: bool) -> Opt
     return None
 
 
+class RunMetrics(TypedDict, total=False):
+    """What one `train_and_evaluate` run gives, as its `metrics.json` holds it; a run stopped
+    on purpose (`RunOptions.stop_after_epochs`) gives `stopped_after_epoch` alone."""
+
+    top1: float
+    top5: float
+    n_eval: int
+    n_train: int
+    steps: int
+    train_seconds: float
+    resumptions: int
+    resumed_at_epochs: list
+    model_id: str
+    model: str
+    seed: int
+    recipe: dict
+    loss_per_epoch: list
+    first_epoch: int
+    precision: str
+    replicas: int
+    flags: dict  # what the caller recorded (`flags_record`)
+    origin: dict
+    stopped_after_epoch: int
+
+
 def train_and_evaluate(train_data: Any, eval_data: Any, run: RunOptions, *, num_train: int,
                        num_eval: int, size: int, output_dir: str, preprocessing: str = "imagenet",
                        flags_record: Optional[dict] = None, inputs: Optional[dict] = None,
-                       callbacks: Sequence = ()) -> dict:
+                       callbacks: Sequence = ()) -> RunMetrics:
     """Trains on `train_data` as `run` says, evaluates on all of `eval_data`, exports; returns
     the metrics.
 
@@ -401,7 +426,7 @@ class _Job:
     epochs: int
 
 
-def _train(job: _Job, run: RunOptions, scratch: Optional[str]) -> dict:
+def _train(job: _Job, run: RunOptions, scratch: Optional[str]) -> RunMetrics:
     """Trains, evaluates and exports `job` (into `scratch` for a non-chief worker)."""
     recipe, num_classes, model_name = own_recipe(run, Recipe), run.num_classes, run.model_name
     train_data, eval_data, output_dir, requested = (job.train_data, job.eval_data,

@@ -108,7 +108,8 @@ def predict(model: Any, images: Any, batch_size: int = 64) -> np.ndarray:
 
 def attribute(model: Any, images: Any, method: Union[str, names.Resolved],
               targets: Optional[Sequence[int]] = None, *,
-              batch_size: int = 64, seed: int = 0, ids: Optional[Sequence[int]] = None,
+              batch_size: int = 64, seed: int = 0,
+              ids: Optional[Union[Sequence[int], np.ndarray]] = None,
               preprocessing: Optional[str] = None, feature_layer: Optional[str] = None,
               memory_bytes: int = 1 << 28, progress: Optional[Callable[[int], Any]] = None,
               **params: Any) -> np.ndarray:

@@ -81,10 +81,10 @@ def clean_model(seed: int = 0, folder: Optional[str] = None, log: Callable = pri
                                              seed=seed)
         eval_data = pipelines.image_batches(files["validation"], training=False,
                                             batch_size=256, size=IMAGE_SIZE, seed=seed)
-        metrics = loop.train_and_evaluate(
+        trained = loop.train_and_evaluate(
             train_data, eval_data, recipes.RunOptions(num_classes=10, recipe=recipe, seed=seed),
             num_train=pipelines.count_records(files["train"]),
             num_eval=pipelines.count_records(files["validation"]), size=IMAGE_SIZE,
             output_dir=clean_dir, callbacks=[TrainingBar("training the clean model")])
-        log(f"trained the clean model: top-1 {metrics['top1']:.3f}")
+        log(f"trained the clean model: top-1 {trained['top1']:.3f}")
     return os.path.join(clean_dir, "model")
