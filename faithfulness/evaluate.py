@@ -27,6 +27,7 @@ from models.foundation.cli import option, origin_flags, run_binary
 from models.foundation.errors import UserError, require_both_or_neither, required
 from models.foundation.files import exclusive, write_json
 from models.foundation.lazy import lazy_module
+from models.foundation.metric_spec import Group
 from models.foundation.rules import COUNT_OR_ALL, POSITIVE, UNIQUE, Checked, at_least, some
 
 # Loaded on first use: a bad flag is reported before TensorFlow starts (docs/architecture.md).
@@ -127,7 +128,7 @@ def score_group(loaded: Any, images: np.ndarray, labels: np.ndarray, ids: np.nda
                                          batch_size=options.batch_size, seed=options.seed,
                                          ids=ids)
 
-    return measure.score(protocol_measures.Group(loaded, images, labels, ids, explain),
+    return measure.score(Group(loaded, images, labels, ids, explain),
                          options, scorer)
 
 

@@ -1,42 +1,19 @@
-"""The faithfulness protocols as measures of one protocol (docs/architecture.md, "One metric
-shape"). Each `ProtocolMeasure` gives its metrics (`faithfulness.protocols.METRICS`), the scorer
-it builds once per evaluation (so that its traced functions are reused for every explainer and
-group), and `score(group, options, scorer)`: every metric's per-image values for one explainer
-on one group of images. `faithfulness.evaluate.per_image`, which the binary, the report card and
-Beam call, reaches every protocol through `MEASURES`; a new measure is one class and one entry.
+"""The faithfulness protocols as measures (docs/architecture.md, "One metric shape"). Each is a
+`models.foundation.metric_spec.Measure` of the metrics `faithfulness.protocols.METRICS`
+declares: the scorer it builds once per evaluation (so that its traced functions are reused for
+every explainer and group), and `score(group, options, scorer)`: every metric's per-image values
+for one explainer on one group of images. `faithfulness.evaluate.per_image`, which the binary,
+the report card and Beam call, reaches every protocol through `MEASURES`; a new measure is one
+class and one entry.
 The `saliency_maps_metrics`-compatible classes (`curves.Deletion` / `Insertion`,
 `single_step.IIC_AD` / `ADD`) and the IDSDS functions (`idsds`) compute the values.
 """
 import dataclasses
-from typing import Any, Callable, Protocol
-
-import numpy as np
+from typing import Any
 
 from faithfulness import curves, idsds, inputs, protocols, single_step
 from faithfulness import scorer as scoring
-
-
-@dataclasses.dataclass(frozen=True)
-class Group:
-    """One group of images scored together: the model, images [n, H, W, C] in its input
-    space, the labels explained, the ids keying random draws, and `explain(batch, targets)`,
-    the explainer's maps of a batch (of the group's images, or of perturbed ones)."""
-
-    loaded: Any
-    images: np.ndarray
-    labels: np.ndarray
-    ids: np.ndarray
-    explain: Callable[[Any, Any], np.ndarray]
-
-
-class ProtocolMeasure(Protocol):
-    """A measure as `faithfulness.evaluate.per_image` computes it."""
-
-    def scorer(self, loaded: Any, options: Any) -> Any:
-        """What the measure scores with, built once per evaluation."""
-
-    def score(self, group: Group, options: Any, scorer: Any) -> dict:
-        """{metric name: per-image values [n]} of one explainer on `group`."""
+from models.foundation.metric_spec import Group, Measure
 
 
 def activation(options: Any, protocol: str) -> Any:
@@ -113,7 +90,8 @@ class MaskingMeasure:
         return scorer.per_image(*found)
 
 
-MEASURES: dict = {  # protocol -> its measure (its metrics: faithfulness.protocols.METRICS)
+# protocol -> its measure (its metrics: faithfulness.protocols.METRICS)
+MEASURES: dict[str, Measure] = {
     "single_deletion": SingleDeletion(), "incremental_deletion": IncrementalDeletion(),
     **{protocol: MaskingMeasure(protocol) for protocol in ("deletion", "insertion", "iic_ad",
                                                            "add")},

@@ -6,9 +6,11 @@ computes metrics has one shape too, `PerUnitScores`: the specs of the metrics it
 `score(method)`, every metric's value on every unit for one method, computed in batches. The
 binaries average those values into their tables; the report card compares them unit by unit
 (`models.report.card_engine.Benchmark` is this shape, with the settings that make its cells).
+What computes a measure on a group of images is a `Measure` (its scorer, built once, and
+`score(group)`), which the binaries, the card and Beam all call.
 """
 import dataclasses
-from typing import Iterable, Protocol, Sequence
+from typing import Any, Callable, Iterable, Protocol, Sequence
 
 UNITS = ("image", "seed")
 
@@ -43,6 +45,32 @@ class PerUnitScores(Protocol):
 
     def score(self, method: str) -> dict:
         ...
+
+
+@dataclasses.dataclass(frozen=True)
+class Group:
+    """One group of images a measure scores together: the model, images [n, H, W, C] in its
+    input space, the labels explained, the ids keying random draws, and `explain(batch,
+    targets)`, the explainer's maps of a batch (of the group's images, or of perturbed ones)."""
+
+    loaded: Any
+    images: Any
+    labels: Any
+    ids: Any
+    explain: Callable[[Any, Any], Any]
+
+
+class Measure(Protocol):
+    """How a measure computes, whoever calls it (a binary, the report card, Beam): the scorer it
+    builds once per evaluation (its traced functions reused for every explainer and group),
+    and `score`, every metric's per-image values of one explainer on one `Group`. The
+    faithfulness protocols are measures (`faithfulness.protocol_measures.MEASURES`)."""
+
+    def scorer(self, loaded: Any, options: Any) -> Any:
+        """What the measure scores with, built once per evaluation."""
+
+    def score(self, group: Group, options: Any, scorer: Any) -> dict:
+        """{metric name: per-image values [n]} of one explainer on `group`."""
 
 
 def specs_named(specs: "tuple[MetricSpec, ...]", names: Sequence[str]) -> tuple:
