@@ -111,15 +111,13 @@ def scorer_for(loaded: Any, protocol: str, options: "Options") -> Any:
     return protocol_measures.MEASURES[protocol].scorer(loaded, options)
 
 
-def score_group(loaded: Any, images: np.ndarray, labels: np.ndarray, ids: np.ndarray,
-                explainer: "Union[str, names.Resolved]", protocol: str, options: "Options",
-                scorer: Any = None, maps: Optional[np.ndarray] = None) -> dict:
+def _score_group(loaded: Any, images: np.ndarray, labels: np.ndarray, ids: np.ndarray,
+                 explainer: "Union[str, names.Resolved]", protocol: str, options: "Options",
+                 scorer: Any, maps: Optional[np.ndarray]) -> dict:
     """Per-image values {metric: [n]} of one explainer (a name, or resolved once by the caller)
-    on one group of images, by the protocol's measure (`faithfulness.protocol_measures`);
-    `maps` (the explainer's maps of `images`, e.g. read from saliency records) replace
-    explaining them."""
-    measure = protocol_measures.MEASURES[protocol]
-    scorer = scorer or measure.scorer(loaded, options)
+    on one group of images, by the protocol's measure (`faithfulness.protocol_measures`) with
+    its `scorer`; `maps` (the explainer's maps of `images`, e.g. read from saliency records)
+    replace explaining them."""
 
     def explain(batch, targets):
         if maps is not None and batch is images:
@@ -128,8 +126,8 @@ def score_group(loaded: Any, images: np.ndarray, labels: np.ndarray, ids: np.nda
                                          batch_size=options.batch_size, seed=options.seed,
                                          ids=ids)
 
-    return measure.score(Group(loaded, images, labels, ids, explain),
-                         options, scorer)
+    return protocol_measures.MEASURES[protocol].score(
+        Group(loaded, images, labels, ids, explain), options, scorer)
 
 
 def per_image(loaded: Any, images: np.ndarray, labels: np.ndarray, ids: np.ndarray,
@@ -137,7 +135,7 @@ def per_image(loaded: Any, images: np.ndarray, labels: np.ndarray, ids: np.ndarr
               scorer: Any = None, maps: Optional[np.ndarray] = None, group_size: int = 256,
               progress: Optional[Callable[[int], None]] = None) -> dict:
     """{metric: values [N]} of one explainer on `images`, scored in groups of `group_size`
-    images (memory), each group batched (`score_group`): the one computation of a faithfulness
+    images (memory), each group batched (`_score_group`): the one computation of a faithfulness
     protocol, which this binary, the report card (`faithfulness.card`) and Beam
     (`faithfulness.beam_scoring`) call. `maps`, when given, are the explainer's maps of all
     `images`; `progress(n)` follows each group."""
@@ -145,9 +143,9 @@ def per_image(loaded: Any, images: np.ndarray, labels: np.ndarray, ids: np.ndarr
     parts = []
     for start in range(0, len(images), group_size):  # groups of many images
         stop = start + group_size
-        parts.append(score_group(loaded, images[start:stop], labels[start:stop],
-                                 ids[start:stop], explainer, protocol, options, scorer,
-                                 None if maps is None else maps[start:stop]))
+        parts.append(_score_group(loaded, images[start:stop], labels[start:stop],
+                                  ids[start:stop], explainer, protocol, options, scorer,
+                                  None if maps is None else maps[start:stop]))
         if progress:
             progress(len(images[start:stop]))
     return {metric: np.concatenate([part[metric] for part in parts]) for metric in parts[0]}

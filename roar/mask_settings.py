@@ -45,7 +45,7 @@ class MaskConfig(Checked):
     # without applying them twice in one run. The fields' relation is checked either way.
     checked: dataclasses.InitVar[bool] = False
 
-    def __post_init__(self, checked: bool = False) -> None:  # type: ignore[override]
+    def __post_init__(self, checked: bool = False) -> None:
         if not checked:
             super().__post_init__()
         if self.fill == "noisy_linear" and self.ranking != "pixel":

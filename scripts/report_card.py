@@ -317,6 +317,13 @@ def _given(inputs: Optional[Inputs]) -> Inputs:
     return inputs
 
 
+def protocol_options(config: Resolved) -> "evaluate.Options":
+    """The faithfulness protocols' settings on the card: its step bound, batch and seed, the
+    rest at `faithfulness.evaluate`'s defaults."""
+    return evaluate.Options(max_step_nb=config.max_step_nb, batch_size=config.batch_size,
+                            seed=config.seed)
+
+
 def _image_level_only(supports: Callable[[str], bool]) -> Callable[[str], bool]:
     """`supports`, but not for the blur controls (maps of the card's images)."""
     return lambda method: supports(method) and card_engine.unblurred(method) is None
@@ -351,14 +358,14 @@ def build_benchmarks(config: Resolved, inputs: Optional[Inputs], methods: dict) 
                                          seed=config.seed, batch_size=config.batch_size,
                                          maps_of=inputs.maps_of))
     protocols = [b for b in config.benchmarks if b in faithfulness_card.PROTOCOLS]
-    options = evaluate.Options(max_step_nb=config.max_step_nb, batch_size=config.batch_size,
-                               seed=config.seed)
-    for benchmark in faithfulness_card.benchmarks(
-            _given(inputs).loaded, _given(inputs).images, _given(inputs).labels,
-            _given(inputs).ids, data=_given(inputs).data, names=protocols, options=options,
-            maps_of=_given(inputs).maps_of, methods=_given(inputs).methods) if protocols else ():
-        found.append(dataclasses.replace(
-            benchmark, supports=lambda method: method != card_engine.ORACLE))
+    if protocols:
+        shared = _given(inputs)
+        for benchmark in faithfulness_card.benchmarks(
+                shared.loaded, shared.images, shared.labels, shared.ids, data=shared.data,
+                names=protocols, options=protocol_options(config), maps_of=shared.maps_of,
+                methods=shared.methods):
+            found.append(dataclasses.replace(
+                benchmark, supports=lambda method: method != card_engine.ORACLE))
     order = {name: i for i, name in enumerate(("BAM", "RMCS", *config.benchmarks))}
     found = sorted(found, key=lambda b: order[b.name])
     if config.retraining:
@@ -379,8 +386,7 @@ def build_benchmarks(config: Resolved, inputs: Optional[Inputs], methods: dict) 
 def variant_benchmarks(config: Resolved, inputs: Inputs) -> list:
     """[(variant benchmark, benchmark's card name, variant label)]: each chosen faithfulness
     protocol and ROAD again under each of its `VARIANTS`, cached as cells like the others."""
-    base = evaluate.Options(max_step_nb=config.max_step_nb, batch_size=config.batch_size,
-                            seed=config.seed)
+    base = protocol_options(config)
     found = []
     for name in config.benchmarks:
         for label, changes in VARIANTS.get(name, ()):

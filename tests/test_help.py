@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from models.foundation import cli
+from models.foundation import cli, rules
 from tests import REPO
 
 PACKAGES = ("bam", "roar", "faithfulness", "saliency_gen", "models", "scripts")
@@ -54,8 +54,7 @@ def test_help_lists_the_binarys_own_flags_with_their_defaults(module):
     for field in dataclasses.fields(config):  # the real defaults, help texts and rules
         flag_line = f"  --{field.name} [{cli.flag_text(field.default)}]"
         assert flag_line in lines, field.name
-        rules = field.metadata.get("rule")  # and each rule the option declares
-        for rule in () if rules is None else rules if isinstance(rules, tuple) else (rules,):
+        for rule in rules.rules_of(field):  # and each rule the option declares
             assert rule.text in lines[lines.index(flag_line) + 1], field.name
     assert "--verbosity" not in done.stdout  # absl's own flags stay in --helpfull
 

@@ -370,13 +370,6 @@ def flag_text(value: Any) -> str:
     return str(value)
 
 
-def _rule_text(rule: Any) -> str:
-    """What an option's rule (or tuple of rules) says, or "" if it has none."""
-    if rule is None:
-        return ""
-    return " ".join(one.text for one in (rule if isinstance(rule, tuple) else (rule,)))
-
-
 def help_text(config_class: type, doc: Optional[str], command: str) -> str:
     """The `--help` page of a binary: the first paragraph of its docstring `doc` and one line
     per field of its real `config_class` (default, help, choices, rules)."""
@@ -390,9 +383,8 @@ def help_text(config_class: type, doc: Optional[str], command: str) -> str:
         choices = field.metadata.get("choices")
         if choices:
             one_line += f" One of: {flag_text(choices).replace(',', ', ')}."
-        rule = _rule_text(field.metadata.get("rule"))
-        if rule:
-            one_line += f" {rule}"
+        for rule in rules.rules_of(field):
+            one_line += f" {rule.text}"
         lines.append(f"  --{field.name} [{flag_text(field.default)}]")
         lines.append(f"      {one_line}")
     lines += ["", "  --helpfull  every flag, including absl's and TensorFlow's"]

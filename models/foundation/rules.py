@@ -104,7 +104,8 @@ LABEL_OFFSETS = between(-100_000, 100_000)
 MAX_CHUNK = 4096
 
 
-def _rules_of(field: dataclasses.Field) -> tuple:
+def rules_of(field: dataclasses.Field) -> tuple:
+    """The rules an option declares (`cli.option`'s `rule`: one, a tuple, or none), as a tuple."""
     rules = field.metadata.get("rule")
     return () if rules is None else rules if isinstance(rules, tuple) else (rules,)
 
@@ -135,7 +136,7 @@ def check_by_kind(field: dataclasses.Field, value: Any) -> None:
             raise UserError(f"--{name}={value} must be a finite number")
         if abs(value) > LIMIT:
             raise UserError(f"--{name}={value} is out of range (at most {LIMIT} in size)")
-        if value < 0 and not _rules_of(field):
+        if value < 0 and not rules_of(field):
             raise UserError(f"--{name}={value} must not be negative")
     elif isinstance(value, (tuple, list)):
         default = tuple(field.default) if isinstance(field.default, (tuple, list)) else None
@@ -169,7 +170,7 @@ def check_options(config: Any, names: Optional[Iterable[str]] = None) -> None:
         choices = field.metadata.get("choices")
         if choices is not None and value is not None:
             check_one_of(field.name, value, choices)
-        for rule in _rules_of(field):
+        for rule in rules_of(field):
             rule(field.name, value)
         if is_list:
             check_by_kind(field, value)
