@@ -13,7 +13,9 @@ import os
 import subprocess
 import sys
 import tempfile
+from typing import Any
 
+from models.foundation import progress
 from models.foundation.cli import option, run_binary
 from models.foundation.errors import UserError
 
@@ -72,9 +74,9 @@ def _same(path_a: str, path_b: str) -> str:
     return "DIFFERENT"
 
 
-def _run_all(tree: str, out: str, cache: str) -> None:
+def _run_all(tree: str, out: str, cache: str, bar: Any) -> None:
     """Every run of `RUNS` with the code of `tree`, each in its own folder under `out` (its
-    outputs are written there)."""
+    outputs are written there); `bar` counts the runs."""
     environment = {**os.environ, "XDG_CACHE_HOME": cache, "PYTHONPATH": tree}
     for name, command, _ in RUNS:
         folder = os.path.join(out, name)
@@ -87,6 +89,7 @@ def _run_all(tree: str, out: str, cache: str) -> None:
         if done.returncode:
             raise UserError(f"{name} failed with the code of {tree}: "
                             f"{done.stderr.strip()[-300:]}")
+        bar.update(1)
 
 
 def run(config: Config) -> dict:
@@ -100,8 +103,9 @@ def run(config: Config) -> dict:
         raise UserError(f"--base={config.base}: {made.stderr.strip()}")
     try:
         cache = os.path.join(scratch, "cache")
-        for tree, label in ((base_tree, "before"), (REPOSITORY, "after")):
-            _run_all(tree, os.path.join(scratch, label), cache)
+        with progress.bar(2 * len(RUNS), "compare outputs", "run") as bar:
+            for tree, label in ((base_tree, "before"), (REPOSITORY, "after")):
+                _run_all(tree, os.path.join(scratch, label), cache, bar)
     finally:
         subprocess.run(["git", "-C", REPOSITORY, "worktree", "remove", "--force", base_tree],
                        check=False, capture_output=True)
