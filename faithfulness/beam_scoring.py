@@ -82,7 +82,7 @@ class ScoreRange(beam.DoFn):
     def setup(self) -> None:
         beam_support.start_worker()
         self.loaded = models.load(self.model_path)
-        self.scorer = evaluate.scorer_for(self.loaded, self.protocol, self.options)
+        self.measure = evaluate.measure_for(self.loaded, self.protocol, self.options)
 
     def process(self, unit: tuple) -> Iterator[tuple[Any, Any]]:  # (key, value) pairs
         path, start, count = unit
@@ -105,7 +105,7 @@ class ScoreRange(beam.DoFn):
                               "or infinite values; re-generate the saliency records")
         keys = [k.decode() for k in keys]
         values = evaluate.per_image(self.loaded, images, labels, pipelines.key_ids(keys),
-                                    self.key, self.protocol, self.options, self.scorer,
+                                    self.key, self.protocol, self.options, self.measure,
                                     maps=maps, group_size=len(images))
         for metric, per_image in values.items():
             for key, value in zip(keys, np.asarray(per_image, np.float64)):

@@ -32,14 +32,14 @@ def benchmarks(loaded: Any, images: np.ndarray, labels: np.ndarray, ids: np.ndar
     found = []
     for name in names:
         protocol = PROTOCOLS[name]
-        scorer = evaluate.scorer_for(loaded, protocol, options)
+        measure = evaluate.measure_for(loaded, protocol, options)
 
-        def score(method, protocol=protocol, scorer=scorer):
+        def score(method, protocol=protocol, measure=measure):
             shared = None if maps_of is None or protocol == "incremental_deletion" \
                 else maps_of(method)
             return evaluate.per_image(loaded, images, labels, ids,
                                       (methods or {}).get(method, method), protocol, options,
-                                      scorer, shared, group_size)
+                                      measure, shared, group_size)
 
         found.append(Benchmark(
             name=name, metrics=protocols.METRICS[protocol], score=score,

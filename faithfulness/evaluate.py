@@ -27,7 +27,7 @@ from models.foundation.cli import option, origin_flags, run_binary
 from models.foundation.errors import UserError, require_both_or_neither, required
 from models.foundation.files import exclusive, write_json
 from models.foundation.lazy import lazy_module
-from models.foundation.metric_spec import Group
+from models.foundation.metric_spec import Group, Measure
 from models.foundation.rules import COUNT_OR_ALL, POSITIVE, UNIQUE, Checked, at_least, some
 
 # Loaded on first use: a bad flag is reported before TensorFlow starts (docs/architecture.md).
@@ -105,19 +105,18 @@ class Options(Checked):
         return {field.name: getattr(self, field.name) for field in dataclasses.fields(Options)}
 
 
-def scorer_for(loaded: Any, protocol: str, options: "Options") -> Any:
-    """What a protocol scores with, built once per evaluation so its traced functions are
-    reused for every explainer and group."""
-    return protocol_measures.MEASURES[protocol].scorer(loaded, options)
+def measure_for(loaded: Any, protocol: str, options: "Options") -> "Measure":
+    """The protocol's measure (`faithfulness.protocol_measures`), built once per evaluation so
+    its traced functions are reused for every explainer and group."""
+    return protocol_measures.measure(protocol, loaded, options)
 
 
 def _score_group(loaded: Any, images: np.ndarray, labels: np.ndarray, ids: np.ndarray,
-                 explainer: "Union[str, names.Resolved]", protocol: str, options: "Options",
-                 scorer: Any, maps: Optional[np.ndarray]) -> dict:
+                 explainer: "Union[str, names.Resolved]", options: "Options",
+                 measure: "Measure", maps: Optional[np.ndarray]) -> dict:
     """Per-image values {metric: [n]} of one explainer (a name, or resolved once by the caller)
-    on one group of images, by the protocol's measure (`faithfulness.protocol_measures`) with
-    its `scorer`; `maps` (the explainer's maps of `images`, e.g. read from saliency records)
-    replace explaining them."""
+    on one group of images, by the protocol's `measure`; `maps` (the explainer's maps of
+    `images`, e.g. read from saliency records) replace explaining them."""
 
     def explain(batch, targets):
         if maps is not None and batch is images:
@@ -126,25 +125,24 @@ def _score_group(loaded: Any, images: np.ndarray, labels: np.ndarray, ids: np.nd
                                          batch_size=options.batch_size, seed=options.seed,
                                          ids=ids)
 
-    return protocol_measures.MEASURES[protocol].score(
-        Group(loaded, images, labels, ids, explain), options, scorer)
+    return measure.score(Group(loaded, images, labels, ids, explain))
 
 
 def per_image(loaded: Any, images: np.ndarray, labels: np.ndarray, ids: np.ndarray,
               explainer: "Union[str, names.Resolved]", protocol: str, options: "Options",
-              scorer: Any = None, maps: Optional[np.ndarray] = None, group_size: int = 256,
-              progress: Optional[Callable[[int], None]] = None) -> dict:
+              measure: "Optional[Measure]" = None, maps: Optional[np.ndarray] = None,
+              group_size: int = 256, progress: Optional[Callable[[int], None]] = None) -> dict:
     """{metric: values [N]} of one explainer on `images`, scored in groups of `group_size`
-    images (memory), each group batched (`_score_group`): the one computation of a faithfulness
-    protocol, which this binary, the report card (`faithfulness.card`) and Beam
-    (`faithfulness.beam_scoring`) call. `maps`, when given, are the explainer's maps of all
-    `images`; `progress(n)` follows each group."""
-    scorer = scorer or scorer_for(loaded, protocol, options)
+    images (memory), each group batched by the protocol's measure (`measure_for`, built here
+    when not given): the one computation of a faithfulness protocol, which this binary, the
+    report card (`faithfulness.card`) and Beam (`faithfulness.beam_scoring`) call. `maps`, when
+    given, are the explainer's maps of all `images`; `progress(n)` follows each group."""
+    measure = measure or measure_for(loaded, protocol, options)
     parts = []
     for start in range(0, len(images), group_size):  # groups of many images
         stop = start + group_size
         parts.append(_score_group(loaded, images[start:stop], labels[start:stop],
-                                  ids[start:stop], explainer, protocol, options, scorer,
+                                  ids[start:stop], explainer, options, measure,
                                   None if maps is None else maps[start:stop]))
         if progress:
             progress(len(images[start:stop]))
@@ -161,12 +159,12 @@ def evaluate(loaded: Any, images: np.ndarray, labels: np.ndarray, ids: np.ndarra
     if protocol not in PROTOCOLS:
         raise UserError(f"unknown --evaluation_protocol {protocol!r}; use one of "
                         f"{', '.join(PROTOCOLS)}")
-    scorer = scorer_for(loaded, protocol, options)
+    measure = measure_for(loaded, protocol, options)
     results = {}
     for explainer in [names.resolved(explainer) for explainer in explainers]:
         summary = {}
         for metric, values in per_image(loaded, images, labels, ids, explainer, protocol,
-                                        options, scorer, group_size=group_size,
+                                        options, measure, group_size=group_size,
                                         progress=progress).items():
             policy = "omit" if metric == "sds" else "propagate"
             mean, excluded = stats.aggregate(values, policy, metric)

@@ -1,17 +1,10 @@
-"""What the Gomez and RISE metrics share: their common options and a scorer kept per model
-(docs/faithfulness.md, "Using the metrics")."""
-import logging
+"""What the `saliency_maps_metrics`-compatible façades share: their common options and a scorer
+kept per model (docs/faithfulness.md, "Using the metrics")."""
 from typing import Any, Optional
-
-import numpy as np
-import tensorflow as tf
-from numpy.typing import ArrayLike
 
 from faithfulness import scorer as scoring
 from faithfulness import stats
 from models.foundation.errors import UserError
-
-log = logging.getLogger(__name__)
 
 
 class Metric:
@@ -35,13 +28,3 @@ class Metric:
             self._scorer = scoring.Scorer(model, self.output_activation, self.batch_size,
                                           self.jit_compile)
         return self._scorer
-
-    @staticmethod
-    def classes(scorer: scoring.Scorer, images: tf.Tensor, class_to_explain: Optional[ArrayLike],
-                what: str = "the images") -> np.ndarray:
-        """The class of each image: given, or the argmax of the model on `images`."""
-        if class_to_explain is None:
-            log.warning("class_to_explain is None: explaining the model's argmax on %s", what)
-            return np.argmax(scorer.predict(images), axis=1).astype(np.int32)
-        scorer.probe(images)
-        return scorer.check_classes(class_to_explain, int(images.shape[0]))

@@ -1,17 +1,20 @@
-"""The faithfulness protocols as measures (docs/architecture.md, "One metric shape"). Each is a
-`models.foundation.metric_spec.Measure` of the metrics `faithfulness.protocols.METRICS`
-declares: the scorer it builds once per evaluation (so that its traced functions are reused for
-every explainer and group), and `score(group, options, scorer)`: every metric's per-image values
-for one explainer on one group of images. `faithfulness.evaluate.per_image`, which the binary,
-the report card and Beam call, reaches every protocol through `MEASURES`; a new measure is one
-class and one entry.
-The `saliency_maps_metrics`-compatible classes (`curves.Deletion` / `Insertion`,
-`single_step.IIC_AD` / `ADD`) and the IDSDS functions (`idsds`) compute the values.
-"""
-import dataclasses
-from typing import Any
+"""The faithfulness protocols as measures (docs/architecture.md, "One metric protocol"). Each is
+a `models.foundation.metric_spec.Measure` of the metrics `faithfulness.protocols.METRICS`
+declares, built once per evaluation with the model and the protocol's options (so that its
+traced functions are reused for every explainer and group), whose `score(group)` gives every
+metric's per-image values for one explainer on one `Group` of images.
+`faithfulness.evaluate.per_image`, which the binary, the report card and Beam call, reaches
+every protocol through `measure(protocol, loaded, options)`; a new measure is one class and one
+entry of `MEASURES`.
 
-from faithfulness import curves, idsds, inputs, protocols, single_step
+The values come from the protocols' computations: IDSDS (`idsds`), the curves
+(`curve_computation.curve_scores`) and the single-step metrics
+(`single_step_computation.single_step_scores`), which the `saliency_maps_metrics`-compatible
+façades (`curves.Deletion` / `Insertion`, `single_step.IIC_AD` / `ADD`) call too.
+"""
+from typing import Any, Callable
+
+from faithfulness import curve_computation, idsds, inputs, protocols, single_step_computation
 from faithfulness import scorer as scoring
 from models.foundation.metric_spec import Group, Measure
 
@@ -24,75 +27,128 @@ def activation(options: Any, protocol: str) -> Any:
     return None if options.output_activation == "none" else options.output_activation
 
 
-class SingleDeletion:
+class _ProtocolMeasure:
+    """A protocol's measure: its options, the metrics it gives and its scorer, built once."""
+
+    protocol = ""
+
+    def __init__(self, loaded: Any, options: Any):
+        self.loaded, self.options = loaded, options
+        self.scorer = scoring.Scorer(loaded, self.output_activation(), options.batch_size)
+
+    def output_activation(self) -> Any:
+        """What the scorer applies to the model's output (`activation`)."""
+        return activation(self.options, self.protocol)
+
+    @property
+    def metrics(self) -> tuple:
+        return protocols.METRICS[self.protocol]
+
+    def maps(self, group: Group) -> Any:
+        """The explainer's maps of the group's images, transformed as the options say."""
+        return inputs.attributions(group.explain(group.images, group.labels),
+                                   len(group.images), self.options.attribution_transform)
+
+
+class SingleDeletionMeasure(_ProtocolMeasure):
     """IDSDS single deletion: the rank correlation of each cell's attribution with the output
     drop when that cell alone is deleted (`idsds.single_deletion`)."""
 
-    def scorer(self, loaded: Any, options: Any) -> Any:
-        return scoring.Scorer(loaded, activation(options, "single_deletion"), options.batch_size)
+    protocol = "single_deletion"
 
-    def score(self, group: Group, options: Any, scorer: Any) -> dict:
+    def score(self, group: Group) -> dict:
+        options = self.options
         result = idsds.single_deletion(
-            scorer, group.images, group.labels, group.explain(group.images, group.labels),
+            self.scorer, group.images, group.labels, group.explain(group.images, group.labels),
             grid=options.grid_rows_and_cols, baseline=options.sd_baseline,
             attribution_transform=options.attribution_transform,
-            output_activation=activation(options, "single_deletion"),
+            output_activation=self.output_activation(),
             batch_size=options.batch_size, seed=options.seed, ids=group.ids,
             blur_kernel=options.id_baseline_gaussian_kernel,
             blur_sigma=options.id_baseline_gaussian_sigma)
-        return protocols.named("single_deletion", result["rho"])
+        return protocols.named(self.protocol, result["rho"])
 
 
-class IncrementalDeletion:
+class IncrementalDeletionMeasure(_ProtocolMeasure):
     """IDSDS incremental deletion: the mean softmax output as cells are deleted in the map's
     order, re-explaining before each step with --id_update_attribution."""
 
-    def scorer(self, loaded: Any, options: Any) -> Any:
-        return scoring.Scorer(loaded, "softmax", options.batch_size)
+    protocol = "incremental_deletion"
 
-    def score(self, group: Group, options: Any, scorer: Any) -> dict:
+    def output_activation(self) -> Any:
+        return "softmax"  # whatever --output_activation says (IDSDS's incremental deletion)
+
+    def score(self, group: Group) -> dict:
+        options = self.options
         update = options.id_update_attribution
         result = idsds.incremental_deletion(
-            scorer, group.images, group.labels,
+            self.scorer, group.images, group.labels,
             None if update else group.explain(group.images, group.labels),
             explain_fn=group.explain, steps=options.id_steps, order=options.id_order,
             baseline=options.id_baseline, blur_kernel=options.id_baseline_gaussian_kernel,
             blur_sigma=options.id_baseline_gaussian_sigma, update_attribution=update,
             attribution_transform=options.attribution_transform,
             batch_size=options.batch_size, seed=options.seed, ids=group.ids)
-        return protocols.named("incremental_deletion", result["curves"].mean(axis=1))
+        return protocols.named(self.protocol, result["curves"].mean(axis=1))
 
 
-@dataclasses.dataclass(frozen=True)
-class MaskingMeasure:
-    """Deletion / insertion (DAUC, DC, IAUC, IC) or IIC / AD, ADD: the
-    `saliency_maps_metrics`-compatible metric of `protocol`, with --data_replace_method where
-    given (else the metric's own substrate)."""
+class _CurveMeasure(_ProtocolMeasure):
+    """Deletion (DAUC, DC) or insertion (IAUC, IC) with --max_step_nb steps, on
+    --data_replace_method where given (else the curve's own substrate: black for deletion,
+    blur for insertion, as `curves.Deletion` / `Insertion`)."""
 
-    protocol: str
+    substrate = ""
 
-    def scorer(self, loaded: Any, options: Any) -> Any:
-        common: dict = dict(batch_size=options.batch_size,
-                            output_activation=activation(options, self.protocol))
-        if options.data_replace_method:
-            common["data_replace_method"] = options.data_replace_method
-        if self.protocol in ("deletion", "insertion"):
-            curve = curves.Deletion if self.protocol == "deletion" else curves.Insertion
-            return curve(max_step_nb=options.max_step_nb, **common)
-        return (single_step.IIC_AD if self.protocol == "iic_ad" else single_step.ADD)(**common)
+    def __init__(self, loaded: Any, options: Any):
+        super().__init__(loaded, options)
+        self.settings = curve_computation.CurveSettings(
+            options.data_replace_method or self.substrate, self.protocol == "insertion",
+            max_step_nb=int(options.max_step_nb))
 
-    def score(self, group: Group, options: Any, scorer: Any) -> dict:
-        maps = inputs.attributions(group.explain(group.images, group.labels), len(group.images),
-                                   options.attribution_transform)
-        found = scorer.compute_scores(group.loaded, group.images, maps, group.labels)
-        if self.protocol in ("deletion", "insertion"):
-            return dict(zip(scorer.keys, (found.auc, found.calibration)))
-        return scorer.per_image(*found)
+    def score(self, group: Group) -> dict:
+        found = curve_computation.curve_scores(self.settings, self.scorer, group.images,
+                                               self.maps(group), group.labels)
+        return protocols.named(self.protocol, found.auc, found.calibration)
+
+
+class DeletionMeasure(_CurveMeasure):
+    protocol, substrate = "deletion", "black"
+
+
+class InsertionMeasure(_CurveMeasure):
+    protocol, substrate = "insertion", "blur"
+
+
+class _SingleStepMeasure(_ProtocolMeasure):
+    """IIC / AD (the map's region kept) or ADD (removed), on --data_replace_method where given
+    (else black, as `single_step.IIC_AD` / `ADD`)."""
+
+    def __init__(self, loaded: Any, options: Any):
+        super().__init__(loaded, options)
+        self.settings = single_step_computation.SingleStepSettings(
+            options.data_replace_method or "black", self.protocol == "add")
+
+    def score(self, group: Group) -> dict:
+        clean, masked = single_step_computation.single_step_scores(
+            self.settings, self.scorer, group.images, self.maps(group), group.labels)
+        return single_step_computation.VALUES[self.protocol](clean, masked)
+
+
+class IicAdMeasure(_SingleStepMeasure):
+    protocol = "iic_ad"
+
+
+class AddMeasure(_SingleStepMeasure):
+    protocol = "add"
 
 
 # protocol -> its measure (its metrics: faithfulness.protocols.METRICS)
-MEASURES: dict[str, Measure] = {
-    "single_deletion": SingleDeletion(), "incremental_deletion": IncrementalDeletion(),
-    **{protocol: MaskingMeasure(protocol) for protocol in ("deletion", "insertion", "iic_ad",
-                                                           "add")},
-}
+MEASURES: dict[str, Callable[[Any, Any], Measure]] = {
+    measure.protocol: measure for measure in (
+        SingleDeletionMeasure, IncrementalDeletionMeasure, DeletionMeasure, InsertionMeasure,
+        IicAdMeasure, AddMeasure)}
+
+
+def measure(protocol: str, loaded: Any, options: Any) -> Measure:
+    """The measure of `protocol` for `loaded` with `options`, built once per evaluation."""
+    return MEASURES[protocol](loaded, options)

@@ -2,12 +2,11 @@
 
 A metric is declared once, beside its definition, as a `MetricSpec`: its name, which direction
 is better, what one of its units is (an image, or a training seed) and a line about it. What
-computes metrics has one shape too, `PerUnitScores`: the specs of the metrics it gives and
-`score(method)`, every metric's value on every unit for one method, computed in batches. The
-binaries average those values into their tables; the report card compares them unit by unit
-(`models.report.card_engine.Benchmark` is this shape, with the settings that make its cells).
-What computes a measure on a group of images is a `Measure` (its scorer, built once, and
-`score(group)`), which the binaries, the card and Beam all call.
+computes metrics has one protocol, `Measure`: the specs of the metrics it gives and
+`score(subject)`, every metric's value on every unit of the subject, computed in batches. The
+binaries average those values into their tables, Beam scores a range of records with them, the
+report card compares them unit by unit (`models.report.card_engine.Benchmark` is a measure whose
+subject is a method, with the settings that make its cells).
 """
 import dataclasses
 from typing import Any, Callable, Iterable, Protocol, Sequence
@@ -36,15 +35,29 @@ class MetricSpec:
         return "↑" if self.higher_is_better else "↓"
 
 
-class PerUnitScores(Protocol):
-    """What computes metrics: their specs, and for one method every metric's per-unit values
-    ({spec name: float array [units]}, NaN where a unit has no value; the same units in the
-    same order for every method, so methods compare unit by unit)."""
+class Measure(Protocol):
+    """The project's one metric protocol: what computes metrics, whoever calls it (a binary,
+    the report card, Beam). `metrics` are the specs of what it gives; `score(subject)` gives
+    every metric's values on the subject's units, {spec name: values whose first axis is the
+    units} (NaN where a unit has no value). A measure is built once per evaluation with its
+    settings (its traced functions are then reused for every subject). The subject is what
+    one call scores:
 
-    metrics: tuple
+    - a `Group` of images and their explainer: the faithfulness protocols and IDSDS
+      (`faithfulness.protocol_measures`);
+    - images with their maps (`roar.road_outcomes.RoadImages`): ROAD (`road_outcomes.Road`);
+    - one method's masked data (`roar.train.MaskedData`): ROAR / KAR, one unit per training
+      seed (`roar.train.Retraining`);
+    - a method's name: BAM (`bam.metric_definitions.PairMetrics`, whose metrics sample their
+      own images) and every report-card benchmark (`models.report.card_engine.Benchmark`).
+    """
 
-    def score(self, method: str) -> dict:
-        ...
+    @property
+    def metrics(self) -> "tuple[MetricSpec, ...]":
+        """The specs of the metrics `score` gives, in its order."""
+
+    def score(self, subject: Any) -> dict:
+        """{metric name: per-unit values} of `subject`."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,19 +71,6 @@ class Group:
     labels: Any
     ids: Any
     explain: Callable[[Any, Any], Any]
-
-
-class Measure(Protocol):
-    """How a measure computes, whoever calls it (a binary, the report card, Beam): the scorer it
-    builds once per evaluation (its traced functions reused for every explainer and group),
-    and `score`, every metric's per-image values of one explainer on one `Group`. The
-    faithfulness protocols are measures (`faithfulness.protocol_measures.MEASURES`)."""
-
-    def scorer(self, loaded: Any, options: Any) -> Any:
-        """What the measure scores with, built once per evaluation."""
-
-    def score(self, group: Group, options: Any, scorer: Any) -> dict:
-        """{metric name: per-image values [n]} of one explainer on `group`."""
 
 
 def specs_named(specs: "tuple[MetricSpec, ...]", names: Sequence[str]) -> tuple:
