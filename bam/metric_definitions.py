@@ -85,9 +85,11 @@ def average(metric: str, values: np.ndarray) -> float:
 
 
 class PairMetrics:
-    """MCS, IDR and IIR in the project's one metric shape (`models.foundation.metric_spec`):
-    `metrics` (their specs) and `score(method)`, each metric's value on every image of its
-    correct set; `bam.metrics` averages them, the report card compares them image by image.
+    """MCS, IDR and IIR as a measure (the project's one metric protocol,
+    `models.foundation.metric_spec.Measure`) whose subject is a method: `metrics` (their specs)
+    and `score(method)`, each metric's value on every image of its correct set (the metrics
+    sample their own images); `bam.metrics` averages them (`values` scores several methods at
+    once), the report card compares them image by image.
 
     `scores_of(model, data, indices, methods)` is the batched computation: (predictions [n],
     {method: g [n]}, {method: constant maps}) of the chosen images of one (model, data) pair,

@@ -44,7 +44,7 @@ class ScoreRoadRange(beam.DoFn):
     """(shard, start, count) -> ((order, p, value name), (example key, value)) for every image
     of the range at every order and fraction, with the clean model loaded once per worker."""
 
-    def __init__(self, ckpt_path: str, read: road.Inputs, orders: tuple, batch_size: int):
+    def __init__(self, ckpt_path: str, read: road.RoadRecords, orders: tuple, batch_size: int):
         super().__init__()
         self.ckpt_path, self.read, self.orders = ckpt_path, read, orders
         self.batch_size = batch_size

@@ -5,10 +5,10 @@ For each image and fraction p, MoRF imputes the top p of the pixels (ROAD's rank
 channel sum with the shared jitter; ROAD's noisy linear imputation, noise 0.01) and LeRF imputes
 all but the top p; the clean model's true-class probability (softmax) on the imputed image is
 averaged over the fractions into one value per image: lower is better for MoRF, higher for
-LeRF. The values come from ROAD's one computation (`roar.road_outcomes`), the one `roar.road`
-calls on records, with the imputation noise keyed by the image ids. The "oracle" control ranks
-the object's pixels first, from its centre outwards (`oracle_maps`, from the records' object
-masks).
+LeRF. The values come from ROAD's measure (`roar.road_outcomes.Road`), the one `roar.road` and
+`roar.beam_road` score records with, with the imputation noise keyed by the image ids. The
+"oracle" control ranks the object's pixels first, from its centre outwards (`oracle_maps`, from
+the records' object masks).
 """
 import dataclasses
 import glob
@@ -27,7 +27,7 @@ from models.foundation import provenance
 from models.foundation.errors import check_known
 from models.report.card_engine import ORACLE, Benchmark
 from models.training import recipes
-from roar import mask_settings, masked_data, metric_definitions, road_outcomes
+from roar import mask_settings, masked_data, road_outcomes
 from roar import train as roar_train
 from saliency_gen import generate
 
@@ -70,7 +70,9 @@ def benchmark(loaded: Any, images: np.ndarray, labels: ArrayLike, ids: ArrayLike
     space = input_space(loaded.preprocessing)
     pixels = np.asarray(space.to_pixels(tf.constant(images, tf.float32)), np.float32)
     colour = pixels.mean(axis=(0, 1, 2)) if imputer == "mean" else None
-    chosen = road_outcomes.settings(road_outcomes.ORDERS, ratios)
+    measure = road_outcomes.Road(loaded, mask,
+                                 road_outcomes.settings(road_outcomes.ORDERS, ratios),
+                                 batch_size=batch_size, colour=colour)
 
     def score(method):
         if method == ORACLE and masks is not None:  # (`supports`: no oracle without masks)
@@ -80,14 +82,10 @@ def benchmark(loaded: Any, images: np.ndarray, labels: ArrayLike, ids: ArrayLike
         else:
             maps = saliency_gen.attribute(loaded, images, method, labels,
                                           batch_size=batch_size, seed=seed, ids=ids)
-        found = road_outcomes.outcomes(loaded, pixels, labels, ids, maps, mask, chosen,
-                                       batch_size=batch_size, colour=colour)
-        return {name: np.mean([found[setting][0] for setting in chosen
-                               if setting.order == order], axis=0)
-                for order, name in metric_definitions.ROAD_ORDERS.items()}
+        return measure.score(road_outcomes.RoadImages(pixels, labels, ids, maps))
 
     return Benchmark(
-        name="ROAD", metrics=metric_definitions.ROAD, score=score,
+        name="ROAD", metrics=measure.metrics, score=score,
         supports=lambda method: method != ORACLE or masks is not None,
         settings={"model_id": loaded.model_id, "n_images": len(images),
                   "ratios": [float(r) for r in ratios], "seed": seed, "noise": 0.01,
@@ -109,12 +107,14 @@ def retraining_benchmark(model_path: str, records_dir: str, work_dir: str, *,
 
     The method's maps of every image record in `records_dir` (`train-*`, `validation-*`) come
     from the generator (float16, explaining the prediction of `model_path`, cached in
-    `<work_dir>/saliency`); each (mode, seed) is one `roar.train.run_masked` run in
-    `<work_dir>/runs/...`, reused when finished with the same origin. `random` and `oracle` are
-    the record-level controls of roar.train.
+    `<work_dir>/saliency`); ROAR / KAR's measure (`roar.train.Retraining`) trains each
+    (mode, seed) once in `<work_dir>/runs/...`, reused when finished with the same origin.
+    `random` and `oracle` are the record-level controls of roar.train.
     """
     recipe = recipe or recipes.Recipe()
     maps_root = os.path.join(work_dir, "saliency")
+    measure = roar_train.Retraining(ratio, seeds, recipes.RunOptions(
+        model_name=model_name, num_classes=num_classes, recipe=recipe))
 
     def score(method):
         control = method if method in ("random", ORACLE) else None
@@ -128,26 +128,14 @@ def retraining_benchmark(model_path: str, records_dir: str, work_dir: str, *,
                               progress_bar=False)
             data_dir = os.path.join(maps_root, generate.method_directory(name))
             source, key = "saliency", masked_data.record_key_of(method)
-        train_files = masked_data.list_shards(os.path.join(data_dir, "train-*"), "train-*")
-        eval_files = masked_data.list_shards(os.path.join(data_dir, "validation-*"),
-                                             "validation-*")
-        values: dict[str, list] = {spec.name: [] for spec in metric_definitions.RETRAINING}
-        for keep, mode in ((False, "ROAR"), (True, "KAR")):
-            for seed in seeds:
-                config = masked_data.MaskConfig(ratio=ratio, keep_information=keep, seed=seed)
-                folder = os.path.join(work_dir, "runs", generate.method_directory(method),
-                                      "kar" if keep else "roar", f"seed_{seed}")
-                result = roar_train.run_masked(
-                    train_files, eval_files, config,
-                    masked_data.Records(source, control, map_key=key), recipes.RunOptions(
-                        model_name=model_name, num_classes=num_classes, recipe=recipe,
-                        seed=seed),
-                    output_dir=folder)
-                values[metric_definitions.RETRAINING_MODES[mode]].append(result["top1"])
-        return values
+        return measure.score(roar_train.MaskedData(
+            masked_data.list_shards(os.path.join(data_dir, "train-*"), "train-*"),
+            masked_data.list_shards(os.path.join(data_dir, "validation-*"), "validation-*"),
+            masked_data.Records(source, control, map_key=key),
+            os.path.join(work_dir, "runs", generate.method_directory(method))))
 
     return Benchmark(
-        name="ROAR/KAR", metrics=metric_definitions.RETRAINING, score=score,
+        name="ROAR/KAR", metrics=measure.metrics, score=score,
         settings={"model_id": models.read_info(model_path)["model_id"], "ratio": float(ratio),
                   "seeds": [int(s) for s in seeds], "recipe": dataclasses.asdict(recipe),
                   "model": model_name,

@@ -1,6 +1,6 @@
-"""ROAD's and ROAR / KAR's metrics, declared once (docs/architecture.md, "One metric shape"), light
-(no TensorFlow): `roar.road` and `roar.report` summarise their rows with them, the report card
-(`roar.card`) shows the same names, directions and words.
+"""ROAD's and ROAR / KAR's metrics, declared once (docs/architecture.md, "One metric
+protocol"), light (no TensorFlow): `roar.road` and `roar.report` summarise their rows with them,
+the report card (`roar.card`) shows the same names, directions and words.
 
 ROAD (docs/roar.md, "ROAD without retraining"): the clean model's true-class probability on an
 imputed image, averaged over the fractions p; MoRF imputes the top p of the ranked pixels

@@ -11,8 +11,8 @@ the signed channel sum, ROAD's shared jitter, noisy linear imputation with noise
 accuracy against the labels and the mean softmax probability of the true class per fraction, as a
 table, a JSON / CSV / Markdown file and a PNG plot, and the metrics MoRF and LeRF (the
 probability averaged over the fractions, `roar.metric_definitions`, as the report card shows
-them). The records are read once; every fraction of both orders comes from ROAD's one
-computation (`roar.road_outcomes`), the one the report card calls.
+them). The records are read once; every fraction of both orders comes from ROAD's measure
+(`roar.road_outcomes.Road`), the one the report card calls.
 """
 import dataclasses
 import os
@@ -59,7 +59,7 @@ fraction_removed = metric_definitions.fraction_removed
 
 
 @dataclasses.dataclass(frozen=True)
-class Inputs:
+class RoadRecords:
     """What a ROAD run reads: test files, map source and mask settings, and the fractions
     (`inputs(config)` makes it from the flags)."""
 
@@ -69,25 +69,26 @@ class Inputs:
     ratios: list
 
 
-def image_outcomes(model: Any, read: Inputs, *, orders: Sequence[str] = ORDERS,
+def image_outcomes(model: Any, read: RoadRecords, *, orders: Sequence[str] = ORDERS,
                    batch_size: int = 128, span: Optional[tuple[int, int]] = None,
                    limit: Optional[int] = None) -> Iterator[tuple[list, dict]]:
     """Per batch of `batch_size` test records of `read`: (example keys, {(order, p): (hit [B]
-    bool, true-class probability [B] float64)}) at every order and fraction, from ROAD's one
-    computation (`roar.road_outcomes`; the imputation noise keyed by the example keys). `span`
+    bool, true-class probability [B] float64)}) at every order and fraction, from ROAD's
+    measure (`roar.road_outcomes.Road`; the imputation noise keyed by the example keys). `span`
     (start, count) restricts one file to a range, `limit` the records to the first ones."""
-    chosen = road_outcomes.settings(orders, read.ratios)
+    measure = road_outcomes.Road(model, read.mask, road_outcomes.settings(orders, read.ratios),
+                                 batch_size=batch_size)
     batches = masked_data.scored_batches(read.files, read.records, read.mask.seed,
                                          batch_size=batch_size, span=span, limit=limit)
     for keys, pixels, labels, scores in batches:
-        found = road_outcomes.outcomes(model, pixels, labels, masked_data.noise_keys(keys),
-                                       scores, read.mask, chosen, batch_size=batch_size)
+        found = measure.outcomes(road_outcomes.RoadImages(
+            pixels, labels, masked_data.noise_keys(keys), scores))
         yield ([key.decode() for key in keys.numpy()],
                {(setting.order, setting.p): (hits, probabilities)
                 for setting, (probabilities, hits) in found.items()})
 
 
-def evaluate_curve(model: Any, read: Inputs, *, orders: Sequence[str] = ORDERS,
+def evaluate_curve(model: Any, read: RoadRecords, *, orders: Sequence[str] = ORDERS,
                    batch_size: int = 128, method_name: Optional[str] = None,
                    progress: Optional[Callable[[dict], None]] = None,
                    image_progress: Optional[Callable[[int], None]] = None,
@@ -204,7 +205,7 @@ def check_flags(f: Config) -> None:
                         ".png)")
 
 
-def inputs(f: Config, size: int) -> Inputs:
+def inputs(f: Config, size: int) -> RoadRecords:
     """The test files, map source and mask settings of `f` (after `on_synthetic_world`), for a
     model of input side `size`."""
     data_dir, method = required(f, "data_dir", "saliency_method")
@@ -215,7 +216,7 @@ def inputs(f: Config, size: int) -> Inputs:
         "images" if control else "saliency", control,
         map_key=None if control else masked_data.record_key_of(method), size=size,
         label_offset=f.label_offset)
-    return Inputs(files, read, mask, [float(r) for r in f.ratios])
+    return RoadRecords(files, read, mask, [float(r) for r in f.ratios])
 
 
 def first_records(f: Config, counts: list) -> list:

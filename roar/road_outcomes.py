@@ -2,11 +2,13 @@
 clean model's true-class probability and hit on the imputed image.
 
     settings = road_outcomes.settings(("morf", "lerf"), (0.1, 0.5, 0.9))
-    found = road_outcomes.outcomes(model, pixels, labels, noise_keys, maps, mask, settings)
+    road = road_outcomes.Road(model, mask, settings)       # a `metric_spec.Measure`
+    found = road.outcomes(RoadImages(pixels, labels, noise_keys, maps))
     probabilities, hits = found[settings[0]]      # float64 [N], bool [N]
+    road.score(RoadImages(...))     # {"MoRF": [N], "LeRF": [N]}: averaged over the fractions
 
 `roar.road` (images and maps read from records), `roar.beam_road` (record ranges in workers) and
-the report card's ROAD benchmark (`roar.card`, images in memory) all call `outcomes`; they
+the report card's ROAD benchmark (`roar.card`, images in memory) all score through `Road`; they
 differ only in where the images, maps and noise keys come from. MoRF(p) imputes the pixels
 ranked in the top p, LeRF(p) all others (it keeps the top p); the ranking is the mask config's
 (`masking.feature_scores`, the lower index first on ties, as `masking.top_mask`). Every
@@ -14,7 +16,7 @@ ranked in the top p, LeRF(p) all others (it keeps the top p); the ranking is the
 costs one traced call.
 """
 import dataclasses
-from typing import Any, Optional, Sequence
+from typing import Any, NamedTuple, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -139,3 +141,48 @@ def outcomes(model: Any, pixels: ArrayLike, labels: ArrayLike, noise_keys: Array
     workload.count("solve", int(values[..., 2].sum()))  # images x solver iterations
     return {setting: (values[index, :, 0].astype(np.float64), values[index, :, 1] > 0.5)
             for index, setting in enumerate(chosen)}
+
+
+class RoadImages(NamedTuple):
+    """What ROAD scores at once: `pixels` [N, H, W, C] in [0, 1] (ROAD imputes pixels), the
+    `labels` explained, `noise_keys` (int64 [N]) keying each image's imputation noise, and the
+    `maps` [N, H, W, C'] that rank the features."""
+
+    pixels: Any
+    labels: Any
+    noise_keys: Any
+    maps: Any
+
+
+class Road:
+    """ROAD as a measure (`models.foundation.metric_spec.Measure`) of `model` with the `mask`
+    settings at every `chosen` setting: `outcomes(images)` per setting, `score(images)` the
+    metrics MoRF and LeRF per image (the true-class probability averaged over the fractions of
+    each order in `chosen`). `colour`: as `outcomes`."""
+
+    def __init__(self, model: Any, mask: MaskConfig, chosen: Sequence[Setting], *,
+                 batch_size: int = 32, colour: Optional[ArrayLike] = None):
+        self.model, self.mask, self.chosen = model, mask, list(chosen)
+        self.batch_size, self.colour = batch_size, colour
+        orders = {setting.order for setting in self.chosen}
+        self.orders = [order for order in metric_definitions.ROAD_ORDERS if order in orders]
+
+    @property
+    def metrics(self) -> tuple:
+        names = [metric_definitions.ROAD_ORDERS[order] for order in self.orders]
+        return tuple(spec for spec in metric_definitions.ROAD if spec.name in names)
+
+    def outcomes(self, images: RoadImages) -> dict[Setting, tuple[np.ndarray, np.ndarray]]:
+        """{setting: (true-class probability float64 [N], hit bool [N])} (`outcomes`)."""
+        return outcomes(self.model, images.pixels, images.labels, images.noise_keys,
+                        images.maps, self.mask, self.chosen, batch_size=self.batch_size,
+                        colour=self.colour)
+
+    def score(self, images: RoadImages) -> dict:
+        """{"MoRF" / "LeRF": float64 [N]}: each image's true-class probability averaged over
+        the fractions of the order."""
+        found = self.outcomes(images)
+        return {metric_definitions.ROAD_ORDERS[order]: np.mean(
+                    [found[setting][0] for setting in self.chosen if setting.order == order],
+                    axis=0)
+                for order in self.orders}

@@ -26,7 +26,7 @@ from models.foundation.lazy import lazy_module
 from models.foundation.rules import LABEL_OFFSETS, POSITIVE, at_least
 from models.training import distribution, recipes
 from models.training.recipes import Recipe, RunOptions, TrainingFlags
-from roar import mask_settings
+from roar import mask_settings, metric_definitions
 from roar.mask_settings import MaskConfig
 
 # Loaded on first use: a bad flag is reported before TensorFlow starts (docs/architecture.md).
@@ -78,6 +78,43 @@ def run_masked(train_files: Sequence[str], eval_files: Sequence[str],
         source_files = list(train_files) + [p for p in eval_files if p not in train_files]
         found = masked_data.find_bad_record(source_files, read, run.num_classes, size)
         raise UserError(found or str(error)) from None
+
+
+@dataclasses.dataclass(frozen=True)
+class MaskedData:
+    """One method's data for ROAR / KAR: its train and test record files, how their maps are
+    read (`read`), and the folder its runs go to (`<folder>/<roar|kar>/seed_<seed>`)."""
+
+    train_files: Sequence[str]
+    eval_files: Sequence[str]
+    read: "masked_data.Records"
+    folder: str
+
+
+class Retraining:
+    """ROAR and KAR at `ratio` as a measure (`models.foundation.metric_spec.Measure`): its units
+    are the training `seeds`; `score(data)` runs (or reuses, when finished with the same
+    origin) one `run_masked` run per (mode, seed), trained as `run` says (its seed replaced by
+    the unit's), and gives each mode's test top-1 per seed. `roar.train` runs one such unit."""
+
+    metrics = metric_definitions.RETRAINING
+
+    def __init__(self, ratio: float, seeds: Sequence[int], run: RunOptions):
+        self.ratio, self.seeds, self.run = ratio, [int(seed) for seed in seeds], run
+
+    def score(self, data: MaskedData) -> dict:
+        """{"ROAR top-1" / "KAR top-1": [one value per seed]}."""
+        values: dict[str, list] = {spec.name: [] for spec in self.metrics}
+        for keep, mode in ((False, "ROAR"), (True, "KAR")):
+            for seed in self.seeds:
+                result = run_masked(
+                    data.train_files, data.eval_files,
+                    MaskConfig(ratio=self.ratio, keep_information=keep, seed=seed), data.read,
+                    dataclasses.replace(self.run, seed=seed),
+                    output_dir=os.path.join(data.folder, "kar" if keep else "roar",
+                                            f"seed_{seed}"))
+                values[metric_definitions.RETRAINING_MODES[mode]].append(result["top1"])
+        return values
 
 
 def evaluate_checkpoint(checkpoint: str, eval_files: Sequence[str],

@@ -183,7 +183,7 @@ class Config(Checked):
 
 
 @dataclasses.dataclass(frozen=True)
-class Resolved(Config):
+class ResolvedConfig(Config):
     """A card's config with its defaults filled in (`resolved`): what the rest of the card
     reads, so that a flag left to its default is never read as unset."""
 
@@ -191,7 +191,7 @@ class Resolved(Config):
     output_dir: str = flag_of(Config, "output_dir", "report_card")
 
 
-def resolved(config: Config) -> Resolved:
+def resolved(config: Config) -> ResolvedConfig:
     """`config` with its defaults filled in: the methods, the output folder, and with
     --pretrained the network's export and the photos' records."""
     if config.pretrained and (config.model_path or config.data_dir):
@@ -209,10 +209,10 @@ def resolved(config: Config) -> Resolved:
     if config.pretrained:
         values.update(model_path=pretrained.export_path(config.pretrained),
                       input_pattern=photos.photo_records("imagenet"))
-    return Resolved(**values)
+    return ResolvedConfig(**values)
 
 
-def resolved_methods(config: Resolved) -> dict:
+def resolved_methods(config: ResolvedConfig) -> dict:
     """{method: its `saliency_gen.attribution.names.Resolved`} of every method the card explains
     (not the oracle; a blur control uses its method's), resolved once for the whole run and passed
     to every benchmark: an unknown name stops here, before any work, with one line."""
@@ -224,14 +224,14 @@ def resolved_methods(config: Resolved) -> dict:
     return found
 
 
-def method_code(config: Resolved, methods: dict) -> dict:
+def method_code(config: ResolvedConfig, methods: dict) -> dict:
     """{method: digests of its user code} for every card method (a blur control: its method's),
     part of each cell's origin: a cell of an edited method is recomputed."""
     return {method: methods[card_engine.unblurred(method) or method].code_origin
             for method in config.methods if (card_engine.unblurred(method) or method) in methods}
 
 
-def check_flags(config: Resolved) -> None:
+def check_flags(config: ResolvedConfig) -> None:
     """What the options' own rules cannot say (they are checked when the config is built):
     the flags that go together."""
     if config.retraining and not config.retraining_seeds:
@@ -243,7 +243,7 @@ def check_flags(config: Resolved) -> None:
 
 
 @dataclasses.dataclass
-class Inputs:
+class CardImages:
     """The classifier and images the image-level benchmarks share."""
 
     model_path: str
@@ -278,7 +278,7 @@ def map_memo(loaded, images, labels, ids, methods: dict, seed: int, batch_size: 
     return maps_of
 
 
-def load_inputs(config: Resolved, methods: dict) -> Inputs:
+def load_inputs(config: ResolvedConfig, methods: dict) -> CardImages:
     """The given or the synthetic world's classifier and its first --nr_images images."""
     if config.model_path is None or config.input_pattern is None:  # (check_flags: both or none)
         model_path = cache.clean_model(seed=0, folder=config.cache_dir, log=lambda *_: None,
@@ -305,19 +305,19 @@ def load_inputs(config: Resolved, methods: dict) -> Inputs:
             "nr_images": config.nr_images,
             # (float32 leaves the key out: cells made before --precision stay valid)
             **({} if config.precision == "float32" else {"precision": config.precision})}
-    return Inputs(model_path, loaded, images, labels, ids, masks[0] if masks else None, data,
+    return CardImages(model_path, loaded, images, labels, ids, masks[0] if masks else None, data,
                   pattern, methods, map_memo(loaded, images, labels, ids, methods, config.seed,
                                              config.batch_size))
 
 
-def _given(inputs: Optional[Inputs]) -> Inputs:
+def _given(inputs: Optional[CardImages]) -> CardImages:
     """`inputs`, which `run` loads whenever an image-level benchmark or retraining is chosen."""
     if inputs is None:
         raise ValueError("the card's image-level inputs were not loaded")
     return inputs
 
 
-def protocol_options(config: Resolved) -> "evaluate.Options":
+def protocol_options(config: ResolvedConfig) -> "evaluate.Options":
     """The faithfulness protocols' settings on the card: its step bound, batch and seed, the
     rest at `faithfulness.evaluate`'s defaults."""
     return evaluate.Options(max_step_nb=config.max_step_nb, batch_size=config.batch_size,
@@ -329,7 +329,7 @@ def _image_level_only(supports: Callable[[str], bool]) -> Callable[[str], bool]:
     return lambda method: supports(method) and card_engine.unblurred(method) is None
 
 
-def build_benchmarks(config: Resolved, inputs: Optional[Inputs], methods: dict) -> list:
+def build_benchmarks(config: ResolvedConfig, inputs: Optional[CardImages], methods: dict) -> list:
     """The chosen benchmarks, on the given or the synthetic world's models and data, explaining
     with the run's resolved `methods`."""
     found = []
@@ -383,7 +383,7 @@ def build_benchmarks(config: Resolved, inputs: Optional[Inputs], methods: dict) 
         benchmark, supports=_image_level_only(benchmark.supports)) for benchmark in found]
 
 
-def variant_benchmarks(config: Resolved, inputs: Inputs) -> list:
+def variant_benchmarks(config: ResolvedConfig, inputs: CardImages) -> list:
     """[(variant benchmark, benchmark's card name, variant label)]: each chosen faithfulness
     protocol and ROAD again under each of its `VARIANTS`, cached as cells like the others."""
     base = protocol_options(config)
@@ -429,8 +429,8 @@ def sensitivity_section(summary, variants: list, variant_card) -> pages.Section:
         ("metric", "variant", "Kendall tau with the default"), tuple(rows))
 
 
-def perturbed_inputs(config: Resolved, inputs: Inputs) -> dict:
-    """{perturbation: Inputs} of the meta-evaluation (`PERTURBATIONS`) on the first
+def perturbed_inputs(config: ResolvedConfig, inputs: CardImages) -> dict:
+    """{perturbation: CardImages} of the meta-evaluation (`PERTURBATIONS`) on the first
     --meta_images images: input noise (seeded, sd `MINOR_NOISE` of the value range; the noisy
     images get their own maps), weight noise (the model with noisy weights makes the maps and
     scores them) and the fully randomised model's maps of the unchanged images (scored by the
@@ -497,7 +497,7 @@ def judged_by_meta_evaluation(method: str) -> bool:
     return method not in CONTROLS and card_engine.unblurred(method) is None
 
 
-def meta_benchmarks(config: Resolved, inputs: Inputs) -> dict:
+def meta_benchmarks(config: ResolvedConfig, inputs: CardImages) -> dict:
     """{perturbation: {benchmark name: benchmark}}: the image-level benchmarks again on each
     perturbation's inputs, named "<benchmark> [<perturbation>]" and cached as cells."""
     image_level = dataclasses.replace(
@@ -546,7 +546,7 @@ def meta_evaluate(summary, benchmarks: list, meta: dict, cells: dict) -> None:
                 default[:count], kinds["minor"], kinds["disruptive"], metric.higher_is_better)
 
 
-def sanity_benchmark(config: Resolved, inputs: Inputs):
+def sanity_benchmark(config: ResolvedConfig, inputs: CardImages):
     """The randomisation check on the first images, or None (with a note) for a model that
     cannot be rebuilt from its export."""
     try:
@@ -563,7 +563,7 @@ def sanity_benchmark(config: Resolved, inputs: Inputs):
         method != card_engine.ORACLE and card_engine.unblurred(method) is None))
 
 
-def gallery(config: Resolved, inputs: Inputs) -> pages.Section:
+def gallery(config: ResolvedConfig, inputs: CardImages) -> pages.Section:
     """The first --gallery_images images and every method's maps (the oracle: the mask)."""
     count = min(config.gallery_images, len(inputs.images))
     images, labels = inputs.images[:count], inputs.labels[:count]
@@ -581,7 +581,7 @@ def gallery(config: Resolved, inputs: Inputs) -> pages.Section:
         png=pages.gallery_png(pixels, maps, row_titles(config, labels)))
 
 
-def row_titles(config: Resolved, labels) -> list:
+def row_titles(config: ResolvedConfig, labels) -> list:
     """The gallery's row titles: the class names of the photos or of the synthetic world's
     objects, else the label numbers."""
     if config.pretrained:
@@ -592,7 +592,7 @@ def row_titles(config: Resolved, labels) -> list:
     return [f"label {label}" for label in labels]
 
 
-def about_rows(config: Resolved, inputs: Optional[Inputs], seconds: float,
+def about_rows(config: ResolvedConfig, inputs: Optional[CardImages], seconds: float,
                environment: dict) -> list:
     """[(label, value)]: what the card evaluated, and what ran it (`environment`:
     `provenance.software()`), shown above its table."""
@@ -646,7 +646,7 @@ def run(config: Config) -> dict:
         return _run(config, methods)
 
 
-def _run(config: Resolved, methods: dict) -> dict:
+def _run(config: ResolvedConfig, methods: dict) -> dict:
     started = time.time()
     image_level = [b for b in config.benchmarks if b != "BAM"]
     inputs = load_inputs(config, methods) if (image_level or config.sanity

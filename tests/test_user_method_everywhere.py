@@ -79,7 +79,7 @@ def test_road_binary_gives_the_python_api_curve(generated):
     rows = json.loads(open(f"{output}.json").read())["rows"]
     config = masked_data.MaskConfig(ranking="pixel", squared=False, tie_break="jitter", fill="mean")
     files = masked_data.list_shards(os.path.join(generated["maps"], "validation-*"), "eval")
-    read = road.Inputs(files, masked_data.Records(
+    read = road.RoadRecords(files, masked_data.Records(
         "saliency", map_key=masked_data.record_key_of(METHOD), size=64), config, [0.3, 0.7])
     expected = road.evaluate_curve(models.load(generated["model"]), read, method_name=METHOD)
     assert [(r["order"], r["p"]) for r in rows] == [(r["order"], r["p"]) for r in expected]

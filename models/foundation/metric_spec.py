@@ -1,4 +1,4 @@
-"""The one shape of a metric (docs/architecture.md, "One metric shape").
+"""The one metric protocol (docs/architecture.md, "One metric protocol").
 
 A metric is declared once, beside its definition, as a `MetricSpec`: its name, which direction
 is better, what one of its units is (an image, or a training seed) and a line about it. What

@@ -32,8 +32,8 @@ from models.report import reliability, uncertainty
 
 @dataclasses.dataclass(frozen=True)
 class Benchmark:
-    """A benchmark as the card runs it: the project's one shape of what computes metrics
-    (`models.foundation.metric_spec.PerUnitScores`), with what the card needs besides.
+    """A benchmark as the card runs it: a measure whose subject is a method (the project's one
+    metric protocol, `models.foundation.metric_spec.Measure`), with what the card needs besides.
 
     `score(method)` returns {metric name: per-unit values} for every metric of `metrics` (NaN
     where a unit has no value); the units are the same for every method, in the same order, so

@@ -38,7 +38,7 @@ def test_the_binary_equals_roars_masked_pipeline(small_shards):
     mask = masked_data.MaskConfig(ranking="pixel", squared=False, tie_break="jitter",
                                   fill="noisy_linear", seed=5)
     records = masked_data.Records(control="random", size=32)
-    read = road.Inputs(files, records, mask, [0.7])
+    read = road.RoadRecords(files, records, mask, [0.7])
     found: dict = {}
     for keys, values in road.image_outcomes(model, read, batch_size=8):
         for setting, (hits, probabilities) in values.items():

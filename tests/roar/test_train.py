@@ -155,7 +155,7 @@ def test_road_curve_without_retraining(world, known_answers):
     model = models.load(str(tmp / "clean" / "model"))
     config = masked_data.MaskConfig(ranking="pixel", squared=False, tie_break="jitter",
                                     fill="noisy_linear")
-    read = road.Inputs(world["validation"], masked_data.Records(control="oracle", size=SIZE),
+    read = road.RoadRecords(world["validation"], masked_data.Records(control="oracle", size=SIZE),
                        config, [0.0, 0.9])
     rows = road.evaluate_curve(model, read, batch_size=250)
     by = {(row["order"], row["p"]): row for row in rows}
@@ -169,7 +169,7 @@ def test_road_curve_without_retraining(world, known_answers):
 
 
 def test_road_binary_and_card_benchmark_agree_on_the_same_images_and_maps(world, known_answers):
-    """One metric, one computation (docs/architecture.md, "One metric shape"), two ways in: the
+    """One metric, one computation (docs/architecture.md, "One metric protocol"), two ways in: the
     binary's images and maps read from records (`roar.road.image_outcomes`, the per-image values
     its curve averages) and the card's images in memory give the same MoRF / LeRF on the same
     200 test images, with each object's mask as the map. ROAD's imputation noise is keyed per
@@ -183,7 +183,7 @@ def test_road_binary_and_card_benchmark_agree_on_the_same_images_and_maps(world,
     count, shard = 200, world["validation"][0]
     config = masked_data.MaskConfig(ranking="pixel", squared=False, tie_break="jitter",
                                     fill="noisy_linear")
-    read = road.Inputs([shard], masked_data.Records(control="oracle", size=SIZE), config,
+    read = road.RoadRecords([shard], masked_data.Records(control="oracle", size=SIZE), config,
                        [0.1, 0.9])
     values: dict = {}
     for _, found in road.image_outcomes(model, read, span=(0, count)):
