@@ -91,3 +91,25 @@ def test_outcomes_count_the_passes_and_the_solvers_work():
         expected = 8 * info["iterations"] if fill == "noisy_linear" else 0
         assert counted == {"forward": 8, "gradient": 0, "solve": expected}
         assert fill == "mean" or expected > 8
+
+
+def test_the_measure_averages_each_order_over_its_fractions():
+    """`road_outcomes.Road` (ROAD as a `Measure`): its metrics are those of the orders chosen,
+    and `score` is each image's true-class probability averaged over the order's fractions."""
+    import keras
+
+    rng = np.random.default_rng(5)
+    images = road_outcomes.RoadImages(rng.uniform(size=(3, 8, 8, 3)).astype(np.float32),
+                                      [0, 1, 2], np.arange(3),
+                                      rng.normal(size=(3, 8, 8, 1)).astype(np.float32))
+    model = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Flatten(),
+                              keras.layers.Dense(3)])
+    mask = masked_data.MaskConfig(ranking="pixel", squared=False, fill="mean")
+    morf = road_outcomes.Road(model, mask, road_outcomes.settings(("morf",), (0.2, 0.6)))
+    assert [spec.name for spec in morf.metrics] == ["MoRF"]
+    found = morf.outcomes(images)
+    values = morf.score(images)
+    assert list(values) == ["MoRF"]
+    np.testing.assert_allclose(values["MoRF"], (found[morf.chosen[0]][0] +
+                                                found[morf.chosen[1]][0]) / 2, rtol=1e-12)
+    assert not np.allclose(found[morf.chosen[0]][0], found[morf.chosen[1]][0])
