@@ -1,0 +1,83 @@
+"""The arguments every measure of the peers' catalogue takes (docs/measures.md, "Arguments"),
+checked once, each failure one line naming the argument, and prepared as Quantus 0.6 prepares
+them, so a Quantus user gets Quantus's numbers.
+
+`x_batch` is NHWC in the model's input space; `a_batch` one map per image, (N, H, W) or (N, H,
+W, C); `s_batch` one mask per image, (N, H, W) of 0 / 1 or bool. Quantus works channel first:
+a map is expanded to (N, 1, H, W) (or transposed to (N, C, H, W)), divided by the largest |a|
+of the whole `a_batch` of the call when `normalise` (`normalise_by_max` over every axis,
+quantus/functions/normalise_func.py:48; not when every value is 0), then made absolute when
+`abs` (quantus/metrics/base.py:452-457), and its features are the channel-first values in
+C-order. A mask is compared with every channel of the map.
+"""
+import dataclasses
+from typing import Any, Optional
+
+import numpy as np
+
+from models.foundation.errors import ShapeError, UserError
+
+
+@dataclasses.dataclass(frozen=True)
+class Prepared:
+    """A call's arrays as the measures read them: `x` float32 [N, H, W, C]; `a` float64
+    [N, F], the maps' features channel first (F = C' x H x W), normalised and made absolute
+    as asked; `s` bool [N, F] (the mask repeated over the map's channels) or None."""
+
+    x: np.ndarray
+    a: np.ndarray
+    s: Optional[np.ndarray]
+    map_shape: tuple  # (C', H, W) of a map, channel first
+
+
+def prepared(x_batch: Any, a_batch: Any, s_batch: Any = None, *, abs: bool,  # noqa: A002
+             normalise: bool, needs_mask: bool = False) -> Prepared:
+    """The checked, prepared arrays of one call (see the module's note)."""
+    x = np.asarray(x_batch, np.float32)
+    if x.ndim != 4:
+        raise ShapeError(f"x_batch has shape {x.shape}; expected NHWC images [N, H, W, C]")
+    if len(x) == 0:
+        raise UserError("x_batch holds no images")
+    if not np.isfinite(x).all():
+        raise UserError("x_batch contains NaN or infinite values")
+    a = np.asarray(a_batch, np.float64)
+    if a.ndim == 3:
+        a = a[:, None]
+    elif a.ndim == 4:
+        a = np.transpose(a, (0, 3, 1, 2))
+    else:
+        raise ShapeError(f"a_batch has shape {a.shape}; expected maps [N, H, W] or "
+                         "[N, H, W, C]")
+    if len(a) != len(x) or a.shape[2:] != x.shape[1:3] or a.shape[1] not in (1, x.shape[3]):
+        raise ShapeError(f"a_batch has shape {np.shape(a_batch)} for x_batch of shape "
+                         f"{x.shape}; expected one map per image, [N, H, W] or [N, H, W, C] "
+                         "at the images' size")
+    if not np.isfinite(a).all():
+        raise UserError("a_batch contains NaN or infinite values")
+    if normalise and np.any(a != 0):
+        a = a / np.max(np.abs(a))
+    if abs:
+        a = np.abs(a)
+    return Prepared(x, a.reshape(len(a), -1), _masks(s_batch, x, a.shape[1], needs_mask),
+                    tuple(a.shape[1:]))
+
+
+def _masks(s_batch: Any, x: np.ndarray, channels: int, needs_mask: bool) -> Optional[np.ndarray]:
+    """bool [N, C' x H x W]: each mask repeated over the map's channels (or None)."""
+    if s_batch is None:
+        if needs_mask:
+            raise UserError("s_batch is missing: this measure needs a ground-truth mask per "
+                            "image, [N, H, W]")
+        return None
+    if not needs_mask:
+        raise UserError("s_batch is given but this measure takes no mask; leave it out")
+    s = np.asarray(s_batch)
+    if s.ndim == 4 and s.shape[-1] == 1:
+        s = s[..., 0]
+    if s.shape != (len(x), *x.shape[1:3]):
+        raise ShapeError(f"s_batch has shape {np.shape(s_batch)} for x_batch of shape "
+                         f"{x.shape}; expected one mask per image, [N, H, W]")
+    if not np.isin(s, (0, 1)).all():
+        raise UserError("s_batch holds values other than 0 / 1 (or False / True)")
+    s = s.astype(bool)[:, None]
+    return np.repeat(s, channels, axis=1).reshape(len(x), -1)

@@ -1,0 +1,147 @@
+"""Quantus's localisation family (docs/measures.md, "Localisation"): how a map agrees with a
+ground-truth mask per image (`s_batch`, [N, H, W]), vectorised over the batch. Inputs are
+prepared as Quantus prepares them (`arguments.prepared`: divided by the batch's largest |a|,
+absolute values only where the measure's `abs` default says so). An image with an empty mask
+gives NaN.
+
+- pointing_game (Zhang et al. 2018): 1 when a feature of the map's maximum lies in the mask
+  (quantus/metrics/localisation/pointing_game.py); `weighted` multiplies a hit by 1 - the
+  mask's share of the image. Quantus 0.6 writes both into a bool array, so its weighted hits
+  read True and its empty masks True (pointing_game.py, evaluate_batch): here a weighted hit is
+  the number and an empty mask NaN, as the paper and the other measures.
+- attribution_localisation (Kohlbrenner et al. 2020): the share of the attribution inside the
+  mask, sum(a s) / (sum a + 1e-9), NaN above 1 (a mask holding more than all); `weighted`
+  multiplies by the mask's share of the image. Quantus 0.6 takes that share against
+  `x_batch[2:].size` (the images after the second, attribution_localisation.py), here against
+  the image's own size; `positive_attributions` clips negative values first.
+- top_k_intersection (Theiner et al. 2021): the share of the `k` highest features that lie in
+  the mask; `concept_influence` divides by the mask's share of the features.
+- relevance_mass_accuracy (Arras et al. 2021): sum(a s) / sum(a).
+- relevance_rank_accuracy (Arras et al. 2021): the share of the |s| highest features that lie
+  in the mask.
+- auc (Fawcett 2006): the area under the ROC curve of the map's values as scores of the mask
+  (sklearn's roc_curve + auc in Quantus), computed here as the Mann-Whitney statistic (ties
+  count one half), which equals it.
+
+Quantus sorts with numpy's default (unstable) sort for top_k_intersection and
+relevance_rank_accuracy, so with tied values its choice among the ties is unspecified: here
+the lower feature index (channel first) comes first. Values agree exactly on tie-free maps.
+"""
+from typing import Any
+
+import numpy as np
+import scipy.stats
+
+from faithfulness.measures.arguments import Prepared, prepared
+from models.foundation.errors import UserError
+from models.foundation.metric_spec import MetricSpec
+
+SPECS = (
+    MetricSpec("pointing_game", True, about="the map's maximum lies in the mask"),
+    MetricSpec("attribution_localisation", True, about="share of the attribution inside the "
+                                                       "mask"),
+    MetricSpec("top_k_intersection", True, about="share of the k highest features inside the "
+                                                 "mask"),
+    MetricSpec("relevance_mass_accuracy", True, about="share of the relevance mass inside the "
+                                                      "mask"),
+    MetricSpec("relevance_rank_accuracy", True, about="share of the |mask| highest features "
+                                                      "inside the mask"),
+    MetricSpec("auc", True, about="ROC AUC of the map's values as scores of the mask"),
+)
+
+
+def _masked(x_batch: Any, a_batch: Any, s_batch: Any, abs: bool,  # noqa: A002
+            normalise: bool) -> tuple[Prepared, np.ndarray, np.ndarray]:
+    """(prepared inputs, mask bool [N, F], features in each mask [N])."""
+    found = prepared(x_batch, a_batch, s_batch, abs=abs, normalise=normalise, needs_mask=True)
+    assert found.s is not None
+    return found, found.s, found.s.sum(axis=1)
+
+
+def _empty_is_nan(values: np.ndarray, inside: np.ndarray) -> np.ndarray:
+    return np.where(inside == 0, np.nan, values.astype(np.float64))
+
+
+def _ranked_mask(a: np.ndarray, s: np.ndarray) -> np.ndarray:
+    """bool [N, F]: the mask read in the order of decreasing map value (lower index first on
+    ties)."""
+    order = np.argsort(-a, axis=1, kind="stable")
+    return np.take_along_axis(s, order, axis=1)
+
+
+def pointing_game(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch: Any = None,
+                  *, weighted: bool = False, abs: bool = False,  # noqa: A002
+                  normalise: bool = True) -> np.ndarray:
+    """[N] 1.0 where a feature at the map's maximum lies in the mask, else 0.0 (weighted: a
+    hit scores 1 - the mask's share of the features)."""
+    found, s, inside = _masked(x_batch, a_batch, s_batch, abs, normalise)
+    at_max = found.a == found.a.max(axis=1, keepdims=True)
+    hits = np.any(s & at_max, axis=1).astype(np.float64)
+    if weighted:
+        hits = hits * (1 - inside / s.shape[1])
+    return _empty_is_nan(hits, inside)
+
+
+def attribution_localisation(model: Any, x_batch: Any, y_batch: Any, a_batch: Any,
+                             s_batch: Any = None, *, weighted: bool = False,
+                             max_size: float = 1.0, positive_attributions: bool = False,
+                             abs: bool = True, normalise: bool = True  # noqa: A002
+                             ) -> np.ndarray:
+    """[N] sum(a s) / (sum a + 1e-9), NaN where the mask is empty or the share exceeds 1."""
+    if not 0 < max_size <= 1:
+        raise UserError(f"max_size must be in (0, 1]; got {max_size}")
+    found, s, inside = _masked(x_batch, a_batch, s_batch, abs, normalise)
+    a = np.clip(found.a, 0, None) if positive_attributions else found.a
+    share = (a * s).sum(axis=1) / (a.sum(axis=1) + 1e-9)
+    share = np.where(share > 1, np.nan, share)
+    if weighted:
+        share = share * inside / s.shape[1]
+    return _empty_is_nan(share, inside)
+
+
+def top_k_intersection(model: Any, x_batch: Any, y_batch: Any, a_batch: Any,
+                       s_batch: Any = None, *, k: int = 1000, concept_influence: bool = False,
+                       abs: bool = False, normalise: bool = True  # noqa: A002
+                       ) -> np.ndarray:
+    """[N] the share of the k highest features inside the mask."""
+    found, s, inside = _masked(x_batch, a_batch, s_batch, abs, normalise)
+    pixels = int(np.prod(found.map_shape[1:]))
+    if not 1 <= k < pixels:
+        raise UserError(f"k must be at least 1 and smaller than the image's {pixels} pixels; "
+                        f"got {k}")
+    shares = _ranked_mask(found.a, s)[:, :k].mean(axis=1)
+    if concept_influence:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            shares = shares * s.shape[1] / inside
+    return _empty_is_nan(shares, inside)
+
+
+def relevance_mass_accuracy(model: Any, x_batch: Any, y_batch: Any, a_batch: Any,
+                            s_batch: Any = None, *, abs: bool = False,  # noqa: A002
+                            normalise: bool = True) -> np.ndarray:
+    """[N] sum(a s) / sum(a)."""
+    found, s, inside = _masked(x_batch, a_batch, s_batch, abs, normalise)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return _empty_is_nan((found.a * s).sum(axis=1) / found.a.sum(axis=1), inside)
+
+
+def relevance_rank_accuracy(model: Any, x_batch: Any, y_batch: Any, a_batch: Any,
+                            s_batch: Any = None, *, abs: bool = False,  # noqa: A002
+                            normalise: bool = True) -> np.ndarray:
+    """[N] the share of the |s| highest features inside the mask."""
+    found, s, inside = _masked(x_batch, a_batch, s_batch, abs, normalise)
+    within_top = np.arange(s.shape[1])[None] < inside[:, None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return _empty_is_nan((_ranked_mask(found.a, s) & within_top).sum(axis=1) / inside,
+                             inside)
+
+
+def auc(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch: Any = None, *,
+        abs: bool = False, normalise: bool = True) -> np.ndarray:  # noqa: A002
+    """[N] the ROC AUC of the map's values as scores of the mask (ties count one half)."""
+    found, s, inside = _masked(x_batch, a_batch, s_batch, abs, normalise)
+    ranks = scipy.stats.rankdata(found.a, axis=1)  # average ranks of ties
+    outside = s.shape[1] - inside
+    with np.errstate(divide="ignore", invalid="ignore"):
+        u = (ranks * s).sum(axis=1) - inside * (inside + 1) / 2
+        return _empty_is_nan(u / (inside * outside), inside)
