@@ -21,27 +21,60 @@ class Config(Checked):
                             "The stored Quantus values (JSON).")
 
 
+def stored_models(arrays: dict) -> dict:
+    """{image size: the stored model in Keras for images of that size}: 3x3 convolution (4
+    filters, same padding), ReLU, global average, dense to 3 classes
+    (`scripts/quantus_reference.py`, `torch_model`)."""
+    return {int(arrays[key].shape[1]): _stored_model(arrays, arrays[key].shape[1:])
+            for key in ("x", "x_small")}
+
+
+def _stored_model(arrays: dict, shape: tuple) -> Any:
+    import keras
+
+    model = keras.Sequential([keras.Input(shape),
+                              keras.layers.Conv2D(4, 3, padding="same", activation="relu"),
+                              keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(3)])
+    model.layers[0].set_weights([arrays["kernel"], arrays["kernel_bias"]])
+    model.layers[2].set_weights([arrays["dense"], arrays["dense_bias"]])
+    return model
+
+
+def ours(case: dict, arrays: dict, models: dict) -> np.ndarray:
+    """float64: the project's values of a stored case (`models`: `stored_models`')."""
+    from faithfulness import measures
+
+    name = case["measure"]
+    family = measures.family_of(name)
+    masks = arrays["s"] if family == "localisation" else None
+    images = arrays[case.get("images", "x")]
+    return np.asarray(getattr(measures, name)(
+        models[images.shape[1]] if family == "faithfulness" else None, images,
+        arrays["y"].astype(np.int64), arrays[case["maps"]], masks, **case["settings"]),
+        np.float64)
+
+
+def quantus_values(case: dict) -> np.ndarray:
+    """float64: Quantus's stored values of a case (None read as NaN)."""
+    return np.array(case["values"], dtype=np.float64)
+
+
 def differences(stored: dict) -> dict:
     """{measure: (cases, images, largest |ours - Quantus|, largest relative difference)},
     both NaN-aware (a NaN on one side only counts as infinite)."""
-    from faithfulness import measures
-
     arrays = {key: np.asarray(value, np.float32) for key, value in stored["inputs"].items()}
+    models = stored_models(arrays)
     rows: dict[str, Any] = {}
     for case in stored["cases"]:
-        name = case["measure"]
-        masks = arrays["s"] if measures.family_of(name) == "localisation" else None
-        ours = np.asarray(getattr(measures, name)(
-            None, arrays["x"], np.zeros(len(arrays["x"]), np.int64), arrays[case["maps"]],
-            masks, **case["settings"]), np.float64)
-        theirs = np.array([np.nan if v is None else v for v in case["values"]], np.float64)
-        same_nan = np.isnan(ours) & np.isnan(theirs)
-        gap = np.where(same_nan, 0.0, np.abs(ours - theirs))
+        found, theirs = ours(case, arrays, models), quantus_values(case)
+        same_nan = np.isnan(found) & np.isnan(theirs)
+        gap = np.where(same_nan, 0.0, np.abs(found - theirs))
         gap = np.where(np.isnan(gap), np.inf, gap)
         with np.errstate(divide="ignore", invalid="ignore"):
             relative = np.where(gap == 0, 0.0, gap / np.abs(theirs))
+        name = case["measure"]
         cases, images, absolute, worst = rows.get(name, (0, 0, 0.0, 0.0))
-        rows[name] = (cases + 1, images + len(ours), max(absolute, float(gap.max())),
+        rows[name] = (cases + 1, images + len(found), max(absolute, float(gap.max())),
                       max(worst, float(relative.max())))
     return rows
 

@@ -18,6 +18,7 @@ import dataclasses
 import datetime
 import os
 import warnings
+from typing import Any
 
 import numpy as np
 
@@ -38,6 +39,17 @@ CASES: dict[str, tuple[str, list[dict], tuple[str, ...]]] = {
     "relevance_mass_accuracy": ("RelevanceMassAccuracy", [{}, {"abs": True}], ("one",)),
     "relevance_rank_accuracy": ("RelevanceRankAccuracy", [{}, {"abs": True}], ("one",)),
     "auc": ("AUC", [{}, {"abs": True}], ("one",)),
+    # tie-free: three-channel maps, or one-channel maps whose steps take whole pixels (the
+    # channels of a pixel tie, and Quantus's sort leaves their order unspecified)
+    "pixel_flipping": ("PixelFlipping",
+                       [{"features_in_step": 4}, {"features_in_step": 8, "softmax": False},
+                        {"features_in_step": 16, "return_auc_per_sample": True},
+                        {"features_in_step": 4, "perturb_baseline": "white"}], ("three",)),
+}
+# measure -> the cases on 6 x 6 images with one-channel maps (steps of 12 = 4 whole pixels)
+SMALL_CASES = {
+    "pixel_flipping": [{"features_in_step": 12}, {"features_in_step": 12,
+                                                   "return_auc_per_sample": True}],
 }
 
 
@@ -58,22 +70,64 @@ def inputs(seed: int) -> dict:
     return {"x": rng.normal(size=(5, 8, 8, 3)).astype(np.float32),
             "one": rng.normal(size=(5, 8, 8)).astype(np.float32),
             "three": rng.normal(size=(5, 8, 8, 3)).astype(np.float32),
-            "s": masks}
+            "s": masks,
+            "y": rng.integers(0, 3, size=5),
+            "x_small": rng.normal(size=(5, 6, 6, 3)).astype(np.float32),
+            "one_small": rng.normal(size=(5, 6, 6)).astype(np.float32),
+            # the model: 3x3 convolution (4 filters, same padding), ReLU, global average,
+            # dense to 3 classes; Keras layouts
+            "kernel": 0.5 * rng.normal(size=(3, 3, 3, 4)).astype(np.float32),
+            "kernel_bias": 0.1 * rng.normal(size=4).astype(np.float32),
+            "dense": rng.normal(size=(4, 3)).astype(np.float32),
+            "dense_bias": 0.1 * rng.normal(size=3).astype(np.float32)}
 
 
-def quantus_values(name: str, settings: dict, arrays: dict, maps: str) -> list:
-    """Quantus's per-image values of the measure `name` (channel-first arrays)."""
+def torch_model(arrays: dict):
+    """The stored model in PyTorch (NCHW): the Keras kernels transposed."""
+    import torch
+
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.ReLU(),
+                                torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
+                                torch.nn.Linear(4, 3))
+    with torch.no_grad():
+        model[0].weight.copy_(torch.tensor(np.transpose(arrays["kernel"], (3, 2, 0, 1))))
+        model[0].bias.copy_(torch.tensor(arrays["kernel_bias"]))
+        model[4].weight.copy_(torch.tensor(arrays["dense"].T))
+        model[4].bias.copy_(torch.tensor(arrays["dense_bias"]))
+    return model.eval()
+
+
+def quantus_values(name: str, settings: dict, arrays: dict, maps: str,
+                   small: bool = False) -> list:
+    """Quantus's per-image values of the measure `name` (channel-first arrays; the model's
+    measures with the stored model)."""
     import quantus
 
     class_name = CASES[name][0]
-    x = np.transpose(arrays["x"], (0, 3, 1, 2))
-    a = arrays[maps][:, None] if maps == "one" else np.transpose(arrays[maps], (0, 3, 1, 2))
-    s = arrays["s"][:, None] if name not in ("sparseness", "complexity",
-                                             "effective_complexity") else None
-    metric = getattr(quantus, class_name)(disable_warnings=True, **settings)
-    values = metric(model=None, x_batch=x, y_batch=np.zeros(len(x), np.int64), a_batch=a,
-                    s_batch=s)
-    return [None if not np.isfinite(float(v)) else float(v) for v in values]
+    x = np.transpose(arrays["x_small" if small else "x"], (0, 3, 1, 2))
+    a = arrays[maps][:, None] if arrays[maps].ndim == 3 else \
+        np.transpose(arrays[maps], (0, 3, 1, 2))
+    s = arrays["s"][:, None] if name in MASKED else None
+    model = None if name in MAP_ONLY else torch_model(arrays)
+    call_settings = {key: settings[key] for key in settings if key == "softmax"}
+    metric = getattr(quantus, class_name)(
+        disable_warnings=True, **{k: v for k, v in settings.items() if k != "softmax"})
+    values = metric(model=model, x_batch=x, y_batch=arrays["y"], a_batch=a, s_batch=s,
+                    channel_first=True, device="cpu", **call_settings)
+    return _plain(np.asarray(values, np.float64))
+
+
+def _plain(values: np.ndarray) -> Any:
+    """Nested lists of floats, None for NaN (JSON has no NaN)."""
+    if values.ndim == 0:
+        return float(values) if np.isfinite(values) else None
+    return [_plain(value) for value in values]
+
+
+MAP_ONLY = ("sparseness", "complexity", "effective_complexity", "pointing_game",
+            "attribution_localisation", "top_k_intersection", "relevance_mass_accuracy",
+            "relevance_rank_accuracy", "auc")
+MASKED = MAP_ONLY[3:]
 
 
 def run(config: Config) -> dict:
@@ -81,10 +135,13 @@ def run(config: Config) -> dict:
 
     warnings.filterwarnings("ignore")
     arrays = inputs(config.seed)
-    cases = [{"measure": name, "settings": settings, "maps": maps,
+    cases = [{"measure": name, "settings": settings, "maps": maps, "images": "x",
               "values": quantus_values(name, settings, arrays, maps)}
              for name, (_, variants, map_kinds) in CASES.items()
              for settings in variants for maps in map_kinds]
+    cases += [{"measure": name, "settings": settings, "maps": "one_small", "images": "x_small",
+               "values": quantus_values(name, settings, arrays, "one_small", small=True)}
+              for name, variants in SMALL_CASES.items() for settings in variants]
     result = {"quantus": quantus.__version__, "numpy": np.__version__, "seed": config.seed,
               "date": datetime.date.today().isoformat(),
               "inputs": {key: value.tolist() for key, value in arrays.items()},

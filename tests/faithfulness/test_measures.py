@@ -1,6 +1,7 @@
 """The peers' measures (`faithfulness.measures`, docs/measures.md): Quantus 0.6's numbers on
 stored inputs (`scripts/quantus_reference.py` ran Quantus in its own environment), known
 answers on constructed maps, and one error line per bad argument."""
+import importlib
 import json
 import math
 import os
@@ -10,11 +11,13 @@ import pytest
 
 from faithfulness import measures
 from models.foundation.errors import UserError
+from scripts import measures_agreement
 
 REFERENCE = os.path.join(os.path.dirname(__file__), "..", "data", "quantus_reference.json")
 with open(REFERENCE) as handle:
     STORED = json.load(handle)
 ARRAYS = {key: np.asarray(value, np.float32) for key, value in STORED["inputs"].items()}
+MODELS = measures_agreement.stored_models(ARRAYS)
 
 
 def call(name, a, s=None, x=None, **settings):
@@ -22,22 +25,20 @@ def call(name, a, s=None, x=None, **settings):
     return getattr(measures, name)(None, x, np.zeros(len(x), np.int64), a, s, **settings)
 
 
-@pytest.mark.parametrize("case", STORED["cases"],
-                         ids=lambda case: f"{case['measure']}-{case['maps']}-{case['settings']}")
+@pytest.mark.parametrize("case", STORED["cases"], ids=lambda case: "{measure}-{maps}-{settings}"
+                         .format(**case))
 def test_agrees_with_quantus(case):
-    """Every stored case: the same values as Quantus 0.6 (float32 there, float64 here)."""
-    needs_mask = measures.family_of(case["measure"]) == "localisation"
-    found = call(case["measure"], ARRAYS[case["maps"]], ARRAYS["s"] if needs_mask else None,
-                 **case["settings"])
-    expected = np.array([np.nan if v is None else v for v in case["values"]], np.float64)
-    np.testing.assert_allclose(found, expected, rtol=2e-6, atol=1e-6)
+    """Every stored case: the same values as Quantus 0.6 (float32 there, float64 here; the
+    model's outputs in TensorFlow here, PyTorch there)."""
+    np.testing.assert_allclose(measures_agreement.ours(case, ARRAYS, MODELS),
+                               measures_agreement.quantus_values(case), rtol=1e-5, atol=1e-6)
 
 
 def test_every_measure_has_a_case_and_a_declaration():
     cased = {case["measure"] for case in STORED["cases"]}
     assert cased == set(measures.__all__)
-    declared = {spec.name for family in ("complexity_family", "localisation_family")
-                for spec in getattr(measures, family).SPECS}
+    declared = {spec.name for module, _ in measures.FAMILIES.values()
+                for spec in importlib.import_module(module).SPECS}
     assert declared == set(measures.__all__)
 
 
@@ -95,3 +96,27 @@ def test_bad_arguments_are_one_line_naming_them(arguments, culprit):
     with pytest.raises(UserError) as raised:
         call(**arguments)
     assert str(raised.value).startswith(culprit) and "\n" not in str(raised.value)
+
+
+def test_pixel_flipping_ends_at_the_baseline_whatever_the_chunk():
+    """The last step has replaced every value by the image's smallest ("black"), so the curve
+    ends at the model's output on that constant image; chunks of 1 or 64 items agree."""
+    x, maps = ARRAYS["x"], ARRAYS["three"]
+    model, classes = MODELS[8], ARRAYS["y"].astype(np.int64)
+    curves = measures.pixel_flipping(model, x, classes, maps, features_in_step=16)
+    alone = measures.pixel_flipping(model, x, classes, maps, features_in_step=16, batch_size=1)
+    np.testing.assert_array_equal(curves, alone)
+    constant = np.broadcast_to(x.min(axis=(1, 2, 3))[:, None, None, None], x.shape)
+    expected = np.asarray(model(constant)).astype(np.float64)
+    expected = np.exp(expected) / np.exp(expected).sum(axis=1, keepdims=True)
+    assert curves.shape == (5, 12)
+    np.testing.assert_allclose(curves[:, -1], expected[np.arange(5), classes], rtol=1e-5)
+
+
+def test_model_measures_refuse_bad_classes_and_steps():
+    with pytest.raises(UserError, match="^y_batch holds a class outside the model's 3"):
+        measures.pixel_flipping(MODELS[8], ARRAYS["x"], np.array([0, 1, 2, 3, 0]),
+                                ARRAYS["three"])
+    with pytest.raises(UserError, match="^features_in_step must divide"):
+        measures.pixel_flipping(MODELS[8], ARRAYS["x"], ARRAYS["y"].astype(int),
+                                ARRAYS["three"], features_in_step=5)

@@ -1,0 +1,115 @@
+"""The one batched computation of the perturbation measures (docs/measures.md, "Faithfulness"):
+the model's output for the explained class on every (image, step) perturbation, every item of
+every image scored in fixed-size chunks inside one traced function (the chunked executor,
+`models.foundation.executor`).
+
+A perturbation is a band of ranks: step k of image i replaces the elements whose rank lies in
+[low_k, high_k) by the image's baseline (or, with `keep`, keeps them and replaces all others).
+Ranks are Quantus's feature order: the map broadcast to the image's channels, flattened
+channel first, sorted by decreasing value (`element_ranks`; the lower index first on ties,
+where Quantus's sort leaves ties unspecified).
+"""
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from models.formats.adapter import adapt
+from models.foundation import executor, workload
+from models.foundation.errors import ShapeError, UserError
+
+
+def element_ranks(a: np.ndarray, image_shape: tuple, descending: bool = True) -> np.ndarray:
+    """int32 [N, H, W, C]: each image element's place in the order of the map's features
+    (`a`: [N, C' x H x W] channel first, C' = 1 or C), broadcast over the channels."""
+    height, width, channels = image_shape
+    features = np.broadcast_to(a.reshape(len(a), -1, height, width),
+                               (len(a), channels, height, width)).reshape(len(a), -1)
+    order = np.argsort(-features if descending else features, axis=1, kind="stable")
+    ranks = np.empty_like(order)
+    np.put_along_axis(ranks, order, np.arange(order.shape[1])[None], axis=1)
+    return np.transpose(ranks.reshape(len(a), channels, height, width),
+                        (0, 2, 3, 1)).astype(np.int32)
+
+
+def band_scores(model: Any, x: np.ndarray, ranks: np.ndarray, bands: np.ndarray,
+                baseline: np.ndarray, classes: np.ndarray, *, keep: bool = False,
+                softmax: bool = True, batch_size: int = 64) -> np.ndarray:
+    """float64 [N, K]: the output (softmax probability, or logit) for `classes` of every image
+    of `x` ([N, H, W, C], the model's input space) perturbed at each of the K `bands` ([K, 2]
+    int: low, high ranks of `ranks`, [N, H, W, C]); a perturbed element takes the `baseline`
+    ([N, H, W, C]) value, or with `keep` only the band keeps `x`."""
+    adapter = adapt(model)
+    height, width, channels = (int(size) for size in x.shape[1:])
+    image = tf.TensorSpec([None, height, width, channels], tf.float32)
+    signature = [image, tf.TensorSpec([None, height, width, channels], tf.int32),
+                 tf.TensorSpec([None, 2], tf.int32), image, tf.TensorSpec([None], tf.int32)]
+
+    def build():
+        # autograph off: the executor builds its loop explicitly
+        @tf.function(input_signature=signature, autograph=False)
+        def run(x, ranks, bands, baseline, classes):
+            steps = tf.shape(bands)[0]
+
+            def compute(items):
+                image, step = items // steps, items % steps
+                band = tf.gather(bands, step)[:, None, None, None, :]
+                own = tf.gather(ranks, image)
+                inside = (own >= band[..., 0]) & (own < band[..., 1])
+                perturbed = tf.where(inside != keep, tf.gather(baseline, image),
+                                     tf.gather(x, image))
+                outputs = tf.cast(adapter.logits(perturbed), tf.float32)
+                if softmax:
+                    outputs = tf.nn.softmax(outputs)
+                return tf.gather(outputs, tf.gather(classes, image), batch_dims=1)
+            return executor.collect(tf.shape(x)[0] * steps, batch_size, compute)
+        return run
+
+    key = ("measure bands", height, width, channels, keep, softmax, batch_size)
+    run = adapter.traced(key, build)
+    workload.count("forward", len(x) * len(bands))
+    values = run(tf.constant(x, tf.float32), tf.constant(ranks, tf.int32),
+                 tf.constant(np.asarray(bands), tf.int32),
+                 tf.constant(baseline, tf.float32), tf.constant(classes, tf.int32))
+    return values.numpy().reshape(len(x), len(bands)).astype(np.float64)
+
+
+def clean_scores(model: Any, x: np.ndarray, classes: np.ndarray, *, softmax: bool = True,
+                 batch_size: int = 64) -> np.ndarray:
+    """float64 [N]: the output for `classes` of the unperturbed images (an empty band)."""
+    ranks = np.zeros(x.shape, np.int32)
+    return band_scores(model, x, ranks, np.array([[0, 0]]), x, classes, softmax=softmax,
+                       batch_size=batch_size)[:, 0]
+
+
+def baseline_images(x: np.ndarray, perturb_baseline: Any) -> np.ndarray:
+    """float32 [N, H, W, C]: Quantus's fixed baselines of each image: "black" its smallest
+    value, "white" its largest, or a number (quantus/helpers/utils.py, `get_baseline_dict`:
+    per sample over every element)."""
+    if isinstance(perturb_baseline, (int, float)) and not isinstance(perturb_baseline, bool):
+        return np.full(x.shape, perturb_baseline, np.float32)
+    values = {"black": np.min, "white": np.max}
+    if perturb_baseline not in values:
+        raise UserError(f"perturb_baseline {perturb_baseline!r} is not supported; use "
+                        "'black', 'white' or a number")
+    per_image = values[perturb_baseline](x.reshape(len(x), -1), axis=1)
+    return np.broadcast_to(per_image[:, None, None, None], x.shape).astype(np.float32)
+
+
+def checked_classes(model: Any, x: np.ndarray, y_batch: Any) -> np.ndarray:
+    """int32 [N]: `y_batch`, one class per image, each among the model's outputs."""
+    classes = np.asarray(y_batch)
+    if classes.shape != (len(x),) or not np.issubdtype(classes.dtype, np.integer):
+        raise ShapeError(f"y_batch has shape {classes.shape} ({classes.dtype}); expected one "
+                         f"integer class per image, [{len(x)}]")
+    outputs = int(adapt(model).logits(tf.constant(x[:1], tf.float32)).shape[-1])
+    if classes.min() < 0 or classes.max() >= outputs:
+        raise UserError(f"y_batch holds a class outside the model's {outputs} classes "
+                        f"(0..{outputs - 1})")
+    return classes.astype(np.int32)
+
+
+def auc_per_sample(curves: np.ndarray) -> np.ndarray:
+    """float64 [N]: Quantus's area under each curve, the trapezoid rule with unit steps
+    (`utils.calculate_auc`, np.trapz(dx=1))."""
+    return curves.sum(axis=1) - (curves[:, 0] + curves[:, -1]) / 2
