@@ -45,11 +45,22 @@ CASES: dict[str, tuple[str, list[dict], tuple[str, ...]]] = {
                        [{"features_in_step": 4}, {"features_in_step": 8, "softmax": False},
                         {"features_in_step": 16, "return_auc_per_sample": True},
                         {"features_in_step": 4, "perturb_baseline": "white"}], ("three",)),
+    "faithfulness_estimate": ("FaithfulnessEstimate",
+                              [{"features_in_step": 4}, {"features_in_step": 16, "softmax": True,
+                                                         "abs": True}], ("three",)),
+    "selectivity": ("Selectivity", [{"patch_size": 4}, {"patch_size": 2, "softmax": False}],
+                    ("three", "one")),
+    "region_perturbation": ("RegionPerturbation",
+                            [{"patch_size": 4}, {"patch_size": 2, "order": "lerf",
+                                                 "regions_evaluation": 5}], ("three", "one")),
 }
 # measure -> the cases on 6 x 6 images with one-channel maps (steps of 12 = 4 whole pixels)
 SMALL_CASES = {
     "pixel_flipping": [{"features_in_step": 12}, {"features_in_step": 12,
                                                    "return_auc_per_sample": True}],
+    "faithfulness_estimate": [{"features_in_step": 12}],
+    "selectivity": [{"patch_size": 4}],  # a grid padded by one on each side
+    "region_perturbation": [{"patch_size": 4, "regions_evaluation": 3}],
 }
 
 

@@ -13,7 +13,9 @@ Quantus's families, `SPECS` declares each one (its direction and a line about it
 from models.foundation.lazy import lazy_names
 
 FAMILIES = {  # family -> its measures' modules and names (Quantus 0.6's order)
-    "faithfulness": ("faithfulness.measures.faithfulness_family", ("pixel_flipping",)),
+    "faithfulness": ("faithfulness.measures.faithfulness_family",
+                     ("faithfulness_estimate", "monotonicity", "pixel_flipping",
+                      "region_perturbation", "selectivity")),
     "complexity": ("faithfulness.measures.complexity_family",
                    ("sparseness", "complexity", "effective_complexity")),
     "localisation": ("faithfulness.measures.localisation_family",

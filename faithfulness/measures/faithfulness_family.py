@@ -8,20 +8,46 @@ the image's values, channel first (C x H x W), ranked by the map broadcast over 
   (quantus/metrics/faithfulness/pixel_flipping.py, `evaluate_batch`); the curve [N, K] with
   K = ceil(C H W / features_in_step), or its area (trapezoid, unit steps) with
   `return_auc_per_sample`. Lower is better.
+- faithfulness_estimate (Alvarez-Melis & Jaakkola 2018): the Pearson correlation, per image,
+  of the attribution of each step's `features_in_step` values with the output's drop when
+  only those are replaced (not cumulatively; faithfulness_estimate.py). Logits by default
+  (`softmax=False`, as Quantus). Higher is better.
+- monotonicity (Arya et al. 2019): 1.0 when the output never falls as the values are put back
+  on the baseline image, least attributed first, `features_in_step` at a time. Quantus 0.6
+  writes the baseline into the baseline image, so its input never changes and every image
+  scores True (monotonicity.py, `evaluate_batch`); here the paper's values go back in.
+- selectivity (Montavon et al. 2018): the output after each `patch_size` patch is replaced,
+  most attributed patch first, cumulatively (the curve [N, P]; selectivity.py). The patch
+  grid is centred as Quantus pads (half the remainder before, half after). Lower is better.
+- region_perturbation (Samek et al. 2015): the output's drop y - y_k after each of the first
+  `regions_evaluation` patches is replaced, cumulatively, in `order` "morf" (most attributed
+  first), "lerf" or "random" (a permutation per image keyed by `seed` and the image's index,
+  so it agrees with Quantus's `np.random` only in distribution); region_perturbation.py.
+  Higher is better for morf.
 """
 import math
 from typing import Any
 
 import numpy as np
+import scipy.stats
 
+from faithfulness import substrates
 from faithfulness.measures import perturbation
-from faithfulness.measures.arguments import prepared
-from models.foundation.errors import UserError
+from faithfulness.measures.arguments import Prepared, prepared
+from models.foundation.errors import UserError, check_one_of
 from models.foundation.metric_spec import MetricSpec
 
 SPECS = (
     MetricSpec("pixel_flipping", False, about="output as the highest-ranked features are "
                                               "replaced, cumulatively (area per image)"),
+    MetricSpec("faithfulness_estimate", True, about="correlation of each step's attribution "
+                                                    "with the output drop it causes"),
+    MetricSpec("monotonicity", True, about="the output never falls as features are put back, "
+                                           "least attributed first"),
+    MetricSpec("selectivity", False, about="output as the most attributed patches are "
+                                           "replaced, cumulatively (area per image)"),
+    MetricSpec("region_perturbation", True, about="output drop as the most attributed "
+                                                  "patches are replaced (area per image)"),
 )
 
 
@@ -33,16 +59,144 @@ def pixel_flipping(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch
     """[N, K] the curve of each image (or [N], its area, with `return_auc_per_sample`)."""
     found = prepared(x_batch, a_batch, s_batch, abs=abs, normalise=normalise)
     height, width, channels = found.x.shape[1:]
-    if features_in_step < 1 or (height * width) % features_in_step:
-        raise UserError(f"features_in_step must divide the image's {height * width} pixels; "
-                        f"got {features_in_step}")
-    features = height * width * channels
-    steps = math.ceil(features / features_in_step)
-    highs = np.minimum(np.arange(1, steps + 1) * features_in_step, features)
-    bands = np.stack([np.zeros(steps, np.int64), highs], axis=1)
+    lows = _step_starts(found, features_in_step)
+    bands = np.stack([np.zeros_like(lows), np.minimum(lows + features_in_step,
+                                                      height * width * channels)], axis=1)
     curves = perturbation.band_scores(
         model, found.x, perturbation.element_ranks(found.a, (height, width, channels)), bands,
         perturbation.baseline_images(found.x, perturb_baseline),
         perturbation.checked_classes(model, found.x, y_batch), softmax=softmax,
         batch_size=batch_size)
+    return perturbation.auc_per_sample(curves) if return_auc_per_sample else curves
+
+
+def _step_starts(found: Prepared, features_in_step: int) -> np.ndarray:
+    """int64 [K]: the first rank of each step of `features_in_step` values (which must divide
+    the image's pixels, as Quantus asserts)."""
+    height, width, channels = found.x.shape[1:]
+    if features_in_step < 1 or (height * width) % features_in_step:
+        raise UserError(f"features_in_step must divide the image's {height * width} pixels; "
+                        f"got {features_in_step}")
+    steps = math.ceil(height * width * channels / features_in_step)
+    return np.arange(steps, dtype=np.int64) * features_in_step
+
+
+def faithfulness_estimate(model: Any, x_batch: Any, y_batch: Any, a_batch: Any,
+                          s_batch: Any = None, *, features_in_step: int = 1,
+                          abs: bool = False, normalise: bool = True,  # noqa: A002
+                          perturb_baseline: Any = "black", softmax: bool = False,
+                          batch_size: int = 64) -> np.ndarray:
+    """[N] the Pearson correlation of the steps' attribution sums with their output drops."""
+    found = prepared(x_batch, a_batch, s_batch, abs=abs, normalise=normalise)
+    shape = found.x.shape[1:]
+    lows = _step_starts(found, features_in_step)
+    bands = np.stack([lows, lows + features_in_step], axis=1)
+    classes = perturbation.checked_classes(model, found.x, y_batch)
+    ranks = perturbation.element_ranks(found.a, shape)
+    scores = perturbation.band_scores(
+        model, found.x, ranks, np.concatenate([[[0, 0]], bands]),
+        perturbation.baseline_images(found.x, perturb_baseline), classes, softmax=softmax,
+        batch_size=batch_size)
+    drops = scores[:, :1] - scores[:, 1:]
+    ranked = -np.sort(-_features(found), axis=1)  # the values in rank order
+    padded = np.pad(ranked, ((0, 0), (0, len(lows) * features_in_step - ranked.shape[1])))
+    sums = padded.reshape(len(ranked), len(lows), features_in_step).sum(axis=2)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return scipy.stats.pearsonr(sums, drops, axis=1)[0]
+
+
+def _features(found: Prepared) -> np.ndarray:
+    """float64 [N, C x H x W]: the map broadcast over the image's channels, channel first."""
+    height, width, channels = found.x.shape[1:]
+    maps = found.a.reshape(len(found.a), -1, height, width)
+    return np.broadcast_to(maps, (len(maps), channels, height, width)).reshape(len(maps), -1)
+
+
+def monotonicity(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch: Any = None,
+                 *, features_in_step: int = 1, abs: bool = True,  # noqa: A002
+                 normalise: bool = True, perturb_baseline: Any = "black",
+                 softmax: bool = True, batch_size: int = 64) -> np.ndarray:
+    """[N] 1.0 where the output never falls as values return, least attributed first."""
+    found = prepared(x_batch, a_batch, s_batch, abs=abs, normalise=normalise)
+    shape = found.x.shape[1:]
+    lows = _step_starts(found, features_in_step)
+    bands = np.stack([np.zeros_like(lows), lows + features_in_step], axis=1)
+    curves = perturbation.band_scores(
+        model, found.x, perturbation.element_ranks(found.a, shape, descending=False), bands,
+        perturbation.baseline_images(found.x, perturb_baseline),
+        perturbation.checked_classes(model, found.x, y_batch), keep=True, softmax=softmax,
+        batch_size=batch_size)
+    return np.all(np.diff(curves, axis=1) >= 0, axis=1).astype(np.float64)
+
+
+ORDERS = ("morf", "lerf", "random")
+
+
+def patch_ranks(found: Prepared, patch_size: int, order: str = "morf", *, seed: int = 0,
+                ids: Any = None) -> tuple[np.ndarray, int]:
+    """(int32 [N, H, W, C]: each element's patch's place in `order`, number of patches): the
+    `patch_size` grid centred as Quantus pads it, patches ranked by the sum of the map over
+    their part of the image (the lower patch index first on ties)."""
+    check_one_of("order", order, ORDERS)
+    height, width, channels = found.x.shape[1:]
+    if not 1 <= patch_size <= min(height, width):
+        raise UserError(f"patch_size must be between 1 and the image's side "
+                        f"{min(height, width)}; got {patch_size}")
+    # Quantus pads each side to a multiple of the patch, the smaller half before
+    top, left = ((-height) % patch_size) // 2, ((-width) % patch_size) // 2
+    rows, cols = -(-height // patch_size), -(-width // patch_size)
+    block = (((np.arange(height) + top) // patch_size)[:, None] * cols
+             + ((np.arange(width) + left) // patch_size)[None, :])  # [H, W]
+    pixel_sums = _features(found).reshape(len(found.a), channels, height, width).sum(axis=1)
+    count = rows * cols
+    offsets = np.arange(len(found.a))[:, None, None] * count
+    sums = np.bincount((offsets + block[None]).ravel(), weights=pixel_sums.ravel(),
+                       minlength=len(found.a) * count).reshape(len(found.a), count)
+    if order == "random":
+        ids = np.arange(len(sums)) if ids is None else np.asarray(ids)
+        keys = substrates.noise_keys(seed, ids, salt=count)
+        sums = np.asarray(substrates.uniform_noise(keys, [count]), np.float64)
+    ranked = np.argsort(sums if order == "lerf" else -sums, axis=1, kind="stable")
+    place = np.empty_like(ranked)
+    np.put_along_axis(place, ranked, np.arange(count)[None], axis=1)
+    pixels = np.broadcast_to(block.ravel(), (len(place), height * width))
+    ranks = np.take_along_axis(place, pixels, axis=1).reshape(len(place), height, width)
+    return np.repeat(ranks[..., None], channels, axis=3).astype(np.int32), count
+
+
+def selectivity(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch: Any = None,
+                *, patch_size: int = 8, abs: bool = False, normalise: bool = True,  # noqa: A002
+                perturb_baseline: Any = "black", softmax: bool = True,
+                return_auc_per_sample: bool = False, batch_size: int = 64) -> np.ndarray:
+    """[N, P] the output after each patch is replaced, most attributed first, cumulatively
+    (or [N], its area, with `return_auc_per_sample`)."""
+    found = prepared(x_batch, a_batch, s_batch, abs=abs, normalise=normalise)
+    ranks, count = patch_ranks(found, patch_size)
+    bands = np.stack([np.zeros(count, np.int64), np.arange(1, count + 1)], axis=1)
+    curves = perturbation.band_scores(
+        model, found.x, ranks, bands, perturbation.baseline_images(found.x, perturb_baseline),
+        perturbation.checked_classes(model, found.x, y_batch), softmax=softmax,
+        batch_size=batch_size)
+    return perturbation.auc_per_sample(curves) if return_auc_per_sample else curves
+
+
+def region_perturbation(model: Any, x_batch: Any, y_batch: Any, a_batch: Any,
+                        s_batch: Any = None, *, patch_size: int = 8, order: str = "morf",
+                        regions_evaluation: int = 100, abs: bool = False,  # noqa: A002
+                        normalise: bool = True, perturb_baseline: Any = "black",
+                        softmax: bool = True, return_auc_per_sample: bool = False,
+                        seed: int = 0, ids: Any = None, batch_size: int = 64) -> np.ndarray:
+    """[N, R] the output's drop after each of the first R = min(`regions_evaluation`, P)
+    patches is replaced (or [N], its area, with `return_auc_per_sample`)."""
+    if regions_evaluation < 1:
+        raise UserError(f"regions_evaluation must be at least 1; got {regions_evaluation}")
+    found = prepared(x_batch, a_batch, s_batch, abs=abs, normalise=normalise)
+    ranks, count = patch_ranks(found, patch_size, order, seed=seed, ids=ids)
+    steps = min(regions_evaluation, count)
+    bands = np.stack([np.zeros(steps + 1, np.int64), np.arange(steps + 1)], axis=1)
+    scores = perturbation.band_scores(
+        model, found.x, ranks, bands, perturbation.baseline_images(found.x, perturb_baseline),
+        perturbation.checked_classes(model, found.x, y_batch), softmax=softmax,
+        batch_size=batch_size)
+    curves = scores[:, :1] - scores[:, 1:]
     return perturbation.auc_per_sample(curves) if return_auc_per_sample else curves
