@@ -48,9 +48,10 @@ def ours(case: dict, arrays: dict, models: dict) -> np.ndarray:
     family = measures.family_of(name)
     masks = arrays["s"] if family == "localisation" else None
     images = arrays[case.get("images", "x")]
+    settings = dict(case["settings"], **({"rtol": 0.0} if name == "completeness" else {}))
     return np.asarray(getattr(measures, name)(
-        models[images.shape[1]] if family == "faithfulness" else None, images,
-        arrays["y"].astype(np.int64), arrays[case["maps"]], masks, **case["settings"]),
+        models[images.shape[1]] if family in ("faithfulness", "axiomatic") else None, images,
+        arrays["y"].astype(np.int64), arrays[case["maps"]], masks, **settings),
         np.float64)
 
 

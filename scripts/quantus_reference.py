@@ -53,6 +53,8 @@ CASES: dict[str, tuple[str, list[dict], tuple[str, ...]]] = {
     "region_perturbation": ("RegionPerturbation",
                             [{"patch_size": 4}, {"patch_size": 2, "order": "lerf",
                                                  "regions_evaluation": 5}], ("three", "one")),
+    "completeness": ("Completeness", [{}, {"normalise": False}], ("three",)),
+    "non_sensitivity": ("NonSensitivity", [{}, {"eps": 1e-3}], ("three", "one")),
 }
 # measure -> the cases on 6 x 6 images with one-channel maps (steps of 12 = 4 whole pixels)
 SMALL_CASES = {

@@ -25,7 +25,6 @@ the image's values, channel first (C x H x W), ranked by the map broadcast over 
   so it agrees with Quantus's `np.random` only in distribution); region_perturbation.py.
   Higher is better for morf.
 """
-import math
 from typing import Any
 
 import numpy as np
@@ -59,26 +58,15 @@ def pixel_flipping(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch
     """[N, K] the curve of each image (or [N], its area, with `return_auc_per_sample`)."""
     found = prepared(x_batch, a_batch, s_batch, abs=abs, normalise=normalise)
     height, width, channels = found.x.shape[1:]
-    lows = _step_starts(found, features_in_step)
+    lows = perturbation.step_starts(found, features_in_step)
     bands = np.stack([np.zeros_like(lows), np.minimum(lows + features_in_step,
                                                       height * width * channels)], axis=1)
     curves = perturbation.band_scores(
-        model, found.x, perturbation.element_ranks(found.a, (height, width, channels)), bands,
+        model, found.x, perturbation.element_ranks(found), bands,
         perturbation.baseline_images(found.x, perturb_baseline),
         perturbation.checked_classes(model, found.x, y_batch), softmax=softmax,
         batch_size=batch_size)
     return perturbation.auc_per_sample(curves) if return_auc_per_sample else curves
-
-
-def _step_starts(found: Prepared, features_in_step: int) -> np.ndarray:
-    """int64 [K]: the first rank of each step of `features_in_step` values (which must divide
-    the image's pixels, as Quantus asserts)."""
-    height, width, channels = found.x.shape[1:]
-    if features_in_step < 1 or (height * width) % features_in_step:
-        raise UserError(f"features_in_step must divide the image's {height * width} pixels; "
-                        f"got {features_in_step}")
-    steps = math.ceil(height * width * channels / features_in_step)
-    return np.arange(steps, dtype=np.int64) * features_in_step
 
 
 def faithfulness_estimate(model: Any, x_batch: Any, y_batch: Any, a_batch: Any,
@@ -88,28 +76,20 @@ def faithfulness_estimate(model: Any, x_batch: Any, y_batch: Any, a_batch: Any,
                           batch_size: int = 64) -> np.ndarray:
     """[N] the Pearson correlation of the steps' attribution sums with their output drops."""
     found = prepared(x_batch, a_batch, s_batch, abs=abs, normalise=normalise)
-    shape = found.x.shape[1:]
-    lows = _step_starts(found, features_in_step)
+    lows = perturbation.step_starts(found, features_in_step)
     bands = np.stack([lows, lows + features_in_step], axis=1)
     classes = perturbation.checked_classes(model, found.x, y_batch)
-    ranks = perturbation.element_ranks(found.a, shape)
+    ranks = perturbation.element_ranks(found)
     scores = perturbation.band_scores(
         model, found.x, ranks, np.concatenate([[[0, 0]], bands]),
         perturbation.baseline_images(found.x, perturb_baseline), classes, softmax=softmax,
         batch_size=batch_size)
     drops = scores[:, :1] - scores[:, 1:]
-    ranked = -np.sort(-_features(found), axis=1)  # the values in rank order
+    ranked = -np.sort(-perturbation.broadcast_features(found), axis=1)  # the values in rank order
     padded = np.pad(ranked, ((0, 0), (0, len(lows) * features_in_step - ranked.shape[1])))
     sums = padded.reshape(len(ranked), len(lows), features_in_step).sum(axis=2)
     with np.errstate(divide="ignore", invalid="ignore"):
         return scipy.stats.pearsonr(sums, drops, axis=1)[0]
-
-
-def _features(found: Prepared) -> np.ndarray:
-    """float64 [N, C x H x W]: the map broadcast over the image's channels, channel first."""
-    height, width, channels = found.x.shape[1:]
-    maps = found.a.reshape(len(found.a), -1, height, width)
-    return np.broadcast_to(maps, (len(maps), channels, height, width)).reshape(len(maps), -1)
 
 
 def monotonicity(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch: Any = None,
@@ -118,11 +98,10 @@ def monotonicity(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch: 
                  softmax: bool = True, batch_size: int = 64) -> np.ndarray:
     """[N] 1.0 where the output never falls as values return, least attributed first."""
     found = prepared(x_batch, a_batch, s_batch, abs=abs, normalise=normalise)
-    shape = found.x.shape[1:]
-    lows = _step_starts(found, features_in_step)
+    lows = perturbation.step_starts(found, features_in_step)
     bands = np.stack([np.zeros_like(lows), lows + features_in_step], axis=1)
     curves = perturbation.band_scores(
-        model, found.x, perturbation.element_ranks(found.a, shape, descending=False), bands,
+        model, found.x, perturbation.element_ranks(found, descending=False), bands,
         perturbation.baseline_images(found.x, perturb_baseline),
         perturbation.checked_classes(model, found.x, y_batch), keep=True, softmax=softmax,
         batch_size=batch_size)
@@ -147,7 +126,8 @@ def patch_ranks(found: Prepared, patch_size: int, order: str = "morf", *, seed: 
     rows, cols = -(-height // patch_size), -(-width // patch_size)
     block = (((np.arange(height) + top) // patch_size)[:, None] * cols
              + ((np.arange(width) + left) // patch_size)[None, :])  # [H, W]
-    pixel_sums = _features(found).reshape(len(found.a), channels, height, width).sum(axis=1)
+    pixel_sums = perturbation.broadcast_features(found).reshape(
+        len(found.a), channels, height, width).sum(axis=1)
     count = rows * cols
     offsets = np.arange(len(found.a))[:, None, None] * count
     sums = np.bincount((offsets + block[None]).ravel(), weights=pixel_sums.ravel(),

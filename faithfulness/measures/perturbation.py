@@ -9,27 +9,46 @@ Ranks are Quantus's feature order: the map broadcast to the image's channels, fl
 channel first, sorted by decreasing value (`element_ranks`; the lower index first on ties,
 where Quantus's sort leaves ties unspecified).
 """
+import math
 from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
+from faithfulness.measures.arguments import Prepared
 from models.formats.adapter import adapt
 from models.foundation import executor, workload
 from models.foundation.errors import ShapeError, UserError
 
 
-def element_ranks(a: np.ndarray, image_shape: tuple, descending: bool = True) -> np.ndarray:
+def element_ranks(found: Prepared, descending: bool = True) -> np.ndarray:
     """int32 [N, H, W, C]: each image element's place in the order of the map's features
-    (`a`: [N, C' x H x W] channel first, C' = 1 or C), broadcast over the channels."""
-    height, width, channels = image_shape
-    features = np.broadcast_to(a.reshape(len(a), -1, height, width),
-                               (len(a), channels, height, width)).reshape(len(a), -1)
+    (`broadcast_features`), highest first (or lowest first)."""
+    height, width, channels = found.x.shape[1:]
+    features = broadcast_features(found)
     order = np.argsort(-features if descending else features, axis=1, kind="stable")
     ranks = np.empty_like(order)
     np.put_along_axis(ranks, order, np.arange(order.shape[1])[None], axis=1)
-    return np.transpose(ranks.reshape(len(a), channels, height, width),
+    return np.transpose(ranks.reshape(len(order), channels, height, width),
                         (0, 2, 3, 1)).astype(np.int32)
+
+
+def broadcast_features(found: Prepared) -> np.ndarray:
+    """float64 [N, C x H x W]: the map broadcast over the image's channels, channel first."""
+    height, width, channels = found.x.shape[1:]
+    maps = found.a.reshape(len(found.a), -1, height, width)
+    return np.broadcast_to(maps, (len(maps), channels, height, width)).reshape(len(maps), -1)
+
+
+def step_starts(found: Prepared, features_in_step: int) -> np.ndarray:
+    """int64 [K]: the first rank of each step of `features_in_step` values (which must divide
+    the image's pixels, as Quantus asserts)."""
+    height, width, channels = found.x.shape[1:]
+    if features_in_step < 1 or (height * width) % features_in_step:
+        raise UserError(f"features_in_step must divide the image's {height * width} pixels; "
+                        f"got {features_in_step}")
+    steps = math.ceil(height * width * channels / features_in_step)
+    return np.arange(steps, dtype=np.int64) * features_in_step
 
 
 def band_scores(model: Any, x: np.ndarray, ranks: np.ndarray, bands: np.ndarray,

@@ -159,3 +159,36 @@ def test_random_region_order_is_keyed_by_seed_and_image():
     np.testing.assert_array_equal(first, run(slice(None), 0))
     assert not np.allclose(first, run(slice(None), 1))
     np.testing.assert_allclose(run(slice(2, 4), 0, ids=[2, 3]), first[2:4], rtol=1e-6)
+
+
+def linear_model(kernel):
+    """Logits = flattened NHWC image @ kernel, no bias."""
+    import keras
+
+    model = keras.Sequential([keras.Input((4, 4, 3)), keras.layers.Flatten(),
+                              keras.layers.Dense(kernel.shape[1], use_bias=False)])
+    model.layers[-1].set_weights([kernel.astype(np.float32)])
+    return model
+
+
+def test_completeness_and_non_sensitivity_of_a_linear_model():
+    """A linear logit: w (x - b) sums exactly to f(x) - f(b) (completeness 1, twice it 0); with
+    zero weights on a third of the values, a map that is zero exactly there has
+    non-sensitivity 0, and one more attributed zero-weight value counts 1."""
+    rng = np.random.default_rng(8)
+    x = rng.uniform(0.1, 1.0, (2, 4, 4, 3)).astype(np.float32)
+    weights = rng.uniform(0.5, 1.5, (48, 2))
+    weights[::3] = 0.0  # every third value (NHWC order) has no effect
+    model = linear_model(weights)
+    black = x.reshape(2, -1).min(axis=1)[:, None]
+    contributions = weights[:, 0][None] * (x.reshape(2, -1) - black)  # class 0
+    maps = contributions.reshape(2, 4, 4, 3)
+    classes = np.array([0, 0])
+    found = measures.completeness(model, x, classes, maps, normalise=False)
+    np.testing.assert_array_equal(found, [1.0, 1.0])
+    np.testing.assert_array_equal(
+        measures.completeness(model, x, classes, 2 * maps, normalise=False), [0.0, 0.0])
+    assert measures.non_sensitivity(model, x, classes, maps, softmax=False).tolist() == [0, 0]
+    leaky = maps.copy()
+    leaky[1, 0, 0, 0] = 0.5  # a zero-weight value with attribution
+    assert measures.non_sensitivity(model, x, classes, leaky, softmax=False).tolist() == [0, 1]
