@@ -56,6 +56,12 @@ CASES: dict[str, tuple[str, list[dict], tuple[str, ...]]] = {
     "completeness": ("Completeness", [{}, {"normalise": False}], ("three",)),
     "non_sensitivity": ("NonSensitivity", [{}, {"eps": 1e-3}], ("three", "one")),
 }
+# random draws (Quantus's np.random, keyed draws here): cases that agree in distribution, with
+# the relative tolerance the test allows; the maps are the stored model's gradients
+RANDOM_CASES = {
+    "avg_sensitivity": ("AvgSensitivity", {"nr_samples": 200, "lower_bound": 0.1}, 0.05),
+    "max_sensitivity": ("MaxSensitivity", {"nr_samples": 200, "lower_bound": 0.1}, 0.15),
+}
 # measure -> the cases on 6 x 6 images with one-channel maps (steps of 12 = 4 whole pixels)
 SMALL_CASES = {
     "pixel_flipping": [{"features_in_step": 12}, {"features_in_step": 12,
@@ -95,6 +101,16 @@ def inputs(seed: int) -> dict:
             "dense_bias": 0.1 * rng.normal(size=3).astype(np.float32)}
 
 
+def torch_gradient(model, inputs, targets, **kwargs):
+    """Quantus's explain_func: the gradient of the target's output, NCHW (as "gradient")."""
+    import torch
+
+    images = torch.tensor(np.asarray(inputs), dtype=torch.float32, requires_grad=True)
+    outputs = model(images)
+    outputs[torch.arange(len(images)), torch.as_tensor(np.asarray(targets))].sum().backward()
+    return images.grad.numpy()
+
+
 def torch_model(arrays: dict):
     """The stored model in PyTorch (NCHW): the Keras kernels transposed."""
     import torch
@@ -116,13 +132,16 @@ def quantus_values(name: str, settings: dict, arrays: dict, maps: str,
     measures with the stored model)."""
     import quantus
 
-    class_name = CASES[name][0]
+    class_name = CASES[name][0] if name in CASES else ""
     x = np.transpose(arrays["x_small" if small else "x"], (0, 3, 1, 2))
     a = arrays[maps][:, None] if arrays[maps].ndim == 3 else \
         np.transpose(arrays[maps], (0, 3, 1, 2))
     s = arrays["s"][:, None] if name in MASKED else None
     model = None if name in MAP_ONLY else torch_model(arrays)
     call_settings = {key: settings[key] for key in settings if key == "softmax"}
+    if name in RANDOM_CASES:
+        class_name = RANDOM_CASES[name][0]
+        call_settings["explain_func"] = torch_gradient
     metric = getattr(quantus, class_name)(
         disable_warnings=True, **{k: v for k, v in settings.items() if k != "softmax"})
     values = metric(model=model, x_batch=x, y_batch=arrays["y"], a_batch=a, s_batch=s,
@@ -152,6 +171,12 @@ def run(config: Config) -> dict:
               "values": quantus_values(name, settings, arrays, maps)}
              for name, (_, variants, map_kinds) in CASES.items()
              for settings in variants for maps in map_kinds]
+    arrays["gradient"] = np.transpose(torch_gradient(
+        torch_model(arrays), np.transpose(arrays["x"], (0, 3, 1, 2)), arrays["y"]), (0, 2, 3, 1))
+    cases += [{"measure": name, "settings": dict(settings, explain_func="gradient"),
+               "maps": "gradient", "images": "x", "rtol": rtol,
+               "values": quantus_values(name, settings, arrays, "gradient")}
+              for name, (_, settings, rtol) in RANDOM_CASES.items()]
     cases += [{"measure": name, "settings": settings, "maps": "one_small", "images": "x_small",
                "values": quantus_values(name, settings, arrays, "one_small", small=True)}
               for name, variants in SMALL_CASES.items() for settings in variants]

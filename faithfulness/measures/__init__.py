@@ -20,6 +20,8 @@ FAMILIES = {  # family -> its measures' modules and names (Quantus 0.6's order)
                    ("sparseness", "complexity", "effective_complexity")),
     "axiomatic": ("faithfulness.measures.axiomatic_family",
                   ("completeness", "non_sensitivity")),
+    "robustness": ("faithfulness.measures.robustness_family",
+                   ("avg_sensitivity", "max_sensitivity")),
     "localisation": ("faithfulness.measures.localisation_family",
                      ("pointing_game", "attribution_localisation", "top_k_intersection",
                       "relevance_mass_accuracy", "relevance_rank_accuracy", "auc")),

@@ -1,0 +1,47 @@
+"""How the measures that re-explain perturbed inputs explain them (docs/measures.md,
+"Explanation functions"): `explain_func` is a method name of the attribution engine
+("gradient", "integrated_gradients", "smoothgrad(gradient)", "bam:GC", a registered method),
+a "package.module:function" plug-in, or a Python callable `explain_func(model=, inputs=,
+targets=, **explain_func_kwargs)` as Quantus calls it (NHWC inputs here); its maps are prepared
+as the call's `a_batch` was (`arguments.prepared`), and must have its shape.
+"""
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from faithfulness.measures.arguments import prepared
+from models.foundation.errors import ShapeError, UserError
+
+
+def explainer(model: Any, explain_func: Any, explain_func_kwargs: Optional[dict], *,
+              abs: bool, normalise: bool, map_shape: tuple,  # noqa: A002
+              batch_size: int = 64, seed: int = 0) -> Callable[..., np.ndarray]:
+    """`explain(images, targets, ids)` -> float64 [n, F]: the maps of `explain_func` for
+    `images` (NHWC), prepared as `a_batch` (`map_shape`: its (C', H, W))."""
+    if explain_func is None:
+        raise UserError("explain_func is missing: this measure explains perturbed inputs; "
+                        "give a method name (e.g. 'gradient') or a callable")
+    kwargs = dict(explain_func_kwargs or {})
+    if callable(explain_func):
+        def raw(images, targets, ids):
+            return np.asarray(explain_func(model=model, inputs=images, targets=targets, **kwargs))
+    else:
+        from saliency_gen.attribution import engine, names
+
+        resolved = names.resolved(explain_func, **kwargs)
+
+        def raw(images, targets, ids):
+            return engine.attribute(model, images, resolved, targets, batch_size=batch_size,
+                                    seed=seed, ids=ids)
+
+    def explain(images: np.ndarray, targets: np.ndarray, ids: np.ndarray) -> np.ndarray:
+        maps = raw(images, targets, ids)
+        if maps.ndim == 4 and map_shape[0] == 1 and maps.shape[-1] == 1:
+            maps = maps[..., 0]
+        found = prepared(images, maps, abs=abs, normalise=normalise)
+        if found.map_shape != map_shape:
+            raise ShapeError(f"explain_func gives maps of shape {np.shape(maps)[1:]} but a_batch "
+                             f"has {map_shape} (channel first); compute a_batch with the same "
+                             "explain_func")
+        return found.a
+    return explain
