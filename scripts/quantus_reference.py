@@ -58,7 +58,7 @@ CASES: dict[str, tuple[str, list[dict], tuple[str, ...]]] = {
 }
 # random draws (Quantus's np.random, keyed draws here): cases that agree in distribution, with
 # the relative tolerance the test allows; the maps are the stored model's gradients
-RANDOM_CASES = {
+RANDOM_CASES: dict[str, tuple[str, dict, float]] = {
     "avg_sensitivity": ("AvgSensitivity", {"nr_samples": 200, "lower_bound": 0.1}, 0.05),
     "max_sensitivity": ("MaxSensitivity", {"nr_samples": 200, "lower_bound": 0.1}, 0.15),
 }
@@ -167,7 +167,8 @@ def run(config: Config) -> dict:
 
     warnings.filterwarnings("ignore")
     arrays = inputs(config.seed)
-    cases = [{"measure": name, "settings": settings, "maps": maps, "images": "x",
+    cases: list[dict[str, Any]] = [
+             {"measure": name, "settings": settings, "maps": maps, "images": "x",
               "values": quantus_values(name, settings, arrays, maps)}
              for name, (_, variants, map_kinds) in CASES.items()
              for settings in variants for maps in map_kinds]
