@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union
 import numpy as np
 
 import models
+from faithfulness import measures
 from faithfulness.protocols import BASELINES, METRICS, ORDERS
 from models.foundation import progress, provenance
 from models.foundation import results as result_files
@@ -33,6 +34,7 @@ from models.foundation.rules import COUNT_OR_ALL, POSITIVE, UNIQUE, Checked, at_
 # Loaded on first use: a bad flag is reported before TensorFlow starts (docs/architecture.md).
 if TYPE_CHECKING:  # the type checker's view of the same modules
     from faithfulness import protocol_measures, stats
+    from faithfulness.measures import protocol as peers
     from models.formats import torch_checkpoints
     from saliency_gen.attribution import engine as saliency_engine
     from saliency_gen.attribution import names
@@ -40,6 +42,7 @@ if TYPE_CHECKING:  # the type checker's view of the same modules
     from saliency_gen.data.world import cache
 else:
     protocol_measures = lazy_module("faithfulness.protocol_measures")
+    peers = lazy_module("faithfulness.measures.protocol")
     stats = lazy_module("faithfulness.stats")
     torch_checkpoints = lazy_module("models.formats.torch_checkpoints")
     saliency_engine = lazy_module("saliency_gen.attribution.engine")
@@ -48,7 +51,9 @@ else:
     cache = lazy_module("saliency_gen.data.world.cache")
     names = lazy_module("saliency_gen.attribution.names")
 
-PROTOCOLS = tuple(METRICS)  # single_deletion, incremental_deletion, deletion, insertion, ...
+# single_deletion, incremental_deletion, deletion, insertion, ..., then the peers' measures
+# under Quantus's names (faithfulness.measures: sparseness, pointing_game, pixel_flipping, ...)
+PROTOCOLS = tuple(METRICS) + tuple(sorted(measures.__all__))
 DEFAULT_EXPLAINERS = "idsds:IxG,idsds:IG,idsds:Grad-CAM,idsds:IxG abs,random"
 
 # The IDSDS seed table's explainers by model kind (docs/model_zoo.md, "IDSDS on the synthetic
@@ -105,6 +110,12 @@ class Options(Checked):
         return {field.name: getattr(self, field.name) for field in dataclasses.fields(Options)}
 
 
+def specs_of(protocol: str) -> tuple:
+    """The `MetricSpec`s of what a protocol gives."""
+    return METRICS[protocol] if protocol in METRICS else \
+        protocol_measures.measure_specs(protocol)
+
+
 def measure_for(loaded: Any, protocol: str, options: "Options") -> "Measure":
     """The protocol's measure (`faithfulness.protocol_measures`), built once per evaluation so
     its traced functions are reused for every explainer and group."""
@@ -113,37 +124,42 @@ def measure_for(loaded: Any, protocol: str, options: "Options") -> "Measure":
 
 def _score_group(loaded: Any, images: np.ndarray, labels: np.ndarray, ids: np.ndarray,
                  explainer: "Union[str, names.Resolved]", options: "Options",
-                 measure: "Measure", maps: Optional[np.ndarray]) -> dict:
+                 measure: "Measure", maps: Optional[np.ndarray],
+                 masks: Optional[np.ndarray] = None) -> dict:
     """Per-image values {metric: [n]} of one explainer (a name, or resolved once by the caller)
     on one group of images, by the protocol's `measure`; `maps` (the explainer's maps of
-    `images`, e.g. read from saliency records) replace explaining them."""
+    `images`, e.g. read from saliency records) replace explaining them; `masks`: the images'
+    object masks, where the data has them."""
 
-    def explain(batch, targets):
+    def explain(batch, targets, batch_ids=None):
         if maps is not None and batch is images:
             return maps
         return saliency_engine.attribute(loaded, batch, explainer, targets,
                                          batch_size=options.batch_size, seed=options.seed,
-                                         ids=ids)
+                                         ids=ids if batch_ids is None else batch_ids)
 
-    return measure.score(Group(loaded, images, labels, ids, explain))
+    return measure.score(Group(loaded, images, labels, ids, explain, masks))
 
 
 def per_image(loaded: Any, images: np.ndarray, labels: np.ndarray, ids: np.ndarray,
               explainer: "Union[str, names.Resolved]", protocol: str, options: "Options",
               measure: "Optional[Measure]" = None, maps: Optional[np.ndarray] = None,
-              group_size: int = 256, progress: Optional[Callable[[int], None]] = None) -> dict:
+              group_size: int = 256, progress: Optional[Callable[[int], None]] = None,
+              masks: Optional[np.ndarray] = None) -> dict:
     """{metric: values [N]} of one explainer on `images`, scored in groups of `group_size`
     images (memory), each group batched by the protocol's measure (`measure_for`, built here
     when not given): the one computation of a faithfulness protocol, which this binary, the
     report card (`faithfulness.card`) and Beam (`faithfulness.beam_scoring`) call. `maps`, when
-    given, are the explainer's maps of all `images`; `progress(n)` follows each group."""
+    given, are the explainer's maps of all `images`, `masks` their object masks (the
+    localisation measures need them); `progress(n)` follows each group."""
     measure = measure or measure_for(loaded, protocol, options)
     parts = []
     for start in range(0, len(images), group_size):  # groups of many images
         stop = start + group_size
         parts.append(_score_group(loaded, images[start:stop], labels[start:stop],
                                   ids[start:stop], explainer, options, measure,
-                                  None if maps is None else maps[start:stop]))
+                                  None if maps is None else maps[start:stop],
+                                  None if masks is None else masks[start:stop]))
         if progress:
             progress(len(images[start:stop]))
     return {metric: np.concatenate([part[metric] for part in parts]) for metric in parts[0]}
@@ -152,7 +168,8 @@ def per_image(loaded: Any, images: np.ndarray, labels: np.ndarray, ids: np.ndarr
 def evaluate(loaded: Any, images: np.ndarray, labels: np.ndarray, ids: np.ndarray,
              explainers: "Sequence[Union[str, names.Resolved]]", protocol: str,
              options: Options = Options(), group_size: int = 256,
-             progress: Optional[Callable[[int], None]] = None) -> dict:
+             progress: Optional[Callable[[int], None]] = None,
+             masks: Optional[np.ndarray] = None) -> dict:
     """{explainer name: {metric: {"mean", "n_excluded", "per_image"}}} over all images, scored
     in groups of `group_size` images (memory), each group batched; each explainer (a name or a
     `names.Resolved`) is resolved once."""
@@ -165,7 +182,7 @@ def evaluate(loaded: Any, images: np.ndarray, labels: np.ndarray, ids: np.ndarra
         summary = {}
         for metric, values in per_image(loaded, images, labels, ids, explainer, protocol,
                                         options, measure, group_size=group_size,
-                                        progress=progress).items():
+                                        progress=progress, masks=masks).items():
             policy = "omit" if metric == "sds" else "propagate"
             mean, excluded = stats.aggregate(values, policy, metric)
             summary[metric] = {"mean": mean, "n_excluded": excluded,
@@ -181,7 +198,7 @@ def table(results: dict, n_images: int, protocol: str) -> str:
     which every metric is defined; a metric undefined on some images (a constant map or
     curve) says so under the table (docs/faithfulness.md, "Undefined values")."""
     metrics = list(next(iter(results.values())))
-    arrows = {spec.name: spec.arrow for spec in METRICS[protocol]}
+    arrows = {spec.name: spec.arrow for spec in specs_of(protocol)}
     rows = [[name, *(f"{summary[m]['mean']:.4f}" if np.isfinite(summary[m]["mean"])
                      else "undefined" for m in metrics),
              f"{n_images - max(summary[m]['n_nan'] for m in metrics)}/{n_images}"]
@@ -201,9 +218,50 @@ def table(results: dict, n_images: int, protocol: str) -> str:
 # The binary.
 
 @dataclasses.dataclass(frozen=True)
-class Config(Options):
-    """faithfulness.evaluate's options (one flag each): the protocol settings (`Options`), then
-    the model, the images, the explainers and the output; checked when built."""
+class MeasureSettings(Checked):
+    """The settings of the peers' measures (`faithfulness.measures`), under Quantus's names;
+    each left unset keeps the chosen measure's own default (docs/measures.md), and one the
+    measure does not take is refused."""
+
+    abs: Optional[bool] = option(None, "Measures: absolute values of the maps first.")
+    normalise: Optional[bool] = option(None, "Measures: divide the maps by their largest |a|.")
+    softmax: Optional[bool] = option(None, "Measures: score softmax probabilities, not logits.")
+    perturb_baseline: Optional[str] = option(None, "Measures: black, white or a number.")
+    features_in_step: Optional[int] = option(None, "Measures: values replaced per step.",
+                                             rule=at_least(1))
+    patch_size: Optional[int] = option(None, "Measures: side of a patch.", rule=at_least(1))
+    order: Optional[str] = option(None, "region_perturbation: morf, lerf or random.")
+    regions_evaluation: Optional[int] = option(None, "region_perturbation: patches replaced.",
+                                               rule=at_least(1))
+    k: Optional[int] = option(None, "top_k_intersection: the k highest features.",
+                              rule=at_least(1))
+    eps: Optional[float] = option(None, "Measures: threshold of a negligible value.")
+    weighted: Optional[bool] = option(None, "Localisation: weight by the mask's share.")
+    concept_influence: Optional[bool] = option(None, "top_k_intersection: divide by the "
+                                                     "mask's share.")
+    positive_attributions: Optional[bool] = option(None, "attribution_localisation: clip "
+                                                         "negative values.")
+    max_size: Optional[float] = option(None, "attribution_localisation: largest mask share.")
+    rtol: Optional[float] = option(None, "completeness: relative tolerance.")
+    nr_samples: Optional[int] = option(None, "Robustness: noisy samples per image.",
+                                       rule=at_least(1))
+    lower_bound: Optional[float] = option(None, "Robustness: noise bound.")
+    upper_bound: Optional[float] = option(None, "Robustness: noise upper bound.")
+    return_nan_when_prediction_changes: Optional[bool] = option(
+        None, "Robustness: NaN when a sample changes the prediction.")
+
+    def measure_settings(self) -> dict:
+        """{name: value} of the settings given (what a report records)."""
+        return {field.name: getattr(self, field.name)
+                for field in dataclasses.fields(MeasureSettings)
+                if getattr(self, field.name) is not None}
+
+
+@dataclasses.dataclass(frozen=True)
+class Config(MeasureSettings, Options):
+    """faithfulness.evaluate's options (one flag each): the protocol settings (`Options`), the
+    measures' settings (`MeasureSettings`), then the model, the images, the explainers and the
+    output; checked when built."""
 
     model_path: Optional[str] = option(
         None,
@@ -255,6 +313,12 @@ def check_flags(f: Config) -> None:
     else:
         require_both_or_neither(("model_path", f.model_path),
                                 ("input_pattern", f.input_pattern))
+    if f.evaluation_protocol in METRICS:
+        if f.measure_settings():
+            raise UserError(f"--{next(iter(f.measure_settings()))} is a setting of the peers' "
+                            f"measures, not of {f.evaluation_protocol}")
+    else:  # a setting the chosen measure does not take stops here, before any work
+        peers.given_settings(f.evaluation_protocol, f)
 
 
 def _run(f: Config, output: str) -> dict:
@@ -272,7 +336,9 @@ def _run(f: Config, output: str) -> dict:
     if explainers == [APPLICABLE]:
         explainers = explainers_for(loaded.name)
     chosen = [names.resolved(explainer) for explainer in explainers]  # unknown: stop now
-    images, labels, ids = pipelines.load_images(pattern, loaded, f.nr_images, f.seed)
+    localising = f.evaluation_protocol in measures.FAMILIES["localisation"][1]
+    images, labels, ids, *masks = pipelines.load_images(pattern, loaded, f.nr_images, f.seed,
+                                                        with_masks=localising)
     if f.nr_images > len(images):  # as bam.metrics' --num_imgs: never fewer than asked for
         raise UserError(f"--nr_images={f.nr_images} exceeds the {len(images)} images of "
                         f"{pattern}; use at most {len(images)}, or -1 for all")
@@ -280,16 +346,19 @@ def _run(f: Config, output: str) -> dict:
     started = time.time()
     with progress.bar(len(images) * len(explainers), f.evaluation_protocol, "img") as bar:
         results = evaluate(loaded, images, labels, ids, chosen, f.evaluation_protocol, f,
-                           progress=bar.update)
+                           progress=bar.update, masks=masks[0] if masks else None)
     seconds = time.time() - started
     print(table(results, len(images), f.evaluation_protocol))
-    # every flag that changes results (docs/architecture.md, "Outputs and provenance")
+    # every flag that changes results (docs/architecture.md, "Outputs and provenance"); the
+    # measures' settings only where given (reports made before they existed stay the same)
+    settings = {"measure_settings": f.measure_settings()} if f.measure_settings() else {}
     report = {"protocol": f.evaluation_protocol, "model_path": model_path,
               "model_id": loaded.model_id, "input_pattern": pattern, "n_images": len(images),
-              "options": f.protocol_settings(), "seconds": seconds, "results": results,
+              "options": f.protocol_settings(), **settings, "seconds": seconds,
+              "results": results,
               "origin": provenance.origin(provenance.with_code(
                   {**origin_flags(f), "protocol": f.evaluation_protocol,
-                   "explainer": explainers, **f.protocol_settings()},
+                   "explainer": explainers, **f.protocol_settings(), **settings},
                   {method.name: method.code_origin for method in chosen if method.code}),
                   model_id=loaded.model_id,
                   data=provenance.listing_digest(records.list_files(pattern)))}

@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 from faithfulness import curve_computation, idsds, inputs, protocols, single_step_computation
 from faithfulness import scorer as scoring
+from faithfulness.measures import protocol as peers
 from models.foundation.metric_spec import Group, Measure
 
 
@@ -150,5 +151,13 @@ MEASURES: dict[str, Callable[[Any, Any], Measure]] = {
 
 
 def measure(protocol: str, loaded: Any, options: Any) -> Measure:
-    """The measure of `protocol` for `loaded` with `options`, built once per evaluation."""
-    return MEASURES[protocol](loaded, options)
+    """The measure of `protocol` for `loaded` with `options`, built once per evaluation: a
+    protocol's, or one of the peers' measures (`faithfulness.measures.protocol.PeerMeasure`)."""
+    if protocol in MEASURES:
+        return MEASURES[protocol](loaded, options)
+    return peers.PeerMeasure(protocol, loaded, options)
+
+
+def measure_specs(protocol: str) -> tuple:
+    """The specs of a peer measure (`faithfulness.measures`)."""
+    return (peers.spec_of(protocol),)

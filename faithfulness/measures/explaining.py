@@ -5,12 +5,22 @@ a "package.module:function" plug-in, or a Python callable `explain_func(model=, 
 targets=, **explain_func_kwargs)` as Quantus calls it (NHWC inputs here); its maps are prepared
 as the call's `a_batch` was (`arguments.prepared`), and must have its shape.
 """
+import dataclasses
 from typing import Any, Callable, Optional
 
 import numpy as np
 
 from faithfulness.measures.arguments import prepared
 from models.foundation.errors import ShapeError, UserError
+from saliency_gen.attribution import engine, names
+
+
+@dataclasses.dataclass(frozen=True)
+class KeyedExplain:
+    """An explainer that takes the perturbed images' ids, `explain(images, targets, ids)` (a
+    binary's or the card's explainer of a `Group`)."""
+
+    explain: Callable[..., Any]
 
 
 def explainer(model: Any, explain_func: Any, explain_func_kwargs: Optional[dict], *,
@@ -22,12 +32,13 @@ def explainer(model: Any, explain_func: Any, explain_func_kwargs: Optional[dict]
         raise UserError("explain_func is missing: this measure explains perturbed inputs; "
                         "give a method name (e.g. 'gradient') or a callable")
     kwargs = dict(explain_func_kwargs or {})
-    if callable(explain_func):
+    if isinstance(explain_func, KeyedExplain):
+        def raw(images, targets, ids):
+            return np.asarray(explain_func.explain(images, targets, ids))
+    elif callable(explain_func):
         def raw(images, targets, ids):
             return np.asarray(explain_func(model=model, inputs=images, targets=targets, **kwargs))
     else:
-        from saliency_gen.attribution import engine, names
-
         resolved = names.resolved(explain_func, **kwargs)
 
         def raw(images, targets, ids):

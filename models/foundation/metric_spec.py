@@ -63,14 +63,17 @@ class Measure(Protocol):
 @dataclasses.dataclass(frozen=True)
 class Group:
     """One group of images a measure scores together: the model, images [n, H, W, C] in its
-    input space, the labels explained, the ids keying random draws, and `explain(batch,
-    targets)`, the explainer's maps of a batch (of the group's images, or of perturbed ones)."""
+    input space, the labels explained, the ids keying random draws, `explain(batch, targets,
+    ids=None)`, the explainer's maps of a batch (of the group's images, or of perturbed ones,
+    whose random draws `ids` key), and the images' ground-truth object masks [n, H, W] where
+    the data has them (the localisation measures need them)."""
 
     loaded: Any
     images: Any
     labels: Any
     ids: Any
-    explain: Callable[[Any, Any], Any]
+    explain: Callable[..., Any]
+    masks: Any = None
 
 
 def specs_named(specs: "tuple[MetricSpec, ...]", names: Sequence[str]) -> tuple:

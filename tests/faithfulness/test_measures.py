@@ -220,3 +220,28 @@ def test_sensitivity_of_linear_and_quadratic_models():
     assert np.all((largest > average) & (largest <= 0.1))
     again = measures.avg_sensitivity(squares, x, np.array([0, 0]), 2 * x, **settings)
     np.testing.assert_array_equal(average, again)
+
+
+def test_every_measure_is_a_protocol_of_the_binary():
+    """`faithfulness.evaluate` scores a peer measure through the one protocol (`per_image`):
+    the library call's values (a curve's area per image); masks reach the localisation
+    measures; a setting the measure does not take, or one given to another protocol, is one
+    line before any work."""
+    from faithfulness import evaluate
+
+    x, maps, classes = ARRAYS["x"], ARRAYS["three"], ARRAYS["y"].astype(np.int64)
+    options = evaluate.Config(evaluation_protocol="pixel_flipping", features_in_step=16)
+    found = evaluate.per_image(MODELS[8], x, classes, np.arange(5), "unused", "pixel_flipping",
+                               options, maps=maps)
+    expected = measures.pixel_flipping(MODELS[8], x, classes, maps, features_in_step=16,
+                                       return_auc_per_sample=True)
+    np.testing.assert_allclose(found["pixel_flipping"], expected, rtol=1e-12)
+    one = ARRAYS["one"]
+    found = evaluate.per_image(MODELS[8], x, classes, np.arange(5), "unused", "auc",
+                               evaluate.Options(), maps=one, masks=ARRAYS["s"])
+    np.testing.assert_allclose(found["auc"], call("auc", one, ARRAYS["s"]), rtol=1e-12)
+    assert "pixel_flipping" in evaluate.PROTOCOLS and "sparseness" in evaluate.PROTOCOLS
+    with pytest.raises(UserError, match="^--patch_size does not apply to sparseness"):
+        evaluate.check_flags(evaluate.Config(evaluation_protocol="sparseness", patch_size=4))
+    with pytest.raises(UserError, match="^--k is a setting of the peers' measures"):
+        evaluate.check_flags(evaluate.Config(evaluation_protocol="deletion", k=4))

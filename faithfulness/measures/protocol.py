@@ -1,0 +1,94 @@
+"""The peers' measures in the project's one metric protocol (docs/measures.md, "In the
+binaries and on the card"): `PeerMeasure` is a `models.foundation.metric_spec.Measure` of one
+measure of `faithfulness.measures`, built once per evaluation with the model and the settings
+the options give (Quantus's names; None keeps the measure's default), whose `score(group)`
+gives the measure's per-image values on a `Group`. A measure that returns a curve per image
+gives its area (`return_auc_per_sample`); the robustness measures explain the perturbed
+inputs with the group's explainer.
+"""
+import importlib
+import inspect
+from typing import Any
+
+from faithfulness import measures
+from faithfulness.measures import explaining
+from models.foundation.errors import UserError
+from models.foundation.metric_spec import Group, MetricSpec
+
+CURVES = ("pixel_flipping", "selectivity", "region_perturbation")  # their area per image
+EXPLAINING = ("avg_sensitivity", "max_sensitivity")  # re-explain perturbed inputs
+NOT_SETTINGS = ("model", "x_batch", "y_batch", "a_batch", "s_batch", "explain_func",
+                "explain_func_kwargs", "ids", "return_auc_per_sample", "batch_size", "seed")
+
+
+def function_of(name: str) -> Any:
+    """The library call of the measure `name`."""
+    module, _ = measures.FAMILIES[measures.family_of(name)]
+    return getattr(importlib.import_module(module), name)
+
+
+def spec_of(name: str) -> MetricSpec:
+    """The declaration of the measure `name` (its family module's `SPECS`)."""
+    module, _ = measures.FAMILIES[measures.family_of(name)]
+    return next(spec for spec in importlib.import_module(module).SPECS if spec.name == name)
+
+
+def settings_of(name: str) -> tuple:
+    """The names of the measure's settings (its keyword arguments, as Quantus names them)."""
+    return tuple(parameter for parameter in inspect.signature(function_of(name)).parameters
+                 if parameter not in NOT_SETTINGS)
+
+
+def given_settings(name: str, options: Any) -> dict:
+    """{setting: value} of the measure's settings that `options` sets (not None); a setting
+    `options` sets that the measure does not take is one line."""
+    own = settings_of(name)
+    found = {}
+    for setting in SETTING_FLAGS:
+        value = getattr(options, setting, None)
+        if value is None:
+            continue
+        if setting not in own:
+            raise UserError(f"--{setting} does not apply to {name} (its settings: "
+                            f"{', '.join(own) or 'none'})")
+        found[setting] = value
+    return found
+
+
+# every setting any measure takes, as the binaries' flags name them
+SETTING_FLAGS = ("abs", "normalise", "softmax", "perturb_baseline", "features_in_step",
+                 "patch_size", "order", "regions_evaluation", "k", "eps", "weighted",
+                 "concept_influence", "positive_attributions", "max_size", "rtol",
+                 "nr_samples", "lower_bound", "upper_bound",
+                 "return_nan_when_prediction_changes")
+
+
+class PeerMeasure:
+    """The measure `name` of `faithfulness.measures` for `loaded` with `options`' settings."""
+
+    def __init__(self, name: str, loaded: Any, options: Any):
+        self.name, self.loaded = name, loaded
+        self.function = function_of(name)
+        self.settings = given_settings(name, options)
+        self.batch_size = getattr(options, "batch_size", 64)
+        self.seed = getattr(options, "seed", 0)
+
+    @property
+    def metrics(self) -> tuple:
+        return (spec_of(self.name),)
+
+    def score(self, group: Group) -> dict:
+        settings = dict(self.settings)
+        parameters = inspect.signature(self.function).parameters
+        for name, value in (("batch_size", self.batch_size), ("seed", self.seed),
+                            ("ids", group.ids)):
+            if name in parameters:
+                settings[name] = value
+        if self.name in CURVES:
+            settings["return_auc_per_sample"] = True
+        if self.name in EXPLAINING:
+            settings["explain_func"] = explaining.KeyedExplain(group.explain)
+        masks = group.masks if measures.family_of(self.name) == "localisation" else None
+        values = self.function(group.loaded, group.images, group.labels,
+                               group.explain(group.images, group.labels), masks, **settings)
+        return {self.name: values.astype("float64")}
