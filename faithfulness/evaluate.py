@@ -247,6 +247,9 @@ class MeasureSettings(Checked):
                                        rule=at_least(1))
     lower_bound: Optional[float] = option(None, "Robustness: noise bound.")
     upper_bound: Optional[float] = option(None, "Robustness: noise upper bound.")
+    perturb_mean: Optional[float] = option(None, "local_lipschitz_estimate: noise mean.")
+    perturb_std: Optional[float] = option(None, "local_lipschitz_estimate: noise deviation.")
+    eps_min: Optional[float] = option(None, "Relative stabilities: smallest denominator.")
     return_nan_when_prediction_changes: Optional[bool] = option(
         None, "Robustness: NaN when a sample changes the prediction.")
 

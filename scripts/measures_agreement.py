@@ -48,6 +48,8 @@ def ours(case: dict, arrays: dict, models: dict) -> np.ndarray:
     from faithfulness import measures
 
     name = case["measure"]
+    if case.get("objective"):
+        return objective_values(name, arrays)
     family = measures.family_of(name)
     masks = arrays["s"] if family == "localisation" else None
     images = arrays[case.get("images", "x")]
@@ -56,6 +58,21 @@ def ours(case: dict, arrays: dict, models: dict) -> np.ndarray:
         None if family in MAP_ONLY_FAMILIES else models[images.shape[1]], images,
         arrays["y"].astype(np.int64), arrays[case["maps"]], masks, **settings),
         np.float64)
+
+
+def objective_values(name: str, arrays: dict) -> np.ndarray:
+    """float64: a relative stability's per-sample objective on Quantus's noisy inputs."""
+    from faithfulness.measures import robustness_family
+
+    def flat(key):
+        return arrays[key].reshape(len(arrays[key]), -1).astype(np.float64)
+
+    if name == "relative_input_stability":
+        return robustness_family.input_stability(flat("x"), flat("moved"), flat("gradient"),
+                                                 flat("moved_gradient"))
+    return robustness_family.output_stability(None, None, flat("gradient"),
+                                              flat("moved_gradient"), flat("logits"),
+                                              flat("moved_logits"))
 
 
 def quantus_values(case: dict) -> np.ndarray:

@@ -16,7 +16,7 @@ from models.foundation.errors import UserError
 from models.foundation.metric_spec import Group, MetricSpec
 
 CURVES = ("pixel_flipping", "selectivity", "region_perturbation")  # their area per image
-EXPLAINING = ("avg_sensitivity", "max_sensitivity")  # re-explain perturbed inputs
+EXPLAINING = measures.FAMILIES["robustness"][1]  # they re-explain perturbed inputs
 NOT_SETTINGS = ("model", "x_batch", "y_batch", "a_batch", "s_batch", "explain_func",
                 "explain_func_kwargs", "ids", "return_auc_per_sample", "batch_size", "seed")
 
@@ -59,8 +59,8 @@ def given_settings(name: str, options: Any) -> dict:
 SETTING_FLAGS = ("abs", "normalise", "softmax", "perturb_baseline", "features_in_step",
                  "patch_size", "order", "regions_evaluation", "k", "eps", "weighted",
                  "concept_influence", "positive_attributions", "max_size", "rtol",
-                 "nr_samples", "lower_bound", "upper_bound",
-                 "return_nan_when_prediction_changes")
+                 "nr_samples", "lower_bound", "upper_bound", "perturb_mean", "perturb_std",
+                 "eps_min", "return_nan_when_prediction_changes")
 
 
 class PeerMeasure:

@@ -1,17 +1,28 @@
 """Quantus's robustness family (docs/measures.md, "Robustness"): how much a map changes when the
-input changes a little, re-explaining every perturbed input through `explaining.explainer` (the
-attribution engine, batched) in groups of many images.
+input changes a little. Every measure draws `nr_samples` noisy copies of each image, explains
+them again through `explaining.explainer` (the attribution engine, batched) in groups of many
+images, and reduces a per-sample ratio over the samples (`noisy_ratios`).
 
-- avg_sensitivity / max_sensitivity (Yeh et al. 2019): over `nr_samples` inputs x + noise
-  (uniform in [-lower_bound, lower_bound], or [lower_bound, upper_bound]), the mean / largest
-  ||a - a'|| / ||a|| (Frobenius norms; quantus/metrics/robustness/avg_sensitivity.py,
-  max_sensitivity.py); a sample whose prediction changes is left out (NaN), or makes the value
-  NaN with `return_nan_when_prediction_changes`. Lower is better. Quantus draws the noise with
-  `np.random`; here each (image, sample) draw is keyed by `seed`, the image's id and the
-  sample, so values agree with Quantus's in distribution, and a run is reproducible.
+- avg_sensitivity / max_sensitivity (Yeh et al. 2019): the mean / largest ||a - a'|| / ||a||
+  over inputs x + U(-lower_bound, lower_bound) (avg_sensitivity.py, max_sensitivity.py).
+- local_lipschitz_estimate (Alvarez-Melis & Jaakkola 2018): the largest ||a - a'|| /
+  (||x - x'|| + 1e-10) over inputs x + N(perturb_mean, perturb_std)
+  (local_lipschitz_estimate.py).
+- relative_input_stability / relative_output_stability (Agarwal et al. 2022): the largest
+  ||(a - a') / a|| / max(||(x - x') / x||, eps_min), or over ||h(x) - h(x')|| (the model's
+  logits), over inputs x + U(lower_bound, upper_bound) (Quantus's defaults 0.02 and 0.2; zeros
+  in a denominator read eps_min; relative_input_stability.py, relative_output_stability.py).
+
+With `return_nan_when_prediction_changes` a sample whose predicted class changes makes the
+image's value NaN (Quantus: `changed_prediction_indices` marks nothing unless it is set, and
+the reduction is then np.mean / np.max, which keep the NaN). Quantus draws its noise with
+`np.random`; here each (image, sample) draw is keyed by `seed`, the sample and the image's id,
+so a run is reproducible and the values agree with Quantus's in distribution.
 """
+import dataclasses
+import functools
 import warnings
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -29,70 +40,138 @@ SPECS = (
                                                "input noise"),
     MetricSpec("max_sensitivity", False, about="largest relative change of the map under "
                                                "small input noise"),
+    MetricSpec("local_lipschitz_estimate", False, about="largest change of the map per change "
+                                                        "of the input"),
+    MetricSpec("relative_input_stability", False, about="largest relative change of the map "
+                                                        "per relative change of the input"),
+    MetricSpec("relative_output_stability", False, about="largest relative change of the map "
+                                                         "per change of the logits"),
 )
 
 GROUP_BYTES = 1 << 28  # perturbed images held at once
 
 
+@dataclasses.dataclass(frozen=True)
+class Noise:
+    """Additive noise per element: uniform in [low, high], or normal (`mean`, `std`)."""
+
+    low: float = 0.0
+    high: float = 0.0
+    mean: Optional[float] = None
+    std: float = 0.0
+
+    def draws(self, keys: np.ndarray, shape: tuple) -> np.ndarray:
+        """float32 [len(keys), *shape]: one draw per row of int64 `keys` [n, 2]."""
+        keys = tf.constant(keys, tf.int64)
+        if self.mean is None:
+            unit = substrates.uniform_noise(keys, list(shape)).numpy()  # U(-1, 1)
+            return (self.low + (unit + 1.0) * 0.5 * (self.high - self.low)).astype(np.float32)
+        normal = tf.map_fn(lambda key: tf.random.stateless_normal(list(shape), key), keys,
+                           fn_output_signature=tf.float32).numpy()
+        return (self.mean + self.std * normal).astype(np.float32)
+
+
+def uniform(lower_bound: float, upper_bound: Optional[float]) -> Noise:
+    """Quantus's `batch_uniform_noise`: U(-lower_bound, lower_bound), or U(lower, upper)."""
+    if upper_bound is None:
+        return Noise(-lower_bound, lower_bound)
+    if upper_bound <= lower_bound:
+        raise UserError(f"upper_bound ({upper_bound}) must exceed lower_bound ({lower_bound})")
+    return Noise(lower_bound, upper_bound)
+
+
 def noisy_copies(x: np.ndarray, ids: np.ndarray, samples: range, *, seed: int,
-                 low: float, high: float) -> np.ndarray:
-    """float32 [len(samples) x N, H, W, C], sample-major: x plus uniform noise in [low, high]
-    per element, keyed by (seed, sample, image id)."""
+                 noise: Noise) -> np.ndarray:
+    """float32 [len(samples) x N, H, W, C], sample-major: x plus `noise`, keyed by (seed,
+    sample, image id)."""
     keys = np.stack([np.repeat(int(seed) * 1_000_003 + np.asarray(samples, np.int64), len(x)),
                      np.tile(np.asarray(ids, np.int64), len(samples))], axis=1)
-    unit = substrates.uniform_noise(tf.constant(keys), list(x.shape[1:])).numpy()  # U(-1, 1)
-    noise = low + (unit + 1.0) * 0.5 * (high - low)
-    return (np.tile(x, (len(samples), 1, 1, 1)) + noise).astype(np.float32)
+    return np.tile(x, (len(samples), 1, 1, 1)) + noise.draws(keys, x.shape[1:])
 
 
-def sensitivities(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, *, explain_func: Any,
-                  explain_func_kwargs: Optional[dict], nr_samples: int, lower_bound: float,
-                  upper_bound: Optional[float], abs: bool, normalise: bool,  # noqa: A002
-                  seed: int, ids: Any, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
-    """(float64 [N, S] ||a - a'|| / ||a|| per noisy sample, bool [N, S] prediction changed)."""
+# objective(x, x', a, a', logits, logits') -> [n]: one value per (sample, image) row
+Objective = Callable[..., np.ndarray]
+
+
+def noisy_ratios(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch: Any, *,
+                 objective: Objective, noise: Noise, nr_samples: int, explain_func: Any,
+                 explain_func_kwargs: Optional[dict], abs: bool, normalise: bool,  # noqa: A002
+                 seed: int, ids: Any, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """(float64 [N, S] `objective` per noisy sample, bool [N, S] predicted class changed)."""
+    if s_batch is not None:
+        raise UserError("s_batch is given but this measure takes no mask; leave it out")
     if nr_samples < 1:
         raise UserError(f"nr_samples must be at least 1; got {nr_samples}")
-    if upper_bound is not None and upper_bound <= lower_bound:
-        raise UserError(f"upper_bound ({upper_bound}) must exceed lower_bound ({lower_bound})")
-    low, high = (-lower_bound, lower_bound) if upper_bound is None else (lower_bound,
-                                                                         upper_bound)
     found = prepared(x_batch, a_batch, abs=abs, normalise=normalise)
     classes = perturbation.checked_classes(model, found.x, y_batch)
     ids = np.arange(len(found.x)) if ids is None else np.asarray(ids, np.int64)
     explain = explainer(model, explain_func, explain_func_kwargs, abs=abs, normalise=normalise,
                         map_shape=found.map_shape, batch_size=batch_size, seed=seed)
-    predict = scoring.Scorer(model, None, batch_size)
-    predicted = np.argmax(predict.predict(tf.constant(found.x)), axis=1)
+    outputs = scoring.Scorer(model, None, batch_size)
+    logits = outputs.predict(tf.constant(found.x)).astype(np.float64)
+    flat = found.x.reshape(len(found.x), -1).astype(np.float64)
     per_group = max(1, GROUP_BYTES // max(1, found.x.nbytes))
-    ratios, changed = [], []
+    values, changed = [], []
     for start in range(0, nr_samples, per_group):  # groups of many images
         samples = range(start, min(nr_samples, start + per_group))
-        noisy = noisy_copies(found.x, ids, samples, seed=seed, low=low, high=high)
         count = len(samples)
+        noisy = noisy_copies(found.x, ids, samples, seed=seed, noise=noise)
         maps = explain(noisy, np.tile(classes, count),
-                       np.tile(ids, count) * nr_samples + np.repeat(np.asarray(samples), len(ids)))
-        gaps = np.linalg.norm(np.tile(found.a, (count, 1)) - maps, axis=1)
+                       np.tile(ids, count) * nr_samples + np.repeat(np.asarray(samples), len(ids)),
+                       blocks=count)  # each sample's maps normalised on their own
+        moved_logits = outputs.predict(tf.constant(noisy)).astype(np.float64)
         with np.errstate(divide="ignore", invalid="ignore"):
-            ratios.append((gaps / np.tile(np.linalg.norm(found.a, axis=1), count))
-                          .reshape(count, -1).T)
-        moved = np.argmax(predict.predict(tf.constant(noisy)), axis=1) != np.tile(predicted,
-                                                                                   count)
-        changed.append(moved.reshape(count, -1).T)
-    return np.concatenate(ratios, axis=1), np.concatenate(changed, axis=1)
+            found_values = objective(np.tile(flat, (count, 1)),
+                                     noisy.reshape(len(noisy), -1).astype(np.float64),
+                                     np.tile(found.a, (count, 1)), maps,
+                                     np.tile(logits, (count, 1)), moved_logits)
+        values.append(found_values.reshape(count, -1).T)
+        changed.append((np.argmax(moved_logits, axis=1) != np.tile(np.argmax(logits, axis=1),
+                                                                   count)).reshape(count, -1).T)
+    return np.concatenate(values, axis=1), np.concatenate(changed, axis=1)
 
 
-def _sensitivity(reduce: Any, model: Any, x_batch: Any, y_batch: Any, a_batch: Any,
-                 s_batch: Any, return_nan_when_prediction_changes: bool,
-                 **settings: Any) -> np.ndarray:
-    if s_batch is not None:
-        raise UserError("s_batch is given but this measure takes no mask; leave it out")
-    ratios, changed = sensitivities(model, x_batch, y_batch, a_batch, **settings)
-    ratios = np.where(changed, np.nan, ratios)
-    if return_nan_when_prediction_changes:
-        return reduce(ratios, axis=1)
+def _reduced(reduce: Callable, values: np.ndarray, changed: np.ndarray,
+             nan_when_changed: bool) -> np.ndarray:
+    """`reduce` over the samples; with `nan_when_changed`, a changed prediction gives NaN."""
+    if nan_when_changed:
+        return reduce(np.where(changed, np.nan, values), axis=1)
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # an image whose samples all moved
-        return (np.nanmean if reduce is np.mean else np.nanmax)(ratios, axis=1)
+        warnings.simplefilter("ignore", RuntimeWarning)  # an image with no finite value
+        return {np.mean: np.nanmean, np.max: np.nanmax}[reduce](values, axis=1)
+
+
+def _sensitivity(x, moved, a, maps, logits, moved_logits):
+    return np.linalg.norm(a - maps, axis=1) / np.linalg.norm(a, axis=1)
+
+
+def _lipschitz(x, moved, a, maps, logits, moved_logits):
+    return np.linalg.norm(a - maps, axis=1) / (np.linalg.norm(x - moved, axis=1) + 1e-10)
+
+
+def _relative_map_change(a: np.ndarray, maps: np.ndarray, eps_min: float) -> np.ndarray:
+    return np.linalg.norm((a - maps) / (a + (a == 0) * eps_min), axis=1)
+
+
+def _at_least(values: np.ndarray, eps_min: float) -> np.ndarray:
+    return values + (values == 0) * eps_min
+
+
+def input_stability(x: np.ndarray, moved: np.ndarray, a: np.ndarray, maps: np.ndarray,
+                    logits: Any = None, moved_logits: Any = None, *,
+                    eps_min: float = 1e-6) -> np.ndarray:
+    """[n] ||(a - a') / a|| / max(||(x - x') / x||, eps_min) per row (rows: flattened arrays;
+    a zero in a denominator reads eps_min), Quantus's `relative_input_stability_objective`."""
+    inputs = np.linalg.norm((x - moved) / (x + (x == 0) * eps_min), axis=1)
+    return _relative_map_change(a, maps, eps_min) / _at_least(inputs, eps_min)
+
+
+def output_stability(x: Any, moved: Any, a: np.ndarray, maps: np.ndarray, logits: np.ndarray,
+                     moved_logits: np.ndarray, *, eps_min: float = 1e-6) -> np.ndarray:
+    """[n] ||(a - a') / a|| / max(||h - h'||, eps_min) per row, Quantus's
+    `relative_output_stability_objective`."""
+    outputs = np.linalg.norm(logits - moved_logits, axis=1)
+    return _relative_map_change(a, maps, eps_min) / _at_least(outputs, eps_min)
 
 
 def avg_sensitivity(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch: Any = None,
@@ -102,11 +181,12 @@ def avg_sensitivity(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batc
                     normalise: bool = False, return_nan_when_prediction_changes: bool = False,
                     seed: int = 0, ids: Any = None, batch_size: int = 64) -> np.ndarray:
     """[N] the mean ||a - a'|| / ||a|| over the noisy samples."""
-    return _sensitivity(np.mean, model, x_batch, y_batch, a_batch, s_batch,
-                        return_nan_when_prediction_changes, explain_func=explain_func,
-                        explain_func_kwargs=explain_func_kwargs, nr_samples=nr_samples,
-                        lower_bound=lower_bound, upper_bound=upper_bound, abs=abs,
-                        normalise=normalise, seed=seed, ids=ids, batch_size=batch_size)
+    values, changed = noisy_ratios(
+        model, x_batch, y_batch, a_batch, s_batch, objective=_sensitivity,
+        noise=uniform(lower_bound, upper_bound), nr_samples=nr_samples,
+        explain_func=explain_func, explain_func_kwargs=explain_func_kwargs, abs=abs,
+        normalise=normalise, seed=seed, ids=ids, batch_size=batch_size)
+    return _reduced(np.mean, values, changed, return_nan_when_prediction_changes)
 
 
 def max_sensitivity(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch: Any = None,
@@ -116,8 +196,61 @@ def max_sensitivity(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batc
                     normalise: bool = False, return_nan_when_prediction_changes: bool = False,
                     seed: int = 0, ids: Any = None, batch_size: int = 64) -> np.ndarray:
     """[N] the largest ||a - a'|| / ||a|| over the noisy samples."""
-    return _sensitivity(np.max, model, x_batch, y_batch, a_batch, s_batch,
-                        return_nan_when_prediction_changes, explain_func=explain_func,
-                        explain_func_kwargs=explain_func_kwargs, nr_samples=nr_samples,
-                        lower_bound=lower_bound, upper_bound=upper_bound, abs=abs,
-                        normalise=normalise, seed=seed, ids=ids, batch_size=batch_size)
+    values, changed = noisy_ratios(
+        model, x_batch, y_batch, a_batch, s_batch, objective=_sensitivity,
+        noise=uniform(lower_bound, upper_bound), nr_samples=nr_samples,
+        explain_func=explain_func, explain_func_kwargs=explain_func_kwargs, abs=abs,
+        normalise=normalise, seed=seed, ids=ids, batch_size=batch_size)
+    return _reduced(np.max, values, changed, return_nan_when_prediction_changes)
+
+
+def local_lipschitz_estimate(model: Any, x_batch: Any, y_batch: Any, a_batch: Any,
+                             s_batch: Any = None, *, explain_func: Any = None,
+                             explain_func_kwargs: Optional[dict] = None, nr_samples: int = 200,
+                             perturb_mean: float = 0.0, perturb_std: float = 0.1,
+                             abs: bool = False, normalise: bool = True,  # noqa: A002
+                             return_nan_when_prediction_changes: bool = False, seed: int = 0,
+                             ids: Any = None, batch_size: int = 64) -> np.ndarray:
+    """[N] the largest ||a - a'|| / ||x - x'|| over the noisy samples."""
+    values, changed = noisy_ratios(
+        model, x_batch, y_batch, a_batch, s_batch, objective=_lipschitz,
+        noise=Noise(mean=perturb_mean, std=perturb_std), nr_samples=nr_samples,
+        explain_func=explain_func, explain_func_kwargs=explain_func_kwargs, abs=abs,
+        normalise=normalise, seed=seed, ids=ids, batch_size=batch_size)
+    return _reduced(np.max, values, changed, return_nan_when_prediction_changes)
+
+
+def relative_input_stability(model: Any, x_batch: Any, y_batch: Any, a_batch: Any,
+                             s_batch: Any = None, *, explain_func: Any = None,
+                             explain_func_kwargs: Optional[dict] = None, nr_samples: int = 200,
+                             lower_bound: float = 0.02, upper_bound: Optional[float] = 0.2,
+                             eps_min: float = 1e-6, abs: bool = False,  # noqa: A002
+                             normalise: bool = False,
+                             return_nan_when_prediction_changes: bool = True, seed: int = 0,
+                             ids: Any = None, batch_size: int = 64) -> np.ndarray:
+    """[N] the largest relative map change per relative input change."""
+    values, changed = noisy_ratios(
+        model, x_batch, y_batch, a_batch, s_batch,
+        objective=functools.partial(input_stability, eps_min=eps_min),
+        noise=uniform(lower_bound, upper_bound), nr_samples=nr_samples,
+        explain_func=explain_func, explain_func_kwargs=explain_func_kwargs, abs=abs,
+        normalise=normalise, seed=seed, ids=ids, batch_size=batch_size)
+    return _reduced(np.max, values, changed, return_nan_when_prediction_changes)
+
+
+def relative_output_stability(model: Any, x_batch: Any, y_batch: Any, a_batch: Any,
+                              s_batch: Any = None, *, explain_func: Any = None,
+                              explain_func_kwargs: Optional[dict] = None, nr_samples: int = 200,
+                              lower_bound: float = 0.02, upper_bound: Optional[float] = 0.2,
+                              eps_min: float = 1e-6, abs: bool = False,  # noqa: A002
+                              normalise: bool = False,
+                              return_nan_when_prediction_changes: bool = True, seed: int = 0,
+                              ids: Any = None, batch_size: int = 64) -> np.ndarray:
+    """[N] the largest relative map change per change of the logits."""
+    values, changed = noisy_ratios(
+        model, x_batch, y_batch, a_batch, s_batch,
+        objective=functools.partial(output_stability, eps_min=eps_min),
+        noise=uniform(lower_bound, upper_bound), nr_samples=nr_samples,
+        explain_func=explain_func, explain_func_kwargs=explain_func_kwargs, abs=abs,
+        normalise=normalise, seed=seed, ids=ids, batch_size=batch_size)
+    return _reduced(np.max, values, changed, return_nan_when_prediction_changes)
