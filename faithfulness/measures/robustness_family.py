@@ -138,7 +138,7 @@ def _reduced(reduce: Callable, values: np.ndarray, changed: np.ndarray,
         return reduce(np.where(changed, np.nan, values), axis=1)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # an image with no finite value
-        return {np.mean: np.nanmean, np.max: np.nanmax}[reduce](values, axis=1)
+        return np.nanmean(values, axis=1) if reduce is np.mean else np.nanmax(values, axis=1)
 
 
 def _sensitivity(x, moved, a, maps, logits, moved_logits):
