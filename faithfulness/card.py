@@ -1,6 +1,6 @@
 """The faithfulness protocols as report-card benchmarks (docs/report_card.md, "Benchmarks"):
 Deletion / Insertion (DAUC, DC, IAUC, IC), IIC / AD, ADD, IDSDS single and (by flag) incremental
-deletion, each
+deletion, and the peers' measures under Quantus's names (`faithfulness.measures`), each
 scoring one method on the same images with `faithfulness.evaluate.per_image`, the computation
 the binary and Beam call too."""
 import dataclasses
@@ -8,44 +8,73 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
-from faithfulness import evaluate, protocols
+from faithfulness import evaluate, measures
 from models.report.card_engine import Benchmark
 
 PROTOCOLS = {  # card name -> protocol (its metrics: faithfulness.protocols.METRICS)
     "Deletion": "deletion", "Insertion": "insertion", "IIC/AD": "iic_ad", "ADD": "add",
     "IDSDS": "single_deletion", "IDSDS incremental": "incremental_deletion",
+    **{name: name for name in measures.__all__},  # the peers' measures, by Quantus's names
 }
-DEFAULT = ("Deletion", "Insertion", "IIC/AD", "ADD", "IDSDS")  # incremental: by flag
+# --benchmarks may name a family for all of its measures
+FAMILIES = {family: names for family, (_, names) in measures.FAMILIES.items()}
+# incremental deletion, the other peers' measures: by flag. Of the peers' families, the card
+# runs by default the measure the literature uses most where it costs no more than the maps
+# (docs/report_card.md, "Benchmarks"): sparseness (complexity) and the pointing game
+# (localisation, where the records carry object masks).
+DEFAULT = ("Deletion", "Insertion", "IIC/AD", "ADD", "IDSDS", "sparseness", "pointing_game")
+# the card's settings of a peer measure where Quantus's default costs too much for a card
+CARD_SETTINGS = {name: {"nr_samples": 10} for name in measures.FAMILIES["robustness"][1]}
 
 
 def benchmarks(loaded: Any, images: np.ndarray, labels: np.ndarray, ids: np.ndarray, *,
                data: dict, names: Sequence[str] = DEFAULT,
                options: Optional[evaluate.Options] = None, group_size: int = 256,
-               maps_of: Optional[Callable] = None, methods: Optional[dict] = None) -> list:
+               maps_of: Optional[Callable] = None, methods: Optional[dict] = None,
+               masks: Optional[np.ndarray] = None) -> list:
     """One `Benchmark` per protocol of `names`, scoring `images` ([N, H, W, C] in the model's
     input space, explaining `labels`) with `loaded`. `data` fingerprints the images (their
     origin in the cells); `maps_of(method)`, when given, supplies the method's maps of all
     `images` (computed once and shared by the benchmarks of one card); `methods` ({name:
     `saliency_gen.attribution.names.Resolved`}, the run's resolved methods) explain where maps are
-    not shared (IDSDS re-explains the perturbed images)."""
+    not shared (IDSDS re-explains the perturbed images); `masks` [N, H, W], the images' object
+    masks, which the localisation measures need (without them their cells are blank)."""
     options = options or evaluate.Options()
     found = []
     for name in names:
         protocol = PROTOCOLS[name]
-        measure = evaluate.measure_for(loaded, protocol, options)
+        own = CARD_SETTINGS.get(name, {})
+        chosen = evaluate.Config(**dataclasses.asdict(options), **own) if own else options
+        measure = evaluate.measure_for(loaded, protocol, chosen)
+        localising = protocol in measures.FAMILIES["localisation"][1]
 
-        def score(method, protocol=protocol, measure=measure):
+        def score(method, protocol=protocol, measure=measure, chosen=chosen):
             shared = None if maps_of is None or protocol == "incremental_deletion" \
                 else maps_of(method)
             return evaluate.per_image(loaded, images, labels, ids,
-                                      (methods or {}).get(method, method), protocol, options,
-                                      measure, shared, group_size)
+                                      (methods or {}).get(method, method), protocol, chosen,
+                                      measure, shared, group_size, masks=masks)
 
         found.append(Benchmark(
-            name=name, metrics=protocols.METRICS[protocol], score=score,
+            name=name, metrics=evaluate.specs_of(protocol), score=score,
+            supports=(lambda method: False) if localising and masks is None else
+            (lambda method: True),
             settings={"protocol": protocol, "model_id": loaded.model_id,
-                      "n_images": len(images), **data, **dataclasses.asdict(options)},
-            cost=float(options.max_step_nb if protocol in ("deletion", "insertion") else
-                       options.id_steps if protocol == "incremental_deletion" else
-                       options.grid_rows_and_cols ** 2 if protocol == "single_deletion" else 2)))
+                      "n_images": len(images), **data, **dataclasses.asdict(options),
+                      # (only where given: cells made before the peers' measures stay valid)
+                      **({"measure_settings": own} if own else {})},
+            cost=_cost(protocol, options, own)))
     return found
+
+
+def _cost(protocol: str, options: evaluate.Options, own: dict) -> float:
+    """A cell's prior cost, in units of a cheap cell, until measured cells replace it."""
+    if protocol in ("deletion", "insertion"):
+        return float(options.max_step_nb)
+    if protocol == "incremental_deletion":
+        return float(options.id_steps)
+    if protocol == "single_deletion":
+        return float(options.grid_rows_and_cols ** 2)
+    if protocol in measures.FAMILIES["robustness"][1]:
+        return 4.0 * own.get("nr_samples", 200)  # explaining again, several maps per sample
+    return 2.0

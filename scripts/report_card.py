@@ -113,6 +113,8 @@ BAM_NEEDS_ITS_DATA = ("BAM: not run on a pretrained network and photos: BAM need
                       "set (objects pasted into scenes, and models trained on it to know which "
                       "pixels matter); see docs/bam.md")
 BENCHMARKS = ("BAM", "ROAD", *faithfulness_card.PROTOCOLS)
+# --benchmarks may name a family of the peers' measures for all of them
+BENCHMARK_CHOICES = (*BENCHMARKS, *faithfulness_card.FAMILIES)
 DEFAULT_BENCHMARKS = ("BAM", "ROAD", *faithfulness_card.DEFAULT)
 
 
@@ -129,8 +131,10 @@ class Config(Checked):
         None, "Run on a real pretrained network and the 20 real ImageNet photos instead "
         "(docs/real_model.md); BAM's columns stay empty.", choices=tuple(pretrained.PRETRAINED))
     benchmarks: tuple = option(DEFAULT_BENCHMARKS, "Benchmarks to run: " + ", ".join(BENCHMARKS)
-                               + " (ROAR/KAR retraining: --retraining).",
-                               rule=some_of(BENCHMARKS, "benchmark"))
+                               + ", or a family of the peers' measures ("
+                               + ", ".join(faithfulness_card.FAMILIES) + ") for all of its "
+                               "measures (ROAR/KAR retraining: --retraining).",
+                               rule=some_of(BENCHMARK_CHOICES, "benchmark"))
     model_path: Optional[str] = option(None, "Classifier for the faithfulness protocols "
                                        "(default: the synthetic world's clean small_cnn).")
     input_pattern: Optional[str] = option(None, "Its image TFRecords (default: the synthetic "
@@ -204,6 +208,9 @@ def resolved(config: Config) -> ResolvedConfig:
         methods = (*methods, *(card_engine.blurred(m) for m in methods
                                if m not in CONTROLS and card_engine.unblurred(m) is None))
     values = {field.name: getattr(config, field.name) for field in dataclasses.fields(Config)}
+    chosen = [name for benchmark in config.benchmarks  # a family: each of its measures
+              for name in faithfulness_card.FAMILIES.get(benchmark, (benchmark,))]
+    values.update(benchmarks=tuple(dict.fromkeys(chosen)))
     values.update(methods=tuple(methods), output_dir=config.output_dir or (
         f"report_card_{config.pretrained}" if config.pretrained else "report_card"))
     if config.pretrained:
@@ -290,7 +297,9 @@ def load_inputs(config: ResolvedConfig, methods: dict) -> CardImages:
     precision_folder = os.path.join(config.cache_dir, "precision") if config.cache_dir else None
     loaded = models.load(exporting.export_in_precision(model_path, config.precision,
                                                        precision_folder))
-    with_masks = card_engine.ORACLE in config.methods and (
+    localising = any(name in faithfulness_card.FAMILIES["localisation"]
+                     for name in config.benchmarks)
+    with_masks = localising or card_engine.ORACLE in config.methods and (
         "ROAD" in config.benchmarks or config.gallery_images > 0)
     try:
         images, labels, ids, *masks = pipelines.load_images(
@@ -298,7 +307,8 @@ def load_inputs(config: ResolvedConfig, methods: dict) -> CardImages:
     except UserError as error:
         if not with_masks or "object mask" not in str(error):
             raise
-        print(f"note: {pattern} has no object masks, so ROAD runs no oracle")
+        print(f"note: {pattern} has no object masks, so ROAD runs no oracle and the "
+              "localisation measures' cells are blank")
         images, labels, ids, *masks = pipelines.load_images(pattern, loaded, config.nr_images,
                                                             config.seed)
     data = {"data": provenance.listing_digest(records.list_files(pattern)),
@@ -363,9 +373,10 @@ def build_benchmarks(config: ResolvedConfig, inputs: Optional[CardImages], metho
         for benchmark in faithfulness_card.benchmarks(
                 shared.loaded, shared.images, shared.labels, shared.ids, data=shared.data,
                 names=protocols, options=protocol_options(config), maps_of=shared.maps_of,
-                methods=shared.methods):
-            found.append(dataclasses.replace(
-                benchmark, supports=lambda method: method != card_engine.ORACLE))
+                methods=shared.methods, masks=shared.masks):
+            found.append(dataclasses.replace(  # (a localisation measure without masks: none)
+                benchmark, supports=lambda method, own=benchmark.supports:
+                method != card_engine.ORACLE and own(method)))
     order = {name: i for i, name in enumerate(("BAM", "RMCS", *config.benchmarks))}
     found = sorted(found, key=lambda b: order[b.name])
     if config.retraining:
@@ -416,10 +427,11 @@ def sensitivity_section(summary, variants: list, variant_card) -> pages.Section:
     for benchmark, name, label in variants:
         for metric in benchmark.metrics:
             tau = card_engine.ranking_agreement(
-                card_engine.oriented_means(summary, f"{name} {metric.name}"),
-                card_engine.oriented_means(variant_card, f"{benchmark.name} {metric.name}"))
-            rows.append((f"{name} {metric.name}", label, "n/a" if np.isnan(tau) else
-                         f"{tau:+.2f}"))
+                card_engine.oriented_means(summary, card_engine.column_name(name, metric.name)),
+                card_engine.oriented_means(variant_card, card_engine.column_name(
+                    benchmark.name, metric.name)))
+            rows.append((card_engine.column_name(name, metric.name), label,
+                         "n/a" if np.isnan(tau) else f"{tau:+.2f}"))
     return pages.Section(
         "Sensitivity to the metrics' free choices",
         "Kendall's tau between each metric's ranking of the methods with its default settings "
@@ -520,7 +532,7 @@ def meta_evaluate(summary, benchmarks: list, meta: dict, cells: dict) -> None:
     for benchmark in benchmarks:
         perturbed = {label: meta.get(label, {}).get(benchmark.name) for label in PERTURBATIONS}
         for metric in benchmark.metrics:
-            column = f"{benchmark.name} {metric.name}"
+            column = card_engine.column_name(benchmark.name, metric.name)
             default = card_engine.unit_table(cells, benchmark.name, metric.name, methods)
             if column not in summary.trust or default is None:
                 continue

@@ -51,6 +51,12 @@ class Benchmark:
     cost: float = 1.0
 
 
+def column_name(benchmark: str, metric: str) -> str:
+    """A metric's column on the card: "<benchmark> <metric>", or the metric's name alone where
+    the benchmark is the measure itself (the peers' measures, "sparseness")."""
+    return metric if metric == benchmark else f"{benchmark} {metric}"
+
+
 def cell_path(output_dir: str, benchmark: str, method: str) -> str:
     """Where the cell (benchmark, method) is kept: a readable, collision-free file name."""
     return os.path.join(output_dir, "cells", _file_name(benchmark), f"{_file_name(method)}.json")
@@ -226,7 +232,7 @@ def summarise(benchmarks: Sequence[Benchmark], methods: Sequence[str], cells: di
     metrics, rows, orderings, wins, trust = [], {}, {}, [], {}
     for benchmark in benchmarks:
         for metric in benchmark.metrics:
-            column = dataclasses.replace(metric, name=f"{benchmark.name} {metric.name}")
+            column = dataclasses.replace(metric, name=column_name(benchmark.name, metric.name))
             metrics.append(column)
             values = {method: _array(cells[(benchmark.name, method)][metric.name])
                       for method in methods if cells.get((benchmark.name, method)) is not None}

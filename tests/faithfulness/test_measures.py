@@ -247,3 +247,25 @@ def test_every_measure_is_a_protocol_of_the_binary():
         evaluate.check_flags(evaluate.Config(evaluation_protocol="sparseness", patch_size=4))
     with pytest.raises(UserError, match="^--k is a setting of the peers' measures"):
         evaluate.check_flags(evaluate.Config(evaluation_protocol="deletion", k=4))
+
+
+def test_the_card_takes_measures_and_families():
+    """--benchmarks names a family for all of its measures; a localisation measure's cells are
+    blank without object masks; the peers' columns carry the measure's name alone."""
+    import types
+
+    from faithfulness import card
+    from models.foundation.cli import script_module
+    from models.report import card_engine
+
+    report_card = script_module(os.path.join(os.path.dirname(REFERENCE), "..", "..", "scripts",
+                                             "report_card.py"))
+    config = report_card.resolved(report_card.Config(benchmarks=("ROAD", "complexity", "auc")))
+    assert config.benchmarks == ("ROAD", "sparseness", "complexity", "effective_complexity",
+                                 "auc")
+    loaded = types.SimpleNamespace(model_id="stand-in")
+    found = card.benchmarks(loaded, ARRAYS["x"], ARRAYS["y"], np.arange(5), data={},
+                            names=("auc", "sparseness"))
+    assert [b.supports("random") for b in found] == [False, True]
+    assert card_engine.column_name("sparseness", "sparseness") == "sparseness"
+    assert card_engine.column_name("Deletion", "dauc") == "Deletion dauc"
