@@ -24,6 +24,12 @@ the image's values, channel first (C x H x W), ranked by the map broadcast over 
   first), "lerf" or "random" (a permutation per image keyed by `seed` and the image's index,
   so it agrees with Quantus's `np.random` only in distribution); region_perturbation.py.
   Higher is better for morf.
+- faithfulness_correlation (Bhatt et al. 2020): the Pearson correlation, per image, over
+  `nr_runs` random subsets of `subset_size` values, of the map's sum over the subset with the
+  output's drop when the subset alone is replaced (faithfulness_correlation.py). Logits by
+  default (`softmax=False`). Quantus draws the subsets with `np.random.choice`; here each
+  (image, run) subset is drawn in the graph from a key (seed, image id, run), so the values
+  agree with Quantus's in distribution. Higher is better.
 """
 from typing import Any
 
@@ -31,7 +37,7 @@ import numpy as np
 import scipy.stats
 
 from faithfulness import substrates
-from faithfulness.measures import perturbation
+from faithfulness.measures import perturbation, subsets
 from faithfulness.measures.arguments import Prepared, prepared
 from models.foundation.errors import UserError, check_one_of
 from models.foundation.metric_spec import MetricSpec
@@ -47,6 +53,8 @@ SPECS = (
                                            "replaced, cumulatively (area per image)"),
     MetricSpec("region_perturbation", True, about="output drop as the most attributed "
                                                   "patches are replaced (area per image)"),
+    MetricSpec("faithfulness_correlation", True, about="correlation of random subsets' "
+                                                       "attribution with the output drop"),
 )
 
 
@@ -109,6 +117,7 @@ def monotonicity(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch: 
 
 
 ORDERS = ("morf", "lerf", "random")
+SUBSET_SALT = 0x5B5E7  # faithfulness_correlation's draws, apart from the others of a seed
 
 
 def patch_ranks(found: Prepared, patch_size: int, order: str = "morf", *, seed: int = 0,
@@ -180,3 +189,33 @@ def region_perturbation(model: Any, x_batch: Any, y_batch: Any, a_batch: Any,
         batch_size=batch_size)
     curves = scores[:, :1] - scores[:, 1:]
     return perturbation.auc_per_sample(curves) if return_auc_per_sample else curves
+
+
+def faithfulness_correlation(model: Any, x_batch: Any, y_batch: Any, a_batch: Any,
+                             s_batch: Any = None, *, nr_runs: int = 100, subset_size: int = 224,
+                             abs: bool = False, normalise: bool = True,  # noqa: A002
+                             perturb_baseline: Any = "black", softmax: bool = False,
+                             seed: int = 0, ids: Any = None,
+                             batch_size: int = 64) -> np.ndarray:
+    """[N] the Pearson correlation over random subsets of their attribution with the output's
+    drop when they are replaced."""
+    found = prepared(x_batch, a_batch, s_batch, abs=abs, normalise=normalise)
+    height, width, channels = found.x.shape[1:]
+    if not 1 <= subset_size < height * width:
+        raise UserError(f"subset_size must be at least 1 and smaller than the image's "
+                        f"{height * width} pixels; got {subset_size}")
+    if nr_runs < 2:
+        raise UserError(f"nr_runs must be at least 2 (a correlation); got {nr_runs}")
+    classes = perturbation.checked_classes(model, found.x, y_batch)
+    ids = np.arange(len(found.x)) if ids is None else np.asarray(ids, np.int64)
+    features = np.transpose(perturbation.broadcast_features(found).reshape(
+        len(found.x), channels, height, width), (0, 2, 3, 1))
+    keys = substrates.noise_keys(seed, ids, salt=SUBSET_SALT).numpy()
+    clean = perturbation.clean_scores(model, found.x, classes, softmax=softmax,
+                                      batch_size=batch_size)
+    scores, sums = subsets.subset_scores(
+        model, found.x, features, perturbation.baseline_images(found.x, perturb_baseline),
+        classes, keys, runs=nr_runs, subset_size=subset_size, softmax=softmax,
+        batch_size=batch_size)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return scipy.stats.pearsonr(sums, clean[:, None] - scores, axis=1)[0]

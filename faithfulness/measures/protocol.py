@@ -60,7 +60,7 @@ SETTING_FLAGS = ("abs", "normalise", "softmax", "perturb_baseline", "features_in
                  "patch_size", "order", "regions_evaluation", "k", "eps", "weighted",
                  "concept_influence", "positive_attributions", "max_size", "rtol",
                  "nr_samples", "lower_bound", "upper_bound", "perturb_mean", "perturb_std",
-                 "eps_min", "return_nan_when_prediction_changes")
+                 "eps_min", "return_nan_when_prediction_changes", "nr_runs", "subset_size")
 
 
 class PeerMeasure:

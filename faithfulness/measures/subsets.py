@@ -1,0 +1,66 @@
+"""The one batched computation of the random-subset measures (docs/measures.md, "Faithfulness"):
+for each image and run, a random subset of `subset_size` of the image's values is replaced by
+the baseline; the model's output for the explained class and the map's sum over the subset,
+every (image, run) item scored in fixed-size chunks inside one traced function (the chunked
+executor). Each item's subset is drawn in the graph from its own key (seed, image id, run), so
+the values do not depend on the chunk size or on the other images of the call.
+"""
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from models.formats.adapter import adapt
+from models.foundation import executor, workload
+
+
+def subset_scores(model: Any, x: np.ndarray, features: np.ndarray, baseline: np.ndarray,
+                  classes: np.ndarray, keys: np.ndarray, *, runs: int, subset_size: int,
+                  softmax: bool = True, batch_size: int = 64) -> tuple[np.ndarray, np.ndarray]:
+    """(output float64 [N, runs], the map's sum over the subset float64 [N, runs]) of `x`
+    ([N, H, W, C]) with each run's random subset of `subset_size` values replaced by
+    `baseline` ([N, H, W, C]); `features` [N, H, W, C] is the map broadcast over the image's
+    values; `keys` int64 [N, 2] key each image's draws (run r adds r to the first)."""
+    adapter = adapt(model)
+    height, width, channels = (int(size) for size in x.shape[1:])
+    count = height * width * channels
+    image = tf.TensorSpec([None, height, width, channels], tf.float32)
+    signature = [image, image, image, tf.TensorSpec([None], tf.int32),
+                 tf.TensorSpec([None, 2], tf.int64), tf.TensorSpec([], tf.int32),
+                 tf.TensorSpec([], tf.int32)]
+
+    def build():
+        # autograph off: the executor builds its loop explicitly
+        @tf.function(input_signature=signature, autograph=False)
+        def run(x, features, baseline, classes, keys, runs, size):
+            def compute(items):
+                image, draw = items // runs, items % runs
+                own = tf.gather(keys, image) + tf.stack(
+                    [tf.cast(draw, tf.int64), tf.zeros_like(draw, tf.int64)], axis=1)
+                noise = tf.map_fn(lambda key: tf.random.stateless_uniform([count], key), own,
+                                  fn_output_signature=tf.float32)
+                _, chosen = tf.math.top_k(noise, k=size)  # a uniform subset without repeats
+                rows = tf.broadcast_to(tf.range(tf.shape(chosen)[0])[:, None], tf.shape(chosen))
+                mask = tf.scatter_nd(tf.stack([rows, chosen], axis=-1),
+                                     tf.ones_like(chosen), [tf.shape(chosen)[0], count]) > 0
+                mask = tf.reshape(mask, [-1, height, width, channels])
+                perturbed = tf.where(mask, tf.gather(baseline, image), tf.gather(x, image))
+                outputs = tf.cast(adapter.logits(perturbed), tf.float32)
+                if softmax:
+                    outputs = tf.nn.softmax(outputs)
+                scores = tf.gather(outputs, tf.gather(classes, image), batch_dims=1)
+                sums = tf.reduce_sum(tf.where(mask, tf.gather(features, image), 0.0),
+                                     axis=[1, 2, 3])
+                return tf.stack([scores, sums], axis=1)
+            return executor.collect(tf.shape(x)[0] * runs, batch_size, compute, [2])
+        return run
+
+    key = ("measure subsets", height, width, channels, softmax, batch_size)
+    traced = adapter.traced(key, build)
+    workload.count("forward", len(x) * runs)
+    values = traced(tf.constant(x, tf.float32), tf.constant(features, tf.float32),
+                    tf.constant(baseline, tf.float32), tf.constant(classes, tf.int32),
+                    tf.constant(keys, tf.int64), tf.constant(runs, tf.int32),
+                    tf.constant(subset_size, tf.int32)).numpy().astype(np.float64)
+    values = values.reshape(len(x), runs, 2)
+    return values[..., 0], values[..., 1]
