@@ -24,7 +24,8 @@ FAMILIES = {family: names for family, (_, names) in measures.FAMILIES.items()}
 # (localisation, where the records carry object masks).
 DEFAULT = ("Deletion", "Insertion", "IIC/AD", "ADD", "IDSDS", "sparseness", "pointing_game")
 # the card's settings of a peer measure where Quantus's default costs too much for a card
-CARD_SETTINGS = {name: {"nr_samples": 10} for name in measures.FAMILIES["robustness"][1]}
+CARD_SETTINGS: dict[str, dict[str, Any]] = {
+    name: {"nr_samples": 10} for name in measures.FAMILIES["robustness"][1]}
 
 
 def benchmarks(loaded: Any, images: np.ndarray, labels: np.ndarray, ids: np.ndarray, *,
