@@ -19,6 +19,7 @@ from faithfulness.measures.arguments import Prepared
 from models.formats.adapter import adapt
 from models.foundation import executor, workload
 from models.foundation.errors import ShapeError, UserError
+from models.foundation.tracing import kept
 
 
 def element_ranks(found: Prepared, descending: bool = True) -> np.ndarray:
@@ -51,6 +52,12 @@ def step_starts(found: Prepared, features_in_step: int) -> np.ndarray:
     return np.arange(steps, dtype=np.int64) * features_in_step
 
 
+def model_adapter(model: Any) -> Any:
+    """The adapter of `model`, kept with it, so a live Keras model's traced functions serve
+    every call of the measures (an adapter made per call would trace them again)."""
+    return kept(model, "measures' adapter", lambda: adapt(model))
+
+
 def band_scores(model: Any, x: np.ndarray, ranks: np.ndarray, bands: np.ndarray,
                 baseline: np.ndarray, classes: np.ndarray, *, keep: bool = False,
                 softmax: bool = True, batch_size: int = 64) -> np.ndarray:
@@ -58,7 +65,7 @@ def band_scores(model: Any, x: np.ndarray, ranks: np.ndarray, bands: np.ndarray,
     of `x` ([N, H, W, C], the model's input space) perturbed at each of the K `bands` ([K, 2]
     int: low, high ranks of `ranks`, [N, H, W, C]); a perturbed element takes the `baseline`
     ([N, H, W, C]) value, or with `keep` only the band keeps `x`."""
-    adapter = adapt(model)
+    adapter = model_adapter(model)
     height, width, channels = (int(size) for size in x.shape[1:])
     image = tf.TensorSpec([None, height, width, channels], tf.float32)
     signature = [image, tf.TensorSpec([None, height, width, channels], tf.int32),
@@ -121,7 +128,7 @@ def checked_classes(model: Any, x: np.ndarray, y_batch: Any) -> np.ndarray:
     if classes.shape != (len(x),) or not np.issubdtype(classes.dtype, np.integer):
         raise ShapeError(f"y_batch has shape {classes.shape} ({classes.dtype}); expected one "
                          f"integer class per image, [{len(x)}]")
-    outputs = int(adapt(model).logits(tf.constant(x[:1], tf.float32)).shape[-1])
+    outputs = int(model_adapter(model).logits(tf.constant(x[:1], tf.float32)).shape[-1])
     if classes.min() < 0 or classes.max() >= outputs:
         raise UserError(f"y_batch holds a class outside the model's {outputs} classes "
                         f"(0..{outputs - 1})")

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from models.formats.adapter import adapt
+from faithfulness.measures.perturbation import model_adapter
 from models.foundation import executor, workload
 
 
@@ -21,7 +21,7 @@ def subset_scores(model: Any, x: np.ndarray, features: np.ndarray, baseline: np.
     ([N, H, W, C]) with each run's random subset of `subset_size` values replaced by
     `baseline` ([N, H, W, C]); `features` [N, H, W, C] is the map broadcast over the image's
     values; `keys` int64 [N, 2] key each image's draws (run r adds r to the first)."""
-    adapter = adapt(model)
+    adapter = model_adapter(model)
     height, width, channels = (int(size) for size in x.shape[1:])
     count = height * width * channels
     image = tf.TensorSpec([None, height, width, channels], tf.float32)

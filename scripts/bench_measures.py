@@ -1,0 +1,209 @@
+"""Speed of the peers' measures (`faithfulness.measures`) against their forward-pass ceiling and
+against Quantus 0.6 on the same work (docs/measures.md, "Speed"):
+
+    python -m scripts.bench_measures [--images=16] [--size=64] [--quantus_python=PATH]
+
+One convolutional network (three valid 3x3 stride-2 convolutions of 16, 32 and 64 filters,
+ReLU, global average, dense to 10 classes; seeded weights), the same weights in PyTorch for
+Quantus; --images random images of --size pixels, the network's gradient maps, a square mask
+per image. For each measure, with the settings of `SETTINGS`, it prints:
+
+* ours: the library call, steady state (the second call; the first, which traces, beside it);
+* ceiling: the same number of forward passes of the Keras network on one fixed batch inside one
+  traced loop (no perturbation, no data movement): ours / ceiling is the share of the bound;
+* Quantus: the same call of Quantus 0.6 on the PyTorch twin, in its own environment
+  (--quantus_python, default $QUANTUS_PYTHON; skipped without one), timed once by
+  `scripts/quantus_timing.py`; Quantus / ours is the speed-up.
+
+Both sides run on --threads threads (TensorFlow's intra- and inter-op pools; PyTorch's).
+"""
+import dataclasses
+import datetime
+import json
+import os
+import platform
+import subprocess
+import tempfile
+import time
+from typing import TYPE_CHECKING, Any, Optional
+
+import numpy as np
+
+from models.foundation.cli import option, run_binary
+from models.foundation.files import write_json
+from models.foundation.lazy import lazy_module
+from models.foundation.rules import Checked, at_least
+
+if TYPE_CHECKING:  # the type checker's view of the same modules
+    import keras
+    import tensorflow as tf
+
+    from faithfulness import measures
+    from saliency_gen.attribution import engine
+else:
+    keras = lazy_module("keras")
+    tf = lazy_module("tensorflow")
+    measures = lazy_module("faithfulness.measures")
+    engine = lazy_module("saliency_gen.attribution.engine")
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# measure -> its settings here (Quantus's names), the forward passes per image (None: the maps
+# alone)
+SETTINGS: dict[str, tuple[dict, Optional[int]]] = {
+    "pixel_flipping": ({"features_in_step": 64}, 192),
+    "faithfulness_estimate": ({"features_in_step": 64}, 193),
+    "faithfulness_correlation": ({"nr_runs": 100, "subset_size": 224}, 101),
+    "selectivity": ({"patch_size": 8}, 64),
+    "region_perturbation": ({"patch_size": 8, "regions_evaluation": 64}, 65),
+    "avg_sensitivity": ({"nr_samples": 20, "lower_bound": 0.1}, 41),  # + 20 gradients
+    "sparseness": ({}, None),
+    "pointing_game": ({}, None),
+}
+MAPS_ONLY = ("sparseness", "pointing_game")
+
+
+@dataclasses.dataclass(frozen=True)
+class Config(Checked):
+    images: int = option(16, "Images.", rule=at_least(1))
+    size: int = option(64, "Image side (pixels): 64 gives the settings' step counts.",
+                       rule=at_least(16))
+    threads: int = option(2, "Threads of each framework.", rule=at_least(1))
+    batch_size: int = option(64, "Work items per model call (ours).", rule=at_least(1))
+    quantus_python: Optional[str] = option(None, "A Python with Quantus 0.6 (default: "
+                                                 "$QUANTUS_PYTHON; none: no Quantus column).")
+    output: Optional[str] = option(None, "Also write the table as JSON here.")
+    seed: int = option(0, "Seed of the weights, images and masks.")
+
+
+def network(size: int, seed: int) -> Any:
+    """The benchmark's network in Keras (seeded weights)."""
+    keras.utils.set_random_seed(seed)
+    layers: list = [keras.Input((size, size, 3))]
+    for width in (16, 32, 64):
+        layers.append(keras.layers.Conv2D(width, 3, strides=2, activation="relu"))
+    layers += [keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(10)]
+    return keras.Sequential(layers)
+
+
+def ceiling_seconds(model: Any, passes: int, batch_size: int, size: int) -> float:
+    """The best of three times of `passes` forward passes on one fixed batch, one traced
+    loop."""
+    batch = tf.random.normal([batch_size, size, size, 3])
+    chunks = -(-passes // batch_size)
+
+    @tf.function
+    def loop():
+        def body(i, total):
+            return i + 1, total + tf.reduce_sum(model(batch, training=False))
+        return tf.while_loop(lambda i, _: i < chunks, body, [0, 0.0], parallel_iterations=1)[1]
+
+    loop().numpy()
+    times = []
+    for _ in range(3):
+        started = time.perf_counter()
+        loop().numpy()
+        times.append(time.perf_counter() - started)
+    return min(times)
+
+
+def inputs(model: Any, config: Config) -> dict:
+    """Images, labels, gradient maps (NHWC, and summed over the channels for the measures of
+    the maps alone: Quantus compares a mask with one-channel maps only) and square masks."""
+    rng = np.random.default_rng(config.seed)
+    x = rng.normal(size=(config.images, config.size, config.size, 3)).astype(np.float32)
+    y = np.argmax(np.asarray(model(x)), axis=1).astype(np.int64)
+    maps = engine.attribute(model, x, "gradient", y, batch_size=config.batch_size)
+    masks = np.zeros((config.images, config.size, config.size), np.float32)
+    side = config.size // 4
+    masks[:, side:3 * side, side:3 * side] = 1
+    maps = np.asarray(maps, np.float32)
+    return {"x": x, "y": y, "maps": maps, "masks": masks, "summed": maps.sum(axis=-1)}
+
+
+def ours(model: Any, arrays: dict, name: str, settings: dict,
+         batch_size: int) -> tuple[float, float]:
+    """(first call's seconds, second call's seconds) of the library call."""
+    call = dict(settings)
+    if name == "avg_sensitivity":
+        call["explain_func"] = "gradient"
+    if name not in MAPS_ONLY:
+        call["batch_size"] = batch_size
+    masks = arrays["masks"] if name == "pointing_game" else None
+    maps = arrays["summed" if name in MAPS_ONLY else "maps"]
+    times = []
+    for _ in range(2):
+        started = time.perf_counter()
+        getattr(measures, name)(model, arrays["x"], arrays["y"], maps, masks, **call)
+        times.append(time.perf_counter() - started)
+    return times[0], times[1]
+
+
+def quantus_seconds(model: Any, arrays: dict, config: Config) -> dict:
+    """{measure: Quantus's seconds} (empty without a Quantus Python)."""
+    python = config.quantus_python or os.environ.get("QUANTUS_PYTHON")
+    if not python:
+        print("note: no --quantus_python (or $QUANTUS_PYTHON): no Quantus column")
+        return {}
+    weights = [np.asarray(w, np.float32) for w in model.get_weights()]
+    with tempfile.TemporaryDirectory() as folder:
+        stored, result = os.path.join(folder, "inputs.npz"), os.path.join(folder, "out.json")
+        payload: dict[str, Any] = {
+            **arrays, "gradient": arrays["maps"], "weight_count": len(weights),
+            "settings": json.dumps({name: dict(own) for name, (own, _) in SETTINGS.items()}),
+            **{f"weight_{index}": weight for index, weight in enumerate(weights)}}
+        np.savez(stored, **payload)
+        environment = dict(os.environ, OMP_NUM_THREADS=str(config.threads))
+        subprocess.run([python, "-m", "scripts.quantus_timing", f"--inputs={stored}",
+                        f"--output={result}", f"--threads={config.threads}"], cwd=REPO,
+                       env=environment, check=True)
+        with open(result) as handle:
+            return json.load(handle)["seconds"]
+
+
+def run(config: Config) -> list:
+    tf.config.threading.set_intra_op_parallelism_threads(config.threads)
+    tf.config.threading.set_inter_op_parallelism_threads(config.threads)
+    model = network(config.size, config.seed)
+    arrays = inputs(model, config)
+    reference = quantus_seconds(model, arrays, config)
+    rows: list[dict[str, Any]] = []
+    for name, (settings, passes) in SETTINGS.items():
+        first, steady = ours(model, arrays, name, settings, config.batch_size)
+        bound = ceiling_seconds(model, passes * config.images, config.batch_size,
+                                config.size) if passes else None
+        rows.append({"measure": name, "passes_per_image": passes, "ours_first_s": first,
+                     "ours_s": steady, "ceiling_s": bound,
+                     "of_ceiling": bound / steady if bound else None,
+                     "quantus_s": reference.get(name),
+                     "speed_up": reference[name] / steady if name in reference else None})
+    print(f"{datetime.date.today().isoformat()}, {platform.processor() or platform.machine()}"
+          f" ({_cpu()}), {config.threads} threads each, {config.images} images of "
+          f"{config.size} px, batch {config.batch_size}")
+    print("| measure | passes per image | ours (s) | first call (s) | ceiling (s) | ours / "
+          "ceiling | Quantus 0.6 (s) | Quantus / ours |")
+    print("|---|---|---|---|---|---|---|---|")
+    for row in rows:
+        print(f"| {row['measure']} | {row['passes_per_image'] or 'maps only'} | "
+              f"{row['ours_s']:.3f} | {row['ours_first_s']:.3f} | "
+              f"{_maybe(row['ceiling_s'], '.3f')} | {_maybe(row['of_ceiling'], '.2f')} | "
+              f"{_maybe(row['quantus_s'], '.2f')} | {_maybe(row['speed_up'], '.1f')} |")
+    if config.output:
+        write_json(config.output, {"rows": rows, "config": dataclasses.asdict(config)})
+    return rows
+
+
+def _maybe(value: Optional[float], spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _cpu() -> str:
+    try:
+        with open("/proc/cpuinfo") as handle:
+            return next(line.split(":", 1)[1].strip() for line in handle
+                        if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return "unknown CPU"
+
+
+if __name__ == "__main__":
+    run_binary(Config, run)

@@ -1,0 +1,101 @@
+"""Quantus 0.6's time on the work `scripts/bench_measures.py` hands it (docs/measures.md,
+"Speed"): `python -m scripts.quantus_timing --inputs=FILE.npz --output=FILE.json`.
+
+Runs in Quantus's own environment (quantus==0.6.0, numpy<2.4, torch==2.13.0 CPU, absl-py; see
+`scripts/quantus_reference.py`), started in the repository's root by the benchmark. It builds
+the benchmark's convolutional network in PyTorch from the stored Keras weights (valid 3x3
+convolutions, ReLU, global average, dense), limits PyTorch to --threads threads, and times
+each measure's call on the stored images, maps and masks once, channel first, after one
+untimed forward pass.
+"""
+import dataclasses
+import json
+import time
+from typing import Any
+
+import numpy as np
+
+from models.foundation.cli import option, run_binary
+from models.foundation.files import write_json
+from models.foundation.rules import Checked, at_least
+
+QUANTUS_NAMES = {"pixel_flipping": "PixelFlipping", "faithfulness_estimate":
+                 "FaithfulnessEstimate", "faithfulness_correlation": "FaithfulnessCorrelation",
+                 "selectivity": "Selectivity", "region_perturbation": "RegionPerturbation",
+                 "sparseness": "Sparseness", "pointing_game": "PointingGame",
+                 "avg_sensitivity": "AvgSensitivity"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Config(Checked):
+    inputs: str = option("", "The benchmark's inputs (.npz, no pickled objects).")
+    output: str = option("", "Where the timings go (JSON).")
+    threads: int = option(2, "PyTorch's threads.", rule=at_least(1))
+
+
+def torch_model(weights: list) -> Any:
+    """The benchmark's network in PyTorch: (kernel, bias) pairs of 3x3 valid convolutions,
+    then the dense layer's (kernel, bias), Keras layouts."""
+    import torch
+
+    layers: list = []
+    for kernel, bias in zip(weights[:-2:2], weights[1:-2:2]):
+        conv = torch.nn.Conv2d(kernel.shape[2], kernel.shape[3], 3, stride=2)
+        with torch.no_grad():
+            conv.weight.copy_(torch.tensor(np.transpose(kernel, (3, 2, 0, 1))))
+            conv.bias.copy_(torch.tensor(bias))
+        layers += [conv, torch.nn.ReLU()]
+    dense = torch.nn.Linear(*weights[-2].shape)
+    with torch.no_grad():
+        dense.weight.copy_(torch.tensor(weights[-2].T))
+        dense.bias.copy_(torch.tensor(weights[-1]))
+    return torch.nn.Sequential(*layers, torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
+                               dense).eval()
+
+
+def gradient(model: Any, inputs: Any, targets: Any, **kwargs: Any) -> np.ndarray:
+    """The gradient of the target's output, NCHW (the benchmark's "gradient" explainer)."""
+    import torch
+
+    images = torch.tensor(np.asarray(inputs), dtype=torch.float32, requires_grad=True)
+    outputs = model(images)
+    outputs[torch.arange(len(images)), torch.as_tensor(np.asarray(targets))].sum().backward()
+    return images.grad.numpy()
+
+
+def run(config: Config) -> dict:
+    import warnings
+
+    import quantus
+    import torch
+
+    warnings.filterwarnings("ignore")
+    torch.set_num_threads(config.threads)
+    with np.load(config.inputs, allow_pickle=False) as stored:
+        arrays = {key: stored[key] for key in stored.files}
+    settings = json.loads(str(arrays.pop("settings")))
+    weights = [arrays[f"weight_{index}"] for index in range(int(arrays["weight_count"]))]
+    model = torch_model(weights)
+    x = np.transpose(arrays["x"], (0, 3, 1, 2))
+    with torch.no_grad():
+        model(torch.tensor(x))
+    seconds = {}
+    for name, own in settings.items():
+        call = {key: own.pop(key) for key in ("softmax",) if key in own}
+        if name == "avg_sensitivity":
+            call["explain_func"] = gradient
+        maps = arrays["summed" if name in ("sparseness", "pointing_game") else "maps"]
+        metric = getattr(quantus, QUANTUS_NAMES[name])(disable_warnings=True, **own)
+        started = time.perf_counter()
+        metric(model=model, x_batch=x, y_batch=arrays["y"],
+               a_batch=np.transpose(maps, (0, 3, 1, 2)) if maps.ndim == 4 else maps[:, None],
+               s_batch=arrays["masks"][:, None] if name == "pointing_game" else None,
+               channel_first=True, device="cpu", batch_size=len(x), **call)
+        seconds[name] = time.perf_counter() - started
+    write_json(config.output, {"seconds": seconds, "quantus": quantus.__version__,
+                               "torch": torch.__version__, "threads": config.threads})
+    return seconds
+
+
+if __name__ == "__main__":
+    run_binary(Config, run)
