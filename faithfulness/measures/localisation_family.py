@@ -37,7 +37,9 @@ from models.foundation.errors import UserError
 from models.foundation.metric_spec import MetricSpec
 
 SPECS = (
-    MetricSpec("pointing_game", True, about="the map's maximum lies in the mask"),
+    MetricSpec("pointing_game", True, about="the map's maximum lies in the mask",
+               note="a constant map scores 1: every value is the maximum, so one of them lies "
+                    "in the mask (Quantus's definition); read it beside sparseness."),
     MetricSpec("attribution_localisation", True, about="share of the attribution inside the "
                                                        "mask"),
     MetricSpec("top_k_intersection", True, about="share of the k highest features inside the "
