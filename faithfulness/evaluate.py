@@ -217,41 +217,55 @@ def table(results: dict, n_images: int, protocol: str) -> str:
 # ----------------------------------------------------------------------------------------------
 # The binary.
 
+def _setting(help: str, rule: Any = None) -> Any:  # noqa: A002
+    """A measure's setting: unset by default (the measure's own default), recorded in the
+    origin under "measure_settings" where given (`MeasureSettings.measure_settings`)."""
+    return option(None, help, origin=False, rule=rule)
+
+
 @dataclasses.dataclass(frozen=True)
 class MeasureSettings(Checked):
     """The settings of the peers' measures (`faithfulness.measures`), under Quantus's names;
     each left unset keeps the chosen measure's own default (docs/measures.md), and one the
-    measure does not take is refused."""
+    measure does not take is refused. The origin records the ones given, under
+    "measure_settings", so an origin without them is the one it was."""
 
-    abs: Optional[bool] = option(None, "Measures: absolute values of the maps first.")
-    normalise: Optional[bool] = option(None, "Measures: divide the maps by their largest |a|.")
-    softmax: Optional[bool] = option(None, "Measures: score softmax probabilities, not logits.")
-    perturb_baseline: Optional[str] = option(None, "Measures: black, white or a number.")
-    features_in_step: Optional[int] = option(None, "Measures: values replaced per step.",
-                                             rule=at_least(1))
-    patch_size: Optional[int] = option(None, "Measures: side of a patch.", rule=at_least(1))
-    order: Optional[str] = option(None, "region_perturbation: morf, lerf or random.")
-    regions_evaluation: Optional[int] = option(None, "region_perturbation: patches replaced.",
-                                               rule=at_least(1))
-    k: Optional[int] = option(None, "top_k_intersection: the k highest features.",
-                              rule=at_least(1))
-    eps: Optional[float] = option(None, "Measures: threshold of a negligible value.")
-    weighted: Optional[bool] = option(None, "Localisation: weight by the mask's share.")
-    concept_influence: Optional[bool] = option(None, "top_k_intersection: divide by the "
-                                                     "mask's share.")
-    positive_attributions: Optional[bool] = option(None, "attribution_localisation: clip "
-                                                         "negative values.")
-    max_size: Optional[float] = option(None, "attribution_localisation: largest mask share.")
-    rtol: Optional[float] = option(None, "completeness: relative tolerance.")
-    nr_samples: Optional[int] = option(None, "Robustness: noisy samples per image.",
-                                       rule=at_least(1))
-    lower_bound: Optional[float] = option(None, "Robustness: noise bound.")
-    upper_bound: Optional[float] = option(None, "Robustness: noise upper bound.")
-    perturb_mean: Optional[float] = option(None, "local_lipschitz_estimate: noise mean.")
-    perturb_std: Optional[float] = option(None, "local_lipschitz_estimate: noise deviation.")
-    eps_min: Optional[float] = option(None, "Relative stabilities: smallest denominator.")
-    return_nan_when_prediction_changes: Optional[bool] = option(
-        None, "Robustness: NaN when a sample changes the prediction.")
+    abs: Optional[bool] = _setting("Measures: absolute values of the maps first.")
+    normalise: Optional[bool] = _setting("Measures: divide the maps by their largest |a|.")
+    softmax: Optional[bool] = _setting("Measures: score softmax probabilities, not logits.")
+    perturb_baseline: Optional[str] = _setting("Measures: black, white or a number.")
+    features_in_step: Optional[int] = _setting("Measures: values replaced per step.",
+                                               at_least(1))
+    patch_size: Optional[int] = _setting("Measures: side of a patch.", at_least(1))
+    order: Optional[str] = _setting("region_perturbation: morf, lerf or random.")
+    regions_evaluation: Optional[int] = _setting("region_perturbation: patches replaced.",
+                                                 at_least(1))
+    k: Optional[int] = _setting("top_k_intersection: the k highest features.", at_least(1))
+    eps: Optional[float] = _setting("Measures: threshold of a negligible value.")
+    weighted: Optional[bool] = _setting("Localisation: weight by the mask's share.")
+    concept_influence: Optional[bool] = _setting("top_k_intersection: divide by the mask's "
+                                                 "share.")
+    positive_attributions: Optional[bool] = _setting("attribution_localisation: clip negative "
+                                                     "values.")
+    max_size: Optional[float] = _setting("attribution_localisation: largest mask share.")
+    rtol: Optional[float] = _setting("completeness: relative tolerance.")
+    nr_samples: Optional[int] = _setting("Robustness: noisy samples per image.", at_least(1))
+    lower_bound: Optional[float] = _setting("Robustness: noise bound.")
+    upper_bound: Optional[float] = _setting("Robustness: noise upper bound.")
+    perturb_mean: Optional[float] = _setting("local_lipschitz_estimate: noise mean.")
+    perturb_std: Optional[float] = _setting("local_lipschitz_estimate: noise deviation.")
+    eps_min: Optional[float] = _setting("Relative stabilities: smallest denominator.")
+    return_nan_when_prediction_changes: Optional[bool] = _setting(
+        "Robustness: NaN when a sample changes the prediction.")
+    nr_runs: Optional[int] = _setting("faithfulness_correlation: random subsets.",
+                                      at_least(2))
+    subset_size: Optional[int] = _setting("faithfulness_correlation: values per subset.",
+                                          at_least(1))
+    layer_order: Optional[str] = _setting("mprt: top_down, bottom_up or independent.")
+    return_last_correlation: Optional[bool] = _setting("mprt: the last layer's correlation, "
+                                                       "not the mean over the layers.")
+    num_classes: Optional[int] = _setting("random_logit: classes to draw the other from.",
+                                          at_least(2))
 
     def measure_settings(self) -> dict:
         """{name: value} of the settings given (what a report records)."""

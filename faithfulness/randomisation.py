@@ -9,7 +9,7 @@ much the map still looks the same. A method that explains the model should fall 
 more layers are randomised; a map that does not depend on the model (an edge detector, the random
 control) stays at 1.
 """
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 import keras
 import numpy as np
@@ -37,7 +37,16 @@ def stages(count: int) -> list:
 def randomise_top(model: keras.Model, count: int, seed: int = 0) -> None:
     """Re-initialises (in place) the kernels and biases of the `count` weighted layers nearest
     the output, each from its own initialiser with a seed of its own."""
-    for index, layer in enumerate(weighted_layers(model)[:count]):
+    randomise_layers(model, range(count), seed)
+
+
+def randomise_layers(model: keras.Model, indices: Iterable[int], seed: int = 0) -> None:
+    """Re-initialises (in place) the kernels and biases of the weighted layers at `indices`
+    (0: nearest the output, `weighted_layers`), each from its own initialiser with a seed of
+    its own (the layer's index): the same values whichever other layers are re-initialised."""
+    layers = weighted_layers(model)
+    for index in indices:
+        layer = layers[index]
         for name in ("kernel", "bias"):
             variable = getattr(layer, name, None)
             initializer = getattr(layer, f"{name}_initializer", None)

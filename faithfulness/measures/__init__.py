@@ -23,6 +23,7 @@ FAMILIES = {  # family -> its measures' modules and names (Quantus 0.6's order)
     "robustness": ("faithfulness.measures.robustness_family",
                    ("avg_sensitivity", "local_lipschitz_estimate", "max_sensitivity",
                     "relative_input_stability", "relative_output_stability")),
+    "randomisation": ("faithfulness.measures.randomisation_family", ("mprt", "random_logit")),
     "localisation": ("faithfulness.measures.localisation_family",
                      ("pointing_game", "attribution_localisation", "top_k_intersection",
                       "relevance_mass_accuracy", "relevance_rank_accuracy", "auc")),

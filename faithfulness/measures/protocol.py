@@ -16,9 +16,12 @@ from models.foundation.errors import UserError
 from models.foundation.metric_spec import Group, MetricSpec
 
 CURVES = ("pixel_flipping", "selectivity", "region_perturbation")  # their area per image
-EXPLAINING = measures.FAMILIES["robustness"][1]  # they re-explain perturbed inputs
+# they explain again: perturbed inputs, a randomised model, another class
+EXPLAINING = (*measures.FAMILIES["robustness"][1], *measures.FAMILIES["randomisation"][1])
+CURVES_BY_DEFAULT = ("mprt",)  # its mean over the layers per image on the card and the binary
 NOT_SETTINGS = ("model", "x_batch", "y_batch", "a_batch", "s_batch", "explain_func",
-                "explain_func_kwargs", "ids", "return_auc_per_sample", "batch_size", "seed")
+                "explain_func_kwargs", "ids", "return_auc_per_sample", "batch_size", "seed",
+                "return_average_correlation")
 
 
 def function_of(name: str) -> Any:
@@ -60,7 +63,8 @@ SETTING_FLAGS = ("abs", "normalise", "softmax", "perturb_baseline", "features_in
                  "patch_size", "order", "regions_evaluation", "k", "eps", "weighted",
                  "concept_influence", "positive_attributions", "max_size", "rtol",
                  "nr_samples", "lower_bound", "upper_bound", "perturb_mean", "perturb_std",
-                 "eps_min", "return_nan_when_prediction_changes", "nr_runs", "subset_size")
+                 "eps_min", "return_nan_when_prediction_changes", "nr_runs", "subset_size",
+                 "layer_order", "return_last_correlation", "num_classes")
 
 
 class PeerMeasure:
@@ -86,6 +90,8 @@ class PeerMeasure:
                 settings[name] = value
         if self.name in CURVES:
             settings["return_auc_per_sample"] = True
+        if self.name in CURVES_BY_DEFAULT and not settings.get("return_last_correlation"):
+            settings["return_average_correlation"] = True
         if self.name in EXPLAINING:
             settings["explain_func"] = explaining.KeyedExplain(group.explain)
         masks = group.masks if measures.family_of(self.name) == "localisation" else None

@@ -38,7 +38,10 @@ def test_agrees_with_quantus(case):
 
 
 # measures Quantus 0.6 cannot check (docs/measures.md): known answers only
-NO_QUANTUS_CASE = {"monotonicity"}  # Quantus 0.6 never changes its input: every image True
+NO_QUANTUS_CASE = {"monotonicity",  # Quantus 0.6 never changes its input: every image True
+                   # re-initialised layers and random classes (PyTorch's own draws): known
+                   # answers, and the SSIM against scikit-image's
+                   "mprt", "random_logit"}
 
 
 def test_every_measure_has_a_case_and_a_declaration():
@@ -291,3 +294,43 @@ def test_faithfulness_correlation_of_a_linear_model_is_one():
         atol=1e-5)
     small = measures.faithfulness_correlation(model, x, classes, maps, batch_size=1, **settings)
     np.testing.assert_array_equal(found, small)
+
+
+def test_ssim_of_rows_is_scikit_images():
+    from skimage import metrics as skimage_metrics
+
+    rng = np.random.default_rng(11)
+    a, b = rng.normal(size=(3, 50)), rng.normal(size=(3, 50))
+    b[2] = a[2] * 0.5 + 0.1
+    from faithfulness.measures import randomisation_family
+
+    expected = [skimage_metrics.structural_similarity(
+        row, other, data_range=float(np.ptp(np.concatenate([row, other]))))
+        for row, other in zip(a, b)]
+    np.testing.assert_allclose(randomisation_family.ssim_rows(a, b), expected, rtol=1e-10)
+
+
+def test_randomisation_measures_known_answers():
+    """mprt: a map that does not depend on the model (the keyed random control) keeps
+    correlation 1 with itself at every layer, a gradient falls; the model is left as it was.
+    random_logit: where every class has the same gradient, the other class's map is the same
+    map (SSIM 1)."""
+    x, model = ARRAYS["x"], MODELS[8]
+    classes = ARRAYS["y"].astype(np.int64)
+    weights = [w.copy() for w in model.get_weights()]
+    from saliency_gen.attribution import engine
+
+    random_maps = engine.attribute(model, x, "random", classes, ids=np.arange(5), seed=42)
+    kept = measures.mprt(model, x, classes, random_maps, explain_func="random")
+    np.testing.assert_allclose(kept, 1.0, atol=1e-9)
+    assert kept.shape == (5, 2)
+    falling = measures.mprt(model, x, classes, ARRAYS["gradient"], explain_func="gradient",
+                            return_last_correlation=True)
+    assert falling.shape == (5,) and np.all(falling < 0.5)
+    for before, after in zip(weights, model.get_weights()):
+        np.testing.assert_array_equal(before, after)
+    same = linear_model(np.repeat(np.random.default_rng(12).normal(size=(48, 1)), 3, axis=1))
+    images = np.random.default_rng(13).uniform(size=(2, 4, 4, 3)).astype(np.float32)
+    gradients = engine.attribute(same, images, "gradient", [0, 0])
+    np.testing.assert_allclose(measures.random_logit(same, images, np.array([0, 0]), gradients,
+                                                     explain_func="gradient"), 1.0, atol=1e-9)

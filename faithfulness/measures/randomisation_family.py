@@ -1,0 +1,151 @@
+"""Quantus's randomisation family (docs/measures.md, "Randomisation"): a map that explains the
+model changes when the model or the class explained changes. Every explanation goes through
+`explaining.explainer` (the attribution engine, batched over the images).
+
+- mprt (Adebayo et al. 2018, Quantus's `MPRT`): the weighted layers are re-initialised one at a
+  time, cumulatively from the output (`layer_order="top_down"`) or the input ("bottom_up"),
+  or each alone ("independent"); after each, the Spearman correlation of each image's map
+  with the map the randomised model gives (quantus/metrics/randomisation/mprt.py). The values
+  [N, layers], or their mean per image (`return_average_correlation`) or the last
+  (`return_last_correlation`). Lower is better. The layers are re-initialised from their own
+  initialisers with seeds of their own (`faithfulness.randomisation.randomise_top`, the
+  report card's cascading check); Quantus calls PyTorch's `reset_parameters`, so the values
+  agree in distribution only.
+- random_logit (Sixt et al. 2020): the SSIM of each image's map with the map of a random other
+  class (random_logit.py; scikit-image's structural similarity over the flattened maps, window
+  7, the pair's value range). Lower is better. The other class is drawn per image from a key
+  (`seed`, the image's id); Quantus draws a batch with `np.random.seed(seed)`. `num_classes`
+  defaults to the model's classes (Quantus's default, 1000, names classes a smaller model has
+  not).
+"""
+from typing import Any, Optional
+
+import keras
+import numpy as np
+import scipy.ndimage
+
+import models
+from faithfulness import randomisation, stats, substrates
+from faithfulness.measures import perturbation
+from faithfulness.measures.arguments import prepared
+from faithfulness.measures.explaining import explainer
+from models.foundation.errors import UserError, check_one_of
+from models.foundation.metric_spec import MetricSpec
+
+SPECS = (
+    MetricSpec("mprt", False, about="correlation of the maps with those of a model whose "
+                                    "layers are re-initialised one by one (mean per image)"),
+    MetricSpec("random_logit", False, about="similarity of the map with a random other "
+                                            "class's map"),
+)
+LAYER_ORDERS = ("top_down", "bottom_up", "independent")
+
+
+def _no_mask(s_batch: Any) -> None:
+    if s_batch is not None:
+        raise UserError("s_batch is given but this measure takes no mask; leave it out")
+
+
+def randomisable(model: Any) -> Any:
+    """A Keras copy of `model` whose weights the measure may change: a clone of a live Keras
+    model, or the zoo model an export holds (`models.rebuild`)."""
+    if isinstance(model, keras.Model):
+        copy = keras.models.clone_model(model)
+        copy.set_weights(model.get_weights())
+        return copy
+    path = getattr(model, "path", None)
+    if path is None:
+        raise UserError("mprt re-initialises the model's layers: pass a Keras model or an "
+                        "exported zoo model (models.load)")
+    return models.rebuild(path)
+
+
+def mprt(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch: Any = None, *,
+         explain_func: Any = None, explain_func_kwargs: Optional[dict] = None,
+         layer_order: str = "top_down", seed: int = 42,
+         return_average_correlation: bool = False, return_last_correlation: bool = False,
+         abs: bool = True, normalise: bool = True,  # noqa: A002
+         ids: Any = None, batch_size: int = 64) -> np.ndarray:
+    """[N, layers] the Spearman correlation of each map with the randomised model's, per
+    layer re-initialised (or [N]: their mean, or the last)."""
+    _no_mask(s_batch)
+    check_one_of("layer_order", layer_order, LAYER_ORDERS)
+    if return_average_correlation and return_last_correlation:
+        raise UserError("return_average_correlation and return_last_correlation exclude each "
+                        "other; set one")
+    found = prepared(x_batch, a_batch, abs=abs, normalise=normalise)
+    classes = perturbation.checked_classes(model, found.x, y_batch)
+    ids = np.arange(len(found.x)) if ids is None else np.asarray(ids, np.int64)
+    randomised = randomisable(model)
+    layers = randomisation.weighted_layers(randomised)  # output side first
+    trained = [(variable, variable.numpy()) for layer in layers for variable in layer.weights]
+    explain = explainer(randomised, explain_func, explain_func_kwargs, abs=abs,
+                        normalise=normalise, map_shape=found.map_shape,
+                        batch_size=batch_size, seed=seed)
+    order = list(range(len(layers)))
+    if layer_order == "bottom_up":
+        order.reverse()
+    values = []
+    for step, index in enumerate(order):  # one batched explanation of every image per layer
+        if layer_order == "independent" or step == 0:
+            for variable, value in trained:
+                variable.assign(value)
+        chosen = order[:step + 1] if layer_order != "independent" else [index]
+        randomisation.randomise_layers(randomised, chosen, seed)
+        values.append(stats.spearman(found.a, explain(found.x, classes, ids)))
+    correlations = np.stack(values, axis=1)
+    if return_average_correlation:
+        return correlations.mean(axis=1)
+    return correlations[:, -1] if return_last_correlation else correlations
+
+
+def ssim_rows(a: np.ndarray, b: np.ndarray, win_size: int = 7) -> np.ndarray:
+    """[N]: scikit-image's structural similarity of each pair of rows (1-D signals: uniform
+    window `win_size`, reflected edges, sample covariance, K1 0.01, K2 0.03, the pair's value
+    range), the window's half cropped at both ends, as Quantus's `ssim` on flattened maps."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    if a.shape[1] < win_size:
+        raise UserError(f"the maps have {a.shape[1]} values, fewer than the SSIM window "
+                        f"{win_size}")
+    both = np.concatenate([a, b], axis=1)
+    data_range = np.abs(both.max(axis=1) - both.min(axis=1))[:, None]
+
+    def mean(values):
+        return scipy.ndimage.uniform_filter1d(values, win_size, axis=1, mode="reflect")
+
+    cov_norm = win_size / (win_size - 1)
+    ux, uy = mean(a), mean(b)
+    vx = cov_norm * (mean(a * a) - ux * ux)
+    vy = cov_norm * (mean(b * b) - uy * uy)
+    vxy = cov_norm * (mean(a * b) - ux * uy)
+    c1, c2 = (0.01 * data_range) ** 2, (0.03 * data_range) ** 2
+    with np.errstate(divide="ignore", invalid="ignore"):
+        similarity = ((2 * ux * uy + c1) * (2 * vxy + c2)
+                      / ((ux ** 2 + uy ** 2 + c1) * (vx + vy + c2)))
+    pad = (win_size - 1) // 2
+    return similarity[:, pad:a.shape[1] - pad].mean(axis=1)
+
+
+def random_logit(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch: Any = None, *,
+                 explain_func: Any = None, explain_func_kwargs: Optional[dict] = None,
+                 num_classes: Optional[int] = None, seed: int = 42,
+                 abs: bool = False, normalise: bool = True,  # noqa: A002
+                 ids: Any = None, batch_size: int = 64) -> np.ndarray:
+    """[N] the SSIM of each map with the map of a random other class."""
+    _no_mask(s_batch)
+    found = prepared(x_batch, a_batch, abs=abs, normalise=normalise)
+    classes = perturbation.checked_classes(model, found.x, y_batch)
+    outputs = int(perturbation.model_adapter(model).logits(found.x[:1]).shape[-1])
+    count = outputs if num_classes is None else int(num_classes)
+    if not 2 <= count <= outputs:
+        raise UserError(f"num_classes must be between 2 and the model's {outputs} classes; "
+                        f"got {count}")
+    ids = np.arange(len(found.x)) if ids is None else np.asarray(ids, np.int64)
+    draws = np.asarray(substrates.uniform_noise(substrates.noise_keys(seed, ids, salt=0x106),
+                                                [1]))[:, 0]  # U(-1, 1) per image
+    offset = np.minimum(((draws + 1) / 2 * (count - 1)).astype(np.int64), count - 2)
+    other = np.where(offset >= classes, offset + 1, offset)  # uniform over the other classes
+    explain = explainer(model, explain_func, explain_func_kwargs, abs=abs,
+                        normalise=normalise, map_shape=found.map_shape,
+                        batch_size=batch_size, seed=seed)
+    return ssim_rows(found.a, explain(found.x, other.astype(np.int32), ids))
