@@ -40,11 +40,13 @@ if TYPE_CHECKING:  # the type checker's view of the same modules
 
     from faithfulness import measures
     from saliency_gen.attribution import engine
+    from scripts import bench_faithfulness
 else:
     keras = lazy_module("keras")
     tf = lazy_module("tensorflow")
     measures = lazy_module("faithfulness.measures")
     engine = lazy_module("saliency_gen.attribution.engine")
+    bench_faithfulness = lazy_module("scripts.bench_faithfulness")
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # measure -> its settings here (Quantus's names), the forward passes per image (None: the maps
@@ -86,24 +88,10 @@ def network(size: int, seed: int) -> Any:
 
 
 def ceiling_seconds(model: Any, passes: int, batch_size: int, size: int) -> float:
-    """The best of three times of `passes` forward passes on one fixed batch, one traced
-    loop."""
-    batch = tf.random.normal([batch_size, size, size, 3])
-    chunks = -(-passes // batch_size)
-
-    @tf.function
-    def loop():
-        def body(i, total):
-            return i + 1, total + tf.reduce_sum(model(batch, training=False))
-        return tf.while_loop(lambda i, _: i < chunks, body, [0, 0.0], parallel_iterations=1)[1]
-
-    loop().numpy()
-    times = []
-    for _ in range(3):
-        started = time.perf_counter()
-        loop().numpy()
-        times.append(time.perf_counter() - started)
-    return min(times)
+    """The best of three times of `passes` forward passes on one fixed batch, one traced loop
+    (`scripts.bench_faithfulness.ceiling_run`)."""
+    return bench_faithfulness.best_times(
+        [bench_faithfulness.ceiling_run(model, passes, batch_size, size)], 3)[0]
 
 
 def inputs(model: Any, config: Config) -> dict:

@@ -174,6 +174,18 @@ def output_stability(x: Any, moved: Any, a: np.ndarray, maps: np.ndarray, logits
     return _relative_map_change(a, maps, eps_min) / _at_least(outputs, eps_min)
 
 
+def _measured(reduce: Callable, objective: Objective, noise: Noise, given: dict) -> np.ndarray:
+    """A robustness measure's values: `noisy_ratios` of `objective` under `noise` with the
+    call's arguments (`given`: the public function's locals), reduced over the samples."""
+    values, changed = noisy_ratios(
+        given["model"], given["x_batch"], given["y_batch"], given["a_batch"],
+        given["s_batch"], objective=objective, noise=noise, nr_samples=given["nr_samples"],
+        explain_func=given["explain_func"], explain_func_kwargs=given["explain_func_kwargs"],
+        abs=given["abs"], normalise=given["normalise"], seed=given["seed"], ids=given["ids"],
+        batch_size=given["batch_size"])
+    return _reduced(reduce, values, changed, given["return_nan_when_prediction_changes"])
+
+
 def avg_sensitivity(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch: Any = None,
                     *, explain_func: Any = None, explain_func_kwargs: Optional[dict] = None,
                     nr_samples: int = 200, lower_bound: float = 0.2,
@@ -181,12 +193,7 @@ def avg_sensitivity(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batc
                     normalise: bool = False, return_nan_when_prediction_changes: bool = False,
                     seed: int = 0, ids: Any = None, batch_size: int = 64) -> np.ndarray:
     """[N] the mean ||a - a'|| / ||a|| over the noisy samples."""
-    values, changed = noisy_ratios(
-        model, x_batch, y_batch, a_batch, s_batch, objective=_sensitivity,
-        noise=uniform(lower_bound, upper_bound), nr_samples=nr_samples,
-        explain_func=explain_func, explain_func_kwargs=explain_func_kwargs, abs=abs,
-        normalise=normalise, seed=seed, ids=ids, batch_size=batch_size)
-    return _reduced(np.mean, values, changed, return_nan_when_prediction_changes)
+    return _measured(np.mean, _sensitivity, uniform(lower_bound, upper_bound), locals())
 
 
 def max_sensitivity(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch: Any = None,
@@ -196,12 +203,7 @@ def max_sensitivity(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batc
                     normalise: bool = False, return_nan_when_prediction_changes: bool = False,
                     seed: int = 0, ids: Any = None, batch_size: int = 64) -> np.ndarray:
     """[N] the largest ||a - a'|| / ||a|| over the noisy samples."""
-    values, changed = noisy_ratios(
-        model, x_batch, y_batch, a_batch, s_batch, objective=_sensitivity,
-        noise=uniform(lower_bound, upper_bound), nr_samples=nr_samples,
-        explain_func=explain_func, explain_func_kwargs=explain_func_kwargs, abs=abs,
-        normalise=normalise, seed=seed, ids=ids, batch_size=batch_size)
-    return _reduced(np.max, values, changed, return_nan_when_prediction_changes)
+    return _measured(np.max, _sensitivity, uniform(lower_bound, upper_bound), locals())
 
 
 def local_lipschitz_estimate(model: Any, x_batch: Any, y_batch: Any, a_batch: Any,
@@ -212,12 +214,7 @@ def local_lipschitz_estimate(model: Any, x_batch: Any, y_batch: Any, a_batch: An
                              return_nan_when_prediction_changes: bool = False, seed: int = 0,
                              ids: Any = None, batch_size: int = 64) -> np.ndarray:
     """[N] the largest ||a - a'|| / ||x - x'|| over the noisy samples."""
-    values, changed = noisy_ratios(
-        model, x_batch, y_batch, a_batch, s_batch, objective=_lipschitz,
-        noise=Noise(mean=perturb_mean, std=perturb_std), nr_samples=nr_samples,
-        explain_func=explain_func, explain_func_kwargs=explain_func_kwargs, abs=abs,
-        normalise=normalise, seed=seed, ids=ids, batch_size=batch_size)
-    return _reduced(np.max, values, changed, return_nan_when_prediction_changes)
+    return _measured(np.max, _lipschitz, Noise(mean=perturb_mean, std=perturb_std), locals())
 
 
 def relative_input_stability(model: Any, x_batch: Any, y_batch: Any, a_batch: Any,
@@ -229,13 +226,8 @@ def relative_input_stability(model: Any, x_batch: Any, y_batch: Any, a_batch: An
                              return_nan_when_prediction_changes: bool = True, seed: int = 0,
                              ids: Any = None, batch_size: int = 64) -> np.ndarray:
     """[N] the largest relative map change per relative input change."""
-    values, changed = noisy_ratios(
-        model, x_batch, y_batch, a_batch, s_batch,
-        objective=functools.partial(input_stability, eps_min=eps_min),
-        noise=uniform(lower_bound, upper_bound), nr_samples=nr_samples,
-        explain_func=explain_func, explain_func_kwargs=explain_func_kwargs, abs=abs,
-        normalise=normalise, seed=seed, ids=ids, batch_size=batch_size)
-    return _reduced(np.max, values, changed, return_nan_when_prediction_changes)
+    return _measured(np.max, functools.partial(input_stability, eps_min=eps_min),
+                     uniform(lower_bound, upper_bound), locals())
 
 
 def relative_output_stability(model: Any, x_batch: Any, y_batch: Any, a_batch: Any,
@@ -247,10 +239,5 @@ def relative_output_stability(model: Any, x_batch: Any, y_batch: Any, a_batch: A
                               return_nan_when_prediction_changes: bool = True, seed: int = 0,
                               ids: Any = None, batch_size: int = 64) -> np.ndarray:
     """[N] the largest relative map change per change of the logits."""
-    values, changed = noisy_ratios(
-        model, x_batch, y_batch, a_batch, s_batch,
-        objective=functools.partial(output_stability, eps_min=eps_min),
-        noise=uniform(lower_bound, upper_bound), nr_samples=nr_samples,
-        explain_func=explain_func, explain_func_kwargs=explain_func_kwargs, abs=abs,
-        normalise=normalise, seed=seed, ids=ids, batch_size=batch_size)
-    return _reduced(np.max, values, changed, return_nan_when_prediction_changes)
+    return _measured(np.max, functools.partial(output_stability, eps_min=eps_min),
+                     uniform(lower_bound, upper_bound), locals())
