@@ -3,8 +3,9 @@ against Quantus 0.6 on the same work (docs/measures.md, "Speed"):
 
     python -m scripts.bench_measures [--images=16] [--size=64] [--quantus_python=PATH]
 
-One convolutional network (three valid 3x3 stride-2 convolutions of 16, 32 and 64 filters,
-ReLU, global average, dense to 10 classes; seeded weights), the same weights in PyTorch for
+One convolutional network (three valid 3x3 stride-2 convolutions of --widths filters, 16, 32
+and 64 by default, ReLU, global average, dense to 10 classes; seeded weights: a wider network
+costs more per forward pass), the same weights in PyTorch for
 Quantus; --images random images of --size pixels, the network's gradient maps, a square mask
 per image. For each measure, with the settings of `SETTINGS`, it prints:
 
@@ -69,6 +70,8 @@ class Config(Checked):
     images: int = option(16, "Images.", rule=at_least(1))
     size: int = option(64, "Image side (pixels): 64 gives the settings' step counts.",
                        rule=at_least(16))
+    widths: tuple = option(("16", "32", "64"), "Filters of the three convolutions (wider: a "
+                           "network whose forward pass costs more).")
     threads: int = option(2, "Threads of each framework.", rule=at_least(1))
     batch_size: int = option(64, "Work items per model call (ours).", rule=at_least(1))
     quantus_python: Optional[str] = option(None, "A Python with Quantus 0.6 (default: "
@@ -77,11 +80,11 @@ class Config(Checked):
     seed: int = option(0, "Seed of the weights, images and masks.")
 
 
-def network(size: int, seed: int) -> Any:
+def network(size: int, seed: int, widths: tuple = (16, 32, 64)) -> Any:
     """The benchmark's network in Keras (seeded weights)."""
     keras.utils.set_random_seed(seed)
     layers: list = [keras.Input((size, size, 3))]
-    for width in (16, 32, 64):
+    for width in (int(width) for width in widths):
         layers.append(keras.layers.Conv2D(width, 3, strides=2, activation="relu"))
     layers += [keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(10)]
     return keras.Sequential(layers)
@@ -151,7 +154,7 @@ def quantus_seconds(model: Any, arrays: dict, config: Config) -> dict:
 def run(config: Config) -> list:
     tf.config.threading.set_intra_op_parallelism_threads(config.threads)
     tf.config.threading.set_inter_op_parallelism_threads(config.threads)
-    model = network(config.size, config.seed)
+    model = network(config.size, config.seed, config.widths)
     arrays = inputs(model, config)
     reference = quantus_seconds(model, arrays, config)
     rows: list[dict[str, Any]] = []
@@ -166,7 +169,7 @@ def run(config: Config) -> list:
                      "speed_up": reference[name] / steady if name in reference else None})
     print(f"{datetime.date.today().isoformat()}, {platform.processor() or platform.machine()}"
           f" ({_cpu()}), {config.threads} threads each, {config.images} images of "
-          f"{config.size} px, batch {config.batch_size}")
+          f"{config.size} px, widths {','.join(config.widths)}, batch {config.batch_size}")
     print("| measure | passes per image | ours (s) | first call (s) | ceiling (s) | ours / "
           "ceiling | Quantus 0.6 (s) | Quantus / ours |")
     print("|---|---|---|---|---|---|---|---|")

@@ -40,7 +40,7 @@ def completeness(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch: 
     everything = np.zeros(found.x.shape, np.int32)  # one band holds every element
     scores = perturbation.band_scores(
         model, found.x, everything, np.array([[0, 0], [0, 1]]),
-        perturbation.baseline_images(found.x, perturb_baseline),
+        perturbation.baseline_values(found.x, perturb_baseline),
         perturbation.checked_classes(model, found.x, y_batch), softmax=softmax,
         batch_size=batch_size)
     change = scores[:, 0] - scores[:, 1]
@@ -63,7 +63,7 @@ def non_sensitivity(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batc
     bands = np.stack([lows, lows + features_in_step], axis=1)
     scores = perturbation.band_scores(
         model, found.x, ranks, np.concatenate([[[0, 0]], bands]),
-        perturbation.baseline_images(found.x, perturb_baseline),
+        perturbation.baseline_values(found.x, perturb_baseline),
         perturbation.checked_classes(model, found.x, y_batch), softmax=softmax,
         batch_size=batch_size)
     unmoved = np.abs(scores[:, 1:] - scores[:, :1]) < eps  # [N, steps]

@@ -71,7 +71,7 @@ def pixel_flipping(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch
                                                       height * width * channels)], axis=1)
     curves = perturbation.band_scores(
         model, found.x, perturbation.element_ranks(found), bands,
-        perturbation.baseline_images(found.x, perturb_baseline),
+        perturbation.baseline_values(found.x, perturb_baseline),
         perturbation.checked_classes(model, found.x, y_batch), softmax=softmax,
         batch_size=batch_size)
     return perturbation.auc_per_sample(curves) if return_auc_per_sample else curves
@@ -90,7 +90,7 @@ def faithfulness_estimate(model: Any, x_batch: Any, y_batch: Any, a_batch: Any,
     ranks = perturbation.element_ranks(found)
     scores = perturbation.band_scores(
         model, found.x, ranks, np.concatenate([[[0, 0]], bands]),
-        perturbation.baseline_images(found.x, perturb_baseline), classes, softmax=softmax,
+        perturbation.baseline_values(found.x, perturb_baseline), classes, softmax=softmax,
         batch_size=batch_size)
     drops = scores[:, :1] - scores[:, 1:]
     ranked = -np.sort(-perturbation.broadcast_features(found), axis=1)  # the values in rank order
@@ -110,7 +110,7 @@ def monotonicity(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch: 
     bands = np.stack([np.zeros_like(lows), lows + features_in_step], axis=1)
     curves = perturbation.band_scores(
         model, found.x, perturbation.element_ranks(found, descending=False), bands,
-        perturbation.baseline_images(found.x, perturb_baseline),
+        perturbation.baseline_values(found.x, perturb_baseline),
         perturbation.checked_classes(model, found.x, y_batch), keep=True, softmax=softmax,
         batch_size=batch_size)
     return np.all(np.diff(curves, axis=1) >= 0, axis=1).astype(np.float64)
@@ -163,7 +163,7 @@ def selectivity(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch: A
     ranks, count = patch_ranks(found, patch_size)
     bands = np.stack([np.zeros(count, np.int64), np.arange(1, count + 1)], axis=1)
     curves = perturbation.band_scores(
-        model, found.x, ranks, bands, perturbation.baseline_images(found.x, perturb_baseline),
+        model, found.x, ranks, bands, perturbation.baseline_values(found.x, perturb_baseline),
         perturbation.checked_classes(model, found.x, y_batch), softmax=softmax,
         batch_size=batch_size)
     return perturbation.auc_per_sample(curves) if return_auc_per_sample else curves
@@ -184,7 +184,7 @@ def region_perturbation(model: Any, x_batch: Any, y_batch: Any, a_batch: Any,
     steps = min(regions_evaluation, count)
     bands = np.stack([np.zeros(steps + 1, np.int64), np.arange(steps + 1)], axis=1)
     scores = perturbation.band_scores(
-        model, found.x, ranks, bands, perturbation.baseline_images(found.x, perturb_baseline),
+        model, found.x, ranks, bands, perturbation.baseline_values(found.x, perturb_baseline),
         perturbation.checked_classes(model, found.x, y_batch), softmax=softmax,
         batch_size=batch_size)
     curves = scores[:, :1] - scores[:, 1:]
@@ -214,7 +214,7 @@ def faithfulness_correlation(model: Any, x_batch: Any, y_batch: Any, a_batch: An
     clean = perturbation.clean_scores(model, found.x, classes, softmax=softmax,
                                       batch_size=batch_size)
     scores, sums = subsets.subset_scores(
-        model, found.x, features, perturbation.baseline_images(found.x, perturb_baseline),
+        model, found.x, features, perturbation.baseline_values(found.x, perturb_baseline),
         classes, keys, runs=nr_runs, subset_size=subset_size, softmax=softmax,
         batch_size=batch_size)
     with np.errstate(divide="ignore", invalid="ignore"):

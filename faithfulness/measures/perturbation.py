@@ -63,13 +63,14 @@ def band_scores(model: Any, x: np.ndarray, ranks: np.ndarray, bands: np.ndarray,
                 softmax: bool = True, batch_size: int = 64) -> np.ndarray:
     """float64 [N, K]: the output (softmax probability, or logit) for `classes` of every image
     of `x` ([N, H, W, C], the model's input space) perturbed at each of the K `bands` ([K, 2]
-    int: low, high ranks of `ranks`, [N, H, W, C]); a perturbed element takes the `baseline`
-    ([N, H, W, C]) value, or with `keep` only the band keeps `x`."""
+    int: low, high ranks of `ranks`, [N, H, W, C]); a perturbed element takes its image's
+    `baseline` value ([N]), or with `keep` only the band keeps `x`."""
     adapter = model_adapter(model)
     height, width, channels = (int(size) for size in x.shape[1:])
     image = tf.TensorSpec([None, height, width, channels], tf.float32)
     signature = [image, tf.TensorSpec([None, height, width, channels], tf.int32),
-                 tf.TensorSpec([None, 2], tf.int32), image, tf.TensorSpec([None], tf.int32)]
+                 tf.TensorSpec([None, 2], tf.int32), tf.TensorSpec([None], tf.float32),
+                 tf.TensorSpec([None], tf.int32)]
 
     def build():
         # autograph off: the executor builds its loop explicitly
@@ -82,7 +83,8 @@ def band_scores(model: Any, x: np.ndarray, ranks: np.ndarray, bands: np.ndarray,
                 band = tf.gather(bands, step)[:, None, None, None, :]
                 own = tf.gather(ranks, image)
                 inside = (own >= band[..., 0]) & (own < band[..., 1])
-                perturbed = tf.where(inside != keep, tf.gather(baseline, image),
+                perturbed = tf.where(inside != keep,
+                                     tf.gather(baseline, image)[:, None, None, None],
                                      tf.gather(x, image))
                 outputs = tf.cast(adapter.logits(perturbed), tf.float32)
                 if softmax:
@@ -104,22 +106,21 @@ def clean_scores(model: Any, x: np.ndarray, classes: np.ndarray, *, softmax: boo
                  batch_size: int = 64) -> np.ndarray:
     """float64 [N]: the output for `classes` of the unperturbed images (an empty band)."""
     ranks = np.zeros(x.shape, np.int32)
-    return band_scores(model, x, ranks, np.array([[0, 0]]), x, classes, softmax=softmax,
-                       batch_size=batch_size)[:, 0]
+    return band_scores(model, x, ranks, np.array([[0, 0]]), np.zeros(len(x), np.float32),
+                       classes, softmax=softmax, batch_size=batch_size)[:, 0]
 
 
-def baseline_images(x: np.ndarray, perturb_baseline: Any) -> np.ndarray:
-    """float32 [N, H, W, C]: Quantus's fixed baselines of each image: "black" its smallest
-    value, "white" its largest, or a number (quantus/helpers/utils.py, `get_baseline_dict`:
-    per sample over every element)."""
+def baseline_values(x: np.ndarray, perturb_baseline: Any) -> np.ndarray:
+    """float32 [N]: Quantus's fixed baseline of each image, the value a replaced element
+    takes: "black" the image's smallest value, "white" its largest, or a number
+    (quantus/helpers/utils.py, `get_baseline_dict`: per sample over every element)."""
     if isinstance(perturb_baseline, (int, float)) and not isinstance(perturb_baseline, bool):
-        return np.full(x.shape, perturb_baseline, np.float32)
+        return np.full(len(x), perturb_baseline, np.float32)
     values = {"black": np.min, "white": np.max}
     if perturb_baseline not in values:
         raise UserError(f"perturb_baseline {perturb_baseline!r} is not supported; use "
                         "'black', 'white' or a number")
-    per_image = values[perturb_baseline](x.reshape(len(x), -1), axis=1)
-    return np.broadcast_to(per_image[:, None, None, None], x.shape).astype(np.float32)
+    return values[perturb_baseline](x.reshape(len(x), -1), axis=1).astype(np.float32)
 
 
 def checked_classes(model: Any, x: np.ndarray, y_batch: Any) -> np.ndarray:

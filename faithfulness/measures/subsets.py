@@ -18,14 +18,15 @@ def subset_scores(model: Any, x: np.ndarray, features: np.ndarray, baseline: np.
                   classes: np.ndarray, keys: np.ndarray, *, runs: int, subset_size: int,
                   softmax: bool = True, batch_size: int = 64) -> tuple[np.ndarray, np.ndarray]:
     """(output float64 [N, runs], the map's sum over the subset float64 [N, runs]) of `x`
-    ([N, H, W, C]) with each run's random subset of `subset_size` values replaced by
-    `baseline` ([N, H, W, C]); `features` [N, H, W, C] is the map broadcast over the image's
-    values; `keys` int64 [N, 2] key each image's draws (run r adds r to the first)."""
+    ([N, H, W, C]) with each run's random subset of `subset_size` values replaced by the
+    image's `baseline` value ([N]); `features` [N, H, W, C] is the map broadcast over the
+    image's values; `keys` int64 [N, 2] key each image's draws (run r adds r to the first)."""
     adapter = model_adapter(model)
     height, width, channels = (int(size) for size in x.shape[1:])
     count = height * width * channels
     image = tf.TensorSpec([None, height, width, channels], tf.float32)
-    signature = [image, image, image, tf.TensorSpec([None], tf.int32),
+    signature = [image, image, tf.TensorSpec([None], tf.float32),
+                 tf.TensorSpec([None], tf.int32),
                  tf.TensorSpec([None, 2], tf.int64), tf.TensorSpec([], tf.int32),
                  tf.TensorSpec([], tf.int32)]
 
@@ -44,7 +45,8 @@ def subset_scores(model: Any, x: np.ndarray, features: np.ndarray, baseline: np.
                 mask = tf.scatter_nd(tf.stack([rows, chosen], axis=-1),
                                      tf.ones_like(chosen), [tf.shape(chosen)[0], count]) > 0
                 mask = tf.reshape(mask, [-1, height, width, channels])
-                perturbed = tf.where(mask, tf.gather(baseline, image), tf.gather(x, image))
+                perturbed = tf.where(mask, tf.gather(baseline, image)[:, None, None, None],
+                                     tf.gather(x, image))
                 outputs = tf.cast(adapter.logits(perturbed), tf.float32)
                 if softmax:
                     outputs = tf.nn.softmax(outputs)
