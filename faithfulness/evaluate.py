@@ -266,6 +266,8 @@ class MeasureSettings(Checked):
                                                        "not the mean over the layers.")
     num_classes: Optional[int] = _setting("random_logit: classes to draw the other from.",
                                           at_least(2))
+    threshold: Optional[float] = _setting("sufficiency: largest distance of a close map.")
+    distance_func: Optional[str] = _setting("sufficiency: scipy's cdist metric.")
 
     def measure_settings(self) -> dict:
         """{name: value} of the settings given (what a report records)."""

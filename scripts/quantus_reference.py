@@ -55,6 +55,8 @@ CASES: dict[str, tuple[str, list[dict], tuple[str, ...]]] = {
                                                  "regions_evaluation": 5}], ("three", "one")),
     "completeness": ("Completeness", [{}, {"normalise": False}], ("three",)),
     "non_sensitivity": ("NonSensitivity", [{}, {"eps": 1e-3}], ("three", "one")),
+    "sufficiency": ("Sufficiency", [{}, {"threshold": 0.95}],
+                    ("three", "one")),
 }
 # random draws (Quantus's np.random, keyed draws here): cases that agree in distribution, with
 # the relative tolerance the test allows; the maps are the stored model's gradients
@@ -205,6 +207,7 @@ def run(config: Config) -> dict:
     import quantus
 
     warnings.filterwarnings("ignore")
+    np.random.seed(config.seed)  # Quantus draws from NumPy's global generator
     arrays = inputs(config.seed)
     cases: list[dict[str, Any]] = [
              {"measure": name, "settings": settings, "maps": maps, "images": "x",

@@ -15,7 +15,7 @@ from models.foundation.lazy import lazy_names
 FAMILIES = {  # family -> its measures' modules and names (Quantus 0.6's order)
     "faithfulness": ("faithfulness.measures.faithfulness_family",
                      ("faithfulness_correlation", "faithfulness_estimate", "monotonicity",
-                      "pixel_flipping", "region_perturbation", "selectivity")),
+                      "pixel_flipping", "region_perturbation", "selectivity", "sufficiency")),
     "complexity": ("faithfulness.measures.complexity_family",
                    ("sparseness", "complexity", "effective_complexity")),
     "axiomatic": ("faithfulness.measures.axiomatic_family",

@@ -30,10 +30,16 @@ the image's values, channel first (C x H x W), ranked by the map broadcast over 
   default (`softmax=False`). Quantus draws the subsets with `np.random.choice`; here each
   (image, run) subset is drawn in the graph from a key (seed, image id, run), so the values
   agree with Quantus's in distribution. Higher is better.
+- sufficiency (Dasgupta et al. 2022): for each image, the share of the other images of the
+  call whose map lies within `threshold` of its own (the `distance_func` distance between the
+  flattened maps, divided by the largest distance of the call) that the model predicts as the
+  same class; 0 with no such image (sufficiency.py). Quantus compares the images within each
+  of its batches (64 by default); here within the call. Higher is better.
 """
 from typing import Any
 
 import numpy as np
+import scipy.spatial.distance
 import scipy.stats
 
 from faithfulness import substrates
@@ -55,6 +61,8 @@ SPECS = (
                                                   "patches are replaced (area per image)"),
     MetricSpec("faithfulness_correlation", True, about="correlation of random subsets' "
                                                        "attribution with the output drop"),
+    MetricSpec("sufficiency", True, about="share of the images with a close map that the model "
+                                          "predicts as the same class"),
 )
 
 
@@ -219,3 +227,25 @@ def faithfulness_correlation(model: Any, x_batch: Any, y_batch: Any, a_batch: An
         batch_size=batch_size)
     with np.errstate(divide="ignore", invalid="ignore"):
         return scipy.stats.pearsonr(sums, clean[:, None] - scores, axis=1)[0]
+
+
+def sufficiency(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch: Any = None, *,
+                threshold: float = 0.6, distance_func: str = "seuclidean",
+                abs: bool = True, normalise: bool = True,  # noqa: A002
+                batch_size: int = 64) -> np.ndarray:
+    """[N] the share of the call's images with a map within `threshold` that share the
+    image's predicted class."""
+    found = prepared(x_batch, a_batch, s_batch, abs=abs, normalise=normalise)
+    try:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            distances = scipy.spatial.distance.cdist(found.a, found.a, distance_func)
+    except ValueError as error:
+        raise UserError(f"distance_func {distance_func!r}: {error}") from None
+    largest = np.max(np.abs(distances))
+    if largest > 0:
+        distances = distances / largest
+    close = (distances <= threshold) & ~np.eye(len(distances), dtype=bool)
+    predicted = np.argmax(perturbation.outputs(model, found.x, batch_size), axis=1)
+    same = predicted[None, :] == predicted[:, None]
+    counts = close.sum(axis=1)
+    return np.where(counts == 0, 0.0, (close & same).sum(axis=1) / np.maximum(counts, 1))

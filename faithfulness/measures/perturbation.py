@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from faithfulness import scorer as scoring
 from faithfulness.measures.arguments import Prepared
 from models.formats.adapter import adapt
 from models.foundation import executor, workload
@@ -121,6 +122,18 @@ def baseline_values(x: np.ndarray, perturb_baseline: Any) -> np.ndarray:
         raise UserError(f"perturb_baseline {perturb_baseline!r} is not supported; use "
                         "'black', 'white' or a number")
     return values[perturb_baseline](x.reshape(len(x), -1), axis=1).astype(np.float32)
+
+
+def model_scorer(model: Any, batch_size: int = 64) -> scoring.Scorer:
+    """A scorer of `model`'s outputs (logits), kept with the model per batch size, so its
+    traced prediction serves every call."""
+    return kept(model, ("measures' scorer", int(batch_size)),
+                lambda: scoring.Scorer(model_adapter(model), None, batch_size))
+
+
+def outputs(model: Any, x: np.ndarray, batch_size: int = 64) -> np.ndarray:
+    """float32 [N, classes]: the model's outputs (logits) of the unperturbed images."""
+    return model_scorer(model, batch_size).predict(tf.constant(x, tf.float32))
 
 
 def checked_classes(model: Any, x: np.ndarray, y_batch: Any) -> np.ndarray:

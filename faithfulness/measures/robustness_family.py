@@ -27,7 +27,6 @@ from typing import Any, Callable, Optional
 import numpy as np
 import tensorflow as tf
 
-from faithfulness import scorer as scoring
 from faithfulness import substrates
 from faithfulness.measures import perturbation
 from faithfulness.measures.arguments import prepared
@@ -107,7 +106,7 @@ def noisy_ratios(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch: 
     ids = np.arange(len(found.x)) if ids is None else np.asarray(ids, np.int64)
     explain = explainer(model, explain_func, explain_func_kwargs, abs=abs, normalise=normalise,
                         map_shape=found.map_shape, batch_size=batch_size, seed=seed)
-    outputs = scoring.Scorer(model, None, batch_size)
+    outputs = perturbation.model_scorer(model, batch_size)
     logits = outputs.predict(tf.constant(found.x)).astype(np.float64)
     flat = found.x.reshape(len(found.x), -1).astype(np.float64)
     per_group = max(1, GROUP_BYTES // max(1, found.x.nbytes))

@@ -334,3 +334,17 @@ def test_randomisation_measures_known_answers():
     gradients = engine.attribute(same, images, "gradient", [0, 0])
     np.testing.assert_allclose(measures.random_logit(same, images, np.array([0, 0]), gradients,
                                                      explain_func="gradient"), 1.0, atol=1e-9)
+
+
+def test_sufficiency_counts_close_maps_of_the_same_prediction():
+    """Two pairs of nearly equal maps, far apart: the first pair's images are predicted alike
+    (1 each), the second pair's differently (0 each)."""
+    kernel = np.stack([np.ones(48), -np.ones(48)], axis=1)  # positive images: class 0
+    model = linear_model(kernel)
+    rng = np.random.default_rng(14)
+    x = rng.uniform(0.1, 1.0, (4, 4, 4, 3)).astype(np.float32)
+    x[3] *= -1  # predicted class 1
+    base = rng.normal(size=(2, 4, 4))
+    maps = np.stack([base[0], base[0] + 0.01, base[1] * 5, base[1] * 5 + 0.01])
+    found = measures.sufficiency(model, x, np.zeros(4, np.int64), maps)
+    np.testing.assert_array_equal(found, [1.0, 1.0, 0.0, 0.0])
