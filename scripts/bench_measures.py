@@ -41,13 +41,13 @@ if TYPE_CHECKING:  # the type checker's view of the same modules
 
     from faithfulness import measures
     from saliency_gen.attribution import engine
-    from scripts import bench_faithfulness
 else:
     keras = lazy_module("keras")
     tf = lazy_module("tensorflow")
     measures = lazy_module("faithfulness.measures")
     engine = lazy_module("saliency_gen.attribution.engine")
-    bench_faithfulness = lazy_module("scripts.bench_faithfulness")
+# (scripts/ is a folder of scripts, not a package the type checker follows)
+bench_faithfulness: Any = lazy_module("scripts.bench_faithfulness")
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # measure -> its settings here (Quantus's names), the forward passes per image (None: the maps
