@@ -138,7 +138,7 @@ def _score_group(loaded: Any, images: np.ndarray, labels: np.ndarray, ids: np.nd
                                          batch_size=options.batch_size, seed=options.seed,
                                          ids=ids if batch_ids is None else batch_ids)
 
-    return measure.score(Group(loaded, images, labels, ids, explain, masks))
+    return measure.score(Group(loaded, images, labels, ids, explain, masks, explainer))
 
 
 def per_image(loaded: Any, images: np.ndarray, labels: np.ndarray, ids: np.ndarray,
@@ -268,6 +268,7 @@ class MeasureSettings(Checked):
                                           at_least(2))
     threshold: Optional[float] = _setting("sufficiency: largest distance of a close map.")
     distance_func: Optional[str] = _setting("sufficiency: scipy's cdist metric.")
+    input_shift: Optional[float] = _setting("input_invariance: the shift of the input.")
 
     def measure_settings(self) -> dict:
         """{name: value} of the settings given (what a report records)."""

@@ -19,7 +19,7 @@ FAMILIES = {  # family -> its measures' modules and names (Quantus 0.6's order)
     "complexity": ("faithfulness.measures.complexity_family",
                    ("sparseness", "complexity", "effective_complexity")),
     "axiomatic": ("faithfulness.measures.axiomatic_family",
-                  ("completeness", "non_sensitivity")),
+                  ("completeness", "input_invariance", "non_sensitivity")),
     "robustness": ("faithfulness.measures.robustness_family",
                    ("avg_sensitivity", "local_lipschitz_estimate", "max_sensitivity",
                     "relative_input_stability", "relative_output_stability")),

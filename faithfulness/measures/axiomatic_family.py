@@ -14,13 +14,20 @@ should have, checked with the model's outputs on the one batched computation
   map gives it no attribution" (a_i < `eps`) disagree; 0 is best (non_sensitivity.py). With
   `features_in_step` > 1 Quantus compares [N, steps] with [N, features] and fails; here each
   feature takes its step's output.
+- input_invariance (Kindermans et al. 2019): 1.0 where the map is unchanged (within 1e-4) when
+  the input is shifted by `input_shift` and the model by the opposite, so that its outputs are
+  the same (input_invariance.py). Quantus shifts the first layer's bias by its response to a
+  constant image, which is exact only away from a padded border; here the shifted model
+  subtracts the shift before the model, exactly. Needs `explain_func`. Higher is better.
 """
-from typing import Any
+from typing import Any, Optional
 
+import keras
 import numpy as np
 
 from faithfulness.measures import perturbation
 from faithfulness.measures.arguments import prepared
+from faithfulness.measures.explaining import explainer, keras_of
 from models.foundation.metric_spec import MetricSpec
 
 SPECS = (
@@ -28,6 +35,8 @@ SPECS = (
                                            "baseline"),
     MetricSpec("non_sensitivity", False, about="features where 'no effect' and 'no "
                                                "attribution' disagree"),
+    MetricSpec("input_invariance", True, about="the map is unchanged by a shift of the input "
+                                               "the model absorbs"),
 )
 
 
@@ -69,3 +78,23 @@ def non_sensitivity(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batc
     unmoved = np.abs(scores[:, 1:] - scores[:, :1]) < eps  # [N, steps]
     unmoved = np.repeat(unmoved, features_in_step, axis=1)[:, :index.size]
     return (unmoved ^ (perturbation.broadcast_features(found) < eps)).sum(axis=1).astype(np.int64)
+
+
+def input_invariance(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch: Any = None,
+                     *, explain_func: Any = None, explain_func_kwargs: Optional[dict] = None,
+                     input_shift: float = -1.0, abs: bool = False,  # noqa: A002
+                     normalise: bool = False, seed: int = 0, ids: Any = None,
+                     batch_size: int = 64) -> np.ndarray:
+    """[N] 1.0 where the shifted model's map of the shifted image equals the map (1e-4)."""
+    found = prepared(x_batch, a_batch, s_batch, abs=abs, normalise=normalise)
+    classes = perturbation.checked_classes(model, found.x, y_batch)
+    source = keras_of(model, "input_invariance shifts the model's input")
+    shift = float(input_shift)
+    shifted = keras.Sequential([keras.Input(source.input_shape[1:]),
+                                keras.layers.Lambda(lambda images: images - shift), source])
+    explain = explainer(shifted, explain_func, explain_func_kwargs, abs=abs,
+                        normalise=normalise, map_shape=found.map_shape,
+                        batch_size=batch_size, seed=seed)
+    ids = np.arange(len(found.x)) if ids is None else np.asarray(ids, np.int64)
+    moved = explain(found.x + np.float32(shift), classes, ids)
+    return np.all(np.isclose(found.a, moved, atol=1e-4), axis=1).astype(np.float64)

@@ -8,11 +8,24 @@ as the call's `a_batch` was (`arguments.prepared`), and must have its shape.
 import dataclasses
 from typing import Any, Callable, Optional
 
+import keras
 import numpy as np
 
+import models
 from faithfulness.measures.arguments import prepared
 from models.foundation.errors import ShapeError, UserError
 from saliency_gen.attribution import engine, names
+
+
+def keras_of(model: Any, what: str) -> Any:
+    """`model` as a Keras model the measure may wrap or change: a live Keras model as it is,
+    or the zoo model an export holds (`models.rebuild`); else one line naming `what` needs."""
+    if isinstance(model, keras.Model):
+        return model
+    path = getattr(model, "path", None)
+    if path is None:
+        raise UserError(f"{what}: pass a Keras model or an exported zoo model (models.load)")
+    return models.rebuild(path)
 
 
 @dataclasses.dataclass(frozen=True)

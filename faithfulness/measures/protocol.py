@@ -17,8 +17,10 @@ from models.foundation.metric_spec import Group, MetricSpec
 
 CURVES = ("pixel_flipping", "selectivity", "region_perturbation")  # their area per image
 # they explain again: perturbed inputs, a randomised model, another class
-EXPLAINING = (*measures.FAMILIES["robustness"][1], *measures.FAMILIES["randomisation"][1])
+EXPLAINING = (*measures.FAMILIES["robustness"][1], *measures.FAMILIES["randomisation"][1],
+              "input_invariance")
 CURVES_BY_DEFAULT = ("mprt",)  # its mean over the layers per image on the card and the binary
+OTHER_MODEL = ("mprt", "input_invariance")  # explain with a changed model: by the method itself
 NOT_SETTINGS = ("model", "x_batch", "y_batch", "a_batch", "s_batch", "explain_func",
                 "explain_func_kwargs", "ids", "return_auc_per_sample", "batch_size", "seed",
                 "return_average_correlation")
@@ -65,7 +67,7 @@ SETTING_FLAGS = ("abs", "normalise", "softmax", "perturb_baseline", "features_in
                  "nr_samples", "lower_bound", "upper_bound", "perturb_mean", "perturb_std",
                  "eps_min", "return_nan_when_prediction_changes", "nr_runs", "subset_size",
                  "layer_order", "return_last_correlation", "num_classes", "threshold",
-                 "distance_func")
+                 "distance_func", "input_shift")
 
 
 class PeerMeasure:
@@ -93,7 +95,12 @@ class PeerMeasure:
             settings["return_auc_per_sample"] = True
         if self.name in CURVES_BY_DEFAULT and not settings.get("return_last_correlation"):
             settings["return_average_correlation"] = True
-        if self.name in EXPLAINING:
+        if self.name in OTHER_MODEL:
+            if group.explainer is None:
+                raise UserError(f"{self.name} explains with a changed model: it needs the "
+                                "explainer's name, not only its maps")
+            settings["explain_func"] = group.explainer
+        elif self.name in EXPLAINING:
             settings["explain_func"] = explaining.KeyedExplain(group.explain)
         masks = group.masks if measures.family_of(self.name) == "localisation" else None
         values = self.function(group.loaded, group.images, group.labels,

@@ -24,11 +24,10 @@ import keras
 import numpy as np
 import scipy.ndimage
 
-import models
 from faithfulness import randomisation, stats, substrates
 from faithfulness.measures import perturbation
 from faithfulness.measures.arguments import prepared
-from faithfulness.measures.explaining import explainer
+from faithfulness.measures.explaining import explainer, keras_of
 from models.foundation.errors import UserError, check_one_of
 from models.foundation.metric_spec import MetricSpec
 
@@ -47,17 +46,11 @@ def _no_mask(s_batch: Any) -> None:
 
 
 def randomisable(model: Any) -> Any:
-    """A Keras copy of `model` whose weights the measure may change: a clone of a live Keras
-    model, or the zoo model an export holds (`models.rebuild`)."""
-    if isinstance(model, keras.Model):
-        copy = keras.models.clone_model(model)
-        copy.set_weights(model.get_weights())
-        return copy
-    path = getattr(model, "path", None)
-    if path is None:
-        raise UserError("mprt re-initialises the model's layers: pass a Keras model or an "
-                        "exported zoo model (models.load)")
-    return models.rebuild(path)
+    """A Keras copy of `model` whose weights the measure may change (`explaining.keras_of`)."""
+    source = keras_of(model, "mprt re-initialises the model's layers")
+    copy = keras.models.clone_model(source)
+    copy.set_weights(source.get_weights())
+    return copy
 
 
 def mprt(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch: Any = None, *,

@@ -65,8 +65,9 @@ class Group:
     """One group of images a measure scores together: the model, images [n, H, W, C] in its
     input space, the labels explained, the ids keying random draws, `explain(batch, targets,
     ids=None)`, the explainer's maps of a batch (of the group's images, or of perturbed ones,
-    whose random draws `ids` key), and the images' ground-truth object masks [n, H, W] where
-    the data has them (the localisation measures need them)."""
+    whose random draws `ids` key), the images' ground-truth object masks [n, H, W] where
+    the data has them (the localisation measures need them), and the explainer itself (a
+    method name or a resolved method), for the measures that explain with another model."""
 
     loaded: Any
     images: Any
@@ -74,6 +75,7 @@ class Group:
     ids: Any
     explain: Callable[..., Any]
     masks: Any = None
+    explainer: Any = None
 
 
 def specs_named(specs: "tuple[MetricSpec, ...]", names: Sequence[str]) -> tuple:
