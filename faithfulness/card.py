@@ -25,7 +25,8 @@ FAMILIES = {family: names for family, (_, names) in measures.FAMILIES.items()}
 DEFAULT = ("Deletion", "Insertion", "IIC/AD", "ADD", "IDSDS", "sparseness", "pointing_game")
 # the card's settings of a peer measure where Quantus's default costs too much for a card
 CARD_SETTINGS: dict[str, dict[str, Any]] = {
-    name: {"nr_samples": 10} for name in measures.FAMILIES["robustness"][1]}
+    name: {"nr_samples": 10} for name in measures.FAMILIES["robustness"][1]
+    if name != "consistency"}
 
 
 def benchmarks(loaded: Any, images: np.ndarray, labels: np.ndarray, ids: np.ndarray, *,
@@ -76,6 +77,6 @@ def _cost(protocol: str, options: evaluate.Options, own: dict) -> float:
         return float(options.id_steps)
     if protocol == "single_deletion":
         return float(options.grid_rows_and_cols ** 2)
-    if protocol in measures.FAMILIES["robustness"][1]:
-        return 4.0 * own.get("nr_samples", 200)  # explaining again, several maps per sample
+    if "nr_samples" in own:  # the robustness measures explain again per noisy sample
+        return 4.0 * own["nr_samples"]  # explaining again, several maps per sample
     return 2.0

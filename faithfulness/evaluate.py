@@ -269,6 +269,9 @@ class MeasureSettings(Checked):
     threshold: Optional[float] = _setting("sufficiency: largest distance of a close map.")
     distance_func: Optional[str] = _setting("sufficiency: scipy's cdist metric.")
     input_shift: Optional[float] = _setting("input_invariance: the shift of the input.")
+    discretise: Optional[str] = _setting("consistency: top_n_sign or first_n_sign.")
+    n: Optional[int] = _setting("consistency: the values a discretised map keeps.",
+                                at_least(1))
 
     def measure_settings(self) -> dict:
         """{name: value} of the settings given (what a report records)."""

@@ -55,6 +55,7 @@ CASES: dict[str, tuple[str, list[dict], tuple[str, ...]]] = {
                                                  "regions_evaluation": 5}], ("three", "one")),
     "completeness": ("Completeness", [{}, {"normalise": False}], ("three",)),
     "non_sensitivity": ("NonSensitivity", [{}, {"eps": 1e-3}], ("three", "one")),
+    "consistency": ("Consistency", [{"discretise": "first_n_sign"}], ("three", "one")),
     "sufficiency": ("Sufficiency", [{}, {"threshold": 0.95}],
                     ("three", "one")),
 }
@@ -179,6 +180,7 @@ def quantus_values(name: str, settings: dict, arrays: dict, maps: str,
     s = arrays["s"][:, None] if name in MASKED else None
     model = None if name in MAP_ONLY else torch_model(arrays)
     call_settings = {key: settings[key] for key in settings if key == "softmax"}
+    settings = {key: value for key, value in settings.items() if key != "discretise"}
     if name in RANDOM_CASES:
         class_name = RANDOM_CASES[name][0]
         if "sensitivity" in name or "lipschitz" in name:

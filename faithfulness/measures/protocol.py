@@ -17,8 +17,8 @@ from models.foundation.metric_spec import Group, MetricSpec
 
 CURVES = ("pixel_flipping", "selectivity", "region_perturbation")  # their area per image
 # they explain again: perturbed inputs, a randomised model, another class
-EXPLAINING = (*measures.FAMILIES["robustness"][1], *measures.FAMILIES["randomisation"][1],
-              "input_invariance")
+EXPLAINING = (*(name for name in measures.FAMILIES["robustness"][1] if name != "consistency"),
+              *measures.FAMILIES["randomisation"][1], "input_invariance")
 CURVES_BY_DEFAULT = ("mprt",)  # its mean over the layers per image on the card and the binary
 OTHER_MODEL = ("mprt", "input_invariance")  # explain with a changed model: by the method itself
 NOT_SETTINGS = ("model", "x_batch", "y_batch", "a_batch", "s_batch", "explain_func",
@@ -67,7 +67,7 @@ SETTING_FLAGS = ("abs", "normalise", "softmax", "perturb_baseline", "features_in
                  "nr_samples", "lower_bound", "upper_bound", "perturb_mean", "perturb_std",
                  "eps_min", "return_nan_when_prediction_changes", "nr_runs", "subset_size",
                  "layer_order", "return_last_correlation", "num_classes", "threshold",
-                 "distance_func", "input_shift")
+                 "distance_func", "input_shift", "discretise", "n")
 
 
 class PeerMeasure:

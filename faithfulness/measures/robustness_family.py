@@ -13,6 +13,14 @@ images, and reduces a per-sample ratio over the samples (`noisy_ratios`).
   logits), over inputs x + U(lower_bound, upper_bound) (Quantus's defaults 0.02 and 0.2; zeros
   in a denominator read eps_min; relative_input_stability.py, relative_output_stability.py).
 
+- consistency (Dasgupta et al. 2022): for each image, the share of the call's other images
+  whose map has the same discrete label (`discretise`) that the model predicts as the same
+  class (consistency.py; none: 0). The label is the positions and signs of the map's `n`
+  highest values ("top_n_sign", the default); Quantus's `top_n_sign` takes the signs of the
+  first n values in memory order (quantus/functions/discretise_func.py, `top_n_sign`:
+  `np.sign(a)[:n]`), which after its default `abs` gives every map one label: that reading is
+  "first_n_sign". Quantus compares within each of its batches; here within the call.
+
 With `return_nan_when_prediction_changes` a sample whose predicted class changes makes the
 image's value NaN (Quantus: `changed_prediction_indices` marks nothing unless it is set, and
 the reduction is then np.mean / np.max, which keep the NaN). Quantus draws its noise with
@@ -31,7 +39,7 @@ from faithfulness import substrates
 from faithfulness.measures import perturbation
 from faithfulness.measures.arguments import prepared
 from faithfulness.measures.explaining import explainer
-from models.foundation.errors import UserError
+from models.foundation.errors import UserError, check_one_of
 from models.foundation.metric_spec import MetricSpec
 
 SPECS = (
@@ -45,7 +53,10 @@ SPECS = (
                                                         "per relative change of the input"),
     MetricSpec("relative_output_stability", False, about="largest relative change of the map "
                                                          "per change of the logits"),
+    MetricSpec("consistency", True, about="share of the images with the same discretised map "
+                                          "that the model predicts as the same class"),
 )
+DISCRETISATIONS = ("top_n_sign", "first_n_sign")
 
 GROUP_BYTES = 1 << 28  # perturbed images held at once
 
@@ -240,3 +251,34 @@ def relative_output_stability(model: Any, x_batch: Any, y_batch: Any, a_batch: A
     """[N] the largest relative map change per change of the logits."""
     return _measured(np.max, functools.partial(output_stability, eps_min=eps_min),
                      uniform(lower_bound, upper_bound), locals())
+
+
+def discrete_labels(a: np.ndarray, discretise: str, n: int) -> np.ndarray:
+    """int [N]: equal for maps ([N, F]) with the same discretisation: the positions and signs
+    of their `n` highest values ("top_n_sign"), or the signs of their first n values
+    ("first_n_sign", Quantus 0.6's reading)."""
+    check_one_of("discretise", discretise, DISCRETISATIONS)
+    if discretise == "first_n_sign":
+        keys = np.sign(a[:, :n])
+    else:
+        top = np.argsort(-a, axis=1, kind="stable")[:, :n]
+        keys = np.concatenate([top, np.sign(np.take_along_axis(a, top, axis=1))], axis=1)
+    return np.unique(keys, axis=0, return_inverse=True)[1].reshape(-1)
+
+
+def consistency(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch: Any = None, *,
+                discretise: str = "top_n_sign", n: int = 5, abs: bool = True,  # noqa: A002
+                normalise: bool = True, batch_size: int = 64) -> np.ndarray:
+    """[N] the share of the call's images with the same discretised map that share the
+    image's predicted class."""
+    if s_batch is not None:
+        raise UserError("s_batch is given but this measure takes no mask; leave it out")
+    if n < 1:
+        raise UserError(f"n must be at least 1; got {n}")
+    found = prepared(x_batch, a_batch, abs=abs, normalise=normalise)
+    labels = discrete_labels(found.a, discretise, n)
+    predicted = np.argmax(perturbation.outputs(model, found.x, batch_size), axis=1)
+    others = ~np.eye(len(labels), dtype=bool)
+    same_map = (labels[None, :] == labels[:, None]) & others
+    same_class = predicted[None, :] == predicted[:, None]
+    return (same_map & same_class).sum(axis=1) / (same_map.sum(axis=1) + 1e-9)

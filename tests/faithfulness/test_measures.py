@@ -338,7 +338,7 @@ def test_randomisation_measures_known_answers():
                                                      explain_func="gradient"), 1.0, atol=1e-9)
 
 
-def test_sufficiency_counts_close_maps_of_the_same_prediction():
+def test_sufficiency_and_consistency_count_close_maps_of_the_same_prediction():
     """Two pairs of nearly equal maps, far apart: the first pair's images are predicted alike
     (1 each), the second pair's differently (0 each)."""
     kernel = np.stack([np.ones(48), -np.ones(48)], axis=1)  # positive images: class 0
@@ -350,6 +350,13 @@ def test_sufficiency_counts_close_maps_of_the_same_prediction():
     maps = np.stack([base[0], base[0] + 0.01, base[1] * 5, base[1] * 5 + 0.01])
     found = measures.sufficiency(model, x, np.zeros(4, np.int64), maps)
     np.testing.assert_array_equal(found, [1.0, 1.0, 0.0, 0.0])
+    # consistency: the pairs also share their five highest values' places and signs
+    np.testing.assert_allclose(measures.consistency(model, x, np.zeros(4, np.int64), maps),
+                               [1.0, 1.0, 0.0, 0.0], atol=1e-8)
+    # Quantus's reading (the first five values' signs, all + after abs): one label for all
+    np.testing.assert_allclose(measures.consistency(
+        model, x, np.zeros(4, np.int64), maps, discretise="first_n_sign"),
+        [2 / 3, 2 / 3, 2 / 3, 0.0], atol=1e-8)
 
 
 def test_input_invariance_of_gradient_and_gradient_times_input():
