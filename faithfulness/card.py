@@ -26,7 +26,7 @@ DEFAULT = ("Deletion", "Insertion", "IIC/AD", "ADD", "IDSDS", "sparseness", "poi
 # the card's settings of a peer measure where Quantus's default costs too much for a card
 CARD_SETTINGS: dict[str, dict[str, Any]] = {
     name: {"nr_samples": 10} for name in measures.FAMILIES["robustness"][1]
-    if name != "consistency"}
+    if name not in ("consistency", "continuity")}
 
 
 def benchmarks(loaded: Any, images: np.ndarray, labels: np.ndarray, ids: np.ndarray, *,

@@ -272,6 +272,7 @@ class MeasureSettings(Checked):
     discretise: Optional[str] = _setting("consistency: top_n_sign or first_n_sign.")
     n: Optional[int] = _setting("consistency: the values a discretised map keeps.",
                                 at_least(1))
+    nr_steps: Optional[int] = _setting("continuity: translations.", at_least(1))
 
     def measure_settings(self) -> dict:
         """{name: value} of the settings given (what a report records)."""

@@ -65,11 +65,14 @@ RANDOM_CASES: dict[str, tuple[str, dict, float, float]] = {  # class, settings, 
     "avg_sensitivity": ("AvgSensitivity", {"nr_samples": 1000, "lower_bound": 0.1}, 0.05, 0),
     "max_sensitivity": ("MaxSensitivity", {"nr_samples": 1000, "lower_bound": 0.1}, 0.15, 0),
     "local_lipschitz_estimate": ("LocalLipschitzEstimate", {"nr_samples": 1000}, 0.15, 0),
+    # deterministic (translations), through the explainer: exact
+    "continuity": ("Continuity", {"nr_steps": 3}, 1e-4, 1e-6),  # no translation by 0
     # a correlation over 400 random subsets: its sampling error is about 0.05
     "faithfulness_correlation": ("FaithfulnessCorrelation",
                                  {"nr_runs": 400, "subset_size": 16,
                                   "return_aggregate": False}, 0, 0.15),
 }
+EXPLAINED = ("avg_sensitivity", "max_sensitivity", "local_lipschitz_estimate", "continuity")
 # the relative stabilities' maxima are too heavy-tailed to compare in distribution (a ratio
 # with 1 / x and 1 / a inside): their objectives are compared on Quantus's own noisy inputs
 OBJECTIVES = {"relative_input_stability": "relative_input_stability_objective",
@@ -183,7 +186,7 @@ def quantus_values(name: str, settings: dict, arrays: dict, maps: str,
     settings = {key: value for key, value in settings.items() if key != "discretise"}
     if name in RANDOM_CASES:
         class_name = RANDOM_CASES[name][0]
-        if "sensitivity" in name or "lipschitz" in name:
+        if name in EXPLAINED:
             call_settings["explain_func"] = torch_gradient
     metric = getattr(quantus, class_name)(
         disable_warnings=True, **{k: v for k, v in settings.items() if k != "softmax"})
@@ -220,8 +223,7 @@ def run(config: Config) -> dict:
         torch_model(arrays), np.transpose(arrays["x"], (0, 3, 1, 2)), arrays["y"]), (0, 2, 3, 1))
     cases += [{"measure": name, "settings": dict({key: value for key, value in settings.items()
                                                   if key != "return_aggregate"}, **(
-                   {"explain_func": "gradient"} if "sensitivity" in name or "lipschitz" in name
-                   else {})),
+                   {"explain_func": "gradient"} if name in EXPLAINED else {})),
                "maps": "gradient", "images": "x", "rtol": rtol, "atol": atol,
                "values": quantus_values(name, settings, arrays, "gradient")}
               for name, (_, settings, rtol, atol) in RANDOM_CASES.items()]

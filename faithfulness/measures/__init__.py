@@ -21,7 +21,7 @@ FAMILIES = {  # family -> its measures' modules and names (Quantus 0.6's order)
     "axiomatic": ("faithfulness.measures.axiomatic_family",
                   ("completeness", "input_invariance", "non_sensitivity")),
     "robustness": ("faithfulness.measures.robustness_family",
-                   ("avg_sensitivity", "consistency", "local_lipschitz_estimate",
+                   ("avg_sensitivity", "consistency", "continuity", "local_lipschitz_estimate",
                     "max_sensitivity",
                     "relative_input_stability", "relative_output_stability")),
     "randomisation": ("faithfulness.measures.randomisation_family", ("mprt", "random_logit")),

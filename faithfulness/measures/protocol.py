@@ -67,7 +67,7 @@ SETTING_FLAGS = ("abs", "normalise", "softmax", "perturb_baseline", "features_in
                  "nr_samples", "lower_bound", "upper_bound", "perturb_mean", "perturb_std",
                  "eps_min", "return_nan_when_prediction_changes", "nr_runs", "subset_size",
                  "layer_order", "return_last_correlation", "num_classes", "threshold",
-                 "distance_func", "input_shift", "discretise", "n")
+                 "distance_func", "input_shift", "discretise", "n", "nr_steps")
 
 
 class PeerMeasure:

@@ -21,6 +21,16 @@ images, and reduces a per-sample ratio over the samples (`noisy_ratios`).
   `np.sign(a)[:n]`), which after its default `abs` gives every map one label: that reading is
   "first_n_sign". Quantus compares within each of its batches; here within the call.
 
+- continuity (Montavon et al. 2018): the largest ||a - a'||_1 / (||x - x'||_2 + 1e-9) over
+  `nr_steps` horizontal translations of the image (from almost a whole width left to almost a
+  whole width right, the image's smallest value filling in; continuity.py); with
+  `return_nan_when_prediction_changes`, NaN where a translation changes the predicted class
+  from `y_batch`. As in Quantus, the map compared is `explain_func`'s map of the image (the
+  given `a_batch` only fixes the maps' shape). A translation by 0, which Quantus's steps
+  include whenever they reach the middle (28 steps of a 224-pixel image do), is left out: it
+  compares an image with itself, and Quantus's ratio there is the explainer's rounding noise
+  over 1e-9.
+
 With `return_nan_when_prediction_changes` a sample whose predicted class changes makes the
 image's value NaN (Quantus: `changed_prediction_indices` marks nothing unless it is set, and
 the reduction is then np.mean / np.max, which keep the NaN). Quantus draws its noise with
@@ -55,6 +65,8 @@ SPECS = (
                                                          "per change of the logits"),
     MetricSpec("consistency", True, about="share of the images with the same discretised map "
                                           "that the model predicts as the same class"),
+    MetricSpec("continuity", False, about="largest change of the map per change of the input "
+                                          "under horizontal translations"),
 )
 DISCRETISATIONS = ("top_n_sign", "first_n_sign")
 
@@ -282,3 +294,58 @@ def consistency(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch: A
     same_map = (labels[None, :] == labels[:, None]) & others
     same_class = predicted[None, :] == predicted[:, None]
     return (same_map & same_class).sum(axis=1) / (same_map.sum(axis=1) + 1e-9)
+
+
+def translations(x: np.ndarray, shifts: np.ndarray) -> np.ndarray:
+    """float32 [len(shifts) x N, H, W, C], shift-major: each image moved by each shift along
+    its width (right for positive), the image's smallest value filling the columns it
+    leaves (Quantus's `batched_translation` with the "black" baseline)."""
+    width = x.shape[2]
+    source = np.arange(width)[None, :] - shifts[:, None]  # [S, W]: the column each reads
+    inside = (source >= 0) & (source < width)
+    moved = np.take(x, np.clip(source, 0, width - 1), axis=2)  # [N, H, S, W, C]
+    moved = np.moveaxis(moved, 2, 0)  # [S, N, H, W, C]
+    black = x.reshape(len(x), -1).min(axis=1)[None, :, None, None, None]
+    moved = np.where(inside[:, None, None, :, None], moved, black)
+    return moved.reshape(-1, *x.shape[1:]).astype(np.float32)
+
+
+def continuity(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch: Any = None, *,
+               explain_func: Any = None, explain_func_kwargs: Optional[dict] = None,
+               nr_steps: int = 28, abs: bool = True, normalise: bool = True,  # noqa: A002
+               return_nan_when_prediction_changes: bool = False, seed: int = 0,
+               ids: Any = None, batch_size: int = 64) -> np.ndarray:
+    """[N] the largest ||a - a'||_1 / ||x - x'||_2 over the translations."""
+    if s_batch is not None:
+        raise UserError("s_batch is given but this measure takes no mask; leave it out")
+    found = prepared(x_batch, a_batch, abs=abs, normalise=normalise)
+    width = found.x.shape[2]
+    if not 1 <= nr_steps <= 2 * width + 1:
+        raise UserError(f"nr_steps must be between 1 and {2 * width + 1} (twice the width and "
+                        f"one); got {nr_steps}")
+    classes = perturbation.checked_classes(model, found.x, y_batch)
+    ids = np.arange(len(found.x)) if ids is None else np.asarray(ids, np.int64)
+    explain = explainer(model, explain_func, explain_func_kwargs, abs=abs, normalise=normalise,
+                        map_shape=found.map_shape, batch_size=batch_size, seed=seed)
+    step = (2 * width + 1) // nr_steps
+    shifts = -width + step * np.arange(1, nr_steps + 1)
+    shifts = shifts[shifts != 0]  # (a translation by 0 compares the image with itself)
+    own = explain(found.x, classes, ids)  # Quantus's a: the image's own map
+    flat = found.x.reshape(len(found.x), -1)
+    per_group = max(1, GROUP_BYTES // max(1, found.x.nbytes))
+    values, changed = [], []
+    for start in range(0, len(shifts), per_group):  # groups of many images
+        chosen = shifts[start:start + per_group]
+        count = len(chosen)
+        moved = translations(found.x, chosen)
+        maps = explain(moved, np.tile(classes, count), np.tile(ids, count), blocks=count)
+        gaps = np.abs(np.tile(own, (count, 1)) - maps).sum(axis=1)
+        inputs = np.linalg.norm(np.tile(flat, (count, 1)) - moved.reshape(len(moved), -1),
+                                axis=1)
+        values.append((gaps / (inputs + 1e-9)).reshape(count, -1).T)
+        predicted = np.argmax(perturbation.outputs(model, moved, batch_size), axis=1)
+        changed.append((predicted != np.tile(classes, count)).reshape(count, -1).T)
+    found_values = np.concatenate(values, axis=1)
+    if return_nan_when_prediction_changes:
+        found_values = np.where(np.concatenate(changed, axis=1), np.nan, found_values)
+    return np.max(found_values, axis=1)

@@ -219,6 +219,9 @@ def test_sensitivity_of_linear_and_quadratic_models():
         np.testing.assert_allclose(getattr(measures, name)(
             linear, x, np.array([0, 0]), gradient, explain_func="gradient", nr_samples=5,
             normalise=False, **extra), 0.0, atol=1e-6, err_msg=name)
+    np.testing.assert_allclose(measures.continuity(  # translations: the same map too
+        linear, x, np.array([0, 0]), gradient, explain_func="gradient", nr_steps=4,
+        normalise=False, abs=False), 0.0, atol=1e-6)
     squares = keras.Sequential([keras.Input((4, 4, 3)), keras.layers.Lambda(lambda t: t * t),
                                 keras.layers.Flatten(), keras.layers.Dense(2, use_bias=False)])
     squares.layers[-1].set_weights([np.stack([np.ones(48), np.zeros(48)], 1)])
