@@ -106,8 +106,9 @@ def run(config: Config) -> dict:
     rows = differences(stored)
     print(f"{datetime.date.today().isoformat()}, {platform.processor() or platform.machine()}; "
           f"Quantus {stored['quantus']} (NumPy {stored['numpy']}), stored {stored['date']}")
-    print("| measure | cases | images | largest abs. difference | largest rel. difference |"
-          " (in distribution: robustness, whose draws differ)")
+    drawn = sorted({case["measure"] for case in stored["cases"] if case.get("drawn")})
+    print(f"(random draws differ, so these agree in distribution only: {', '.join(drawn)})")
+    print("| measure | cases | images | largest abs. difference | largest rel. difference |")
     print("|---|---|---|---|---|")
     for name, (cases, images, absolute, relative) in rows.items():
         print(f"| {name} | {cases} | {images} | {absolute:.1e} | {relative:.1e} |")
