@@ -6,12 +6,14 @@ gives the measure's per-image values on a `Group`. A measure that returns a curv
 gives its area (`return_auc_per_sample`); the robustness measures explain the perturbed
 inputs with the group's explainer.
 """
+import dataclasses
 import importlib
 import inspect
 from typing import Any
 
 from faithfulness import measures
 from faithfulness.measures import explaining
+from faithfulness.measures.settings import MeasureSettings
 from models.foundation.errors import UserError
 from models.foundation.metric_spec import Group, MetricSpec
 
@@ -61,13 +63,7 @@ def given_settings(name: str, options: Any) -> dict:
 
 
 # every setting any measure takes, as the binaries' flags name them
-SETTING_FLAGS = ("abs", "normalise", "softmax", "perturb_baseline", "features_in_step",
-                 "patch_size", "order", "regions_evaluation", "k", "eps", "weighted",
-                 "concept_influence", "positive_attributions", "max_size", "rtol",
-                 "nr_samples", "lower_bound", "upper_bound", "perturb_mean", "perturb_std",
-                 "eps_min", "return_nan_when_prediction_changes", "nr_runs", "subset_size",
-                 "layer_order", "return_last_correlation", "num_classes", "threshold",
-                 "distance_func", "input_shift", "discretise", "n", "nr_steps")
+SETTING_FLAGS = tuple(field.name for field in dataclasses.fields(MeasureSettings))
 
 
 class PeerMeasure:
