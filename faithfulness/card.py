@@ -27,6 +27,7 @@ DEFAULT = ("Deletion", "Insertion", "IIC/AD", "ADD", "IDSDS", "sparseness", "poi
 CARD_SETTINGS: dict[str, dict[str, Any]] = {
     name: {"nr_samples": 10} for name in measures.FAMILIES["robustness"][1]
     if name not in ("consistency", "continuity")}
+CARD_SETTINGS["average_stability"] = {"nb_samples": 10}
 
 
 def benchmarks(loaded: Any, images: np.ndarray, labels: np.ndarray, ids: np.ndarray, *,
@@ -77,6 +78,6 @@ def _cost(protocol: str, options: evaluate.Options, own: dict) -> float:
         return float(options.id_steps)
     if protocol == "single_deletion":
         return float(options.grid_rows_and_cols ** 2)
-    if "nr_samples" in own:  # the robustness measures explain again per noisy sample
-        return 4.0 * own["nr_samples"]  # explaining again, several maps per sample
+    if "nr_samples" in own or "nb_samples" in own:  # explaining again per noisy sample
+        return 4.0 * own.get("nr_samples", own.get("nb_samples", 1))
     return 2.0

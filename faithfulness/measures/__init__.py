@@ -28,6 +28,8 @@ FAMILIES = {  # family -> its measures' modules and names (Quantus 0.6's order)
     "localisation": ("faithfulness.measures.localisation_family",
                      ("pointing_game", "attribution_localisation", "top_k_intersection",
                       "relevance_mass_accuracy", "relevance_rank_accuracy", "auc")),
+    # Xplique's metrics, beside Quantus's families
+    "xplique": ("faithfulness.measures.xplique_family", ("average_stability",)),
 }
 
 _EXPORTS = {name: module for module, names in FAMILIES.values() for name in names}

@@ -20,7 +20,7 @@ from models.foundation.metric_spec import Group, MetricSpec
 CURVES = ("pixel_flipping", "selectivity", "region_perturbation")  # their area per image
 # they explain again: perturbed inputs, a randomised model, another class
 EXPLAINING = (*(name for name in measures.FAMILIES["robustness"][1] if name != "consistency"),
-              *measures.FAMILIES["randomisation"][1], "input_invariance")
+              *measures.FAMILIES["randomisation"][1], "input_invariance", "average_stability")
 CURVES_BY_DEFAULT = ("mprt",)  # its mean over the layers per image on the card and the binary
 OTHER_MODEL = ("mprt", "input_invariance")  # explain with a changed model: by the method itself
 NOT_SETTINGS = ("model", "x_batch", "y_batch", "a_batch", "s_batch", "explain_func",

@@ -65,6 +65,10 @@ class MeasureSettings(Checked):
     n: Optional[int] = _setting("consistency: the values a discretised map keeps.",
                                 at_least(1))
     nr_steps: Optional[int] = _setting("continuity: translations.", at_least(1))
+    nb_samples: Optional[int] = _setting("average_stability: neighbours per image.",
+                                         at_least(1))
+    radius: Optional[float] = _setting("average_stability: the neighbours' largest offset.")
+    distance: Optional[str] = _setting("average_stability: l2 or l1.")
 
     def measure_settings(self) -> dict:
         """{name: value} of the settings given (what a report records)."""

@@ -43,7 +43,9 @@ NO_QUANTUS_CASE = {"monotonicity",  # Quantus 0.6 never changes its input: every
                    # answers, and the SSIM against scikit-image's
                    "mprt", "random_logit",
                    # Quantus shifts the first layer's bias, inexact at a padded border
-                   "input_invariance"}
+                   "input_invariance",
+                   # Xplique's (no stored Xplique case yet)
+                   "average_stability"}
 
 
 def test_every_measure_has_a_case_and_a_declaration():
@@ -379,3 +381,23 @@ def test_input_invariance_of_gradient_and_gradient_times_input():
     found = evaluate.per_image(model, x, classes, np.arange(5), "gradient", "input_invariance",
                                evaluate.Options())
     np.testing.assert_array_equal(found["input_invariance"], 1.0)
+
+
+def test_average_stability_of_linear_and_quadratic_models():
+    """Xplique's average stability: a linear model's gradient does not move (0); for
+    f = sum(x^2) the map 2x moves by 2 delta, delta uniform in [0, radius] per value, so the
+    mean l2 distance is about 2 sqrt(F radius^2 / 3) for F values."""
+    import keras
+
+    x = np.ones((2, 4, 4, 3), np.float32)
+    linear = linear_model(np.random.default_rng(15).uniform(0.5, 1.5, (48, 2)))
+    gradient = np.broadcast_to(linear.layers[-1].get_weights()[0][:, 0].reshape(4, 4, 3),
+                               x.shape)
+    np.testing.assert_allclose(measures.average_stability(
+        linear, x, np.array([0, 0]), gradient, explain_func="gradient"), 0.0, atol=1e-6)
+    squares = keras.Sequential([keras.Input((4, 4, 3)), keras.layers.Lambda(lambda t: t * t),
+                                keras.layers.Flatten(), keras.layers.Dense(2, use_bias=False)])
+    squares.layers[-1].set_weights([np.stack([np.ones(48), np.zeros(48)], 1)])
+    found = measures.average_stability(squares, x, np.array([0, 0]), 2 * x,
+                                       explain_func="gradient", nb_samples=200)
+    np.testing.assert_allclose(found, 2 * np.sqrt(48 * 0.1 ** 2 / 3), rtol=0.03)
