@@ -29,7 +29,7 @@ FAMILIES = {  # family -> its measures' modules and names (Quantus 0.6's order)
                      ("pointing_game", "attribution_localisation", "top_k_intersection",
                       "relevance_mass_accuracy", "relevance_rank_accuracy", "auc")),
     # Xplique's metrics, beside Quantus's families
-    "xplique": ("faithfulness.measures.xplique_family", ("average_stability",)),
+    "xplique": ("faithfulness.measures.xplique_family", ("average_stability", "mu_fidelity")),
 }
 
 _EXPORTS = {name: module for module, names in FAMILIES.values() for name in names}

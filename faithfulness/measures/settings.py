@@ -69,6 +69,10 @@ class MeasureSettings(Checked):
                                          at_least(1))
     radius: Optional[float] = _setting("average_stability: the neighbours' largest offset.")
     distance: Optional[str] = _setting("average_stability: l2 or l1.")
+    grid_size: Optional[int] = _setting("mu_fidelity: cells per side.", at_least(1))
+    subset_percent: Optional[float] = _setting("mu_fidelity: chance a cell is removed.")
+    baseline_mode: Optional[float] = _setting("mu_fidelity: the removed cells' value.")
+    activation: Optional[str] = _setting("mu_fidelity: None (logits) or softmax.")
 
     def measure_settings(self) -> dict:
         """{name: value} of the settings given (what a report records)."""

@@ -66,3 +66,52 @@ def subset_scores(model: Any, x: np.ndarray, features: np.ndarray, baseline: np.
                     tf.constant(subset_size, tf.int32)).numpy().astype(np.float64)
     values = values.reshape(len(x), runs, 2)
     return values[..., 0], values[..., 1]
+
+
+def grid_scores(model: Any, x: np.ndarray, features: np.ndarray, baseline: float,
+                classes: np.ndarray, keys: np.ndarray, *, samples: int, grid_size: int,
+                subset_percent: float, softmax: bool = False,
+                batch_size: int = 64) -> tuple[np.ndarray, np.ndarray]:
+    """(output float64 [N, samples], the map's sum over the removed part float64 [N,
+    samples]): each sample removes the cells of a `grid_size` x `grid_size` grid whose uniform
+    draw is at most `subset_percent` (nearest-neighbour upsampled to the image, as Xplique's
+    `MuFidelity`), replacing them by `baseline`; `features` [N, H, W, C] is the map over the
+    image's values; `keys` int64 [N, 2] key each image's draws (sample s adds s)."""
+    adapter = model_adapter(model)
+    height, width, channels = (int(size) for size in x.shape[1:])
+    image = tf.TensorSpec([None, height, width, channels], tf.float32)
+    signature = [image, image, tf.TensorSpec([None], tf.int32),
+                 tf.TensorSpec([None, 2], tf.int64), tf.TensorSpec([], tf.int32)]
+
+    def build():
+        # autograph off: the executor builds its loop explicitly
+        @tf.function(input_signature=signature, autograph=False)
+        def run(x, features, classes, keys, samples):
+            def compute(items):
+                image, draw = items // samples, items % samples
+                own = tf.gather(keys, image) + tf.stack(
+                    [tf.cast(draw, tf.int64), tf.zeros_like(draw, tf.int64)], axis=1)
+                cells = tf.map_fn(lambda key: tf.random.stateless_uniform(
+                    [grid_size * grid_size], key), own, fn_output_signature=tf.float32)
+                keep = tf.cast(cells > subset_percent, tf.float32)
+                keep = tf.image.resize(tf.reshape(keep, [-1, grid_size, grid_size, 1]),
+                                       [height, width], method="nearest")
+                perturbed = tf.gather(x, image) * keep + (1.0 - keep) * baseline
+                outputs = tf.cast(adapter.logits(perturbed), tf.float32)
+                if softmax:
+                    outputs = tf.nn.softmax(outputs)
+                scores = tf.gather(outputs, tf.gather(classes, image), batch_dims=1)
+                sums = tf.reduce_sum(tf.gather(features, image) * (1.0 - keep), axis=[1, 2, 3])
+                return tf.stack([scores, sums], axis=1)
+            return executor.collect(tf.shape(x)[0] * samples, batch_size, compute, [2])
+        return run
+
+    key = ("measure grid subsets", height, width, channels, grid_size, float(subset_percent),
+           float(baseline), softmax, batch_size)
+    traced = adapter.traced(key, build)
+    workload.count("forward", len(x) * samples)
+    values = traced(tf.constant(x, tf.float32), tf.constant(features, tf.float32),
+                    tf.constant(classes, tf.int32), tf.constant(keys, tf.int64),
+                    tf.constant(samples, tf.int32)).numpy().astype(np.float64)
+    values = values.reshape(len(x), samples, 2)
+    return values[..., 0], values[..., 1]

@@ -8,19 +8,31 @@ same shape as Quantus's: one value per image (Xplique's `evaluate` returns their
   neighbour offsets for all images with `tf.random.uniform`; here each (image, sample) draw is
   keyed by `seed`, the sample and the image's id (`robustness_family.noisy_ratios`), so the
   values agree with Xplique's in distribution.
+- mu_fidelity (Xplique's `MuFidelity`, Bhatt et al. 2020): the Spearman correlation, per
+  image, over `nb_samples` random removals of the cells of a `grid_size` grid (each cell
+  removed with probability `subset_percent`, replaced by `baseline_mode`), of the map's sum over
+  the removed part with the output's drop (xplique/metrics/fidelity.py; a constant one: 0, as
+  Xplique). Higher is better. Xplique draws each batch's removals with `tf.random.uniform`,
+  shared by its images; here each (image, sample) removal is drawn inside the traced function
+  from its own key, so the values agree in distribution.
 """
 from typing import Any, Optional
 
 import numpy as np
 
-from faithfulness.measures import robustness_family
-from models.foundation.errors import check_one_of
+from faithfulness import stats, substrates
+from faithfulness.measures import perturbation, robustness_family, subsets
+from faithfulness.measures.arguments import prepared
+from models.foundation.errors import UserError, check_one_of
 from models.foundation.metric_spec import MetricSpec
 
 SPECS = (
     MetricSpec("average_stability", False, about="mean distance of the map from its "
                                                  "neighbours' maps (Xplique)"),
+    MetricSpec("mu_fidelity", True, about="correlation of random removals' attribution with "
+                                          "the output drop (Xplique)"),
 )
+FIDELITY_SALT = 0x3F1D  # mu_fidelity's draws, apart from the others of a seed
 DISTANCES = ("l2", "l1")
 
 
@@ -42,3 +54,35 @@ def average_stability(model: Any, x_batch: Any, y_batch: Any, a_batch: Any,
         explain_func=explain_func, explain_func_kwargs=explain_func_kwargs, abs=False,
         normalise=False, seed=seed, ids=ids, batch_size=batch_size)
     return values.mean(axis=1)
+
+
+def mu_fidelity(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch: Any = None, *,
+                grid_size: int = 9, subset_percent: float = 0.2, baseline_mode: float = 0.0,
+                nb_samples: int = 200, activation: Optional[str] = None, seed: int = 0,
+                ids: Any = None, batch_size: int = 64) -> np.ndarray:
+    """[N] the Spearman correlation of the removed part's attribution with the output drop."""
+    found = prepared(x_batch, a_batch, s_batch, abs=False, normalise=False)
+    height, width, channels = found.x.shape[1:]
+    if not 1 <= grid_size <= min(height, width):
+        raise UserError(f"grid_size must be between 1 and the image's side {min(height, width)};"
+                        f" got {grid_size}")
+    if not 0 < subset_percent < 1:
+        raise UserError(f"subset_percent must be between 0 and 1; got {subset_percent}")
+    if nb_samples < 2:
+        raise UserError(f"nb_samples must be at least 2 (a correlation); got {nb_samples}")
+    check_one_of("activation", str(activation), ("None", "softmax"))
+    classes = perturbation.checked_classes(model, found.x, y_batch)
+    ids = np.arange(len(found.x)) if ids is None else np.asarray(ids, np.int64)
+    features = np.transpose(perturbation.broadcast_features(found).reshape(
+        len(found.x), channels, height, width), (0, 2, 3, 1))
+    softmax = activation == "softmax"
+    clean = perturbation.clean_scores(model, found.x, classes, softmax=softmax,
+                                      batch_size=batch_size)
+    scores, sums = subsets.grid_scores(
+        model, found.x, features, float(baseline_mode), classes,
+        substrates.noise_keys(seed, ids, salt=FIDELITY_SALT).numpy(), samples=nb_samples,
+        grid_size=grid_size, subset_percent=subset_percent, softmax=softmax,
+        batch_size=batch_size)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        correlations = stats.spearman(clean[:, None] - scores, sums)
+    return np.nan_to_num(correlations, nan=0.0)  # a constant drop or sum: 0, as Xplique

@@ -45,7 +45,7 @@ NO_QUANTUS_CASE = {"monotonicity",  # Quantus 0.6 never changes its input: every
                    # Quantus shifts the first layer's bias, inexact at a padded border
                    "input_invariance",
                    # Xplique's (no stored Xplique case yet)
-                   "average_stability"}
+                   "average_stability", "mu_fidelity"}
 
 
 def test_every_measure_has_a_case_and_a_declaration():
@@ -401,3 +401,20 @@ def test_average_stability_of_linear_and_quadratic_models():
     found = measures.average_stability(squares, x, np.array([0, 0]), 2 * x,
                                        explain_func="gradient", nb_samples=200)
     np.testing.assert_allclose(found, 2 * np.sqrt(48 * 0.1 ** 2 / 3), rtol=0.03)
+
+
+def test_mu_fidelity_of_a_linear_model_is_one():
+    """Xplique's MuFidelity with the zero baseline: removing cells of a linear logit drops it by
+    exactly the map w x summed over them (Spearman 1; the negative map -1), at any chunk."""
+    rng = np.random.default_rng(16)
+    x = rng.uniform(0.1, 1.0, (2, 4, 4, 3)).astype(np.float32)
+    weights = rng.normal(size=(48, 2))
+    model = linear_model(weights)
+    maps = (weights[:, 0][None] * x.reshape(2, -1)).reshape(2, 4, 4, 3)
+    classes = np.zeros(2, np.int64)
+    found = measures.mu_fidelity(model, x, classes, maps, grid_size=2, nb_samples=30)
+    np.testing.assert_allclose(found, 1.0, atol=1e-6)
+    np.testing.assert_allclose(measures.mu_fidelity(model, x, classes, -maps, grid_size=2,
+                                                    nb_samples=30), -1.0, atol=1e-6)
+    np.testing.assert_array_equal(found, measures.mu_fidelity(
+        model, x, classes, maps, grid_size=2, nb_samples=30, batch_size=1))
