@@ -59,7 +59,7 @@ def benchmarks(loaded: Any, images: np.ndarray, labels: np.ndarray, ids: np.ndar
                                       measure, shared, group_size, masks=masks)
 
         found.append(Benchmark(
-            name=name, metrics=evaluate.specs_of(protocol), score=score,
+            name=name, metrics=measure.metrics, score=score,
             supports=(lambda method: False) if localising and masks is None else
             (lambda method: True),
             settings={"protocol": protocol, "model_id": loaded.model_id,

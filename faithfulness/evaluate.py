@@ -113,8 +113,7 @@ class Options(Checked):
 
 def specs_of(protocol: str) -> tuple:
     """The `MetricSpec`s of what a protocol gives."""
-    return METRICS[protocol] if protocol in METRICS else \
-        protocol_measures.measure_specs(protocol)
+    return METRICS[protocol] if protocol in METRICS else (peers.spec_of(protocol),)
 
 
 def measure_for(loaded: Any, protocol: str, options: "Options") -> "Measure":

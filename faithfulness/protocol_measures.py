@@ -157,7 +157,3 @@ def measure(protocol: str, loaded: Any, options: Any) -> Measure:
         return MEASURES[protocol](loaded, options)
     return peers.PeerMeasure(protocol, loaded, options)
 
-
-def measure_specs(protocol: str) -> tuple:
-    """The specs of a peer measure (`faithfulness.measures`)."""
-    return (peers.spec_of(protocol),)

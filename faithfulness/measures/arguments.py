@@ -31,8 +31,11 @@ class Prepared:
 
 
 def prepared(x_batch: Any, a_batch: Any, s_batch: Any = None, *, abs: bool,  # noqa: A002
-             normalise: bool, needs_mask: bool = False) -> Prepared:
-    """The checked, prepared arrays of one call (see the module's note)."""
+             normalise: bool, needs_mask: bool = False, blocks: int = 1,
+             maps_name: str = "a_batch") -> Prepared:
+    """The checked, prepared arrays of one call (see the module's note); with `blocks`, each
+    of that many equal blocks of maps is normalised on its own (Quantus normalises each batch
+    it explains). `maps_name` names the maps in an error line."""
     x = np.asarray(x_batch, np.float32)
     if x.ndim != 4:
         raise ShapeError(f"x_batch has shape {x.shape}; expected NHWC images [N, H, W, C]")
@@ -46,20 +49,29 @@ def prepared(x_batch: Any, a_batch: Any, s_batch: Any = None, *, abs: bool,  # n
     elif a.ndim == 4:
         a = np.transpose(a, (0, 3, 1, 2))
     else:
-        raise ShapeError(f"a_batch has shape {a.shape}; expected maps [N, H, W] or "
+        raise ShapeError(f"{maps_name} has shape {a.shape}; expected maps [N, H, W] or "
                          "[N, H, W, C]")
     if len(a) != len(x) or a.shape[2:] != x.shape[1:3] or a.shape[1] not in (1, x.shape[3]):
-        raise ShapeError(f"a_batch has shape {np.shape(a_batch)} for x_batch of shape "
+        raise ShapeError(f"{maps_name} has shape {np.shape(a_batch)} for x_batch of shape "
                          f"{x.shape}; expected one map per image, [N, H, W] or [N, H, W, C] "
                          "at the images' size")
     if not np.isfinite(a).all():
-        raise UserError("a_batch contains NaN or infinite values")
-    if normalise and np.any(a != 0):
-        a = a / np.max(np.abs(a))
-    if abs:
-        a = np.abs(a)
-    return Prepared(x, a.reshape(len(a), -1), _masks(s_batch, x, a.shape[1], needs_mask),
+        raise UserError(f"{maps_name} contains NaN or infinite values")
+    features = scaled(a.reshape(len(a), -1), abs=abs, normalise=normalise, blocks=blocks)
+    return Prepared(x, features, _masks(s_batch, x, a.shape[1], needs_mask),
                     tuple(a.shape[1:]))
+
+
+def scaled(a: np.ndarray, *, abs: bool, normalise: bool,  # noqa: A002
+           blocks: int = 1) -> np.ndarray:
+    """Maps [N, F] divided by the largest |a| of each of `blocks` equal blocks of maps (a
+    block of zeros stays as it is) when `normalise`, then absolute when `abs`: Quantus's
+    `normalise_by_max` over every axis, then `np.abs`."""
+    values = a.reshape(blocks, -1)
+    if normalise:
+        largest = np.abs(values).max(axis=1, keepdims=True)
+        values = values / np.where(largest > 0, largest, 1.0)
+    return (np.abs(values) if abs else values).reshape(a.shape)
 
 
 def _masks(s_batch: Any, x: np.ndarray, channels: int, needs_mask: bool) -> Optional[np.ndarray]:

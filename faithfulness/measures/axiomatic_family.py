@@ -47,11 +47,9 @@ def completeness(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch: 
     """[N] 1.0 where sum(a) equals f(x) - f(baseline) within `rtol`, else 0.0."""
     found = prepared(x_batch, a_batch, s_batch, abs=abs, normalise=normalise)
     everything = np.zeros(found.x.shape, np.int32)  # one band holds every element
-    scores = perturbation.band_scores(
-        model, found.x, everything, np.array([[0, 0], [0, 1]]),
-        perturbation.baseline_values(found.x, perturb_baseline),
-        perturbation.checked_classes(model, found.x, y_batch), softmax=softmax,
-        batch_size=batch_size)
+    scores = perturbation.scores_of_bands(
+        model, found, y_batch, everything, np.array([[0, 0], [0, 1]]), perturb_baseline,
+        softmax=softmax, batch_size=batch_size)
     change = scores[:, 0] - scores[:, 1]
     return (np.abs(found.a.sum(axis=1) - change) <= rtol * np.abs(change)).astype(np.float64)
 
@@ -70,11 +68,9 @@ def non_sensitivity(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batc
                                                                           width)
     ranks = np.broadcast_to(np.transpose(index, (1, 2, 0)), found.x.shape)
     bands = np.stack([lows, lows + features_in_step], axis=1)
-    scores = perturbation.band_scores(
-        model, found.x, ranks, np.concatenate([[[0, 0]], bands]),
-        perturbation.baseline_values(found.x, perturb_baseline),
-        perturbation.checked_classes(model, found.x, y_batch), softmax=softmax,
-        batch_size=batch_size)
+    scores = perturbation.scores_of_bands(
+        model, found, y_batch, ranks, np.concatenate([[[0, 0]], bands]), perturb_baseline,
+        softmax=softmax, batch_size=batch_size)
     unmoved = np.abs(scores[:, 1:] - scores[:, :1]) < eps  # [N, steps]
     unmoved = np.repeat(unmoved, features_in_step, axis=1)[:, :index.size]
     return (unmoved ^ (perturbation.broadcast_features(found) < eps)).sum(axis=1).astype(np.int64)

@@ -65,14 +65,11 @@ def explainer(model: Any, explain_func: Any, explain_func_kwargs: Optional[dict]
         maps = np.asarray(raw(images, targets, ids))
         if maps.ndim == 4 and map_shape[0] == 1 and maps.shape[-1] == 1:
             maps = maps[..., 0]
-        found = prepared(images, maps, abs=False, normalise=False)  # checked, channel first
+        found = prepared(images, maps, abs=abs, normalise=normalise, blocks=blocks,
+                         maps_name="explain_func's maps")
         if found.map_shape != map_shape:
             raise ShapeError(f"explain_func gives maps of shape {np.shape(maps)[1:]} but a_batch "
                              f"has {map_shape} (channel first); compute a_batch with the same "
                              "explain_func")
-        values = found.a.reshape(blocks, -1)
-        if normalise:  # each block by its largest |a| (a block of zeros stays as it is)
-            largest = np.abs(values).max(axis=1, keepdims=True)
-            values = values / np.where(largest > 0, largest, 1.0)
-        return (np.abs(values) if abs else values).reshape(found.a.shape)
+        return found.a
     return explain

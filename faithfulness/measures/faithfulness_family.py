@@ -77,11 +77,9 @@ def pixel_flipping(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch
     lows = perturbation.step_starts(found, features_in_step)
     bands = np.stack([np.zeros_like(lows), np.minimum(lows + features_in_step,
                                                       height * width * channels)], axis=1)
-    curves = perturbation.band_scores(
-        model, found.x, perturbation.element_ranks(found), bands,
-        perturbation.baseline_values(found.x, perturb_baseline),
-        perturbation.checked_classes(model, found.x, y_batch), softmax=softmax,
-        batch_size=batch_size)
+    curves = perturbation.scores_of_bands(
+        model, found, y_batch, perturbation.element_ranks(found), bands, perturb_baseline,
+        softmax=softmax, batch_size=batch_size)
     return perturbation.auc_per_sample(curves) if return_auc_per_sample else curves
 
 
@@ -94,11 +92,9 @@ def faithfulness_estimate(model: Any, x_batch: Any, y_batch: Any, a_batch: Any,
     found = prepared(x_batch, a_batch, s_batch, abs=abs, normalise=normalise)
     lows = perturbation.step_starts(found, features_in_step)
     bands = np.stack([lows, lows + features_in_step], axis=1)
-    classes = perturbation.checked_classes(model, found.x, y_batch)
-    ranks = perturbation.element_ranks(found)
-    scores = perturbation.band_scores(
-        model, found.x, ranks, np.concatenate([[[0, 0]], bands]),
-        perturbation.baseline_values(found.x, perturb_baseline), classes, softmax=softmax,
+    scores = perturbation.scores_of_bands(
+        model, found, y_batch, perturbation.element_ranks(found),
+        np.concatenate([[[0, 0]], bands]), perturb_baseline, softmax=softmax,
         batch_size=batch_size)
     drops = scores[:, :1] - scores[:, 1:]
     ranked = -np.sort(-perturbation.broadcast_features(found), axis=1)  # the values in rank order
@@ -116,11 +112,9 @@ def monotonicity(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch: 
     found = prepared(x_batch, a_batch, s_batch, abs=abs, normalise=normalise)
     lows = perturbation.step_starts(found, features_in_step)
     bands = np.stack([np.zeros_like(lows), lows + features_in_step], axis=1)
-    curves = perturbation.band_scores(
-        model, found.x, perturbation.element_ranks(found, descending=False), bands,
-        perturbation.baseline_values(found.x, perturb_baseline),
-        perturbation.checked_classes(model, found.x, y_batch), keep=True, softmax=softmax,
-        batch_size=batch_size)
+    curves = perturbation.scores_of_bands(
+        model, found, y_batch, perturbation.element_ranks(found, descending=False), bands,
+        perturb_baseline, keep=True, softmax=softmax, batch_size=batch_size)
     return np.all(np.diff(curves, axis=1) >= 0, axis=1).astype(np.float64)
 
 
@@ -170,9 +164,8 @@ def selectivity(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch: A
     found = prepared(x_batch, a_batch, s_batch, abs=abs, normalise=normalise)
     ranks, count = patch_ranks(found, patch_size)
     bands = np.stack([np.zeros(count, np.int64), np.arange(1, count + 1)], axis=1)
-    curves = perturbation.band_scores(
-        model, found.x, ranks, bands, perturbation.baseline_values(found.x, perturb_baseline),
-        perturbation.checked_classes(model, found.x, y_batch), softmax=softmax,
+    curves = perturbation.scores_of_bands(
+        model, found, y_batch, ranks, bands, perturb_baseline, softmax=softmax,
         batch_size=batch_size)
     return perturbation.auc_per_sample(curves) if return_auc_per_sample else curves
 
@@ -191,9 +184,8 @@ def region_perturbation(model: Any, x_batch: Any, y_batch: Any, a_batch: Any,
     ranks, count = patch_ranks(found, patch_size, order, seed=seed, ids=ids)
     steps = min(regions_evaluation, count)
     bands = np.stack([np.zeros(steps + 1, np.int64), np.arange(steps + 1)], axis=1)
-    scores = perturbation.band_scores(
-        model, found.x, ranks, bands, perturbation.baseline_values(found.x, perturb_baseline),
-        perturbation.checked_classes(model, found.x, y_batch), softmax=softmax,
+    scores = perturbation.scores_of_bands(
+        model, found, y_batch, ranks, bands, perturb_baseline, softmax=softmax,
         batch_size=batch_size)
     curves = scores[:, :1] - scores[:, 1:]
     return perturbation.auc_per_sample(curves) if return_auc_per_sample else curves

@@ -136,17 +136,32 @@ def outputs(model: Any, x: np.ndarray, batch_size: int = 64) -> np.ndarray:
     return model_scorer(model, batch_size).predict(tf.constant(x, tf.float32))
 
 
+def class_count(model: Any, x: np.ndarray) -> int:
+    """How many classes the model scores (one eager pass of one image)."""
+    return int(model_adapter(model).logits(tf.constant(x[:1], tf.float32)).shape[-1])
+
+
 def checked_classes(model: Any, x: np.ndarray, y_batch: Any) -> np.ndarray:
     """int32 [N]: `y_batch`, one class per image, each among the model's outputs."""
     classes = np.asarray(y_batch)
     if classes.shape != (len(x),) or not np.issubdtype(classes.dtype, np.integer):
         raise ShapeError(f"y_batch has shape {classes.shape} ({classes.dtype}); expected one "
                          f"integer class per image, [{len(x)}]")
-    outputs = int(model_adapter(model).logits(tf.constant(x[:1], tf.float32)).shape[-1])
+    outputs = class_count(model, x)
     if classes.min() < 0 or classes.max() >= outputs:
         raise UserError(f"y_batch holds a class outside the model's {outputs} classes "
                         f"(0..{outputs - 1})")
     return classes.astype(np.int32)
+
+
+def scores_of_bands(model: Any, found: Prepared, y_batch: Any, ranks: np.ndarray,
+                    bands: np.ndarray, perturb_baseline: Any, *, keep: bool = False,
+                    softmax: bool = True, batch_size: int = 64) -> np.ndarray:
+    """`band_scores` of a call's images with Quantus's `perturb_baseline` and the checked
+    classes of `y_batch`: what every band measure scores."""
+    return band_scores(model, found.x, ranks, bands, baseline_values(found.x, perturb_baseline),
+                       checked_classes(model, found.x, y_batch), keep=keep, softmax=softmax,
+                       batch_size=batch_size)
 
 
 def auc_per_sample(curves: np.ndarray) -> np.ndarray:

@@ -17,12 +17,9 @@ from faithfulness.measures.settings import MeasureSettings
 from models.foundation.errors import UserError
 from models.foundation.metric_spec import Group, MetricSpec
 
-CURVES = ("pixel_flipping", "selectivity", "region_perturbation")  # their area per image
-# they explain again: perturbed inputs, a randomised model, another class
-EXPLAINING = (*(name for name in measures.FAMILIES["robustness"][1] if name != "consistency"),
-              *measures.FAMILIES["randomisation"][1], "input_invariance", "average_stability")
-CURVES_BY_DEFAULT = ("mprt",)  # its mean over the layers per image on the card and the binary
-OTHER_MODEL = ("mprt", "input_invariance")  # explain with a changed model: by the method itself
+# explain with a changed model (randomised, shifted): they get the explainer itself, not its
+# maps; the other measures that take an `explain_func` get the group's explain
+OTHER_MODEL = ("mprt", "input_invariance")
 NOT_SETTINGS = ("model", "x_batch", "y_batch", "a_batch", "s_batch", "explain_func",
                 "explain_func_kwargs", "ids", "return_auc_per_sample", "batch_size", "seed",
                 "return_average_correlation")
@@ -72,9 +69,19 @@ class PeerMeasure:
     def __init__(self, name: str, loaded: Any, options: Any):
         self.name, self.loaded = name, loaded
         self.function = function_of(name)
+        self.parameters = inspect.signature(self.function).parameters
         self.settings = given_settings(name, options)
-        self.batch_size = getattr(options, "batch_size", 64)
-        self.seed = getattr(options, "seed", 0)
+        # what a measure takes says what it is handed (its signature, read once)
+        given = {"batch_size": getattr(options, "batch_size", 64),
+                 "seed": getattr(options, "seed", 0)}
+        self.settings.update({key: value for key, value in given.items()
+                              if key in self.parameters})
+        if "return_auc_per_sample" in self.parameters:  # a curve: its area per image
+            self.settings["return_auc_per_sample"] = True
+        if ("return_average_correlation" in self.parameters  # mprt: its mean over the layers
+                and not self.settings.get("return_last_correlation")):
+            self.settings["return_average_correlation"] = True
+        self.localising = measures.family_of(name) == "localisation"
 
     @property
     def metrics(self) -> tuple:
@@ -82,23 +89,16 @@ class PeerMeasure:
 
     def score(self, group: Group) -> dict:
         settings = dict(self.settings)
-        parameters = inspect.signature(self.function).parameters
-        for name, value in (("batch_size", self.batch_size), ("seed", self.seed),
-                            ("ids", group.ids)):
-            if name in parameters:
-                settings[name] = value
-        if self.name in CURVES:
-            settings["return_auc_per_sample"] = True
-        if self.name in CURVES_BY_DEFAULT and not settings.get("return_last_correlation"):
-            settings["return_average_correlation"] = True
+        if "ids" in self.parameters:
+            settings["ids"] = group.ids
         if self.name in OTHER_MODEL:
             if group.explainer is None:
                 raise UserError(f"{self.name} explains with a changed model: it needs the "
                                 "explainer's name, not only its maps")
             settings["explain_func"] = group.explainer
-        elif self.name in EXPLAINING:
+        elif "explain_func" in self.parameters:
             settings["explain_func"] = explaining.KeyedExplain(group.explain)
-        masks = group.masks if measures.family_of(self.name) == "localisation" else None
         values = self.function(group.loaded, group.images, group.labels,
-                               group.explain(group.images, group.labels), masks, **settings)
+                               group.explain(group.images, group.labels),
+                               group.masks if self.localising else None, **settings)
         return {self.name: values.astype("float64")}

@@ -40,11 +40,6 @@ SPECS = (
 LAYER_ORDERS = ("top_down", "bottom_up", "independent")
 
 
-def _no_mask(s_batch: Any) -> None:
-    if s_batch is not None:
-        raise UserError("s_batch is given but this measure takes no mask; leave it out")
-
-
 def randomisable(model: Any) -> Any:
     """A Keras copy of `model` whose weights the measure may change (`explaining.keras_of`)."""
     source = keras_of(model, "mprt re-initialises the model's layers")
@@ -61,12 +56,11 @@ def mprt(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch: Any = No
          ids: Any = None, batch_size: int = 64) -> np.ndarray:
     """[N, layers] the Spearman correlation of each map with the randomised model's, per
     layer re-initialised (or [N]: their mean, or the last)."""
-    _no_mask(s_batch)
     check_one_of("layer_order", layer_order, LAYER_ORDERS)
     if return_average_correlation and return_last_correlation:
         raise UserError("return_average_correlation and return_last_correlation exclude each "
                         "other; set one")
-    found = prepared(x_batch, a_batch, abs=abs, normalise=normalise)
+    found = prepared(x_batch, a_batch, s_batch, abs=abs, normalise=normalise)
     classes = perturbation.checked_classes(model, found.x, y_batch)
     ids = np.arange(len(found.x)) if ids is None else np.asarray(ids, np.int64)
     randomised = randomisable(model)
@@ -125,10 +119,9 @@ def random_logit(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch: 
                  abs: bool = False, normalise: bool = True,  # noqa: A002
                  ids: Any = None, batch_size: int = 64) -> np.ndarray:
     """[N] the SSIM of each map with the map of a random other class."""
-    _no_mask(s_batch)
-    found = prepared(x_batch, a_batch, abs=abs, normalise=normalise)
+    found = prepared(x_batch, a_batch, s_batch, abs=abs, normalise=normalise)
     classes = perturbation.checked_classes(model, found.x, y_batch)
-    outputs = int(perturbation.model_adapter(model).logits(found.x[:1]).shape[-1])
+    outputs = perturbation.class_count(model, found.x)
     count = outputs if num_classes is None else int(num_classes)
     if not 2 <= count <= outputs:
         raise UserError(f"num_classes must be between 2 and the model's {outputs} classes; "

@@ -106,8 +106,8 @@ def noisy_copies(x: np.ndarray, ids: np.ndarray, samples: range, *, seed: int,
                  noise: Noise) -> np.ndarray:
     """float32 [len(samples) x N, H, W, C], sample-major: x plus `noise`, keyed by (seed,
     sample, image id)."""
-    keys = np.stack([np.repeat(int(seed) * 1_000_003 + np.asarray(samples, np.int64), len(x)),
-                     np.tile(np.asarray(ids, np.int64), len(samples))], axis=1)
+    keys = substrates.noise_keys(seed, np.tile(np.asarray(ids, np.int64), len(samples))).numpy()
+    keys[:, 0] += np.repeat(np.asarray(samples, np.int64), len(x))  # the sample is the salt
     return np.tile(x, (len(samples), 1, 1, 1)) + noise.draws(keys, x.shape[1:])
 
 
@@ -120,11 +120,9 @@ def noisy_ratios(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch: 
                  explain_func_kwargs: Optional[dict], abs: bool, normalise: bool,  # noqa: A002
                  seed: int, ids: Any, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
     """(float64 [N, S] `objective` per noisy sample, bool [N, S] predicted class changed)."""
-    if s_batch is not None:
-        raise UserError("s_batch is given but this measure takes no mask; leave it out")
     if nr_samples < 1:
         raise UserError(f"nr_samples must be at least 1; got {nr_samples}")
-    found = prepared(x_batch, a_batch, abs=abs, normalise=normalise)
+    found = prepared(x_batch, a_batch, s_batch, abs=abs, normalise=normalise)
     classes = perturbation.checked_classes(model, found.x, y_batch)
     ids = np.arange(len(found.x)) if ids is None else np.asarray(ids, np.int64)
     explain = explainer(model, explain_func, explain_func_kwargs, abs=abs, normalise=normalise,
@@ -283,11 +281,9 @@ def consistency(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch: A
                 normalise: bool = True, batch_size: int = 64) -> np.ndarray:
     """[N] the share of the call's images with the same discretised map that share the
     image's predicted class."""
-    if s_batch is not None:
-        raise UserError("s_batch is given but this measure takes no mask; leave it out")
     if n < 1:
         raise UserError(f"n must be at least 1; got {n}")
-    found = prepared(x_batch, a_batch, abs=abs, normalise=normalise)
+    found = prepared(x_batch, a_batch, s_batch, abs=abs, normalise=normalise)
     labels = discrete_labels(found.a, discretise, n)
     predicted = np.argmax(perturbation.outputs(model, found.x, batch_size), axis=1)
     others = ~np.eye(len(labels), dtype=bool)
@@ -316,9 +312,7 @@ def continuity(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch: An
                return_nan_when_prediction_changes: bool = False, seed: int = 0,
                ids: Any = None, batch_size: int = 64) -> np.ndarray:
     """[N] the largest ||a - a'||_1 / ||x - x'||_2 over the translations."""
-    if s_batch is not None:
-        raise UserError("s_batch is given but this measure takes no mask; leave it out")
-    found = prepared(x_batch, a_batch, abs=abs, normalise=normalise)
+    found = prepared(x_batch, a_batch, s_batch, abs=abs, normalise=normalise)
     width = found.x.shape[2]
     if not 1 <= nr_steps <= 2 * width + 1:
         raise UserError(f"nr_steps must be between 1 and {2 * width + 1} (twice the width and "
