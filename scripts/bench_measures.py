@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 
+from models.foundation import progress
 from models.foundation.cli import option, run_binary
 from models.foundation.files import write_json
 from models.foundation.lazy import lazy_module
@@ -158,15 +159,17 @@ def run(config: Config) -> list:
     arrays = inputs(model, config)
     reference = quantus_seconds(model, arrays, config)
     rows: list[dict[str, Any]] = []
-    for name, (settings, passes) in SETTINGS.items():
-        first, steady = ours(model, arrays, name, settings, config.batch_size)
-        bound = ceiling_seconds(model, passes * config.images, config.batch_size,
-                                config.size) if passes else None
-        rows.append({"measure": name, "passes_per_image": passes, "ours_first_s": first,
-                     "ours_s": steady, "ceiling_s": bound,
-                     "of_ceiling": bound / steady if bound else None,
-                     "quantus_s": reference.get(name),
-                     "speed_up": reference[name] / steady if name in reference else None})
+    with progress.bar(len(SETTINGS), "measures timed", "measure") as bar:
+        for name, (settings, passes) in SETTINGS.items():
+            first, steady = ours(model, arrays, name, settings, config.batch_size)
+            bound = ceiling_seconds(model, passes * config.images, config.batch_size,
+                                    config.size) if passes else None
+            rows.append({"measure": name, "passes_per_image": passes, "ours_first_s": first,
+                         "ours_s": steady, "ceiling_s": bound,
+                         "of_ceiling": bound / steady if bound else None,
+                         "quantus_s": reference.get(name),
+                         "speed_up": reference[name] / steady if name in reference else None})
+            bar.update(1)
     print(f"{datetime.date.today().isoformat()}, {platform.processor() or platform.machine()}"
           f" ({_cpu()}), {config.threads} threads each, {config.images} images of "
           f"{config.size} px, widths {','.join(config.widths)}, batch {config.batch_size}")

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from models.foundation import progress
 from models.foundation.cli import option, run_binary
 from models.foundation.files import write_json
 from models.foundation.rules import Checked, at_least
@@ -80,18 +81,20 @@ def run(config: Config) -> dict:
     with torch.no_grad():
         model(torch.tensor(x))
     seconds = {}
-    for name, own in settings.items():
-        call = {key: own.pop(key) for key in ("softmax",) if key in own}
-        if name == "avg_sensitivity":
-            call["explain_func"] = gradient
-        maps = arrays["summed" if name in ("sparseness", "pointing_game") else "maps"]
-        metric = getattr(quantus, QUANTUS_NAMES[name])(disable_warnings=True, **own)
-        started = time.perf_counter()
-        metric(model=model, x_batch=x, y_batch=arrays["y"],
-               a_batch=np.transpose(maps, (0, 3, 1, 2)) if maps.ndim == 4 else maps[:, None],
-               s_batch=arrays["masks"][:, None] if name == "pointing_game" else None,
-               channel_first=True, device="cpu", batch_size=len(x), **call)
-        seconds[name] = time.perf_counter() - started
+    with progress.bar(len(settings), "Quantus timed", "measure") as bar:
+        for name, own in settings.items():
+            call = {key: own.pop(key) for key in ("softmax",) if key in own}
+            if name == "avg_sensitivity":
+                call["explain_func"] = gradient
+            maps = arrays["summed" if name in ("sparseness", "pointing_game") else "maps"]
+            metric = getattr(quantus, QUANTUS_NAMES[name])(disable_warnings=True, **own)
+            started = time.perf_counter()
+            metric(model=model, x_batch=x, y_batch=arrays["y"],
+                   a_batch=np.transpose(maps, (0, 3, 1, 2)) if maps.ndim == 4 else maps[:, None],
+                   s_batch=arrays["masks"][:, None] if name == "pointing_game" else None,
+                   channel_first=True, device="cpu", batch_size=len(x), **call)
+            seconds[name] = time.perf_counter() - started
+            bar.update(1)
     write_json(config.output, {"seconds": seconds, "quantus": quantus.__version__,
                                "torch": torch.__version__, "threads": config.threads})
     return seconds
