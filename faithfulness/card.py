@@ -17,7 +17,8 @@ PROTOCOLS = {  # card name -> protocol (its metrics: faithfulness.protocols.METR
     **{name: name for name in measures.__all__},  # the peers' measures, by Quantus's names
 }
 # --benchmarks may name a family for all of its measures
-FAMILIES = {family: names for family, (_, names) in measures.FAMILIES.items()}
+FAMILIES = measures.FAMILIES
+MASKED = measures.MASKED  # the measures that need object masks
 # incremental deletion, the other peers' measures: by flag. Of the peers' families, the card
 # runs by default the measure the literature uses most where it costs no more than the maps
 # (docs/report_card.md, "Benchmarks"): sparseness (complexity) and the pointing game
@@ -25,7 +26,7 @@ FAMILIES = {family: names for family, (_, names) in measures.FAMILIES.items()}
 DEFAULT = ("Deletion", "Insertion", "IIC/AD", "ADD", "IDSDS", "sparseness", "pointing_game")
 # the card's settings of a peer measure where Quantus's default costs too much for a card
 CARD_SETTINGS: dict[str, dict[str, Any]] = {
-    name: {"nr_samples": 10} for name in measures.FAMILIES["robustness"][1]
+    name: {"nr_samples": 10} for name in measures.FAMILIES["robustness"]
     if name not in ("consistency", "continuity")}
 CARD_SETTINGS["average_stability"] = {"nb_samples": 10}
 
@@ -49,7 +50,7 @@ def benchmarks(loaded: Any, images: np.ndarray, labels: np.ndarray, ids: np.ndar
         own = CARD_SETTINGS.get(name, {})
         chosen = evaluate.Config(**dataclasses.asdict(options), **own) if own else options
         measure = evaluate.measure_for(loaded, protocol, chosen)
-        localising = protocol in measures.FAMILIES["localisation"][1]
+        localising = protocol in measures.MASKED
 
         def score(method, protocol=protocol, measure=measure, chosen=chosen):
             shared = None if maps_of is None or protocol == "incremental_deletion" \

@@ -296,7 +296,7 @@ def _run(f: Config, output: str) -> dict:
     if explainers == [APPLICABLE]:
         explainers = explainers_for(loaded.name)
     chosen = [names.resolved(explainer) for explainer in explainers]  # unknown: stop now
-    localising = f.evaluation_protocol in measures.FAMILIES["localisation"][1]
+    localising = f.evaluation_protocol in measures.MASKED
     images, labels, ids, *masks = pipelines.load_images(pattern, loaded, f.nr_images, f.seed,
                                                         with_masks=localising)
     if f.nr_images > len(images):  # as bam.metrics' --num_imgs: never fewer than asked for

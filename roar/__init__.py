@@ -14,7 +14,7 @@ importable `run(Config(...))`.
 from models.foundation.lazy import lazy_names
 
 _EXPORTS = {  # name -> the module that defines it
-    "noisy_linear_impute": "roar.imputation",
+    "noisy_linear_impute": "saliency_gen.data.imputation",
     "MaskConfig": "roar.masking", "Records": "roar.masked_data",
     "masked_dataset": "roar.masked_data",
     "feature_mask": "roar.masking", "feature_scores": "roar.masking",

@@ -29,8 +29,8 @@ import numpy as np
 import tensorflow as tf
 
 from models.foundation import provenance
-from roar import imputation
 from roar.mask_settings import FILLS, TIE_BREAKS, UNITS, MaskConfig  # noqa: F401 (its users')
+from saliency_gen.data import imputation
 from saliency_gen.data.pipelines import key_seeds
 from saliency_gen.data.records import ranking_cut
 

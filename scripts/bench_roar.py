@@ -32,12 +32,13 @@ if TYPE_CHECKING:  # the type checker's view of the same modules
     import keras
     import tensorflow as tf
 
-    from roar import imputation, masked_data
+    from roar import masked_data
+    from saliency_gen.data import imputation
     from saliency_gen.data.world import synthetic
 else:
     keras = lazy_module("keras")
     tf = lazy_module("tensorflow")
-    imputation = lazy_module("roar.imputation")
+    imputation = lazy_module("saliency_gen.data.imputation")
     masked_data = lazy_module("roar.masked_data")
     synthetic = lazy_module("saliency_gen.data.world.synthetic")
 

@@ -25,11 +25,13 @@ MAP_ONLY_FAMILIES = ("complexity", "localisation")  # their measures read no mod
 
 
 def stored_models(arrays: dict) -> dict:
-    """{image size: the stored model in Keras for images of that size}: 3x3 convolution (4
-    filters, same padding), ReLU, global average, dense to 3 classes
-    (`scripts/quantus_reference.py`, `torch_model`)."""
-    return {int(arrays[key].shape[1]): _stored_model(arrays, arrays[key].shape[1:])
-            for key in ("x", "x_small")}
+    """{image size: the stored model in Keras for images of that size; (8, 1): for the
+    one-channel images}: 3x3 convolution (4 filters, same padding), ReLU, global average, dense
+    to 3 classes (`scripts/quantus_reference.py`, `torch_model`)."""
+    found: dict[Any, Any] = {int(arrays[key].shape[1]): _stored_model(arrays, arrays[key].shape[1:])
+                             for key in ("x", "x_small")}
+    found[(8, 1)] = _stored_model(arrays, arrays["x_gray"].shape[1:])  # one channel
+    return found
 
 
 def _stored_model(arrays: dict, shape: tuple) -> Any:
@@ -38,7 +40,7 @@ def _stored_model(arrays: dict, shape: tuple) -> Any:
     model = keras.Sequential([keras.Input(shape),
                               keras.layers.Conv2D(4, 3, padding="same", activation="relu"),
                               keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(3)])
-    model.layers[0].set_weights([arrays["kernel"], arrays["kernel_bias"]])
+    model.layers[0].set_weights([arrays["kernel"][:, :, :shape[-1]], arrays["kernel_bias"]])
     model.layers[2].set_weights([arrays["dense"], arrays["dense_bias"]])
     return model
 
@@ -51,11 +53,14 @@ def ours(case: dict, arrays: dict, models: dict) -> np.ndarray:
     if case.get("objective"):
         return objective_values(name, arrays)
     family = measures.family_of(name)
-    masks = arrays["s"] if family == "localisation" else None
+    masks = arrays["s"] if name in measures.MASKED else None
     images = arrays[case.get("images", "x")]
     settings = dict(case["settings"], **({"rtol": 0.0} if name == "completeness" else {}))
+    if name == "focus":
+        settings["custom_batch"] = arrays["quadrants"].astype(np.int64)
     return np.asarray(getattr(measures, name)(
-        None if family in MAP_ONLY_FAMILIES else models[images.shape[1]], images,
+        None if family in MAP_ONLY_FAMILIES else
+        models[images.shape[1] if images.shape[3] == 3 else (images.shape[1], 1)], images,
         arrays["y"].astype(np.int64), arrays[case["maps"]], masks, **settings),
         np.float64)
 
@@ -67,6 +72,9 @@ def objective_values(name: str, arrays: dict) -> np.ndarray:
     def flat(key):
         return arrays[key].reshape(len(arrays[key]), -1).astype(np.float64)
 
+    if name == "relative_representation_stability":  # the logits as the representations
+        return robustness_family.representation_stability(
+            flat("logits"), flat("moved_logits"), flat("gradient"), flat("moved_gradient"))
     if name == "relative_input_stability":
         return robustness_family.input_stability(flat("x"), flat("moved"), flat("gradient"),
                                                  flat("moved_gradient"))

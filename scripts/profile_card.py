@@ -43,13 +43,13 @@ if TYPE_CHECKING:  # the type checker's view of the same modules
 
     from models.formats import adapter
     from models.formats import pretrained as pretrained_models
-    from roar import imputation
     from saliency_gen.attribution import units
+    from saliency_gen.data import imputation
 else:
     tf = lazy_module("tensorflow")
     pretrained_models = lazy_module("models.formats.pretrained")
     adapter = lazy_module("models.formats.adapter")
-    imputation = lazy_module("roar.imputation")
+    imputation = lazy_module("saliency_gen.data.imputation")
     units = lazy_module("saliency_gen.attribution.units")
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -76,7 +76,11 @@ EXPLAINED = ("avg_sensitivity", "max_sensitivity", "local_lipschitz_estimate", "
 # the relative stabilities' maxima are too heavy-tailed to compare in distribution (a ratio
 # with 1 / x and 1 / a inside): their objectives are compared on Quantus's own noisy inputs
 OBJECTIVES = {"relative_input_stability": "relative_input_stability_objective",
-              "relative_output_stability": "relative_output_stability_objective"}
+              "relative_output_stability": "relative_output_stability_objective",
+              # its formula, on the logits as the representations (the frameworks list a
+              # model's layers differently: docs/measures.md)
+              "relative_representation_stability":
+                  "relative_representation_stability_objective"}
 
 
 def objective_cases(arrays: dict) -> list:
@@ -100,12 +104,16 @@ def objective_cases(arrays: dict) -> list:
         metric = getattr(quantus, CASES_OBJECTIVE_CLASSES[name])(disable_warnings=True)
         values = getattr(metric, method)(*((x, moved) if "input" in name else
                                            (logits, moved_logits)), a, a_moved)
+        if name == "relative_representation_stability":  # (representations, then maps)
+            values = getattr(metric, method)(logits, moved_logits, a, a_moved)
         cases.append({"measure": name, "objective": True, "values": _plain(values)})
     return cases
 
 
 CASES_OBJECTIVE_CLASSES = {"relative_input_stability": "RelativeInputStability",
-                           "relative_output_stability": "RelativeOutputStability"}
+                           "relative_output_stability": "RelativeOutputStability",
+                           "relative_representation_stability":
+                               "RelativeRepresentationStability"}
 # measure -> the cases on 6 x 6 images with one-channel maps (steps of 12 = 4 whole pixels)
 SMALL_CASES = {
     "pixel_flipping": [{"features_in_step": 12}, {"features_in_step": 12,
@@ -113,6 +121,35 @@ SMALL_CASES = {
     "faithfulness_estimate": [{"features_in_step": 12}],
     "selectivity": [{"patch_size": 4}],  # a grid padded by one on each side
     "region_perturbation": [{"patch_size": 4, "regions_evaluation": 3}],
+}
+
+
+# measures added later, run after the others: Quantus draws from NumPy's global generator even
+# where a fixed baseline is asked (`get_baseline_dict` draws its "uniform" entry every call),
+# so cases run before the random ones would change those ones' stored draws
+LATER_CASES: dict[str, tuple[str, list[dict], tuple[str, ...]]] = {
+    "focus": ("Focus", [{}, {"abs": True}], ("one", "three")),
+    "infidelity": ("Infidelity", [{}, {"perturb_patch_sizes": [2, 4], "n_perturb_samples": 1,
+                                       "normalise": True}], ("three",)),
+    # Quantus's own sums (the last step's values only: docs/measures.md)
+    "sensitivity_n": ("SensitivityN", [{"features_in_step": 4, "cumulative_sums": False},
+                                       {"features_in_step": 8, "cumulative_sums": False,
+                                        "softmax": False}], ("three",)),
+    # a fixed baseline: deterministic
+    "monotonicity_correlation": ("MonotonicityCorrelation",
+                                 [{"features_in_step": 4, "perturb_baseline": "black",
+                                   "nr_samples": 2},
+                                  {"features_in_step": 8, "perturb_baseline": "white",
+                                   "nr_samples": 1, "softmax": False}], ("three",)),
+}
+NOT_QUANTUS = ("discretise", "cumulative_sums")  # the project's settings Quantus lacks
+# Quantus 0.6 runs IROF and ROAD on one-channel images only (docs/measures.md): the first
+# channel of the images, the stored model's first input channel, one image per batch (its
+# baselines are taken over the batch)
+GRAY_CASES: dict[str, tuple[str, list[dict]]] = {
+    "irof": ("IROF", [{"perturb_baseline": "black"},
+                      {"perturb_baseline": "white", "softmax": False}]),
+    "road": ("ROAD", [{"noise": 0.0, "percentages": [10, 30, 50, 70, 90]}]),
 }
 
 
@@ -130,7 +167,7 @@ def inputs(seed: int) -> dict:
     for index, (top, left, height, width) in enumerate(
             [(2, 2, 3, 4), (0, 0, 4, 4), (1, 3, 6, 2), (5, 5, 3, 3), (3, 1, 1, 6)]):
         masks[index, top:top + height, left:left + width] = 1
-    return {"x": rng.normal(size=(5, 8, 8, 3)).astype(np.float32),
+    arrays = {"x": rng.normal(size=(5, 8, 8, 3)).astype(np.float32),
             "one": rng.normal(size=(5, 8, 8)).astype(np.float32),
             "three": rng.normal(size=(5, 8, 8, 3)).astype(np.float32),
             "s": masks,
@@ -142,7 +179,12 @@ def inputs(seed: int) -> dict:
             "kernel": 0.5 * rng.normal(size=(3, 3, 3, 4)).astype(np.float32),
             "kernel_bias": 0.1 * rng.normal(size=4).astype(np.float32),
             "dense": rng.normal(size=(4, 3)).astype(np.float32),
-            "dense_bias": 0.1 * rng.normal(size=3).astype(np.float32)}
+            "dense_bias": 0.1 * rng.normal(size=3).astype(np.float32),
+            # focus's quadrants of the explained class per image (drawn last: the draws above
+            # stay as they were)
+            "quadrants": rng.integers(0, 2, size=(5, 4)).astype(np.float32)}
+    arrays["x_gray"] = arrays["x"][..., :1]
+    return arrays
 
 
 def torch_gradient(model, inputs, targets, **kwargs):
@@ -155,15 +197,17 @@ def torch_gradient(model, inputs, targets, **kwargs):
     return images.grad.numpy()
 
 
-def torch_model(arrays: dict):
-    """The stored model in PyTorch (NCHW): the Keras kernels transposed."""
+def torch_model(arrays: dict, channels: int = 3):
+    """The stored model in PyTorch (NCHW): the Keras kernels transposed (with one channel:
+    the kernel's first input channel, for the one-channel images)."""
     import torch
 
-    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.ReLU(),
+    model = torch.nn.Sequential(torch.nn.Conv2d(channels, 4, 3, padding=1), torch.nn.ReLU(),
                                 torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
                                 torch.nn.Linear(4, 3))
+    kernel = arrays["kernel"][:, :, :channels]
     with torch.no_grad():
-        model[0].weight.copy_(torch.tensor(np.transpose(arrays["kernel"], (3, 2, 0, 1))))
+        model[0].weight.copy_(torch.tensor(np.transpose(kernel, (3, 2, 0, 1))))
         model[0].bias.copy_(torch.tensor(arrays["kernel_bias"]))
         model[4].weight.copy_(torch.tensor(arrays["dense"].T))
         model[4].bias.copy_(torch.tensor(arrays["dense_bias"]))
@@ -176,14 +220,27 @@ def quantus_values(name: str, settings: dict, arrays: dict, maps: str,
     measures with the stored model)."""
     import quantus
 
-    class_name = CASES[name][0] if name in CASES else ""
+    class_name = {**CASES, **LATER_CASES, **GRAY_CASES}.get(name, ("",))[0]
+    gray = name in GRAY_CASES
     x = np.transpose(arrays["x_small" if small else "x"], (0, 3, 1, 2))
+    x = x[:, :1] if gray else x
     a = arrays[maps][:, None] if arrays[maps].ndim == 3 else \
         np.transpose(arrays[maps], (0, 3, 1, 2))
     s = arrays["s"][:, None] if name in MASKED else None
-    model = None if name in MAP_ONLY else torch_model(arrays)
+    model = None if name in MAP_ONLY else torch_model(arrays, 1 if gray else 3)
     call_settings = {key: settings[key] for key in settings if key == "softmax"}
-    settings = {key: value for key, value in settings.items() if key != "discretise"}
+    settings = {key: value for key, value in settings.items() if key not in NOT_QUANTUS}
+    if name == "focus":
+        call_settings["custom_batch"] = arrays["quadrants"].astype(int)
+    if name in ("sensitivity_n", "irof"):  # per step / per image, not their mean
+        settings["return_aggregate"] = False
+    if gray:
+        call_settings["batch_size"] = 1
+    if name == "road":  # {percentage: the mean over the images}: one image at a time
+        return [list(quantus.ROAD(disable_warnings=True, **settings)(
+            model=model, x_batch=x[index:index + 1], y_batch=arrays["y"][index:index + 1],
+            a_batch=a[index:index + 1], channel_first=True, device="cpu").values())
+            for index in range(len(x))]
     if name in RANDOM_CASES:
         class_name = RANDOM_CASES[name][0]
         if name in EXPLAINED:
@@ -232,13 +289,23 @@ def run(config: Config) -> dict:
     cases += [{"measure": name, "settings": settings, "maps": "one_small", "images": "x_small",
                "values": quantus_values(name, settings, arrays, "one_small", small=True)}
               for name, variants in SMALL_CASES.items() for settings in variants]
+    cases += [{"measure": name, "settings": settings, "maps": maps, "images": "x",
+               "values": quantus_values(name, settings, arrays, maps)}
+              for name, (_, variants, map_kinds) in LATER_CASES.items()
+              for settings in variants for maps in map_kinds]
+    # irof is an area over some 20 steps less their count: float32's cancellation, 1e-5
+    cases += [{"measure": name, "settings": settings, "maps": "one", "images": "x_gray",
+               "values": quantus_values(name, settings, arrays, "one"),
+               **({"rtol": 1e-5, "atol": 1e-5} if name == "irof" else {})}
+              for name, (_, variants) in GRAY_CASES.items() for settings in variants]
     result = {"quantus": quantus.__version__, "numpy": np.__version__, "seed": config.seed,
               "date": datetime.date.today().isoformat(),
               "inputs": {key: value.tolist() for key, value in arrays.items()},
               "cases": cases}
     os.makedirs(os.path.dirname(os.path.abspath(config.output)), exist_ok=True)
     write_json(config.output, result)
-    print(f"{len(cases)} cases of {len(CASES)} measures -> {config.output}")
+    print(f"{len(cases)} cases of {len({case['measure'] for case in cases})} measures -> "
+          f"{config.output}")
     return result
 
 

@@ -297,7 +297,7 @@ def load_inputs(config: ResolvedConfig, methods: dict) -> CardImages:
     precision_folder = os.path.join(config.cache_dir, "precision") if config.cache_dir else None
     loaded = models.load(exporting.export_in_precision(model_path, config.precision,
                                                        precision_folder))
-    localising = any(name in faithfulness_card.FAMILIES["localisation"]
+    localising = any(name in faithfulness_card.MASKED
                      for name in config.benchmarks)
     with_masks = localising or card_engine.ORACLE in config.methods and (
         "ROAD" in config.benchmarks or config.gallery_images > 0)

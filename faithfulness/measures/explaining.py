@@ -59,13 +59,15 @@ def explainer(model: Any, explain_func: Any, explain_func_kwargs: Optional[dict]
                                     seed=seed, ids=ids)
 
     def explain(images: np.ndarray, targets: np.ndarray, ids: np.ndarray,
-                blocks: int = 1) -> np.ndarray:
+                blocks: int = 1, unscaled: bool = False) -> np.ndarray:
         """The prepared maps of `images`, each of `blocks` equal blocks normalised on its
-        own (Quantus normalises each batch it explains)."""
+        own (Quantus normalises each batch it explains); `unscaled`: checked, not scaled."""
         maps = np.asarray(raw(images, targets, ids))
         if maps.ndim == 4 and map_shape[0] == 1 and maps.shape[-1] == 1:
             maps = maps[..., 0]
-        found = prepared(images, maps, abs=abs, normalise=normalise, blocks=blocks,
+        found = prepared(images, maps, abs=abs and not unscaled,
+                         normalise=normalise and not unscaled,
+                         blocks=blocks,
                          maps_name="explain_func's maps")
         if found.map_shape != map_shape:
             raise ShapeError(f"explain_func gives maps of shape {np.shape(maps)[1:]} but a_batch "

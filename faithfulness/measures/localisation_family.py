@@ -22,6 +22,12 @@ gives NaN.
 - auc (Fawcett 2006): the area under the ROC curve of the map's values as scores of the mask
   (sklearn's roc_curve + auc in Quantus), computed here as the Mann-Whitney statistic (ties
   count one half), which equals it.
+- focus (Arias-Duart et al. 2022): on a mosaic of four images, the share of the map's positive
+  relevance that lies in the quadrants holding the explained class, sum(a+ q) / (sum a+ +
+  1e-9), where `custom_batch` [N, 4] marks those quadrants (top left, top right, bottom left,
+  bottom right; quantus/metrics/localisation/focus.py, evaluate_batch); the top quadrants take
+  H // 2 rows, the left ones W // 2 columns. It needs no `s_batch`: the mosaic is the ground
+  truth (`mosaics` builds them from a binary's images).
 
 Quantus sorts with numpy's default (unstable) sort for top_k_intersection and
 relevance_rank_accuracy, so with tied values its choice among the ties is unspecified: here
@@ -49,6 +55,8 @@ SPECS = (
     MetricSpec("relevance_rank_accuracy", True, about="share of the |mask| highest features "
                                                       "inside the mask"),
     MetricSpec("auc", True, about="ROC AUC of the map's values as scores of the mask"),
+    MetricSpec("focus", True, about="share of a mosaic's positive relevance in the explained "
+                                    "class's quadrants"),
 )
 
 
@@ -147,3 +155,27 @@ def auc(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch: Any = Non
     with np.errstate(divide="ignore", invalid="ignore"):
         u = (ranks * s).sum(axis=1) - inside * (inside + 1) / 2
         return _empty_is_nan(u / (inside * outside), inside)
+
+
+def focus(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch: Any = None, *,
+          custom_batch: Any = None, abs: bool = False,  # noqa: A002
+          normalise: bool = True) -> np.ndarray:
+    """[N] the share of the positive relevance in the quadrants `custom_batch` ([N, 4] of
+    0 / 1: top left, top right, bottom left, bottom right) marks as the explained class's."""
+    found = prepared(x_batch, a_batch, s_batch, abs=abs, normalise=normalise)
+    if custom_batch is None:
+        raise UserError("custom_batch is missing: focus needs the quadrants of the explained "
+                        "class in each mosaic, [N, 4] of 0 / 1")
+    quadrants = np.asarray(custom_batch)
+    if quadrants.shape != (len(found.a), 4) or not np.isin(quadrants, (0, 1)).all():
+        raise UserError(f"custom_batch has shape {quadrants.shape}; expected [{len(found.a)}, "
+                        "4] of 0 / 1 (top left, top right, bottom left, bottom right)")
+    channels, height, width = found.map_shape
+    bottom = (np.arange(height) >= height // 2)[:, None]
+    right = (np.arange(width) >= width // 2)[None, :]
+    quadrant = (2 * bottom + right).astype(np.int64)  # [H, W]: 0..3 in custom_batch's order
+    inside = np.broadcast_to(quadrants[:, quadrant][:, None], (len(quadrants), channels,
+                                                                height, width))
+    positive = np.clip(found.a, 0, None)
+    target = (positive * inside.reshape(len(positive), -1)).sum(axis=1)
+    return target / (positive.sum(axis=1) + 1e-9)

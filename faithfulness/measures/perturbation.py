@@ -65,13 +65,14 @@ def band_scores(model: Any, x: np.ndarray, ranks: np.ndarray, bands: np.ndarray,
     """float64 [N, K]: the output (softmax probability, or logit) for `classes` of every image
     of `x` ([N, H, W, C], the model's input space) perturbed at each of the K `bands` ([K, 2]
     int: low, high ranks of `ranks`, [N, H, W, C]); a perturbed element takes its image's
-    `baseline` value ([N]), or with `keep` only the band keeps `x`."""
+    `baseline` value ([N], or [N, K]: one per image and band), or with `keep` only the band
+    keeps `x`."""
     adapter = model_adapter(model)
     height, width, channels = (int(size) for size in x.shape[1:])
     image = tf.TensorSpec([None, height, width, channels], tf.float32)
     signature = [image, tf.TensorSpec([None, height, width, channels], tf.int32),
                  tf.TensorSpec([None, 2], tf.int32), tf.TensorSpec([None], tf.float32),
-                 tf.TensorSpec([None], tf.int32)]
+                 tf.TensorSpec([None], tf.int32)]  # the baseline: one value per item
 
     def build():
         # autograph off: the executor builds its loop explicitly
@@ -85,7 +86,7 @@ def band_scores(model: Any, x: np.ndarray, ranks: np.ndarray, bands: np.ndarray,
                 own = tf.gather(ranks, image)
                 inside = (own >= band[..., 0]) & (own < band[..., 1])
                 perturbed = tf.where(inside != keep,
-                                     tf.gather(baseline, image)[:, None, None, None],
+                                     tf.gather(baseline, items)[:, None, None, None],
                                      tf.gather(x, image))
                 outputs = tf.cast(adapter.logits(perturbed), tf.float32)
                 if softmax:
@@ -97,9 +98,11 @@ def band_scores(model: Any, x: np.ndarray, ranks: np.ndarray, bands: np.ndarray,
     key = ("measure bands", height, width, channels, keep, softmax, batch_size)
     run = adapter.traced(key, build)
     workload.count("forward", len(x) * len(bands))
+    per_item = np.broadcast_to(np.asarray(baseline, np.float32).reshape(len(x), -1),
+                               (len(x), len(bands))).ravel()
     values = run(tf.constant(x, tf.float32), tf.constant(ranks, tf.int32),
                  tf.constant(np.asarray(bands), tf.int32),
-                 tf.constant(baseline, tf.float32), tf.constant(classes, tf.int32))
+                 tf.constant(per_item, tf.float32), tf.constant(classes, tf.int32))
     return values.numpy().reshape(len(x), len(bands)).astype(np.float64)
 
 
@@ -113,14 +116,14 @@ def clean_scores(model: Any, x: np.ndarray, classes: np.ndarray, *, softmax: boo
 
 def baseline_values(x: np.ndarray, perturb_baseline: Any) -> np.ndarray:
     """float32 [N]: Quantus's fixed baseline of each image, the value a replaced element
-    takes: "black" the image's smallest value, "white" its largest, or a number
-    (quantus/helpers/utils.py, `get_baseline_dict`: per sample over every element)."""
+    takes: "black" the image's smallest value, "white" its largest, "mean" its mean, or a
+    number (quantus/helpers/utils.py, `get_baseline_dict`: per sample over every element)."""
     if isinstance(perturb_baseline, (int, float)) and not isinstance(perturb_baseline, bool):
         return np.full(len(x), perturb_baseline, np.float32)
-    values = {"black": np.min, "white": np.max}
+    values = {"black": np.min, "white": np.max, "mean": np.mean}
     if perturb_baseline not in values:
         raise UserError(f"perturb_baseline {perturb_baseline!r} is not supported; use "
-                        "'black', 'white' or a number")
+                        "'black', 'white', 'mean' or a number")
     return values[perturb_baseline](x.reshape(len(x), -1), axis=1).astype(np.float32)
 
 

@@ -12,29 +12,28 @@ import inspect
 from typing import Any
 
 from faithfulness import measures
-from faithfulness.measures import explaining
+from faithfulness.measures import explaining, mosaics
 from faithfulness.measures.settings import MeasureSettings
 from models.foundation.errors import UserError
 from models.foundation.metric_spec import Group, MetricSpec
 
 # explain with a changed model (randomised, shifted): they get the explainer itself, not its
 # maps; the other measures that take an `explain_func` get the group's explain
-OTHER_MODEL = ("mprt", "input_invariance")
+OTHER_MODEL = ("mprt", "smooth_mprt", "efficient_mprt", "input_invariance")
 NOT_SETTINGS = ("model", "x_batch", "y_batch", "a_batch", "s_batch", "explain_func",
                 "explain_func_kwargs", "ids", "return_auc_per_sample", "batch_size", "seed",
-                "return_average_correlation")
+                "return_average_correlation", "custom_batch")
 
 
 def function_of(name: str) -> Any:
     """The library call of the measure `name`."""
-    module, _ = measures.FAMILIES[measures.family_of(name)]
-    return getattr(importlib.import_module(module), name)
+    return getattr(importlib.import_module(measures.module_of(name)), name)
 
 
 def spec_of(name: str) -> MetricSpec:
-    """The declaration of the measure `name` (its family module's `SPECS`)."""
-    module, _ = measures.FAMILIES[measures.family_of(name)]
-    return next(spec for spec in importlib.import_module(module).SPECS if spec.name == name)
+    """The declaration of the measure `name` (its module's `SPECS`)."""
+    return next(spec for spec in importlib.import_module(measures.module_of(name)).SPECS
+                if spec.name == name)
 
 
 def settings_of(name: str) -> tuple:
@@ -81,7 +80,8 @@ class PeerMeasure:
         if ("return_average_correlation" in self.parameters  # mprt: its mean over the layers
                 and not self.settings.get("return_last_correlation")):
             self.settings["return_average_correlation"] = True
-        self.localising = measures.family_of(name) == "localisation"
+        self.localising = name in measures.MASKED
+        self.settings_seed = given["seed"]
 
     @property
     def metrics(self) -> tuple:
@@ -98,6 +98,10 @@ class PeerMeasure:
             settings["explain_func"] = group.explainer
         elif "explain_func" in self.parameters:
             settings["explain_func"] = explaining.KeyedExplain(group.explain)
+        if self.name == "focus":  # the mosaics of the group's images are its ground truth
+            values = mosaics.focus_of_group(self.function, group, settings,
+                                            self.settings_seed)
+            return {self.name: values.astype("float64")}
         values = self.function(group.loaded, group.images, group.labels,
                                group.explain(group.images, group.labels),
                                group.masks if self.localising else None, **settings)

@@ -18,15 +18,15 @@ model changes when the model or the class explained changes. Every explanation g
   defaults to the model's classes (Quantus's default, 1000, names classes a smaller model has
   not).
 """
-from typing import Any, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import keras
 import numpy as np
 import scipy.ndimage
 
 from faithfulness import randomisation, stats, substrates
-from faithfulness.measures import perturbation
-from faithfulness.measures.arguments import prepared
+from faithfulness.measures import perturbation, robustness_family
+from faithfulness.measures.arguments import prepared, scaled
 from faithfulness.measures.explaining import explainer, keras_of
 from models.foundation.errors import UserError, check_one_of
 from models.foundation.metric_spec import MetricSpec
@@ -34,6 +34,10 @@ from models.foundation.metric_spec import MetricSpec
 SPECS = (
     MetricSpec("mprt", False, about="correlation of the maps with those of a model whose "
                                     "layers are re-initialised one by one (mean per image)"),
+    MetricSpec("smooth_mprt", False, about="mprt with each map averaged over noisy copies of "
+                                           "the image (mean per image)"),
+    MetricSpec("efficient_mprt", True, about="relative rise of the map's entropy when the "
+                                             "whole model is re-initialised"),
     MetricSpec("random_logit", False, about="similarity of the map with a random other "
                                             "class's map"),
 )
@@ -48,6 +52,68 @@ def randomisable(model: Any) -> Any:
     return copy
 
 
+def _randomised_maps(model: Any, found: Any, classes: np.ndarray, ids: np.ndarray, *,
+                     explain_func: Any, explain_func_kwargs: Optional[dict], layer_order: str,
+                     seed: int, abs: bool, normalise: bool,  # noqa: A002
+                     batch_size: int, smoothing: Optional[tuple] = None,
+                     last_only: bool = False) -> Iterator[np.ndarray]:
+    """The prepared maps [N, F] of the model after each step of `layer_order`'s
+    re-initialisation (only the last with `last_only`); each map the mean over `smoothing` =
+    (nr_samples, noise_magnitude) noisy copies where given (`_smoothed`)."""
+    check_one_of("layer_order", layer_order, LAYER_ORDERS)
+    randomised = randomisable(model)
+    layers = randomisation.weighted_layers(randomised)  # output side first
+    trained = [(variable, variable.numpy()) for layer in layers for variable in layer.weights]
+    explain = explainer(randomised, explain_func, explain_func_kwargs, abs=abs,
+                        normalise=normalise, map_shape=found.map_shape,
+                        batch_size=batch_size, seed=seed)
+    if smoothing is not None:
+        explain = _smoothed(explain, *smoothing, seed=seed, abs=abs, normalise=normalise)
+    order = list(range(len(layers)))
+    if layer_order == "bottom_up":
+        order.reverse()
+    for step, index in enumerate(order):  # one batched explanation of every image per layer
+        if layer_order == "independent" or step == 0:
+            for variable, value in trained:
+                variable.assign(value)
+        chosen = order[:step + 1] if layer_order != "independent" else [index]
+        if last_only and step < len(order) - 1:
+            continue
+        randomisation.randomise_layers(randomised, chosen, seed)
+        yield explain(found.x, classes, ids)
+
+
+def _smoothed(explain: Callable, nr_samples: int, noise_magnitude: float, *, seed: int,
+              abs: bool, normalise: bool) -> Callable:  # noqa: A002
+    """`explain` averaged over `nr_samples` copies of the images, the last one clean, the
+    others plus N(0, (noise_magnitude (max - min))^2) per image (Quantus's
+    `explain_smooth_batch`), keyed by (seed, sample, image id); normalised and made absolute
+    after the mean, as Quantus."""
+    def smooth(x: np.ndarray, classes: np.ndarray, ids: np.ndarray) -> np.ndarray:
+        spread = noise_magnitude * (x.max(axis=(1, 2, 3)) - x.min(axis=(1, 2, 3)))
+        unit = robustness_family.noisy_copies(  # N(0, 1) draws: copies of zero images
+            np.zeros_like(x), ids, range(nr_samples - 1), seed=seed,
+            noise=robustness_family.Noise(mean=0.0, std=1.0))
+        noisy = np.tile(x, (nr_samples - 1, 1, 1, 1)) + unit * np.tile(
+            spread, nr_samples - 1)[:, None, None, None]
+        images = np.concatenate([noisy, x]).astype(np.float32)
+        raw = explain(images, np.tile(classes, nr_samples), np.tile(ids, nr_samples),
+                      unscaled=True)
+        mean = raw.reshape(nr_samples, len(x), -1).mean(axis=0)
+        return scaled(mean, abs=abs, normalise=normalise)
+    return smooth
+
+
+def _reduced_layers(correlations: np.ndarray, average: bool, last: bool) -> np.ndarray:
+    """[N, layers] as asked: their mean per image, the last, or all."""
+    if average and last:
+        raise UserError("return_average_correlation and return_last_correlation exclude each "
+                        "other; set one")
+    if average:
+        return correlations.mean(axis=1)
+    return correlations[:, -1] if last else correlations
+
+
 def mprt(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch: Any = None, *,
          explain_func: Any = None, explain_func_kwargs: Optional[dict] = None,
          layer_order: str = "top_down", seed: int = 42,
@@ -56,34 +122,72 @@ def mprt(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch: Any = No
          ids: Any = None, batch_size: int = 64) -> np.ndarray:
     """[N, layers] the Spearman correlation of each map with the randomised model's, per
     layer re-initialised (or [N]: their mean, or the last)."""
-    check_one_of("layer_order", layer_order, LAYER_ORDERS)
-    if return_average_correlation and return_last_correlation:
-        raise UserError("return_average_correlation and return_last_correlation exclude each "
-                        "other; set one")
+    _reduced_layers(np.zeros((0, 1)), return_average_correlation, return_last_correlation)
     found = prepared(x_batch, a_batch, s_batch, abs=abs, normalise=normalise)
     classes = perturbation.checked_classes(model, found.x, y_batch)
     ids = np.arange(len(found.x)) if ids is None else np.asarray(ids, np.int64)
-    randomised = randomisable(model)
-    layers = randomisation.weighted_layers(randomised)  # output side first
-    trained = [(variable, variable.numpy()) for layer in layers for variable in layer.weights]
-    explain = explainer(randomised, explain_func, explain_func_kwargs, abs=abs,
-                        normalise=normalise, map_shape=found.map_shape,
-                        batch_size=batch_size, seed=seed)
-    order = list(range(len(layers)))
-    if layer_order == "bottom_up":
-        order.reverse()
-    values = []
-    for step, index in enumerate(order):  # one batched explanation of every image per layer
-        if layer_order == "independent" or step == 0:
-            for variable, value in trained:
-                variable.assign(value)
-        chosen = order[:step + 1] if layer_order != "independent" else [index]
-        randomisation.randomise_layers(randomised, chosen, seed)
-        values.append(stats.spearman(found.a, explain(found.x, classes, ids)))
-    correlations = np.stack(values, axis=1)
-    if return_average_correlation:
-        return correlations.mean(axis=1)
-    return correlations[:, -1] if return_last_correlation else correlations
+    correlations = np.stack([stats.spearman(found.a, maps) for maps in _randomised_maps(
+        model, found, classes, ids, explain_func=explain_func,
+        explain_func_kwargs=explain_func_kwargs, layer_order=layer_order, seed=seed, abs=abs,
+        normalise=normalise, batch_size=batch_size)], axis=1)
+    return _reduced_layers(correlations, return_average_correlation, return_last_correlation)
+
+
+def smooth_mprt(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch: Any = None, *,
+                explain_func: Any = None, explain_func_kwargs: Optional[dict] = None,
+                layer_order: str = "bottom_up", seed: int = 42, nr_samples: int = 50,
+                noise_magnitude: float = 0.1, return_average_correlation: bool = False,
+                return_last_correlation: bool = False, abs: bool = True,  # noqa: A002
+                normalise: bool = True, ids: Any = None, batch_size: int = 64) -> np.ndarray:
+    """mprt with each randomised model's map the mean over `nr_samples` noisy copies of the
+    image (the last clean): [N, layers], or their mean, or the last."""
+    if nr_samples < 1:
+        raise UserError(f"nr_samples must be at least 1; got {nr_samples}")
+    _reduced_layers(np.zeros((0, 1)), return_average_correlation, return_last_correlation)
+    found = prepared(x_batch, a_batch, s_batch, abs=abs, normalise=normalise)
+    classes = perturbation.checked_classes(model, found.x, y_batch)
+    ids = np.arange(len(found.x)) if ids is None else np.asarray(ids, np.int64)
+    correlations = np.stack([stats.spearman(found.a, maps) for maps in _randomised_maps(
+        model, found, classes, ids, explain_func=explain_func,
+        explain_func_kwargs=explain_func_kwargs, layer_order=layer_order, seed=seed, abs=abs,
+        normalise=normalise, batch_size=batch_size,
+        smoothing=(nr_samples, noise_magnitude))], axis=1)
+    return _reduced_layers(correlations, return_average_correlation, return_last_correlation)
+
+
+def discrete_entropy(a: np.ndarray, n_bins: int = 100) -> np.ndarray:
+    """[N]: the entropy of each row's histogram of `n_bins` equal bins over its range
+    (Quantus's `discrete_entropy`: np.histogram, then scipy.stats.entropy); a constant row
+    falls in one bin (entropy 0)."""
+    low, high = a.min(axis=1, keepdims=True), a.max(axis=1, keepdims=True)
+    width = np.where(high > low, high - low, 1.0)
+    bins = np.clip(np.floor((a - low) / width * n_bins), 0, n_bins - 1).astype(np.int64)
+    keyed = (np.arange(len(a))[:, None] * n_bins + bins).ravel()
+    counts = np.bincount(keyed, minlength=len(a) * n_bins).reshape(len(a), n_bins)
+    shares = counts / a.shape[1]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return -np.sum(np.where(shares > 0, shares * np.log(shares), 0.0), axis=1)
+
+
+def efficient_mprt(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch: Any = None,
+                   *, explain_func: Any = None, explain_func_kwargs: Optional[dict] = None,
+                   layer_order: str = "bottom_up", seed: int = 42, n_bins: int = 100,
+                   abs: bool = False, normalise: bool = True,  # noqa: A002
+                   ids: Any = None, batch_size: int = 64) -> np.ndarray:
+    """[N] the relative rise of the map's discrete entropy from the model to the fully
+    randomised model, (H(a') - H(a)) / H(a)."""
+    if n_bins < 2:
+        raise UserError(f"n_bins must be at least 2; got {n_bins}")
+    found = prepared(x_batch, a_batch, s_batch, abs=abs, normalise=normalise)
+    classes = perturbation.checked_classes(model, found.x, y_batch)
+    ids = np.arange(len(found.x)) if ids is None else np.asarray(ids, np.int64)
+    (randomised,) = _randomised_maps(
+        model, found, classes, ids, explain_func=explain_func,
+        explain_func_kwargs=explain_func_kwargs, layer_order=layer_order, seed=seed, abs=abs,
+        normalise=normalise, batch_size=batch_size, last_only=True)
+    before = discrete_entropy(found.a, n_bins)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return (discrete_entropy(randomised, n_bins) - before) / before
 
 
 def ssim_rows(a: np.ndarray, b: np.ndarray, win_size: int = 7) -> np.ndarray:

@@ -12,6 +12,13 @@ images, and reduces a per-sample ratio over the samples (`noisy_ratios`).
   ||(a - a') / a|| / max(||(x - x') / x||, eps_min), or over ||h(x) - h(x')|| (the model's
   logits), over inputs x + U(lower_bound, upper_bound) (Quantus's defaults 0.02 and 0.2; zeros
   in a denominator read eps_min; relative_input_stability.py, relative_output_stability.py).
+- relative_representation_stability (Agarwal et al. 2022): the same, over the relative change
+  of the model's internal representations, ||(L - L') / L|| with L every chosen layer's output
+  flattened and concatenated (`layer_names` or `layer_indices` of the Keras model's layers;
+  all of them by default, as Quantus hooks every module;
+  relative_representation_stability.py). A Keras layer may hold what PyTorch splits in two (a
+  convolution with its activation), so a PyTorch twin's representations, and its values,
+  differ from Quantus's by the layers the frameworks list.
 
 - consistency (Dasgupta et al. 2022): for each image, the share of the call's other images
   whose map has the same discrete label (`discretise`) that the model predicts as the same
@@ -40,15 +47,16 @@ so a run is reproducible and the values agree with Quantus's in distribution.
 import dataclasses
 import functools
 import warnings
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
+import keras
 import numpy as np
 import tensorflow as tf
 
 from faithfulness import substrates
 from faithfulness.measures import perturbation
 from faithfulness.measures.arguments import prepared
-from faithfulness.measures.explaining import explainer
+from faithfulness.measures.explaining import explainer, keras_of
 from models.foundation.errors import UserError, check_one_of
 from models.foundation.metric_spec import MetricSpec
 
@@ -63,6 +71,9 @@ SPECS = (
                                                         "per relative change of the input"),
     MetricSpec("relative_output_stability", False, about="largest relative change of the map "
                                                          "per change of the logits"),
+    MetricSpec("relative_representation_stability", False,
+               about="largest relative change of the map per relative change of the "
+                     "internal representations"),
     MetricSpec("consistency", True, about="share of the images with the same discretised map "
                                           "that the model predicts as the same class"),
     MetricSpec("continuity", False, about="largest change of the map per change of the input "
@@ -261,6 +272,65 @@ def relative_output_stability(model: Any, x_batch: Any, y_batch: Any, a_batch: A
     """[N] the largest relative map change per change of the logits."""
     return _measured(np.max, functools.partial(output_stability, eps_min=eps_min),
                      uniform(lower_bound, upper_bound), locals())
+
+
+def representations(model: Any, layer_names: Optional[Sequence[str]] = None,
+                    layer_indices: Optional[Sequence[int]] = None) -> Callable:
+    """`represent(x)` -> float64 [n, D]: the chosen layers' outputs of the Keras model (or the
+    zoo model an export holds) for images x [n, H, W, C], flattened and concatenated."""
+    if layer_names is not None and layer_indices is not None:
+        raise UserError("give layer_names or layer_indices, not both")
+    source = keras_of(model, "relative_representation_stability reads the model's layers")
+    layers = [layer for layer in source.layers if not isinstance(layer, keras.layers.InputLayer)]
+    if layer_names is not None:
+        missing = sorted(set(layer_names) - {layer.name for layer in layers})
+        if missing:
+            raise UserError(f"layer_names: the model has no layer {', '.join(missing)}")
+        layers = [layer for layer in layers if layer.name in layer_names]
+    elif layer_indices is not None:
+        try:
+            layers = [layers[int(index)] for index in layer_indices]
+        except IndexError:
+            raise UserError(f"layer_indices: the model has {len(layers)} layers; got "
+                            f"{list(layer_indices)}") from None
+    if not layers:
+        raise UserError("no layer chosen for the internal representations")
+    reader = keras.Model(source.inputs, [layer.output for layer in layers])
+
+    def represent(x: np.ndarray) -> np.ndarray:
+        outputs = reader(tf.constant(x, tf.float32), training=False)
+        outputs = outputs if isinstance(outputs, (list, tuple)) else [outputs]
+        return np.concatenate([np.asarray(output, np.float64).reshape(len(x), -1)
+                               for output in outputs], axis=1)
+    return represent
+
+
+def representation_stability(inner: np.ndarray, moved_inner: np.ndarray, a: np.ndarray,
+                             maps: np.ndarray, *, eps_min: float = 1e-6) -> np.ndarray:
+    """[n] ||(a - a') / a|| / max(||(L - L') / L||, eps_min) per row, Quantus's
+    `relative_representation_stability_objective` (L, L': the rows' representations)."""
+    change = np.linalg.norm((inner - moved_inner) / (inner + (inner == 0) * eps_min), axis=1)
+    return _relative_map_change(a, maps, eps_min) / _at_least(change, eps_min)
+
+
+def relative_representation_stability(
+        model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch: Any = None, *,
+        explain_func: Any = None, explain_func_kwargs: Optional[dict] = None,
+        nr_samples: int = 200, lower_bound: float = 0.02, upper_bound: Optional[float] = 0.2,
+        eps_min: float = 1e-6, layer_names: Optional[Sequence[str]] = None,
+        layer_indices: Optional[Sequence[int]] = None, abs: bool = False,  # noqa: A002
+        normalise: bool = False, return_nan_when_prediction_changes: bool = True,
+        seed: int = 0, ids: Any = None, batch_size: int = 64) -> np.ndarray:
+    """[N] the largest relative map change per relative change of the internal
+    representations."""
+    represent = representations(model, layer_names, layer_indices)
+    image_shape = tuple(np.shape(x_batch)[1:])
+
+    def objective(x, moved, a, maps, logits, moved_logits):  # x, moved: flattened images
+        return representation_stability(represent(x.reshape(-1, *image_shape)),
+                                        represent(moved.reshape(-1, *image_shape)), a, maps,
+                                        eps_min=eps_min)
+    return _measured(np.max, objective, uniform(lower_bound, upper_bound), locals())
 
 
 def discrete_labels(a: np.ndarray, discretise: str, n: int) -> np.ndarray:

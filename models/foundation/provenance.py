@@ -131,9 +131,9 @@ def differences(recorded: dict, requested: dict) -> list:
 
 # Settings that say how the code computed an output rather than what was asked for: the digests
 # of a user method's code (`saliency_gen.attribution.names.Resolved`) and the name of ROAD's
-# imputation solver (`roar.imputation.SOLVER`). An output that differs from a request in these alone
-# was made by earlier code, and is recomputed with one line saying which code changed rather than
-# refused (docs/architecture.md, "Outputs and provenance").
+# imputation solver (`saliency_gen.data.imputation.SOLVER`). An output that differs from a
+# request in these alone was made by earlier code, and is recomputed with one line saying which
+# code changed rather than refused (docs/architecture.md, "Outputs and provenance").
 METHOD_CODE = "method_code"
 IMPUTATION_SOLVER = "imputation_solver"
 _CODE_SETTINGS = {METHOD_CODE: "the code of {method}",

@@ -5,8 +5,8 @@ import pytest
 import tensorflow as tf
 
 from models.foundation.errors import UserError
-from roar import imputation, masking
-from saliency_gen.data import records
+from roar import masking
+from saliency_gen.data import imputation, records
 
 ROAR_ELEMENT_COUNTS = {0.1: 15052, 0.3: 45158, 0.5: 75264, 0.7: 105369, 0.9: 135475}
 ROAR_PIXEL_COUNTS = {0.1: 5017, 0.3: 15052, 0.5: 25088, 0.7: 35123, 0.9: 45158}

@@ -68,7 +68,7 @@ def test_outcomes_count_the_passes_and_the_solvers_work():
     import keras
 
     from models.foundation import workload
-    from roar import imputation
+    from saliency_gen.data import imputation
 
     rng = np.random.default_rng(4)
     pixels = rng.uniform(size=(4, 16, 16, 3)).astype(np.float32)

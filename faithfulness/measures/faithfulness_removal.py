@@ -1,0 +1,160 @@
+"""Quantus's faithfulness measures that remove regions (docs/measures.md, "Faithfulness"):
+superpixels (irof) or a share of the pixels imputed from their neighbours (road).
+
+- irof (Rieger & Hansen 2020): the image's SLIC superpixels (scikit-image's `slic` with
+  Quantus's settings, on the image as the model takes it) are replaced by the baseline one
+  after another, highest mean attribution first, cumulatively; the area over the curve of the
+  output relative to the clean output, S - area(y_k / y) for S segments, the curve padded with
+  zeros to the call's largest S as Quantus does (quantus/metrics/faithfulness/irof.py,
+  evaluate_batch). Quantus's default baseline "mean" takes the mean of the whole batch as it
+  stands after the previous removals (`baseline_replacement_by_mask` without `batched`), so an
+  image's value depends on its batch: here "mean" is the image's own mean. Quantus 0.6 runs
+  only on one-channel images (its mask has one channel and the perturbation asserts the
+  image's shape). Higher is better.
+- road (Rong et al. 2022): for each percentage p of `percentages`, whether the model still
+  predicts the explained class when the int(H W p / 100) pixels of highest attribution (the
+  map summed over its channels) are imputed by ROAD's noisy linear imputation
+  (`saliency_gen.data.imputation`, the solver ROAD's binaries use) with N(0, `noise`^2) added,
+  keyed by (seed, image id, p); the curve [N, P] of 0 / 1 (Quantus returns its mean over the
+  images per percentage: road.py, custom_postprocess), or its area with
+  `return_auc_per_sample`. Quantus 0.6 ranks the map broadcast over the channels but imputes
+  pixels, so its indices run past the image for colour images; here pixels are ranked. Lower
+  is better (a faithful map's removals change the prediction sooner).
+"""
+from typing import Any, Sequence
+
+import numpy as np
+import skimage.segmentation
+import tensorflow as tf
+
+from faithfulness.measures import perturbation
+from faithfulness.measures.arguments import prepared
+from models.foundation import executor, workload
+from models.foundation.errors import UserError
+from models.foundation.metric_spec import MetricSpec
+from saliency_gen.data import imputation
+
+SPECS = (
+    MetricSpec("irof", True, about="area over the output's curve as superpixels are removed, "
+                                   "most attributed first"),
+    MetricSpec("road", False, about="the prediction kept as the most attributed pixels are "
+                                    "imputed (area over the percentages)"),
+)
+ROAD_PERCENTAGES = tuple(range(1, 100, 2))
+ROAD_SALT = 0x70AD  # road's imputation noise, apart from the other draws of a seed
+
+
+def superpixels(x: np.ndarray, segmentation_method: str = "slic") -> np.ndarray:
+    """int [N, H, W]: each image's segments, numbered from 0 (scikit-image, one image at a
+    time: a segmentation is no batched op)."""
+    if segmentation_method not in ("slic", "felzenszwalb"):
+        raise UserError(f"segmentation_method must be 'slic' or 'felzenszwalb'; got "
+                        f"{segmentation_method!r}")
+    if segmentation_method == "slic":
+        segments = [skimage.segmentation.slic(image.astype(np.float64), start_label=0)
+                    for image in x]
+    else:
+        segments = [skimage.segmentation.felzenszwalb(image.astype(np.float64)) for image in x]
+    return np.stack(segments)
+
+
+def irof(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch: Any = None, *,
+         segmentation_method: str = "slic", abs: bool = False,  # noqa: A002
+         normalise: bool = True, perturb_baseline: Any = "mean", softmax: bool = True,
+         batch_size: int = 64) -> np.ndarray:
+    """[N] the area over the relative output's curve as superpixels are replaced, most
+    attributed (by mean) first."""
+    found = prepared(x_batch, a_batch, s_batch, abs=abs, normalise=normalise)
+    height, width, channels = found.x.shape[1:]
+    segments = superpixels(found.x, segmentation_method)
+    counts = segments.reshape(len(segments), -1).max(axis=1) + 1
+    largest = int(counts.max())
+    pixel_sums = perturbation.broadcast_features(found).reshape(
+        len(found.x), channels, height * width).sum(axis=1)  # [N, H W]
+    keyed = (np.arange(len(found.x))[:, None] * largest
+             + segments.reshape(len(segments), -1)).ravel()
+    totals = np.bincount(keyed, weights=pixel_sums.ravel(), minlength=len(found.x) * largest)
+    sizes = np.bincount(keyed, minlength=len(found.x) * largest) * channels
+    means = (totals / np.maximum(sizes, 1)).reshape(len(found.x), largest)
+    means = np.where(np.arange(largest)[None] < counts[:, None], means, -np.inf)
+    order = np.argsort(-means, axis=1, kind="stable")
+    place = np.empty_like(order)
+    np.put_along_axis(place, order, np.arange(largest)[None], axis=1)
+    ranks = np.take_along_axis(place, segments.reshape(len(segments), -1), axis=1)
+    ranks = np.repeat(ranks.reshape(len(found.x), height, width, 1), channels, axis=3)
+    bands = np.stack([np.zeros(largest + 1, np.int64), np.arange(largest + 1)], axis=1)
+    scores = perturbation.scores_of_bands(
+        model, found, y_batch, ranks.astype(np.int32), bands, perturb_baseline,
+        softmax=softmax, batch_size=batch_size)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        curves = scores[:, 1:] / scores[:, :1]
+    curves = np.where(np.arange(largest)[None] < counts[:, None], curves, 0.0)
+    return counts - perturbation.auc_per_sample(curves)
+
+
+def road_hits(model: Any, x: np.ndarray, ranks: np.ndarray, cuts: np.ndarray,
+              classes: np.ndarray, keys: np.ndarray, *, noise: float, seed: int = 0,
+              batch_size: int = 64) -> np.ndarray:
+    """float64 [N, P]: 1 where the model predicts `classes` once the pixels ranked below each
+    cut ([P]) of `ranks` ([N, H, W]) are imputed with noise keyed by (`seed`, `keys` [N,
+    P])."""
+    mixed = int(seed) * 1_000_003 + ROAD_SALT
+    adapter = perturbation.model_adapter(model)
+    height, width, channels = (int(size) for size in x.shape[1:])
+    signature = [tf.TensorSpec([None, height, width, channels], tf.float32),
+                 tf.TensorSpec([None, height, width], tf.int32), tf.TensorSpec([None], tf.int32),
+                 tf.TensorSpec([None], tf.int32), tf.TensorSpec([None], tf.int64)]
+
+    def build():
+        # autograph off: the executor and the solver build their loops explicitly
+        @tf.function(input_signature=signature, autograph=False)
+        def run(x, ranks, cuts, classes, keys):
+            steps = tf.shape(cuts)[0]
+
+            def compute(items):
+                image = items // steps
+                removed = tf.gather(ranks, image) < tf.gather(cuts, items % steps)[:, None, None]
+                imputed = imputation.noisy_linear_impute(
+                    tf.gather(x, image), removed, noise, seed=mixed, keys=tf.gather(keys, items),
+                    fallback=(0.0,) * channels)
+                outputs = tf.cast(adapter.logits(imputed), tf.float32)
+                predicted = tf.argmax(outputs, axis=1, output_type=tf.int32)
+                return tf.cast(tf.equal(predicted, tf.gather(classes, image)), tf.float32)
+            return executor.collect(tf.shape(x)[0] * steps, batch_size, compute)
+        return run
+
+    run = adapter.traced(("measure road", height, width, channels, float(noise), mixed,
+                                 batch_size),
+                         build)
+    workload.count("forward", len(x) * len(cuts))
+    values = run(tf.constant(x, tf.float32), tf.constant(ranks, tf.int32),
+                 tf.constant(cuts, tf.int32), tf.constant(classes, tf.int32),
+                 tf.constant(keys.ravel(), tf.int64))
+    return values.numpy().reshape(len(x), len(cuts)).astype(np.float64)
+
+
+def road(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch: Any = None, *,
+         percentages: Sequence[int] = ROAD_PERCENTAGES, noise: float = 0.01,
+         abs: bool = False, normalise: bool = True,  # noqa: A002
+         return_auc_per_sample: bool = False, seed: int = 0, ids: Any = None,
+         batch_size: int = 64) -> np.ndarray:
+    """[N, P] 1 where the prediction is kept with the top p% pixels imputed (or [N], the
+    curve's area, with `return_auc_per_sample`)."""
+    chosen = np.asarray(percentages, np.float64)
+    if chosen.ndim != 1 or not len(chosen) or (chosen < 0).any() or (chosen > 100).any():
+        raise UserError(f"percentages must be numbers in [0, 100]; got {percentages}")
+    if noise < 0:
+        raise UserError(f"noise must be at least 0; got {noise}")
+    found = prepared(x_batch, a_batch, s_batch, abs=abs, normalise=normalise)
+    height, width = found.x.shape[1:3]
+    classes = perturbation.checked_classes(model, found.x, y_batch)
+    pixel_scores = found.a.reshape(len(found.x), -1, height * width).sum(axis=1)
+    order = np.argsort(-pixel_scores, axis=1, kind="stable")
+    ranks = np.empty_like(order)
+    np.put_along_axis(ranks, order, np.arange(height * width)[None], axis=1)
+    cuts = (height * width * chosen / 100).astype(np.int64)  # Quantus's int(a_size p / 100)
+    ids = np.arange(len(found.x)) if ids is None else np.asarray(ids, np.int64)
+    keys = ids[:, None] * len(cuts) + np.arange(len(cuts))[None]
+    curves = road_hits(model, found.x, ranks.reshape(len(found.x), height, width), cuts,
+                       classes, keys, noise=noise, seed=seed, batch_size=batch_size)
+    return perturbation.auc_per_sample(curves) if return_auc_per_sample else curves
