@@ -118,6 +118,12 @@ def baseline_values(x: np.ndarray, perturb_baseline: Any) -> np.ndarray:
     """float32 [N]: Quantus's fixed baseline of each image, the value a replaced element
     takes: "black" the image's smallest value, "white" its largest, "mean" its mean, or a
     number (quantus/helpers/utils.py, `get_baseline_dict`: per sample over every element)."""
+    if isinstance(perturb_baseline, str) and perturb_baseline not in ("black", "white",
+                                                                      "mean"):
+        try:  # a number given as a flag's text
+            perturb_baseline = float(perturb_baseline)
+        except ValueError:
+            pass
     if isinstance(perturb_baseline, (int, float)) and not isinstance(perturb_baseline, bool):
         return np.full(len(x), perturb_baseline, np.float32)
     values = {"black": np.min, "white": np.max, "mean": np.mean}

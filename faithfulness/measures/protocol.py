@@ -11,6 +11,8 @@ import importlib
 import inspect
 from typing import Any
 
+import numpy as np
+
 from faithfulness import measures
 from faithfulness.measures import explaining, mosaics
 from faithfulness.measures.settings import MeasureSettings
@@ -20,6 +22,9 @@ from models.foundation.metric_spec import Group, MetricSpec
 # explain with a changed model (randomised, shifted): they get the explainer itself, not its
 # maps; the other measures that take an `explain_func` get the group's explain
 OTHER_MODEL = ("mprt", "smooth_mprt", "efficient_mprt", "input_invariance")
+# one value per call (a curve of correlations across its images): each image of a group gets
+# the curve's mean
+PER_CALL = ("sensitivity_n",)
 NOT_SETTINGS = ("model", "x_batch", "y_batch", "a_batch", "s_batch", "explain_func",
                 "explain_func_kwargs", "ids", "return_auc_per_sample", "batch_size", "seed",
                 "return_average_correlation", "custom_batch")
@@ -98,6 +103,12 @@ class PeerMeasure:
             settings["explain_func"] = group.explainer
         elif "explain_func" in self.parameters:
             settings["explain_func"] = explaining.KeyedExplain(group.explain)
+        if self.name in PER_CALL:  # a correlation across the group's images
+            if len(group.images) < 2:
+                return {self.name: np.full(len(group.images), np.nan)}
+            values = self.function(group.loaded, group.images, group.labels,
+                                   group.explain(group.images, group.labels), None, **settings)
+            return {self.name: np.full(len(group.images), np.nanmean(values))}
         if self.name == "focus":  # the mosaics of the group's images are its ground truth
             values = mosaics.focus_of_group(self.function, group, settings,
                                             self.settings_seed)

@@ -90,6 +90,8 @@ def _smoothed(explain: Callable, nr_samples: int, noise_magnitude: float, *, see
     `explain_smooth_batch`), keyed by (seed, sample, image id); normalised and made absolute
     after the mean, as Quantus."""
     def smooth(x: np.ndarray, classes: np.ndarray, ids: np.ndarray) -> np.ndarray:
+        if nr_samples == 1:  # the clean image alone
+            return explain(x, classes, ids)
         spread = noise_magnitude * (x.max(axis=(1, 2, 3)) - x.min(axis=(1, 2, 3)))
         unit = robustness_family.noisy_copies(  # N(0, 1) draws: copies of zero images
             np.zeros_like(x), ids, range(nr_samples - 1), seed=seed,

@@ -73,6 +73,25 @@ class MeasureSettings(Checked):
     subset_percent: Optional[float] = _setting("mu_fidelity: chance a cell is removed.")
     baseline_mode: Optional[float] = _setting("mu_fidelity: the removed cells' value.")
     activation: Optional[str] = _setting("mu_fidelity: None (logits) or softmax.")
+    perturb_patch_sizes: Optional[tuple] = _setting("infidelity: patch sides, each dividing "
+                                                    "the image's sides.")
+    n_perturb_samples: Optional[int] = _setting("infidelity: repetitions (fixed baselines "
+                                                "repeat the same value).", at_least(1))
+    n_max_percentage: Optional[float] = _setting("sensitivity_n: share of the pixels the "
+                                                 "steps reach.")
+    cumulative_sums: Optional[bool] = _setting("sensitivity_n: the removed set's sum (off: "
+                                               "Quantus 0.6's last-step sum).")
+    segmentation_method: Optional[str] = _setting("irof: slic or felzenszwalb.")
+    percentages: Optional[tuple] = _setting("road: percentages of pixels imputed.")
+    noise: Optional[float] = _setting("road: deviation of the imputation noise.")
+    noise_magnitude: Optional[float] = _setting("smooth_mprt: noise deviation per image "
+                                                "range.")
+    n_bins: Optional[int] = _setting("efficient_mprt: histogram bins of the entropy.",
+                                     at_least(2))
+    layer_names: Optional[tuple] = _setting("relative_representation_stability: the layers "
+                                            "read.")
+    layer_indices: Optional[tuple] = _setting("relative_representation_stability: the layers "
+                                              "read, by index.")
 
     def measure_settings(self) -> dict:
         """{name: value} of the settings given (what a report records)."""
