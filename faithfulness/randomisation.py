@@ -7,9 +7,10 @@ the randomised model, and each image's Spearman rank correlation between the ori
 randomised map (absolute values summed over channels, as the paper's main figures) says how
 much the map still looks the same. A method that explains the model should fall towards 0 as
 more layers are randomised; a map that does not depend on the model (an edge detector, the random
-control) stays at 1.
+control) stays at 1. The check is MPRT's top-down case at those stages: both re-initialise
+through `cascade` (docs/measures.md, "Randomisation").
 """
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Iterator, Optional
 
 import keras
 import numpy as np
@@ -61,6 +62,39 @@ def randomise_layers(model: keras.Model, indices: Iterable[int], seed: int = 0) 
             variable.assign(fresh(variable.shape, dtype=variable.dtype))
 
 
+LAYER_ORDERS = ("top_down", "bottom_up", "independent")
+
+
+def cascade(model: keras.Model, layer_order: str = "top_down", seed: int = 0,
+            steps: Optional[Iterable[int]] = None) -> Iterator[int]:
+    """Re-initialises `model`'s weighted layers in place, one step at a time, yielding each
+    step's index once the model is at it: step k re-initialises the k + 1 layers nearest the
+    output ("top_down", the check's stage k + 1) or the input ("bottom_up"), or the k-th
+    layer alone ("independent"); `steps` chooses the steps yielded (all by default). The
+    trained weights are back when the generator ends. MPRT (`faithfulness.measures.mprt`) and
+    the card's check both randomise through it."""
+    layers = weighted_layers(model)
+    trained = [(variable, variable.numpy()) for layer in layers for variable in layer.weights]
+    order = list(range(len(layers)))
+    if layer_order == "bottom_up":
+        order.reverse()
+    wanted = set(range(len(order)) if steps is None else steps)
+
+    def restore():
+        for variable, value in trained:
+            variable.assign(value)
+    try:
+        for step, index in enumerate(order):
+            if step not in wanted:
+                continue
+            restore()
+            randomise_layers(model, order[:step + 1] if layer_order != "independent"
+                             else [index], seed)
+            yield step
+    finally:
+        restore()
+
+
 def perturb_weights(model: keras.Model, sd: float, seed: int = 0) -> None:
     """Multiplies (in place) every trainable weight of `model` by 1 + seeded Gaussian noise of
     standard deviation `sd`, each weight tensor with a seed of its own (MetaQuantus's model
@@ -103,23 +137,13 @@ def benchmark(model_path: str, images: np.ndarray, labels: np.ndarray, ids: np.n
         return saliency_gen.attribute(model, images, chosen, labels, batch_size=batch_size,
                                       seed=seed, ids=ids, preprocessing=info["preprocessing"])
 
-    trained_values = [(variable, variable.numpy()) for layer in weighted_layers(randomised)
-                      for variable in layer.weights]
-    current = [0]  # the stage the randomised model is at
-
-    def model_at(k):
-        if current[0] != k:
-            for variable, value in trained_values:
-                variable.assign(value)
-            randomise_top(randomised, k, seed)
-            current[0] = k
-        return randomised
-
-    def score(method):
+    def score(method):  # MPRT top-down at the chosen stages, on |maps| summed over channels
         trained = explain(loaded, method) if maps_of is None else maps_of(method)[:len(images)]
         original = flat_abs(trained)
-        return {f"top {k}": stats.spearman(original, flat_abs(explain(model_at(k), method)))
-                for k in chosen}
+        return {f"top {step + 1}": stats.spearman(original,
+                                                  flat_abs(explain(randomised, method)))
+                for step in cascade(randomised, "top_down", seed,
+                                    [k - 1 for k in chosen])}
 
     return Benchmark(
         name="Randomisation",

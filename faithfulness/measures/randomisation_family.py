@@ -6,11 +6,19 @@ model changes when the model or the class explained changes. Every explanation g
   time, cumulatively from the output (`layer_order="top_down"`) or the input ("bottom_up"),
   or each alone ("independent"); after each, the Spearman correlation of each image's map
   with the map the randomised model gives (quantus/metrics/randomisation/mprt.py). The values
-  [N, layers], or their mean per image (`return_average_correlation`) or the last
-  (`return_last_correlation`). Lower is better. The layers are re-initialised from their own
-  initialisers with seeds of their own (`faithfulness.randomisation.randomise_top`, the
-  report card's cascading check); Quantus calls PyTorch's `reset_parameters`, so the values
-  agree in distribution only.
+  [N, layers], or their mean per image (`return_average_correlation`; over the re-initialised
+  layers: Quantus's mean also counts the unrandomised model, its key "original" against the
+  "orig" it skips) or the last (`return_last_correlation`). Lower is better. The layers are
+  re-initialised by `faithfulness.randomisation.cascade` (each from its own initialiser with a
+  seed of its own), through which the report card's cascading check randomises too; Quantus
+  calls PyTorch's `reset_parameters`, so the values agree in distribution only.
+- smooth_mprt (Hedstroem et al. 2023): mprt with each randomised model's map the mean over
+  `nr_samples` copies of the image, the last clean and the others plus Gaussian noise of
+  deviation `noise_magnitude` x the image's range (smooth_mprt.py, `explain_smooth_batch`),
+  keyed by (seed, sample, image id). Lower is better.
+- efficient_mprt (Hedstroem et al. 2023): the relative rise of the map's discrete entropy
+  (`n_bins` equal bins) from the model to the fully re-initialised one, (H(a') - H(a)) / H(a)
+  (efficient_mprt.py); the given `a_batch` is the model's map. Higher is better.
 - random_logit (Sixt et al. 2020): the SSIM of each image's map with the map of a random other
   class (random_logit.py; scikit-image's structural similarity over the flattened maps, window
   7, the pair's value range). Lower is better. The other class is drawn per image from a key
@@ -41,7 +49,7 @@ SPECS = (
     MetricSpec("random_logit", False, about="similarity of the map with a random other "
                                             "class's map"),
 )
-LAYER_ORDERS = ("top_down", "bottom_up", "independent")
+LAYER_ORDERS = randomisation.LAYER_ORDERS
 
 
 def randomisable(model: Any) -> Any:
@@ -62,25 +70,15 @@ def _randomised_maps(model: Any, found: Any, classes: np.ndarray, ids: np.ndarra
     (nr_samples, noise_magnitude) noisy copies where given (`_smoothed`)."""
     check_one_of("layer_order", layer_order, LAYER_ORDERS)
     randomised = randomisable(model)
-    layers = randomisation.weighted_layers(randomised)  # output side first
-    trained = [(variable, variable.numpy()) for layer in layers for variable in layer.weights]
     explain = explainer(randomised, explain_func, explain_func_kwargs, abs=abs,
                         normalise=normalise, map_shape=found.map_shape,
                         batch_size=batch_size, seed=seed)
     if smoothing is not None:
         explain = _smoothed(explain, *smoothing, seed=seed, abs=abs, normalise=normalise)
-    order = list(range(len(layers)))
-    if layer_order == "bottom_up":
-        order.reverse()
-    for step, index in enumerate(order):  # one batched explanation of every image per layer
-        if layer_order == "independent" or step == 0:
-            for variable, value in trained:
-                variable.assign(value)
-        chosen = order[:step + 1] if layer_order != "independent" else [index]
-        if last_only and step < len(order) - 1:
-            continue
-        randomisation.randomise_layers(randomised, chosen, seed)
-        yield explain(found.x, classes, ids)
+    count = len(randomisation.weighted_layers(randomised))
+    steps = [count - 1] if last_only else None
+    for _ in randomisation.cascade(randomised, layer_order, seed, steps):
+        yield explain(found.x, classes, ids)  # every image in one batched explanation
 
 
 def _smoothed(explain: Callable, nr_samples: int, noise_magnitude: float, *, seed: int,
