@@ -25,10 +25,23 @@ MASKED = measures.MASKED  # the measures that need object masks
 # (localisation, where the records carry object masks).
 DEFAULT = ("Deletion", "Insertion", "IIC/AD", "ADD", "IDSDS", "sparseness", "pointing_game")
 # the card's settings of a peer measure where Quantus's default costs too much for a card
+# (docs/report_card.md, "Benchmarks"): at most some 100 model passes or 10 explanations per
+# image and method. A step of 256 pixels divides the synthetic world's 64 x 64 images and the
+# real network's 224 x 224 ones.
 CARD_SETTINGS: dict[str, dict[str, Any]] = {
     name: {"nr_samples": 10} for name in measures.FAMILIES["robustness"]
     if name not in ("consistency", "continuity")}
-CARD_SETTINGS["average_stability"] = {"nb_samples": 10}
+CARD_SETTINGS.update({
+    "average_stability": {"nb_samples": 10}, "mu_fidelity": {"nb_samples": 20},
+    **{name: {"features_in_step": 256} for name in (
+        "pixel_flipping", "faithfulness_estimate", "monotonicity", "non_sensitivity",
+        "sensitivity_n")},
+    "monotonicity_correlation": {"features_in_step": 256, "nr_samples": 2},
+    "infidelity": {"perturb_patch_sizes": (16,)},
+    "road": {"percentages": (10, 30, 50, 70, 90)},
+    "smooth_mprt": {"nr_samples": 5},
+    "continuity": {"nr_steps": 10},
+})
 
 
 def benchmarks(loaded: Any, images: np.ndarray, labels: np.ndarray, ids: np.ndarray, *,

@@ -36,9 +36,10 @@ def function_of(name: str) -> Any:
 
 
 def spec_of(name: str) -> MetricSpec:
-    """The declaration of the measure `name` (its module's `SPECS`)."""
-    return next(spec for spec in importlib.import_module(measures.module_of(name)).SPECS
+    """The declaration of the measure `name` (its module's `SPECS`), grouped by its family."""
+    spec = next(spec for spec in importlib.import_module(measures.module_of(name)).SPECS
                 if spec.name == name)
+    return dataclasses.replace(spec, group=measures.family_of(name))
 
 
 def settings_of(name: str) -> tuple:

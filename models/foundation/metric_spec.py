@@ -23,6 +23,7 @@ class MetricSpec:
     unit: str = "image"  # "image" or "seed": what the card's interval resamples
     about: str = ""  # one line for a legend
     note: str = ""  # a known behaviour a reader should know (under a table)
+    group: str = ""  # the columns it sits with on the card (a peer measure's family)
 
     def __post_init__(self) -> None:
         if self.unit not in UNITS:

@@ -59,14 +59,35 @@ def cell_text(card: Card, metric: str, method: str) -> str:
     return f"{estimate.value:.3f} [{estimate.low:.3f}, {estimate.high:.3f}] #{rank}"
 
 
-def _header(card: Card) -> list:
+def _header(card: Card, metrics: Optional[Sequence] = None) -> list:
     return ["method", *(f"{m.name} {m.arrow}"
-                        for m in card.metrics)]
+                        for m in (card.metrics if metrics is None else metrics))]
 
 
-def _body(card: Card) -> list:
-    return [[method, *(cell_text(card, m.name, method) for m in card.metrics)]
+def _body(card: Card, metrics: Optional[Sequence] = None) -> list:
+    return [[method, *(cell_text(card, m.name, method)
+                       for m in (card.metrics if metrics is None else metrics))]
             for method in card.methods]
+
+
+GROUP_COLUMNS = 8  # the most columns of one table on the page (readable at 1280 px)
+
+
+def column_groups(card: Card) -> list:
+    """[(title, metrics)]: the card's columns by group (the peers' measures by family, the
+    seed benchmarks first as "benchmarks"), in their order, each group cut into tables of at
+    most `GROUP_COLUMNS` columns."""
+    groups: dict[str, list] = {}
+    for metric in card.metrics:
+        groups.setdefault(metric.group or "benchmarks", []).append(metric)
+    found = []
+    for title, metrics in groups.items():
+        parts = [metrics[start:start + GROUP_COLUMNS]
+                 for start in range(0, len(metrics), GROUP_COLUMNS)]
+        for number, part in enumerate(parts, 1):
+            found.append((title if len(parts) == 1 else f"{title} ({number} of {len(parts)})",
+                          part))
+    return found
 
 
 def card_table(card: Card) -> str:
@@ -123,6 +144,31 @@ def trust_rows(card: Card) -> tuple:
             "reactivity", "MC"], rows
 
 
+def trust_groups(card: Card) -> list:
+    """[(title, rows)]: the reliability table's rows by their metric's column group (as
+    `column_groups`, not cut), in the card's order."""
+    group_of = {metric.name: metric.group or "benchmarks" for metric in card.metrics}
+    groups: dict[str, list] = {}
+    for row in trust_rows(card)[1]:
+        groups.setdefault(group_of.get(row[0], "benchmarks"), []).append(row)
+    return list(groups.items())
+
+
+def _trust_table(card: Card) -> str:
+    """The reliability table, a heading row before each group where there are several."""
+    header = trust_rows(card)[0]
+    groups = trust_groups(card)
+    if len(groups) == 1:
+        return _html_table(header, groups[0][1])
+    body = "".join(
+        f"<tr class=group><td colspan={len(header)}>{html.escape(title)}</td></tr>"
+        + "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>"
+                  for row in rows) for title, rows in groups)
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in header)
+    return (f"<div class=frame><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody>"
+            "</table></div>")
+
+
 def trust_records(card: Card) -> dict:
     """The reliability table for JSON: {metric: {"alpha", "split_half": {value, low, high, n},
     "separated": share, "rewards_blur", "meta": {"resilience": {iac, iec, score},
@@ -158,16 +204,20 @@ def trust_png(card: Card) -> Optional[bytes]:
     return results.figure_png(figure)
 
 
+HEAT_MAP_NUMBERS = 20  # the most metrics whose heat map prints its values in the cells
+
+
 def heat_map_png(card: Card) -> bytes:
     """The Kendall tau matrix as a heat map (red: agree, blue: disagree)."""
     pyplot = results.pyplot()
     names, matrix = card.agreement
-    size = max(4.0, 0.55 * len(names) + 2.0)
+    numbered = len(names) <= HEAT_MAP_NUMBERS  # more: the values are in the tables
+    size = max(4.0, (0.55 if numbered else 0.2) * len(names) + 2.0)
     figure, axes = pyplot.subplots(figsize=(size + 1.0, size))
     image = axes.imshow(matrix, cmap="RdBu_r", vmin=-1, vmax=1)
     axes.set_xticks(range(len(names)), names, rotation=60, ha="right", fontsize=8)
     axes.set_yticks(range(len(names)), names, fontsize=8)
-    for i in range(len(names)):
+    for i in range(len(names) if numbered else 0):
         for j in range(len(names)):
             if not math.isnan(matrix[i, j]):
                 axes.text(j, i, f"{matrix[i, j]:.2f}", ha="center", va="center", fontsize=7,
@@ -319,6 +369,7 @@ _STYLE = ("body{font-family:system-ui,sans-serif;margin:1.5em auto;max-width:122
           "th{background:#f4f4f4;vertical-align:bottom}"
           "td:first-child,th:first-child{text-align:left}"
           "td.best{font-weight:bold;background:#e8f4e8}"
+          "tr.group td{text-align:left;font-weight:bold;background:#eef2f7}"
           ".ci{color:#666;font-size:11px}.rank{color:#357;font-size:11px}"
           "table.about td{text-align:left;white-space:normal}"
           "table.about td:first-child{font-weight:bold;width:9em}"
@@ -328,15 +379,29 @@ _STYLE = ("body{font-family:system-ui,sans-serif;margin:1.5em auto;max-width:122
 
 
 def _main_table(card: Card) -> str:
-    """The methods x metrics table: one line per cell, the best of each column marked."""
+    """The methods x metrics tables, one per column group (`column_groups`; a heading each
+    where there are several): one line per cell, the best of each column marked."""
+    groups = column_groups(card)
+    if len(groups) == 1:
+        return _group_table(card, groups[0][1])
+    return "".join(f"<h3>{html.escape(title)}</h3>{_group_table(card, metrics)}"
+                   for title, metrics in groups)
+
+
+def _title_html(name: str) -> str:
+    """A column's title in lines: "<benchmark>" over "<metric>", or a peer measure's name
+    broken at its underscores (`column_title`)."""
+    lines = name.rsplit(" ", 1) if " " in name else column_title(name).split("\n")
+    return "<br>".join(html.escape(line) for line in lines)
+
+
+def _group_table(card: Card, metrics: Sequence) -> str:
     best = best_methods(card)
-    head = "".join(
-        f"<th>{html.escape(m.name.rsplit(' ', 1)[0])}<br>{html.escape(m.name.rsplit(' ', 1)[-1])}"
-        f" {m.arrow}</th>" for m in card.metrics)
+    head = "".join(f"<th>{_title_html(m.name)} {m.arrow}</th>" for m in metrics)
     rows = []
     for method in card.methods:
         cells = [f"<td>{html.escape(method)}</td>"]
-        for metric in card.metrics:
+        for metric in metrics:
             found = _cell(card, metric.name, method)
             if isinstance(found, str):
                 cells.append(f"<td>{found}</td>")
@@ -393,7 +458,7 @@ def html_page(card: Card, sections: Sequence[Section], title: str, intro: str,
     if card.trust:
         parts += ["<h2>How far to trust each metric</h2>",
                   f"<p class=small>{html.escape(TRUST_CAVEAT)}</p>",
-                  _html_table(*trust_rows(card))]
+                  _trust_table(card)]
         if trust_plot:
             parts.append(_image(trust_plot, "resilience against reactivity"))
     for section in sections:
@@ -415,16 +480,24 @@ def markdown_page(card: Card, sections: Sequence[Section], title: str, intro: st
     parts = [f"# {title}\n"]
     if about:
         parts.append(markdown_table(["", ""], [list(row) for row in about]))
-    parts += [intro + "\n", "## Methods and metrics\n",
-              markdown_table(_header(card), _body(card))]
+    parts += [intro + "\n", "## Methods and metrics\n"]
+    groups = column_groups(card)
+    for title, metrics in groups:
+        if len(groups) > 1:
+            parts.append(f"### {title}\n")
+        parts.append(markdown_table(_header(card, metrics), _body(card, metrics)))
     parts += [f"- {note}" for note in notes(card)]
     parts += ["", "## Agreement between benchmarks\n", AGREEMENT_CAVEAT + "\n",
               markdown_table(*agreement_rows(card))]
     if "agreement" in pictures:
         parts.append(f"![agreement]({pictures['agreement']})\n")
     if card.trust:
-        parts += ["## How far to trust each metric\n", TRUST_CAVEAT + "\n",
-                  markdown_table(*trust_rows(card))]
+        parts += ["## How far to trust each metric\n", TRUST_CAVEAT + "\n"]
+        groups = trust_groups(card)
+        for title, rows in groups:
+            if len(groups) > 1:
+                parts.append(f"### {title}\n")
+            parts.append(markdown_table(trust_rows(card)[0], rows))
         if "trust" in pictures:
             parts.append(f"![resilience against reactivity]({pictures['trust']})\n")
     for section in sections:
