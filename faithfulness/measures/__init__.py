@@ -35,7 +35,8 @@ MODULES = {  # family -> {module: its measures} (Quantus 0.6's families)
         "pointing_game", "attribution_localisation", "top_k_intersection",
         "relevance_mass_accuracy", "relevance_rank_accuracy", "auc", "focus")},
     # Xplique's metrics, beside Quantus's families
-    "xplique": {"faithfulness.measures.xplique_family": ("average_stability", "mu_fidelity")},
+    "xplique": {"faithfulness.measures.xplique_family": ("average_stability", "mu_fidelity"),
+                "faithfulness.measures.xplique_generalisation": ("mege", "reco")},
 }
 FAMILIES = {family: tuple(name for names in modules.values() for name in names)
             for family, modules in MODULES.items()}  # family -> its measures

@@ -40,9 +40,8 @@ from typing import Any
 
 import numpy as np
 import scipy.spatial.distance
-import scipy.stats
 
-from faithfulness import substrates
+from faithfulness import stats, substrates
 from faithfulness.measures import perturbation, subsets
 from faithfulness.measures.arguments import Prepared, prepared
 from models.foundation.errors import UserError, check_one_of
@@ -100,8 +99,7 @@ def faithfulness_estimate(model: Any, x_batch: Any, y_batch: Any, a_batch: Any,
     ranked = -np.sort(-perturbation.broadcast_features(found), axis=1)  # the values in rank order
     padded = np.pad(ranked, ((0, 0), (0, len(lows) * features_in_step - ranked.shape[1])))
     sums = padded.reshape(len(ranked), len(lows), features_in_step).sum(axis=2)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return scipy.stats.pearsonr(sums, drops, axis=1)[0]
+    return stats.pearson(sums, drops)  # NaN for a constant row
 
 
 def monotonicity(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch: Any = None,
@@ -217,8 +215,7 @@ def faithfulness_correlation(model: Any, x_batch: Any, y_batch: Any, a_batch: An
         model, found.x, features, perturbation.baseline_values(found.x, perturb_baseline),
         classes, keys, runs=nr_runs, subset_size=subset_size, softmax=softmax,
         batch_size=batch_size)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return scipy.stats.pearsonr(sums, clean[:, None] - scores, axis=1)[0]
+    return stats.pearson(sums, clean[:, None] - scores)
 
 
 def sufficiency(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch: Any = None, *,

@@ -32,9 +32,8 @@ image's channels, channel first).
 from typing import Any
 
 import numpy as np
-import scipy.stats
 
-from faithfulness import substrates
+from faithfulness import stats, substrates
 from faithfulness.measures import perturbation
 from faithfulness.measures.arguments import prepared
 from models.foundation.errors import UserError
@@ -136,9 +135,7 @@ def monotonicity_correlation(model: Any, x_batch: Any, y_batch: Any, a_batch: An
     ranked = np.sort(perturbation.broadcast_features(found), axis=1)  # least first
     padded = np.pad(ranked, ((0, 0), (0, len(lows) * features_in_step - ranked.shape[1])))
     sums = padded.reshape(len(ranked), len(lows), features_in_step).sum(axis=2)
-    with np.errstate(divide="ignore", invalid="ignore"):  # Spearman: Pearson of the ranks
-        return scipy.stats.pearsonr(scipy.stats.rankdata(sums, axis=1),
-                                    scipy.stats.rankdata(spread, axis=1), axis=1)[0]
+    return stats.spearman(sums, spread)  # NaN for a constant row
 
 
 def sensitivity_n(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch: Any = None,
@@ -171,5 +168,4 @@ def sensitivity_n(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch:
                                                         features_in_step).sum(axis=2)
     if cumulative_sums:
         sums = np.cumsum(sums, axis=1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return scipy.stats.pearsonr(drops.T, sums.T, axis=1)[0]
+    return stats.pearson(drops.T, sums.T)  # NaN for a constant row

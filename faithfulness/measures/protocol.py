@@ -21,13 +21,15 @@ from models.foundation.metric_spec import Group, MetricSpec
 
 # explain with a changed model (randomised, shifted): they get the explainer itself, not its
 # maps; the other measures that take an `explain_func` get the group's explain
-OTHER_MODEL = ("mprt", "smooth_mprt", "efficient_mprt", "input_invariance")
+OTHER_MODEL = ("mprt", "smooth_mprt", "efficient_mprt", "input_invariance", "mege", "reco")
 # one value per call (a curve of correlations across its images): each image of a group gets
 # the curve's mean
-PER_CALL = ("sensitivity_n",)
+PER_CALL = ("sensitivity_n", "mege", "reco")
+# the measures that retrain the model on folds of the group's images (Xplique's MeGe, ReCo)
+FOLDS = ("mege", "reco")
 NOT_SETTINGS = ("model", "x_batch", "y_batch", "a_batch", "s_batch", "explain_func",
                 "explain_func_kwargs", "ids", "return_auc_per_sample", "batch_size", "seed",
-                "return_average_correlation", "custom_batch")
+                "return_average_correlation", "custom_batch", "learning_algorithm")
 
 
 def function_of(name: str) -> Any:
@@ -104,12 +106,8 @@ class PeerMeasure:
             settings["explain_func"] = group.explainer
         elif "explain_func" in self.parameters:
             settings["explain_func"] = explaining.KeyedExplain(group.explain)
-        if self.name in PER_CALL:  # a correlation across the group's images
-            if len(group.images) < 2:
-                return {self.name: np.full(len(group.images), np.nan)}
-            values = self.function(group.loaded, group.images, group.labels,
-                                   group.explain(group.images, group.labels), None, **settings)
-            return {self.name: np.full(len(group.images), np.nanmean(values))}
+        if self.name in PER_CALL:  # one value of the group's images
+            return {self.name: self._per_call(group, settings)}
         if self.name == "focus":  # the mosaics of the group's images are its ground truth
             values = mosaics.focus_of_group(self.function, group, settings,
                                             self.settings_seed)
@@ -118,3 +116,20 @@ class PeerMeasure:
                                group.explain(group.images, group.labels),
                                group.masks if self.localising else None, **settings)
         return {self.name: values.astype("float64")}
+
+    def _per_call(self, group: Group, settings: dict) -> np.ndarray:
+        """[n]: a per-call measure's value of the group given to each of its images (the mean
+        of a curve; MeGe and ReCo on the largest multiple of the folds, their models retrained
+        on the other folds); NaN for a group too small."""
+        count = len(group.images)
+        if self.name in FOLDS:
+            folds = settings.get("k_splits", 4)
+            count -= count % folds
+            settings["learning_algorithm"] = "retrain"
+        if count < 2:
+            return np.full(len(group.images), np.nan)
+        images, labels = group.images[:count], group.labels[:count]
+        maps = None if self.name in FOLDS else group.explain(images, labels)
+        values = self.function(group.loaded, images, labels, maps, None, **settings)
+        finite = values[np.isfinite(values)]  # a constant step has no correlation
+        return np.full(len(group.images), finite.mean() if len(finite) else np.nan)

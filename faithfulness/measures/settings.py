@@ -90,6 +90,10 @@ class MeasureSettings(Checked):
                                      at_least(2))
     layer_names: Optional[tuple] = _setting("relative_representation_stability: the layers "
                                             "read.")
+    k_splits: Optional[int] = _setting("mege, reco: folds (each model trained without one).",
+                                       at_least(2))
+    fold_epochs: Optional[int] = _setting("mege, reco: epochs of each fold's model.",
+                                          at_least(1))
     layer_indices: Optional[tuple] = _setting("relative_representation_stability: the layers "
                                               "read, by index.")
 

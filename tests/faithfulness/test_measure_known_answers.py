@@ -1,6 +1,10 @@
 """Known answers of the peers' measures on constructed models and maps (docs/measures.md):
 focus, the sum-based and removal-based faithfulness measures, the representation stability,
-smooth and efficient MPRT. (Their agreement with Quantus is in test_measures.py.)"""
+smooth and efficient MPRT, MeGe and ReCo; and the agreement with Xplique's stored values.
+(The agreement with Quantus is in test_measures.py.)"""
+import json
+import os
+
 import numpy as np
 import pytest
 import scipy.stats
@@ -205,3 +209,71 @@ def test_efficient_mprt_entropy_and_a_model_free_map():
                                                        explain_func="random"), 0.0, atol=1e-12)
     assert not np.allclose(measures.efficient_mprt(model, x, classes, ARRAYS["gradient"],
                                                    explain_func="gradient"), 0.0)
+
+
+XPLIQUE = os.path.join(os.path.dirname(__file__), "..", "data", "xplique_reference.json")
+
+
+def xplique_models(stored):
+    """The stored model (Quantus's cases' weights) and its four fold twins (the dense weights
+    shifted as `scripts/xplique_reference.py` shifted them)."""
+    import keras
+
+    def built(shift):
+        model = keras.Sequential([keras.Input((8, 8, 3)),
+                                  keras.layers.Conv2D(4, 3, padding="same", activation="relu"),
+                                  keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(3)])
+        model.layers[0].set_weights([ARRAYS["kernel"], ARRAYS["kernel_bias"]])
+        model.layers[2].set_weights([ARRAYS["dense"] + shift, ARRAYS["dense_bias"]])
+        return model
+    shifts = np.asarray(stored["inputs"]["shifts"], np.float32)
+    return built(0.0), [built(shift) for shift in shifts]
+
+
+def test_agrees_with_xplique():
+    """Xplique 2.0.2's stored values (scripts/xplique_reference.py): MeGe and ReCo exactly on
+    the same fold models and gradients; AverageStability's and MuFidelity's means over 16
+    images in distribution (their draws differ: within 3% and 0.03)."""
+    with open(XPLIQUE) as handle:
+        stored = json.load(handle)
+    values = {case["measure"]: case["value"] for case in stored["cases"]}
+    x = np.asarray(stored["inputs"]["x"], np.float32)
+    y = np.asarray(stored["inputs"]["y"], np.int64)
+    model, folds = xplique_models(stored)
+    from faithfulness.measures import xplique_generalisation
+
+    found = xplique_generalisation.mege_and_reco(folds, x, y, explain_func="gradient")
+    np.testing.assert_allclose(found, (values["mege"], values["reco"]), rtol=1e-6)
+    assert 0 < values["reco"] < 1  # a case that separates some pairs, not all
+    from saliency_gen.attribution import engine
+
+    gradient = np.asarray(engine.attribute(model, x, "gradient", y))
+    stability = measures.average_stability(model, x, y, gradient, explain_func="gradient",
+                                           nb_samples=200, radius=0.1)
+    np.testing.assert_allclose(stability.mean(), values["average_stability"], rtol=0.03)
+    fidelity = measures.mu_fidelity(model, x, y, gradient, grid_size=2, subset_percent=0.3,
+                                    nb_samples=400)
+    np.testing.assert_allclose(fidelity.mean(), values["mu_fidelity"], atol=0.03)
+
+
+def test_mege_and_reco_of_identical_and_retrained_models():
+    """Fold models that are one model: every pair agrees and its maps are equal (distance 0),
+    so MeGe is 1 and ReCo 0 (no disagreeing pair to tell apart); the binary's protocol
+    retrains the architecture per fold, reproducibly; a model that is not k models is one
+    line."""
+    from faithfulness import evaluate
+    from faithfulness.measures import xplique_generalisation
+
+    x = np.concatenate([ARRAYS["x"]] * 2)[:8]
+    y = np.concatenate([ARRAYS["y"]] * 2)[:8].astype(np.int64)
+    model = MODELS[8]
+    found = xplique_generalisation.mege_and_reco([model] * 4, x, y, explain_func="gradient")
+    np.testing.assert_allclose(found, (1.0, 0.0), atol=1e-12)
+    with pytest.raises(UserError, match="^mege and reco need k models"):
+        measures.mege(model, x, y, explain_func="gradient")
+    options = evaluate.Config(evaluation_protocol="mege", fold_epochs=40, k_splits=2)
+    first = evaluate.per_image(model, x, y, np.arange(8), "gradient", "mege", options)
+    again = evaluate.per_image(model, x, y, np.arange(8), "gradient", "mege", options)
+    assert first["mege"].shape == (8,) and len(set(first["mege"])) == 1
+    assert 0 < first["mege"][0] < 1
+    np.testing.assert_array_equal(first["mege"], again["mege"])

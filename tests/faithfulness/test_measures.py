@@ -44,8 +44,9 @@ NO_QUANTUS_CASE = {"monotonicity",  # Quantus 0.6 never changes its input: every
                    "mprt", "smooth_mprt", "efficient_mprt", "random_logit",
                    # Quantus shifts the first layer's bias, inexact at a padded border
                    "input_invariance",
-                   # Xplique's (no stored Xplique case yet)
-                   "average_stability", "mu_fidelity"}
+                   # Xplique's: checked against Xplique's stored values
+                   # (test_measure_known_answers.py, test_agrees_with_xplique)
+                   "average_stability", "mu_fidelity", "mege", "reco"}
 
 
 def test_every_measure_has_a_case_and_a_declaration():
