@@ -167,7 +167,7 @@ def inputs(seed: int) -> dict:
     for index, (top, left, height, width) in enumerate(
             [(2, 2, 3, 4), (0, 0, 4, 4), (1, 3, 6, 2), (5, 5, 3, 3), (3, 1, 1, 6)]):
         masks[index, top:top + height, left:left + width] = 1
-    arrays = {"x": rng.normal(size=(5, 8, 8, 3)).astype(np.float32),
+    arrays: dict[str, np.ndarray] = {"x": rng.normal(size=(5, 8, 8, 3)).astype(np.float32),
             "one": rng.normal(size=(5, 8, 8)).astype(np.float32),
             "three": rng.normal(size=(5, 8, 8, 3)).astype(np.float32),
             "s": masks,
@@ -220,7 +220,7 @@ def quantus_values(name: str, settings: dict, arrays: dict, maps: str,
     measures with the stored model)."""
     import quantus
 
-    class_name = {**CASES, **LATER_CASES, **GRAY_CASES}.get(name, ("",))[0]
+    class_name = str({**CASES, **LATER_CASES, **GRAY_CASES}.get(name, ("",))[0])
     gray = name in GRAY_CASES
     x = np.transpose(arrays["x_small" if small else "x"], (0, 3, 1, 2))
     x = x[:, :1] if gray else x

@@ -13,7 +13,7 @@ measures (direction and a line about each).
 """
 from models.foundation.lazy import lazy_names
 
-MODULES = {  # family -> {module: its measures} (Quantus 0.6's families)
+MODULES: dict[str, dict[str, tuple[str, ...]]] = {  # family -> {module: its measures}
     "faithfulness": {
         "faithfulness.measures.faithfulness_family": (
             "faithfulness_correlation", "faithfulness_estimate", "monotonicity",

@@ -10,7 +10,7 @@ channel first, sorted by decreasing value (`element_ranks`; the lower index firs
 where Quantus's sort leaves ties unspecified).
 """
 import math
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import tensorflow as tf
@@ -126,7 +126,8 @@ def baseline_values(x: np.ndarray, perturb_baseline: Any) -> np.ndarray:
             pass
     if isinstance(perturb_baseline, (int, float)) and not isinstance(perturb_baseline, bool):
         return np.full(len(x), perturb_baseline, np.float32)
-    values = {"black": np.min, "white": np.max, "mean": np.mean}
+    values: dict[str, Callable[..., np.ndarray]] = {"black": np.min, "white": np.max,
+                                                    "mean": np.mean}
     if perturb_baseline not in values:
         raise UserError(f"perturb_baseline {perturb_baseline!r} is not supported; use "
                         "'black', 'white', 'mean' or a number")
