@@ -81,8 +81,11 @@ class ScoreRange(beam.DoFn):
 
     def setup(self) -> None:
         beam_support.start_worker()
-        self.loaded = models.load(self.model_path)
-        self.measure = evaluate.measure_for(self.loaded, self.protocol, self.options)
+        self.loaded = beam_support.per_process(("model", self.model_path),
+                                               lambda: models.load(self.model_path))
+        self.measure = beam_support.per_process(
+            ("measure", self.model_path, self.protocol, repr(self.options)),
+            lambda: evaluate.measure_for(self.loaded, self.protocol, self.options))
 
     def process(self, unit: tuple) -> Iterator[tuple[Any, Any]]:  # (key, value) pairs
         path, start, count = unit
@@ -157,7 +160,7 @@ def run(config: Config) -> dict:
              | "Write" >> beam.ParDo(WriteReport(output, header)))
 
     with exclusive(output, "--output"):
-        beam_support.run(build, f.pipeline_options())
+        beam_support.run(build, f.pipeline_options(len(units)))
     report = read_json(output, "report")
     rows = [[metric, f"{s['mean']:.4f}", f"[{s['low']:.4f}, {s['high']:.4f}]", str(s["n"])]
             for metric, s in report["results"].items()]

@@ -52,7 +52,8 @@ class ScoreRoadRange(beam.DoFn):
 
     def setup(self) -> None:
         beam_support.start_worker()
-        self.model = models.load(self.ckpt_path)
+        self.model = beam_support.per_process(("model", self.ckpt_path),
+                                              lambda: models.load(self.ckpt_path))
 
     def process(self, unit: tuple) -> Iterator[tuple[Any, Any]]:  # (key, value) pairs
         path, start, count = unit
@@ -100,7 +101,7 @@ def run(config: Config) -> list:
                  | "Collect" >> beam.combiners.ToList()
                  | "Gather" >> beam.ParDo(Gather(scratch)))
 
-        beam_support.run(build, f.pipeline_options())
+        beam_support.run(build, f.pipeline_options(len(units)))
         combined = {tuple(key): summary for key, summary in read_json(scratch, "ROAD scores")}
         os.remove(scratch)
         rows = []

@@ -41,6 +41,27 @@ finally:
 
 # The runners documented in docs/scale_out.md; any other Beam runner name passes through.
 LOCAL_RUNNERS = ("DirectRunner", "BundleBasedDirectRunner")
+# Beam's Dask runner (apache_beam.runners.dask), by the short name the flags take
+DASK_RUNNER = "apache_beam.runners.dask.dask_runner.DaskRunner"
+
+
+def per_process(key: Any, make: Callable[[], Any]) -> Any:
+    """`make()`, made once per worker process and kept (under `key`): a DoFn's model. Beam's
+    Dask runner sets a DoFn up once per partition, not once per worker (docs/scale_out.md,
+    "Dask"), so each DoFn's `setup` takes its model from here."""
+    if key not in _PER_PROCESS:
+        _PER_PROCESS[key] = make()
+        _MADE[key] = _MADE.get(key, 0) + 1
+    return _PER_PROCESS[key]
+
+
+_PER_PROCESS: dict = {}
+_MADE: dict = {}  # how often each key was made in this process (the tests read it)
+
+
+def made_in_process() -> dict:
+    """{key: times made} in this process (`per_process`)."""
+    return {repr(key): count for key, count in _MADE.items()}
 
 
 def start_worker() -> None:
@@ -51,12 +72,15 @@ def start_worker() -> None:
 
 
 def pipeline_options(runner: str = "DirectRunner", num_workers: int = 2,
-                     extra: Optional[str] = None) -> PipelineOptions:
+                     extra: Optional[str] = None, dask: Optional[dict] = None) -> PipelineOptions:
     """Beam options: `runner` with `num_workers` local worker processes for the DirectRunner
-    (multi-processing; 1: in this process), plus `extra` Beam flags given as one string
+    (multi-processing; 1: in this process), or the Dask cluster `dask` names for the
+    DaskRunner (`dask_arguments`), plus `extra` Beam flags given as one string
     ("--project=p --region=r --temp_location=gs://..." for Dataflow, "--flink_master=..." ...)."""
     check_minimum("beam_workers", num_workers, 1)
     arguments = [f"--runner={runner}"]
+    if runner == "DaskRunner":
+        arguments = [f"--runner={DASK_RUNNER}", *dask_arguments(**(dask or {}))]
     if not cli.user_asked_for_logs():  # local workers: no traceback before the error line
         arguments.append("--default_sdk_harness_log_level=CRITICAL")
     if runner == "DirectRunner":
@@ -71,6 +95,27 @@ def pipeline_options(runner: str = "DirectRunner", num_workers: int = 2,
     return PipelineOptions(arguments)
 
 
+def dask_arguments(scheduler_file: Optional[str] = None, address: Optional[str] = None,
+                   partitions: int = 1) -> list:
+    """The Dask runner's Beam flags for a running cluster: its scheduler file or address, and
+    the partitions of the work units (one per unit: the runner's Reshuffle does not spread
+    work, its partitions do)."""
+    require("dask.distributed", "scale")
+    if (scheduler_file is None) == (address is None):
+        raise UserError("--runner=DaskRunner needs a running cluster: give --dask_scheduler_file "
+                        "or --dask_address (one of them; docs/scale_out.md, \"Dask\")")
+    if scheduler_file is not None and not os.path.isfile(scheduler_file):
+        raise errors.MissingPathError(f"--dask_scheduler_file {scheduler_file} does not exist "
+                                      "(dask scheduler --scheduler-file writes it)")
+    if address is not None and not re.fullmatch(r"(tcp|tls|inproc|ucx)://[^\s]+", address):
+        raise UserError(f"--dask_address {address!r} is not a scheduler address such as "
+                        "tcp://HOST:8786")
+    check_minimum("dask_partitions", partitions, 1)
+    where = (f"--dask_scheduler_file={scheduler_file}" if scheduler_file is not None
+             else f"--dask_client_address={address}")
+    return [where, f"--dask_npartitions={partitions}", "--dask_connection_timeout=30"]
+
+
 @dataclasses.dataclass(frozen=True)
 class RunnerOptions:
     """The Beam runner's flags, shared by the project's Beam binaries (their configs inherit
@@ -78,8 +123,9 @@ class RunnerOptions:
     work unit (docs/scale_out.md)."""
 
     runner: str = option("DirectRunner", "Beam runner: DirectRunner (local processes), "
-                         "BundleBasedDirectRunner (this process), DataflowRunner, FlinkRunner, "
-                         "SparkRunner, ...", origin=False)
+                         "BundleBasedDirectRunner (this process), DaskRunner (a Dask cluster: "
+                         "--dask_scheduler_file or --dask_address), DataflowRunner, "
+                         "FlinkRunner, SparkRunner, ...", origin=False)
     beam_workers: int = option(2, "DirectRunner: worker processes (1: in this process).",
                                origin=False)
     beam_options: str = option("", "More Beam pipeline flags, as one string (e.g. Dataflow's "
@@ -88,10 +134,22 @@ class RunnerOptions:
                                "--batch_size: a unit pays a fixed set-up (its input pipeline), "
                                "so small units cost time; large ones spread less evenly.",
                                origin=False)
+    dask_scheduler_file: Optional[str] = option(
+        None, "DaskRunner: the scheduler file of a running Dask cluster (dask scheduler "
+        "--scheduler-file).", origin=False)
+    dask_address: Optional[str] = option(None, "DaskRunner: the scheduler's address, "
+                                         "tcp://HOST:PORT.", origin=False)
+    dask_partitions: Optional[int] = option(None, "DaskRunner: partitions of the work units "
+                                            "(default: one per unit).", origin=False)
 
-    def pipeline_options(self) -> PipelineOptions:
-        """The Beam options these flags ask for (`pipeline_options`)."""
-        return pipeline_options(self.runner, self.beam_workers, self.beam_options)
+    def pipeline_options(self, units: int = 1) -> PipelineOptions:
+        """The Beam options these flags ask for (`pipeline_options`), for `units` work
+        units."""
+        if self.runner != "DaskRunner" and (self.dask_scheduler_file or self.dask_address):
+            raise UserError("--dask_scheduler_file / --dask_address need --runner=DaskRunner")
+        dask = {"scheduler_file": self.dask_scheduler_file, "address": self.dask_address,
+                "partitions": self.dask_partitions or max(1, units)}
+        return pipeline_options(self.runner, self.beam_workers, self.beam_options, dask)
 
     def work_ranges(self, counts: Sequence[tuple], batch_size: int) -> list:
         """The work units (path, start, count) over the (path, record count) pairs: ranges of
@@ -242,12 +300,6 @@ def quiet_beam_logs() -> Iterator[None]:
                         and "apitools not found" not in line]
                 if kept:
                     print("\n".join(kept), file=sys.stderr, flush=True)
-
-
-def counter(result: Any, name: str) -> int:
-    """The committed value of the Beam counter `name` (summed over its steps), 0 if absent."""
-    query = result.metrics().query(beam.metrics.MetricsFilter().with_name(name))
-    return int(sum(item.committed or 0 for item in query["counters"]))
 
 
 class MeanAndInterval(beam.CombineFn):

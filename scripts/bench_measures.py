@@ -59,6 +59,9 @@ SETTINGS: dict[str, tuple[dict, Optional[int]]] = {
     "faithfulness_correlation": ({"nr_runs": 100, "subset_size": 224}, 101),
     "selectivity": ({"patch_size": 8}, 64),
     "region_perturbation": ({"patch_size": 8, "regions_evaluation": 64}, 65),
+    "infidelity": ({"perturb_patch_sizes": [8], "n_perturb_samples": 1}, 65),
+    "monotonicity_correlation": ({"features_in_step": 256, "nr_samples": 4}, 193),
+    "sensitivity_n": ({"features_in_step": 64}, 52),
     "avg_sensitivity": ({"nr_samples": 20, "lower_bound": 0.1}, 41),  # + 20 gradients
     "sparseness": ({}, None),
     "pointing_game": ({}, None),

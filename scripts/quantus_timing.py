@@ -24,7 +24,9 @@ QUANTUS_NAMES = {"pixel_flipping": "PixelFlipping", "faithfulness_estimate":
                  "FaithfulnessEstimate", "faithfulness_correlation": "FaithfulnessCorrelation",
                  "selectivity": "Selectivity", "region_perturbation": "RegionPerturbation",
                  "sparseness": "Sparseness", "pointing_game": "PointingGame",
-                 "avg_sensitivity": "AvgSensitivity"}
+                 "avg_sensitivity": "AvgSensitivity", "infidelity": "Infidelity",
+                 "monotonicity_correlation": "MonotonicityCorrelation",
+                 "sensitivity_n": "SensitivityN"}
 
 
 @dataclasses.dataclass(frozen=True)

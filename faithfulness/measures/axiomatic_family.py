@@ -76,6 +76,26 @@ def non_sensitivity(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batc
     return (unmoved ^ (perturbation.broadcast_features(found) < eps)).sum(axis=1).astype(np.int64)
 
 
+def shifted_model(source: keras.Model, shift: float) -> keras.Model:
+    """A copy of `source` (its weights, fresh layers) taking inputs shifted by `shift` (it
+    subtracts the shift first), in one flat graph (no nested model), so that a method reading
+    an inner layer (Grad-CAM's features) finds it."""
+    subtract = keras.layers.Lambda(lambda images: images - shift, name="input_shift")
+    if isinstance(source, keras.Sequential):
+        copy = keras.models.clone_model(source)
+        shifted = keras.Sequential([keras.Input(source.input_shape[1:]), subtract,
+                                    *copy.layers])
+    else:
+        def call(layer, *args, **kwargs):  # the layers that read the input read it shifted
+            args = tuple(subtract(arg) if isinstance(getattr(getattr(
+                arg, "_keras_history", None), "operation", None), keras.layers.InputLayer)
+                else arg for arg in args)
+            return layer(*args, **kwargs)
+        shifted = keras.models.clone_model(source, call_function=call)
+    shifted.set_weights(source.get_weights())
+    return shifted
+
+
 def input_invariance(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch: Any = None,
                      *, explain_func: Any = None, explain_func_kwargs: Optional[dict] = None,
                      input_shift: float = -1.0, abs: bool = False,  # noqa: A002
@@ -86,9 +106,7 @@ def input_invariance(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_bat
     classes = perturbation.checked_classes(model, found.x, y_batch)
     source = keras_of(model, "input_invariance shifts the model's input")
     shift = float(input_shift)
-    shifted = keras.Sequential([keras.Input(source.input_shape[1:]),
-                                keras.layers.Lambda(lambda images: images - shift), source])
-    explain = explainer(shifted, explain_func, explain_func_kwargs, abs=abs,
+    explain = explainer(shifted_model(source, shift), explain_func, explain_func_kwargs, abs=abs,
                         normalise=normalise, map_shape=found.map_shape,
                         batch_size=batch_size, seed=seed)
     ids = np.arange(len(found.x)) if ids is None else np.asarray(ids, np.int64)
