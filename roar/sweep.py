@@ -7,15 +7,18 @@ Each run is `python -m roar.train` in its own process with the run's flags plus
 `--train_flags`; roar.train reuses a finished run of the same origin and refuses one made with
 other settings (docs/roar.md, "Training"), so a killed sweep resumes where it stopped.
 `random` means `--transformation=random_baseline`. Then `python -m roar.report`.
+
+With `--dask_scheduler_file` (or `--dask_address`) each missing run is one task of that Dask
+cluster (`models.foundation.cluster`): the workers train in parallel, each run in a process of
+its own as here, and a run lost with its worker is trained again elsewhere; the runs' folders
+must be on a filesystem the workers share (docs/scale_out.md, "Dask").
 """
 import dataclasses
 import os
 import shlex
-import subprocess
-import sys
-from typing import Sequence
+from typing import Optional, Sequence
 
-from models.foundation import progress
+from models.foundation import cluster, progress
 from models.foundation.cli import option, run_binary
 from models.foundation.errors import UserError
 from models.foundation.rules import UNIQUE_NUMBERS, WHOLE_PERCENTS, Checked, some_of
@@ -40,6 +43,11 @@ class Config(Checked):
                           rule=some_of(MODES, "mode"))
     output_dir: str = option("roar_runs", "Root of the run folders.")
     train_flags: str = option("", "Further flags for every roar.train run.")
+    dask_scheduler_file: Optional[str] = option(
+        None, "Train the runs as tasks of this Dask cluster (its scheduler file).",
+        origin=False)
+    dask_address: Optional[str] = option(None, "... or of the cluster at this scheduler "
+                                         "address, tcp://HOST:PORT.", origin=False)
 
 
 def planned_runs(methods: Sequence[str], ratios: Sequence[float], seeds: Sequence[int],
@@ -61,32 +69,45 @@ def run_arguments(method: str, ratio: float, seed: int, keep: bool,
 
 
 def run(config: Config) -> int:
-    """Trains every missing run of the grid (one roar.train process each); returns how many."""
+    """Trains every missing run of the grid (one roar.train process each, here or as tasks of a
+    Dask cluster); returns how many."""
     f = config
     runs = planned_runs(f.methods, f.ratios, f.seeds, f.modes)
     extra = shlex.split(f.train_flags)
-    done = 0
-    with progress.bar(len(runs), "ROAR sweep", "run") as bar:
-        for method, ratio, seed, keep in runs:
-            arguments, transformation = run_arguments(method, ratio, seed, keep, f.output_dir)
-            options = dict(arg[2:].split("=", 1) for arg in extra if "=" in arg)
-            folder = train.run_directory(
-                f.output_dir, transformation, ratio, "random" if method == "random" else
-                method, keep, options.get("ranking", DEFAULTS.ranking),
-                options.get("fill", DEFAULTS.fill), seed)
-            finished = os.path.isfile(os.path.join(folder, "metrics.json"))
-            command = [sys.executable, "-m", "roar.train", *arguments, *extra]
-            result = subprocess.run(command, check=False, capture_output=finished, text=True)
-            if result.returncode != 0:
-                why = (result.stderr or "").strip().splitlines()[-1:] if finished else []
-                raise UserError(f"run failed ({' '.join(command[2:])}{': ' if why else ''}"
-                                f"{''.join(why)}); fix it and re-run the sweep: finished runs "
-                                "are kept")
-            done += not finished
-            bar.update(1)
-    print(f"{done} runs trained, {len(runs) - done} already finished; now run "
+    options = dict(arg[2:].split("=", 1) for arg in extra if "=" in arg)
+    planned, finished = [], 0
+    for method, ratio, seed, keep in runs:
+        arguments, transformation = run_arguments(method, ratio, seed, keep, f.output_dir)
+        folder = train.run_directory(
+            f.output_dir, transformation, ratio, "random" if method == "random" else method,
+            keep, options.get("ranking", DEFAULTS.ranking), options.get("fill", DEFAULTS.fill),
+            seed)
+        # a finished run is still handed to roar.train: it reuses the run of the same origin
+        # (at once) and refuses one made with other settings
+        finished += os.path.isfile(os.path.join(folder, "metrics.json"))
+        planned.append((os.path.relpath(folder, f.output_dir),
+                        [cluster.PYTHON, "-m", "roar.train", *arguments, *extra]))
+    if f.dask_scheduler_file or f.dask_address:
+        cluster.run_commands([command for _, command in planned],
+                             [label for label, _ in planned], what="ROAR sweep",
+                             scheduler_file=f.dask_scheduler_file, address=f.dask_address,
+                             cwd=os.getcwd())
+    else:
+        _run_here(planned)
+    print(f"{len(runs) - finished} runs trained, {finished} already finished; now run "
           f"python -m roar.report --output_dir={f.output_dir}")
-    return done
+    return len(runs) - finished
+
+
+def _run_here(planned: list) -> None:
+    """Runs roar.train for each planned run, one after another, on this machine."""
+    with progress.bar(len(planned), "ROAR sweep", "run") as bar:
+        for _, command in planned:
+            status, last = cluster.run_command(command)
+            if status != 0:
+                raise UserError(f"run failed ({' '.join(command[2:])}{': ' if last else ''}"
+                                f"{last}); fix it and re-run the sweep: finished runs are kept")
+            bar.update(1)
 
 
 if __name__ == "__main__":

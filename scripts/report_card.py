@@ -26,8 +26,8 @@ import models  # noqa: I001  (first: TensorFlow loads quietly)
 import saliency_gen
 from faithfulness import card as faithfulness_card
 from faithfulness import evaluate
-from models.foundation import progress, provenance, results
-from models.foundation.cli import flag_of, option, origin_flags, run_binary
+from models.foundation import cluster, progress, provenance, results
+from models.foundation.cli import flag_arguments, flag_of, option, origin_flags, run_binary
 from models.foundation.errors import UserError, require_both_or_neither
 from models.foundation.files import exclusive
 from models.foundation.lazy import lazy_module
@@ -184,6 +184,14 @@ class Config(Checked):
                                    "images, four times, without the controls.")
     meta_images: int = option(16, "Images of the meta-evaluation's perturbed runs.",
                               rule=at_least(1))
+    dask_scheduler_file: Optional[str] = option(
+        None, "Compute the (benchmark, method) cells as tasks of this Dask cluster (its "
+        "scheduler file), then the rest of the card here (docs/scale_out.md, \"Dask\").",
+        origin=False)
+    dask_address: Optional[str] = option(None, "... or of the cluster at this scheduler "
+                                         "address, tcp://HOST:PORT.", origin=False)
+    cells_only: bool = option(False, "Compute the cells of --benchmarks x --methods and stop "
+                              "(what one Dask task of the card does).", origin=False)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -650,12 +658,36 @@ def about_rows(config: ResolvedConfig, inputs: Optional[CardImages], seconds: fl
 
 
 def run(config: Config) -> dict:
-    """Runs (or resumes) the card of `config`, prints its table and writes its pages."""
-    config = resolved(config)
+    """Runs (or resumes) the card of `config`, prints its table and writes its pages (with a
+    Dask cluster: its cells first, one task each, `cells_on_cluster`)."""
+    given, config = config, resolved(config)
     methods = resolved_methods(config)
     check_flags(config)
+    if config.cells_only:  # one task's cells: each is written atomically, no folder lock
+        return _run(config, methods)
+    if config.dask_scheduler_file or config.dask_address:
+        cells_on_cluster(given, config)
     with exclusive(config.output_dir, "--output_dir"):
         return _run(config, methods)
+
+
+def cells_on_cluster(given: Config, config: ResolvedConfig) -> None:
+    """Computes every (benchmark, method) cell of the card as one task of the Dask cluster:
+    this script with the task's benchmark and method and --cells_only, run by a worker
+    (`models.foundation.cluster`); a cell already computed with the same origin is reused by
+    its task at once. The sanity check, the meta-evaluation, the variants and the pages
+    follow here."""
+    plan = [(benchmark, method) for benchmark in config.benchmarks
+            for method in config.methods]
+    script = os.path.abspath(__file__)
+    commands = [[cluster.PYTHON, script, *flag_arguments(
+        given, benchmarks=(benchmark,), methods=(method,), cells_only=True,
+        output_dir=os.path.abspath(config.output_dir), blur_controls=False, sanity=False,
+        meta_evaluation=False, variants=False, gallery_images=0, dask_scheduler_file=None,
+        dask_address=None)] for benchmark, method in plan]
+    cluster.run_commands(commands, [f"{benchmark} x {method}" for benchmark, method in plan],
+                         what="card cells", scheduler_file=config.dask_scheduler_file,
+                         address=config.dask_address, cwd=os.getcwd())
 
 
 def _run(config: ResolvedConfig, methods: dict) -> dict:
@@ -679,6 +711,9 @@ def _run(config: ResolvedConfig, methods: dict) -> dict:
         cells_of = functools.partial(card_engine.run_cells, methods=config.methods,
                                      output_dir=config.output_dir, progress=bar.finished,
                                      overwrite=config.overwrite, method_code=code)
+        if config.cells_only:
+            cells_of(benchmarks)
+            return {"cells": len(benchmarks) * len(config.methods), "config": config}
         cells, check_cells, variant_cells, meta_cells = (
             cells_of(group) for group in (benchmarks, checks, variant_list, meta_list))
     summary = card_engine.summarise(benchmarks, config.methods, cells, config.seed)

@@ -1,8 +1,10 @@
-"""The Beam pipelines on a real Dask cluster (docs/scale_out.md, "Dask"): a scheduler and two
-single-threaded worker processes on 127.0.0.1 (tests/dask_cluster.py), started from the
-installed package. Each Beam binary writes on the cluster the bytes it writes in one process;
-each worker process loads a model once, whatever the number of partitions; a worker killed
-in the middle of a run (kill -9) still gives the same bytes."""
+"""The Beam pipelines, roar.sweep and the report card on a real Dask cluster
+(docs/scale_out.md, "Dask"): a scheduler and two single-threaded worker processes on
+127.0.0.1 (`models.foundation.cluster.local_cluster`), started from the installed package.
+Each Beam binary writes on the cluster the bytes it writes in one process; each worker process
+loads a model once, whatever the number of partitions; a worker killed in the middle of a run
+(kill -9) still gives the same bytes; a sweep's retrainings and a card's cells are tasks whose
+results equal the sequential run's."""
 import hashlib
 import json
 import os
@@ -13,8 +15,9 @@ import time
 
 import pytest
 
+from models.foundation import cluster as clusters
 from saliency_gen import beam_support, generate
-from tests import REPO, binaries, dask_cluster
+from tests import REPO, binaries
 from tests.conftest import tree_digests
 
 pytest.importorskip("distributed")
@@ -22,7 +25,7 @@ pytest.importorskip("distributed")
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    with dask_cluster.cluster(str(tmp_path_factory.mktemp("dask"))) as found:
+    with clusters.local_cluster(str(tmp_path_factory.mktemp("dask"))) as found:
         yield found
 
 
@@ -124,11 +127,74 @@ def test_a_worker_killed_mid_run_still_gives_the_same_bytes(cluster, small_shard
     stdout, stderr = run.communicate(timeout=600)
     assert victim is not None, "no worker was seen at work"
     cluster.workers[:] = [w for w in cluster.workers if w.pid != victim]
-    dask_cluster.start_worker(cluster, "worker-replacement", os.path.dirname(
-        cluster.scheduler_file))
+    cluster.add_worker("worker-replacement")
     if run.returncode == 0:
         expected = tree_digests(single)
         assert {name: tree_digests(on_dask).get(name) for name in expected} == expected
     else:  # one clear line, and no shard that looks finished
         assert run.returncode == 2 and stderr.strip().startswith("error:"), stderr[-2000:]
         assert not [name for name in tree_digests(on_dask) if name.endswith(".tfrecord")]
+
+
+def test_a_two_run_sweep_on_the_cluster_equals_the_sequential_one(cluster, small_shards,
+                                                                   tmp_path):
+    """roar.sweep with --dask_scheduler_file: its two retrainings run as two tasks and give the
+    sequential sweep's numbers; a second submission finds both finished and redoes neither."""
+    pattern, _ = small_shards
+    train_flags = (f"--data_dir={os.path.dirname(pattern)} --train_pattern=validation-* "
+                   "--eval_pattern=validation-* --num_classes=10 --model=plain_cnn --epochs=1 "
+                   "--batch_size=12 --optimizer=sgd --base_learning_rate=0.5 "
+                   "--warmup_epochs=0 --eval_batch_size=8")
+    common = ["--methods=random", "--ratios=0.3,0.7", "--seeds=0", f"--train_flags={train_flags}"]
+    sequential, on_dask = str(tmp_path / "sequential"), str(tmp_path / "dask")
+    _run("roar.sweep", [*common, f"--output_dir={sequential}"])
+    done = _run("roar.sweep", [*common, f"--output_dir={on_dask}",
+                               f"--dask_scheduler_file={cluster.scheduler_file}"])
+    assert "2 runs trained, 0 already finished" in done.stdout
+
+    def results(root):
+        found = {}
+        for folder, _, files in os.walk(root):
+            if "metrics.json" in files:
+                with open(os.path.join(folder, "metrics.json")) as handle:
+                    metrics = json.load(handle)
+                found[os.path.relpath(folder, root)] = (metrics["top1"], metrics["top5"],
+                                                        metrics["n_eval"])
+        return found
+
+    assert len(results(sequential)) == 2 and results(on_dask) == results(sequential)
+    again = _run("roar.sweep", [*common, f"--output_dir={on_dask}",
+                                f"--dask_scheduler_file={cluster.scheduler_file}"])
+    assert "0 runs trained, 2 already finished" in again.stdout
+
+
+def test_card_cells_on_the_cluster_equal_the_sequential_card(cluster, trained_world, tmp_path):
+    """The report card with --dask_scheduler_file: each (benchmark, method) cell is a task, and
+    the card's values are the sequential card's, cell for cell."""
+    data_dir, model_dir, _ = trained_world
+    flags = ["--methods=random,bam:VG", "--benchmarks=sparseness",
+             f"--model_path={os.path.join(model_dir, 'obj')}",
+             f"--input_pattern={os.path.join(data_dir, 'records', 'validation-*')}",
+             "--nr_images=8", "--sanity=false", "--meta_evaluation=false",
+             "--gallery_images=0"]
+    script = os.path.join(REPO, "scripts", "report_card.py")
+    cards = {}
+    for name, extra in (("sequential", []), ("dask", _on(cluster)[1:])):
+        cards[name] = str(tmp_path / name)
+        done = binaries.run([sys.executable, script, *flags, f"--output_dir={cards[name]}",
+                             *extra], cwd=REPO, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+
+    def cell_values(root):
+        found = {}
+        for folder, _, files in os.walk(os.path.join(root, "cells")):
+            for file in files:
+                with open(os.path.join(folder, file)) as handle:
+                    found[os.path.relpath(os.path.join(folder, file), root)] = \
+                        json.load(handle)["values"]
+        return found
+
+    assert len(cell_values(cards["sequential"])) == 2
+    assert cell_values(cards["dask"]) == cell_values(cards["sequential"])
+    assert _digest(os.path.join(cards["dask"], "card.csv")) == _digest(
+        os.path.join(cards["sequential"], "card.csv"))

@@ -370,6 +370,15 @@ def flag_text(value: Any) -> str:
     return str(value)
 
 
+def flag_arguments(config: Any, **changes: Any) -> list:
+    """The command-line flags that give `config` (with `changes`): one `--name=value` per
+    field that is set (a field left None is left out), as `flag_text` writes values."""
+    values = {**{field.name: getattr(config, field.name)
+                 for field in dataclasses.fields(config)}, **changes}
+    return [f"--{name}={flag_text(value)}" for name, value in values.items()
+            if value is not None]
+
+
 def help_text(config_class: type, doc: Optional[str], command: str) -> str:
     """The `--help` page of a binary: the first paragraph of its docstring `doc` and one line
     per field of its real `config_class` (default, help, choices, rules)."""

@@ -277,3 +277,21 @@ def test_mege_and_reco_of_identical_and_retrained_models():
     assert first["mege"].shape == (8,) and len(set(first["mege"])) == 1
     assert 0 < first["mege"][0] < 1
     np.testing.assert_array_equal(first["mege"], again["mege"])
+
+
+def test_input_invariance_of_grad_cam_on_a_zoo_model():
+    """The shifted model is a flat copy of the model: Grad-CAM finds its features layer, and
+    its map (of the features, not the input) is invariant; gradient x input is not."""
+    import keras
+
+    import models
+    from saliency_gen.attribution import engine
+
+    keras.utils.set_random_seed(3)
+    model = models.build("small_cnn", 4, (16, 16, 3), width=4)
+    x = np.random.default_rng(26).uniform(size=(2, 16, 16, 3)).astype(np.float32)
+    classes = np.array([0, 3])
+    for method, expected in (("bam:GC", 1.0), ("grad_x_input", 0.0)):
+        maps = engine.attribute(model, x, method, classes)
+        np.testing.assert_array_equal(
+            measures.input_invariance(model, x, classes, maps, explain_func=method), expected)

@@ -1,0 +1,164 @@
+"""Independent jobs as tasks of a running Dask cluster (docs/scale_out.md, "Dask"): roar.sweep's
+retrainings and the report card's cells. Each task runs one command of the project's binaries in
+a process of its own on a worker (`run_command`), so a task is what the sequential run does for
+that job, with the worker's own Python; the jobs' outputs are files its binary writes
+atomically, so a job that finished is never redone and a lost worker's job is simply run again
+(Dask retries it on another worker). The workers must see the same paths as the client (one
+machine, or a shared filesystem).
+
+`local_cluster` starts a real cluster on this machine (a `dask scheduler` and `dask worker`
+processes on 127.0.0.1, one thread each), for the tests and the scaling benchmark.
+"""
+import contextlib
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Any, Iterator, Optional, Sequence
+
+from models.foundation import progress
+from models.foundation.cli import require
+from models.foundation.errors import MissingPathError, UserError
+
+PYTHON = "{python}"  # in a command: the worker's own Python
+
+
+def run_command(command: Sequence[str], cwd: Optional[str] = None) -> tuple[int, str]:
+    """On a worker: (exit status, the last line of its stderr) of `command` (`PYTHON` read as
+    the worker's Python)."""
+    chosen = [sys.executable if part == PYTHON else part for part in command]
+    done = subprocess.run(chosen, cwd=cwd, capture_output=True, text=True, check=False)
+    lines = (done.stderr or "").strip().splitlines()
+    return done.returncode, lines[-1] if lines else ""
+
+
+def client(scheduler_file: Optional[str] = None, address: Optional[str] = None) -> Any:
+    """A client of the running cluster named by its scheduler file or address (one line when
+    it cannot be reached)."""
+    distributed = require("distributed", "scale")
+    if (scheduler_file is None) == (address is None):
+        raise UserError("give --dask_scheduler_file or --dask_address (one of them)")
+    if scheduler_file is not None and not os.path.isfile(scheduler_file):
+        raise MissingPathError(f"--dask_scheduler_file {scheduler_file} does not exist")
+    try:
+        return distributed.Client(scheduler_file=scheduler_file, address=address, timeout=30)
+    except (OSError, TimeoutError) as error:
+        raise UserError(f"cannot reach the Dask scheduler at {scheduler_file or address}: "
+                        f"{error}") from None
+
+
+def run_commands(commands: Sequence[Sequence[str]], labels: Sequence[str], *, what: str,
+                 scheduler_file: Optional[str] = None, address: Optional[str] = None,
+                 cwd: Optional[str] = None) -> None:
+    """Runs each command as one task of the cluster (`run_command`), following them with a
+    progress bar of `what`; the first that fails is one line naming it (the others keep
+    running to their end: what finished is kept)."""
+    if not commands:
+        return
+    distributed = require("distributed", "scale")
+    with client(scheduler_file, address) as connected:
+        futures = {connected.submit(run_command, list(command), cwd, pure=False,
+                                    key=f"{what}-{index}-{label}"): label
+                   for index, (command, label) in enumerate(zip(commands, labels))}
+        failed = []
+        with progress.bar(len(futures), what, "task") as bar:
+            for future in distributed.as_completed(futures):
+                try:
+                    status, last = future.result()
+                except Exception as error:  # noqa: BLE001 - a task the cluster gave up on
+                    status, last = -1, f"{type(error).__name__}: {error}"
+                if status != 0:
+                    failed.append((futures[future], last))
+                bar.update(1)
+    if failed:
+        label, last = failed[0]
+        raise UserError(f"{len(failed)} of {len(futures)} tasks failed, first {label}"
+                        f"{': ' + last if last else ''}; fix it and run again: finished "
+                        "tasks are kept")
+
+
+# each local worker computes on one thread (TensorFlow's pools and OpenMP's)
+SINGLE_THREAD = {"TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1",
+                 "OMP_NUM_THREADS": "1"}
+
+
+@dataclasses.dataclass
+class LocalCluster:
+    """A running local cluster: its scheduler file, its folder and its processes."""
+
+    scheduler_file: str
+    folder: str
+    scheduler: subprocess.Popen
+    workers: list
+
+    @property
+    def pids(self) -> list:
+        """The processes' ids, the scheduler's first."""
+        return [self.scheduler.pid, *(worker.pid for worker in self.workers)]
+
+    def add_worker(self, name: str) -> subprocess.Popen:
+        """One more single-threaded worker process (no nanny: killing it kills it), started
+        with the installed package (no PYTHONPATH) in the cluster's folder."""
+        environment = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+        with open(os.path.join(self.folder, f"{name}.log"), "w") as log:
+            worker = subprocess.Popen(
+                [*_dask(), "worker", "--scheduler-file", self.scheduler_file, "--nthreads", "1",
+                 "--nworkers", "1", "--no-nanny", "--host", "127.0.0.1", "--no-dashboard",
+                 "--name", name, "--local-directory", self.folder],
+                env={**environment, **SINGLE_THREAD}, cwd=self.folder, stdout=log,
+                stderr=subprocess.STDOUT)
+        self.workers.append(worker)
+        return worker
+
+    def workers_seen(self) -> int:
+        """How many workers the scheduler knows (0 while it cannot be reached)."""
+        distributed = require("distributed", "scale")
+        try:
+            with distributed.Client(scheduler_file=self.scheduler_file, timeout=10) as found:
+                return len(found.scheduler_info()["workers"])
+        except (OSError, ValueError, TimeoutError):
+            return 0
+
+
+def _dask() -> list:
+    """The `dask` command of this Python's environment."""
+    return [os.path.join(os.path.dirname(sys.executable), "dask")]
+
+
+def _wait_for(condition: Any, seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            raise UserError(f"the local Dask cluster did not start: {what}")
+        time.sleep(0.2)
+
+
+@contextlib.contextmanager
+def local_cluster(folder: str, workers: int = 2) -> Iterator[LocalCluster]:
+    """A scheduler and `workers` single-threaded worker processes on 127.0.0.1, started in
+    `folder` and stopped by their process ids when the block ends."""
+    require("distributed", "scale")
+    scheduler_file = os.path.join(folder, "scheduler.json")
+    with open(os.path.join(folder, "scheduler.log"), "w") as log:
+        scheduler = subprocess.Popen(
+            [*_dask(), "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
+             "--scheduler-file", scheduler_file], cwd=folder, stdout=log,
+            stderr=subprocess.STDOUT)
+    found = LocalCluster(scheduler_file, folder, scheduler, [])
+    try:
+        _wait_for(lambda: os.path.exists(scheduler_file), 60, "no scheduler file")
+        for number in range(workers):
+            found.add_worker(f"worker-{number}")
+        _wait_for(lambda: found.workers_seen() == workers, 120, f"{workers} workers")
+        yield found
+    finally:
+        for pid in reversed(found.pids):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        for process in [*found.workers, scheduler]:
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
