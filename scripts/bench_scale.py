@@ -3,7 +3,12 @@
 1. saliency generation: `saliency_gen.beam_generate` on the DirectRunner with 2 worker processes
    against the single-process `saliency_gen.generate` on the same records (images/s, ratio);
 2. training: `roar.train` steps/s under MirroredStrategy on 2 logical CPUs against one device
-   with the same global batch (ratio).
+   with the same global batch (ratio);
+3. Dask (`--workloads=dask`): generation (`saliency_gen.beam_generate`) and deletion scoring
+   (`faithfulness.beam_scoring`) on a local Dask cluster of two single-threaded worker
+   processes (`models.foundation.cluster.local_cluster`) against one single-threaded process
+   (the single-process generator; the scoring binary on Beam's in-process runner): the ratio
+   of the rates, and its share of the ideal 2 (docs/scale_out.md, "Dask").
 
 Both on a cheap model (plain_cnn) and a costlier one (small_resnet), 64-px random images, 2,048
 by default, so that each Beam worker's start-up (a TensorFlow import and a model load) weighs
@@ -76,16 +81,48 @@ class Config:
     epochs: int = option(2, "Training epochs of each training comparison.")
     method: str = option("roar:SH_SG", "Saliency method of the generation comparison.")
     models: str = option("plain_cnn,small_resnet", "Models compared, comma-separated.")
-    workloads: str = option("generation,training", "Comparisons run: generation, training.")
+    workloads: str = option("generation,training", "Comparisons run: generation, training, "
+                            "dask.")
+
+
+def dask_rows(root: str, model: str, path: str, pattern: str, args: Config) -> list:
+    """Generation and scoring of `model`: one single-threaded process against two
+    single-threaded workers of a local Dask cluster (whole processes timed)."""
+    from models.foundation import cluster
+
+    one = dict(cluster.SINGLE_THREAD)
+    common = [f"--input_pattern={pattern}", f"--model_path={path}",
+              f"--saliency_method={args.method}", "--batch_size=16"]
+    single = timed([sys.executable, "-m", "saliency_gen.generate", *common,
+                    f"--output_dir={root}/dask_single_{model}"], env=one)
+    folder = tempfile.mkdtemp(prefix="cluster_", dir=root)
+    with cluster.local_cluster(folder, workers=2) as running:
+        on_dask = ["--runner=DaskRunner", f"--dask_scheduler_file={running.scheduler_file}"]
+        spread = timed([sys.executable, "-m", "saliency_gen.beam_generate", *common,
+                        f"--output_dir={root}/dask_{model}", *on_dask], env=one)
+        key = args.method.split(":")[-1]
+        scoring = [sys.executable, "-m", "faithfulness.beam_scoring",
+                   f"--input_pattern={root}/dask_{model}/{key}/train-*",
+                   f"--model_path={path}", f"--saliency_method={key}",
+                   "--evaluation_protocol=deletion", "--batch_size=16"]
+        scored_one = timed([*scoring, "--beam_workers=1", f"--output={root}/one_{model}.json"],
+                           env=one)
+        scored_dask = timed([*scoring, *on_dask, f"--output={root}/dask_{model}.json"],
+                            env=one)
+    return [(f"generation {model} ({args.method}), Dask 2 workers x 1 thread",
+             args.images / single, args.images / spread, "images/s"),
+            (f"deletion scoring {model}, Dask 2 workers x 1 thread", args.images / scored_one,
+             args.images / scored_dask, "images/s")]
 
 
 def run(args: Config) -> None:
     """Runs both comparisons and prints the table (whole processes timed)."""
     print(f"machine: {provenance.machine()}", flush=True)
     chosen, workloads = args.models.split(","), args.workloads.split(",")
-    unknown = sorted(set(workloads) - {"generation", "training"})
+    unknown = sorted(set(workloads) - {"generation", "training", "dask"})
     if unknown:
-        raise UserError(f"--workloads: unknown {', '.join(unknown)} (generation, training)")
+        raise UserError(f"--workloads: unknown {', '.join(unknown)} (generation, training, "
+                        "dask)")
     root = tempfile.mkdtemp(prefix="bench_scale_")
     paths = make_records(root, args.images, chosen)
     pattern = os.path.join(root, "train-*")
@@ -110,9 +147,12 @@ def run(args: Config) -> None:
                      "--cpu_replicas=2"])
         rows.append((f"training {model} (MirroredStrategy, 2 logical CPUs)", steps / one,
                      steps / two, "steps/s"))
+    for model, path in (paths.items() if "dask" in workloads else ()):
+        rows += dask_rows(root, model, path, pattern, args)
     print(f"{'workload':58} {'one process':>16} {'scaled out':>16} {'ratio':>7}")
     for name, base, scaled, unit in rows:
-        print(f"{name:58} {base:7.2f} {unit:>8} {scaled:7.2f} {unit:>8} {scaled / base:7.2f}")
+        print(f"{name:58} {base:7.2f} {unit:>8} {scaled:7.2f} {unit:>8} {scaled / base:7.2f}"
+              + (f"  ({scaled / base / 2:.2f} of 2x)" if "Dask" in name else ""))
     print(json.dumps({"images": args.images, "epochs": args.epochs, "cores": os.cpu_count(),
                       "machine": provenance.machine()}))
 

@@ -45,10 +45,11 @@ SPECS = (
     MetricSpec("monotonicity_correlation", True,
                about="rank correlation of each step's attribution with the output's variance "
                      "when it is replaced"),
-    MetricSpec("sensitivity_n", True, about="correlation across the images of the map's sum "
-                                            "over the top n features with the output drop",
-               note="one value per call (a correlation across its images), given to each of "
-                    "its images: its interval is not one over images."),
+    MetricSpec("sensitivity_n", True, unit="call",
+               about="correlation across the images of the map's sum over the top n features "
+                     "with the output drop",
+               note="one value per group of images (a correlation across them): no interval, "
+                    "no ranking by the bootstrap, no trust row."),
 )
 UNIFORM_SALT = 0x6D0C  # monotonicity_correlation's draws, apart from the others of a seed
 

@@ -28,14 +28,16 @@ from models.foundation.metric_spec import MetricSpec
 from saliency_gen.attribution import engine, names
 
 SPECS = (
-    MetricSpec("mege", True, about="how alike the maps of models trained without one fold each "
-                                   "are where they agree (Xplique's MeGe)",
-               note="one value per call (its folds' models), given to each of its images: its "
-                    "interval is not one over images."),
-    MetricSpec("reco", True, about="how well the maps' distances tell agreeing models from "
-                                   "disagreeing ones (Xplique's ReCo)",
-               note="one value per call, given to each of its images: its interval is not one "
-                    "over images."),
+    MetricSpec("mege", True, unit="call",
+               about="how alike the maps of models trained without one fold each are where "
+                     "they agree (Xplique's MeGe)",
+               note="one value per group of images (its folds' models): no interval, no "
+                    "ranking by the bootstrap, no trust row."),
+    MetricSpec("reco", True, unit="call",
+               about="how well the maps' distances tell agreeing models from disagreeing ones "
+                     "(Xplique's ReCo)",
+               note="one value per group of images: no interval, no ranking by the bootstrap, "
+                    "no trust row."),
 )
 
 

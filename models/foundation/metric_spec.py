@@ -11,7 +11,9 @@ subject is a method, with the settings that make its cells).
 import dataclasses
 from typing import Any, Callable, Iterable, Protocol, Sequence
 
-UNITS = ("image", "seed")
+# what one value stands for: an image, a training seed, or a call (a measure of a group of
+# images as a whole, such as a correlation across them: each image carries its group's value)
+UNITS = ("image", "seed", "call")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -20,7 +22,7 @@ class MetricSpec:
 
     name: str
     higher_is_better: bool
-    unit: str = "image"  # "image" or "seed": what the card's interval resamples
+    unit: str = "image"  # "image", "seed" or "call": what the card's interval resamples
     about: str = ""  # one line for a legend
     note: str = ""  # a known behaviour a reader should know (under a table)
     group: str = ""  # the columns it sits with on the card (a peer measure's family)

@@ -240,8 +240,11 @@ def summarise(benchmarks: Sequence[Benchmark], methods: Sequence[str], cells: di
             if len(sizes) > 1:
                 raise UserError(f"{column.name}: the methods were scored on different numbers of "
                                 f"units ({sorted(sizes)}); recompute the card with --overwrite")
+            if metric.unit == "call":  # one value per group of images: nothing to resample
+                values = {method: v[:1] for method, v in values.items()}
             scored = {method: v for method, v in values.items() if np.isfinite(v).any()}
-            separated = uncertainty.comparisons(scored, metric.higher_is_better, seed)
+            separated = [] if metric.unit == "call" else uncertainty.comparisons(
+                scored, metric.higher_is_better, seed)
             beaten = {method: 0 for method in scored}
             for winner, loser, difference in separated:
                 beaten[loser] += 1
@@ -250,7 +253,7 @@ def summarise(benchmarks: Sequence[Benchmark], methods: Sequence[str], cells: di
                              "ci_high": difference.high, "n": difference.n})
             ranking = {method: 1 + count for method, count in beaten.items()}
             judged = {m: v for m, v in scored.items() if unblurred(m) is None}  # no controls
-            if judge and len(judged) >= 2:
+            if judge and len(judged) >= 2 and metric.unit != "call":
                 trust[column.name] = reliability.metric_reliability(
                     np.stack(list(judged.values()), axis=1), metric.higher_is_better,
                     sum(w in judged and v in judged for w, v, _ in separated), seed)

@@ -140,3 +140,31 @@ def test_an_error_inside_a_worker_process_is_one_line(tmp_path):
     assert done.returncode == 2, done.stderr[-3000:]
     assert done.stderr.strip().splitlines() == [
         "error: shard 7: record 3: a label outside the classes"], done.stderr[-3000:]
+
+
+def test_dask_runner_flags_name_a_running_cluster(tmp_path):
+    """--runner=DaskRunner needs one of --dask_scheduler_file / --dask_address (each checked in
+    one line), the work units become its partitions, and the cluster flags need the runner."""
+    import pytest
+
+    from models.foundation.errors import UserError
+
+    pytest.importorskip("distributed")
+    scheduler = tmp_path / "scheduler.json"
+    scheduler.write_text("{}")
+    options = beam_support.RunnerOptions(runner="DaskRunner",
+                                         dask_scheduler_file=str(scheduler))
+    from apache_beam.runners.dask.dask_runner import DaskOptions
+
+    found = options.pipeline_options(units=7)
+    assert found.get_all_options()["runner"] == beam_support.DASK_RUNNER
+    dask = found.view_as(DaskOptions)
+    assert (dask.scheduler_file, dask.npartitions) == (str(scheduler), 7)
+    for given, message in (
+            ({}, "needs a running cluster"),
+            ({"dask_scheduler_file": str(tmp_path / "none.json")}, "does not exist"),
+            ({"dask_address": "127.0.0.1:8786"}, "is not a scheduler address")):
+        with pytest.raises(UserError, match=message):
+            beam_support.RunnerOptions(runner="DaskRunner", **given).pipeline_options()
+    with pytest.raises(UserError, match="need --runner=DaskRunner"):
+        beam_support.RunnerOptions(dask_address="tcp://h:1").pipeline_options()
