@@ -56,7 +56,14 @@ def cell_text(card: Card, metric: str, method: str) -> str:
     if isinstance(found, str):
         return found
     estimate, rank = found
-    return f"{estimate.value:.3f} [{estimate.low:.3f}, {estimate.high:.3f}] #{rank}"
+    return (f"{number_text(estimate.value)} [{number_text(estimate.low)}, "
+            f"{number_text(estimate.high)}] #{rank}")
+
+
+def number_text(value: float) -> str:
+    """A card's number: three decimals, or four significant digits from 10,000 on (a measure
+    such as infidelity reaches millions, whose decimals would widen the column)."""
+    return f"{value:.3f}" if abs(value) < 10_000 else f"{value:.4g}"
 
 
 def _header(card: Card, metrics: Optional[Sequence] = None) -> list:
@@ -70,23 +77,27 @@ def _body(card: Card, metrics: Optional[Sequence] = None) -> list:
             for method in card.methods]
 
 
-GROUP_COLUMNS = 8  # the most columns of one table on the page (readable at 1280 px)
+GROUP_COLUMNS = 7  # the most columns of one table on the page (readable at 1280 px)
+ONE_TABLE_COLUMNS = 10  # a card with at most this many columns keeps them in one table
 
 
 def column_groups(card: Card) -> list:
-    """[(title, metrics)]: the card's columns by group (the peers' measures by family, the
-    seed benchmarks first as "benchmarks"), in their order, each group cut into tables of at
-    most `GROUP_COLUMNS` columns."""
+    """[(title, metrics)]: the card's columns in one table when they fit (at most
+    `ONE_TABLE_COLUMNS`), else by group (the peers' measures by family, the seed benchmarks as
+    "benchmarks"), in their order, each group cut into equal tables of at most
+    `GROUP_COLUMNS` columns."""
+    if len(card.metrics) <= ONE_TABLE_COLUMNS:
+        return [("", list(card.metrics))]
     groups: dict[str, list] = {}
     for metric in card.metrics:
         groups.setdefault(metric.group or "benchmarks", []).append(metric)
     found = []
     for title, metrics in groups.items():
-        parts = [metrics[start:start + GROUP_COLUMNS]
-                 for start in range(0, len(metrics), GROUP_COLUMNS)]
-        for number, part in enumerate(parts, 1):
-            found.append((title if len(parts) == 1 else f"{title} ({number} of {len(parts)})",
-                          part))
+        count = -(-len(metrics) // GROUP_COLUMNS)
+        size = -(-len(metrics) // count)
+        for number in range(count):
+            part = metrics[number * size:(number + 1) * size]
+            found.append((title if count == 1 else f"{title} ({number + 1} of {count})", part))
     return found
 
 
@@ -146,7 +157,10 @@ def trust_rows(card: Card) -> tuple:
 
 def trust_groups(card: Card) -> list:
     """[(title, rows)]: the reliability table's rows by their metric's column group (as
-    `column_groups`, not cut), in the card's order."""
+    `column_groups`, not cut; one block where the columns fit one table), in the card's
+    order."""
+    if len(card.metrics) <= ONE_TABLE_COLUMNS:
+        return [("", trust_rows(card)[1])]
     group_of = {metric.name: metric.group or "benchmarks" for metric in card.metrics}
     groups: dict[str, list] = {}
     for row in trust_rows(card)[1]:
@@ -409,9 +423,11 @@ def _group_table(card: Card, metrics: Sequence) -> str:
             estimate, rank = found
             marked = " class=best" if method in best.get(metric.name, ()) else ""
             cells.append(
-                f"<td{marked} title='95% interval [{estimate.low:.3f}, {estimate.high:.3f}], "
-                f"n = {estimate.n}'>{estimate.value:.3f} <span class=ci>"
-                f"±{_half_width(estimate):.3f}</span> <span class=rank>#{rank}</span></td>")
+                f"<td{marked} title='95% interval [{number_text(estimate.low)}, "
+                f"{number_text(estimate.high)}], n = {estimate.n}'>"
+                f"{number_text(estimate.value)} <span class=ci>"
+                f"±{number_text(_half_width(estimate))}</span> <span class=rank>#{rank}"
+                "</span></td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")
     return (f"<div class=frame><table class=card><thead><tr><th>method</th>{head}</tr></thead>"
             f"<tbody>{''.join(rows)}</tbody></table></div>")

@@ -295,3 +295,21 @@ def test_input_invariance_of_grad_cam_on_a_zoo_model():
         maps = engine.attribute(model, x, method, classes)
         np.testing.assert_array_equal(
             measures.input_invariance(model, x, classes, maps, explain_func=method), expected)
+
+
+def test_random_logit_with_shared_maps_explains_the_other_class():
+    """The card hands the measures the maps it computed once (`maps`); a measure that explains
+    the same images for other classes (random_logit) must get those classes' maps, not the
+    shared ones (which gave SSIM 1 for every method)."""
+    from faithfulness import evaluate
+    from saliency_gen.attribution import engine
+
+    x, model = ARRAYS["x"], MODELS[8]
+    classes = ARRAYS["y"].astype(np.int64)
+    maps = np.asarray(engine.attribute(model, x, "gradient", classes))
+    shared = evaluate.per_image(model, x, classes, np.arange(5), "gradient", "random_logit",
+                                evaluate.Options(), maps=maps)["random_logit"]
+    alone = measures.random_logit(model, x, classes, maps, explain_func="gradient", seed=0,
+                                  ids=np.arange(5))
+    np.testing.assert_allclose(shared, alone, rtol=1e-6)
+    assert np.all(shared < 0.99)
