@@ -68,7 +68,7 @@ def test_generation_and_scoring_write_the_one_process_bytes(cluster, small_shard
         scored[name] = str(tmp_path / f"{name}.json")
         _run("faithfulness.beam_scoring", [
             f"--input_pattern={on_dask}/SH/validation-*", f"--model_path={model_path}",
-            "--saliency_method=SH", "--evaluation_protocol=deletion", "--batch_size=8",
+            "--saliency_method=roar:SH", "--evaluation_protocol=deletion", "--batch_size=8",
             "--unit_records=1", f"--output={scored[name]}", *runner])
     assert _digest(scored["one"]) == _digest(scored["dask"])
     from distributed import Client
@@ -128,6 +128,7 @@ def test_a_worker_killed_mid_run_still_gives_the_same_bytes(cluster, small_shard
     assert victim is not None, "no worker was seen at work"
     cluster.workers[:] = [w for w in cluster.workers if w.pid != victim]
     cluster.add_worker("worker-replacement")
+    print(f"killed worker pid {victim} mid-run: the run exited {run.returncode}")
     if run.returncode == 0:
         expected = tree_digests(single)
         assert {name: tree_digests(on_dask).get(name) for name in expected} == expected

@@ -159,6 +159,6 @@ def local_cluster(folder: str, workers: int = 2) -> Iterator[LocalCluster]:
                 os.kill(pid, signal.SIGTERM)
         for process in [*found.workers, scheduler]:
             try:
-                process.wait(timeout=20)
+                process.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 process.kill()
