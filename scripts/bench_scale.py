@@ -103,7 +103,7 @@ def dask_rows(root: str, model: str, path: str, pattern: str, args: Config) -> l
         key = args.method.split(":")[-1]
         scoring = [sys.executable, "-m", "faithfulness.beam_scoring",
                    f"--input_pattern={root}/dask_{model}/{key}/train-*",
-                   f"--model_path={path}", f"--saliency_method={key}",
+                   f"--model_path={path}", f"--saliency_method={args.method}",
                    "--evaluation_protocol=deletion", "--batch_size=16"]
         scored_one = timed([*scoring, "--beam_workers=1", f"--output={root}/one_{model}.json"],
                            env=one)
