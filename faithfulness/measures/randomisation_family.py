@@ -122,15 +122,24 @@ def mprt(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch: Any = No
          ids: Any = None, batch_size: int = 64) -> np.ndarray:
     """[N, layers] the Spearman correlation of each map with the randomised model's, per
     layer re-initialised (or [N]: their mean, or the last)."""
-    _reduced_layers(np.zeros((0, 1)), return_average_correlation, return_last_correlation)
-    found = prepared(x_batch, a_batch, s_batch, abs=abs, normalise=normalise)
-    classes = perturbation.checked_classes(model, found.x, y_batch)
-    ids = np.arange(len(found.x)) if ids is None else np.asarray(ids, np.int64)
+    return _layer_correlations(locals(), smoothing=None)
+
+
+def _layer_correlations(given: dict, smoothing: Optional[tuple]) -> np.ndarray:
+    """mprt's and smooth_mprt's values from the call's arguments (`given`: its locals)."""
+    average, last = given["return_average_correlation"], given["return_last_correlation"]
+    _reduced_layers(np.zeros((0, 1)), average, last)
+    found = prepared(given["x_batch"], given["a_batch"], given["s_batch"], abs=given["abs"],
+                     normalise=given["normalise"])
+    classes = perturbation.checked_classes(given["model"], found.x, given["y_batch"])
+    ids = (np.arange(len(found.x)) if given["ids"] is None
+           else np.asarray(given["ids"], np.int64))
     correlations = np.stack([stats.spearman(found.a, maps) for maps in _randomised_maps(
-        model, found, classes, ids, explain_func=explain_func,
-        explain_func_kwargs=explain_func_kwargs, layer_order=layer_order, seed=seed, abs=abs,
-        normalise=normalise, batch_size=batch_size)], axis=1)
-    return _reduced_layers(correlations, return_average_correlation, return_last_correlation)
+        given["model"], found, classes, ids, explain_func=given["explain_func"],
+        explain_func_kwargs=given["explain_func_kwargs"], layer_order=given["layer_order"],
+        seed=given["seed"], abs=given["abs"], normalise=given["normalise"],
+        batch_size=given["batch_size"], smoothing=smoothing)], axis=1)
+    return _reduced_layers(correlations, average, last)
 
 
 def smooth_mprt(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch: Any = None, *,
@@ -143,16 +152,7 @@ def smooth_mprt(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch: A
     image (the last clean): [N, layers], or their mean, or the last."""
     if nr_samples < 1:
         raise UserError(f"nr_samples must be at least 1; got {nr_samples}")
-    _reduced_layers(np.zeros((0, 1)), return_average_correlation, return_last_correlation)
-    found = prepared(x_batch, a_batch, s_batch, abs=abs, normalise=normalise)
-    classes = perturbation.checked_classes(model, found.x, y_batch)
-    ids = np.arange(len(found.x)) if ids is None else np.asarray(ids, np.int64)
-    correlations = np.stack([stats.spearman(found.a, maps) for maps in _randomised_maps(
-        model, found, classes, ids, explain_func=explain_func,
-        explain_func_kwargs=explain_func_kwargs, layer_order=layer_order, seed=seed, abs=abs,
-        normalise=normalise, batch_size=batch_size,
-        smoothing=(nr_samples, noise_magnitude))], axis=1)
-    return _reduced_layers(correlations, return_average_correlation, return_last_correlation)
+    return _layer_correlations(locals(), smoothing=(nr_samples, noise_magnitude))
 
 
 def discrete_entropy(a: np.ndarray, n_bins: int = 100) -> np.ndarray:
