@@ -26,22 +26,36 @@ MASKED = measures.MASKED  # the measures that need object masks
 DEFAULT = ("Deletion", "Insertion", "IIC/AD", "ADD", "IDSDS", "sparseness", "pointing_game")
 # the card's settings of a peer measure where Quantus's default costs too much for a card
 # (docs/report_card.md, "Benchmarks"): at most some 100 model passes or 10 explanations per
-# image and method. A step of 256 pixels divides the synthetic world's 64 x 64 images and the
-# real network's 224 x 224 ones.
+# image and method (`card_settings` sizes the steps and patches to the images)
 CARD_SETTINGS: dict[str, dict[str, Any]] = {
     name: {"nr_samples": 10} for name in measures.FAMILIES["robustness"]
     if name not in ("consistency", "continuity")}
 CARD_SETTINGS.update({
     "average_stability": {"nb_samples": 10}, "mu_fidelity": {"nb_samples": 20},
-    **{name: {"features_in_step": 256} for name in (
-        "pixel_flipping", "faithfulness_estimate", "monotonicity", "non_sensitivity",
-        "sensitivity_n")},
-    "monotonicity_correlation": {"features_in_step": 256, "nr_samples": 2},
-    "infidelity": {"perturb_patch_sizes": (16,)},
+    "monotonicity_correlation": {"nr_samples": 2},
     "road": {"percentages": (10, 30, 50, 70, 90)},
     "smooth_mprt": {"nr_samples": 5},
     "continuity": {"nr_steps": 10},
 })
+STEPPED = ("pixel_flipping", "faithfulness_estimate", "monotonicity", "non_sensitivity",
+           "sensitivity_n", "monotonicity_correlation")  # steps of H W / 16 values
+PATCHED = ("selectivity", "region_perturbation")  # patches of side / 8: 64 patches
+
+
+def card_settings(name: str, height: int, width: int) -> dict:
+    """The card's settings of the measure `name` on images of `height` x `width` pixels:
+    `CARD_SETTINGS`, with steps of H W / 16 values (48 steps of an RGB image), infidelity's
+    patches a quarter of the side (16 patches) and 64 patches for the patch measures (the
+    defaults where those are the defaults: 64-px images keep Quantus's patch of 8)."""
+    found = dict(CARD_SETTINGS.get(name, {}))
+    if name in STEPPED and (height * width) % 16 == 0:
+        found["features_in_step"] = height * width // 16
+    side = min(height, width)
+    if name == "infidelity" and height % 4 == 0 and width % 4 == 0:
+        found["perturb_patch_sizes"] = (side // 4,)
+    if name in PATCHED and side // 8 not in (0, 8):
+        found["patch_size"] = side // 8
+    return found
 
 
 def benchmarks(loaded: Any, images: np.ndarray, labels: np.ndarray, ids: np.ndarray, *,
@@ -60,7 +74,7 @@ def benchmarks(loaded: Any, images: np.ndarray, labels: np.ndarray, ids: np.ndar
     found = []
     for name in names:
         protocol = PROTOCOLS[name]
-        own = CARD_SETTINGS.get(name, {})
+        own = card_settings(name, *images.shape[1:3])
         chosen = evaluate.Config(**dataclasses.asdict(options), **own) if own else options
         measure = evaluate.measure_for(loaded, protocol, chosen)
         localising = protocol in measures.MASKED
