@@ -4,7 +4,8 @@ measure of `faithfulness.measures`, built once per evaluation with the model and
 the options give (Quantus's names; None keeps the measure's default), whose `score(group)`
 gives the measure's per-image values on a `Group`. A measure that returns a curve per image
 gives its area (`return_auc_per_sample`); the robustness measures explain the perturbed
-inputs with the group's explainer.
+inputs with the group's explainer; a measure of the group as a whole (`PER_CALL`) gives each
+image the group's value, and focus scores mosaics of the group's images (`mosaics`).
 """
 import dataclasses
 import importlib
@@ -128,7 +129,9 @@ class PeerMeasure:
             settings["learning_algorithm"] = "retrain"
         if count < 2:
             return np.full(len(group.images), np.nan)
-        images, labels = group.images[:count], group.labels[:count]
+        whole = count == len(group.images)  # (the group's own arrays: its shared maps serve)
+        images = group.images if whole else group.images[:count]
+        labels = group.labels if whole else group.labels[:count]
         maps = None if self.name in FOLDS else group.explain(images, labels)
         values = self.function(group.loaded, images, labels, maps, None, **settings)
         finite = values[np.isfinite(values)]  # a constant step has no correlation
