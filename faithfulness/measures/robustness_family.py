@@ -274,10 +274,10 @@ def relative_output_stability(model: Any, x_batch: Any, y_batch: Any, a_batch: A
                      uniform(lower_bound, upper_bound), locals())
 
 
-def representations(model: Any, layer_names: Optional[Sequence[str]] = None,
-                    layer_indices: Optional[Sequence[int]] = None) -> Callable:
-    """`represent(x)` -> float64 [n, D]: the chosen layers' outputs of the Keras model (or the
-    zoo model an export holds) for images x [n, H, W, C], flattened and concatenated."""
+def representation_reader(model: Any, layer_names: Optional[Sequence[str]] = None,
+                          layer_indices: Optional[Sequence[int]] = None) -> Any:
+    """A Keras model giving the chosen layers' outputs (a list) of the Keras model (or the zoo
+    model an export holds): all of its layers by default, as Quantus hooks every module."""
     if layer_names is not None and layer_indices is not None:
         raise UserError("give layer_names or layer_indices, not both")
     source = keras_of(model, "relative_representation_stability reads the model's layers")
@@ -295,14 +295,30 @@ def representations(model: Any, layer_names: Optional[Sequence[str]] = None,
                             f"{list(layer_indices)}") from None
     if not layers:
         raise UserError("no layer chosen for the internal representations")
-    reader = keras.Model(source.inputs, [layer.output for layer in layers])
+    return keras.Model(source.inputs, [layer.output for layer in layers])
 
-    def represent(x: np.ndarray) -> np.ndarray:
-        outputs = reader(tf.constant(x, tf.float32), training=False)
-        outputs = outputs if isinstance(outputs, (list, tuple)) else [outputs]
-        return np.concatenate([np.asarray(output, np.float64).reshape(len(x), -1)
-                               for output in outputs], axis=1)
-    return represent
+
+REPRESENTED_ROWS = 8  # images whose every layer's output is held at once
+
+
+def representation_change(reader: Any, x: np.ndarray, moved: np.ndarray,
+                          eps_min: float = 1e-6) -> np.ndarray:
+    """float64 [n]: ||(L - L') / L|| per row (a zero of L reads eps_min), L the outputs of
+    `reader`'s layers for images x, L' for `moved` ([n, H, W, C]), summed layer by layer over
+    `REPRESENTED_ROWS` images at a time: a real network's layers together hold millions of
+    values per image, never concatenated."""
+    squares = np.zeros(len(x))
+    for start in range(0, len(x), REPRESENTED_ROWS):  # a memory bound, not a batching
+        rows = slice(start, start + REPRESENTED_ROWS)
+        inner = reader(tf.constant(x[rows], tf.float32), training=False)
+        outer = reader(tf.constant(moved[rows], tf.float32), training=False)
+        inner = inner if isinstance(inner, (list, tuple)) else [inner]
+        outer = outer if isinstance(outer, (list, tuple)) else [outer]
+        for first, second in zip(inner, outer):
+            first = np.asarray(first, np.float64).reshape(len(x[rows]), -1)
+            second = np.asarray(second, np.float64).reshape(len(x[rows]), -1)
+            squares[rows] += (((first - second) / (first + (first == 0) * eps_min)) ** 2).sum(1)
+    return np.sqrt(squares)
 
 
 def representation_stability(inner: np.ndarray, moved_inner: np.ndarray, a: np.ndarray,
@@ -323,13 +339,13 @@ def relative_representation_stability(
         seed: int = 0, ids: Any = None, batch_size: int = 64) -> np.ndarray:
     """[N] the largest relative map change per relative change of the internal
     representations."""
-    represent = representations(model, layer_names, layer_indices)
+    reader = representation_reader(model, layer_names, layer_indices)
     image_shape = tuple(np.shape(x_batch)[1:])
 
     def objective(x, moved, a, maps, logits, moved_logits):  # x, moved: flattened images
-        return representation_stability(represent(x.reshape(-1, *image_shape)),
-                                        represent(moved.reshape(-1, *image_shape)), a, maps,
-                                        eps_min=eps_min)
+        change = representation_change(reader, x.reshape(-1, *image_shape),
+                                       moved.reshape(-1, *image_shape), eps_min)
+        return _relative_map_change(a, maps, eps_min) / _at_least(change, eps_min)
     return _measured(np.max, objective, uniform(lower_bound, upper_bound), locals())
 
 
