@@ -36,14 +36,14 @@ class KeyedExplain:
     explain: Callable[..., Any]
 
 
-def explainer(model: Any, explain_func: Any, explain_func_kwargs: Optional[dict], *,
-              abs: bool, normalise: bool, map_shape: tuple,  # noqa: A002
-              batch_size: int = 64, seed: int = 0) -> Callable[..., np.ndarray]:
-    """`explain(images, targets, ids)` -> float64 [n, F]: the maps of `explain_func` for
-    `images` (NHWC), prepared as `a_batch` (`map_shape`: its (C', H, W))."""
+def raw_explainer(model: Any, explain_func: Any, explain_func_kwargs: Optional[dict], *,
+                  batch_size: int = 64, seed: int = 0) -> Callable[..., np.ndarray]:
+    """`raw(images, targets, ids)`: the maps of `explain_func` (a `KeyedExplain`, a callable
+    as Quantus calls one, or a method name for the engine) of `model` for `images` (NHWC), as
+    they come."""
     if explain_func is None:
-        raise UserError("explain_func is missing: this measure explains perturbed inputs; "
-                        "give a method name (e.g. 'gradient') or a callable")
+        raise UserError("explain_func is missing: this measure explains images again; give a "
+                        "method name (e.g. 'gradient') or a callable")
     kwargs = dict(explain_func_kwargs or {})
     if isinstance(explain_func, KeyedExplain):
         def raw(images, targets, ids):
@@ -57,6 +57,16 @@ def explainer(model: Any, explain_func: Any, explain_func_kwargs: Optional[dict]
         def raw(images, targets, ids):
             return engine.attribute(model, images, resolved, targets, batch_size=batch_size,
                                     seed=seed, ids=ids)
+    return raw
+
+
+def explainer(model: Any, explain_func: Any, explain_func_kwargs: Optional[dict], *,
+              abs: bool, normalise: bool, map_shape: tuple,  # noqa: A002
+              batch_size: int = 64, seed: int = 0) -> Callable[..., np.ndarray]:
+    """`explain(images, targets, ids)` -> float64 [n, F]: the maps of `explain_func` for
+    `images` (NHWC), prepared as `a_batch` (`map_shape`: its (C', H, W))."""
+    raw = raw_explainer(model, explain_func, explain_func_kwargs, batch_size=batch_size,
+                        seed=seed)
 
     def explain(images: np.ndarray, targets: np.ndarray, ids: np.ndarray,
                 blocks: int = 1, unscaled: bool = False) -> np.ndarray:

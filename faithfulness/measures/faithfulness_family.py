@@ -96,9 +96,7 @@ def faithfulness_estimate(model: Any, x_batch: Any, y_batch: Any, a_batch: Any,
         np.concatenate([[[0, 0]], bands]), perturb_baseline, softmax=softmax,
         batch_size=batch_size)
     drops = scores[:, :1] - scores[:, 1:]
-    ranked = -np.sort(-perturbation.broadcast_features(found), axis=1)  # the values in rank order
-    padded = np.pad(ranked, ((0, 0), (0, len(lows) * features_in_step - ranked.shape[1])))
-    sums = padded.reshape(len(ranked), len(lows), features_in_step).sum(axis=2)
+    sums = perturbation.step_sums(found, features_in_step, len(lows))
     return stats.pearson(sums, drops)  # NaN for a constant row
 
 
@@ -126,7 +124,7 @@ def patch_ranks(found: Prepared, patch_size: int, order: str = "morf", *, seed: 
     `patch_size` grid centred as Quantus pads it, patches ranked by the sum of the map over
     their part of the image (the lower patch index first on ties)."""
     check_one_of("order", order, ORDERS)
-    height, width, channels = found.x.shape[1:]
+    height, width = found.x.shape[1:3]
     if not 1 <= patch_size <= min(height, width):
         raise UserError(f"patch_size must be between 1 and the image's side "
                         f"{min(height, width)}; got {patch_size}")
@@ -135,22 +133,14 @@ def patch_ranks(found: Prepared, patch_size: int, order: str = "morf", *, seed: 
     rows, cols = -(-height // patch_size), -(-width // patch_size)
     block = (((np.arange(height) + top) // patch_size)[:, None] * cols
              + ((np.arange(width) + left) // patch_size)[None, :])  # [H, W]
-    pixel_sums = perturbation.broadcast_features(found).reshape(
-        len(found.a), channels, height, width).sum(axis=1)
     count = rows * cols
-    offsets = np.arange(len(found.a))[:, None, None] * count
-    sums = np.bincount((offsets + block[None]).ravel(), weights=pixel_sums.ravel(),
-                       minlength=len(found.a) * count).reshape(len(found.a), count)
+    sums, _ = perturbation.region_sums(perturbation.broadcast_features(found), block.ravel(),
+                                       count)
     if order == "random":
         ids = np.arange(len(sums)) if ids is None else np.asarray(ids)
         keys = substrates.noise_keys(seed, ids, salt=count)
         sums = np.asarray(substrates.uniform_noise(keys, [count]), np.float64)
-    ranked = np.argsort(sums if order == "lerf" else -sums, axis=1, kind="stable")
-    place = np.empty_like(ranked)
-    np.put_along_axis(place, ranked, np.arange(count)[None], axis=1)
-    pixels = np.broadcast_to(block.ravel(), (len(place), height * width))
-    ranks = np.take_along_axis(place, pixels, axis=1).reshape(len(place), height, width)
-    return np.repeat(ranks[..., None], channels, axis=3).astype(np.int32), count
+    return perturbation.region_ranks(found, block.ravel(), sums, order != "lerf"), count
 
 
 def selectivity(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch: Any = None,

@@ -65,26 +65,17 @@ def irof(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch: Any = No
     """[N] the area over the relative output's curve as superpixels are replaced, most
     attributed (by mean) first."""
     found = prepared(x_batch, a_batch, s_batch, abs=abs, normalise=normalise)
-    height, width, channels = found.x.shape[1:]
-    segments = superpixels(found.x, segmentation_method)
-    counts = segments.reshape(len(segments), -1).max(axis=1) + 1
+    regions = superpixels(found.x, segmentation_method).reshape(len(found.x), -1)
+    counts = regions.max(axis=1) + 1
     largest = int(counts.max())
-    pixel_sums = perturbation.broadcast_features(found).reshape(
-        len(found.x), channels, height * width).sum(axis=1)  # [N, H W]
-    keyed = (np.arange(len(found.x))[:, None] * largest
-             + segments.reshape(len(segments), -1)).ravel()
-    totals = np.bincount(keyed, weights=pixel_sums.ravel(), minlength=len(found.x) * largest)
-    sizes = np.bincount(keyed, minlength=len(found.x) * largest) * channels
-    means = (totals / np.maximum(sizes, 1)).reshape(len(found.x), largest)
+    totals, pixels = perturbation.region_sums(perturbation.broadcast_features(found), regions,
+                                              largest)
+    means = totals / np.maximum(pixels * found.x.shape[3], 1)
     means = np.where(np.arange(largest)[None] < counts[:, None], means, -np.inf)
-    order = np.argsort(-means, axis=1, kind="stable")
-    place = np.empty_like(order)
-    np.put_along_axis(place, order, np.arange(largest)[None], axis=1)
-    ranks = np.take_along_axis(place, segments.reshape(len(segments), -1), axis=1)
-    ranks = np.repeat(ranks.reshape(len(found.x), height, width, 1), channels, axis=3)
+    ranks = perturbation.region_ranks(found, regions, means)
     bands = np.stack([np.zeros(largest + 1, np.int64), np.arange(largest + 1)], axis=1)
     scores = perturbation.scores_of_bands(
-        model, found, y_batch, ranks.astype(np.int32), bands, perturb_baseline,
+        model, found, y_batch, ranks, bands, perturb_baseline,
         softmax=softmax, batch_size=batch_size)
     with np.errstate(divide="ignore", invalid="ignore"):
         curves = scores[:, 1:] / scores[:, :1]
@@ -148,10 +139,7 @@ def road(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch: Any = No
     found = prepared(x_batch, a_batch, s_batch, abs=abs, normalise=normalise)
     height, width = found.x.shape[1:3]
     classes = perturbation.checked_classes(model, found.x, y_batch)
-    pixel_scores = found.a.reshape(len(found.x), -1, height * width).sum(axis=1)
-    order = np.argsort(-pixel_scores, axis=1, kind="stable")
-    ranks = np.empty_like(order)
-    np.put_along_axis(ranks, order, np.arange(height * width)[None], axis=1)
+    ranks = perturbation.places(found.a.reshape(len(found.x), -1, height * width).sum(axis=1))
     cuts = (height * width * chosen / 100).astype(np.int64)  # Quantus's int(a_size p / 100)
     ids = np.arange(len(found.x)) if ids is None else np.asarray(ids, np.int64)
     keys = ids[:, None] * len(cuts) + np.arange(len(cuts))[None]

@@ -56,7 +56,6 @@ UNIFORM_SALT = 0x6D0C  # monotonicity_correlation's draws, apart from the others
 
 def _contributions(found: Any, baseline: np.ndarray) -> np.ndarray:
     """float64 [N, C x H x W]: a (x - baseline) per image element, channel first."""
-    height, width, channels = found.x.shape[1:]
     x = np.transpose(found.x, (0, 3, 1, 2)).reshape(len(found.x), -1).astype(np.float64)
     return perturbation.broadcast_features(found) * (x - baseline[:, None])
 
@@ -73,7 +72,7 @@ def infidelity(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch: An
     if n_perturb_samples < 1:
         raise UserError(f"n_perturb_samples must be at least 1; got {n_perturb_samples}")
     found = prepared(x_batch, a_batch, s_batch, abs=abs, normalise=normalise)
-    height, width, channels = found.x.shape[1:]
+    height, width = found.x.shape[1:3]
     baseline = perturbation.baseline_values(found.x, perturb_baseline)
     classes = perturbation.checked_classes(model, found.x, y_batch)
     contributions = _contributions(found, baseline.astype(np.float64))
@@ -93,10 +92,7 @@ def infidelity(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch: An
         bands = np.stack([np.zeros(count, np.int64), np.arange(1, count + 1)], axis=1)
         scores = perturbation.band_scores(model, found.x, ranks, bands, baseline, classes,
                                           softmax=softmax, batch_size=batch_size)
-        blocks = np.tile(block.ravel(), channels)  # channel first, as the contributions
-        keyed = (np.arange(len(found.x))[:, None] * count + blocks[None]).ravel()
-        sums = np.bincount(keyed, weights=contributions.ravel(),
-                           minlength=len(found.x) * count).reshape(len(found.x), count)
+        sums, _ = perturbation.region_sums(contributions, block.ravel(), count)
         losses.append(np.mean((clean[:, None] - scores - np.cumsum(sums, axis=1)) ** 2, axis=1))
     return np.mean(losses, axis=0)
 
@@ -133,9 +129,7 @@ def monotonicity_correlation(model: Any, x_batch: Any, y_batch: Any, a_batch: An
     scale = np.where(np.abs(clean) >= eps, 1.0 / np.maximum(np.abs(clean), eps), 1.0) ** 2
     spread = ((scores.reshape(len(clean), len(lows), samples) - clean[:, None, None]) ** 2
               ).mean(axis=2) * scale[:, None]
-    ranked = np.sort(perturbation.broadcast_features(found), axis=1)  # least first
-    padded = np.pad(ranked, ((0, 0), (0, len(lows) * features_in_step - ranked.shape[1])))
-    sums = padded.reshape(len(ranked), len(lows), features_in_step).sum(axis=2)
+    sums = perturbation.step_sums(found, features_in_step, len(lows), descending=False)
     return stats.spearman(sums, spread)  # NaN for a constant row
 
 
@@ -164,9 +158,7 @@ def sensitivity_n(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch:
         np.concatenate([[[0, 0]], bands]), perturb_baseline, softmax=softmax,
         batch_size=batch_size)
     drops = scores[:, :1] - scores[:, 1:]
-    ranked = -np.sort(-perturbation.broadcast_features(found), axis=1)
-    sums = ranked[:, :steps * features_in_step].reshape(len(ranked), steps,
-                                                        features_in_step).sum(axis=2)
+    sums = perturbation.step_sums(found, features_in_step, steps)
     if cumulative_sums:
         sums = np.cumsum(sums, axis=1)
     return stats.pearson(drops.T, sums.T)  # NaN for a constant row

@@ -27,12 +27,42 @@ def element_ranks(found: Prepared, descending: bool = True) -> np.ndarray:
     """int32 [N, H, W, C]: each image element's place in the order of the map's features
     (`broadcast_features`), highest first (or lowest first)."""
     height, width, channels = found.x.shape[1:]
-    features = broadcast_features(found)
-    order = np.argsort(-features if descending else features, axis=1, kind="stable")
-    ranks = np.empty_like(order)
-    np.put_along_axis(ranks, order, np.arange(order.shape[1])[None], axis=1)
-    return np.transpose(ranks.reshape(len(order), channels, height, width),
+    ranks = places(broadcast_features(found), descending)
+    return np.transpose(ranks.reshape(len(ranks), channels, height, width),
                         (0, 2, 3, 1)).astype(np.int32)
+
+
+def places(scores: np.ndarray, descending: bool = True) -> np.ndarray:
+    """int [N, K]: each entry's place in the order of its row of `scores` ([N, K]), highest
+    first (or lowest first), the lower index first on ties."""
+    order = np.argsort(-scores if descending else scores, axis=1, kind="stable")
+    found = np.empty_like(order)
+    np.put_along_axis(found, order, np.arange(order.shape[1])[None], axis=1)
+    return found
+
+
+def region_sums(values: np.ndarray, regions: np.ndarray,
+                count: int) -> tuple[np.ndarray, np.ndarray]:
+    """(sums float64 [N, count], pixels int [N, count]): per image, the sum of `values` ([N,
+    C x H x W], channel first) over each region's pixels, and its number of pixels; `regions`
+    int [N, H W] (or [H W], the same for every image) numbers each pixel's region."""
+    per_pixel = values.reshape(len(values), -1, np.shape(regions)[-1]).sum(axis=1)
+    keyed = (np.arange(len(values))[:, None] * count
+             + np.broadcast_to(regions, per_pixel.shape)).ravel()
+    sums = np.bincount(keyed, weights=per_pixel.ravel(), minlength=len(values) * count)
+    pixels = np.bincount(keyed, minlength=len(values) * count)
+    return sums.reshape(len(values), count), pixels.reshape(len(values), count)
+
+
+def region_ranks(found: Prepared, regions: np.ndarray, scores: np.ndarray,
+                 descending: bool = True) -> np.ndarray:
+    """int32 [N, H, W, C]: each element's region's place in the order of the regions'
+    `scores` ([N, R]); `regions` int [N, H W] (or [H W]) numbers each pixel's region."""
+    height, width, channels = found.x.shape[1:]
+    pixels = np.broadcast_to(regions, (len(scores), height * width))
+    ranks = np.take_along_axis(places(scores, descending), pixels, axis=1)
+    return np.repeat(ranks.reshape(len(scores), height, width, 1), channels,
+                     axis=3).astype(np.int32)
 
 
 def broadcast_features(found: Prepared) -> np.ndarray:
@@ -53,10 +83,32 @@ def step_starts(found: Prepared, features_in_step: int) -> np.ndarray:
     return np.arange(steps, dtype=np.int64) * features_in_step
 
 
+def step_sums(found: Prepared, features_in_step: int, steps: int,
+              descending: bool = True) -> np.ndarray:
+    """float64 [N, steps]: the map's values in rank order (`broadcast_features`, highest
+    first or lowest first) summed over each step of `features_in_step` (the last step short
+    where they run out)."""
+    ranked = np.sort(broadcast_features(found), axis=1)
+    ranked = ranked[:, ::-1] if descending else ranked
+    wanted = steps * features_in_step
+    ranked = np.pad(ranked[:, :wanted], ((0, 0), (0, max(0, wanted - ranked.shape[1]))))
+    return ranked.reshape(len(ranked), steps, features_in_step).sum(axis=2)
+
+
 def model_adapter(model: Any) -> Any:
     """The adapter of `model`, kept with it, so a live Keras model's traced functions serve
     every call of the measures (an adapter made per call would trace them again)."""
     return kept(model, "measures' adapter", lambda: adapt(model))
+
+
+def class_outputs(adapter: Any, images: tf.Tensor, classes: tf.Tensor,
+                  softmax: bool) -> tf.Tensor:
+    """float32 [n]: the model's output (softmax probability, or logit) for each image's class
+    (`classes` [n]), inside a traced function."""
+    outputs = tf.cast(adapter.logits(images), tf.float32)
+    if softmax:
+        outputs = tf.nn.softmax(outputs)
+    return tf.gather(outputs, classes, batch_dims=1)
 
 
 def band_scores(model: Any, x: np.ndarray, ranks: np.ndarray, bands: np.ndarray,
@@ -88,10 +140,7 @@ def band_scores(model: Any, x: np.ndarray, ranks: np.ndarray, bands: np.ndarray,
                 perturbed = tf.where(inside != keep,
                                      tf.gather(baseline, items)[:, None, None, None],
                                      tf.gather(x, image))
-                outputs = tf.cast(adapter.logits(perturbed), tf.float32)
-                if softmax:
-                    outputs = tf.nn.softmax(outputs)
-                return tf.gather(outputs, tf.gather(classes, image), batch_dims=1)
+                return class_outputs(adapter, perturbed, tf.gather(classes, image), softmax)
             return executor.collect(tf.shape(x)[0] * steps, batch_size, compute)
         return run
 

@@ -10,8 +10,17 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from faithfulness.measures.perturbation import model_adapter
+from faithfulness.measures.perturbation import class_outputs, model_adapter
 from models.foundation import executor, workload
+
+
+def item_uniform(keys: tf.Tensor, image: tf.Tensor, draw: tf.Tensor, size: int) -> tf.Tensor:
+    """float32 [n, size]: U(0, 1) draws of each item (an image's `draw`-th), keyed by the
+    image's key plus the draw (inside a traced function)."""
+    own = tf.gather(keys, image) + tf.stack(
+        [tf.cast(draw, tf.int64), tf.zeros_like(draw, tf.int64)], axis=1)
+    return tf.map_fn(lambda key: tf.random.stateless_uniform([size], key), own,
+                     fn_output_signature=tf.float32)
 
 
 def subset_scores(model: Any, x: np.ndarray, features: np.ndarray, baseline: np.ndarray,
@@ -36,10 +45,7 @@ def subset_scores(model: Any, x: np.ndarray, features: np.ndarray, baseline: np.
         def run(x, features, baseline, classes, keys, runs, size):
             def compute(items):
                 image, draw = items // runs, items % runs
-                own = tf.gather(keys, image) + tf.stack(
-                    [tf.cast(draw, tf.int64), tf.zeros_like(draw, tf.int64)], axis=1)
-                noise = tf.map_fn(lambda key: tf.random.stateless_uniform([count], key), own,
-                                  fn_output_signature=tf.float32)
+                noise = item_uniform(keys, image, draw, count)
                 _, chosen = tf.math.top_k(noise, k=size)  # a uniform subset without repeats
                 rows = tf.broadcast_to(tf.range(tf.shape(chosen)[0])[:, None], tf.shape(chosen))
                 mask = tf.scatter_nd(tf.stack([rows, chosen], axis=-1),
@@ -47,10 +53,7 @@ def subset_scores(model: Any, x: np.ndarray, features: np.ndarray, baseline: np.
                 mask = tf.reshape(mask, [-1, height, width, channels])
                 perturbed = tf.where(mask, tf.gather(baseline, image)[:, None, None, None],
                                      tf.gather(x, image))
-                outputs = tf.cast(adapter.logits(perturbed), tf.float32)
-                if softmax:
-                    outputs = tf.nn.softmax(outputs)
-                scores = tf.gather(outputs, tf.gather(classes, image), batch_dims=1)
+                scores = class_outputs(adapter, perturbed, tf.gather(classes, image), softmax)
                 sums = tf.reduce_sum(tf.where(mask, tf.gather(features, image), 0.0),
                                      axis=[1, 2, 3])
                 return tf.stack([scores, sums], axis=1)
@@ -89,18 +92,12 @@ def grid_scores(model: Any, x: np.ndarray, features: np.ndarray, baseline: float
         def run(x, features, classes, keys, samples):
             def compute(items):
                 image, draw = items // samples, items % samples
-                own = tf.gather(keys, image) + tf.stack(
-                    [tf.cast(draw, tf.int64), tf.zeros_like(draw, tf.int64)], axis=1)
-                cells = tf.map_fn(lambda key: tf.random.stateless_uniform(
-                    [grid_size * grid_size], key), own, fn_output_signature=tf.float32)
+                cells = item_uniform(keys, image, draw, grid_size * grid_size)
                 keep = tf.cast(cells > subset_percent, tf.float32)
                 keep = tf.image.resize(tf.reshape(keep, [-1, grid_size, grid_size, 1]),
                                        [height, width], method="nearest")
                 perturbed = tf.gather(x, image) * keep + (1.0 - keep) * baseline
-                outputs = tf.cast(adapter.logits(perturbed), tf.float32)
-                if softmax:
-                    outputs = tf.nn.softmax(outputs)
-                scores = tf.gather(outputs, tf.gather(classes, image), batch_dims=1)
+                scores = class_outputs(adapter, perturbed, tf.gather(classes, image), softmax)
                 sums = tf.reduce_sum(tf.gather(features, image) * (1.0 - keep), axis=[1, 2, 3])
                 return tf.stack([scores, sums], axis=1)
             return executor.collect(tf.shape(x)[0] * samples, batch_size, compute, [2])

@@ -25,7 +25,6 @@ from faithfulness.measures import explaining, perturbation
 from faithfulness.measures.arguments import prepared
 from models.foundation.errors import UserError
 from models.foundation.metric_spec import MetricSpec
-from saliency_gen.attribution import engine, names
 
 SPECS = (
     MetricSpec("mege", True, unit="call",
@@ -39,6 +38,11 @@ SPECS = (
                note="one value per group of images: no interval, no ranking by the bootstrap, "
                     "no trust row."),
 )
+
+
+def fold_of(count: int, k_splits: int) -> np.ndarray:
+    """int [count]: each image's fold, `k_splits` equal runs in the call's order."""
+    return np.arange(count) // (count // k_splits)
 
 
 def fold_models(model: Any, x: np.ndarray, classes: np.ndarray, k_splits: int,
@@ -57,7 +61,7 @@ def fold_models(model: Any, x: np.ndarray, classes: np.ndarray, k_splits: int,
                         "model=[...] (in fold order) or a learning_algorithm")
     outputs = perturbation.class_count(model, x) if model is not None else int(classes.max()) + 1
     one_hot = np.eye(outputs, dtype=np.float32)[classes]
-    folds = np.arange(len(x)) // (len(x) // k_splits)
+    folds = fold_of(len(x), k_splits)
     return [learning_algorithm(x[folds != fold], one_hot[folds != fold], x[folds == fold],
                                one_hot[folds == fold]) for fold in range(k_splits)]
 
@@ -86,7 +90,7 @@ def distances(models: Sequence[Any], x: np.ndarray, classes: np.ndarray, explain
               batch_size: int = 64) -> tuple[np.ndarray, np.ndarray]:
     """(S=, S!=): the Spearman distances of the pairs of maps, as the module's note says."""
     k_splits = len(models)
-    folds = np.arange(len(x)) // (len(x) // k_splits)
+    folds = fold_of(len(x), k_splits)
     predicted = np.stack([np.argmax(perturbation.outputs(model, x, batch_size), axis=1)
                           for model in models])  # [k, N]
     maps = [np.nan_to_num(explain(model, x, classes)) for model in models]
@@ -106,20 +110,16 @@ def distances(models: Sequence[Any], x: np.ndarray, classes: np.ndarray, explain
 
 def _explainer(explain_func: Any, explain_func_kwargs: Optional[dict], batch_size: int,
                seed: int) -> Callable:
-    """`explain(model, x, classes)` -> float64 [N, H W]: the method's maps averaged over their
-    channels (Xplique's `_sanitize_explanation`)."""
-    if explain_func is None:
-        raise UserError("explain_func is missing: mege and reco explain with every fold's model")
-    resolved = None if callable(explain_func) else names.resolved(explain_func,
-                                                                  **(explain_func_kwargs or {}))
+    """`explain(model, x, classes)` -> float64 [N, H W]: the method's maps of `model`
+    (`explaining.raw_explainer`) averaged over their channels (Xplique's
+    `_sanitize_explanation`)."""
+    # checked (a missing function, an unknown name) before any fold's model is trained
+    explaining.raw_explainer(None, explain_func, explain_func_kwargs)
 
     def explain(model, x, classes):
-        if resolved is None:
-            maps = np.asarray(explain_func(model=model, inputs=x, targets=classes,
-                                           **(explain_func_kwargs or {})), np.float64)
-        else:
-            maps = np.asarray(engine.attribute(model, x, resolved, classes,
-                                               batch_size=batch_size, seed=seed), np.float64)
+        maps = np.asarray(explaining.raw_explainer(
+            model, explain_func, explain_func_kwargs, batch_size=batch_size, seed=seed)(
+                x, classes, None), np.float64)
         if maps.ndim == 4:
             maps = maps.mean(axis=-1)
         return maps.reshape(len(x), -1)
