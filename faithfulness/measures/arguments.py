@@ -74,6 +74,17 @@ def scaled(a: np.ndarray, *, abs: bool, normalise: bool,  # noqa: A002
     return (np.abs(values) if abs else values).reshape(a.shape)
 
 
+def image_ids(ids: Any, count: int) -> np.ndarray:
+    """int64 [count]: the ids keying each image's random draws: `ids`, or the images'
+    positions in the call when None."""
+    if ids is None:
+        return np.arange(count, dtype=np.int64)
+    found = np.asarray(ids, np.int64)
+    if found.shape != (count,):
+        raise ShapeError(f"ids has shape {found.shape}; expected one id per image, [{count}]")
+    return found
+
+
 def _masks(s_batch: Any, x: np.ndarray, channels: int, needs_mask: bool) -> Optional[np.ndarray]:
     """bool [N, C' x H x W]: each mask repeated over the map's channels (or None)."""
     if s_batch is None:

@@ -26,7 +26,7 @@ import keras
 import numpy as np
 
 from faithfulness.measures import perturbation
-from faithfulness.measures.arguments import prepared
+from faithfulness.measures.arguments import image_ids, prepared
 from faithfulness.measures.explaining import explainer, keras_of
 from models.foundation.metric_spec import MetricSpec
 
@@ -109,6 +109,6 @@ def input_invariance(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_bat
     explain = explainer(shifted_model(source, shift), explain_func, explain_func_kwargs, abs=abs,
                         normalise=normalise, map_shape=found.map_shape,
                         batch_size=batch_size, seed=seed)
-    ids = np.arange(len(found.x)) if ids is None else np.asarray(ids, np.int64)
+    ids = image_ids(ids, len(found.x))
     moved = explain(found.x + np.float32(shift), classes, ids)
     return np.all(np.isclose(found.a, moved, atol=1e-4), axis=1).astype(np.float64)

@@ -43,7 +43,7 @@ import scipy.spatial.distance
 
 from faithfulness import stats, substrates
 from faithfulness.measures import perturbation, subsets
-from faithfulness.measures.arguments import Prepared, prepared
+from faithfulness.measures.arguments import Prepared, image_ids, prepared
 from models.foundation.errors import UserError, check_one_of
 from models.foundation.metric_spec import MetricSpec
 
@@ -137,7 +137,7 @@ def patch_ranks(found: Prepared, patch_size: int, order: str = "morf", *, seed: 
     sums, _ = perturbation.region_sums(perturbation.broadcast_features(found), block.ravel(),
                                        count)
     if order == "random":
-        ids = np.arange(len(sums)) if ids is None else np.asarray(ids)
+        ids = image_ids(ids, len(sums))
         keys = substrates.noise_keys(seed, ids, salt=count)
         sums = np.asarray(substrates.uniform_noise(keys, [count]), np.float64)
     return perturbation.region_ranks(found, block.ravel(), sums, order != "lerf"), count
@@ -195,7 +195,7 @@ def faithfulness_correlation(model: Any, x_batch: Any, y_batch: Any, a_batch: An
     if nr_runs < 2:
         raise UserError(f"nr_runs must be at least 2 (a correlation); got {nr_runs}")
     classes = perturbation.checked_classes(model, found.x, y_batch)
-    ids = np.arange(len(found.x)) if ids is None else np.asarray(ids, np.int64)
+    ids = image_ids(ids, len(found.x))
     features = np.transpose(perturbation.broadcast_features(found).reshape(
         len(found.x), channels, height, width), (0, 2, 3, 1))
     keys = substrates.noise_keys(seed, ids, salt=SUBSET_SALT).numpy()

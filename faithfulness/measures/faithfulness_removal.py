@@ -28,7 +28,7 @@ import skimage.segmentation
 import tensorflow as tf
 
 from faithfulness.measures import perturbation
-from faithfulness.measures.arguments import prepared
+from faithfulness.measures.arguments import image_ids, prepared
 from models.foundation import executor, workload
 from models.foundation.errors import UserError
 from models.foundation.metric_spec import MetricSpec
@@ -141,7 +141,7 @@ def road(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch: Any = No
     classes = perturbation.checked_classes(model, found.x, y_batch)
     ranks = perturbation.places(found.a.reshape(len(found.x), -1, height * width).sum(axis=1))
     cuts = (height * width * chosen / 100).astype(np.int64)  # Quantus's int(a_size p / 100)
-    ids = np.arange(len(found.x)) if ids is None else np.asarray(ids, np.int64)
+    ids = image_ids(ids, len(found.x))
     keys = ids[:, None] * len(cuts) + np.arange(len(cuts))[None]
     curves = road_hits(model, found.x, ranks.reshape(len(found.x), height, width), cuts,
                        classes, keys, noise=noise, seed=seed, batch_size=batch_size)

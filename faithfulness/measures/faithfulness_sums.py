@@ -35,7 +35,7 @@ import numpy as np
 
 from faithfulness import stats, substrates
 from faithfulness.measures import perturbation
-from faithfulness.measures.arguments import prepared
+from faithfulness.measures.arguments import image_ids, prepared
 from models.foundation.errors import UserError
 from models.foundation.metric_spec import MetricSpec
 
@@ -114,7 +114,7 @@ def monotonicity_correlation(model: Any, x_batch: Any, y_batch: Any, a_batch: An
     drawn = isinstance(perturb_baseline, str) and perturb_baseline == "uniform"
     samples = nr_samples if drawn else 1  # a fixed baseline gives every sample the same
     if drawn:
-        ids = np.arange(len(found.x)) if ids is None else np.asarray(ids, np.int64)
+        ids = image_ids(ids, len(found.x))
         keys = substrates.noise_keys(seed, ids, salt=UNIFORM_SALT)
         baseline = (np.asarray(substrates.uniform_noise(keys, [len(lows) * samples])) + 1) / 2
     else:

@@ -34,7 +34,7 @@ import scipy.ndimage
 
 from faithfulness import randomisation, stats, substrates
 from faithfulness.measures import perturbation, robustness_family
-from faithfulness.measures.arguments import prepared, scaled
+from faithfulness.measures.arguments import image_ids, prepared, scaled
 from faithfulness.measures.explaining import explainer, keras_of
 from models.foundation.errors import UserError, check_one_of
 from models.foundation.metric_spec import MetricSpec
@@ -104,11 +104,14 @@ def _smoothed(explain: Callable, nr_samples: int, noise_magnitude: float, *, see
     return smooth
 
 
-def _reduced_layers(correlations: np.ndarray, average: bool, last: bool) -> np.ndarray:
-    """[N, layers] as asked: their mean per image, the last, or all."""
+def _check_reduction(average: bool, last: bool) -> None:
     if average and last:
         raise UserError("return_average_correlation and return_last_correlation exclude each "
                         "other; set one")
+
+
+def _reduced_layers(correlations: np.ndarray, average: bool, last: bool) -> np.ndarray:
+    """[N, layers] as asked: their mean per image, the last, or all."""
     if average:
         return correlations.mean(axis=1)
     return correlations[:, -1] if last else correlations
@@ -128,12 +131,11 @@ def mprt(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch: Any = No
 def _layer_correlations(given: dict, smoothing: Optional[tuple]) -> np.ndarray:
     """mprt's and smooth_mprt's values from the call's arguments (`given`: its locals)."""
     average, last = given["return_average_correlation"], given["return_last_correlation"]
-    _reduced_layers(np.zeros((0, 1)), average, last)
+    _check_reduction(average, last)
     found = prepared(given["x_batch"], given["a_batch"], given["s_batch"], abs=given["abs"],
                      normalise=given["normalise"])
     classes = perturbation.checked_classes(given["model"], found.x, given["y_batch"])
-    ids = (np.arange(len(found.x)) if given["ids"] is None
-           else np.asarray(given["ids"], np.int64))
+    ids = image_ids(given["ids"], len(found.x))
     correlations = np.stack([stats.spearman(found.a, maps) for maps in _randomised_maps(
         given["model"], found, classes, ids, explain_func=given["explain_func"],
         explain_func_kwargs=given["explain_func_kwargs"], layer_order=given["layer_order"],
@@ -180,7 +182,7 @@ def efficient_mprt(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch
         raise UserError(f"n_bins must be at least 2; got {n_bins}")
     found = prepared(x_batch, a_batch, s_batch, abs=abs, normalise=normalise)
     classes = perturbation.checked_classes(model, found.x, y_batch)
-    ids = np.arange(len(found.x)) if ids is None else np.asarray(ids, np.int64)
+    ids = image_ids(ids, len(found.x))
     (randomised,) = _randomised_maps(
         model, found, classes, ids, explain_func=explain_func,
         explain_func_kwargs=explain_func_kwargs, layer_order=layer_order, seed=seed, abs=abs,
@@ -230,7 +232,7 @@ def random_logit(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch: 
     if not 2 <= count <= outputs:
         raise UserError(f"num_classes must be between 2 and the model's {outputs} classes; "
                         f"got {count}")
-    ids = np.arange(len(found.x)) if ids is None else np.asarray(ids, np.int64)
+    ids = image_ids(ids, len(found.x))
     draws = np.asarray(substrates.uniform_noise(substrates.noise_keys(seed, ids, salt=0x106),
                                                 [1]))[:, 0]  # U(-1, 1) per image
     offset = np.minimum(((draws + 1) / 2 * (count - 1)).astype(np.int64), count - 2)

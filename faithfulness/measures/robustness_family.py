@@ -55,7 +55,7 @@ import tensorflow as tf
 
 from faithfulness import substrates
 from faithfulness.measures import perturbation
-from faithfulness.measures.arguments import prepared
+from faithfulness.measures.arguments import image_ids, prepared
 from faithfulness.measures.explaining import explainer, keras_of
 from models.foundation.errors import UserError, check_one_of
 from models.foundation.metric_spec import MetricSpec
@@ -135,7 +135,7 @@ def noisy_ratios(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch: 
         raise UserError(f"nr_samples must be at least 1; got {nr_samples}")
     found = prepared(x_batch, a_batch, s_batch, abs=abs, normalise=normalise)
     classes = perturbation.checked_classes(model, found.x, y_batch)
-    ids = np.arange(len(found.x)) if ids is None else np.asarray(ids, np.int64)
+    ids = image_ids(ids, len(found.x))
     explain = explainer(model, explain_func, explain_func_kwargs, abs=abs, normalise=normalise,
                         map_shape=found.map_shape, batch_size=batch_size, seed=seed)
     outputs = perturbation.model_scorer(model, batch_size)
@@ -404,7 +404,7 @@ def continuity(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch: An
         raise UserError(f"nr_steps must be between 1 and {2 * width + 1} (twice the width and "
                         f"one); got {nr_steps}")
     classes = perturbation.checked_classes(model, found.x, y_batch)
-    ids = np.arange(len(found.x)) if ids is None else np.asarray(ids, np.int64)
+    ids = image_ids(ids, len(found.x))
     explain = explainer(model, explain_func, explain_func_kwargs, abs=abs, normalise=normalise,
                         map_shape=found.map_shape, batch_size=batch_size, seed=seed)
     step = (2 * width + 1) // nr_steps

@@ -22,7 +22,7 @@ import numpy as np
 
 from faithfulness import stats, substrates
 from faithfulness.measures import perturbation, robustness_family, subsets
-from faithfulness.measures.arguments import prepared
+from faithfulness.measures.arguments import image_ids, prepared
 from models.foundation.errors import UserError, check_one_of
 from models.foundation.metric_spec import MetricSpec
 
@@ -75,7 +75,7 @@ def mu_fidelity(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch: A
         raise UserError(f"nb_samples must be at least 2 (a correlation); got {nb_samples}")
     check_one_of("activation", str(activation), ("None", "softmax"))
     classes = perturbation.checked_classes(model, found.x, y_batch)
-    ids = np.arange(len(found.x)) if ids is None else np.asarray(ids, np.int64)
+    ids = image_ids(ids, len(found.x))
     features = np.transpose(perturbation.broadcast_features(found).reshape(
         len(found.x), channels, height, width), (0, 2, 3, 1))
     softmax = activation == "softmax"
