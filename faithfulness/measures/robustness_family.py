@@ -180,12 +180,16 @@ def _lipschitz(x, moved, a, maps, logits, moved_logits):
     return np.linalg.norm(a - maps, axis=1) / (np.linalg.norm(x - moved, axis=1) + 1e-10)
 
 
-def _relative_map_change(a: np.ndarray, maps: np.ndarray, eps_min: float) -> np.ndarray:
-    return np.linalg.norm((a - maps) / (a + (a == 0) * eps_min), axis=1)
+def _relative_change(first: np.ndarray, second: np.ndarray, eps_min: float) -> np.ndarray:
+    """[n]: ||(first - second) / first|| per row, a zero of `first` read as eps_min."""
+    return np.linalg.norm((first - second) / (first + (first == 0) * eps_min), axis=1)
 
 
-def _at_least(values: np.ndarray, eps_min: float) -> np.ndarray:
-    return values + (values == 0) * eps_min
+def _stability(change: np.ndarray, a: np.ndarray, maps: np.ndarray,
+               eps_min: float) -> np.ndarray:
+    """[n]: the relative map change per `change` (a zero change read as eps_min): the
+    relative stabilities' ratio."""
+    return _relative_change(a, maps, eps_min) / (change + (change == 0) * eps_min)
 
 
 def input_stability(x: np.ndarray, moved: np.ndarray, a: np.ndarray, maps: np.ndarray,
@@ -193,16 +197,14 @@ def input_stability(x: np.ndarray, moved: np.ndarray, a: np.ndarray, maps: np.nd
                     eps_min: float = 1e-6) -> np.ndarray:
     """[n] ||(a - a') / a|| / max(||(x - x') / x||, eps_min) per row (rows: flattened arrays;
     a zero in a denominator reads eps_min), Quantus's `relative_input_stability_objective`."""
-    inputs = np.linalg.norm((x - moved) / (x + (x == 0) * eps_min), axis=1)
-    return _relative_map_change(a, maps, eps_min) / _at_least(inputs, eps_min)
+    return _stability(_relative_change(x, moved, eps_min), a, maps, eps_min)
 
 
 def output_stability(x: Any, moved: Any, a: np.ndarray, maps: np.ndarray, logits: np.ndarray,
                      moved_logits: np.ndarray, *, eps_min: float = 1e-6) -> np.ndarray:
     """[n] ||(a - a') / a|| / max(||h - h'||, eps_min) per row, Quantus's
     `relative_output_stability_objective`."""
-    outputs = np.linalg.norm(logits - moved_logits, axis=1)
-    return _relative_map_change(a, maps, eps_min) / _at_least(outputs, eps_min)
+    return _stability(np.linalg.norm(logits - moved_logits, axis=1), a, maps, eps_min)
 
 
 def _measured(reduce: Callable, objective: Objective, noise: Noise, given: dict) -> np.ndarray:
@@ -317,7 +319,7 @@ def representation_change(reader: Any, x: np.ndarray, moved: np.ndarray,
         for first, second in zip(inner, outer):
             first = np.asarray(first, np.float64).reshape(len(x[rows]), -1)
             second = np.asarray(second, np.float64).reshape(len(x[rows]), -1)
-            squares[rows] += (((first - second) / (first + (first == 0) * eps_min)) ** 2).sum(1)
+            squares[rows] += _relative_change(first, second, eps_min) ** 2
     return np.sqrt(squares)
 
 
@@ -325,8 +327,7 @@ def representation_stability(inner: np.ndarray, moved_inner: np.ndarray, a: np.n
                              maps: np.ndarray, *, eps_min: float = 1e-6) -> np.ndarray:
     """[n] ||(a - a') / a|| / max(||(L - L') / L||, eps_min) per row, Quantus's
     `relative_representation_stability_objective` (L, L': the rows' representations)."""
-    change = np.linalg.norm((inner - moved_inner) / (inner + (inner == 0) * eps_min), axis=1)
-    return _relative_map_change(a, maps, eps_min) / _at_least(change, eps_min)
+    return _stability(_relative_change(inner, moved_inner, eps_min), a, maps, eps_min)
 
 
 def relative_representation_stability(
@@ -345,7 +346,7 @@ def relative_representation_stability(
     def objective(x, moved, a, maps, logits, moved_logits):  # x, moved: flattened images
         change = representation_change(reader, x.reshape(-1, *image_shape),
                                        moved.reshape(-1, *image_shape), eps_min)
-        return _relative_map_change(a, maps, eps_min) / _at_least(change, eps_min)
+        return _stability(change, a, maps, eps_min)
     return _measured(np.max, objective, uniform(lower_bound, upper_bound), locals())
 
 
