@@ -83,13 +83,17 @@ def cascade(model: keras.Model, layer_order: str = "top_down", seed: int = 0,
     def restore():
         for variable, value in trained:
             variable.assign(value)
+    done = 0  # cumulative orders: the layers of `order` re-initialised so far
     try:
         for step, index in enumerate(order):
             if step not in wanted:
                 continue
-            restore()
-            randomise_layers(model, order[:step + 1] if layer_order != "independent"
-                             else [index], seed)
+            if layer_order == "independent":
+                restore()
+                randomise_layers(model, [index], seed)
+            else:  # a layer's values depend only on its seed: the new layers alone
+                randomise_layers(model, order[done:step + 1], seed)
+                done = step + 1
             yield step
     finally:
         restore()
