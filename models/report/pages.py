@@ -81,6 +81,15 @@ GROUP_COLUMNS = 7  # the most columns of one table on the page (readable at 1280
 ONE_TABLE_COLUMNS = 10  # a card with at most this many columns keeps them in one table
 
 
+def _by_group(card: Card) -> dict:
+    """{group title: its metrics}, in the card's order (the peers' measures by family, the
+    seed benchmarks as "benchmarks")."""
+    groups: dict[str, list] = {}
+    for metric in card.metrics:
+        groups.setdefault(metric.group or "benchmarks", []).append(metric)
+    return groups
+
+
 def column_groups(card: Card) -> list:
     """[(title, metrics)]: the card's columns in one table when they fit (at most
     `ONE_TABLE_COLUMNS`), else by group (the peers' measures by family, the seed benchmarks as
@@ -88,11 +97,8 @@ def column_groups(card: Card) -> list:
     `GROUP_COLUMNS` columns."""
     if len(card.metrics) <= ONE_TABLE_COLUMNS:
         return [("", list(card.metrics))]
-    groups: dict[str, list] = {}
-    for metric in card.metrics:
-        groups.setdefault(metric.group or "benchmarks", []).append(metric)
     found = []
-    for title, metrics in groups.items():
+    for title, metrics in _by_group(card).items():
         count = -(-len(metrics) // GROUP_COLUMNS)
         size = -(-len(metrics) // count)
         for number in range(count):
@@ -161,26 +167,12 @@ def trust_groups(card: Card) -> list:
     order."""
     if len(card.metrics) <= ONE_TABLE_COLUMNS:
         return [("", trust_rows(card)[1])]
-    group_of = {metric.name: metric.group or "benchmarks" for metric in card.metrics}
+    group_of = {metric.name: title for title, metrics in _by_group(card).items()
+                for metric in metrics}
     groups: dict[str, list] = {}
     for row in trust_rows(card)[1]:
         groups.setdefault(group_of.get(row[0], "benchmarks"), []).append(row)
     return list(groups.items())
-
-
-def _trust_table(card: Card) -> str:
-    """The reliability table, a heading row before each group where there are several."""
-    header = trust_rows(card)[0]
-    groups = trust_groups(card)
-    if len(groups) == 1:
-        return _html_table(header, groups[0][1])
-    body = "".join(
-        f"<tr class=group><td colspan={len(header)}>{html.escape(title)}</td></tr>"
-        + "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>"
-                  for row in rows) for title, rows in groups)
-    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in header)
-    return (f"<div class=frame><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody>"
-            "</table></div>")
 
 
 def trust_records(card: Card) -> dict:
@@ -322,10 +314,15 @@ def gallery_figure(pixels: np.ndarray, maps: dict,
     return figure
 
 
-def _html_table(header, rows) -> str:
+def _html_table(header, rows, groups: Sequence[tuple] = ()) -> str:
+    """A table of `rows`, or of `groups` ([(title, rows)]: a heading row before each)."""
     head = "".join(f"<th>{html.escape(str(c))}</th>" for c in header)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>"
-                   for row in rows)
+    body = "".join(
+        (f"<tr class=group><td colspan={len(header)}>{html.escape(title)}</td></tr>"
+         if title else "")
+        + "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>"
+                  for row in block)
+        for title, block in (groups or [("", rows)]))
     return (f"<div class=frame><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody>"
             "</table></div>")
 
@@ -474,7 +471,7 @@ def html_page(card: Card, sections: Sequence[Section], title: str, intro: str,
     if card.trust:
         parts += ["<h2>How far to trust each metric</h2>",
                   f"<p class=small>{html.escape(TRUST_CAVEAT)}</p>",
-                  _trust_table(card)]
+                  _html_table(trust_rows(card)[0], (), trust_groups(card))]
         if trust_plot:
             parts.append(_image(trust_plot, "resilience against reactivity"))
     for section in sections:
@@ -509,11 +506,11 @@ def markdown_page(card: Card, sections: Sequence[Section], title: str, intro: st
         parts.append(f"![agreement]({pictures['agreement']})\n")
     if card.trust:
         parts += ["## How far to trust each metric\n", TRUST_CAVEAT + "\n"]
-        groups = trust_groups(card)
+        groups, header = trust_groups(card), trust_rows(card)[0]
         for title, rows in groups:
             if len(groups) > 1:
                 parts.append(f"### {title}\n")
-            parts.append(markdown_table(trust_rows(card)[0], rows))
+            parts.append(markdown_table(header, rows))
         if "trust" in pictures:
             parts.append(f"![resilience against reactivity]({pictures['trust']})\n")
     for section in sections:
