@@ -8,7 +8,7 @@ Each run is `python -m roar.train` in its own process with the run's flags plus
 other settings (docs/roar.md, "Training"), so a killed sweep resumes where it stopped.
 `random` means `--transformation=random_baseline`. Then `python -m roar.report`.
 
-With `--dask_scheduler_file` (or `--dask_address`) each missing run is one task of that Dask
+With `--dask_scheduler_file` (or `--dask_address`) each run is one task of that Dask
 cluster (`models.foundation.cluster`): the workers train in parallel, each run in a process of
 its own as here, and a run lost with its worker is trained again elsewhere; the runs' folders
 must be on a filesystem the workers share (docs/scale_out.md, "Dask").
@@ -75,7 +75,7 @@ def run(config: Config) -> int:
     runs = planned_runs(f.methods, f.ratios, f.seeds, f.modes)
     extra = shlex.split(f.train_flags)
     options = dict(arg[2:].split("=", 1) for arg in extra if "=" in arg)
-    planned, finished = [], 0
+    planned = []  # (label, command, finished)
     for method, ratio, seed, keep in runs:
         arguments, transformation = run_arguments(method, ratio, seed, keep, f.output_dir)
         folder = train.run_directory(
@@ -84,26 +84,28 @@ def run(config: Config) -> int:
             seed)
         # a finished run is still handed to roar.train: it reuses the run of the same origin
         # (at once) and refuses one made with other settings
-        finished += os.path.isfile(os.path.join(folder, "metrics.json"))
         planned.append((os.path.relpath(folder, f.output_dir),
-                        [cluster.PYTHON, "-m", "roar.train", *arguments, *extra]))
+                        [cluster.PYTHON, "-m", "roar.train", *arguments, *extra],
+                        os.path.isfile(os.path.join(folder, "metrics.json"))))
     if f.dask_scheduler_file or f.dask_address:
-        cluster.run_commands([command for _, command in planned],
-                             [label for label, _ in planned], what="ROAR sweep",
+        cluster.run_commands([command for _, command, _ in planned],
+                             [label for label, _, _ in planned], what="ROAR sweep",
                              scheduler_file=f.dask_scheduler_file, address=f.dask_address,
                              cwd=os.getcwd())
     else:
         _run_here(planned)
+    finished = sum(done for _, _, done in planned)
     print(f"{len(runs) - finished} runs trained, {finished} already finished; now run "
           f"python -m roar.report --output_dir={f.output_dir}")
     return len(runs) - finished
 
 
 def _run_here(planned: list) -> None:
-    """Runs roar.train for each planned run, one after another, on this machine."""
+    """Runs roar.train for each planned run, one after another, on this machine: a run to
+    train shows its own progress, a finished one is checked quietly."""
     with progress.bar(len(planned), "ROAR sweep", "run") as bar:
-        for _, command in planned:
-            status, last = cluster.run_command(command)
+        for _, command, finished in planned:
+            status, last = cluster.run_command(command, capture=finished)
             if status != 0:
                 raise UserError(f"run failed ({' '.join(command[2:])}{': ' if last else ''}"
                                 f"{last}); fix it and re-run the sweep: finished runs are kept")

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Optional, S
 
 import numpy as np
 
-from models.foundation import cli, errors
+from models.foundation import cli, cluster, errors
 from models.foundation.cli import option, require
 from models.foundation.errors import UserError, check_minimum
 from models.report import uncertainty
@@ -101,15 +101,7 @@ def dask_arguments(scheduler_file: Optional[str] = None, address: Optional[str] 
     the partitions of the work units (one per unit: the runner's Reshuffle does not spread
     work, its partitions do)."""
     require("dask.distributed", "scale")
-    if (scheduler_file is None) == (address is None):
-        raise UserError("--runner=DaskRunner needs a running cluster: give --dask_scheduler_file "
-                        "or --dask_address (one of them; docs/scale_out.md, \"Dask\")")
-    if scheduler_file is not None and not os.path.isfile(scheduler_file):
-        raise errors.MissingPathError(f"--dask_scheduler_file {scheduler_file} does not exist "
-                                      "(dask scheduler --scheduler-file writes it)")
-    if address is not None and not re.fullmatch(r"(tcp|tls|inproc|ucx)://[^\s]+", address):
-        raise UserError(f"--dask_address {address!r} is not a scheduler address such as "
-                        "tcp://HOST:8786")
+    cluster.check_cluster(scheduler_file, address, "--runner=DaskRunner")
     check_minimum("dask_partitions", partitions, 1)
     where = (f"--dask_scheduler_file={scheduler_file}" if scheduler_file is not None
              else f"--dask_client_address={address}")

@@ -12,6 +12,7 @@ processes on 127.0.0.1, one thread each), for the tests and the scaling benchmar
 import contextlib
 import dataclasses
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -25,23 +26,36 @@ from models.foundation.errors import MissingPathError, UserError
 PYTHON = "{python}"  # in a command: the worker's own Python
 
 
-def run_command(command: Sequence[str], cwd: Optional[str] = None) -> tuple[int, str]:
-    """On a worker: (exit status, the last line of its stderr) of `command` (`PYTHON` read as
-    the worker's Python)."""
+def run_command(command: Sequence[str], cwd: Optional[str] = None,
+                capture: bool = True) -> tuple[int, str]:
+    """(exit status, the last line of its stderr) of `command` (`PYTHON` read as this
+    process's Python: a worker's own, for a task); without `capture` its output goes to this
+    process's terminal and log (its progress shows), and the line is empty."""
     chosen = [sys.executable if part == PYTHON else part for part in command]
-    done = subprocess.run(chosen, cwd=cwd, capture_output=True, text=True, check=False)
+    done = subprocess.run(chosen, cwd=cwd, capture_output=capture, text=True, check=False)
     lines = (done.stderr or "").strip().splitlines()
     return done.returncode, lines[-1] if lines else ""
+
+
+def check_cluster(scheduler_file: Optional[str], address: Optional[str], needed_by: str) -> None:
+    """One line unless exactly one of a scheduler file that exists and a scheduler address
+    (tcp://HOST:PORT) names the running cluster `needed_by` needs."""
+    if (scheduler_file is None) == (address is None):
+        raise UserError(f"{needed_by} needs a running cluster: give --dask_scheduler_file or "
+                        "--dask_address (one of them; docs/scale_out.md, \"Dask\")")
+    if scheduler_file is not None and not os.path.isfile(scheduler_file):
+        raise MissingPathError(f"--dask_scheduler_file {scheduler_file} does not exist "
+                               "(dask scheduler --scheduler-file writes it)")
+    if address is not None and not re.fullmatch(r"(tcp|tls|inproc|ucx)://\S+", address):
+        raise UserError(f"--dask_address {address!r} is not a scheduler address such as "
+                        "tcp://HOST:8786")
 
 
 def client(scheduler_file: Optional[str] = None, address: Optional[str] = None) -> Any:
     """A client of the running cluster named by its scheduler file or address (one line when
     it cannot be reached)."""
     distributed = require("distributed", "scale")
-    if (scheduler_file is None) == (address is None):
-        raise UserError("give --dask_scheduler_file or --dask_address (one of them)")
-    if scheduler_file is not None and not os.path.isfile(scheduler_file):
-        raise MissingPathError(f"--dask_scheduler_file {scheduler_file} does not exist")
+    check_cluster(scheduler_file, address, "a job on Dask")
     try:
         return distributed.Client(scheduler_file=scheduler_file, address=address, timeout=30)
     except (OSError, TimeoutError) as error:
