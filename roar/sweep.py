@@ -16,7 +16,7 @@ must be on a filesystem the workers share (docs/scale_out.md, "Dask").
 import dataclasses
 import os
 import shlex
-from typing import Optional, Sequence
+from typing import Sequence
 
 from models.foundation import cluster, progress
 from models.foundation.cli import option, run_binary
@@ -29,7 +29,7 @@ DEFAULTS = train.Config()  # roar.train's own defaults, where --train_flags leav
 
 
 @dataclasses.dataclass(frozen=True)
-class Config(Checked):
+class Config(cluster.ClusterOptions, Checked):
     """roar.sweep's options (one flag each), checked when built."""
 
     methods: tuple = option(
@@ -43,11 +43,6 @@ class Config(Checked):
                           rule=some_of(MODES, "mode"))
     output_dir: str = option("roar_runs", "Root of the run folders.")
     train_flags: str = option("", "Further flags for every roar.train run.")
-    dask_scheduler_file: Optional[str] = option(
-        None, "Train the runs as tasks of this Dask cluster (its scheduler file).",
-        origin=False)
-    dask_address: Optional[str] = option(None, "... or of the cluster at this scheduler "
-                                         "address, tcp://HOST:PORT.", origin=False)
 
 
 def planned_runs(methods: Sequence[str], ratios: Sequence[float], seeds: Sequence[int],
@@ -87,7 +82,7 @@ def run(config: Config) -> int:
         planned.append((os.path.relpath(folder, f.output_dir),
                         [cluster.PYTHON, "-m", "roar.train", *arguments, *extra],
                         os.path.isfile(os.path.join(folder, "metrics.json"))))
-    if f.dask_scheduler_file or f.dask_address:
+    if f.on_cluster:  # each run a task of the cluster
         cluster.run_commands([command for _, command, _ in planned],
                              [label for label, _, _ in planned], what="ROAR sweep",
                              scheduler_file=f.dask_scheduler_file, address=f.dask_address,

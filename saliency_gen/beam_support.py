@@ -109,7 +109,7 @@ def dask_arguments(scheduler_file: Optional[str] = None, address: Optional[str] 
 
 
 @dataclasses.dataclass(frozen=True)
-class RunnerOptions:
+class RunnerOptions(cluster.ClusterOptions):
     """The Beam runner's flags, shared by the project's Beam binaries (their configs inherit
     it). None of them changes results: maps and scores are keyed by example, not by worker or
     work unit (docs/scale_out.md)."""
@@ -126,18 +126,13 @@ class RunnerOptions:
                                "--batch_size: a unit pays a fixed set-up (its input pipeline), "
                                "so small units cost time; large ones spread less evenly.",
                                origin=False)
-    dask_scheduler_file: Optional[str] = option(
-        None, "DaskRunner: the scheduler file of a running Dask cluster (dask scheduler "
-        "--scheduler-file).", origin=False)
-    dask_address: Optional[str] = option(None, "DaskRunner: the scheduler's address, "
-                                         "tcp://HOST:PORT.", origin=False)
     dask_partitions: Optional[int] = option(None, "DaskRunner: partitions of the work units "
                                             "(default: one per unit).", origin=False)
 
     def pipeline_options(self, units: int = 1) -> PipelineOptions:
         """The Beam options these flags ask for (`pipeline_options`), for `units` work
         units."""
-        if self.runner != "DaskRunner" and (self.dask_scheduler_file or self.dask_address):
+        if self.runner != "DaskRunner" and self.on_cluster:
             raise UserError("--dask_scheduler_file / --dask_address need --runner=DaskRunner")
         dask = {"scheduler_file": self.dask_scheduler_file, "address": self.dask_address,
                 "partitions": self.dask_partitions or max(1, units)}

@@ -119,8 +119,9 @@ DEFAULT_BENCHMARKS = ("BAM", "ROAD", *faithfulness_card.DEFAULT)
 
 
 @dataclasses.dataclass(frozen=True)
-class Config(Checked):
-    """The card's options (one flag each), checked when built."""
+class Config(cluster.ClusterOptions, Checked):
+    """The card's options (one flag each), checked when built; with a Dask cluster named, its
+    (benchmark, method) cells are computed as tasks there (`cells_on_cluster`)."""
 
     methods: Optional[tuple] = option(
         None, "Methods: saliency_gen names, registered methods, 'package.module:function', and "
@@ -184,12 +185,6 @@ class Config(Checked):
                                    "images, four times, without the controls.")
     meta_images: int = option(16, "Images of the meta-evaluation's perturbed runs.",
                               rule=at_least(1))
-    dask_scheduler_file: Optional[str] = option(
-        None, "Compute the (benchmark, method) cells as tasks of this Dask cluster (its "
-        "scheduler file), then the rest of the card here (docs/scale_out.md, \"Dask\").",
-        origin=False)
-    dask_address: Optional[str] = option(None, "... or of the cluster at this scheduler "
-                                         "address, tcp://HOST:PORT.", origin=False)
     cells_only: bool = option(False, "Compute the cells of --benchmarks x --methods and stop "
                               "(what one Dask task of the card does).", origin=False)
 
@@ -665,7 +660,7 @@ def run(config: Config) -> dict:
     check_flags(config)
     if config.cells_only:  # one task's cells: each is written atomically, no folder lock
         return _run(config, methods)
-    if config.dask_scheduler_file or config.dask_address:
+    if config.on_cluster:
         cells_on_cluster(given, config)
     with exclusive(config.output_dir, "--output_dir"):
         return _run(config, methods)

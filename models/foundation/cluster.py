@@ -20,10 +20,27 @@ import time
 from typing import Any, Iterator, Optional, Sequence
 
 from models.foundation import progress
-from models.foundation.cli import require
+from models.foundation.cli import option, require
 from models.foundation.errors import MissingPathError, UserError
 
 PYTHON = "{python}"  # in a command: the worker's own Python
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterOptions:
+    """The flags that name a running Dask cluster, declared once for the binaries that use
+    one: the Beam binaries' DaskRunner, roar.sweep's and the card's tasks."""
+
+    dask_scheduler_file: Optional[str] = option(
+        None, "A running Dask cluster's scheduler file (dask scheduler --scheduler-file): "
+        "the work runs there (docs/scale_out.md, \"Dask\").", origin=False)
+    dask_address: Optional[str] = option(None, "... or its scheduler's address, "
+                                         "tcp://HOST:PORT.", origin=False)
+
+    @property
+    def on_cluster(self) -> bool:
+        """Whether a cluster is named."""
+        return self.dask_scheduler_file is not None or self.dask_address is not None
 
 
 def run_command(command: Sequence[str], cwd: Optional[str] = None,
