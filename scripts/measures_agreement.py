@@ -28,20 +28,23 @@ def stored_models(arrays: dict) -> dict:
     """{image size: the stored model in Keras for images of that size; (8, 1): for the
     one-channel images}: 3x3 convolution (4 filters, same padding), ReLU, global average, dense
     to 3 classes (`scripts/quantus_reference.py`, `torch_model`)."""
-    found: dict[Any, Any] = {int(arrays[key].shape[1]): _stored_model(arrays, arrays[key].shape[1:])
+    found: dict[Any, Any] = {int(arrays[key].shape[1]): stored_model(arrays, arrays[key].shape[1:])
                              for key in ("x", "x_small")}
-    found[(8, 1)] = _stored_model(arrays, arrays["x_gray"].shape[1:])  # one channel
+    found[(8, 1)] = stored_model(arrays, arrays["x_gray"].shape[1:])  # one channel
     return found
 
 
-def _stored_model(arrays: dict, shape: tuple) -> Any:
+def stored_model(arrays: dict, shape: tuple, dense_shift: Any = 0.0) -> Any:
+    """The stored model in Keras for images of `shape` (the kernel's first input channels),
+    its dense weights plus `dense_shift` (Xplique's fold models: scripts/xplique_reference.py)."""
     import keras
 
     model = keras.Sequential([keras.Input(shape),
                               keras.layers.Conv2D(4, 3, padding="same", activation="relu"),
                               keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(3)])
     model.layers[0].set_weights([arrays["kernel"][:, :, :shape[-1]], arrays["kernel_bias"]])
-    model.layers[2].set_weights([arrays["dense"], arrays["dense_bias"]])
+    model.layers[2].set_weights([arrays["dense"] + np.asarray(dense_shift, np.float32),
+                                 arrays["dense_bias"]])
     return model
 
 

@@ -25,7 +25,11 @@ import numpy as np
 
 from models.foundation.cli import option, run_binary
 from models.foundation.files import write_json
+from models.foundation.lazy import lazy_module
 from models.foundation.rules import Checked
+
+# (scripts/ is a folder of scripts, not a package the type checker follows)
+measures_agreement: Any = lazy_module("scripts.measures_agreement")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,22 +38,6 @@ class Config(Checked):
     quantus_cases: str = option("tests/data/quantus_reference.json",
                                 "The stored Quantus cases (their model's weights).")
     seed: int = option(0, "Seed of the inputs and the fold models' factors.")
-
-
-def keras_model(weights: dict, shift: Any = None) -> Any:
-    """The stored model (3x3 convolution, ReLU, global average, dense to 3 classes), its
-    dense weights plus `shift` ([4, 3]) where given."""
-    import keras
-
-    model = keras.Sequential([keras.Input((8, 8, 3)),
-                              keras.layers.Conv2D(4, 3, padding="same", activation="relu"),
-                              keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(3)])
-    dense = np.asarray(weights["dense"], np.float32) + (0 if shift is None else
-                                                        np.asarray(shift, np.float32))
-    model.layers[0].set_weights([np.asarray(weights["kernel"], np.float32),
-                                 np.asarray(weights["kernel_bias"], np.float32)])
-    model.layers[2].set_weights([dense, np.asarray(weights["dense_bias"], np.float32)])
-    return model
 
 
 class Gradient:
@@ -75,16 +63,17 @@ def run(config: Config) -> dict:
     from xplique.metrics import AverageStability, MeGe, MuFidelity
 
     with open(config.quantus_cases) as handle:
-        weights = json.load(handle)["inputs"]
+        weights = {key: np.asarray(value, np.float32)
+                   for key, value in json.load(handle)["inputs"].items()}
     rng = np.random.default_rng(config.seed)
     x = rng.normal(size=(16, 8, 8, 3)).astype(np.float32)
     labels = rng.integers(0, 3, size=16)
     shifts = rng.normal(scale=1.0, size=(4, 4, 3)).astype(np.float32)
     one_hot = np.eye(3, dtype=np.float32)[labels]
-    folds = [keras_model(weights, shift) for shift in shifts]
+    folds = [measures_agreement.stored_model(weights, (8, 8, 3), shift) for shift in shifts]
     handed = iter(folds)
     mege, reco = MeGe(lambda *_: next(handed), x, one_hot, k_splits=4).evaluate(Gradient)
-    model = keras_model(weights)
+    model = measures_agreement.stored_model(weights, (8, 8, 3))
     tf.random.set_seed(config.seed)
     gradient = Gradient(model)(x, one_hot)
     stability = AverageStability(model, x, one_hot, nb_samples=200, radius=0.1).evaluate(

@@ -227,17 +227,11 @@ XPLIQUE = os.path.join(os.path.dirname(__file__), "..", "data", "xplique_referen
 def xplique_models(stored):
     """The stored model (Quantus's cases' weights) and its four fold twins (the dense weights
     shifted as `scripts/xplique_reference.py` shifted them)."""
-    import keras
+    from scripts import measures_agreement
 
-    def built(shift):
-        model = keras.Sequential([keras.Input((8, 8, 3)),
-                                  keras.layers.Conv2D(4, 3, padding="same", activation="relu"),
-                                  keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(3)])
-        model.layers[0].set_weights([ARRAYS["kernel"], ARRAYS["kernel_bias"]])
-        model.layers[2].set_weights([ARRAYS["dense"] + shift, ARRAYS["dense_bias"]])
-        return model
     shifts = np.asarray(stored["inputs"]["shifts"], np.float32)
-    return built(0.0), [built(shift) for shift in shifts]
+    return (measures_agreement.stored_model(ARRAYS, (8, 8, 3)),
+            [measures_agreement.stored_model(ARRAYS, (8, 8, 3), shift) for shift in shifts])
 
 
 def test_agrees_with_xplique():
