@@ -107,15 +107,15 @@ def ranks(per_method: dict, higher_is_better: bool, seed: int = 0) -> dict:
 
 def kendall_matrix(orderings: dict) -> tuple:
     """(names, matrix): Kendall's tau-b between every two metrics' method scores, oriented so
-    that higher is better. `orderings` maps metric names to {method: oriented score}; only
-    methods every metric scored count. NaN where a metric cannot rank (fewer than two distinct
-    scores)."""
+    that higher is better (docs/report_card.md, "Agreement"). `orderings` maps metric names to
+    {method: oriented score}; each pair counts the methods both metrics scored (finite). NaN
+    where fewer than two such methods or one of the two cannot rank them (one distinct score)."""
     names = list(orderings)
-    methods = [m for m in next(iter(orderings.values()), {})
-               if all(np.isfinite(orderings[name].get(m, np.nan)) for name in names)]
     matrix = np.full((len(names), len(names)), np.nan)
     for i, first in enumerate(names):
         for j, second in enumerate(names):
+            methods = [m for m, v in orderings[first].items()
+                       if np.isfinite(v) and np.isfinite(orderings[second].get(m, np.nan))]
             x = [orderings[first][m] for m in methods]
             y = [orderings[second][m] for m in methods]
             if len(methods) >= 2 and len(set(x)) > 1 and len(set(y)) > 1:

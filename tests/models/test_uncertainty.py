@@ -66,3 +66,17 @@ def test_kendall_matrix_of_agreeing_and_opposed_metrics():
     assert names == ["a", "b", "c", "flat"]
     np.testing.assert_allclose(matrix[:3, :3], [[1, 1, -1], [1, 1, -1], [-1, -1, 1]])
     assert np.isnan(matrix[3]).all()
+
+
+def test_kendall_matrix_counts_each_pair_over_the_methods_both_scored():
+    # "partial" has no value for m4: the pairs without it still count m4 (old code dropped m4
+    # everywhere, and a column blank for every method blanked the whole matrix)
+    scores = {"a": {"m1": 4.0, "m2": 3.0, "m3": 2.0, "m4": 1.0},
+              "b": {"m1": 1.0, "m2": 2.0, "m3": 3.0, "m4": 0.0},
+              "partial": {"m1": 1.0, "m2": 2.0, "m3": 3.0, "m4": np.nan},
+              "blank": {"m1": np.nan, "m2": np.nan, "m3": np.nan, "m4": np.nan}}
+    _, matrix = uncertainty.kendall_matrix(scores)
+    assert matrix[0, 1] == pytest.approx(0.0)  # over m1..m4: 3 concordant, 3 discordant
+    assert matrix[0, 2] == pytest.approx(-1.0)  # over m1..m3
+    assert matrix[1, 2] == pytest.approx(1.0)
+    assert np.isnan(matrix[3]).all() and np.isnan(matrix[:, 3]).all()
