@@ -5,10 +5,13 @@
 2. training: `roar.train` steps/s under MirroredStrategy on 2 logical CPUs against one device
    with the same global batch (ratio);
 3. Dask (`--workloads=dask`): generation (`saliency_gen.beam_generate`) and deletion scoring
-   (`faithfulness.beam_scoring`) on a local Dask cluster of two single-threaded worker
-   processes (`models.foundation.cluster.local_cluster`) against one single-threaded process
-   (the single-process generator; the scoring binary on Beam's in-process runner): the ratio
-   of the rates, and its share of the ideal 2 (docs/scale_out.md, "Dask").
+   (`faithfulness.beam_scoring`) on a running local Dask cluster of two single-threaded worker
+   processes (`models.foundation.cluster.local_cluster`, TensorFlow preloaded) against one
+   single-threaded process (the single-process generator; the scoring binary on Beam's
+   in-process runner), and against that process run twice at once on half the shards each
+   (the most two single-threaded workers can get from the machine): the ratio of the rates,
+   its share of the ideal 2, and its share of the two independent processes' rate
+   (docs/scale_out.md, "Dask").
 
 Both on a cheap model (plain_cnn) and a costlier one (small_resnet), 64-px random images, 2,048
 by default, so that each Beam worker's start-up (a TensorFlow import and a model load) weighs
@@ -18,7 +21,7 @@ the cores shared out). Whole processes are
 timed (start-up included), so the ratios are what a user sees.
 
     python scripts/bench_scale.py [--images=2048] [--epochs=2] [--models=plain_cnn,small_resnet]
-        [--workloads=generation,training]
+        [--workloads=generation,training] [--repeats=1]
 """
 import dataclasses
 import io
@@ -34,7 +37,7 @@ from PIL import Image
 
 from models.foundation import provenance
 from models.foundation.cli import option, run_binary
-from models.foundation.errors import UserError
+from models.foundation.errors import UserError, check_minimum
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -83,42 +86,88 @@ class Config:
     models: str = option("plain_cnn,small_resnet", "Models compared, comma-separated.")
     workloads: str = option("generation,training", "Comparisons run: generation, training, "
                             "dask.")
+    repeats: int = option(1, "Dask: rounds of each comparison; the table takes each run's "
+                          "best.")
 
 
-def dask_rows(root: str, model: str, path: str, pattern: str, args: Config) -> list:
-    """Generation and scoring of `model`: one single-threaded process against two
-    single-threaded workers of a local Dask cluster (whole processes timed)."""
+def timed_together(commands: list, env: dict) -> float:
+    """Seconds until every one of `commands`, started at once, has finished."""
+    started = time.time()
+    running = [subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True, env={**os.environ, **env})
+               for command in commands]
+    errors = [process.communicate()[1] for process in running]
+    if any(process.returncode for process in running):
+        raise SystemExit("\n".join(errors)[-2000:])
+    return time.time() - started
+
+
+def halves(pattern: str) -> list:
+    """The input pattern `pattern` (ending in "-*") split into its first and last two of the
+    four shards."""
+    return [pattern[:-2] + "-0000[01]-*", pattern[:-2] + "-0000[23]-*"]
+
+
+def dask_round(root: str, model: str, path: str, pattern: str, args: Config) -> tuple:
+    """One round of generation and scoring of `model`, each as seconds of (one
+    single-threaded process, two such processes at once on half the shards each: the most two
+    single-threaded workers can get from this machine, two single-threaded workers of a running
+    local Dask cluster), whole processes timed, every output in a new folder under `root`."""
     from models.foundation import cluster
 
     one = dict(cluster.SINGLE_THREAD)
-    common = [f"--input_pattern={pattern}", f"--model_path={path}",
-              f"--saliency_method={args.method}", "--batch_size=16"]
-    single = timed([sys.executable, "-m", "saliency_gen.generate", *common,
-                    f"--output_dir={root}/dask_single_{model}"], env=one)
+    settings = [f"--model_path={path}", f"--saliency_method={args.method}", "--batch_size=16"]
+    generation = [sys.executable, "-m", "saliency_gen.generate", *settings]
+    single = timed([*generation, f"--input_pattern={pattern}",
+                    f"--output_dir={root}/single"], env=one)
+    apart = timed_together([[*generation, f"--input_pattern={half}",
+                             f"--output_dir={root}/half{index}"]
+                            for index, half in enumerate(halves(pattern))], one)
+    maps = f"{root}/single/{args.method.split(':')[-1]}/train-*"
+    scoring = [sys.executable, "-m", "faithfulness.beam_scoring", f"--model_path={path}",
+               f"--saliency_method={args.method}", "--evaluation_protocol=deletion",
+               "--batch_size=16", f"--input_pattern={maps}"]
+    scored_one = timed([*scoring, "--beam_workers=1", f"--output={root}/one.json"], env=one)
+    scored_apart = timed_together(
+        [[*scoring[:-1], f"--input_pattern={half}", "--beam_workers=1",
+          f"--output={root}/half{index}.json"] for index, half in enumerate(halves(maps))], one)
     folder = tempfile.mkdtemp(prefix="cluster_", dir=root)
-    with cluster.local_cluster(folder, workers=2) as running:
+    # a running cluster: its workers started and imported TensorFlow before the job came
+    with cluster.local_cluster(folder, workers=2, preload=("tensorflow",)) as running:
         on_dask = ["--runner=DaskRunner", f"--dask_scheduler_file={running.scheduler_file}"]
-        spread = timed([sys.executable, "-m", "saliency_gen.beam_generate", *common,
-                        f"--output_dir={root}/dask_{model}", *on_dask], env=one)
-        key = args.method.split(":")[-1]
-        scoring = [sys.executable, "-m", "faithfulness.beam_scoring",
-                   f"--input_pattern={root}/dask_{model}/{key}/train-*",
-                   f"--model_path={path}", f"--saliency_method={args.method}",
-                   "--evaluation_protocol=deletion", "--batch_size=16"]
-        scored_one = timed([*scoring, "--beam_workers=1", f"--output={root}/one_{model}.json"],
-                           env=one)
-        scored_dask = timed([*scoring, *on_dask, f"--output={root}/dask_{model}.json"],
-                            env=one)
-    return [(f"generation {model} ({args.method}), Dask 2 workers x 1 thread",
-             args.images / single, args.images / spread, "images/s"),
-            (f"deletion scoring {model}, Dask 2 workers x 1 thread", args.images / scored_one,
-             args.images / scored_dask, "images/s")]
+        spread = timed([sys.executable, "-m", "saliency_gen.beam_generate", *settings,
+                        f"--input_pattern={pattern}", f"--output_dir={root}/dask",
+                        *on_dask], env=one)
+        scored_dask = timed([*scoring, *on_dask, f"--output={root}/dask.json"], env=one)
+    return (single, apart, spread), (scored_one, scored_apart, scored_dask)
+
+
+def dask_rows(root: str, model: str, path: str, pattern: str, args: Config) -> list:
+    """Generation and scoring rows of `model`: (name, seconds of one process, of two apart, on
+    Dask), each the best of --repeats rounds (a shared machine's noise only ever slows a run)."""
+    rounds = [dask_round(tempfile.mkdtemp(prefix=f"dask_{model}_", dir=root), model, path,
+                         pattern, args) for _ in range(args.repeats)]
+    best = np.min(np.array(rounds), axis=0)
+    return [(f"generation {model} ({args.method})", *best[0]),
+            (f"deletion scoring {model}", *best[1])]
+
+
+def print_dask_table(rows: list, images: int) -> None:
+    """The Dask rows as rates (images/s) and shares: of twice the one-process rate and of the
+    two independent processes' rate."""
+    print(f"{'Dask, 2 workers x 1 thread':40} {'one process':>12} {'two apart':>10} "
+          f"{'Dask':>8} {'ratio':>6} {'of 2x':>6} {'of apart':>8}   (images/s)")
+    for name, single, apart, spread in rows:
+        print(f"{name:40} {images / single:12.2f} {images / apart:10.2f} "
+              f"{images / spread:8.2f} {single / spread:6.2f} {single / spread / 2:6.2f} "
+              f"{apart / spread:8.2f}")
 
 
 def run(args: Config) -> None:
     """Runs both comparisons and prints the table (whole processes timed)."""
     print(f"machine: {provenance.machine()}", flush=True)
     chosen, workloads = args.models.split(","), args.workloads.split(",")
+    check_minimum("repeats", args.repeats, 1)
     unknown = sorted(set(workloads) - {"generation", "training", "dask"})
     if unknown:
         raise UserError(f"--workloads: unknown {', '.join(unknown)} (generation, training, "
@@ -147,12 +196,14 @@ def run(args: Config) -> None:
                      "--cpu_replicas=2"])
         rows.append((f"training {model} (MirroredStrategy, 2 logical CPUs)", steps / one,
                      steps / two, "steps/s"))
-    for model, path in (paths.items() if "dask" in workloads else ()):
-        rows += dask_rows(root, model, path, pattern, args)
-    print(f"{'workload':58} {'one process':>16} {'scaled out':>16} {'ratio':>7}")
+    dask = [row for model, path in (paths.items() if "dask" in workloads else ())
+            for row in dask_rows(root, model, path, pattern, args)]
+    if rows:
+        print(f"{'workload':58} {'one process':>16} {'scaled out':>16} {'ratio':>7}")
     for name, base, scaled, unit in rows:
-        print(f"{name:58} {base:7.2f} {unit:>8} {scaled:7.2f} {unit:>8} {scaled / base:7.2f}"
-              + (f"  ({scaled / base / 2:.2f} of 2x)" if "Dask" in name else ""))
+        print(f"{name:58} {base:7.2f} {unit:>8} {scaled:7.2f} {unit:>8} {scaled / base:7.2f}")
+    if dask:
+        print_dask_table(dask, args.images)
     print(json.dumps({"images": args.images, "epochs": args.epochs, "cores": os.cpu_count(),
                       "machine": provenance.machine()}))
 

@@ -20,12 +20,17 @@ from saliency_gen import beam_support, generate
 from tests import REPO, binaries
 from tests.conftest import tree_digests
 
-pytest.importorskip("distributed")
+distributed = pytest.importorskip("distributed")
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    with clusters.local_cluster(str(tmp_path_factory.mktemp("dask"))) as found:
+    # as a long-running cluster's workers: TensorFlow imported when they start (--preload)
+    with clusters.local_cluster(str(tmp_path_factory.mktemp("dask")),
+                                preload=("tensorflow",)) as found:
+        with distributed.Client(scheduler_file=found.scheduler_file) as connected:
+            loaded = connected.run(lambda: "tensorflow" in sys.modules)
+        assert list(loaded.values()) == [True, True]
         yield found
 
 

@@ -123,6 +123,7 @@ class LocalCluster:
     folder: str
     scheduler: subprocess.Popen
     workers: list
+    preload: tuple = ()  # modules each worker imports when it starts (dask worker --preload)
 
     @property
     def pids(self) -> list:
@@ -131,13 +132,15 @@ class LocalCluster:
 
     def add_worker(self, name: str) -> subprocess.Popen:
         """One more single-threaded worker process (no nanny: killing it kills it), started
-        with the installed package (no PYTHONPATH) in the cluster's folder."""
+        with the installed package (no PYTHONPATH) in the cluster's folder, importing the
+        cluster's `preload` modules as it starts."""
         environment = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+        preload = [argument for module in self.preload for argument in ("--preload", module)]
         with open(os.path.join(self.folder, f"{name}.log"), "w") as log:
             worker = subprocess.Popen(
                 [*_dask(), "worker", "--scheduler-file", self.scheduler_file, "--nthreads", "1",
                  "--nworkers", "1", "--no-nanny", "--host", "127.0.0.1", "--no-dashboard",
-                 "--name", name, "--local-directory", self.folder],
+                 "--name", name, "--local-directory", self.folder, *preload],
                 env={**environment, **SINGLE_THREAD}, cwd=self.folder, stdout=log,
                 stderr=subprocess.STDOUT)
         self.workers.append(worker)
@@ -167,9 +170,11 @@ def _wait_for(condition: Any, seconds: float, what: str) -> None:
 
 
 @contextlib.contextmanager
-def local_cluster(folder: str, workers: int = 2) -> Iterator[LocalCluster]:
+def local_cluster(folder: str, workers: int = 2,
+                  preload: Sequence[str] = ()) -> Iterator[LocalCluster]:
     """A scheduler and `workers` single-threaded worker processes on 127.0.0.1, started in
-    `folder` and stopped by their process ids when the block ends."""
+    `folder` (each importing the `preload` modules, as a long-running cluster's workers have:
+    `dask worker --preload tensorflow`) and stopped by their process ids when the block ends."""
     require("distributed", "scale")
     scheduler_file = os.path.join(folder, "scheduler.json")
     with open(os.path.join(folder, "scheduler.log"), "w") as log:
@@ -177,7 +182,7 @@ def local_cluster(folder: str, workers: int = 2) -> Iterator[LocalCluster]:
             [*_dask(), "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
              "--scheduler-file", scheduler_file], cwd=folder, stdout=log,
             stderr=subprocess.STDOUT)
-    found = LocalCluster(scheduler_file, folder, scheduler, [])
+    found = LocalCluster(scheduler_file, folder, scheduler, [], tuple(preload))
     try:
         _wait_for(lambda: os.path.exists(scheduler_file), 60, "no scheduler file")
         for number in range(workers):
