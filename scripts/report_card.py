@@ -519,8 +519,9 @@ def meta_benchmarks(config: ResolvedConfig, inputs: CardImages) -> dict:
         config, benchmarks=tuple(b for b in config.benchmarks if b != "BAM"), rmcs=False,
         retraining=False)
     return {label: {benchmark.name: dataclasses.replace(
-        benchmark, name=f"{benchmark.name} [{label}]",
-        supports=judged_by_meta_evaluation)
+        benchmark, name=f"{benchmark.name} [{label}]",  # (and what the benchmark supports:
+        supports=lambda method, own=benchmark.supports:  # no localisation without masks)
+        judged_by_meta_evaluation(method) and own(method))
         for benchmark in build_benchmarks(image_level, perturbed, perturbed.methods)}
             for label, perturbed in perturbed_inputs(config, inputs).items()}
 
