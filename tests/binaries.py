@@ -49,7 +49,8 @@ def run(command, cwd=None, env=None, timeout=900, check=False, interrupt_on=None
     timeout=timeout, check=check)`, in a warm forked child where that gives the same result.
 
     `interrupt_on` (a text; warm children only): Ctrl-C (SIGINT) is sent once the child's
-    stdout or stderr shows it, and the result's `seconds_after_interrupt` says how long it took to end."""
+    stdout or stderr shows it, and the result's `seconds_after_interrupt` says how long it
+    took to end."""
     environment = dict(os.environ if env is None else env)
     cwd = os.getcwd() if cwd is None else cwd
     if not _forkable(command, environment):
@@ -94,7 +95,11 @@ def _run_warm(command, cwd, environment, timeout,
                 status = stream.readline()
             except (socket.timeout, TimeoutError):
                 os.kill(pid, signal.SIGKILL)
-                raise subprocess.TimeoutExpired(command, timeout) from None
+                # what the child had printed, and whether the interrupt was sent: a child that
+                # never printed `interrupt_on` hung before it (not a Ctrl-C that went unheard)
+                printed = open(outputs[1], errors="replace").read()[-1500:]
+                raise subprocess.TimeoutExpired(
+                    command, timeout, stderr=f"(interrupt sent: {bool(sent)}) {printed}") from None
         stdout, stderr = (open(name, encoding="utf-8", errors="replace").read()
                           for name in outputs)
         ended = time.monotonic()

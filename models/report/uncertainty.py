@@ -107,9 +107,10 @@ def ranks(per_method: dict, higher_is_better: bool, seed: int = 0) -> dict:
 
 def kendall_matrix(orderings: dict) -> tuple:
     """(names, matrix): Kendall's tau-b between every two metrics' method scores, oriented so
-    that higher is better (docs/report_card.md, "Agreement"). `orderings` maps metric names to
-    {method: oriented score}; each pair counts the methods both metrics scored (finite). NaN
-    where fewer than two such methods or one of the two cannot rank them (one distinct score)."""
+    that higher is better (docs/report_card.md, "Reading the card", its Agreement paragraph).
+    `orderings` maps metric names to {method: oriented score}; each pair counts the methods
+    both metrics scored (finite). NaN where fewer than two such methods or one of the two
+    cannot rank them (one distinct score)."""
     names = list(orderings)
     matrix = np.full((len(names), len(names)), np.nan)
     for i, first in enumerate(names):
