@@ -48,17 +48,20 @@ def run(command, cwd=None, env=None, timeout=900, check=False, interrupt_on=None
     """`subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True,
     timeout=timeout, check=check)`, in a warm forked child where that gives the same result.
 
-    `interrupt_on` (a text; warm children only): Ctrl-C (SIGINT) is sent once the child's
-    stdout or stderr shows it, and the result's `seconds_after_interrupt` says how long it
-    took to end."""
+    `interrupt_on` (a text): Ctrl-C (SIGINT) is sent once the program's stdout or stderr
+    shows it, and the result's `seconds_after_interrupt` says how long it took to end. Such a
+    program runs as a fresh process, as a user starts it: signal handling is what such a test
+    looks at, and a child forked from the warm server (a process that had started
+    TensorFlow's threads) timed out in two runs of the whole suite."""
     environment = dict(os.environ if env is None else env)
     cwd = os.getcwd() if cwd is None else cwd
-    if not _forkable(command, environment):
-        if interrupt_on is not None:
-            raise ValueError("interrupt_on needs a command a warm child can run")
+    if interrupt_on is not None:
+        done = _run_interrupted(command, cwd, environment, timeout, interrupt_on)
+    elif not _forkable(command, environment):
         return subprocess.run(command, cwd=cwd, env=environment, capture_output=True, text=True,
                               timeout=timeout, check=check)
-    done = _run_warm(command, cwd, environment, timeout, interrupt_on)
+    else:
+        done = _run_warm(command, cwd, environment, timeout)
     if check:
         done.check_returncode()
     return done
@@ -74,8 +77,42 @@ def _interrupt_on(pid, text, outputs, sent) -> None:
     os.kill(pid, signal.SIGINT)
 
 
-def _run_warm(command, cwd, environment, timeout,
-              interrupt_on=None) -> subprocess.CompletedProcess:
+def _default_interrupt() -> None:
+    """In a child about to start a program: SIGINT back to its default, so that the program's
+    Python installs its own handler (a test process may have been started ignoring SIGINT,
+    and an ignored signal stays ignored across exec)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def _run_interrupted(command, cwd, environment, timeout,
+                     interrupt_on) -> subprocess.CompletedProcess:
+    """`command` as a fresh process, sent Ctrl-C once its output shows `interrupt_on`."""
+    with tempfile.TemporaryDirectory(prefix="binary-") as folder:
+        outputs = [os.path.join(folder, "stdout"), os.path.join(folder, "stderr")]
+        with open(outputs[0], "w") as stdout, open(outputs[1], "w") as stderr:
+            process = subprocess.Popen(  # Ctrl-C as in a terminal, whatever this process
+                command, cwd=cwd, env=environment, stdout=stdout, stderr=stderr,  # ignores
+                stdin=subprocess.DEVNULL, preexec_fn=_default_interrupt)
+        sent: list = []
+        threading.Thread(target=_interrupt_on, args=(process.pid, interrupt_on, outputs, sent),
+                         daemon=True).start()
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            printed = open(outputs[1], errors="replace").read()[-1500:]
+            print(f"timed out; interrupt sent: {bool(sent)}; its stderr ended:\n{printed}",
+                  file=sys.stderr)
+            raise
+        ended = time.monotonic()
+        stdout_text, stderr_text = (open(name, encoding="utf-8", errors="replace").read()
+                                    for name in outputs)
+    done = subprocess.CompletedProcess(command, process.returncode, stdout_text, stderr_text)
+    done.seconds_after_interrupt = ended - sent[0] if sent else None
+    return done
+
+
+def _run_warm(command, cwd, environment, timeout) -> subprocess.CompletedProcess:
     path = _warm_server()
     with tempfile.TemporaryDirectory(prefix="binary-") as folder:
         outputs = [os.path.join(folder, "stdout"), os.path.join(folder, "stderr")]
@@ -86,28 +123,17 @@ def _run_warm(command, cwd, environment, timeout,
             connection.sendall(json.dumps(request).encode() + b"\n")
             stream = connection.makefile("r")
             pid = int(stream.readline())
-            sent: list = []
-            if interrupt_on is not None:
-                threading.Thread(target=_interrupt_on, args=(pid, interrupt_on, outputs, sent),
-                                 daemon=True).start()
             connection.settimeout(timeout)
             try:
                 status = stream.readline()
             except (socket.timeout, TimeoutError):
                 os.kill(pid, signal.SIGKILL)
-                # what the child had printed, and whether the interrupt was sent: a child that
-                # never printed `interrupt_on` hung before it (not a Ctrl-C that went unheard)
-                printed = open(outputs[1], errors="replace").read()[-1500:]
-                raise subprocess.TimeoutExpired(
-                    command, timeout, stderr=f"(interrupt sent: {bool(sent)}) {printed}") from None
+                raise subprocess.TimeoutExpired(command, timeout) from None
         stdout, stderr = (open(name, encoding="utf-8", errors="replace").read()
                           for name in outputs)
-        ended = time.monotonic()
     # no status: killed by a signal (as by kill -9), which subprocess.run reports as -9
-    done = subprocess.CompletedProcess(command, int(status) if status.strip() else
+    return subprocess.CompletedProcess(command, int(status) if status.strip() else
                                        -signal.SIGKILL, stdout, stderr)
-    done.seconds_after_interrupt = ended - sent[0] if sent else None
-    return done
 
 
 def _forkable(command, environment) -> bool:
