@@ -31,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Optional
 
 import numpy as np
 from PIL import Image
@@ -69,13 +70,9 @@ def make_records(root, images, chosen, size=64, shards=4):
     return paths
 
 
-def timed(arguments, env=None):
-    started = time.time()
-    done = subprocess.run(arguments, cwd=REPO, capture_output=True, text=True,
-                          env={**os.environ, **(env or {})})
-    if done.returncode:
-        raise SystemExit(done.stderr[-2000:])
-    return time.time() - started
+def timed(arguments: list, env: Optional[dict] = None) -> float:
+    """Seconds the command `arguments` took (`timed_together` of one)."""
+    return timed_together([arguments], env or {})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,15 +88,27 @@ class Config:
 
 
 def timed_together(commands: list, env: dict) -> float:
-    """Seconds until every one of `commands`, started at once, has finished."""
-    started = time.time()
-    running = [subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, text=True, env={**os.environ, **env})
-               for command in commands]
-    errors = [process.communicate()[1] for process in running]
-    if any(process.returncode for process in running):
-        raise SystemExit("\n".join(errors)[-2000:])
-    return time.time() - started
+    """Seconds until every one of `commands`, started at once, has finished (their stderr in
+    files, so no process waits on a full pipe while another is read); the last lines of the
+    failures' stderr as the error when one fails."""
+    with tempfile.TemporaryDirectory() as folder:
+        logs = [open(os.path.join(folder, f"{index}.err"), "w+") for index in range(len(commands))]
+        started = time.time()
+        running = [subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=log,
+                                    env={**os.environ, **env})
+                   for command, log in zip(commands, logs)]
+        for process in running:
+            process.wait()
+        seconds = time.time() - started
+        failed = []
+        for process, log in zip(running, logs):
+            log.seek(0)
+            if process.returncode:
+                failed.append(log.read())
+            log.close()
+    if failed:
+        raise SystemExit("\n".join(failed)[-2000:])
+    return seconds
 
 
 def halves(pattern: str) -> list:
@@ -126,10 +135,11 @@ def dask_round(root: str, model: str, path: str, pattern: str, args: Config) -> 
     maps = f"{root}/single/{args.method.split(':')[-1]}/train-*"
     scoring = [sys.executable, "-m", "faithfulness.beam_scoring", f"--model_path={path}",
                f"--saliency_method={args.method}", "--evaluation_protocol=deletion",
-               "--batch_size=16", f"--input_pattern={maps}"]
-    scored_one = timed([*scoring, "--beam_workers=1", f"--output={root}/one.json"], env=one)
+               "--batch_size=16"]
+    scored_one = timed([*scoring, f"--input_pattern={maps}", "--beam_workers=1",
+                        f"--output={root}/one.json"], env=one)
     scored_apart = timed_together(
-        [[*scoring[:-1], f"--input_pattern={half}", "--beam_workers=1",
+        [[*scoring, f"--input_pattern={half}", "--beam_workers=1",
           f"--output={root}/half{index}.json"] for index, half in enumerate(halves(maps))], one)
     folder = tempfile.mkdtemp(prefix="cluster_", dir=root)
     # a running cluster: its workers started and imported TensorFlow before the job came
@@ -138,7 +148,8 @@ def dask_round(root: str, model: str, path: str, pattern: str, args: Config) -> 
         spread = timed([sys.executable, "-m", "saliency_gen.beam_generate", *settings,
                         f"--input_pattern={pattern}", f"--output_dir={root}/dask",
                         *on_dask], env=one)
-        scored_dask = timed([*scoring, *on_dask, f"--output={root}/dask.json"], env=one)
+        scored_dask = timed([*scoring, f"--input_pattern={maps}", *on_dask,
+                             f"--output={root}/dask.json"], env=one)
     return (single, apart, spread), (scored_one, scored_apart, scored_dask)
 
 

@@ -312,15 +312,18 @@ def representation_change(reader: Any, x: np.ndarray, moved: np.ndarray,
     squares = np.zeros(len(x))
     for start in range(0, len(x), REPRESENTED_ROWS):  # a memory bound, not a batching
         rows = slice(start, start + REPRESENTED_ROWS)
-        inner = reader(tf.constant(x[rows], tf.float32), training=False)
-        outer = reader(tf.constant(moved[rows], tf.float32), training=False)
-        inner = inner if isinstance(inner, (list, tuple)) else [inner]
-        outer = outer if isinstance(outer, (list, tuple)) else [outer]
-        for first, second in zip(inner, outer):
-            first = np.asarray(first, np.float64).reshape(len(x[rows]), -1)
-            second = np.asarray(second, np.float64).reshape(len(x[rows]), -1)
+        for first, second in zip(layer_outputs(reader, x[rows]),
+                                 layer_outputs(reader, moved[rows])):
             squares[rows] += _relative_change(first, second, eps_min) ** 2
     return np.sqrt(squares)
+
+
+def layer_outputs(reader: Any, images: np.ndarray) -> list:
+    """[float64 [n, D] per layer]: `reader`'s layers' outputs for `images`, flattened per
+    image (a reader of one layer gives a tensor, not a list)."""
+    found = reader(tf.constant(images, tf.float32), training=False)
+    return [np.asarray(output, np.float64).reshape(len(images), -1)
+            for output in (found if isinstance(found, (list, tuple)) else [found])]
 
 
 def representation_stability(inner: np.ndarray, moved_inner: np.ndarray, a: np.ndarray,

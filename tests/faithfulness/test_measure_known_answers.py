@@ -168,15 +168,14 @@ def test_relative_representation_stability_reads_the_chosen_layers():
     from faithfulness.measures import robustness_family
 
     reader = robustness_family.representation_reader(model, layer_indices=[-1])
-    np.testing.assert_allclose(np.asarray(reader(x)[0] if isinstance(reader(x), list)
-                                          else reader(x)), model(x).numpy(), rtol=1e-6)
+    (last,) = robustness_family.layer_outputs(reader, x)
+    np.testing.assert_allclose(last, model(x).numpy().reshape(len(x), -1), rtol=1e-6)
     # layer by layer, a few images at a time: the concatenated norm, whatever the chunking
     every = robustness_family.representation_reader(model)
     moved = x + 0.05
     found = robustness_family.representation_change(every, x, moved)
-    flat = [np.concatenate([np.asarray(out).reshape(len(x), -1) for out in
-                            (every(images) if isinstance(every(images), list)
-                             else [every(images)])], axis=1) for images in (x, moved)]
+    flat = [np.concatenate(robustness_family.layer_outputs(every, images), axis=1)
+            for images in (x, moved)]
     np.testing.assert_allclose(found, np.linalg.norm(
         (flat[0] - flat[1]) / (flat[0] + (flat[0] == 0) * 1e-6), axis=1), rtol=1e-6)
     with pytest.raises(UserError, match="^layer_names: the model has no layer nowhere"):
