@@ -74,7 +74,9 @@ def benchmark(data_dir: str, model_dir: str, *, metrics: Sequence[str] = ("MCS",
         settings={"num_imgs": num_imgs, "seed": seed, "noise_seed": noise_seed,
                   "metrics": list(metrics), "models": model_ids,
                   "data_dir": os.path.abspath(data_dir)},
-        cost=6.0 * num_imgs / 10)
+        cost=6.0 * num_imgs / 10,
+        explains=(("BAM", num_imgs * len({pair for metric in metrics
+                                          for pair in metric_definitions.PAIRS[metric]})),))
 
 
 def _resolved(method: str, methods: Optional[dict]) -> dict:

@@ -94,18 +94,28 @@ def benchmarks(loaded: Any, images: np.ndarray, labels: np.ndarray, ids: np.ndar
                       "n_images": len(images), **data, **dataclasses.asdict(options),
                       # (only where given: cells made before the peers' measures stay valid)
                       **({"measure_settings": own} if own else {})},
-            cost=_cost(protocol, options, own)))
+            cost=_cost(protocol, options, own) * len(images) / CHEAP_IMAGES))
     return found
 
 
+# the images of a cheap cell, the unit of the cells' prior costs
+CHEAP_IMAGES = 64
+
+
 def _cost(protocol: str, options: evaluate.Options, own: dict) -> float:
-    """A cell's prior cost, in units of a cheap cell, until measured cells replace it."""
+    """A cell's prior cost on `CHEAP_IMAGES` images, in units of a cheap cell, until measured
+    cells replace it."""
     if protocol in ("deletion", "insertion"):
         return float(options.max_step_nb)
     if protocol == "incremental_deletion":
         return float(options.id_steps)
     if protocol == "single_deletion":
         return float(options.grid_rows_and_cols ** 2)
-    if "nr_samples" in own or "nb_samples" in own:  # explaining again per noisy sample
-        return 4.0 * own.get("nr_samples", own.get("nb_samples", 1))
+    if _samples(own):  # explaining again per noisy sample
+        return 4.0 * _samples(own)
     return 2.0
+
+
+def _samples(own: dict) -> int:
+    """The noisy samples per image a measure explains again (0: it explains none)."""
+    return int(own.get("nr_samples", own.get("nb_samples", 0)))

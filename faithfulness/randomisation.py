@@ -157,4 +157,5 @@ def benchmark(model_path: str, images: np.ndarray, labels: np.ndarray, ids: np.n
         score=score, settings={"model_id": info["model_id"], "n_images": len(images),
                                "seed": seed, "stages": chosen, **data,
                                **({} if precision == "float32" else {"precision": precision})},
-        cost=2.0 * len(chosen))
+        cost=2.0 * len(chosen),
+        explains=(("", len(images) * (len(chosen) + (maps_of is None))),))

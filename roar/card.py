@@ -93,9 +93,10 @@ def benchmark(loaded: Any, images: np.ndarray, labels: ArrayLike, ids: ArrayLike
                   **masked_data.masking.solver_setting(imputer),
                   # (the default leaves the key out: cells made before it existed stay valid)
                   **({} if imputer == "noisy_linear" else {"imputer": imputer})},
-        # a cell took 3.6x (synthetic world) and 1.6x (Lite0) a 64-step Deletion cell, whose
-        # prior is 64 (docs/report_card.md, "Where the card's time goes")
-        cost=30.0 * len(ratios))
+        # besides its maps, a cell took 1.6x a 64-step Deletion cell on 64 images (prior 64) on
+        # the synthetic world and on Lite0 (2026-11-29; docs/report_card.md, "Where the card's
+        # time goes")
+        cost=20.0 * len(ratios) * len(images) / 64)
 
 
 def retraining_benchmark(model_path: str, records_dir: str, work_dir: str, *,

@@ -10,15 +10,18 @@ Runs `scripts/report_card.py`'s `run` in this process, from no card cell (a fres
 cache as usual), and follows every cell: its wall time, the forward and gradient passes it ran
 (counted by `models.foundation.workload`: images x model evaluations) and the work of ROAD's
 imputation solver (images x solver iterations: part of ROAD's definition, no model pass).
-Before the card, it measures at the card's batch size the forward rate (a bare traced call of
-the card's classifier), the gradient rate (a bare traced input gradient of the target logits)
-and the solver's rate (the compiled solve alone, image iterations per second), each the best
-of --repeats. A cell's unavoidable time is the sum of its counts over those rates, and its
-efficiency is that over its wall time; the card's efficiency is the sum over everything over
-the card's wall time, and "passes only" leaves the solver's work out (docs/report_card.md,
-"Where the card's time goes"). Counts every model evaluation of a method as a gradient pass
-(RISE's forwards too, an overestimate of the work it needs). Prints the phase table and the
-costliest cells, the CPU, and writes <output>.json and <output>.csv.
+Before and after the card, it measures at the card's batch size the forward rate (a bare traced
+call of the card's classifier), the gradient rate (a bare traced input gradient of the target
+logits) and the solver's rate (the compiled solve alone, image iterations per second), each the
+best of --repeats, and takes the better of the two measurements of each (a shared machine's
+speed drifts: one measurement before the card alone once read a gradient ceiling 18% below the
+next run's, for the same card time). A cell's unavoidable time is the sum of its counts over
+those rates, and its efficiency is that over its wall time; the card's efficiency is the sum
+over everything over the card's wall time, and "passes only" leaves the solver's work out
+(docs/report_card.md, "Where the card's time goes"). Counts every model evaluation of a method
+as a gradient pass (RISE's forwards too, an overestimate of the work it needs). Prints the
+phase table and the costliest cells, what the card's progress bar estimated was left as the
+card went against what truly was, the CPU, and writes <output>.json and <output>.csv.
 """
 import dataclasses
 import os
@@ -123,11 +126,29 @@ def _seconds(run, calls: int = 1) -> float:
 
 
 class Recorder:
-    """Times and counts every cell the card computes, and the card's phases."""
+    """Times and counts every cell the card computes, and the card's phases; and what the
+    card's progress bar estimated was left each time a cell finished."""
 
     def __init__(self):
         self.cells: list = []
         self.group = "benchmarks"
+        self.estimates: list = []  # (seconds since the bar opened, estimated seconds left)
+
+    def follow_bar(self, bar_class):
+        """`bar_class` (`progress.CostBar`), recording its estimate after every item."""
+        estimates = self.estimates
+
+        class Followed(bar_class):
+            def __init__(self, *args, **options):
+                self.opened = time.perf_counter()
+                super().__init__(*args, **options)
+
+            def finished(self, kind, seconds, passes=None):
+                super().finished(kind, seconds, passes)
+                estimates.append((time.perf_counter() - self.opened,
+                                  self.progress.total - self.progress.n))
+
+        return Followed
 
     def wrap_run_cells(self, run_cells):
         groups = iter(("benchmarks", "sanity check", "variants", "meta-evaluation"))
@@ -161,19 +182,23 @@ def run(config: Config) -> dict:
     card_config = card.resolved(requested)
     recorder = Recorder()
     card.card_engine.run_cells = recorder.wrap_run_cells(card.card_engine.run_cells)
+    card.progress.CostBar = recorder.follow_bar(card.progress.CostBar)
     try:
         inputs = card.load_inputs(card_config, card.resolved_methods(card_config))
-        ceiling = rates(inputs.loaded, np.asarray(inputs.images), card_config.batch_size,
-                        config.repeats)
-        print(f"ceiling at batch {card_config.batch_size}: forward {ceiling['forward']:.0f} "
-              f"images/s, gradient {ceiling['gradient']:.0f} images/s, ROAD's solver "
-              f"{ceiling['solve']:.0f} image iterations/s", flush=True)
+        measured = [rates(inputs.loaded, np.asarray(inputs.images), card_config.batch_size,
+                          config.repeats)]
+        _print_ceiling("before the card", measured[0], card_config.batch_size)
         before, started = workload.snapshot(), time.perf_counter()
         card.run(requested)
         wall, passes = time.perf_counter() - started, workload.since(before)
+        measured.append(rates(inputs.loaded, np.asarray(inputs.images), card_config.batch_size,
+                              config.repeats))
+        _print_ceiling("after the card", measured[1], card_config.batch_size)
+        ceiling = {kind: max(found[kind] for found in measured) for kind in measured[0]}
     finally:
         shutil.rmtree(output_dir, ignore_errors=True)
     report = summarise(recorder.cells, wall, passes, ceiling, card_config, config)
+    report["eta"] = eta_honesty(recorder.estimates)
     print_report(report)
     write_json(config.output + ".json", report, indent=1)
     results.write_csv(config.output + ".csv", report["cells"],
@@ -181,6 +206,12 @@ def run(config: Config) -> dict:
                        "efficiency"])
     print(f"wrote {config.output}.json and .csv")
     return report
+
+
+def _print_ceiling(when: str, ceiling: dict, batch_size: int) -> None:
+    print(f"ceiling {when}, at batch {batch_size}: forward {ceiling['forward']:.0f} images/s, "
+          f"gradient {ceiling['gradient']:.0f} images/s, ROAD's solver "
+          f"{ceiling['solve']:.0f} image iterations/s", flush=True)
 
 
 KINDS = ("forward", "gradient", "solve")
@@ -224,6 +255,24 @@ def summarise(cells: list, wall: float, passes: dict, ceiling: dict, card_config
             "phases": phases, "cells": cells}
 
 
+ETA_POINTS = (0.1, 0.25, 0.5, 0.75, 0.9)  # shares of the cells' time
+
+
+def eta_honesty(estimates: list) -> list:
+    """At each share of `ETA_POINTS` of the time from the progress bar's opening to its last
+    cell: the seconds left it estimated at the last cell finished by then, and the seconds
+    that were truly left from that moment."""
+    if not estimates:
+        return []
+    end = estimates[-1][0]
+    rows = []
+    for share in ETA_POINTS:
+        said = [(at, left) for at, left in estimates if at <= share * end]
+        at, left = said[-1] if said else (0.0, float("nan"))
+        rows.append({"share": share, "at": at, "estimated_left": left, "true_left": end - at})
+    return rows
+
+
 def _ratio(needed: float, seconds: float) -> str:
     return f"{needed / seconds:.2f}" if seconds > 0 else "-"
 
@@ -247,6 +296,13 @@ def print_report(report: dict) -> None:
          "efficiency"],
         [[c["phase"], c["benchmark"], c["method"], f"{c['seconds']:.1f}", c["forward"],
           c["gradient"], c["solve"], f"{c['efficiency']:.2f}"] for c in costly]))
+    if report.get("eta"):
+        print("\nthe progress bar's estimate of the seconds left, at the last cell finished "
+              "by each share of the cells' time\n" + results.text_table(
+                  ["share", "at s", "estimated left s", "truly left s", "estimated / true"],
+                  [[f"{row['share']:.0%}", f"{row['at']:.1f}", f"{row['estimated_left']:.1f}",
+                    f"{row['true_left']:.1f}", _ratio(row["estimated_left"], row["true_left"])]
+                   for row in report["eta"]]))
     print(f"\n{report['date']}, {report['machine']}")
 
 

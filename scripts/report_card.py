@@ -26,7 +26,7 @@ import models  # noqa: I001  (first: TensorFlow loads quietly)
 import saliency_gen
 from faithfulness import card as faithfulness_card
 from faithfulness import evaluate
-from models.foundation import cluster, progress, provenance, results
+from models.foundation import cluster, progress, provenance, results, workload
 from models.foundation.cli import flag_arguments, flag_of, option, origin_flags, run_binary
 from models.foundation.errors import UserError, require_both_or_neither
 from models.foundation.files import exclusive
@@ -109,6 +109,9 @@ VARIANTS = {
 # The real network's default: BAM's methods but IG-SG (625 gradients per image), and random.
 REAL_METHODS = ("bam:GC", "bam:VG", "bam:SG", "bam:IG", "bam:GxI", "bam:GB", "bam:GGC", "random",
                 *MODEL_FREE)
+# the image shape at which a BAM-only card estimates its methods' passes per image (progress
+# only; BAM's original images are 224 px)
+BAM_SHAPE = (224, 224, 3)
 BAM_NEEDS_ITS_DATA = ("BAM: not run on a pretrained network and photos: BAM needs its own data "
                       "set (objects pasted into scenes, and models trained on it to know which "
                       "pixels matter); see docs/bam.md")
@@ -266,6 +269,7 @@ class CardImages:
     pattern: str
     methods: dict  # the run's resolved methods (`resolved_methods`)
     maps_of: Any = None  # method -> its maps of `images`, computed once per card run
+    map_set: str = "card images"  # what `maps_of` computes, for the progress bar's estimate
 
 
 def map_memo(loaded, images, labels, ids, methods: dict, seed: int, batch_size: int,
@@ -366,10 +370,10 @@ def build_benchmarks(config: ResolvedConfig, inputs: Optional[CardImages], metho
                                              methods=methods))
     if "ROAD" in config.benchmarks:
         inputs = _given(inputs)
-        found.append(roar_card.benchmark(inputs.loaded, inputs.images, inputs.labels,
-                                         inputs.ids, inputs.masks, data=inputs.data,
-                                         seed=config.seed, batch_size=config.batch_size,
-                                         maps_of=inputs.maps_of))
+        found.append(dataclasses.replace(roar_card.benchmark(
+            inputs.loaded, inputs.images, inputs.labels, inputs.ids, inputs.masks,
+            data=inputs.data, seed=config.seed, batch_size=config.batch_size,
+            maps_of=inputs.maps_of), explains=((inputs.map_set, len(inputs.images)),)))
     protocols = [b for b in config.benchmarks if b in faithfulness_card.PROTOCOLS]
     if protocols:
         shared = _given(inputs)
@@ -379,7 +383,8 @@ def build_benchmarks(config: ResolvedConfig, inputs: Optional[CardImages], metho
                 methods=shared.methods, masks=shared.masks):
             found.append(dataclasses.replace(  # (a localisation measure without masks: none)
                 benchmark, supports=lambda method, own=benchmark.supports:
-                method != card_engine.ORACLE and own(method)))
+                method != card_engine.ORACLE and own(method),
+                explains=((shared.map_set, len(shared.images)), *benchmark.explains)))
     order = {name: i for i, name in enumerate(("BAM", "RMCS", *config.benchmarks))}
     found = sorted(found, key=lambda b: order[b.name])
     if config.retraining:
@@ -420,7 +425,9 @@ def variant_benchmarks(config: ResolvedConfig, inputs: CardImages) -> list:
                     methods=inputs.methods)
             found.append((dataclasses.replace(
                 benchmark, name=f"{name} [{label}]",
-                supports=lambda method: method != card_engine.ORACLE), name, label))
+                supports=lambda method: method != card_engine.ORACLE,
+                explains=((inputs.map_set, len(inputs.images)), *benchmark.explains)), name,
+                label))
     return found
 
 
@@ -467,7 +474,8 @@ def perturbed_inputs(config: ResolvedConfig, inputs: CardImages) -> dict:
             maps_of=functools.cache(  # once per method, shared by the benchmarks
                 lambda method: transforms.blur(plain_maps(method)[:count])))
     found["input noise"] = dataclasses.replace(
-        inputs, images=noisy, data={**inputs.data, "perturbation": f"input noise, sd {sd:.4g}"},
+        inputs, map_set="input noise", images=noisy,
+        data={**inputs.data, "perturbation": f"input noise, sd {sd:.4g}"},
         maps_of=map_memo(inputs.loaded, noisy, inputs.labels, inputs.ids, inputs.methods,
                          config.seed,
                          config.batch_size))
@@ -485,7 +493,7 @@ def perturbed_inputs(config: ResolvedConfig, inputs: CardImages) -> dict:
     changed = int(np.sum(np.argmax(noisy_model(images), 1) != np.argmax(inputs.loaded(images), 1)))
     print(f"meta-evaluation: the weight noise changes {changed} of {count} predictions")
     found["weight noise"] = dataclasses.replace(
-        inputs, loaded=noisy_model, model_path=folder,
+        inputs, map_set="weight noise", loaded=noisy_model, model_path=folder,
         data={**inputs.data, "perturbation": f"multiplicative weight noise, sd {WEIGHT_NOISE}"},
         maps_of=map_memo(noisy_model, inputs.images, inputs.labels, inputs.ids, inputs.methods,
                          config.seed,
@@ -493,7 +501,8 @@ def perturbed_inputs(config: ResolvedConfig, inputs: CardImages) -> dict:
     randomisation.randomise_top(randomised, len(randomisation.weighted_layers(randomised)),
                                 config.seed)
     found["randomised-model maps"] = dataclasses.replace(
-        inputs, data={**inputs.data, "perturbation": "maps of the fully randomised model"},
+        inputs, map_set="randomised-model maps",
+        data={**inputs.data, "perturbation": "maps of the fully randomised model"},
         maps_of=map_memo(randomised, inputs.images, inputs.labels, inputs.ids, inputs.methods,
                          config.seed,
                          config.batch_size, inputs.loaded.preprocessing))
@@ -686,6 +695,19 @@ def cells_on_cluster(given: Config, config: ResolvedConfig) -> None:
                          address=config.dask_address, cwd=os.getcwd())
 
 
+def counting_passes(finished: Callable) -> Callable[[str, float], None]:
+    """`progress(benchmark, seconds)` for `card_engine.run_cells` that gives `finished` the
+    model passes each cell needed too (`models.foundation.workload`)."""
+    last = [workload.snapshot()]
+
+    def progress(name: str, seconds: float) -> None:
+        passes = workload.since(last[0])
+        last[0] = workload.snapshot()
+        finished(name, seconds, passes["gradient"])
+
+    return progress
+
+
 def _run(config: ResolvedConfig, methods: dict) -> dict:
     started = time.time()
     image_level = [b for b in config.benchmarks if b != "BAM"]
@@ -702,10 +724,17 @@ def _run(config: ResolvedConfig, methods: dict) -> dict:
     meta_list = [benchmark for found in meta.values() for benchmark in found.values()]
     every = [*benchmarks, *checks, *variant_list, *meta_list]
     code = method_code(config, methods)
-    with progress.CostBar({b.name: len(config.methods) for b in every},
-                          {b.name: b.cost for b in every}, "report card") as bar:
+    shape = inputs.images.shape[1:] if inputs is not None else BAM_SHAPE
+    evaluations = {method: (methods[method].evaluations(shape) if method in methods else 0)
+                   for method in {card_engine.unblurred(m) or m for m in config.methods}}
+    with progress.CostBar(
+            card_engine.expected_passes(every, config.methods, evaluations.__getitem__),
+            {b.name: b.cost for b in every}, "report card",
+            evaluations={b.name: [evaluations[card_engine.unblurred(m) or m]
+                                  for m in config.methods] for b in every}) as bar:
         cells_of = functools.partial(card_engine.run_cells, methods=config.methods,
-                                     output_dir=config.output_dir, progress=bar.finished,
+                                     output_dir=config.output_dir,
+                                     progress=counting_passes(bar.finished),
                                      overwrite=config.overwrite, method_code=code)
         if config.cells_only:
             cells_of(benchmarks)

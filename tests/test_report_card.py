@@ -313,6 +313,24 @@ def test_the_card_on_the_real_network(real_cache, monkeypatch, tmp_path, capsys)
     assert os.path.isfile(os.path.join(config.output_dir, "card.html"))
 
 
+def test_a_shared_map_set_is_expected_once_at_the_first_benchmark_that_computes_it():
+    """The progress bar's expected passes: the card's images' maps are computed by ROAD (the
+    first to ask; a method ROAD leaves out, by Deletion), not by the benchmarks after it; a
+    blur control's maps are its method's; a cell's own explanations always count."""
+    from models.report import card_engine
+
+    def bench(name, explains, supports=lambda method: True):
+        return card_engine.Benchmark(name, (), lambda method: {}, {}, supports=supports,
+                                     explains=explains)
+
+    every = [bench("ROAD", (("card", 64),), lambda method: method != "SG"),
+             bench("Deletion", (("card", 64),)), bench("Robust", (("card", 64), ("", 640)))]
+    found = card_engine.expected_passes(every, ["GC", "SG", "blur(SG)"],
+                                        {"GC": 1, "SG": 25}.__getitem__)
+    assert found == {"ROAD": [64, 0, 64 * 25], "Deletion": [0, 0, 0],
+                     "Robust": [640, 640 * 25, 640 * 25]}
+
+
 def test_a_method_or_benchmark_named_twice_is_refused_before_any_work():
     report_card = _card_module()
     with pytest.raises(UserError, match="--methods names 'random' twice"):

@@ -7,9 +7,9 @@ one when it ends, with no carriage returns or colours. A phase with nothing to d
 `models.training.training_bar.TrainingBar` follows a Keras fit step by step with the loss beside
 it; `CountBar` is a
 `progress(done, total)` callable for builders that report counts (the synthetic world, the delta
-patch); `CostBar` follows work items of unequal cost, re-estimating each kind's cost from the
-time its finished items took, so the ETA does not swing when a cheap phase gives way to a
-costly one.
+patch); `CostBar` follows work items of unequal cost, re-estimating each kind's cost and the cost
+of a model pass from the time its finished items took, so the ETA does not swing when a cheap
+phase gives way to a costly one, nor when one item needs a hundred times the passes of another.
 """
 import sys
 import threading
@@ -131,17 +131,33 @@ class CountBar:
 
 
 class CostBar:
-    """Work items of several kinds (e.g. a card's benchmarks), each with a prior cost; the bar
-    counts estimated seconds. A kind's remaining items are re-estimated from the measured time of
-    its finished ones, and kinds not started yet from the measured seconds per unit of prior
-    cost, so the ETA follows what the work really costs. Items run in the order of `counts`; a
-    ticker redraws the bar every `tick` seconds, moving it through the item under way up to
-    that item's estimate, so a long item never leaves the bar standing still."""
+    """Work items of several kinds (e.g. a card's benchmarks, whose items are its methods); the
+    bar counts estimated seconds. An item costs its kind's own work (a prior in units of a
+    cheap item, replaced by the kind's measured cost once one of its items finished) plus the
+    model passes it needs: `passes[kind][i]` declared (e.g. the maps it computes first), and,
+    where `evaluations[kind][i]` gives its method's evaluations per image, the passes its
+    kind's finished items needed beyond their declaration, per evaluation (a measure that
+    explains its images again). The seconds per pass come from how the items of one kind
+    differ as their passes differ, so one costly item (a noise-wrapped method's maps, hundreds
+    of times a gradient's passes) inflates neither its kind's other items nor the kinds not
+    started. Items run in the order of `passes`; a ticker redraws the bar every `tick`
+    seconds, moving it through the item under way up to that item's estimate, so a long item
+    never leaves the bar standing still."""
 
-    def __init__(self, counts: dict, priors: dict, desc: str, tick: float = 1.0,
-                 clock: Callable[[], float] = time.monotonic):
-        self.counts, self.priors = dict(counts), dict(priors)
-        self.done: dict[str, list[float]] = {kind: [] for kind in counts}
+    # seconds per pass / seconds per prior unit, until items of one kind measure it: a gradient
+    # pass of a cheap CNN costs about 1/25, of a 224 px network about 1/100, of a cheap cell's
+    # unit (docs/report_card.md, "Where the card's time goes")
+    PASS_PRIOR = 0.02
+
+    def __init__(self, passes: dict, priors: dict, desc: str, tick: float = 1.0,
+                 clock: Callable[[], float] = time.monotonic,
+                 evaluations: Optional[dict] = None):
+        self.passes = {kind: [float(p) for p in items] for kind, items in passes.items()}
+        self.evaluations = {kind: [float(e) for e in (evaluations or {}).get(kind, [0] * len(
+            items))] for kind, items in passes.items()}
+        self.priors = dict(priors)
+        # per kind: (seconds, passes counted) of each finished item
+        self.done: dict[str, list[tuple]] = {kind: [] for kind in passes}
         self.progress = bar(1.0, desc, "s", counts=False,
                             bar_format="{l_bar}{bar}| [{elapsed}{postfix}]")
         self.clock, self.reported = clock, clock()
@@ -154,19 +170,50 @@ class CostBar:
         while not self.stopped.wait(tick):
             self._redraw()
 
+    def _rates(self) -> tuple:
+        """(seconds per pass, seconds per prior unit, {kind: own seconds of one item})."""
+        finished = [(kind, s, p) for kind, items in self.done.items() for s, p in items]
+        # the pooled slope of seconds on passes within each kind (its own work held fixed)
+        spread = moved = 0.0
+        for items in self.done.values():
+            if len(items) > 1:
+                mean_s = sum(s for s, _ in items) / len(items)
+                mean_p = sum(p for _, p in items) / len(items)
+                spread += sum((p - mean_p) ** 2 for _, p in items)
+                moved += sum((p - mean_p) * (s - mean_s) for s, p in items)
+        prior_units = sum(self.priors[kind] + self.PASS_PRIOR * p for kind, _, p in finished)
+        spent = sum(s for _, s, _ in finished)
+        per_unit = spent / prior_units if spent > 0 and prior_units > 0 else 1.0
+        per_pass = max(moved / spread, 0.0) if spread > 0 else per_unit * self.PASS_PRIOR
+        own = {kind: sum(max(s - per_pass * p, 0.0) for s, p in items) / len(items)
+               for kind, items in self.done.items() if items}
+        own_units = sum(self.priors[kind] for kind, _, _ in finished)
+        own_spent = sum(max(s - per_pass * p, 0.0) for _, s, p in finished)
+        if own_units > 0 and own_spent > 0:
+            per_unit = own_spent / own_units
+        return per_pass, per_unit, own
+
+    def _unforeseen(self, kind: str) -> float:
+        """The passes per method evaluation that the kind's finished items needed beyond their
+        declared passes (0 until one with a model-based method finished)."""
+        items = self.done[kind]
+        evaluations = sum(self.evaluations[kind][:len(items)])
+        beyond = sum(p - declared for (_, p), declared in zip(items, self.passes[kind]))
+        return max(beyond / evaluations, 0.0) if evaluations > 0 else 0.0
+
     def _estimate(self) -> tuple:
         """(estimated total seconds, seconds done so far, estimate of the item under way)."""
-        spent = sum(sum(items) for items in self.done.values())
-        prior_done = sum(self.priors[k] * len(items) for k, items in self.done.items())
-        per_prior = spent / prior_done if prior_done and spent else 1.0
-        total, under_way = 0.0, None
-        for kind, count in self.counts.items():
-            items = self.done[kind]
-            each = (sum(items) / len(items)) if items and sum(items) > 0 else \
-                self.priors[kind] * per_prior
-            total += sum(items) + each * (count - len(items))
-            if under_way is None and len(items) < count:
-                under_way = each
+        per_pass, per_unit, own = self._rates()
+        spent = sum(s for items in self.done.values() for s, _ in items)
+        total, under_way = spent, None
+        for kind, items in self.passes.items():
+            base, extra, done = own.get(kind, self.priors[kind] * per_unit), \
+                self._unforeseen(kind), len(self.done[kind])
+            left = [base + per_pass * (p + extra * e)
+                    for p, e in zip(items[done:], self.evaluations[kind][done:])]
+            total += sum(left)
+            if under_way is None and left:
+                under_way = left[0]
         return max(total, spent, 1e-9), spent, under_way or 0.0
 
     def _redraw(self) -> None:
@@ -180,10 +227,13 @@ class CostBar:
                     f"ETA {_clock_text(total - self.progress.n)}", refresh=False)
             self.progress.refresh()
 
-    def finished(self, kind: str, seconds: float) -> None:
-        """One item of `kind` took `seconds`."""
+    def finished(self, kind: str, seconds: float, passes: Optional[float] = None) -> None:
+        """The next item of `kind` took `seconds` and (when counted) `passes` model passes
+        (None: the passes it was expected to need; a reused result needs none)."""
         with self.lock:
-            self.done[kind].append(max(float(seconds), 0.0))
+            if passes is None:
+                passes = self.passes[kind][len(self.done[kind])]
+            self.done[kind].append((max(float(seconds), 0.0), max(float(passes), 0.0)))
             self.reported = self.clock()
         self._redraw()
 

@@ -40,7 +40,8 @@ class Benchmark:
     that methods compare pairwise. `settings` is everything besides the method that changes the
     numbers (the cells' origin). `supports(method)` may leave a method out (its cells are blank).
     `cost` is the prior cost of one cell (in units of a cheap cell) for the progress bar, until
-    measured cells replace it.
+    measured cells replace it; `explains` ((map set, images), ...) the images whose maps a cell
+    computes, which the bar adds as the method's model passes (`expected_passes`).
     """
 
     name: str
@@ -49,6 +50,7 @@ class Benchmark:
     settings: dict
     supports: Callable[[str], bool] = lambda method: True
     cost: float = 1.0
+    explains: tuple = ()
 
 
 def column_name(benchmark: str, metric: str) -> str:
@@ -66,6 +68,28 @@ def _file_name(name: str) -> str:
     """`name` as one readable path component, with a digest so that names never collide."""
     readable = re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_")[:40] or "name"
     return f"{readable}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"
+
+
+def expected_passes(benchmarks: Sequence[Benchmark], methods: Sequence[str],
+                    evaluations: Callable[[str], int]) -> dict:
+    """{benchmark name: [the model passes its cell of each method will need]}, for the
+    progress bar: each of its `explains` (map set, images) costs images x the method's
+    `evaluations` per image, where a set named by several benchmarks (the card's images) is
+    computed once, by the first that asks (a blur control's maps are its method's, blurred);
+    an unnamed set ("") is the cell's own."""
+    computed: set = set()
+    found = {}
+    for benchmark in benchmarks:
+        row = []
+        for method in methods:
+            plain, passes = unblurred(method) or method, 0
+            for name, images in benchmark.explains if benchmark.supports(method) else ():
+                if not name or (name, plain) not in computed:
+                    passes += images * evaluations(plain)
+                    computed.add((name, plain))
+            row.append(passes)
+        found[benchmark.name] = row
+    return found
 
 
 def run_cells(benchmarks: Sequence[Benchmark], methods: Sequence[str], output_dir: str,

@@ -172,8 +172,7 @@ def attribute(model: Any, images: Any, method: Union[str, names.Resolved],
     chunk = int(min(batch_size, (spans[0][1] - spans[0][0]) * steps))
     runner = _runner(adapter, model, spec, shape, chunk, preprocessing, seed, method)
     if unit.views:  # every model evaluation of a method is counted as a gradient pass
-        workload.count("gradient", count * spec.wrapper_samples * unit.evaluations(
-            spec.options, shape))
+        workload.count("gradient", count * spec.evaluations(shape))
     parts = []
     for start, stop in spans:  # groups of many images, bounded by memory
         parts.append(_run_group(runner, images[start:stop], explained[start:stop],

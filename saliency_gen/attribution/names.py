@@ -14,7 +14,7 @@ Accepted forms:
   noise, CAM normalisation, preprocessing); keyword parameters override them.
 """
 import dataclasses
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from models.foundation.errors import UserError, check_known
 from saliency_gen.attribution import methods, noise, plugins, units
@@ -216,6 +216,12 @@ class Resolved:
     def options(self) -> dict:
         """The spec's parameters ({} for a product)."""
         return self.spec.options if self.spec is not None else {}
+
+    def evaluations(self, shape: Sequence[int]) -> int:
+        """Model evaluations per image of `shape` (H, W, C) (a product: its parts')."""
+        if self.spec is not None:
+            return self.spec.evaluations(shape)
+        return sum(part.evaluations(shape) for part in self.parts)
 
     @property
     def code_origin(self) -> dict:

@@ -5,7 +5,7 @@ spec that exists is valid. Specs are hashable (the engine caches its traced runn
 array parameters such as a baseline image are held as `FrozenArray`.
 """
 import dataclasses
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -46,6 +46,11 @@ class MethodSpec:
     def wrapper_samples(self) -> int:
         """Noise samples the wrapper draws per image (1 without a wrapper)."""
         return int(self.options["nsamples"]) if self.wrapper else 1
+
+    def evaluations(self, shape: Sequence[int]) -> int:
+        """Model evaluations (gradient or forward passes) per image of `shape` (H, W, C): the
+        unit's, once per noise sample; 0 for a model-free method."""
+        return self.wrapper_samples * self.unit.evaluations(self.options, shape)
 
 
 class FrozenArray:

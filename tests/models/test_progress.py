@@ -14,8 +14,9 @@ from models.training.training_bar import TrainingBar
 
 def _visible(monkeypatch):
     shown = io.StringIO()
-    monkeypatch.setattr(progress, "bar", lambda total, desc, unit="it", counts=True, **options: tqdm(
-        total=total, desc=desc, unit=unit, file=shown, disable=False, mininterval=0, **options))
+    monkeypatch.setattr(progress, "bar", lambda total, desc, unit="it", counts=True, **options:
+                        tqdm(total=total, desc=desc, unit=unit, file=shown, disable=False,
+                             mininterval=0, **options))
     return shown
 
 
@@ -33,7 +34,7 @@ def test_training_bar_counts_steps_over_epochs_with_the_loss(monkeypatch):
 
 def test_cost_bar_replaces_priors_with_measured_costs(monkeypatch):
     _visible(monkeypatch)
-    with progress.CostBar({"cheap": 2, "costly": 2}, {"cheap": 1.0, "costly": 10.0},
+    with progress.CostBar({"cheap": [0, 0], "costly": [0, 0]}, {"cheap": 1.0, "costly": 10.0},
                           "card", tick=0, clock=lambda: 0.0) as tracker:
         assert tracker.progress.total == 22.0  # priors only: 2 x 1 + 2 x 10
         tracker.finished("cheap", 2.0)  # a prior unit costs 2 s: costly cells 20 s each
@@ -45,10 +46,46 @@ def test_cost_bar_replaces_priors_with_measured_costs(monkeypatch):
         assert tracker.progress.total == tracker.progress.n == 12
 
 
+def test_cost_bar_separates_a_kinds_own_work_from_the_passes_its_items_need(monkeypatch):
+    """A card's first benchmark computes the maps: its items' seconds are 0.5 s of its own work
+    plus 0.6 ms per gradient pass, and one noise-wrapped method needs 625x a plain gradient's
+    passes. Before: the kind's mean (and every unstarted kind's seconds per prior unit) took in
+    the costly item, and the card's ETA read 30 min for a card 4 minutes from its end."""
+    _visible(monkeypatch)
+    maps = [250, 6250, 156250, 250, 250, 0]
+    seconds = [0.5 + 0.0006 * p for p in maps]
+    with progress.CostBar({"maps": maps, "scoring": [0] * 6}, {"maps": 1.0, "scoring": 2.0},
+                          "card", tick=0, clock=lambda: 0.0) as tracker:
+        def left():
+            return tracker.progress.total - tracker.progress.n
+
+        truth = sum(seconds) + 6 * 1.0  # a scoring item: 2 prior units at 0.5 s each
+        for done in range(3):
+            tracker.finished("maps", seconds[done])
+            truth -= seconds[done]
+            if done:  # (one item cannot tell its own work from its passes)
+                assert abs(left() - truth) < 0.02 * truth, (done, left(), truth)
+        assert abs(left() - (3 * 0.5 + 0.0006 * 500 + 6.0)) < 0.1  # not 3 x 33 s + 6 x 66 s
+
+
+def test_cost_bar_learns_the_passes_a_kind_needs_beyond_its_declaration(monkeypatch):
+    """A measure that explains 640 noisy copies per method evaluation, declared as needing no
+    passes: after its first item, the others are estimated at 640 passes per evaluation."""
+    _visible(monkeypatch)
+    with progress.CostBar({"maps": [100, 100], "robust": [0, 0, 0]},
+                          {"maps": 1.0, "robust": 1.0}, "card", tick=0, clock=lambda: 0.0,
+                          evaluations={"maps": [1, 3], "robust": [1, 25, 625]}) as tracker:
+        tracker.finished("maps", 1.0 + 0.001 * 100, passes=100)
+        tracker.finished("maps", 1.0 + 0.001 * 300, passes=300)  # 1 ms a pass, 1 s its own
+        tracker.finished("robust", 1.0 + 0.001 * 640, passes=640)
+        left = tracker.progress.total - tracker.progress.n
+        assert abs(left - (2 * 1.0 + 0.001 * 640 * 650)) < 1e-6  # (before: 2 x 1.64 s)
+
+
 def test_cost_bar_moves_through_a_long_item_up_to_its_estimate(monkeypatch):
     _visible(monkeypatch)
     now = [0.0]
-    with progress.CostBar({"cheap": 1, "costly": 2}, {"cheap": 1.0, "costly": 10.0}, "card",
+    with progress.CostBar({"cheap": [0], "costly": [0, 0]}, {"cheap": 1.0, "costly": 10.0}, "card",
                           tick=0, clock=lambda: now[0]) as tracker:
         tracker.finished("cheap", 2.0)  # the costly items are estimated at 20 s each
         now[0] = 8.0  # 8 s into the first costly item, nothing reported yet
@@ -76,7 +113,7 @@ def test_a_cost_line_gives_the_estimated_seconds_left_not_the_rate_extrapolated(
 
 def test_cost_bar_ticks_by_itself(monkeypatch):
     shown = _visible(monkeypatch)
-    with progress.CostBar({"slow": 1}, {"slow": 1.0}, "card", tick=0.05) as tracker:
+    with progress.CostBar({"slow": [0]}, {"slow": 1.0}, "card", tick=0.05) as tracker:
         before = shown.getvalue().count("card")
         time.sleep(0.3)
         assert shown.getvalue().count("card") > before + 2  # redrawn with no report
