@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Optional
 import numpy as np
 
 import models  # noqa: F401, I001  (first: TensorFlow loads quietly)
-from models.foundation import provenance, results, workload
+from models.foundation import progress, provenance, results, workload
 from models.foundation.cli import option, run_binary, script_module
 from models.foundation.files import write_json
 from models.foundation.lazy import lazy_module
@@ -134,11 +134,11 @@ class Recorder:
         self.group = "benchmarks"
         self.estimates: list = []  # (seconds since the bar opened, estimated seconds left)
 
-    def follow_bar(self, bar_class):
-        """`bar_class` (`progress.CostBar`), recording its estimate after every item."""
+    def follow_bar(self) -> type:
+        """`progress.CostBar`, recording its estimate after every item."""
         estimates = self.estimates
 
-        class Followed(bar_class):
+        class Followed(progress.CostBar):
             def __init__(self, *args, **options):
                 self.opened = time.perf_counter()
                 super().__init__(*args, **options)
@@ -182,7 +182,7 @@ def run(config: Config) -> dict:
     card_config = card.resolved(requested)
     recorder = Recorder()
     card.card_engine.run_cells = recorder.wrap_run_cells(card.card_engine.run_cells)
-    card.progress.CostBar = recorder.follow_bar(card.progress.CostBar)
+    card.progress.CostBar = recorder.follow_bar()
     try:
         inputs = card.load_inputs(card_config, card.resolved_methods(card_config))
         measured = [rates(inputs.loaded, np.asarray(inputs.images), card_config.batch_size,
