@@ -134,7 +134,8 @@ class CostBar:
     """Work items of several kinds (e.g. a card's benchmarks, whose items are its methods); the
     bar counts estimated seconds. An item costs its kind's own work (a prior in units of a
     cheap item, replaced by the kind's measured cost once one of its items finished) plus the
-    model passes it needs: `passes[kind][i]` declared (e.g. the maps it computes first), and,
+    model passes it needs: `passes[kind][i]` declared (e.g. the maps it computes first; None
+    for an item that costs nothing, e.g. a cell its benchmark leaves out), and,
     where `evaluations[kind][i]` gives its method's evaluations per image, the passes its
     kind's finished items needed beyond their declaration, per evaluation (a measure that
     explains its images again). The seconds per pass come from how the items of one kind
@@ -152,7 +153,9 @@ class CostBar:
     def __init__(self, passes: dict, priors: dict, desc: str, tick: float = 1.0,
                  clock: Callable[[], float] = time.monotonic,
                  evaluations: Optional[dict] = None):
-        self.passes = {kind: [float(p) for p in items] for kind, items in passes.items()}
+        # (an item of None passes costs nothing: a cell its benchmark leaves out)
+        self.skipped = {kind: [p is None for p in items] for kind, items in passes.items()}
+        self.passes = {kind: [float(p or 0) for p in items] for kind, items in passes.items()}
         self.evaluations = {kind: [float(e) for e in (evaluations or {}).get(kind, [0] * len(
             items))] for kind, items in passes.items()}
         self.priors = dict(priors)
@@ -185,8 +188,12 @@ class CostBar:
         spent = sum(s for _, s, _ in finished)
         per_unit = spent / prior_units if spent > 0 and prior_units > 0 else 1.0
         per_pass = max(moved / spread, 0.0) if spread > 0 else per_unit * self.PASS_PRIOR
-        own = {kind: sum(max(s - per_pass * p, 0.0) for s, p in items) / len(items)
-               for kind, items in self.done.items() if items}
+        own = {}
+        for kind, items in self.done.items():
+            counted = [(s, p) for (s, p), skipped in zip(items, self.skipped[kind])
+                       if not skipped]
+            if counted:
+                own[kind] = sum(max(s - per_pass * p, 0.0) for s, p in counted) / len(counted)
         own_units = sum(self.priors[kind] for kind, _, _ in finished)
         own_spent = sum(max(s - per_pass * p, 0.0) for _, s, p in finished)
         if own_units > 0 and own_spent > 0:
@@ -209,8 +216,9 @@ class CostBar:
         for kind, items in self.passes.items():
             base, extra, done = own.get(kind, self.priors[kind] * per_unit), \
                 self._unforeseen(kind), len(self.done[kind])
-            left = [base + per_pass * (p + extra * e)
-                    for p, e in zip(items[done:], self.evaluations[kind][done:])]
+            left = [0.0 if skipped else base + per_pass * (p + extra * e)
+                    for p, e, skipped in zip(items[done:], self.evaluations[kind][done:],
+                                             self.skipped[kind][done:])]
             total += sum(left)
             if under_way is None and left:
                 under_way = left[0]

@@ -72,18 +72,21 @@ def _file_name(name: str) -> str:
 
 def expected_passes(benchmarks: Sequence[Benchmark], methods: Sequence[str],
                     evaluations: Callable[[str], int]) -> dict:
-    """{benchmark name: [the model passes its cell of each method will need]}, for the
-    progress bar: each of its `explains` (map set, images) costs images x the method's
-    `evaluations` per image, where a set named by several benchmarks (the card's images) is
-    computed once, by the first that asks (a blur control's maps are its method's, blurred);
-    an unnamed set ("") is the cell's own."""
+    """{benchmark name: [the model passes its cell of each method will need, None for a cell
+    it leaves out]}, for the progress bar: each of its `explains` (map set, images) costs
+    images x the method's `evaluations` per image, where a set named by several benchmarks (the
+    card's images) is computed once, by the first that asks (a blur control's maps are its
+    method's, blurred); an unnamed set ("") is the cell's own."""
     computed: set = set()
     found = {}
     for benchmark in benchmarks:
         row = []
         for method in methods:
+            if not benchmark.supports(method):
+                row.append(None)
+                continue
             plain, passes = unblurred(method) or method, 0
-            for name, images in benchmark.explains if benchmark.supports(method) else ():
+            for name, images in benchmark.explains:
                 if not name or (name, plain) not in computed:
                     passes += images * evaluations(plain)
                     computed.add((name, plain))

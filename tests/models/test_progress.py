@@ -82,6 +82,18 @@ def test_cost_bar_learns_the_passes_a_kind_needs_beyond_its_declaration(monkeypa
         assert abs(left - (2 * 1.0 + 0.001 * 640 * 650)) < 1e-6  # (before: 2 x 1.64 s)
 
 
+def test_a_cell_left_out_costs_nothing_and_leaves_its_kinds_estimate_alone(monkeypatch):
+    """A meta-evaluation benchmark leaves out 5 of a card's 13 methods (the controls): before,
+    the bar estimated them as costly as the others."""
+    _visible(monkeypatch)
+    with progress.CostBar({"k": [0, None, 0]}, {"k": 1.0}, "card", tick=0,
+                          clock=lambda: 0.0) as tracker:
+        assert tracker.progress.total == 2.0
+        tracker.finished("k", 2.0)
+        tracker.finished("k", 0.0)  # the cell left out
+        assert tracker.progress.total == 4.0 and tracker.progress.n == 2.0
+
+
 def test_cost_bar_moves_through_a_long_item_up_to_its_estimate(monkeypatch):
     _visible(monkeypatch)
     now = [0.0]
