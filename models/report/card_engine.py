@@ -80,7 +80,7 @@ def expected_passes(benchmarks: Sequence[Benchmark], methods: Sequence[str],
     computed: set = set()
     found = {}
     for benchmark in benchmarks:
-        row = []
+        row: list[Optional[int]] = []
         for method in methods:
             if not benchmark.supports(method):
                 row.append(None)
