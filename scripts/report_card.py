@@ -695,17 +695,31 @@ def cells_on_cluster(given: Config, config: ResolvedConfig) -> None:
                          address=config.dask_address, cwd=os.getcwd())
 
 
+def card_bar(config: ResolvedConfig, every: list, inputs: Optional[CardImages],
+             methods: dict) -> progress.CostBar:
+    """The card's progress bar over the cells of `every` benchmark: their prior costs, the
+    passes each cell is expected to need and each method's evaluations per image."""
+    shape = inputs.images.shape[1:] if inputs is not None else BAM_SHAPE
+    plain = {method: card_engine.unblurred(method) or method for method in config.methods}
+    evaluations = {method: (methods[method].evaluations(shape) if method in methods else 0)
+                   for method in set(plain.values())}
+    return progress.CostBar(
+        card_engine.expected_passes(every, config.methods, evaluations.__getitem__),
+        {b.name: b.cost for b in every}, "report card",
+        evaluations={b.name: [evaluations[plain[m]] for m in config.methods] for b in every})
+
+
 def counting_passes(finished: Callable) -> Callable[[str, float], None]:
     """`progress(benchmark, seconds)` for `card_engine.run_cells` that gives `finished` the
     model passes each cell needed too (`models.foundation.workload`)."""
     last = [workload.snapshot()]
 
-    def progress(name: str, seconds: float) -> None:
+    def follow(name: str, seconds: float) -> None:
         passes = workload.since(last[0])
         last[0] = workload.snapshot()
         finished(name, seconds, passes["gradient"])
 
-    return progress
+    return follow
 
 
 def _run(config: ResolvedConfig, methods: dict) -> dict:
@@ -724,14 +738,7 @@ def _run(config: ResolvedConfig, methods: dict) -> dict:
     meta_list = [benchmark for found in meta.values() for benchmark in found.values()]
     every = [*benchmarks, *checks, *variant_list, *meta_list]
     code = method_code(config, methods)
-    shape = inputs.images.shape[1:] if inputs is not None else BAM_SHAPE
-    evaluations = {method: (methods[method].evaluations(shape) if method in methods else 0)
-                   for method in {card_engine.unblurred(m) or m for m in config.methods}}
-    with progress.CostBar(
-            card_engine.expected_passes(every, config.methods, evaluations.__getitem__),
-            {b.name: b.cost for b in every}, "report card",
-            evaluations={b.name: [evaluations[card_engine.unblurred(m) or m]
-                                  for m in config.methods] for b in every}) as bar:
+    with card_bar(config, every, inputs, methods) as bar:
         cells_of = functools.partial(card_engine.run_cells, methods=config.methods,
                                      output_dir=config.output_dir,
                                      progress=counting_passes(bar.finished),
