@@ -706,7 +706,9 @@ def card_bar(config: ResolvedConfig, every: list, inputs: Optional[CardImages],
     return progress.CostBar(
         card_engine.expected_passes(every, config.methods, evaluations.__getitem__),
         {b.name: b.cost for b in every}, "report card",
-        evaluations={b.name: [evaluations[plain[m]] for m in config.methods] for b in every})
+        evaluations={b.name: [evaluations[plain[m]] for m in config.methods] for b in every},
+        # one benchmark's runs on other inputs ("<benchmark> [<perturbation or variant>]")
+        groups={b.name: b.name.split(" [")[0] for b in every})
 
 
 def counting_passes(finished: Callable) -> Callable[[str, float], None]:

@@ -131,34 +131,37 @@ class CountBar:
 
 
 class CostBar:
-    """Work items of several kinds (e.g. a card's benchmarks, whose items are its methods); the
-    bar counts estimated seconds. An item costs its kind's own work (a prior in units of a
-    cheap item, replaced by the kind's measured cost once one of its items finished) plus the
-    model passes it needs: `passes[kind][i]` declared (e.g. the maps it computes first; None
-    for an item that costs nothing, e.g. a cell its benchmark leaves out), and,
-    where `evaluations[kind][i]` gives its method's evaluations per image, the passes its
-    kind's finished items needed beyond their declaration, per evaluation (a measure that
-    explains its images again). The seconds per pass come from how the items of one kind
-    differ as their passes differ, so one costly item (a noise-wrapped method's maps, hundreds
-    of times a gradient's passes) inflates neither its kind's other items nor the kinds not
-    started. Items run in the order of `passes`; a ticker redraws the bar every `tick`
-    seconds, moving it through the item under way up to that item's estimate, so a long item
-    never leaves the bar standing still."""
+    """Work items of several kinds (e.g. a card's benchmarks, whose items are its methods); the bar
+    counts estimated seconds. An item costs its kind's own work (a prior in units of a cheap
+    item, replaced by the kind's measured cost once one of its items finished) plus the model
+    passes it needs: `passes[kind][i]` declared (e.g. the maps it computes first; None for an
+    item that costs nothing, e.g. a cell its benchmark leaves out), and, where
+    `evaluations[kind][i]` gives its method's evaluations per image, the passes its kind's
+    finished items needed beyond their declaration, per evaluation (a measure that explains its
+    images again). A kind not started yet costs its prior at the seconds per prior unit its
+    group (`groups[kind]`, e.g. one benchmark on several image sets) measured, or all kinds
+    where its group has measured nothing. The seconds per pass come from how the items of one
+    kind differ as their passes differ, so one costly item (a noise-wrapped method's maps,
+    hundreds of times a gradient's passes) inflates neither its kind's other items nor the
+    kinds not started. Items run in the order of `passes`; a ticker redraws the bar every
+    `tick` seconds, moving it through the item under way up to that item's estimate, so a long
+    item never leaves the bar standing still."""
 
     # seconds per pass / seconds per prior unit, until items of one kind measure it: a gradient
-    # pass of a cheap CNN costs about 1/25, of a 224 px network about 1/100, of a cheap cell's
-    # unit (docs/report_card.md, "Where the card's time goes")
-    PASS_PRIOR = 0.02
+    # pass cost 1/24 of a cheap cell's unit on the synthetic world's CNN and 1/27 on Lite0 at
+    # 224 px (2026-11-29; docs/report_card.md, "Where the card's time goes")
+    PASS_PRIOR = 0.04
 
     def __init__(self, passes: dict, priors: dict, desc: str, tick: float = 1.0,
                  clock: Callable[[], float] = time.monotonic,
-                 evaluations: Optional[dict] = None):
+                 evaluations: Optional[dict] = None, groups: Optional[dict] = None):
         # (an item of None passes costs nothing: a cell its benchmark leaves out)
         self.skipped = {kind: [p is None for p in items] for kind, items in passes.items()}
         self.passes = {kind: [float(p or 0) for p in items] for kind, items in passes.items()}
         self.evaluations = {kind: [float(e) for e in (evaluations or {}).get(kind, [0] * len(
             items))] for kind, items in passes.items()}
         self.priors = dict(priors)
+        self.groups = {kind: (groups or {}).get(kind, kind) for kind in passes}
         # per kind: (seconds, passes counted) of each finished item
         self.done: dict[str, list[tuple]] = {kind: [] for kind in passes}
         self.progress = bar(1.0, desc, "s", counts=False,
@@ -174,31 +177,35 @@ class CostBar:
             self._redraw()
 
     def _rates(self) -> tuple:
-        """(seconds per pass, seconds per prior unit, {kind: own seconds of one item})."""
-        finished = [(kind, s, p) for kind, items in self.done.items() for s, p in items]
+        """(seconds per pass, {kind: own seconds of one item}, {group: own seconds per prior
+        unit, None: over every group}), from the finished items that were not left out."""
+        counted = {kind: [item for item, skipped in zip(items, self.skipped[kind])
+                          if not skipped] for kind, items in self.done.items()}
         # the pooled slope of seconds on passes within each kind (its own work held fixed)
         spread = moved = 0.0
-        for items in self.done.values():
+        for items in counted.values():
             if len(items) > 1:
                 mean_s = sum(s for s, _ in items) / len(items)
                 mean_p = sum(p for _, p in items) / len(items)
                 spread += sum((p - mean_p) ** 2 for _, p in items)
                 moved += sum((p - mean_p) * (s - mean_s) for s, p in items)
-        prior_units = sum(self.priors[kind] + self.PASS_PRIOR * p for kind, _, p in finished)
+        finished = [(kind, s, p) for kind, items in counted.items() for s, p in items]
         spent = sum(s for _, s, _ in finished)
-        per_unit = spent / prior_units if spent > 0 and prior_units > 0 else 1.0
-        per_pass = max(moved / spread, 0.0) if spread > 0 else per_unit * self.PASS_PRIOR
-        own = {}
-        for kind, items in self.done.items():
-            counted = [(s, p) for (s, p), skipped in zip(items, self.skipped[kind])
-                       if not skipped]
-            if counted:
-                own[kind] = sum(max(s - per_pass * p, 0.0) for s, p in counted) / len(counted)
-        own_units = sum(self.priors[kind] for kind, _, _ in finished)
-        own_spent = sum(max(s - per_pass * p, 0.0) for _, s, p in finished)
-        if own_units > 0 and own_spent > 0:
-            per_unit = own_spent / own_units
-        return per_pass, per_unit, own
+        units = sum(self.priors[kind] + self.PASS_PRIOR * p for kind, _, p in finished)
+        fallback = spent / units if spent > 0 and units > 0 else 1.0
+        per_pass = max(moved / spread, 0.0) if spread > 0 else fallback * self.PASS_PRIOR
+        own = {kind: sum(max(s - per_pass * p, 0.0) for s, p in items) / len(items)
+               for kind, items in counted.items() if items}
+        rates = {}
+        for group in (None, *set(self.groups.values())):
+            members = [(kind, s, p) for kind, s, p in finished
+                       if group is None or self.groups[kind] == group]
+            units = sum(self.priors[kind] for kind, _, _ in members)
+            spent = sum(max(s - per_pass * p, 0.0) for _, s, p in members)
+            if units > 0 and spent > 0:
+                rates[group] = spent / units
+        rates.setdefault(None, fallback)
+        return per_pass, own, rates
 
     def _unforeseen(self, kind: str) -> float:
         """The passes per method evaluation that the kind's finished items needed beyond their
@@ -210,10 +217,11 @@ class CostBar:
 
     def _estimate(self) -> tuple:
         """(estimated total seconds, seconds done so far, estimate of the item under way)."""
-        per_pass, per_unit, own = self._rates()
+        per_pass, own, rates = self._rates()
         spent = sum(s for items in self.done.values() for s, _ in items)
         total, under_way = spent, None
         for kind, items in self.passes.items():
+            per_unit = rates.get(self.groups[kind], rates[None])
             base, extra, done = own.get(kind, self.priors[kind] * per_unit), \
                 self._unforeseen(kind), len(self.done[kind])
             left = [0.0 if skipped else base + per_pass * (p + extra * e)

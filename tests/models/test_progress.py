@@ -94,6 +94,19 @@ def test_a_cell_left_out_costs_nothing_and_leaves_its_kinds_estimate_alone(monke
         assert tracker.progress.total == 4.0 and tracker.progress.n == 2.0
 
 
+def test_a_kind_not_started_costs_what_its_group_measured_per_prior_unit(monkeypatch):
+    """Deletion on 16 perturbed images (prior 16) costs what Deletion on the card's 64 measured
+    per prior unit (64 units in 64 s), not the mean over every benchmark (ROAD's 10 s a unit)."""
+    _visible(monkeypatch)
+    with progress.CostBar({"ROAD": [0], "Deletion": [0], "Deletion [noise]": [0, 0]},
+                          {"ROAD": 1.0, "Deletion": 64.0, "Deletion [noise]": 16.0}, "card",
+                          tick=0, clock=lambda: 0.0, groups={"Deletion [noise]": "Deletion"}
+                          ) as tracker:
+        tracker.finished("ROAD", 10.0)
+        tracker.finished("Deletion", 64.0)
+        assert tracker.progress.total - tracker.progress.n == 2 * 16.0  # (all: 2 x 18.2 s)
+
+
 def test_cost_bar_moves_through_a_long_item_up_to_its_estimate(monkeypatch):
     _visible(monkeypatch)
     now = [0.0]
