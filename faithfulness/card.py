@@ -9,7 +9,7 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 
 from faithfulness import evaluate, measures
-from models.report.card_engine import Benchmark
+from models.report.card_engine import CHEAP_IMAGES, Benchmark
 
 PROTOCOLS = {  # card name -> protocol (its metrics: faithfulness.protocols.METRICS)
     "Deletion": "deletion", "Insertion": "insertion", "IIC/AD": "iic_ad", "ADD": "add",
@@ -98,13 +98,9 @@ def benchmarks(loaded: Any, images: np.ndarray, labels: np.ndarray, ids: np.ndar
     return found
 
 
-# the images of a cheap cell, the unit of the cells' prior costs
-CHEAP_IMAGES = 64
-
-
 def _cost(protocol: str, options: evaluate.Options, own: dict) -> float:
-    """A cell's prior cost on `CHEAP_IMAGES` images, in units of a cheap cell, until measured
-    cells replace it."""
+    """A cell's prior cost on `CHEAP_IMAGES` images, in units of a cheap cell
+    (`models.report.card_engine.Benchmark`), until measured cells replace it."""
     if protocol in ("deletion", "insertion"):
         return float(options.max_step_nb)
     if protocol == "incremental_deletion":

@@ -25,7 +25,7 @@ import saliency_gen
 from models.formats.preprocessing import input_space
 from models.foundation import provenance
 from models.foundation.errors import check_known
-from models.report.card_engine import ORACLE, Benchmark
+from models.report.card_engine import CHEAP_IMAGES, ORACLE, Benchmark
 from models.training import recipes
 from roar import mask_settings, masked_data, road_outcomes
 from roar import train as roar_train
@@ -96,7 +96,7 @@ def benchmark(loaded: Any, images: np.ndarray, labels: ArrayLike, ids: ArrayLike
         # besides its maps, a cell took 1.6x a 64-step Deletion cell on 64 images (prior 64) on
         # the synthetic world and on Lite0 (2026-11-29; docs/report_card.md, "Where the card's
         # time goes")
-        cost=20.0 * len(ratios) * len(images) / 64)
+        cost=20.0 * len(ratios) * len(images) / CHEAP_IMAGES)
 
 
 def retraining_benchmark(model_path: str, records_dir: str, work_dir: str, *,

@@ -210,9 +210,11 @@ class CostBar:
     def _unforeseen(self, kind: str) -> float:
         """The passes per method evaluation that the kind's finished items needed beyond their
         declared passes (0 until one with a model-based method finished)."""
-        items = self.done[kind]
-        evaluations = sum(self.evaluations[kind][:len(items)])
-        beyond = sum(p - declared for (_, p), declared in zip(items, self.passes[kind]))
+        finished = [(p, declared, e) for (_, p), declared, e, skipped in zip(
+            self.done[kind], self.passes[kind], self.evaluations[kind], self.skipped[kind])
+            if not skipped]
+        evaluations = sum(e for _, _, e in finished)
+        beyond = sum(p - declared for p, declared, _ in finished)
         return max(beyond / evaluations, 0.0) if evaluations > 0 else 0.0
 
     def _estimate(self) -> tuple:

@@ -39,9 +39,10 @@ class Benchmark:
     where a unit has no value); the units are the same for every method, in the same order, so
     that methods compare pairwise. `settings` is everything besides the method that changes the
     numbers (the cells' origin). `supports(method)` may leave a method out (its cells are blank).
-    `cost` is the prior cost of one cell (in units of a cheap cell) for the progress bar, until
-    measured cells replace it; `explains` ((map set, images), ...) the images whose maps a cell
-    computes, which the bar adds as the method's model passes (`expected_passes`).
+    `cost` is the prior cost of one cell (in units of a cheap cell, a 64-step Deletion cell on
+    `CHEAP_IMAGES` images costing 64) for the progress bar, until measured cells replace it;
+    `explains` ((map set, images), ...) the images whose maps a cell computes, which the bar
+    adds as the method's model passes (`expected_passes`).
     """
 
     name: str
@@ -51,6 +52,10 @@ class Benchmark:
     supports: Callable[[str], bool] = lambda method: True
     cost: float = 1.0
     explains: tuple = ()
+
+
+# the images of a cheap cell, the unit of `Benchmark.cost`: a cell's prior scales with its images
+CHEAP_IMAGES = 64
 
 
 def column_name(benchmark: str, metric: str) -> str:
