@@ -27,6 +27,19 @@ def pytest_configure(config):
     os.environ["XDG_CACHE_HOME"] = _SESSION_CACHE
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _temporary_files_in_the_session(tmp_path_factory):
+    """Temporary files of the code under test (TensorFlow's autograph modules, about 800 a
+    suite; Beam's job-server folders; those of the binaries, notebook kernels and cluster
+    processes it starts: TMPDIR) go to the session's cache, removed at the end, not into the
+    system's temporary folder. pytest's own base folder is settled first, where it always is."""
+    tmp_path_factory.getbasetemp()
+    folder = os.path.join(_SESSION_CACHE, "tmp")
+    os.makedirs(folder, exist_ok=True)
+    tempfile.tempdir = folder
+    os.environ["TMPDIR"] = folder
+
+
 _SESSIONS = []
 
 
