@@ -130,19 +130,6 @@ class CountBar:
             self.progress.close()
 
 
-def _pooled_slope(items_of: dict) -> Optional[float]:
-    """The slope of seconds on passes pooled within each kind's (seconds, passes) items (each
-    kind's own work held fixed), or None where no kind's items differ in passes."""
-    spread = moved = 0.0
-    for items in items_of.values():
-        if len(items) > 1:
-            mean_s = sum(s for s, _ in items) / len(items)
-            mean_p = sum(p for _, p in items) / len(items)
-            spread += sum((p - mean_p) ** 2 for _, p in items)
-            moved += sum((p - mean_p) * (s - mean_s) for s, p in items)
-    return moved / spread if spread > 0 else None
-
-
 class CostBar:
     """Work items of several kinds (e.g. a card's benchmarks, whose items are its methods); the bar
     counts estimated seconds. An item costs its kind's own work (a prior in units of a cheap
@@ -194,19 +181,19 @@ class CostBar:
         unit, None: over every group}), from the finished items that were not left out."""
         counted = {kind: [item for item, skipped in zip(items, self.skipped[kind])
                           if not skipped] for kind, items in self.done.items()}
-        # a kind's first item carries its one-time costs (traces, compiles): once a later one
-        # finished, the later ones speak for the rest (and for the seconds per pass, where
-        # they differ in passes)
-        later = {kind: items[1:] if len(items) > 1 else items for kind, items in counted.items()}
-        slope = _pooled_slope(later)
-        if slope is None:
-            slope = _pooled_slope(counted)
-        counted = later
+        # the pooled slope of seconds on passes within each kind (its own work held fixed)
+        spread = moved = 0.0
+        for items in counted.values():
+            if len(items) > 1:
+                mean_s = sum(s for s, _ in items) / len(items)
+                mean_p = sum(p for _, p in items) / len(items)
+                spread += sum((p - mean_p) ** 2 for _, p in items)
+                moved += sum((p - mean_p) * (s - mean_s) for s, p in items)
         finished = [(kind, s, p) for kind, items in counted.items() for s, p in items]
         spent = sum(s for _, s, _ in finished)
         units = sum(self.priors[kind] + self.PASS_PRIOR * p for kind, _, p in finished)
         fallback = spent / units if spent > 0 and units > 0 else 1.0
-        per_pass = max(slope, 0.0) if slope is not None else fallback * self.PASS_PRIOR
+        per_pass = max(moved / spread, 0.0) if spread > 0 else fallback * self.PASS_PRIOR
         own = {kind: sum(max(s - per_pass * p, 0.0) for s, p in items) / len(items)
                for kind, items in counted.items() if items}
         rates = {}

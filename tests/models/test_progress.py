@@ -107,17 +107,6 @@ def test_a_kind_not_started_costs_what_its_group_measured_per_prior_unit(monkeyp
         assert tracker.progress.total - tracker.progress.n == 2 * 16.0  # (all: 2 x 18.2 s)
 
 
-def test_a_kinds_first_item_carries_its_one_time_costs(monkeypatch):
-    """ROAD's first cell on the real network took 20 s with its solver's compile and its
-    traces, the next 10 s: the rest are estimated at 10 s (before: at the mean, 15 s)."""
-    _visible(monkeypatch)
-    with progress.CostBar({"ROAD": [0, 0, 0, 0]}, {"ROAD": 1.0}, "card", tick=0,
-                          clock=lambda: 0.0) as tracker:
-        tracker.finished("ROAD", 20.0)
-        tracker.finished("ROAD", 10.0)
-        assert tracker.progress.total - tracker.progress.n == 2 * 10.0
-
-
 def test_cost_bar_moves_through_a_long_item_up_to_its_estimate(monkeypatch):
     _visible(monkeypatch)
     now = [0.0]
