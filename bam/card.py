@@ -75,7 +75,8 @@ def benchmark(data_dir: str, model_dir: str, *, metrics: Sequence[str] = ("MCS",
                   "metrics": list(metrics), "models": model_ids,
                   "data_dir": os.path.abspath(data_dir)},
         # besides its maps, a cell of 50 images took 0.65 s, 0.7x a Deletion cell (prior 64):
-        # a method's first trace on each of its models (2026-11-29, "Where the card's time goes")
+        # a method's first trace on each of its models (2026-11-29; docs/report_card.md,
+        # "Where the card's time goes")
         cost=9.0 * num_imgs / 10,
         explains=(("BAM", num_imgs * len({pair for metric in metrics
                                           for pair in metric_definitions.PAIRS[metric]})),))

@@ -107,11 +107,6 @@ def _cost(protocol: str, options: evaluate.Options, own: dict) -> float:
         return float(options.id_steps)
     if protocol == "single_deletion":
         return float(options.grid_rows_and_cols ** 2)
-    if _samples(own):  # explaining again per noisy sample
-        return 4.0 * _samples(own)
+    if "nr_samples" in own or "nb_samples" in own:  # explaining again per noisy sample
+        return 4.0 * own.get("nr_samples", own.get("nb_samples", 1))
     return 2.0
-
-
-def _samples(own: dict) -> int:
-    """The noisy samples per image a measure explains again (0: it explains none)."""
-    return int(own.get("nr_samples", own.get("nb_samples", 0)))

@@ -185,15 +185,13 @@ def run(config: Config) -> dict:
     card.progress.CostBar = recorder.follow_bar()
     try:
         inputs = card.load_inputs(card_config, card.resolved_methods(card_config))
-        measured = [rates(inputs.loaded, np.asarray(inputs.images), card_config.batch_size,
-                          config.repeats)]
-        _print_ceiling("before the card", measured[0], card_config.batch_size)
+        measured = [ceiling_of(inputs, card_config.batch_size, config.repeats,
+                               "before the card")]
         before, started = workload.snapshot(), time.perf_counter()
         card.run(requested)
         wall, passes = time.perf_counter() - started, workload.since(before)
-        measured.append(rates(inputs.loaded, np.asarray(inputs.images), card_config.batch_size,
-                              config.repeats))
-        _print_ceiling("after the card", measured[1], card_config.batch_size)
+        measured.append(ceiling_of(inputs, card_config.batch_size, config.repeats,
+                                   "after the card"))
         ceiling = {kind: max(found[kind] for found in measured) for kind in measured[0]}
     finally:
         shutil.rmtree(output_dir, ignore_errors=True)
@@ -208,10 +206,13 @@ def run(config: Config) -> dict:
     return report
 
 
-def _print_ceiling(when: str, ceiling: dict, batch_size: int) -> None:
+def ceiling_of(inputs, batch_size: int, repeats: int, when: str) -> dict:
+    """`rates` of the card's classifier on its images, printed as measured `when`."""
+    ceiling = rates(inputs.loaded, np.asarray(inputs.images), batch_size, repeats)
     print(f"ceiling {when}, at batch {batch_size}: forward {ceiling['forward']:.0f} images/s, "
           f"gradient {ceiling['gradient']:.0f} images/s, ROAD's solver "
           f"{ceiling['solve']:.0f} image iterations/s", flush=True)
+    return ceiling
 
 
 KINDS = ("forward", "gradient", "solve")

@@ -271,6 +271,10 @@ class CardImages:
     maps_of: Any = None  # method -> its maps of `images`, computed once per card run
     map_set: str = "card images"  # what `maps_of` computes, for the progress bar's estimate
 
+    def explains(self, own: tuple = ()) -> tuple:
+        """`Benchmark.explains` of a benchmark taking its maps from `maps_of`, besides `own`."""
+        return ((self.map_set, len(self.images)), *own)
+
 
 def map_memo(loaded, images, labels, ids, methods: dict, seed: int, batch_size: int,
              preprocessing: Optional[str] = None):
@@ -373,7 +377,7 @@ def build_benchmarks(config: ResolvedConfig, inputs: Optional[CardImages], metho
         found.append(dataclasses.replace(roar_card.benchmark(
             inputs.loaded, inputs.images, inputs.labels, inputs.ids, inputs.masks,
             data=inputs.data, seed=config.seed, batch_size=config.batch_size,
-            maps_of=inputs.maps_of), explains=((inputs.map_set, len(inputs.images)),)))
+            maps_of=inputs.maps_of), explains=inputs.explains()))
     protocols = [b for b in config.benchmarks if b in faithfulness_card.PROTOCOLS]
     if protocols:
         shared = _given(inputs)
@@ -384,7 +388,7 @@ def build_benchmarks(config: ResolvedConfig, inputs: Optional[CardImages], metho
             found.append(dataclasses.replace(  # (a localisation measure without masks: none)
                 benchmark, supports=lambda method, own=benchmark.supports:
                 method != card_engine.ORACLE and own(method),
-                explains=((shared.map_set, len(shared.images)), *benchmark.explains)))
+                explains=shared.explains(benchmark.explains)))
     order = {name: i for i, name in enumerate(("BAM", "RMCS", *config.benchmarks))}
     found = sorted(found, key=lambda b: order[b.name])
     if config.retraining:
@@ -426,8 +430,7 @@ def variant_benchmarks(config: ResolvedConfig, inputs: CardImages) -> list:
             found.append((dataclasses.replace(
                 benchmark, name=f"{name} [{label}]",
                 supports=lambda method: method != card_engine.ORACLE,
-                explains=((inputs.map_set, len(inputs.images)), *benchmark.explains)), name,
-                label))
+                explains=inputs.explains(benchmark.explains)), name, label))
     return found
 
 
@@ -717,9 +720,9 @@ def counting_passes(finished: Callable) -> Callable[[str, float], None]:
     last = [workload.snapshot()]
 
     def follow(name: str, seconds: float) -> None:
-        passes = workload.since(last[0])
-        last[0] = workload.snapshot()
-        finished(name, seconds, passes["gradient"])
+        now = workload.snapshot()
+        finished(name, seconds, now["gradient"] - last[0]["gradient"])
+        last[0] = now
 
     return follow
 

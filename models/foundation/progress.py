@@ -200,10 +200,10 @@ class CostBar:
         for group in (None, *set(self.groups.values())):
             members = [(kind, s, p) for kind, s, p in finished
                        if group is None or self.groups[kind] == group]
-            units = sum(self.priors[kind] for kind, _, _ in members)
-            spent = sum(max(s - per_pass * p, 0.0) for _, s, p in members)
-            if units > 0 and spent > 0:
-                rates[group] = spent / units
+            group_units = sum(self.priors[kind] for kind, _, _ in members)
+            group_own = sum(max(s - per_pass * p, 0.0) for _, s, p in members)
+            if group_units > 0 and group_own > 0:
+                rates[group] = group_own / group_units
         rates.setdefault(None, fallback)
         return per_pass, own, rates
 
