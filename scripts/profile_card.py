@@ -261,8 +261,8 @@ ETA_POINTS = (0.1, 0.25, 0.5, 0.75, 0.9)  # shares of the cells' time
 
 def eta_honesty(estimates: list) -> list:
     """At each share of `ETA_POINTS` of the time from the progress bar's opening to its last
-    cell: the seconds left it estimated at the last cell finished by then, and the seconds
-    that were truly left from that moment."""
+    cell: the seconds left it estimated at the last cell finished by then (NaN before the first
+    cell finished: no estimate yet), and the seconds that were truly left from that moment."""
     if not estimates:
         return []
     end = estimates[-1][0]
@@ -275,7 +275,11 @@ def eta_honesty(estimates: list) -> list:
 
 
 def _ratio(needed: float, seconds: float) -> str:
-    return f"{needed / seconds:.2f}" if seconds > 0 else "-"
+    return f"{needed / seconds:.2f}" if seconds > 0 and np.isfinite(needed) else "-"
+
+
+def _seconds_text(seconds: float) -> str:
+    return f"{seconds:.1f}" if np.isfinite(seconds) else "-"  # (NaN: no estimate yet)
 
 
 def print_report(report: dict) -> None:
@@ -301,8 +305,9 @@ def print_report(report: dict) -> None:
         print("\nthe progress bar's estimate of the seconds left, at the last cell finished "
               "by each share of the cells' time\n" + results.text_table(
                   ["share", "at s", "estimated left s", "truly left s", "estimated / true"],
-                  [[f"{row['share']:.0%}", f"{row['at']:.1f}", f"{row['estimated_left']:.1f}",
-                    f"{row['true_left']:.1f}", _ratio(row["estimated_left"], row["true_left"])]
+                  [[f"{row['share']:.0%}", f"{row['at']:.1f}",
+                    _seconds_text(row["estimated_left"]), f"{row['true_left']:.1f}",
+                    _ratio(row["estimated_left"], row["true_left"])]
                    for row in report["eta"]]))
     print(f"\n{report['date']}, {report['machine']}")
 
