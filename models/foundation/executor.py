@@ -18,6 +18,7 @@ size. Both functions are meant to be called while a
 `tf.function` traces. `groups` cuts a job into groups of images whose per-image state fits a
 memory budget; that Python loop is over groups of many images, never over images.
 """
+import threading
 from typing import Any, Callable, Iterator, Sequence
 
 import tensorflow as tf
@@ -77,29 +78,65 @@ def collect(count: Any, chunk: int, compute: Callable, item_shape: Sequence = ()
     return array.concat()[:count]
 
 
-def accumulate(count: Any, chunk: int, compute: Callable, initial: tuple,
+class Buffers:
+    """The in-place accumulators of one traced function that calls `accumulate`: one resource
+    variable per accumulator (of the declared dtypes, any shape), made eagerly by the
+    function's owner before it traces, and the lock that keeps two calls from sharing them.
+    A functional scatter-add into a loop-carried tensor copies the whole tensor at every chunk
+    (IG-SG keeps a map per image and noise sample: 61 MB for 50 images at 64 px, copied 488
+    times a call); adding into a variable does not (docs/architecture.md, "The chunked
+    executor")."""
+
+    def __init__(self, dtypes: Sequence[tf.DType]) -> None:
+        self.variables = [tf.Variable(tf.zeros([0], dtype), trainable=False,
+                                      shape=tf.TensorShape(None)) for dtype in dtypes]
+        self.lock = threading.Lock()
+
+
+def accumulate(count: Any, chunk: int, compute: Callable, initial: tuple, buffers: Buffers,
                parallel: int = CHUNKS_IN_FLIGHT) -> tuple:
     """Per-slot sums of every item's shares.
 
     `compute(items)` maps int32 item indices [chunk] to (slots [chunk] int32, shares), where
     shares is a tuple with one tensor [chunk, ...] per accumulator. `initial` holds the zero
     accumulators, each [num_slots + 1, ...]: the last slot receives the padding and is dropped.
-    Returns the accumulators without that slot. With `parallel` > 1 the next chunks' items are
-    computed while the current chunk's shares are added; the additions stay in item order."""
+    The sums are added in place into `buffers`' variables (call the traced function under
+    `buffers.lock`) and the variables emptied at the end. Returns the accumulators without the
+    dropped slot. With `parallel` > 1 the next chunks' items are computed while the current
+    chunk's shares are added; the additions stay in item order (each waits for the last)."""
     dropped = tf.shape(initial[0])[0] - 1
-    sums = tuple(initial)
+    variables = buffers.variables
+    if [total.dtype for total in initial] != [variable.dtype for variable in variables]:
+        raise TypeError(f"accumulators of {[total.dtype.name for total in initial]} in buffers "
+                        f"of {[variable.dtype.name for variable in variables]}")
+    with tf.control_dependencies([variable.assign(total)
+                                  for variable, total in zip(variables, initial)]):
+        token = tf.constant(0)
     for first, chunks, size in _passes(count, chunk):
 
-        def body(index, sums, first=first, size=size):
+        def body(index, token, first=first, size=size):
             items, valid = _padded_items(first, index, size, count)
             slots, shares = compute(items)
             slots = tf.where(valid, slots, dropped)[:, None]
-            return index + 1, tuple(tf.tensor_scatter_nd_add(total, slots, share)
-                                    for total, share in zip(sums, shares))
+            with tf.control_dependencies([token]):  # in item order, one chunk after another
+                added = [tf.raw_ops.ResourceScatterNdAdd(ref=variable.handle, indices=slots,
+                                                         updates=share)
+                         for variable, share in zip(variables, shares)]
+            with tf.control_dependencies(added):
+                return index + 1, tf.identity(token)
 
-        _, sums = tf.while_loop(lambda index, _, chunks=chunks: index < chunks, body,
-                                [tf.constant(0), sums], parallel_iterations=parallel)
-    return tuple(total[:-1] for total in sums)
+        _, token = tf.while_loop(lambda index, _, chunks=chunks: index < chunks, body,
+                                 [tf.constant(0), token], parallel_iterations=parallel)
+    sums = []
+    with tf.control_dependencies([token]):
+        for variable, total in zip(variables, initial):
+            value = variable.read_value()
+            value.set_shape(total.shape)
+            sums.append(value[:-1])
+    with tf.control_dependencies(sums):  # the buffers are not kept between calls
+        emptied = [variable.assign(tf.zeros([0], variable.dtype)) for variable in variables]
+    with tf.control_dependencies(emptied):
+        return tuple(tf.identity(total) for total in sums)
 
 
 def groups(count: int, per_image_bytes: int, memory_bytes: int,

@@ -54,6 +54,7 @@ class _Runner:
         if isinstance(plan, HostPlan):
             return
         height, width, channels = shape
+        self._buffers = buffers = executor.Buffers(() if plan.direct else plan.sum_dtypes)
         image_spec = tf.TensorSpec([None, height, width, channels], tf.float32)
 
         # No autograph: the stream's loop is explicit, and a unit's error (a user method's
@@ -77,7 +78,7 @@ class _Runner:
             if plan.direct:  # one share per image: collected, no sums to keep
                 return executor.collect(group, chunk, lambda item: compute(item)[1][0], shape)
             zeros = plan.zeros(state, group * plan.slots_per_image, shape)
-            sums = executor.accumulate(group * plan.steps, chunk, compute, zeros)
+            sums = executor.accumulate(group * plan.steps, chunk, compute, zeros, buffers)
             return plan.finish(state, sums)
 
         # One runner (and one trace) per method and model is by design.
@@ -89,9 +90,10 @@ class _Runner:
         concrete function after the first trace: the signature is fixed, and skipping
         tf.function's dispatch saves about 5% of a one-gradient call of 24 images on a cheap
         CNN (docs/saliency.md, "By call size")."""
-        if self._concrete is None:
-            self._concrete = self._function.get_concrete_function()
-        return self._concrete(*arguments)
+        with self._buffers.lock:  # the in-place sums are the runner's own
+            if self._concrete is None:
+                self._concrete = self._function.get_concrete_function()
+            return self._concrete(*arguments)
 
 
 def _runner(adapter, model, spec, shape, chunk, preprocessing, seed, name):

@@ -61,6 +61,7 @@ class NoisePlan(Plan):
         self.shape = tuple(shape)
         self.per_sample = inner.steps > 1
         self.slots_per_image = samples if self.per_sample else 1
+        self.sum_dtypes = (tf.float32,) if self.per_sample else (tf.float64,) * 2
 
     def start(self, images: tf.Tensor, targets: tf.Tensor, ids: tf.Tensor,
               scales: Any) -> Any:

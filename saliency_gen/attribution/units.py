@@ -72,11 +72,13 @@ class Plan:
     `contribution(items)` [chunk, H, W, C] to its image's map. `aux`: an optional per-run array
     [H, W, C] or per-image array [N, H, W, C] handed to the items (baselines).
 
-    Plans whose per-image result is not a plain sum of item shares override `zeros`, `shares`
-    and `finish` (e.g. SmoothGrad-CAM++ accumulates moments at feature resolution)."""
+    Plans whose per-image result is not a plain sum of item shares override `zeros` (and
+    declare its dtypes in `sum_dtypes`), `shares` and `finish` (e.g. SmoothGrad-CAM++
+    accumulates moments at feature resolution)."""
 
     additive = True  # noise wrappers compose only around additive plans
     slots_per_image = 1  # accumulator slots per image
+    sum_dtypes: tuple = (tf.float32,)  # the dtype of each accumulator `zeros` makes
 
     def __init__(self, steps: int = 1, contribution: Optional[Callable] = None,
                  aux: Optional[np.ndarray] = None):

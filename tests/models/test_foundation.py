@@ -34,11 +34,30 @@ def test_accumulate_sums_per_slot_and_drops_the_padding(count, chunk):
         return items // 4, (tf.pow(2.0, tf.cast(items % 4, tf.float32))[:, None],)
 
     slots = -(-count // 4)
+    buffers = executor.Buffers([tf.float32])
     run = tf.function(lambda: executor.accumulate(tf.constant(count), chunk, compute,
-                                                  (tf.zeros([slots + 1, 1]),)))
-    (sums,) = run()
+                                                  (tf.zeros([slots + 1, 1]),), buffers))
     expected = np.bincount(np.arange(count) // 4, 2.0 ** (np.arange(count) % 4))
-    np.testing.assert_array_equal(sums.numpy()[:, 0], expected)
+    for _ in range(2):  # the in-place sums start from zero at every call
+        (sums,) = run()
+        np.testing.assert_array_equal(sums.numpy()[:, 0], expected)
+    assert buffers.variables[0].shape.num_elements() is None or \
+        int(tf.size(buffers.variables[0])) == 0  # emptied: nothing kept between calls
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 8, 128])
+def test_accumulate_adds_in_item_order(chunk):
+    # In float32, 1e8 + 1 == 1e8: the slot's sum is 1 only when its items are added in order
+    # (1e8, 1, -1e8, 1); any other order gives 0, 2 or 1e8.
+    values = tf.constant([1e8, 1.0, -1e8, 1.0] * 8)
+
+    def compute(items):
+        return items // 4, (tf.gather(values, items)[:, None],)
+
+    buffers = executor.Buffers([tf.float32])
+    run = tf.function(lambda: executor.accumulate(tf.constant(32), chunk, compute,
+                                                  (tf.zeros([9, 1]),), buffers))
+    np.testing.assert_array_equal(run()[0].numpy()[:, 0], np.ones(8, np.float32))
 
 
 @pytest.mark.parametrize("count, chunk, computed", [(300, 128, 320), (300, 64, 320),

@@ -36,6 +36,8 @@ class _SmoothCamPlan(Plan):
         probe, _, _ = self.model.cam(images[:1], targets[:1])
         return noise, tf.shape(probe)[1:]
 
+    sum_dtypes = (tf.float32,) * 6
+
     def zeros(self, state, slots, shape):
         _, feature_shape = state
         return (tf.zeros(tf.concat([[slots + 1], feature_shape], 0)),) * 6
