@@ -143,8 +143,8 @@ class Recorder:
                 self.opened = time.perf_counter()
                 super().__init__(*args, **options)
 
-            def finished(self, kind, seconds, passes=None):
-                super().finished(kind, seconds, passes)
+            def finished(self, kind, seconds, passes=None, reused=False):
+                super().finished(kind, seconds, passes, reused)
                 estimates.append((time.perf_counter() - self.opened,
                                   self.progress.total - self.progress.n))
 

@@ -714,14 +714,15 @@ def card_bar(config: ResolvedConfig, every: list, inputs: Optional[CardImages],
         groups={b.name: b.name.split(" [")[0] for b in every})
 
 
-def counting_passes(finished: Callable) -> Callable[[str, float], None]:
-    """`progress(benchmark, seconds)` for `card_engine.run_cells` that gives `finished` the
-    model passes each cell needed too (`models.foundation.workload`)."""
+def counting_passes(finished: Callable) -> Callable[[str, float, bool], None]:
+    """`progress(benchmark, seconds, computed)` for `card_engine.run_cells` that gives
+    `finished` the model passes each cell needed too (`models.foundation.workload`), and
+    whether it was read back rather than computed."""
     last = [workload.snapshot()]
 
-    def follow(name: str, seconds: float) -> None:
+    def follow(name: str, seconds: float, computed: bool) -> None:
         now = workload.snapshot()
-        finished(name, seconds, now["gradient"] - last[0]["gradient"])
+        finished(name, seconds, now["gradient"] - last[0]["gradient"], reused=not computed)
         last[0] = now
 
     return follow

@@ -245,12 +245,19 @@ class CostBar:
                     f"ETA {_clock_text(total - self.progress.n)}", refresh=False)
             self.progress.refresh()
 
-    def finished(self, kind: str, seconds: float, passes: Optional[float] = None) -> None:
+    def finished(self, kind: str, seconds: float, passes: Optional[float] = None,
+                 reused: bool = False) -> None:
         """The next item of `kind` took `seconds` and (when counted) `passes` model passes
-        (None: the passes it was expected to need; a reused result needs none)."""
+        (None: the passes it was expected to need). A `reused` item (a result read back, not
+        computed) is done but measures nothing: it is left out of the rates, as a left-out
+        item is, so a resumed card's first cells, read in no time, do not price every cell
+        still to compute at nothing."""
         with self.lock:
+            index = len(self.done[kind])
+            if reused:
+                self.skipped[kind][index] = True
             if passes is None:
-                passes = self.passes[kind][len(self.done[kind])]
+                passes = self.passes[kind][index]
             self.done[kind].append((max(float(seconds), 0.0), max(float(passes), 0.0)))
             self.reported = self.clock()
         self._redraw()

@@ -101,24 +101,26 @@ def expected_passes(benchmarks: Sequence[Benchmark], methods: Sequence[str],
 
 
 def run_cells(benchmarks: Sequence[Benchmark], methods: Sequence[str], output_dir: str,
-              progress: Optional[Callable[[str, float], None]] = None,
+              progress: Optional[Callable[[str, float, bool], None]] = None,
               overwrite: bool = False, method_code: Optional[dict] = None) -> dict:
     """{(benchmark, method): {metric: values} or None (unsupported)}, computing only the cells
-    not already finished with the same origin. `progress(benchmark name, seconds)` follows
-    every cell (a reused or unsupported cell takes about 0 s). `method_code` maps a user
+    not already finished with the same origin. `progress(benchmark name, seconds, computed)`
+    follows every cell (`computed` False for a reused or unsupported cell, which takes about
+    0 s). `method_code` maps a user
     method to the digests of its code (`saliency_gen.attribution.names.Resolved.code_origin`): a
     cell of an earlier edit of the method is recomputed, with one line saying so."""
     cells: dict = {}
     for benchmark in benchmarks:
         for method in methods:
             key, started = (benchmark.name, method), time.perf_counter()
+            computed = False
             if not benchmark.supports(method):
                 cells[key] = None
             else:
                 code = (method_code or {}).get(method, {})
-                cells[key] = _cell(benchmark, method, output_dir, overwrite, code)
+                cells[key], computed = _cell(benchmark, method, output_dir, overwrite, code)
             if progress:
-                progress(benchmark.name, time.perf_counter() - started)
+                progress(benchmark.name, time.perf_counter() - started, computed)
     return cells
 
 
@@ -156,7 +158,8 @@ def _stored_cell(path: str) -> Optional[dict]:
         return None
 
 
-def _cell(benchmark, method, output_dir, overwrite, code):
+def _cell(benchmark, method, output_dir, overwrite, code) -> tuple:
+    """(the cell's values, whether they were computed now rather than read back)."""
     path = cell_path(output_dir, benchmark.name, method)
     requested = provenance.origin(provenance.with_code(
         {"benchmark": benchmark.name, "method": method, **benchmark.settings}, code))
@@ -164,7 +167,7 @@ def _cell(benchmark, method, output_dir, overwrite, code):
     if stored is not None:
         error = provenance.mismatch_error(f"card cell {path}", stored["origin"], requested)
         if error is None and stored.get("digest") == values_digest(stored["values"]):
-            return stored["values"]
+            return stored["values"], False
         if error is None:
             print(f"card cell {path}: its values differ from what was written (or it predates "
                   "digests); recomputing it", flush=True)
@@ -182,7 +185,7 @@ def _cell(benchmark, method, output_dir, overwrite, code):
               for name in (m.name for m in benchmark.metrics)}
     write_json(path, {"origin": requested, "values": values, "digest": values_digest(values)},
                sort_keys=True)
-    return values
+    return values, True
 
 
 def _array(values) -> np.ndarray:

@@ -94,6 +94,21 @@ def test_a_cell_left_out_costs_nothing_and_leaves_its_kinds_estimate_alone(monke
         assert tracker.progress.total == 4.0 and tracker.progress.n == 2.0
 
 
+def test_cells_read_back_measure_nothing(monkeypatch):
+    """A resumed card reads its first cells back in no time: before, they priced every cell
+    still to compute at nothing (the real card's log read `ETA 0:00:00` at 53% with 15
+    minutes of cells to go)."""
+    _visible(monkeypatch)
+    with progress.CostBar({"k": [0, 0, 0, 0], "other": [0]}, {"k": 1.0, "other": 2.0}, "card",
+                          tick=0, clock=lambda: 0.0) as tracker:
+        tracker.finished("k", 0.001, reused=True)
+        tracker.finished("k", 0.001, reused=True)
+        # nothing measured yet: the priors stand, at one second a unit (not 0.001 s)
+        assert tracker.progress.total - tracker.progress.n == 2 * 1.0 + 2.0
+        tracker.finished("k", 3.0)
+        assert tracker.progress.total - tracker.progress.n == 3.0 + 2 * 3.0  # not 1.0 + ...
+
+
 def test_a_kind_not_started_costs_what_its_group_measured_per_prior_unit(monkeypatch):
     """Deletion on 16 perturbed images (prior 16) costs what Deletion on the card's 64 measured
     per prior unit (64 units in 64 s), not the mean over every benchmark (ROAD's 10 s a unit)."""
