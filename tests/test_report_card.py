@@ -172,16 +172,26 @@ def test_the_page_fits_a_1280_px_window_in_headless_chromium(card_run, tmp_path)
 
 
 def test_cells_are_reused_a_new_method_costs_only_itself_and_other_settings_are_refused(
-        card_run, capsys):
+        card_run, capsys, monkeypatch):
     report_card, config, result = card_run
     cells = os.path.join(config.output_dir, "cells")
     before = {os.path.join(folder, name): os.stat(os.path.join(folder, name)).st_mtime_ns
               for folder, _, names in os.walk(cells) for name in names}
+    told = []  # what the progress bar is told of each cell: computed, or read back
+    finished = report_card.progress.CostBar.finished
+    monkeypatch.setattr(report_card.progress.CostBar, "finished",
+                        lambda bar, kind, seconds, passes=None, reused=False: (
+                            told.append((kind, reused)),
+                            finished(bar, kind, seconds, passes, reused))[-1])
     again = report_card.run(dataclasses.replace(config, methods=(*config.methods, "bam:VG")))
+    monkeypatch.undo()
     after = {os.path.join(folder, name): os.stat(os.path.join(folder, name)).st_mtime_ns
              for folder, _, names in os.walk(cells) for name in names}
     assert {path: after[path] for path in before} == before  # nothing recomputed
     assert len(after) - len(before) == 5  # bam:VG in BAM, ROAD, Deletion, IDSDS, Randomisation
+    # the bar measures the 5 new cells only: the cells read back take no part in its rates
+    assert sorted(kind for kind, reused in told if not reused) == sorted(
+        ["BAM", "ROAD", "Deletion", "IDSDS", "Randomisation"])
     assert again["card"].rows[("BAM MCS", "oracle")] == result["card"].rows[("BAM MCS", "oracle")]
     with pytest.raises(UserError, match=r"card cell .* was made with max_step_nb=8, not 9"):
         report_card.run(dataclasses.replace(config, max_step_nb=9))
