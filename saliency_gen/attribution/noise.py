@@ -72,11 +72,6 @@ class NoisePlan(Plan):
     def slot(self, image: tf.Tensor, step: tf.Tensor) -> tf.Tensor:
         return image * self.samples + step // self.inner.steps if self.per_sample else image
 
-    def zeros(self, state: Any, slots: int, shape: Sequence[int]) -> tuple:
-        if self.per_sample:
-            return (tf.zeros([slots + 1, *shape], tf.float32),)
-        return (tf.zeros([slots + 1, *shape], tf.float64),) * 2
-
     def shares(self, state: Any, items: Items) -> tuple:
         inner_state, noise = state
         sample = items.step // self.inner.steps

@@ -72,13 +72,14 @@ class Plan:
     `contribution(items)` [chunk, H, W, C] to its image's map. `aux`: an optional per-run array
     [H, W, C] or per-image array [N, H, W, C] handed to the items (baselines).
 
-    Plans whose per-image result is not a plain sum of item shares override `zeros` (and
-    declare its dtypes in `sum_dtypes`), `shares` and `finish` (e.g. SmoothGrad-CAM++
-    accumulates moments at feature resolution)."""
+    Plans whose per-image result is not a plain sum of item shares declare their accumulators'
+    dtypes in `sum_dtypes` and override `shares` and `finish`, and `zeros` where an
+    accumulator is not map-shaped (e.g. SmoothGrad-CAM++ accumulates moments at feature
+    resolution)."""
 
     additive = True  # noise wrappers compose only around additive plans
     slots_per_image = 1  # accumulator slots per image
-    sum_dtypes: tuple = (tf.float32,)  # the dtype of each accumulator `zeros` makes
+    sum_dtypes: tuple = (tf.float32,)  # one dtype per accumulator (the engine's buffers too)
 
     def __init__(self, steps: int = 1, contribution: Optional[Callable] = None,
                  aux: Optional[np.ndarray] = None):
@@ -96,8 +97,9 @@ class Plan:
         return image
 
     def zeros(self, state: Any, slots: int, shape: Sequence[int]) -> tuple:
-        """The zero accumulators, each [slots + 1, ...] (one dropped slot for padding)."""
-        return (tf.zeros([slots + 1, *shape], tf.float32),)
+        """The zero accumulators, one per `sum_dtypes`, each [slots + 1, ...] (one dropped slot
+        for padding)."""
+        return tuple(tf.zeros([slots + 1, *shape], dtype) for dtype in self.sum_dtypes)
 
     def shares(self, state: Any, items: Items) -> tuple:
         """The items' additive shares, one tensor per accumulator."""

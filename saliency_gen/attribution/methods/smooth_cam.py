@@ -40,7 +40,8 @@ class _SmoothCamPlan(Plan):
 
     def zeros(self, state, slots, shape):
         _, feature_shape = state
-        return (tf.zeros(tf.concat([[slots + 1], feature_shape], 0)),) * 6
+        return tuple(tf.zeros(tf.concat([[slots + 1], feature_shape], 0), dtype)
+                     for dtype in self.sum_dtypes)
 
     def shares(self, state, items):
         noise, _ = state
