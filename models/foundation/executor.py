@@ -34,6 +34,23 @@ TAIL_FROM = 128
 TAIL_DIVISOR = 4
 
 
+CHUNK_QUANTUM = 4  # items: an evenly split stream's chunk is a multiple of this
+
+
+def chunk_size(items: int, largest: int) -> int:
+    """The chunk for a stream of `items` items (known before tracing) in chunks of at most
+    `largest`: all of them when they fit, else the items split evenly over the fewest chunks,
+    rounded up to a multiple of `CHUNK_QUANTUM`. A stream then pads at most 3 items a chunk,
+    where chunks of `largest` pad up to `largest` - 1 (96 images in chunks of 64 computed 128),
+    and streams longer than `largest` see at most eight chunk sizes (from largest / 2 to
+    largest, for a `largest` of 64): a traced function per size, few of them."""
+    if items <= largest:
+        return max(1, items)
+    chunks = -(-items // largest)
+    even = -(-items // chunks)
+    return min(largest, -(-even // CHUNK_QUANTUM) * CHUNK_QUANTUM)
+
+
 def _passes(count, chunk: int) -> list:
     """[(first item, number of chunks, chunk size)]: the streams that cover `count` items."""
     if chunk < TAIL_FROM:

@@ -170,8 +170,9 @@ def attribute(model: Any, images: Any, method: Union[str, names.Resolved],
     steps = spec.wrapper_samples * unit.steps(spec.options, shape)
     per_image = spec.nsamples * int(np.prod(shape)) * 4
     spans = list(executor.groups(count, per_image, memory_bytes))
-    # A chunk never exceeds the items of a group, so small jobs are not padded.
-    chunk = int(min(batch_size, (spans[0][1] - spans[0][0]) * steps))
+    # A chunk never exceeds the items of a group, so small jobs are not padded, and the items of
+    # a larger one are split evenly (docs/architecture.md, "The chunked executor").
+    chunk = executor.chunk_size((spans[0][1] - spans[0][0]) * steps, batch_size)
     runner = _runner(adapter, model, spec, shape, chunk, preprocessing, seed, method)
     if unit.views:  # every model evaluation of a method is counted as a gradient pass
         workload.count("gradient", count * spec.evaluations(shape))

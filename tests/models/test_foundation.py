@@ -74,6 +74,18 @@ def test_left_over_items_run_in_quarter_chunks(count, chunk, computed):
     assert int(seen.numpy()) == computed
 
 
+def test_a_long_stream_is_split_evenly_into_few_chunk_sizes():
+    assert executor.chunk_size(24, 64) == 24 and executor.chunk_size(96, 64) == 48
+    sizes = set()
+    for items in range(65, 3000):
+        chunk = executor.chunk_size(items, 64)
+        chunks = -(-items // chunk)
+        assert chunks == -(-items // 64)  # no more chunks than chunks of 64 would take
+        assert chunks * chunk - items < chunks * executor.CHUNK_QUANTUM  # padding: < 4 a chunk
+        sizes.add(chunk)
+    assert sizes == set(range(36, 65, 4))
+
+
 def test_groups_cover_every_image_within_the_budgets():
     assert list(executor.groups(10, 100, 450)) == [(0, 4), (4, 8), (8, 10)]
     assert list(executor.groups(600, 1, 1 << 30)) == [(0, 256), (256, 512), (512, 600)]
