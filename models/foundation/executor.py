@@ -14,9 +14,11 @@ tail chunks of a quarter of its size (a second traced copy of `compute`), so tha
 does not pay for up to a whole chunk of padding. The last chunk is padded with repeats of the last
 item; their outputs are dropped (`collect`) or sent to a slot that is thrown away
 (`accumulate`). A chunk's items never see one another, so results do not depend on the chunk
-size. Both functions are meant to be called while a
-`tf.function` traces. `groups` cuts a job into groups of images whose per-image state fits a
-memory budget; that Python loop is over groups of many images, never over images.
+size (but for rounding: oneDNN's kernels may round differently at another batch size). Both
+functions are meant to be called while a `tf.function` traces. `chunk_size` chooses a stream's
+chunk where its length is known before tracing (the items split evenly, little padding).
+`groups` cuts a job into groups of images whose per-image state fits a memory budget; that
+Python loop is over groups of many images, never over images.
 """
 import threading
 from typing import Any, Callable, Iterator, Sequence
