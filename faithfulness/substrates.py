@@ -22,6 +22,7 @@ import tensorflow as tf
 from numpy.typing import ArrayLike
 
 from models.foundation.errors import UserError
+from models.foundation.tracing import quiet_retracing
 
 
 def box_kernel_1d(height: int) -> np.ndarray:
@@ -73,11 +74,34 @@ def idsds_blur(images: tf.Tensor, kernel: int = 51, sigma: float = 41.0) -> tf.T
     return separable_blur(images, idsds_kernel_1d(kernel, sigma))
 
 
-def uniform_noise(keys: tf.Tensor, shape: Sequence[int]) -> tf.Tensor:
-    """float32 [N, *shape]: U(-1, 1) per row of int64 `keys` [N, 2] (stateless, batch-free)."""
-    keys = tf.convert_to_tensor(keys, tf.int64)
+def _rows_drawn(keys: tf.Tensor, shape: tuple, normal: bool) -> tf.Tensor:
+    """float32 [N, *shape]: one stateless draw per row of `keys`, U(-1, 1) or N(0, 1)."""
+    if normal:
+        return tf.map_fn(lambda key: tf.random.stateless_normal(shape, key), keys,
+                         fn_output_signature=tf.float32)
     return tf.map_fn(lambda key: tf.random.stateless_uniform(shape, key, -1.0, 1.0), keys,
                      fn_output_signature=tf.float32)
+
+
+# An eager caller's draws run as one traced loop (one trace per shape); run eagerly, map_fn is a
+# Python loop over the rows (320 rows of a robustness measure: 0.77 s of its 1.2 s).
+_rows_traced = quiet_retracing(tf.function(_rows_drawn, autograph=False, reduce_retracing=True))
+
+
+def _rows(keys: tf.Tensor, shape: Sequence[int], normal: bool) -> tf.Tensor:
+    keys = tf.convert_to_tensor(keys, tf.int64)
+    draw = _rows_traced if tf.executing_eagerly() else _rows_drawn
+    return draw(keys, tuple(int(size) for size in shape), normal)
+
+
+def uniform_noise(keys: tf.Tensor, shape: Sequence[int]) -> tf.Tensor:
+    """float32 [N, *shape]: U(-1, 1) per row of int64 `keys` [N, 2] (stateless, batch-free)."""
+    return _rows(keys, shape, normal=False)
+
+
+def normal_noise(keys: tf.Tensor, shape: Sequence[int]) -> tf.Tensor:
+    """float32 [N, *shape]: N(0, 1) per row of int64 `keys` [N, 2] (stateless, batch-free)."""
+    return _rows(keys, shape, normal=True)
 
 
 def noise_keys(seed: int, ids: tf.Tensor, salt: int = 0) -> tf.Tensor:

@@ -22,7 +22,12 @@ import numpy as np
 from models.foundation import cli, cluster, errors
 from models.foundation.cli import option, require
 from models.foundation.errors import UserError, check_minimum
-from models.report import uncertainty
+from models.foundation.lazy import lazy_module
+
+if TYPE_CHECKING:
+    from models.report import uncertainty
+else:  # scipy.stats, a second of a binary's --help (docs/architecture.md, "Light imports")
+    uncertainty = lazy_module("models.report.uncertainty")
 
 _root_level = logging.getLogger().level
 logging.getLogger().setLevel(logging.ERROR)  # Beam's import warns that GCP's apitools is absent

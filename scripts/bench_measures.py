@@ -11,7 +11,9 @@ per image. For each measure, with the settings of `SETTINGS`, it prints:
 
 * ours: the library call, steady state (the second call; the first, which traces, beside it);
 * ceiling: the same number of forward passes of the Keras network on one fixed batch inside one
-  traced loop (no perturbation, no data movement): ours / ceiling is the share of the bound;
+  traced loop (no perturbation, no data movement), and for a measure that explains perturbed
+  images (`GRADIENTS`) as many bare input gradients likewise: ours / ceiling is the share of the
+  bound;
 * Quantus: the same call of Quantus 0.6 on the PyTorch twin, in its own environment
   (--quantus_python, default $QUANTUS_PYTHON; skipped without one), timed once by
   `scripts/quantus_timing.py`; Quantus / ours is the speed-up.
@@ -48,7 +50,9 @@ else:
     measures = lazy_module("faithfulness.measures")
     engine = lazy_module("saliency_gen.attribution.engine")
 # (scripts/ is a folder of scripts, not a package the type checker follows)
-bench_faithfulness: Any = lazy_module("scripts.bench_faithfulness")
+# run as `python -m scripts.bench_measures` or as `python scripts/bench_measures.py`
+bench_faithfulness: Any = lazy_module(
+    f"{__package__}.bench_faithfulness" if __package__ else "bench_faithfulness")
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # measure -> its settings here (Quantus's names), the forward passes per image (None: the maps
@@ -62,11 +66,12 @@ SETTINGS: dict[str, tuple[dict, Optional[int]]] = {
     "infidelity": ({"perturb_patch_sizes": [8], "n_perturb_samples": 1}, 65),
     "monotonicity_correlation": ({"features_in_step": 256, "nr_samples": 4}, 193),
     "sensitivity_n": ({"features_in_step": 64}, 52),
-    "avg_sensitivity": ({"nr_samples": 20, "lower_bound": 0.1}, 41),  # + 20 gradients
+    "avg_sensitivity": ({"nr_samples": 20, "lower_bound": 0.1}, 21),
     "sparseness": ({}, None),
     "pointing_game": ({}, None),
 }
 MAPS_ONLY = ("sparseness", "pointing_game")
+GRADIENTS = {"avg_sensitivity": 20}  # measure -> input gradients per image (its explanations)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,11 +99,31 @@ def network(size: int, seed: int, widths: tuple = (16, 32, 64)) -> Any:
     return keras.Sequential(layers)
 
 
-def ceiling_seconds(model: Any, passes: int, batch_size: int, size: int) -> float:
+def ceiling_seconds(model: Any, passes: int, batch_size: int, size: int,
+                    gradients: int = 0) -> float:
     """The best of three times of `passes` forward passes on one fixed batch, one traced loop
-    (`scripts.bench_faithfulness.ceiling_run`)."""
-    return bench_faithfulness.best_times(
-        [bench_faithfulness.ceiling_run(model, passes, batch_size, size)], 3)[0]
+    (`scripts.bench_faithfulness.ceiling_run`), plus that of `gradients` bare input gradients."""
+    runs = [bench_faithfulness.ceiling_run(model, passes, batch_size, size)]
+    if gradients:
+        runs.append(gradient_run(model, gradients, batch_size, size))
+    return sum(bench_faithfulness.best_times(runs, 3))
+
+
+def gradient_run(model: Any, passes: int, batch_size: int, size: int) -> Any:
+    """`passes` input gradients of the class-0 logit on one fixed batch, in one traced loop."""
+    batch = tf.random.normal([batch_size, size, size, 3])
+    chunks = -(-passes // batch_size)
+
+    @tf.function
+    def loop():
+        def body(i, total):
+            with tf.GradientTape() as tape:
+                tape.watch(batch)
+                score = tf.reduce_sum(model(batch, training=False)[:, 0])
+            return i + 1, total + tf.reduce_sum(tape.gradient(score, batch))
+        return tf.while_loop(lambda i, _: i < chunks, body, [0, 0.0], parallel_iterations=1)[1]
+
+    return lambda: loop().numpy()
 
 
 def inputs(model: Any, config: Config) -> dict:
@@ -165,9 +190,11 @@ def run(config: Config) -> list:
     with progress.bar(len(SETTINGS), "measures timed", "measure") as bar:
         for name, (settings, passes) in SETTINGS.items():
             first, steady = ours(model, arrays, name, settings, config.batch_size)
+            gradients = GRADIENTS.get(name, 0)
             bound = ceiling_seconds(model, passes * config.images, config.batch_size,
-                                    config.size) if passes else None
-            rows.append({"measure": name, "passes_per_image": passes, "ours_first_s": first,
+                                    config.size, gradients * config.images) if passes else None
+            rows.append({"measure": name, "passes_per_image": passes,
+                         "gradients_per_image": gradients, "ours_first_s": first,
                          "ours_s": steady, "ceiling_s": bound,
                          "of_ceiling": bound / steady if bound else None,
                          "quantus_s": reference.get(name),
@@ -176,11 +203,14 @@ def run(config: Config) -> list:
     print(f"{datetime.date.today().isoformat()}, {platform.processor() or platform.machine()}"
           f" ({_cpu()}), {config.threads} threads each, {config.images} images of "
           f"{config.size} px, widths {','.join(config.widths)}, batch {config.batch_size}")
-    print("| measure | passes per image | ours (s) | first call (s) | ceiling (s) | ours / "
-          "ceiling | Quantus 0.6 (s) | Quantus / ours |")
+    print("| measure | forward passes per image | ours (s) | first call (s) | ceiling (s) | "
+          "ours / ceiling | Quantus 0.6 (s) | Quantus / ours |")
     print("|---|---|---|---|---|---|---|---|")
     for row in rows:
-        print(f"| {row['measure']} | {row['passes_per_image'] or 'maps only'} | "
+        work = str(row["passes_per_image"] or "maps only")
+        if row["gradients_per_image"]:
+            work += f" + {row['gradients_per_image']} gradients"
+        print(f"| {row['measure']} | {work} | "
               f"{row['ours_s']:.3f} | {row['ours_first_s']:.3f} | "
               f"{_maybe(row['ceiling_s'], '.3f')} | {_maybe(row['of_ceiling'], '.2f')} | "
               f"{_maybe(row['quantus_s'], '.2f')} | {_maybe(row['speed_up'], '.1f')} |")

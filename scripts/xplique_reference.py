@@ -29,7 +29,9 @@ from models.foundation.lazy import lazy_module
 from models.foundation.rules import Checked
 
 # (scripts/ is a folder of scripts, not a package the type checker follows)
-measures_agreement: Any = lazy_module("scripts.measures_agreement")
+# run as `python -m scripts.xplique_reference` or as `python scripts/xplique_reference.py`
+measures_agreement: Any = lazy_module(
+    f"{__package__}.measures_agreement" if __package__ else "measures_agreement")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -111,6 +111,21 @@ def class_outputs(adapter: Any, images: tf.Tensor, classes: tf.Tensor,
     return tf.gather(outputs, classes, batch_dims=1)
 
 
+@tf.function(jit_compile=True)
+def _band_images(x, ranks, bands, baseline, items, keep):
+    """The perturbed images of a chunk of (image, band) items: an element takes the item's
+    `baseline` value where its rank lies in the item's band (or, with `keep`, outside it).
+    Compiled with XLA so that the gathers, the comparisons and the select are one pass over the
+    chunk (docs/measures.md, "Speed"); exact: each element is one value or the other."""
+    steps = tf.shape(bands)[0]
+    image, step = items // steps, items % steps
+    band = tf.gather(bands, step)[:, None, None, None, :]
+    own = tf.gather(ranks, image)
+    inside = (own >= band[..., 0]) & (own < band[..., 1])
+    return tf.where(inside != keep, tf.gather(baseline, items)[:, None, None, None],
+                    tf.gather(x, image))
+
+
 def band_scores(model: Any, x: np.ndarray, ranks: np.ndarray, bands: np.ndarray,
                 baseline: np.ndarray, classes: np.ndarray, *, keep: bool = False,
                 softmax: bool = True, batch_size: int = 64) -> np.ndarray:
@@ -133,13 +148,9 @@ def band_scores(model: Any, x: np.ndarray, ranks: np.ndarray, bands: np.ndarray,
             steps = tf.shape(bands)[0]
 
             def compute(items):
-                image, step = items // steps, items % steps
-                band = tf.gather(bands, step)[:, None, None, None, :]
-                own = tf.gather(ranks, image)
-                inside = (own >= band[..., 0]) & (own < band[..., 1])
-                perturbed = tf.where(inside != keep,
-                                     tf.gather(baseline, items)[:, None, None, None],
-                                     tf.gather(x, image))
+                image = items // steps
+                perturbed = tf.ensure_shape(_band_images(x, ranks, bands, baseline, items, keep),
+                                            [items.shape[0], height, width, channels])
                 return class_outputs(adapter, perturbed, tf.gather(classes, image), softmax)
             return executor.collect(tf.shape(x)[0] * steps, batch_size, compute)
         return run
@@ -196,8 +207,10 @@ def outputs(model: Any, x: np.ndarray, batch_size: int = 64) -> np.ndarray:
 
 
 def class_count(model: Any, x: np.ndarray) -> int:
-    """How many classes the model scores (one eager pass of one image)."""
-    return int(model_adapter(model).logits(tf.constant(x[:1], tf.float32)).shape[-1])
+    """How many classes the model scores (one eager pass of one image, kept with the model per
+    image shape: the pass costs as much as a cheap network's whole measure)."""
+    return kept(model, ("measures' class count", x.shape[1:]), lambda: int(
+        model_adapter(model).logits(tf.constant(x[:1], tf.float32)).shape[-1]))
 
 
 def checked_classes(model: Any, x: np.ndarray, y_batch: Any) -> np.ndarray:

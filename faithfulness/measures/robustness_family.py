@@ -99,8 +99,7 @@ class Noise:
         if self.mean is None:
             unit = substrates.uniform_noise(keys, list(shape)).numpy()  # U(-1, 1)
             return (self.low + (unit + 1.0) * 0.5 * (self.high - self.low)).astype(np.float32)
-        normal = tf.map_fn(lambda key: tf.random.stateless_normal(list(shape), key), keys,
-                           fn_output_signature=tf.float32).numpy()
+        normal = substrates.normal_noise(keys, shape).numpy()
         return (self.mean + self.std * normal).astype(np.float32)
 
 

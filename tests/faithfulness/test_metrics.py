@@ -344,6 +344,22 @@ def test_substrate_kernels():
         25 / 81)
 
 
+
+def test_noise_draws_are_per_key_and_the_same_eager_or_traced():
+    """A row's draw depends on its key alone (not on the other rows), and an eager call (one
+    traced loop) draws what the same call inside a traced function draws."""
+    keys = substrates.noise_keys(7, np.arange(5))
+    for draw in (substrates.uniform_noise, substrates.normal_noise):
+        eager = draw(keys, [3, 2]).numpy()
+        alone = draw(keys[3:4], [3, 2]).numpy()
+        traced = tf.function(lambda k, draw=draw: draw(k, [3, 2]))(keys).numpy()
+        np.testing.assert_array_equal(eager[3:4], alone)
+        np.testing.assert_array_equal(eager, traced)
+        assert eager.shape == (5, 3, 2) and len(np.unique(eager)) == eager.size
+    uniform = substrates.uniform_noise(substrates.noise_keys(0, np.arange(400)), [50]).numpy()
+    assert -1 <= uniform.min() < -0.99 and 0.99 < uniform.max() <= 1
+    assert abs(uniform.mean()) < 0.01 and abs(uniform.std() - 1 / np.sqrt(3)) < 0.01
+
 # -- RISE and incremental deletion ----------------------------------------------------------------
 
 def test_rise_deletion_of_a_fraction_model():
