@@ -9,7 +9,8 @@ costs more per forward pass), the same weights in PyTorch for
 Quantus; --images random images of --size pixels, the network's gradient maps, a square mask
 per image. For each measure, with the settings of `SETTINGS`, it prints:
 
-* ours: the library call, steady state (the second call; the first, which traces, beside it);
+* ours: the library call, steady state (the best of three calls after the first, which traces
+  and is shown beside it), timed in turn with the ceiling's runs;
 * ceiling: the same number of forward passes of the Keras network on one fixed batch inside one
   traced loop (no perturbation, no data movement), and for a measure that explains perturbed
   images (`GRADIENTS`) as many bare input gradients likewise: ours / ceiling is the share of the
@@ -99,14 +100,14 @@ def network(size: int, seed: int, widths: tuple = (16, 32, 64)) -> Any:
     return keras.Sequential(layers)
 
 
-def ceiling_seconds(model: Any, passes: int, batch_size: int, size: int,
-                    gradients: int = 0) -> float:
-    """The best of three times of `passes` forward passes on one fixed batch, one traced loop
-    (`scripts.bench_faithfulness.ceiling_run`), plus that of `gradients` bare input gradients."""
+def ceiling_runs(model: Any, passes: int, batch_size: int, size: int,
+                 gradients: int = 0) -> list:
+    """The ceiling's callables: `passes` forward passes on one fixed batch in one traced loop
+    (`scripts.bench_faithfulness.ceiling_run`), and `gradients` bare input gradients likewise."""
     runs = [bench_faithfulness.ceiling_run(model, passes, batch_size, size)]
     if gradients:
         runs.append(gradient_run(model, gradients, batch_size, size))
-    return sum(bench_faithfulness.best_times(runs, 3))
+    return runs
 
 
 def gradient_run(model: Any, passes: int, batch_size: int, size: int) -> Any:
@@ -140,9 +141,8 @@ def inputs(model: Any, config: Config) -> dict:
     return {"x": x, "y": y, "maps": maps, "masks": masks, "summed": maps.sum(axis=-1)}
 
 
-def ours(model: Any, arrays: dict, name: str, settings: dict,
-         batch_size: int) -> tuple[float, float]:
-    """(first call's seconds, second call's seconds) of the library call."""
+def library_call(model: Any, arrays: dict, name: str, settings: dict, batch_size: int) -> Any:
+    """The measure's library call on the benchmark's inputs, as a callable."""
     call = dict(settings)
     if name == "avg_sensitivity":
         call["explain_func"] = "gradient"
@@ -150,12 +150,22 @@ def ours(model: Any, arrays: dict, name: str, settings: dict,
         call["batch_size"] = batch_size
     masks = arrays["masks"] if name == "pointing_game" else None
     maps = arrays["summed" if name in MAPS_ONLY else "maps"]
-    times = []
-    for _ in range(2):
-        started = time.perf_counter()
-        getattr(measures, name)(model, arrays["x"], arrays["y"], maps, masks, **call)
-        times.append(time.perf_counter() - started)
-    return times[0], times[1]
+    return lambda: getattr(measures, name)(model, arrays["x"], arrays["y"], maps, masks, **call)
+
+
+def timings(model: Any, arrays: dict, name: str, settings: dict, passes: Optional[int],
+            config: Config) -> tuple[float, float, Optional[float]]:
+    """(first call's seconds, steady seconds, ceiling seconds or None): after the first call
+    (which traces), the best of three of the call and of each ceiling run, taken in turn so a
+    slow spell of a shared machine hits both alike."""
+    call = library_call(model, arrays, name, settings, config.batch_size)
+    started = time.perf_counter()
+    call()
+    first = time.perf_counter() - started
+    bound = ceiling_runs(model, passes * config.images, config.batch_size, config.size,
+                         GRADIENTS.get(name, 0) * config.images) if passes else []
+    times = bench_faithfulness.best_times([call, *bound], 3)
+    return first, times[0], (sum(times[1:]) if bound else None)
 
 
 def quantus_seconds(model: Any, arrays: dict, config: Config) -> dict:
@@ -189,12 +199,9 @@ def run(config: Config) -> list:
     rows: list[dict[str, Any]] = []
     with progress.bar(len(SETTINGS), "measures timed", "measure") as bar:
         for name, (settings, passes) in SETTINGS.items():
-            first, steady = ours(model, arrays, name, settings, config.batch_size)
-            gradients = GRADIENTS.get(name, 0)
-            bound = ceiling_seconds(model, passes * config.images, config.batch_size,
-                                    config.size, gradients * config.images) if passes else None
+            first, steady, bound = timings(model, arrays, name, settings, passes, config)
             rows.append({"measure": name, "passes_per_image": passes,
-                         "gradients_per_image": gradients, "ours_first_s": first,
+                         "gradients_per_image": GRADIENTS.get(name, 0), "ours_first_s": first,
                          "ours_s": steady, "ceiling_s": bound,
                          "of_ceiling": bound / steady if bound else None,
                          "quantus_s": reference.get(name),
