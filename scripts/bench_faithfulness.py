@@ -84,15 +84,24 @@ def best_times(runs, repeats):
     return [best.get(run) for run in runs]
 
 
-def ceiling_run(model, passes, batch_size, size):
-    """`passes` forward passes of `model` on one fixed batch, in one traced loop."""
+def ceiling_run(model, passes, batch_size, size, gradient=False):
+    """`passes` forward passes of `model` on one fixed batch, in one traced loop (with
+    `gradient`, as many input gradients of the class-0 logit)."""
     batch = tf.random.normal([batch_size, size, size, 3])
     chunks = -(-passes // batch_size)
+
+    def work():
+        if not gradient:
+            return model(batch, training=False)
+        with tf.GradientTape() as tape:
+            tape.watch(batch)
+            score = tf.reduce_sum(model(batch, training=False)[:, 0])
+        return tape.gradient(score, batch)
 
     @tf.function
     def loop():
         def body(i, total):
-            return i + 1, total + tf.reduce_sum(model(batch, training=False))
+            return i + 1, total + tf.reduce_sum(work())
         return tf.while_loop(lambda i, _: i < chunks, body, [0, 0.0], parallel_iterations=1)[1]
 
     return lambda: loop().numpy()

@@ -106,25 +106,9 @@ def ceiling_runs(model: Any, passes: int, batch_size: int, size: int,
     (`scripts.bench_faithfulness.ceiling_run`), and `gradients` bare input gradients likewise."""
     runs = [bench_faithfulness.ceiling_run(model, passes, batch_size, size)]
     if gradients:
-        runs.append(gradient_run(model, gradients, batch_size, size))
+        runs.append(bench_faithfulness.ceiling_run(model, gradients, batch_size, size,
+                                                   gradient=True))
     return runs
-
-
-def gradient_run(model: Any, passes: int, batch_size: int, size: int) -> Any:
-    """`passes` input gradients of the class-0 logit on one fixed batch, in one traced loop."""
-    batch = tf.random.normal([batch_size, size, size, 3])
-    chunks = -(-passes // batch_size)
-
-    @tf.function
-    def loop():
-        def body(i, total):
-            with tf.GradientTape() as tape:
-                tape.watch(batch)
-                score = tf.reduce_sum(model(batch, training=False)[:, 0])
-            return i + 1, total + tf.reduce_sum(tape.gradient(score, batch))
-        return tf.while_loop(lambda i, _: i < chunks, body, [0, 0.0], parallel_iterations=1)[1]
-
-    return lambda: loop().numpy()
 
 
 def inputs(model: Any, config: Config) -> dict:

@@ -344,7 +344,6 @@ def test_substrate_kernels():
         25 / 81)
 
 
-
 def test_noise_draws_are_per_key_and_the_same_eager_or_traced():
     """A row's draw depends on its key alone (not on the other rows), and an eager call (one
     traced loop) draws what the same call inside a traced function draws."""
@@ -359,6 +358,7 @@ def test_noise_draws_are_per_key_and_the_same_eager_or_traced():
     uniform = substrates.uniform_noise(substrates.noise_keys(0, np.arange(400)), [50]).numpy()
     assert -1 <= uniform.min() < -0.99 and 0.99 < uniform.max() <= 1
     assert abs(uniform.mean()) < 0.01 and abs(uniform.std() - 1 / np.sqrt(3)) < 0.01
+
 
 # -- RISE and incremental deletion ----------------------------------------------------------------
 
