@@ -11,7 +11,11 @@
    in-process runner), and against that process run twice at once on half the shards each
    (the most two single-threaded workers can get from the machine): the ratio of the rates,
    its share of the ideal 2, and its share of the two independent processes' rate
-   (docs/scale_out.md, "Dask").
+   (docs/scale_out.md, "Dask"). With `--pin_cores` each of these processes computes on a core
+   of its own (the one process on the first usable core; the two apart, and the two workers,
+   on the first two), and the one process is also timed free to use both cores ("one free"):
+   a process with one TensorFlow thread still runs helper threads, which use the second core
+   whenever it is free, so without pinning "one process" is more than one core's work.
 
 Both on a cheap model (plain_cnn) and a costlier one (small_resnet), 64-px random images, 2,048
 by default, so that each Beam worker's start-up (a TensorFlow import and a model load) weighs
@@ -21,7 +25,7 @@ the cores shared out). Whole processes are
 timed (start-up included), so the ratios are what a user sees.
 
     python scripts/bench_scale.py [--images=2048] [--epochs=2] [--models=plain_cnn,small_resnet]
-        [--workloads=generation,training] [--repeats=1]
+        [--workloads=generation,training,dask] [--repeats=1] [--pin_cores]
 """
 import dataclasses
 import io
@@ -36,7 +40,7 @@ from typing import Optional
 import numpy as np
 from PIL import Image
 
-from models.foundation import provenance
+from models.foundation import cluster, provenance
 from models.foundation.cli import option, run_binary
 from models.foundation.errors import UserError, check_minimum
 
@@ -70,9 +74,10 @@ def make_records(root, images, chosen, size=64, shards=4):
     return paths
 
 
-def timed(arguments: list, env: Optional[dict] = None) -> float:
-    """Seconds the command `arguments` took (`timed_together` of one)."""
-    return timed_together([arguments], env or {})
+def timed(arguments: list, env: Optional[dict] = None, core: Optional[int] = None) -> float:
+    """Seconds the command `arguments` took (`timed_together` of one), on `core` alone if
+    given."""
+    return timed_together([arguments], env or {}, [core])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,18 +90,23 @@ class Config:
                             "dask.")
     repeats: int = option(1, "Dask: rounds of each comparison; the table takes each run's "
                           "best.")
+    pin_cores: bool = option(False, "Dask: each process compared on a core of its own (the one "
+                             "process on the first usable core, the two apart and the two "
+                             "workers on the first two; Linux).")
 
 
-def timed_together(commands: list, env: dict) -> float:
+def timed_together(commands: list, env: dict, cores: Optional[list] = None) -> float:
     """Seconds until every one of `commands`, started at once, has finished (their stderr in
-    files, so no process waits on a full pipe while another is read); the last lines of the
-    failures' stderr as the error when one fails."""
+    files, so no process waits on a full pipe while another is read), command i on
+    `cores[i]` alone where that is not None; the last lines of the failures' stderr as the
+    error when one fails."""
+    cores = cores or [None] * len(commands)
     with tempfile.TemporaryDirectory() as folder:
         logs = [open(os.path.join(folder, f"{index}.err"), "w+") for index in range(len(commands))]
         started = time.time()
         running = [subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=log,
-                                    env={**os.environ, **env})
-                   for command, log in zip(commands, logs)]
+                                    env={**os.environ, **env}, preexec_fn=cluster.on_core(core))
+                   for command, log, core in zip(commands, logs, cores)]
         for process in running:
             process.wait()
         seconds = time.time() - started
@@ -121,41 +131,51 @@ def dask_round(root: str, model: str, path: str, pattern: str, args: Config) -> 
     """One round of generation and scoring of `model`, each as seconds of (one
     single-threaded process, two such processes at once on half the shards each: the most two
     single-threaded workers can get from this machine, two single-threaded workers of a running
-    local Dask cluster), whole processes timed, every output in a new folder under `root`."""
-    from models.foundation import cluster
-
+    local Dask cluster, and with --pin_cores, where each of those is on a core of its own, one
+    process free to use both cores: NaN without), whole processes timed, every output in a new
+    folder under `root`."""
     one = dict(cluster.SINGLE_THREAD)
+    usable = cluster.usable_cores()
+    first, pair = (usable[0], [usable[0], usable[1 % len(usable)]]) if args.pin_cores else (
+        None, None)
     settings = [f"--model_path={path}", f"--saliency_method={args.method}", "--batch_size=16"]
     generation = [sys.executable, "-m", "saliency_gen.generate", *settings]
     single = timed([*generation, f"--input_pattern={pattern}",
-                    f"--output_dir={root}/single"], env=one)
+                    f"--output_dir={root}/single"], one, first)
     apart = timed_together([[*generation, f"--input_pattern={half}",
                              f"--output_dir={root}/half{index}"]
-                            for index, half in enumerate(halves(pattern))], one)
+                            for index, half in enumerate(halves(pattern))], one, pair)
+    free = timed([*generation, f"--input_pattern={pattern}", f"--output_dir={root}/free"],
+                 one) if args.pin_cores else float("nan")
     maps = f"{root}/single/{args.method.split(':')[-1]}/train-*"
     scoring = [sys.executable, "-m", "faithfulness.beam_scoring", f"--model_path={path}",
                f"--saliency_method={args.method}", "--evaluation_protocol=deletion",
                "--batch_size=16"]
     scored_one = timed([*scoring, f"--input_pattern={maps}", "--beam_workers=1",
-                        f"--output={root}/one.json"], env=one)
+                        f"--output={root}/one.json"], one, first)
     scored_apart = timed_together(
         [[*scoring, f"--input_pattern={half}", "--beam_workers=1",
-          f"--output={root}/half{index}.json"] for index, half in enumerate(halves(maps))], one)
+          f"--output={root}/half{index}.json"] for index, half in enumerate(halves(maps))], one,
+        pair)
+    scored_free = timed([*scoring, f"--input_pattern={maps}", "--beam_workers=1",
+                         f"--output={root}/free.json"], one) if args.pin_cores else float("nan")
     folder = tempfile.mkdtemp(prefix="cluster_", dir=root)
     # a running cluster: its workers started and imported TensorFlow before the job came
-    with cluster.local_cluster(folder, workers=2, preload=("tensorflow",)) as running:
+    with cluster.local_cluster(folder, workers=2, preload=("tensorflow",),
+                               pinned=args.pin_cores) as running:
         on_dask = ["--runner=DaskRunner", f"--dask_scheduler_file={running.scheduler_file}"]
         spread = timed([sys.executable, "-m", "saliency_gen.beam_generate", *settings,
                         f"--input_pattern={pattern}", f"--output_dir={root}/dask",
                         *on_dask], env=one)
         scored_dask = timed([*scoring, f"--input_pattern={maps}", *on_dask,
                              f"--output={root}/dask.json"], env=one)
-    return (single, apart, spread), (scored_one, scored_apart, scored_dask)
+    return (single, apart, spread, free), (scored_one, scored_apart, scored_dask, scored_free)
 
 
 def dask_rows(root: str, model: str, path: str, pattern: str, args: Config) -> list:
     """Generation and scoring rows of `model`: (name, seconds of one process, of two apart, on
-    Dask), each the best of --repeats rounds (a shared machine's noise only ever slows a run)."""
+    Dask, of one process free to use both cores), each the best of --repeats rounds (a shared
+    machine's noise only ever slows a run)."""
     rounds = [dask_round(tempfile.mkdtemp(prefix=f"dask_{model}_", dir=root), model, path,
                          pattern, args) for _ in range(args.repeats)]
     best = np.min(np.array(rounds), axis=0)
@@ -163,15 +183,17 @@ def dask_rows(root: str, model: str, path: str, pattern: str, args: Config) -> l
             (f"deletion scoring {model}", *best[1])]
 
 
-def print_dask_table(rows: list, images: int) -> None:
+def print_dask_table(rows: list, images: int, pinned: bool) -> None:
     """The Dask rows as rates (images/s) and shares: of twice the one-process rate and of the
     two independent processes' rate."""
-    print(f"{'Dask, 2 workers x 1 thread':40} {'one process':>12} {'two apart':>10} "
-          f"{'Dask':>8} {'ratio':>6} {'of 2x':>6} {'of apart':>8}   (images/s)")
-    for name, single, apart, spread in rows:
+    title = "Dask, 2 workers x 1 core" if pinned else "Dask, 2 workers x 1 thread"
+    print(f"{title:40} {'one process':>12} {'two apart':>10} {'Dask':>8} {'ratio':>6} "
+          f"{'of 2x':>6} {'of apart':>8}" + (f" {'one free':>9}" if pinned else "")
+          + "   (images/s)")
+    for name, single, apart, spread, free in rows:
         print(f"{name:40} {images / single:12.2f} {images / apart:10.2f} "
               f"{images / spread:8.2f} {single / spread:6.2f} {single / spread / 2:6.2f} "
-              f"{apart / spread:8.2f}")
+              f"{apart / spread:8.2f}" + (f" {images / free:9.2f}" if pinned else ""))
 
 
 def run(args: Config) -> None:
@@ -214,9 +236,9 @@ def run(args: Config) -> None:
     for name, base, scaled, unit in rows:
         print(f"{name:58} {base:7.2f} {unit:>8} {scaled:7.2f} {unit:>8} {scaled / base:7.2f}")
     if dask:
-        print_dask_table(dask, args.images)
+        print_dask_table(dask, args.images, args.pin_cores)
     print(json.dumps({"images": args.images, "epochs": args.epochs, "cores": os.cpu_count(),
-                      "machine": provenance.machine()}))
+                      "pin_cores": args.pin_cores, "machine": provenance.machine()}))
 
 
 if __name__ == "__main__":

@@ -34,6 +34,22 @@ def cluster(tmp_path_factory):
         yield found
 
 
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(clusters.usable_cores()) < 2,
+                    reason="needs Linux's CPU affinity and two cores")
+def test_a_pinned_process_and_the_threads_it_starts_stay_on_their_core():
+    """`on_core` (the pinned local cluster's workers, scripts/bench_scale.py --pin_cores): the
+    child and a thread it starts later run on the last usable core alone; no core, no
+    confinement."""
+    core = clusters.usable_cores()[-1]
+    child = ("import os, threading; seen = []; thread = threading.Thread(target=lambda: "
+             "seen.append(sorted(os.sched_getaffinity(0)))); thread.start(); thread.join(); "
+             "print(sorted(os.sched_getaffinity(0)), seen[0])")
+    done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True,
+                          check=True, preexec_fn=clusters.on_core(core))
+    assert done.stdout.split("]")[:2] == [f"[{core}", f" [{core}"], done.stdout
+    assert clusters.on_core(None) is None
+
+
 def _run(module, flags, *, timeout=600):
     done = binaries.run([sys.executable, "-m", module, *flags], cwd=REPO, capture_output=True,
                         text=True, timeout=timeout)

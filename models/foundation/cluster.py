@@ -17,7 +17,7 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 from models.foundation import progress
 from models.foundation.cli import option, require
@@ -124,6 +124,7 @@ class LocalCluster:
     scheduler: subprocess.Popen
     workers: list
     preload: tuple = ()  # modules each worker imports when it starts (dask worker --preload)
+    pinned: bool = False  # worker i confined to the i-th core this process may use
 
     @property
     def pids(self) -> list:
@@ -133,7 +134,9 @@ class LocalCluster:
     def add_worker(self, name: str) -> subprocess.Popen:
         """One more single-threaded worker process (no nanny: killing it kills it), started
         with the installed package (no PYTHONPATH) in the cluster's folder, importing the
-        cluster's `preload` modules as it starts."""
+        cluster's `preload` modules as it starts (on a core of its own if the cluster is
+        `pinned`)."""
+        core = usable_cores()[len(self.workers) % len(usable_cores())] if self.pinned else None
         environment = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
         preload = [argument for module in self.preload for argument in ("--preload", module)]
         with open(os.path.join(self.folder, f"{name}.log"), "w") as log:
@@ -142,7 +145,7 @@ class LocalCluster:
                  "--nworkers", "1", "--no-nanny", "--host", "127.0.0.1", "--no-dashboard",
                  "--name", name, "--local-directory", self.folder, *preload],
                 env={**environment, **SINGLE_THREAD}, cwd=self.folder, stdout=log,
-                stderr=subprocess.STDOUT)
+                stderr=subprocess.STDOUT, preexec_fn=on_core(core))
         self.workers.append(worker)
         return worker
 
@@ -154,6 +157,24 @@ class LocalCluster:
                 return len(found.scheduler_info()["workers"])
         except (OSError, ValueError, TimeoutError):
             return 0
+
+
+def usable_cores() -> list:
+    """The CPUs this process may run on, in order (its affinity where the system has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return sorted(os.sched_getaffinity(0))
+    return list(range(os.cpu_count() or 1))
+
+
+def on_core(core: Optional[int]) -> Optional[Callable[[], None]]:
+    """A `preexec_fn` for `subprocess.Popen` that confines the child, and every thread it will
+    start, to CPU `core` (Linux's affinity); None for `core` None (no confinement)."""
+    if core is None:
+        return None
+    if not hasattr(os, "sched_setaffinity"):
+        raise UserError("confining a process to a core needs Linux's CPU affinity "
+                        "(os.sched_setaffinity)")
+    return lambda: os.sched_setaffinity(0, {core})
 
 
 def _dask() -> list:
@@ -170,11 +191,13 @@ def _wait_for(condition: Any, seconds: float, what: str) -> None:
 
 
 @contextlib.contextmanager
-def local_cluster(folder: str, workers: int = 2,
-                  preload: Sequence[str] = ()) -> Iterator[LocalCluster]:
+def local_cluster(folder: str, workers: int = 2, preload: Sequence[str] = (),
+                  pinned: bool = False) -> Iterator[LocalCluster]:
     """A scheduler and `workers` single-threaded worker processes on 127.0.0.1, started in
     `folder` (each importing the `preload` modules, as a long-running cluster's workers have:
-    `dask worker --preload tensorflow`) and stopped by their process ids when the block ends."""
+    `dask worker --preload tensorflow`; with `pinned`, worker i on the i-th usable core alone,
+    as a cluster's worker has cores of its own) and stopped by their process ids when the
+    block ends."""
     require("distributed", "scale")
     scheduler_file = os.path.join(folder, "scheduler.json")
     with open(os.path.join(folder, "scheduler.log"), "w") as log:
@@ -182,7 +205,7 @@ def local_cluster(folder: str, workers: int = 2,
             [*_dask(), "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
              "--scheduler-file", scheduler_file], cwd=folder, stdout=log,
             stderr=subprocess.STDOUT)
-    found = LocalCluster(scheduler_file, folder, scheduler, [], tuple(preload))
+    found = LocalCluster(scheduler_file, folder, scheduler, [], tuple(preload), pinned)
     try:
         _wait_for(lambda: os.path.exists(scheduler_file), 60, "no scheduler file")
         for number in range(workers):
