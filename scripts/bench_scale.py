@@ -135,9 +135,8 @@ def dask_round(root: str, model: str, path: str, pattern: str, args: Config) -> 
     process free to use both cores: NaN without), whole processes timed, every output in a new
     folder under `root`."""
     one = dict(cluster.SINGLE_THREAD)
-    usable = cluster.usable_cores()
-    first, pair = (usable[0], [usable[0], usable[1 % len(usable)]]) if args.pin_cores else (
-        None, None)
+    first, pair = ((cluster.nth_core(0), [cluster.nth_core(0), cluster.nth_core(1)])
+                   if args.pin_cores else (None, None))
     settings = [f"--model_path={path}", f"--saliency_method={args.method}", "--batch_size=16"]
     generation = [sys.executable, "-m", "saliency_gen.generate", *settings]
     single = timed([*generation, f"--input_pattern={pattern}",

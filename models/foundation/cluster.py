@@ -136,7 +136,7 @@ class LocalCluster:
         with the installed package (no PYTHONPATH) in the cluster's folder, importing the
         cluster's `preload` modules as it starts (on a core of its own if the cluster is
         `pinned`)."""
-        core = usable_cores()[len(self.workers) % len(usable_cores())] if self.pinned else None
+        core = nth_core(len(self.workers)) if self.pinned else None
         environment = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
         preload = [argument for module in self.preload for argument in ("--preload", module)]
         with open(os.path.join(self.folder, f"{name}.log"), "w") as log:
@@ -164,6 +164,12 @@ def usable_cores() -> list:
     if hasattr(os, "sched_getaffinity"):
         return sorted(os.sched_getaffinity(0))
     return list(range(os.cpu_count() or 1))
+
+
+def nth_core(index: int) -> int:
+    """The core that process `index` of a pinned set gets: the usable cores in turn."""
+    cores = usable_cores()
+    return cores[index % len(cores)]
 
 
 def on_core(core: Optional[int]) -> Optional[Callable[[], None]]:
