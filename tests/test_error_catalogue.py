@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import shutil
+import subprocess
 import sys
 
 import keras
@@ -495,11 +496,40 @@ def test_ctrl_c_stops_a_method_blocked_inside_tensorflow_within_seconds(places, 
          f"--input_pattern={places['records']}/validation-*", f"--output={output}",
          "--explainer=ending_attribution:blocks", "--nr_images=4"],
         env=dict(os.environ, PYTHONPATH=USER_METHODS), timeout=120,
-        interrupt_on="single_deletion: 4 images")
+        interrupt_on="blocking inside the kernel")
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert done.returncode == 130 and errors == [f"error: {cli.INTERRUPTED}"], done.stderr
     assert done.seconds_after_interrupt < cli.INTERRUPT_GRACE_SECONDS + 5
     assert [name for name in os.listdir(tmp_path) if not name.startswith(".")] == []  # (lock)
+
+
+INTERRUPTED_INSIDE_EXEC = """
+import dataclasses
+from models.foundation import cli
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    pass
+
+
+def run(config):  # Ctrl-C lands in code made from a string, as in a dataclass or a trace
+    exec("import os, signal\\nos.kill(os.getpid(), signal.SIGINT)\\nwhile True: pass")
+
+
+cli.run_binary(Config, run)
+"""
+
+
+def test_ctrl_c_inside_code_made_by_exec_still_ends_with_status_130(tmp_path):
+    """CPython marks a KeyboardInterrupt leaving `exec` of a string as unhandled for the whole
+    process, and `python -m` then ended by SIGINT (status -2) after the binary's own line and
+    chosen status 130: the suite's Ctrl-C test failed so on a loaded machine."""
+    (tmp_path / "interrupted_binary.py").write_text(INTERRUPTED_INSIDE_EXEC)
+    done = subprocess.run(
+        [sys.executable, "-m", "interrupted_binary"], capture_output=True, text=True,
+        timeout=60, env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), REPO])))
+    assert (done.returncode, done.stderr.splitlines()) == (130, [f"error: {cli.INTERRUPTED}"])
 
 
 def test_no_data_file_ran_code(outcomes, places):

@@ -24,6 +24,7 @@ package changes nothing: no argv is read, no environment variable set, no import
 
 This module imports no TensorFlow, so that `start_process` can run first.
 """
+import atexit
 import contextlib
 import dataclasses
 import errno
@@ -192,7 +193,7 @@ def run_binary(config_class: type, run: Callable) -> None:
         except KeyboardInterrupt:
             _INTERRUPT_REPORTED.set()  # (the watcher then ends the process without a 2nd line)
             print(f"error: {INTERRUPTED}", file=sys.stderr)
-            sys.exit(INTERRUPTED_STATUS)
+            end_interrupted()
         except (OSError, MemoryError) as error:
             line = failure_line(error)
             if line is None and isinstance(error, OSError) and error.errno in ENVIRONMENT_ERRORS:
@@ -252,6 +253,23 @@ def watch_interrupts() -> None:
                 os._exit(INTERRUPTED_STATUS)
 
     threading.Thread(target=watch, name="interrupt-watch", daemon=True).start()
+
+
+def end_interrupted() -> None:
+    """Ends the process with `INTERRUPTED_STATUS` once the exit functions have run (the
+    logs flushed, temporary folders removed), without the interpreter's own shut-down.
+
+    Not `sys.exit`: CPython marks a KeyboardInterrupt that leaves code run by `exec` or `eval`
+    of a string (dataclasses, namedtuples and TensorFlow's tracing make such code) as
+    unhandled, process-wide, and a `python -m` program then ends by SIGINT whatever status it
+    chose (the exit status -2, not 130, seen on a loaded machine). The shut-down it skips
+    only tears down TensorFlow (seconds on a loaded machine) and could wait on a method
+    still blocked in a kernel, where the watcher cannot end it any more."""
+    atexit._run_exitfuncs()  # (the watcher still ends the process should one of them hang)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(INTERRUPTED_STATUS)
 
 
 def _parse_flags(argv: list, config_class: type) -> list:
