@@ -77,7 +77,7 @@ def _interrupt_on(pid, text, outputs, sent) -> None:
     os.kill(pid, signal.SIGINT)
 
 
-def _default_interrupt() -> None:
+def default_interrupt() -> None:
     """In a child about to start a program: SIGINT back to its default, so that the program's
     Python installs its own handler (a test process may have been started ignoring SIGINT,
     and an ignored signal stays ignored across exec)."""
@@ -92,7 +92,7 @@ def _run_interrupted(command, cwd, environment, timeout,
         with open(outputs[0], "w") as stdout, open(outputs[1], "w") as stderr:
             process = subprocess.Popen(  # Ctrl-C as in a terminal, whatever this process
                 command, cwd=cwd, env=environment, stdout=stdout, stderr=stderr,  # ignores
-                stdin=subprocess.DEVNULL, preexec_fn=_default_interrupt)
+                stdin=subprocess.DEVNULL, preexec_fn=default_interrupt)
         sent: list = []
         threading.Thread(target=_interrupt_on, args=(process.pid, interrupt_on, outputs, sent),
                          daemon=True).start()
