@@ -135,8 +135,8 @@ def dask_round(root: str, model: str, path: str, pattern: str, args: Config) -> 
     process free to use both cores: NaN without), whole processes timed, every output in a new
     folder under `root`."""
     one = dict(cluster.SINGLE_THREAD)
-    first, pair = ((cluster.nth_core(0), [cluster.nth_core(0), cluster.nth_core(1)])
-                   if args.pin_cores else (None, None))
+    pair = [cluster.nth_core(0), cluster.nth_core(1)] if args.pin_cores else [None, None]
+    first = pair[0]  # the one process's core: the first of the pair's
     settings = [f"--model_path={path}", f"--saliency_method={args.method}", "--batch_size=16"]
     generation = [sys.executable, "-m", "saliency_gen.generate", *settings]
     single = timed([*generation, f"--input_pattern={pattern}",

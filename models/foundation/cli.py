@@ -263,8 +263,9 @@ def end_interrupted() -> None:
     of a string (dataclasses, namedtuples and TensorFlow's tracing make such code) as
     unhandled, process-wide, and a `python -m` program then ends by SIGINT whatever status it
     chose (the exit status -2, not 130, seen on a loaded machine). The shut-down it skips
-    only tears down TensorFlow (seconds on a loaded machine) and could wait on a method
-    still blocked in a kernel, where the watcher cannot end it any more."""
+    (joining threads, tearing TensorFlow down: seconds on a loaded machine) could wait on a
+    method still blocked in a kernel, where the watcher cannot end it any more, and no output
+    needs it: outputs are renamed only once complete (docs/architecture.md, "Errors")."""
     atexit._run_exitfuncs()  # (the watcher still ends the process should one of them hang)
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
