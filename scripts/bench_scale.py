@@ -16,6 +16,10 @@
    on the first two), and the one process is also timed free to use both cores ("one free"):
    a process with one TensorFlow thread still runs helper threads, which use the second core
    whenever it is free, so without pinning "one process" is more than one core's work.
+   Each round runs a phase's configurations in an order rotated by the round's number, and
+   every run records where its cores' time went (busy, taken by the host, idle: /proc/stat),
+   so a virtual machine's drifting cores show beside the ratios; the "unstolen" share divides
+   the core-seconds the host left to each run instead of its wall time.
 
 Both on a cheap model (plain_cnn) and a costlier one (small_resnet), 64-px random images, 2,048
 by default, so that each Beam worker's start-up (a TensorFlow import and a model load) weighs
@@ -74,8 +78,41 @@ def make_records(root, images, chosen, size=64, shards=4):
     return paths
 
 
-def timed(arguments: list, env: Optional[dict] = None, core: Optional[int] = None) -> float:
-    """Seconds the command `arguments` took (`timed_together` of one), on `core` alone if
+@dataclasses.dataclass(frozen=True)
+class Timing:
+    """One timed run: its wall seconds, and over that time, on the cores it was given (every
+    core when not confined), the core-seconds spent computing (user and system, anyone's), taken
+    by the host (steal: a virtual machine's core not running) and idle (docs/scale_out.md,
+    "Dask")."""
+
+    seconds: float
+    busy: float
+    stolen: float
+    idle: float
+
+
+def core_ticks(cores: Optional[list]) -> np.ndarray:
+    """[busy, stolen, idle] clock ticks of `cores` (every core for None) since boot, from
+    /proc/stat (zeros where it cannot be read)."""
+    wanted = None if cores is None or None in cores else {f"cpu{core}" for core in cores}
+    totals = np.zeros(3)
+    try:
+        with open("/proc/stat") as lines:
+            for line in lines:
+                name, *fields = line.split()
+                if name[:3] != "cpu" or not name[3:].isdigit():
+                    continue
+                if wanted is None or name in wanted:
+                    user, nice, system, idle, iowait, irq, softirq, steal = (
+                        int(field) for field in fields[:8])
+                    totals += (user + nice + system + irq + softirq, steal, idle + iowait)
+    except OSError:
+        pass
+    return totals
+
+
+def timed(arguments: list, env: Optional[dict] = None, core: Optional[int] = None) -> Timing:
+    """The run of the command `arguments` (`timed_together` of one), on `core` alone if
     given."""
     return timed_together([arguments], env or {}, [core])
 
@@ -88,28 +125,32 @@ class Config:
     models: str = option("plain_cnn,small_resnet", "Models compared, comma-separated.")
     workloads: str = option("generation,training", "Comparisons run: generation, training, "
                             "dask.")
-    repeats: int = option(1, "Dask: rounds of each comparison; the table takes each run's "
-                          "best.")
+    repeats: int = option(1, "Dask: rounds of each comparison, each round's order rotated; the "
+                          "table takes each configuration's best run.")
     pin_cores: bool = option(False, "Dask: each process compared on a core of its own (the one "
                              "process on the first usable core, the two apart and the two "
                              "workers on the first two; Linux).")
 
 
-def timed_together(commands: list, env: dict, cores: Optional[list] = None) -> float:
-    """Seconds until every one of `commands`, started at once, has finished (their stderr in
+def timed_together(commands: list, env: dict, cores: Optional[list] = None,
+                   measured: Optional[list] = None) -> Timing:
+    """The run until every one of `commands`, started at once, has finished (their stderr in
     files, so no process waits on a full pipe while another is read), command i on
-    `cores[i]` alone where that is not None; the last lines of the failures' stderr as the
-    error when one fails."""
+    `cores[i]` alone where that is not None, the cores' time over `measured` (default `cores`;
+    every core if any is None); the last lines of the failures' stderr as the error when one
+    fails."""
     cores = cores or [None] * len(commands)
+    measured = measured or cores
+    ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
     with tempfile.TemporaryDirectory() as folder:
         logs = [open(os.path.join(folder, f"{index}.err"), "w+") for index in range(len(commands))]
-        started = time.time()
+        before, started = core_ticks(measured), time.time()
         running = [subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=log,
                                     env={**os.environ, **env}, preexec_fn=cluster.on_core(core))
                    for command, log, core in zip(commands, logs, cores)]
         for process in running:
             process.wait()
-        seconds = time.time() - started
+        seconds, spent = time.time() - started, (core_ticks(measured) - before) / ticks
         failed = []
         for process, log in zip(running, logs):
             log.seek(0)
@@ -118,7 +159,7 @@ def timed_together(commands: list, env: dict, cores: Optional[list] = None) -> f
             log.close()
     if failed:
         raise SystemExit("\n".join(failed)[-2000:])
-    return seconds
+    return Timing(seconds, *spent)
 
 
 def halves(pattern: str) -> list:
@@ -127,72 +168,122 @@ def halves(pattern: str) -> list:
     return [pattern[:-2] + "-0000[01]-*", pattern[:-2] + "-0000[23]-*"]
 
 
-def dask_round(root: str, model: str, path: str, pattern: str, args: Config) -> tuple:
-    """One round of generation and scoring of `model`, each as seconds of (one
-    single-threaded process, two such processes at once on half the shards each: the most two
-    single-threaded workers can get from this machine, two single-threaded workers of a running
-    local Dask cluster, and with --pin_cores, where each of those is on a core of its own, one
-    process free to use both cores: NaN without), whole processes timed, every output in a new
-    folder under `root`."""
-    one = dict(cluster.SINGLE_THREAD)
+CONFIGURATIONS = ("one process", "two apart", "Dask", "one free")
+
+
+def dask_commands(root: str, path: str, pattern: str, args: Config) -> dict:
+    """{phase: {configuration: (commands, cores)}}: generation and scoring of the model at
+    `path`, each configuration's commands started at once, command i on `cores[i]` (None: not
+    confined); "Dask" runs its one command, the Beam client, on a running cluster; "one free"
+    only with --pin_cores. Every output in a new folder under `root`."""
     pair = [cluster.nth_core(0), cluster.nth_core(1)] if args.pin_cores else [None, None]
-    first = pair[0]  # the one process's core: the first of the pair's
+    first = pair[:1]  # the one process's core: the first of the pair's
     settings = [f"--model_path={path}", f"--saliency_method={args.method}", "--batch_size=16"]
     generation = [sys.executable, "-m", "saliency_gen.generate", *settings]
-    single = timed([*generation, f"--input_pattern={pattern}",
-                    f"--output_dir={root}/single"], one, first)
-    apart = timed_together([[*generation, f"--input_pattern={half}",
-                             f"--output_dir={root}/half{index}"]
-                            for index, half in enumerate(halves(pattern))], one, pair)
-    free = timed([*generation, f"--input_pattern={pattern}", f"--output_dir={root}/free"],
-                 one) if args.pin_cores else float("nan")
     maps = f"{root}/single/{args.method.split(':')[-1]}/train-*"
     scoring = [sys.executable, "-m", "faithfulness.beam_scoring", f"--model_path={path}",
                f"--saliency_method={args.method}", "--evaluation_protocol=deletion",
                "--batch_size=16"]
-    scored_one = timed([*scoring, f"--input_pattern={maps}", "--beam_workers=1",
-                        f"--output={root}/one.json"], one, first)
-    scored_apart = timed_together(
-        [[*scoring, f"--input_pattern={half}", "--beam_workers=1",
-          f"--output={root}/half{index}.json"] for index, half in enumerate(halves(maps))], one,
-        pair)
-    scored_free = timed([*scoring, f"--input_pattern={maps}", "--beam_workers=1",
-                         f"--output={root}/free.json"], one) if args.pin_cores else float("nan")
+    phases = {
+        "generation": {
+            "one process": ([[*generation, f"--input_pattern={pattern}",
+                              f"--output_dir={root}/single"]], first),
+            "two apart": ([[*generation, f"--input_pattern={half}",
+                            f"--output_dir={root}/half{index}"]
+                           for index, half in enumerate(halves(pattern))], pair),
+            "Dask": ([[sys.executable, "-m", "saliency_gen.beam_generate", *settings,
+                       f"--input_pattern={pattern}", f"--output_dir={root}/dask"]], pair),
+            "one free": ([[*generation, f"--input_pattern={pattern}",
+                           f"--output_dir={root}/free"]], [None])},
+        "deletion scoring": {
+            "one process": ([[*scoring, f"--input_pattern={maps}", "--beam_workers=1",
+                              f"--output={root}/one.json"]], first),
+            "two apart": ([[*scoring, f"--input_pattern={half}", "--beam_workers=1",
+                            f"--output={root}/half{index}.json"]
+                           for index, half in enumerate(halves(maps))], pair),
+            "Dask": ([[*scoring, f"--input_pattern={maps}", f"--output={root}/dask.json"]],
+                     pair),
+            "one free": ([[*scoring, f"--input_pattern={maps}", "--beam_workers=1",
+                           f"--output={root}/free.json"]], [None])}}
+    if not args.pin_cores:
+        for configurations in phases.values():
+            del configurations["one free"]
+    return phases
+
+
+def timed_configuration(root: str, name: str, commands: list, cores: list,
+                        pinned: bool) -> Timing:
+    """The run of one configuration: its commands single-threaded on their cores, or for
+    "Dask" its Beam client on a fresh local cluster of two single-threaded workers (pinned to
+    `cores` with `pinned`) that started and imported TensorFlow before the job came, the cores'
+    time measured on the workers' cores."""
+    if name != "Dask":
+        return timed_together(commands, cluster.SINGLE_THREAD, cores)
     folder = tempfile.mkdtemp(prefix="cluster_", dir=root)
-    # a running cluster: its workers started and imported TensorFlow before the job came
     with cluster.local_cluster(folder, workers=2, preload=("tensorflow",),
-                               pinned=args.pin_cores) as running:
+                               pinned=pinned) as running:
         on_dask = ["--runner=DaskRunner", f"--dask_scheduler_file={running.scheduler_file}"]
-        spread = timed([sys.executable, "-m", "saliency_gen.beam_generate", *settings,
-                        f"--input_pattern={pattern}", f"--output_dir={root}/dask",
-                        *on_dask], env=one)
-        scored_dask = timed([*scoring, f"--input_pattern={maps}", *on_dask,
-                             f"--output={root}/dask.json"], env=one)
-    return (single, apart, spread, free), (scored_one, scored_apart, scored_dask, scored_free)
+        return timed_together([[*command, *on_dask] for command in commands],
+                              cluster.SINGLE_THREAD, [None], measured=cores)
+
+
+def dask_round(root: str, model: str, path: str, pattern: str, args: Config,
+               turn: int) -> dict:
+    """{(phase, configuration): Timing} of one round of `model` (whole processes timed), each
+    phase's configurations run in their order rotated by `turn`, so that a machine whose speed
+    drifts over minutes does not always slow the same one (docs/scale_out.md, "Dask"); each
+    run's line printed as it ends."""
+    timings = {}
+    for phase, configurations in dask_commands(root, path, pattern, args).items():
+        names = list(configurations)
+        for name in names[turn % len(names):] + names[:turn % len(names)]:
+            commands, cores = configurations[name]
+            timing = timed_configuration(root, name, commands, cores, args.pin_cores)
+            timings[phase, name] = timing
+            print(f"round {turn + 1}/{args.repeats} {phase} {model}, {name}: "
+                  f"{timing.seconds:.1f} s; cores busy {timing.busy:.1f} s, stolen "
+                  f"{timing.stolen:.1f} s, idle {timing.idle:.1f} s", flush=True)
+    return timings
 
 
 def dask_rows(root: str, model: str, path: str, pattern: str, args: Config) -> list:
-    """Generation and scoring rows of `model`: (name, seconds of one process, of two apart, on
-    Dask, of one process free to use both cores), each the best of --repeats rounds (a shared
-    machine's noise only ever slows a run)."""
+    """Generation and scoring rows of `model`: (name, {configuration: Timing}), each the run
+    of least wall time of --repeats rounds (a shared machine's noise only ever slows a run)."""
     rounds = [dask_round(tempfile.mkdtemp(prefix=f"dask_{model}_", dir=root), model, path,
-                         pattern, args) for _ in range(args.repeats)]
-    best = np.min(np.array(rounds), axis=0)
-    return [(f"generation {model} ({args.method})", *best[0]),
-            (f"deletion scoring {model}", *best[1])]
+                         pattern, args, turn) for turn in range(args.repeats)]
+    rows = []
+    for phase in ("generation", "deletion scoring"):
+        best = {name: min((found[phase, name] for found in rounds
+                           if (phase, name) in found), key=lambda timing: timing.seconds)
+                for name in CONFIGURATIONS if (phase, name) in rounds[0]}
+        label = f"generation {model} ({args.method})" if phase == "generation" else \
+            f"deletion scoring {model}"
+        rows.append((label, best))
+    return rows
 
 
 def print_dask_table(rows: list, images: int, pinned: bool) -> None:
-    """The Dask rows as rates (images/s) and shares: of twice the one-process rate and of the
-    two independent processes' rate."""
+    """The Dask rows as rates (images/s) and shares: of twice the one-process rate, of the
+    two independent processes' rate, and of twice the one-process rate per core-second the
+    host did not take ("unstolen"); then where each run's core-seconds went."""
     title = "Dask, 2 workers x 1 core" if pinned else "Dask, 2 workers x 1 thread"
     print(f"{title:40} {'one process':>12} {'two apart':>10} {'Dask':>8} {'ratio':>6} "
-          f"{'of 2x':>6} {'of apart':>8}" + (f" {'one free':>9}" if pinned else "")
-          + "   (images/s)")
-    for name, single, apart, spread, free in rows:
-        print(f"{name:40} {images / single:12.2f} {images / apart:10.2f} "
-              f"{images / spread:8.2f} {single / spread:6.2f} {single / spread / 2:6.2f} "
-              f"{apart / spread:8.2f}" + (f" {images / free:9.2f}" if pinned else ""))
+          f"{'of 2x':>6} {'of apart':>8} {'unstolen':>9}"
+          + (f" {'one free':>9}" if pinned else "") + "   (images/s)")
+    for name, found in rows:
+        single, apart, spread = (found[key] for key in ("one process", "two apart", "Dask"))
+        unstolen = (single.seconds - single.stolen) / (2 * spread.seconds - spread.stolen)
+        print(f"{name:40} {images / single.seconds:12.2f} {images / apart.seconds:10.2f} "
+              f"{images / spread.seconds:8.2f} {single.seconds / spread.seconds:6.2f} "
+              f"{single.seconds / spread.seconds / 2:6.2f} {apart.seconds / spread.seconds:8.2f} "
+              f"{unstolen:9.2f}"
+              + (f" {images / found['one free'].seconds:9.2f}" if pinned else ""))
+    print(f"{'seconds of the runs above':58} {'wall':>8} {'busy':>8} {'stolen':>8} "
+          f"{'idle':>8}")
+    for name, found in rows:
+        for configuration, timing in found.items():
+            print(f"{name + ', ' + configuration:58} {timing.seconds:8.1f} {timing.busy:8.1f} "
+                  f"{timing.stolen:8.1f} {timing.idle:8.1f}")
 
 
 def run(args: Config) -> None:
@@ -215,8 +306,8 @@ def run(args: Config) -> None:
                         f"--output_dir={root}/single_{model}"])
         beam = timed([sys.executable, "-m", "saliency_gen.beam_generate", *common,
                       f"--output_dir={root}/beam_{model}", "--beam_workers=2"])
-        rows.append((f"generation {model} ({args.method})", args.images / single,
-                     args.images / beam, "images/s"))
+        rows.append((f"generation {model} ({args.method})", args.images / single.seconds,
+                     args.images / beam.seconds, "images/s"))
     for model in (chosen if "training" in workloads else ()):
         train = [sys.executable, "-m", "roar.train", "--transformation=raw_image",
                  f"--data_dir={root}", "--num_classes=10", f"--model={model}",
@@ -226,8 +317,8 @@ def run(args: Config) -> None:
         one = timed([*train, f"--output_dir={root}/one_{model}"])
         two = timed([*train, f"--output_dir={root}/two_{model}", "--strategy=mirrored",
                      "--cpu_replicas=2"])
-        rows.append((f"training {model} (MirroredStrategy, 2 logical CPUs)", steps / one,
-                     steps / two, "steps/s"))
+        rows.append((f"training {model} (MirroredStrategy, 2 logical CPUs)",
+                     steps / one.seconds, steps / two.seconds, "steps/s"))
     dask = [row for model, path in (paths.items() if "dask" in workloads else ())
             for row in dask_rows(root, model, path, pattern, args)]
     if rows:
