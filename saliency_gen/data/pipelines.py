@@ -35,6 +35,16 @@ SHUFFLE_BUFFER = 1024
 GEOMETRIES = ("none", "center_crop")
 
 
+def without_autotuning(data: tf.data.Dataset) -> tf.data.Dataset:
+    """`data` with tf.data's autotuning off (AUTOTUNE parallelism then means one call per usable
+    core): on a process confined to one core, TensorFlow 2.21 ends an autotuned iterator only
+    after its tuning thread's current period, seconds with the core idle for an iterator read
+    beside heavy work (docs/records.md, "Reading records")."""
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    return data.with_options(options)
+
+
 def key_ids(keys: Iterable) -> np.ndarray:
     """int64 [N] ids of example keys (bytes or str): CRC-32, stable across runs and machines
     (the engine keys every random draw of an image on its id)."""
@@ -78,7 +88,9 @@ def explanation_inputs(paths: Sequence[str], input_shape: Sequence[int], space: 
     [H, W], fitted the same way), for records that have one. `start` / `count` (-1: all) read
     a range of the records (keys stay those of the whole files), skipping before decoding;
     `select`, when given, reorders or thins the (key, serialized record) stream before
-    decoding too (a shuffle then a take decodes only the images taken)."""
+    decoding too (a shuffle then a take decodes only the images taken). Not autotuned: each
+    shard or range gets an iterator of its own, read beside the explanations
+    (`without_autotuning`)."""
     size = input_shape[0]
 
     def prepare(key, serialized):
@@ -98,7 +110,8 @@ def explanation_inputs(paths: Sequence[str], input_shape: Sequence[int], space: 
         keyed = keyed.skip(start).take(count)
     if select is not None:
         keyed = select(keyed)
-    return keyed.map(prepare, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return without_autotuning(keyed.map(prepare, num_parallel_calls=tf.data.AUTOTUNE,
+                                        deterministic=True))
 
 
 @contextlib.contextmanager

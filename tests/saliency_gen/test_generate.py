@@ -13,7 +13,7 @@ import saliency_gen
 from models.formats.preprocessing import input_space, load_bam_pixels
 from models.foundation import files
 from saliency_gen import generate
-from saliency_gen.data import records
+from saliency_gen.data import pipelines, records
 from tests import REPO, binaries
 from tests.conftest import assert_origin_covers_the_flags
 
@@ -221,3 +221,15 @@ def test_an_edited_user_method_is_recomputed_with_a_line_saying_why(tiny_world, 
     assert "changed since its shards were made" in elsewhere
     manifest = json.loads((shard.parent / "manifest.json").read_text())
     assert set(manifest["settings"]["method_code"]) == {"edited_method:saliency"}
+
+
+def test_the_explanation_pipeline_is_not_autotuned(tiny_world):
+    """Confined to one core, an autotuned iterator ends only after its tuning thread's current
+    period, seconds with the core idle for every shard (docs/records.md, "Reading records");
+    the setting holds through the generator's batching."""
+    root, _ = tiny_world
+    pattern = os.path.join(root, "records", "validation-*")
+    data = pipelines.explanation_inputs(records.list_files(pattern), (64, 64, 3),
+                                        input_space("caffe_rgb"), "none")
+    assert data.batch(7).prefetch(1).options().autotune.enabled is False
+    assert tf.data.Dataset.range(3).options().autotune.enabled is not False  # TF's default
