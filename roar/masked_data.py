@@ -249,11 +249,12 @@ def scored_batches(files: Sequence[str], read: Records, mask_seed: int, *, batch
     """Evaluation batches of (keys, pixels [B, S, S, 3] in [0, 1], labels, scores) of every
     example of `files` in file order (the first `limit` only, when given), unmasked and
     unnormalised: what ROAD's one computation (`roar.road_outcomes`) takes. `span` as in
-    `masked_dataset`."""
+    `masked_dataset`. Not autotuned, as the generator's inputs: each ROAD run or work unit
+    reads its own iterator beside the imputation (docs/records.md, "Reading records")."""
     examples = _examples(files, read, mask_seed, training=False, seed=0, span=span)
     if limit is not None:
         examples = examples.take(limit)
-    return examples.batch(batch_size).prefetch(tf.data.AUTOTUNE)
+    return pipelines.without_autotuning(examples.batch(batch_size).prefetch(tf.data.AUTOTUNE))
 
 
 def find_bad_record(files: Sequence[str], read: Records, num_classes: int,

@@ -39,6 +39,9 @@ def test_the_binary_equals_roars_masked_pipeline(small_shards):
                                   fill="noisy_linear", seed=5)
     records = masked_data.Records(control="random", size=32)
     read = road.RoadRecords(files, records, mask, [0.7])
+    # its batches are not autotuned (docs/records.md, "Reading records")
+    assert masked_data.scored_batches(files, records, 5, batch_size=8).options() \
+        .autotune.enabled is False
     found: dict = {}
     for keys, values in road.image_outcomes(model, read, batch_size=8):
         for setting, (hits, probabilities) in values.items():
