@@ -36,8 +36,8 @@ GEOMETRIES = ("none", "center_crop")
 
 
 def without_autotuning(data: tf.data.Dataset) -> tf.data.Dataset:
-    """`data` with tf.data's autotuning off (AUTOTUNE parallelism then means one call per usable
-    core): on a process confined to one core, TensorFlow 2.21 ends an autotuned iterator only
+    """`data` with tf.data's autotuning off (AUTOTUNE parallelism then takes TensorFlow's fixed
+    default): in a process confined to one core, TensorFlow 2.21 ends an autotuned iterator only
     after its tuning thread's current period, seconds with the core idle for an iterator read
     beside heavy work (docs/records.md, "Reading records")."""
     options = tf.data.Options()
