@@ -227,6 +227,13 @@ def timed_configuration(root: str, name: str, commands: list, cores: list,
                               cluster.SINGLE_THREAD, [None], measured=cores)
 
 
+def rotated(items: list, turn: int) -> list:
+    """`items` rotated left by `turn`: round `turn`'s order, so that over as many rounds as
+    there are items each one runs first, second, ..., last (a machine whose speed drifts over
+    minutes then slows no one item alone)."""
+    return items[turn % len(items):] + items[:turn % len(items)]
+
+
 def dask_round(root: str, model: str, path: str, pattern: str, args: Config,
                turn: int) -> dict:
     """{(phase, configuration): Timing} of one round of `model` (whole processes timed), each
@@ -235,8 +242,7 @@ def dask_round(root: str, model: str, path: str, pattern: str, args: Config,
     run's line printed as it ends."""
     timings = {}
     for phase, configurations in dask_commands(root, path, pattern, args).items():
-        names = list(configurations)
-        for name in names[turn % len(names):] + names[:turn % len(names)]:
+        for name in rotated(list(configurations), turn):
             commands, cores = configurations[name]
             timing = timed_configuration(root, name, commands, cores, args.pin_cores)
             timings[phase, name] = timing

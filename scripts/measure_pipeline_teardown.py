@@ -8,8 +8,8 @@
 to the first usable core with one TensorFlow thread, as a pinned Dask worker or a one-core job
 runs it: once as shipped (the explanation pipeline not autotuned) and once with the pipeline
 autotuned (TensorFlow's default, restored for that run only), alternating, each round's order
-rotated. Prints each run (wall seconds, the generator's own seconds, the core's idle seconds)
-and the ratio of the best runs; both write the same bytes (checked).
+rotated. Prints each run (wall seconds, the core's busy and idle seconds) and the ratio of
+the best runs; both write the same bytes (checked).
 """
 import dataclasses
 import filecmp
@@ -91,7 +91,7 @@ def run(args: Config) -> None:
     best: dict = {}
     names = []
     for turn in range(args.repeats):
-        for mode in (MODES if turn % 2 == 0 else MODES[::-1]):
+        for mode in bench_scale.rotated(list(MODES), turn):
             name = f"{mode.replace(' ', '_')}_{turn}"
             timing = one_run(args, root, mode, name)
             names.append(name)
