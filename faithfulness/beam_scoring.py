@@ -21,7 +21,7 @@ import models
 from faithfulness import evaluate
 from models.foundation import provenance
 from models.foundation import results as result_files
-from models.foundation.cli import flag_of, option, run_binary
+from models.foundation.cli import flag_of, option
 from models.foundation.errors import RecordError, UserError, required
 from models.foundation.files import exclusive, read_json, write_json
 from models.foundation.lazy import lazy_module
@@ -171,4 +171,4 @@ def run(config: Config) -> dict:
 
 
 if __name__ == "__main__":
-    run_binary(Config, run)
+    beam_support.main("faithfulness.beam_scoring")  # DoFns pickled by name

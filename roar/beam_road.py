@@ -17,7 +17,6 @@ import os
 from typing import TYPE_CHECKING, Any, Iterator, Optional
 
 import models
-from models.foundation.cli import run_binary
 from models.foundation.errors import required
 from models.foundation.files import exclusive, read_json, write_json
 from models.foundation.lazy import lazy_module
@@ -122,4 +121,4 @@ def run(config: Config) -> list:
 
 
 if __name__ == "__main__":
-    run_binary(Config, run)
+    beam_support.main("roar.beam_road")  # DoFns pickled by name

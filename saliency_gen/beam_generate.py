@@ -20,7 +20,6 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import models
-from models.foundation.cli import run_binary
 from models.foundation.errors import RecordError
 from models.foundation.lazy import lazy_module
 from saliency_gen import beam_support, generate
@@ -139,4 +138,4 @@ def run(config: Config) -> dict:
 
 
 if __name__ == "__main__":
-    run_binary(Config, run)
+    beam_support.main("saliency_gen.beam_generate")  # DoFns pickled by name

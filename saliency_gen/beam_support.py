@@ -9,6 +9,7 @@ by the runner emits its outputs only once: the runner discards a failed attempt'
 """
 import contextlib
 import dataclasses
+import importlib
 import logging
 import os
 import re
@@ -213,6 +214,15 @@ def _close_connections_not_yet_started() -> None:
 
     setattr(close, "queues_the_marker_early", True)  # noqa: B010  (a mark on the function)
     connection.close = close
+
+
+def main(module_name: str) -> None:
+    """Runs the Beam binary `module_name` (its `Config` and `run`) from its importable module,
+    not from `__main__`: Beam pickles a DoFn of `__main__` by value, with the globals it uses,
+    and a Dask scheduler then imported TensorFlow to read the job, blocked meanwhile; a DoFn
+    of an importable module travels by name (docs/scale_out.md, "Dask")."""
+    module = importlib.import_module(module_name)
+    cli.run_binary(module.Config, module.run)
 
 
 def run(pipeline_builder: Callable, options: PipelineOptions) -> Any:

@@ -30,7 +30,10 @@ def cluster(tmp_path_factory):
                                 preload=("tensorflow",)) as found:
         with distributed.Client(scheduler_file=found.scheduler_file) as connected:
             loaded = connected.run(lambda: "tensorflow" in sys.modules)
+            profiled = connected.run(
+                lambda dask_worker: "profile" in dask_worker.periodic_callbacks)
         assert list(loaded.values()) == [True, True]
+        assert list(profiled.values()) == [False, False]  # Dask's sampler would slow TF work
         yield found
 
 
@@ -96,6 +99,8 @@ def test_generation_and_scoring_write_the_one_process_bytes(cluster, small_shard
 
     with Client(scheduler_file=cluster.scheduler_file, timeout=30) as client:
         loads = client.run(beam_support.made_in_process)
+        # the jobs' DoFns came by name: the scheduler read them without importing TensorFlow
+        assert not client.run_on_scheduler(lambda: "tensorflow" in sys.modules)
     assert len(loads) == 2
     for per_worker in loads.values():
         assert per_worker and set(per_worker.values()) == {1}, per_worker

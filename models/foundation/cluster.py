@@ -113,6 +113,9 @@ def run_commands(commands: Sequence[Sequence[str]], labels: Sequence[str], *, wh
 # each local worker computes on one thread (TensorFlow's pools and OpenMP's)
 SINGLE_THREAD = {"TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1",
                  "OMP_NUM_THREADS": "1"}
+# Dask's statistical profiler off in the local workers: sampling the task thread's stack every
+# 10 ms slows a TensorFlow worker's units (docs/scale_out.md, "Dask")
+WORKER_SETTINGS = {"DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED": "False"}
 
 
 @dataclasses.dataclass
@@ -135,7 +138,7 @@ class LocalCluster:
         """One more single-threaded worker process (no nanny: killing it kills it), started
         with the installed package (no PYTHONPATH) in the cluster's folder, importing the
         cluster's `preload` modules as it starts (on a core of its own if the cluster is
-        `pinned`)."""
+        `pinned`), with Dask's profiler off (`WORKER_SETTINGS`)."""
         core = nth_core(len(self.workers)) if self.pinned else None
         environment = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
         preload = [argument for module in self.preload for argument in ("--preload", module)]
@@ -144,8 +147,8 @@ class LocalCluster:
                 [*_dask(), "worker", "--scheduler-file", self.scheduler_file, "--nthreads", "1",
                  "--nworkers", "1", "--no-nanny", "--host", "127.0.0.1", "--no-dashboard",
                  "--name", name, "--local-directory", self.folder, *preload],
-                env={**environment, **SINGLE_THREAD}, cwd=self.folder, stdout=log,
-                stderr=subprocess.STDOUT, preexec_fn=on_core(core))
+                env={**environment, **SINGLE_THREAD, **WORKER_SETTINGS}, cwd=self.folder,
+                stdout=log, stderr=subprocess.STDOUT, preexec_fn=on_core(core))
         self.workers.append(worker)
         return worker
 
