@@ -12,7 +12,7 @@ import time
 from typing import TYPE_CHECKING
 
 import models
-from models.foundation import provenance
+from models.foundation import progress, provenance
 from models.foundation.cli import option, run_binary
 from models.foundation.lazy import lazy_module
 
@@ -70,6 +70,7 @@ def run(config: Config) -> dict:
 
     rows = {}
     work = tempfile.mkdtemp(prefix="bench-export-")
+    done = progress.bar(len(config.models), "bench_export: models", "model")
     for name in config.models:
         side = max(config.size, models.spec(name).min_size)
         model = models.build(name, 5, (side, side, 3), **dict(models.spec(name).small))
@@ -82,6 +83,8 @@ def run(config: Config) -> dict:
         peer_load = _timed(lambda: tf.saved_model.load(peer_path))
         rows[name] = {"export": ours, "export_peer": peer, "load": ours_load,
                       "load_peer": peer_load}
+        done.update(1)
+    done.close()
     print(f"{'model':<12}{'export s':>10}{'peer s':>9}{'ratio':>7}{'load s':>9}{'peer s':>9}"
           f"{'ratio':>7}   ({provenance.cpu_model()}, {os.cpu_count()} CPUs)")
     for name, row in rows.items():

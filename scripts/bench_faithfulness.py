@@ -35,7 +35,7 @@ import numpy as np
 import faithfulness
 import models  # noqa: I001  (first: TensorFlow loads quietly)
 from faithfulness import torch_twin
-from models.foundation import provenance
+from models.foundation import progress, provenance
 from models.foundation.cli import option, run_binary
 from models.foundation.files import write_json
 from models.foundation.lazy import lazy_module
@@ -177,23 +177,26 @@ def run(config: Config) -> list:
     rows."""
     print(f"machine: {provenance.machine()}", flush=True)
     found = []
+    done = progress.bar(len(config.models) * len(METRICS), "bench_faithfulness: models x "
+                        "metrics", "metric")
     for name in config.models:
         if name in pretrained.PRETRAINED:
             real = dataclasses.replace(config, images=config.real_images,
                                        size=pretrained.PRETRAINED[name].image_size)
-            title, rows, used = name, measure(None, real, pretrained_model(name)), real
+            title, rows, used = name, measure(None, real, pretrained_model(name), done), real
         elif all(part.isdigit() for part in name.split("-")):
             widths = tuple(int(w) for w in name.split("-"))
-            title, rows, used = f"CNN widths {name}", measure(widths, config), config
+            title, rows, used = f"CNN widths {name}", measure(widths, config, done=done), config
         else:  # any zoo model with random weights (resnet50, ...) at --size
             title, used = name, dataclasses.replace(config, images=config.real_images)
-            rows = measure(None, used, zoo_model(name, config.size))
+            rows = measure(None, used, zoo_model(name, config.size), done)
         print_table(title, rows, used)
         found += [{"model": name, "metric": metric, "images": count, "passes": passes,
                    "images_per_s": count / seconds, "ceiling_images_per_s": count / ceiling,
                    "ratio_to_ceiling": ceiling / seconds, "size": used.size,
                    "batch_size": used.batch_size}
                   for metric, count, passes, seconds, ceiling, *_ in rows]
+    done.close()
     if config.output_json:
         write_json(config.output_json, {"machine": provenance.machine(), "rows": found},
                    indent=1)
@@ -207,9 +210,14 @@ def zoo_model(name, size):
     return keras.Model(model.input, keras.layers.Softmax()(model.output))
 
 
-def measure(widths, config, model=None):
+# the metrics `measure` times, in its order
+METRICS = ("Deletion", "Insertion", "single deletion")
+
+
+def measure(widths, config, model=None, done=None):
     """[(metric, images, forward passes, ours s, ceiling s, reference s, torch forward s)], the
-    last two None without torch and the reference package (and for a given `model`)."""
+    last two None without torch and the reference package (and for a given `model`); each
+    metric counted on the progress `done` as it ends."""
     size, batch_size = config.size, config.batch_size
     model = model or keras_model(size, widths)
     rng = np.random.RandomState(0)
@@ -231,13 +239,15 @@ def measure(widths, config, model=None):
         rows.append((name, count, passes, *best_times(
             [ours, ceiling_run(model, passes, batch_size, size), reference_run, twin_run],
             config.repeats)))
+        if done is not None:
+            done.update(1)
 
     # Deletion and Insertion: 14 x 14 maps, 197 forward passes per image.
     count = config.images
     data = rng.randn(count, size, size, 3).astype(np.float32)
     maps = rng.rand(count, 14, 14)
     classes = rng.randint(0, CLASSES, count)
-    for name in ("Deletion", "Insertion"):
+    for name in METRICS[:2]:
         metric = getattr(faithfulness, name)(batch_size=batch_size)
         reference_run = None
         if twin is not None:

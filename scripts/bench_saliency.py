@@ -61,7 +61,7 @@ import numpy as np
 import models  # noqa: I001  (first: TensorFlow loads quietly)
 import saliency_gen
 from faithfulness import torch_twin
-from models.foundation import provenance
+from models.foundation import progress, provenance
 from models.foundation.cli import option, run_binary
 from models.foundation.lazy import lazy_module
 
@@ -389,9 +389,10 @@ def bench_model(entry, config):
     chunks = sorted({ENGINE_DEFAULT_CHUNK, best_batch})
     twin = pytorch_twin(model, entry.partition("@")[0])
     rows = []
-    for (label, method, per_image, params, in_pair), count in (
-            (entry, count) for entry in METHODS for count in call_sizes or [
-                config.num_images if entry[2] == 1 else config.heavy_images]):
+    cases = [(entry, count) for entry in METHODS for count in call_sizes or [
+        config.num_images if entry[2] == 1 else config.heavy_images]]
+    timing = progress.bar(len(cases), f"bench_saliency {name}: methods x call sizes", "row")
+    for (label, method, per_image, params, in_pair), count in cases:
 
         # Calls enough for the gradients of one timing of the ceiling (`gradient_runner`): a
         # single small call timed right after another function's runs pays for the switch.
@@ -447,6 +448,8 @@ def bench_model(entry, config):
             row.update(pair_rates(model, images[:config.pair_images],
                                   targets[:config.pair_images], method, params, engine))
         rows.append(row)
+        timing.update(1)
+    timing.close()
     print_rows(rows, best_batch, static, chunks, config)
     return {"model": name, "ceiling_batch": best_batch, "ceiling_static_shape": static,
             "ceiling_rates": rates, "rows": rows}

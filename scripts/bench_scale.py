@@ -30,6 +30,7 @@ timed (start-up included), so the ratios are what a user sees.
 
     python scripts/bench_scale.py [--images=2048] [--epochs=2] [--models=plain_cnn,small_resnet]
         [--workloads=generation,training,dask] [--repeats=1] [--pin_cores]
+        [--phases=generation,scoring]
 """
 import dataclasses
 import io
@@ -39,12 +40,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 from PIL import Image
 
-from models.foundation import cluster, provenance
+from models.foundation import cluster, progress, provenance
 from models.foundation.cli import option, run_binary
 from models.foundation.errors import UserError, check_minimum
 
@@ -130,6 +131,9 @@ class Config:
     pin_cores: bool = option(False, "Dask: each process compared on a core of its own (the one "
                              "process on the first usable core, the two apart and the two "
                              "workers on the first two; Linux).")
+    phases: str = option("generation,scoring", "Dask: phases compared: generation (the maps), "
+                         "scoring (deletion scores of the one process's maps: it needs "
+                         "generation).")
 
 
 def timed_together(commands: list, env: dict, cores: Optional[list] = None,
@@ -169,6 +173,20 @@ def halves(pattern: str) -> list:
 
 
 CONFIGURATIONS = ("one process", "two apart", "Dask", "one free")
+PHASES = {"generation": "generation", "deletion scoring": "scoring"}  # phase: its --phases name
+
+
+def chosen_phases(args: Config) -> list:
+    """The --phases asked for (generation, scoring); an unknown one, or scoring without the
+    generation whose maps it scores, is a UserError."""
+    chosen = args.phases.split(",")
+    unknown = sorted(set(chosen) - set(PHASES.values()))
+    if unknown:
+        raise UserError(f"--phases: unknown {', '.join(unknown)} (generation, scoring)")
+    if "generation" not in chosen:
+        raise UserError("--phases: scoring reads the maps of generation, so it needs "
+                        "generation too")
+    return chosen
 
 
 def dask_commands(root: str, path: str, pattern: str, args: Config) -> dict:
@@ -208,7 +226,7 @@ def dask_commands(root: str, path: str, pattern: str, args: Config) -> dict:
     if not args.pin_cores:
         for configurations in phases.values():
             del configurations["one free"]
-    return phases
+    return {phase: phases[phase] for phase in PHASES if PHASES[phase] in chosen_phases(args)}
 
 
 def timed_configuration(root: str, name: str, commands: list, cores: list,
@@ -235,30 +253,31 @@ def rotated(items: list, turn: int) -> list:
 
 
 def dask_round(root: str, model: str, path: str, pattern: str, args: Config,
-               turn: int) -> dict:
+               turn: int, runs: Any) -> dict:
     """{(phase, configuration): Timing} of one round of `model` (whole processes timed), each
     phase's configurations run in their order rotated by `turn`, so that a machine whose speed
     drifts over minutes does not always slow the same one (docs/scale_out.md, "Dask"); each
-    run's line printed as it ends."""
+    run's line printed as it ends, and counted on the progress `runs`."""
     timings = {}
     for phase, configurations in dask_commands(root, path, pattern, args).items():
         for name in rotated(list(configurations), turn):
             commands, cores = configurations[name]
             timing = timed_configuration(root, name, commands, cores, args.pin_cores)
             timings[phase, name] = timing
-            print(f"round {turn + 1}/{args.repeats} {phase} {model}, {name}: "
-                  f"{timing.seconds:.1f} s; cores busy {timing.busy:.1f} s, stolen "
-                  f"{timing.stolen:.1f} s, idle {timing.idle:.1f} s", flush=True)
+            runs.write(f"round {turn + 1}/{args.repeats} {phase} {model}, {name}: "
+                       f"{timing.seconds:.1f} s; cores busy {timing.busy:.1f} s, stolen "
+                       f"{timing.stolen:.1f} s, idle {timing.idle:.1f} s")
+            runs.update(1)
     return timings
 
 
-def dask_rows(root: str, model: str, path: str, pattern: str, args: Config) -> list:
+def dask_rows(root: str, model: str, path: str, pattern: str, args: Config, runs: Any) -> list:
     """Generation and scoring rows of `model`: (name, {configuration: Timing}), each the run
     of least wall time of --repeats rounds (a shared machine's noise only ever slows a run)."""
     rounds = [dask_round(tempfile.mkdtemp(prefix=f"dask_{model}_", dir=root), model, path,
-                         pattern, args, turn) for turn in range(args.repeats)]
+                         pattern, args, turn, runs) for turn in range(args.repeats)]
     rows = []
-    for phase in ("generation", "deletion scoring"):
+    for phase in (phase for phase in PHASES if (phase, "Dask") in rounds[0]):
         best = {name: min((found[phase, name] for found in rounds
                            if (phase, name) in found), key=lambda timing: timing.seconds)
                 for name in CONFIGURATIONS if (phase, name) in rounds[0]}
@@ -301,6 +320,10 @@ def run(args: Config) -> None:
     if unknown:
         raise UserError(f"--workloads: unknown {', '.join(unknown)} (generation, training, "
                         "dask)")
+    per_round = len(chosen_phases(args)) * (4 if args.pin_cores else 3)
+    runs = progress.bar(len(chosen) * (2 * ("generation" in workloads) + 2 * (
+        "training" in workloads) + args.repeats * per_round * ("dask" in workloads)),
+        "bench_scale: timed runs", unit="run")
     root = tempfile.mkdtemp(prefix="bench_scale_")
     paths = make_records(root, args.images, chosen)
     pattern = os.path.join(root, "train-*")
@@ -312,6 +335,7 @@ def run(args: Config) -> None:
                         f"--output_dir={root}/single_{model}"])
         beam = timed([sys.executable, "-m", "saliency_gen.beam_generate", *common,
                       f"--output_dir={root}/beam_{model}", "--beam_workers=2"])
+        runs.update(2)
         rows.append((f"generation {model} ({args.method})", args.images / single.seconds,
                      args.images / beam.seconds, "images/s"))
     for model in (chosen if "training" in workloads else ()):
@@ -323,10 +347,12 @@ def run(args: Config) -> None:
         one = timed([*train, f"--output_dir={root}/one_{model}"])
         two = timed([*train, f"--output_dir={root}/two_{model}", "--strategy=mirrored",
                      "--cpu_replicas=2"])
+        runs.update(2)
         rows.append((f"training {model} (MirroredStrategy, 2 logical CPUs)",
                      steps / one.seconds, steps / two.seconds, "steps/s"))
     dask = [row for model, path in (paths.items() if "dask" in workloads else ())
-            for row in dask_rows(root, model, path, pattern, args)]
+            for row in dask_rows(root, model, path, pattern, args, runs)]
+    runs.close()
     if rows:
         print(f"{'workload':58} {'one process':>16} {'scaled out':>16} {'ratio':>7}")
     for name, base, scaled, unit in rows:

@@ -19,7 +19,7 @@ import sys
 import tempfile
 from typing import TYPE_CHECKING
 
-from models.foundation import cluster, provenance
+from models.foundation import cluster, progress, provenance
 from models.foundation.cli import option, run_binary
 from models.foundation.errors import UserError, check_minimum
 from models.foundation.lazy import lazy_module
@@ -90,15 +90,18 @@ def run(args: Config) -> None:
     bench_scale.make_records(root, args.images, [args.model])
     best: dict = {}
     names = []
+    runs = progress.bar(args.repeats * len(MODES), "measure_pipeline_teardown: runs", "run")
     for turn in range(args.repeats):
         for mode in bench_scale.rotated(list(MODES), turn):
             name = f"{mode.replace(' ', '_')}_{turn}"
             timing = one_run(args, root, mode, name)
             names.append(name)
-            print(f"round {turn + 1}/{args.repeats}, {mode}: {timing.seconds:.1f} s; core busy "
-                  f"{timing.busy:.1f} s, idle {timing.idle:.1f} s", flush=True)
+            runs.write(f"round {turn + 1}/{args.repeats}, {mode}: {timing.seconds:.1f} s; core "
+                       f"busy {timing.busy:.1f} s, idle {timing.idle:.1f} s")
+            runs.update(1)
             if mode not in best or timing.seconds < best[mode].seconds:
                 best[mode] = timing
+    runs.close()
     shipped, tuned = best["as shipped"], best["autotuned"]
     print(f"{'input pipeline':14} {'wall s':>8} {'idle s':>8} {'images/s':>9}")
     for mode in MODES:
