@@ -226,7 +226,8 @@ def dask_commands(root: str, path: str, pattern: str, args: Config) -> dict:
     if not args.pin_cores:
         for configurations in phases.values():
             del configurations["one free"]
-    return {phase: phases[phase] for phase in PHASES if PHASES[phase] in chosen_phases(args)}
+    wanted = chosen_phases(args)
+    return {phase: phases[phase] for phase in PHASES if PHASES[phase] in wanted}
 
 
 def timed_configuration(root: str, name: str, commands: list, cores: list,

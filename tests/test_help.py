@@ -17,8 +17,15 @@ from tests import REPO
 PACKAGES = ("bam", "roar", "faithfulness", "saliency_gen", "models", "scripts")
 
 
+def main_calls(dotted: str) -> list:
+    """What a binary's `__main__` block may be: `run_binary(Config, run)`, or for a Beam
+    binary the same run from its importable module (`saliency_gen.beam_support.main`, so that
+    Beam pickles its DoFns by name: docs/scale_out.md, "Dask")."""
+    return ["run_binary(Config, run)", f"beam_support.main({dotted!r})"]
+
+
 def _binaries():
-    """Dotted names of the modules that end in `run_binary(Config, run)`."""
+    """Dotted names of the modules that end in one of their `main_calls`."""
     found = []
     for package in PACKAGES:
         for folder, _, files in os.walk(os.path.join(REPO, package)):
@@ -27,9 +34,12 @@ def _binaries():
                 if not name.endswith(".py") or path.endswith(
                         os.path.join("models", "foundation", "cli.py")):
                     continue
+                dotted = os.path.relpath(path, REPO)[:-3].replace(os.sep, ".")
                 with open(path, encoding="utf-8") as handle:
-                    if "run_binary(Config, run)" in handle.read():
-                        found.append(os.path.relpath(path, REPO)[:-3].replace(os.sep, "."))
+                    text = handle.read()
+                if any(call in text or call.replace("'", '"') in text
+                       for call in main_calls(dotted)):
+                    found.append(dotted)
     return sorted(found)
 
 
