@@ -189,6 +189,11 @@ def chosen_phases(args: Config) -> list:
     return chosen
 
 
+def chosen_configurations(args: Config) -> list:
+    """The configurations each phase compares: "one free" only with --pin_cores."""
+    return [name for name in CONFIGURATIONS if args.pin_cores or name != "one free"]
+
+
 def dask_commands(root: str, path: str, pattern: str, args: Config) -> dict:
     """{phase: {configuration: (commands, cores)}}: generation and scoring of the model at
     `path`, each configuration's commands started at once, command i on `cores[i]` (None: not
@@ -223,11 +228,9 @@ def dask_commands(root: str, path: str, pattern: str, args: Config) -> dict:
                      pair),
             "one free": ([[*scoring, f"--input_pattern={maps}", "--beam_workers=1",
                            f"--output={root}/free.json"]], [None])}}
-    if not args.pin_cores:
-        for configurations in phases.values():
-            del configurations["one free"]
-    wanted = chosen_phases(args)
-    return {phase: phases[phase] for phase in PHASES if PHASES[phase] in wanted}
+    wanted, compared = chosen_phases(args), chosen_configurations(args)
+    return {phase: {name: phases[phase][name] for name in compared}
+            for phase in PHASES if PHASES[phase] in wanted}
 
 
 def timed_configuration(root: str, name: str, commands: list, cores: list,
@@ -321,7 +324,7 @@ def run(args: Config) -> None:
     if unknown:
         raise UserError(f"--workloads: unknown {', '.join(unknown)} (generation, training, "
                         "dask)")
-    per_round = len(chosen_phases(args)) * (4 if args.pin_cores else 3)
+    per_round = len(chosen_phases(args)) * len(chosen_configurations(args))
     runs = progress.bar(len(chosen) * (2 * ("generation" in workloads) + 2 * (
         "training" in workloads) + args.repeats * per_round * ("dask" in workloads)),
         "bench_scale: timed runs", unit="run")
