@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 import models  # noqa: F401, I001  (first: TensorFlow loads quietly)
-from models.foundation import provenance
+from models.foundation import progress, provenance
 from models.foundation.cli import option, run_binary
 from models.foundation.lazy import lazy_module
 from models.foundation.tracing import quiet_retracing
@@ -96,9 +96,15 @@ def run(config: Config) -> dict:
             best = min(best, time.perf_counter() - started)
         return best / config.chunks
 
-    seconds = {name: timed_loop(step, 1) for name, step in work.items()}
+    timings = progress.bar(len(work) + 1, "bench_noise_draws: kinds of work", "kind")
+    seconds = {}
+    for name, step in work.items():
+        seconds[name] = timed_loop(step, 1)
+        timings.update(1)
     seconds["draws and gradients, 2 chunks in flight"] = timed_loop(
         work["draws, then gradients"], 2)
+    timings.update(1)
+    timings.close()
     print(f"{config.model} at {config.image_size}x{config.image_size}, chunks of {config.batch}")
     for name, value in seconds.items():
         print(f"{name:<42}{config.batch / value:>10.0f} items/s{value * 1e3:>9.2f} ms/chunk")

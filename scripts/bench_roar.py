@@ -22,7 +22,7 @@ import numpy as np
 import scipy.ndimage
 
 import models  # noqa: F401, I001  (first: TensorFlow loads quietly)
-from models.foundation import provenance
+from models.foundation import progress, provenance
 from models.foundation.cli import option, run_binary
 from models.foundation.lazy import lazy_module
 
@@ -50,7 +50,7 @@ def _steps_per_second(model, dataset, steps):
     return steps / (time.perf_counter() - started)
 
 
-def bench_pipeline(world_dir, config):
+def bench_pipeline(world_dir, config, done):
     files = sorted(glob.glob(os.path.join(world_dir, "records", "train-*")))
     size = config.image_size
     masked = masked_data.masked_dataset(files, masked_data.Records(control="random", size=size),
@@ -70,6 +70,7 @@ def bench_pipeline(world_dir, config):
         model.compile(keras.optimizers.Adam(1e-3),
                       keras.losses.SparseCategoricalCrossentropy(from_logits=True))
         results[name] = _steps_per_second(model, dataset, config.steps)
+        done.update(1)
     return results
 
 
@@ -93,7 +94,7 @@ def _rate(solve, images, holes, repeats=2):
     return len(images) / best, result
 
 
-def bench_imputation(config):
+def bench_imputation(config, done):
     """{hole kind: row}: the XLA-compiled batched solver, the same solver traced without XLA
     (the peer: `imputation.solve`'s function without `jit_compile`), and scipy's direct
     solve."""
@@ -107,14 +108,17 @@ def bench_imputation(config):
         holes = _holes(kind, rng, config.road_images, size)
         compiled, (result, info) = _rate(
             lambda x, h: imputation.noisy_linear_impute(x, h, return_info=True), images, holes)
+        done.update(1)
         uncompiled, (solution, _, _) = _rate(
             lambda x, h: graph(tf.constant(x), tf.constant(h), tol, limit), images, holes)
+        done.update(1)
         # the uncompiled solver's imputed images (noise-free, as `result`)
         plain = np.where(holes[..., None], solution.numpy(), images)
         started = time.perf_counter()
         reference = [imputation.sparse_direct_impute(images[n], holes[n])
                      for n in range(config.scipy_images)]
         direct = config.scipy_images / (time.perf_counter() - started)
+        done.update(1)
         difference = max(float(np.abs(result.numpy()[n] - reference[n]).max())
                          for n in range(config.scipy_images))
         rows[kind] = {"compiled": compiled, "graph": uncompiled, "scipy": direct,
@@ -138,18 +142,22 @@ class Config:
 
 def run(config: Config):
     print(f"machine: {provenance.machine()}", flush=True)
+    # the world, two feeding modes, three solvers on two kinds of holes
+    done = progress.bar(1 + 2 + 3 * 2, "bench_roar: timed parts", "part")
     with tempfile.TemporaryDirectory() as scratch:
         world = os.path.join(scratch, "world")
         synthetic.build_world(world, seed=0, image_size=config.image_size,
                               train_per_pair=config.train_per_pair, val_per_pair=1)
-        steps = bench_pipeline(world, config)
+        done.update(1)
+        steps = bench_pipeline(world, config, done)
     memory, masked = steps["in-memory tensors"], steps["masked TFRecords"]
     print(f"training small_cnn at {config.image_size} px, batch {config.batch_size}, "
           f"{config.steps} steps, {os.cpu_count()} CPUs")
     print(f"| feeding | steps/s |\n|---|---|\n| in-memory tensors | {memory:.2f} |\n"
           f"| masked TFRecord pipeline | {masked:.2f} |")
     print(f"pipeline / in-memory = {masked / memory:.2f} (target >= 0.9)\n")
-    rows = bench_imputation(config)
+    rows = bench_imputation(config, done)
+    done.close()
     print(f"ROAD imputation at {config.road_size}x{config.road_size}x3, half the pixels removed, "
           f"{config.road_images} images a batch (float32, tol 1e-5), images/s")
     print("| holes | iterations | XLA-compiled | without XLA | scipy spsolve | compiled / "

@@ -8,14 +8,13 @@ is better), and prints / writes the table.
     python scripts/idsds_zoo_table.py [--models=resnet18,vit_b_16] [--nr_images=32] [--epochs=2]
 """
 import dataclasses
-import json
 import os
 import time
 from typing import TYPE_CHECKING
 
 import models
 from faithfulness import evaluate
-from models.foundation import results
+from models.foundation import files, progress, results
 from models.foundation.cli import option, run_binary
 from models.foundation.lazy import lazy_module
 from models.training import recipes
@@ -47,25 +46,26 @@ class Config:
 def run(args: Config) -> dict:
     """Trains and scores every model of `args.models`; returns {model: top-1, scores, time}."""
     shards = cache.records_dir(seed=args.seed)
-    files = {split: records.list_files(os.path.join(shards, f"{split}-*"), split)
+    split_files = {split: records.list_files(os.path.join(shards, f"{split}-*"), split)
              for split in ("train", "validation")}
     recipe = recipes.with_overrides(recipes.SYNTHETIC_RECIPE, epochs=args.epochs,
                                     decay_epochs=(max(1.0, args.epochs - 1),))
     table, report = [], {}
+    trained = progress.bar(len(args.models), "idsds_zoo_table: models", "model")
     for name in args.models:
         spec = models.spec(name)
         started = time.time()
         data = {split: pipelines.image_batches(
-            files[split], training=split == "train",
+            split_files[split], training=split == "train",
             batch_size=recipe.batch_size if split == "train" else 256,
             size=cache.IMAGE_SIZE, seed=args.seed, space=spec.preprocessing)
-            for split in files}
+            for split in split_files}
         metrics = loop.train_and_evaluate(
             data["train"], data["validation"], recipes.RunOptions(
                 model_name=name, num_classes=10, recipe=recipe, seed=args.seed,
                 model_options=dict(spec.small)),
-            num_train=pipelines.count_records(files["train"]),
-            num_eval=pipelines.count_records(files["validation"]), size=cache.IMAGE_SIZE,
+            num_train=pipelines.count_records(split_files["train"]),
+            num_eval=pipelines.count_records(split_files["validation"]), size=cache.IMAGE_SIZE,
             output_dir=os.path.join(args.output_dir, name), preprocessing=spec.preprocessing)
         loaded = models.load(os.path.join(args.output_dir, name, "model"))
         images, labels, ids = pipelines.load_images(
@@ -81,15 +81,17 @@ def run(args: Config) -> dict:
         for explainer, values in scores.items():
             table.append([name, f"{metrics['top1']:.3f}", explainer.split(":", 1)[1],
                           f"{values['sds']:.3f}", f"{values['id']:.3f}"])
-        print(f"{name}: top-1 {metrics['top1']:.3f}, {len(scores)} explainers, "
-              f"{time.time() - started:.0f} s", flush=True)
+        trained.write(f"{name}: top-1 {metrics['top1']:.3f}, {len(scores)} explainers, "
+                      f"{time.time() - started:.0f} s")
+        trained.update(1)
+    trained.close()
     print(results.text_table(["model", "top-1", "explainer", "SDS", "ID"], table,
                              align="right"))
-    return report
-    with open(os.path.join(args.output_dir, "idsds_zoo.json"), "w", encoding="utf-8") as handle:
-        json.dump({"nr_images": args.nr_images, "epochs": args.epochs, "models": report},
-                  handle, indent=1)
+    files.write_json(os.path.join(args.output_dir, "idsds_zoo.json"),
+                     {"nr_images": args.nr_images, "epochs": args.epochs, "models": report},
+                     indent=1)
     print(results.markdown_table(["model", "top-1", "explainer", "SDS", "ID"], table))
+    return report
 
 
 if __name__ == "__main__":

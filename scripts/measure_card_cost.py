@@ -8,8 +8,8 @@ section on, at most 1.5 times the card without it).
 Both runs share one temporary project cache (XDG_CACHE_HOME), prepared first by a card of one
 image that is thrown away (the synthetic world and its shipped models), so each measured run
 starts with a warm world and no card cell, as a user's second card with other settings would.
-Prints the seconds of each run, their ratio to the first and the CPU (docs/report_card.md quotes
-them).
+Each card shows its own progress and ETA on stderr as it runs. Prints the seconds of each run,
+their ratio to the first and the CPU (docs/report_card.md quotes them).
 """
 import dataclasses
 import os
@@ -21,6 +21,7 @@ import time
 
 from models.foundation import provenance
 from models.foundation.cli import option, run_binary
+from models.foundation.errors import UserError
 from models.foundation.rules import some_of
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -40,12 +41,15 @@ class Config:
 
 
 def timed_card(flags: list, output_dir: str, env: dict) -> float:
-    """Seconds of one card run; stops with its last lines on failure."""
+    """Seconds of one card run, its progress (with its ETA) and messages passed through on
+    stderr, its tables not shown; stops with one line on failure (the card's own error line is
+    just above it)."""
     started = time.time()
     done = subprocess.run([sys.executable, CARD, f"--output_dir={output_dir}", *flags], env=env,
-                          cwd=REPO, capture_output=True, text=True, check=False)
+                          cwd=REPO, stdout=subprocess.DEVNULL, check=False)
     if done.returncode:
-        sys.exit(f"error: the card with {flags} failed:\n{done.stderr[-3000:]}")
+        raise UserError(f"the card with {flags or 'its defaults'} failed (exit "
+                        f"{done.returncode}; its messages are above)")
     return time.time() - started
 
 

@@ -23,6 +23,7 @@ import numpy as np
 
 import models  # noqa: F401, I001  (first: TensorFlow loads quietly)
 import saliency_gen
+from models.foundation import progress
 from models.foundation.cli import option, run_binary
 from models.foundation.lazy import lazy_module
 from models.training.recipes import RunOptions
@@ -98,12 +99,16 @@ def run(config: Config):
           f"images of {images.shape[1]}x{images.shape[2]}; IoU of ROAR's selected sets vs "
           f"float32 at {PERCENTS[0]}..{PERCENTS[-1]}%: mean / min over images and ratios")
     print(f"{'method':<26}{'dtype':<9}" + "".join(f"{name:>24}" for name in RANKINGS))
-    for method in config.methods.split(","):
+    methods = config.methods.split(",")
+    measured = progress.bar(len(methods), "measure_compact_maps: methods", "method")
+    for method in methods:
         maps = saliency_gen.attribute(model, images, method, batch_size=128)
         for dtype in ("rank8", "float16"):
             result = agreement(maps, dtype)
             cells = "".join(f"{mean:>16.5f} / {low:.3f}" for mean, low in result.values())
-            print(f"{method:<26}{dtype:<9}{cells}")
+            measured.write(f"{method:<26}{dtype:<9}{cells}")
+        measured.update(1)
+    measured.close()
     size = int(np.prod(images.shape[1:]))
     print(f"\nbytes per element: rank8 1 ({size} per map, a quarter of float32), float16 2, "
           "float32 4")

@@ -13,6 +13,7 @@ import tempfile
 from typing import TYPE_CHECKING
 
 import models  # noqa: F401, I001  (first: TensorFlow loads quietly)
+from models.foundation import progress
 from models.foundation.cli import option, run_binary
 from models.foundation.lazy import lazy_module
 from models.training import recipes
@@ -62,6 +63,7 @@ def run(config: Config):
                  for split in ("train", "validation")}
         print(f"| run ({size}-px world, {100 * t} train / {100 * v} test, {config.epochs:g} "
               "epochs) | top-1 |\n|---|---|", flush=True)
+        trained = progress.bar(len(RUNS), "roar_known_answers: retrainings", "run")
         for name, (control, ratio, keep, ranking, fill) in RUNS.items():
             mask = masked_data.MaskConfig(ratio=ratio, keep_information=keep, ranking=ranking,
                                           fill=fill)
@@ -69,7 +71,9 @@ def run(config: Config):
                 files["train"], files["validation"], mask,
                 masked_data.Records(control=control, size=size), recipes.RunOptions(recipe=recipe),
                 output_dir=os.path.join(scratch, "runs", str(len(name))))
-            print(f"| {name} | {result['top1']:.3f} |", flush=True)
+            trained.write(f"| {name} | {result['top1']:.3f} |")
+            trained.update(1)
+        trained.close()
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 import models  # noqa: I001  (first: TensorFlow loads quietly)
-from models.foundation import results
+from models.foundation import progress, results
 from models.foundation.cli import run_binary
 from models.foundation.lazy import lazy_module
 
@@ -58,6 +58,7 @@ def run(config: Config) -> list:
     """Prints one row per combination; returns the rows."""
     state = torch_checkpoints.read_state_dict(pretrained.checkpoint_path("efficientnet_lite0"))
     rows = []
+    settled = progress.bar(2 * 2 * 2, "settle_efficientnet_lite: combinations", "combination")
     for padding, epsilon, space in itertools.product(("tf_same", "symmetric"), (1e-3, 1e-5),
                                                      ("inception", "imagenet")):
         model = models.build("efficientnet_lite0", 1000, (224, 224, 3), padding=padding,
@@ -71,6 +72,8 @@ def run(config: Config) -> list:
         probability = float(tf.nn.softmax(logits).numpy()[np.arange(len(labels)), labels].mean())
         rows.append([padding, f"{epsilon:g}", space, f"{top1}/20", f"{top5}/20",
                      f"{probability:.3f}"])
+        settled.update(1)
+    settled.close()
     print(results.text_table(["padding", "BN epsilon", "input", "top-1", "top-5",
                               "p(true class)"], rows))
     return rows
