@@ -6,7 +6,8 @@
    with the same global batch (ratio);
 3. Dask (`--workloads=dask`): generation (`saliency_gen.beam_generate`) and deletion scoring
    (`faithfulness.beam_scoring`) on a running local Dask cluster of two single-threaded worker
-   processes (`models.foundation.cluster.local_cluster`, TensorFlow preloaded) against one
+   processes (`models.foundation.cluster.local_cluster`, TensorFlow preloaded after the
+   binaries' start-up: `cluster.WORKER_PRELOAD`) against one
    single-threaded process (the single-process generator; the scoring binary on Beam's
    in-process runner), and against that process run twice at once on half the shards each
    (the most two single-threaded workers can get from the machine): the ratio of the rates,
@@ -36,6 +37,7 @@ import dataclasses
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -242,7 +244,7 @@ def timed_configuration(root: str, name: str, commands: list, cores: list,
     if name != "Dask":
         return timed_together(commands, cluster.SINGLE_THREAD, cores)
     folder = tempfile.mkdtemp(prefix="cluster_", dir=root)
-    with cluster.local_cluster(folder, workers=2, preload=("tensorflow",),
+    with cluster.local_cluster(folder, workers=2, preload=cluster.WORKER_PRELOAD,
                                pinned=pinned) as running:
         on_dask = ["--runner=DaskRunner", f"--dask_scheduler_file={running.scheduler_file}"]
         return timed_together([[*command, *on_dask] for command in commands],
@@ -329,6 +331,17 @@ def run(args: Config) -> None:
         "training" in workloads) + args.repeats * per_round * ("dask" in workloads)),
         "bench_scale: timed runs", unit="run")
     root = tempfile.mkdtemp(prefix="bench_scale_")
+    try:  # records, maps and clusters of a 16,384-image run fill about 2 GB of /tmp
+        measure(args, chosen, workloads, root, runs)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    print(json.dumps({"images": args.images, "epochs": args.epochs, "cores": os.cpu_count(),
+                      "pin_cores": args.pin_cores, "machine": provenance.machine()}))
+
+
+def measure(args: Config, chosen: list, workloads: list, root: str, runs: Any) -> None:
+    """Makes the records and models under `root`, times the comparisons of `workloads` on the
+    `chosen` models and prints their tables."""
     paths = make_records(root, args.images, chosen)
     pattern = os.path.join(root, "train-*")
     rows = []
@@ -363,8 +376,6 @@ def run(args: Config) -> None:
         print(f"{name:58} {base:7.2f} {unit:>8} {scaled:7.2f} {unit:>8} {scaled / base:7.2f}")
     if dask:
         print_dask_table(dask, args.images, args.pin_cores)
-    print(json.dumps({"images": args.images, "epochs": args.epochs, "cores": os.cpu_count(),
-                      "pin_cores": args.pin_cores, "machine": provenance.machine()}))
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ distributed = pytest.importorskip("distributed")
 def cluster(tmp_path_factory):
     # as a long-running cluster's workers: TensorFlow imported when they start (--preload)
     with clusters.local_cluster(str(tmp_path_factory.mktemp("dask")),
-                                preload=("tensorflow",)) as found:
+                                preload=clusters.WORKER_PRELOAD) as found:
         with distributed.Client(scheduler_file=found.scheduler_file) as connected:
             loaded = connected.run(lambda: "tensorflow" in sys.modules)
             profiled = connected.run(
@@ -35,6 +35,21 @@ def cluster(tmp_path_factory):
         assert list(loaded.values()) == [True, True]
         assert list(profiled.values()) == [False, False]  # Dask's sampler would slow TF work
         yield found
+
+
+def test_a_preloaded_worker_has_the_binaries_kernels():
+    """A worker preloading `WORKER_PRELOAD` in an environment that names no oneDNN setting
+    computes with oneDNN on, as the binaries do; preloading `tensorflow` itself, as the docs had
+    workers do, left TensorFlow's own default (off on this project's AMD CPUs: the same probe
+    prints False there), and the start-up of a unit's set-up came after TensorFlow had read it."""
+    probe = (f"import {clusters.WORKER_PRELOAD[0]}\n"
+             "from tensorflow.python.util import _pywrap_util_port as port\n"
+             "print(port.IsMklEnabled())")
+    environment = {key: value for key, value in os.environ.items()
+                   if key != "TF_ENABLE_ONEDNN_OPTS"}
+    done = subprocess.run([sys.executable, "-c", probe], env=environment, cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.split()[-1:] == ["True"], done.stderr[-2000:]
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(clusters.usable_cores()) < 2,

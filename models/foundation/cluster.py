@@ -116,6 +116,9 @@ SINGLE_THREAD = {"TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1",
 # Dask's statistical profiler off in the local workers: sampling the task thread's stack every
 # 10 ms slows a TensorFlow worker's units (docs/scale_out.md, "Dask")
 WORKER_SETTINGS = {"DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED": "False"}
+# what a worker imports as it starts to run this project's work: the binaries' start-up, then
+# TensorFlow (models/foundation/dask_worker.py; docs/scale_out.md, "Dask")
+WORKER_PRELOAD = ("models.foundation.dask_worker",)
 
 
 @dataclasses.dataclass
@@ -204,9 +207,9 @@ def local_cluster(folder: str, workers: int = 2, preload: Sequence[str] = (),
                   pinned: bool = False) -> Iterator[LocalCluster]:
     """A scheduler and `workers` single-threaded worker processes on 127.0.0.1, started in
     `folder` (each importing the `preload` modules, as a long-running cluster's workers have:
-    `dask worker --preload tensorflow`; with `pinned`, worker i on the i-th usable core alone,
-    as a cluster's worker has cores of its own) and stopped by their process ids when the
-    block ends."""
+    `dask worker --preload models.foundation.dask_worker`, `WORKER_PRELOAD`; with `pinned`,
+    worker i on the i-th usable core alone, as a cluster's worker has cores of its own) and
+    stopped by their process ids when the block ends."""
     require("distributed", "scale")
     scheduler_file = os.path.join(folder, "scheduler.json")
     with open(os.path.join(folder, "scheduler.log"), "w") as log:
