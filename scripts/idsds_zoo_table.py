@@ -47,7 +47,7 @@ def run(args: Config) -> dict:
     """Trains and scores every model of `args.models`; returns {model: top-1, scores, time}."""
     shards = cache.records_dir(seed=args.seed)
     split_files = {split: records.list_files(os.path.join(shards, f"{split}-*"), split)
-             for split in ("train", "validation")}
+                   for split in ("train", "validation")}
     recipe = recipes.with_overrides(recipes.SYNTHETIC_RECIPE, epochs=args.epochs,
                                     decay_epochs=(max(1.0, args.epochs - 1),))
     table, report = [], {}
