@@ -47,8 +47,7 @@ def test_a_preloaded_worker_has_the_binaries_kernels():
              "print(port.IsMklEnabled())")
     environment = {key: value for key, value in os.environ.items()
                    if key != "TF_ENABLE_ONEDNN_OPTS"}
-    done = subprocess.run([sys.executable, "-c", probe], env=environment, cwd=REPO,
-                          capture_output=True, text=True, timeout=120)
+    done = binaries.run([sys.executable, "-c", probe], cwd=REPO, env=environment, timeout=120)
     assert done.returncode == 0 and done.stdout.split()[-1:] == ["True"], done.stderr[-2000:]
 
 
