@@ -366,13 +366,39 @@ def quiet_startup() -> None:
         sys.meta_path.insert(0, _QuietTensorFlow())
 
 
+LATE_START_WARNING = (
+    "warning: TensorFlow was imported before the project's start-up, so its oneDNN kernels "
+    "stay off in this process (on CPUs without AVX-512, gradients about 3x slower): call "
+    "models.foundation.cli.start_process() before importing tensorflow, or set "
+    "TF_ENABLE_ONEDNN_OPTS=1 (docs/architecture.md, \"oneDNN\")")
+_late_start_warned = False
+
+
+def onednn_enabled() -> Optional[bool]:
+    """Whether the TensorFlow loaded in this process computes with oneDNN's kernels (None:
+    TensorFlow not loaded, or it does not say)."""
+    if "tensorflow" not in sys.modules:
+        return None
+    try:
+        from tensorflow.python.util import _pywrap_util_port  # loaded with TensorFlow
+        return bool(_pywrap_util_port.IsMklEnabled())
+    except (ImportError, AttributeError):
+        return None
+
+
 def fast_kernels() -> None:
     """Turns TensorFlow's oneDNN kernels on before it loads (docs/architecture.md, "oneDNN"),
     where its own default leaves them off (e.g. AMD CPUs without AVX-512: raw gradients about 3x
-    slower). A value the user set, `TF_ENABLE_ONEDNN_OPTS=0` included, is kept; so is a
-    TensorFlow that was already loaded."""
+    slower). A value the user set, `TF_ENABLE_ONEDNN_OPTS=0` included, is kept. A TensorFlow
+    loaded before this ran keeps its choice, which can no longer change: where that left
+    oneDNN off and the user set nothing, one warning line says so (once per process)."""
+    global _late_start_warned
     if "tensorflow" not in sys.modules:
         os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
+    elif ("TF_ENABLE_ONEDNN_OPTS" not in os.environ and not _late_start_warned
+          and onednn_enabled() is False):
+        _late_start_warned = True
+        print(LATE_START_WARNING, file=sys.stderr)
 
 
 HELP_FLAGS = ("--help", "-h", "--helpshort", "-?")

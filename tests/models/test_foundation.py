@@ -2,6 +2,7 @@
 convention (config dataclass -> flags -> config -> run)."""
 import dataclasses
 import os
+import sys
 from typing import Optional
 
 import keras
@@ -216,12 +217,32 @@ def test_start_up_logs_stay_hidden_unless_asked_for(monkeypatch):
     assert os.environ.get("TF_CPP_MIN_LOG_LEVEL") is None
 
 
+def test_a_start_up_after_tensorflow_says_once_that_onednn_stayed_off(monkeypatch, capsys):
+    """`fast_kernels` can no longer turn oneDNN on once TensorFlow is loaded: where TensorFlow
+    left it off and the user set nothing, one warning line, once per process; nothing where it
+    is on or the user chose. The suite's own start-up came first, so oneDNN is on here."""
+    assert "tensorflow" in sys.modules  # loaded, as in a process that imported it first
+    assert cli.onednn_enabled() is True  # conftest's start-up ran before TensorFlow loaded
+    monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS")
+    monkeypatch.setattr(cli, "_late_start_warned", False)
+    cli.fast_kernels()
+    assert capsys.readouterr().err == ""  # on: nothing to say
+    monkeypatch.setattr(cli, "onednn_enabled", lambda: False)
+    cli.fast_kernels()
+    cli.start_process()  # the second start-up of the process says nothing more
+    assert capsys.readouterr().err == cli.LATE_START_WARNING + "\n"
+    assert "TF_ENABLE_ONEDNN_OPTS" not in os.environ  # too late to set: not pretended
+    monkeypatch.setattr(cli, "_late_start_warned", False)
+    monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "0")  # the user's choice: nothing to say
+    cli.fast_kernels()
+    assert capsys.readouterr().err == ""
+
+
 def test_after_the_start_up_tensorflow_loads_quietly():
     """After `cli.start_process` (every binary's start-up) the first model loads TensorFlow and
     its C++ start-up lines stay hidden: stderr stays empty. (That importing the packages and
     binaries loads no TensorFlow is tests/test_help.py's.)"""
     import subprocess
-    import sys
 
     from tests import REPO
 
@@ -236,7 +257,6 @@ def test_after_the_start_up_tensorflow_loads_quietly():
 
 def test_a_lazy_module_imports_on_first_use_and_forwards_settings(tmp_path, monkeypatch):
     import pickle
-    import sys
 
     from models.foundation.lazy import lazy_module
 
