@@ -121,7 +121,10 @@ def noisy_copies(x: np.ndarray, ids: np.ndarray, samples: range, *, seed: int,
     return np.tile(x, (len(samples), 1, 1, 1)) + noise.draws(keys, x.shape[1:])
 
 
-# objective(x, x', a, a', logits, logits') -> [n]: one value per (sample, image) row
+# objective(x, x', a, a', logits, logits') -> [S, N]: one value per (sample, image). Each
+# argument is [S, N, D] (the last axis an image's flattened values), the clean ones [1, N, D],
+# broadcast over the samples rather than copied; x' is float32 (exact in float64 arithmetic),
+# the others float64.
 Objective = Callable[..., np.ndarray]
 
 
@@ -139,7 +142,8 @@ def noisy_ratios(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch: 
                         map_shape=found.map_shape, batch_size=batch_size, seed=seed)
     outputs = perturbation.model_scorer(model, batch_size)
     logits = outputs.predict(tf.constant(found.x)).astype(np.float64)
-    flat = found.x.reshape(len(found.x), -1).astype(np.float64)
+    clean = (found.x.reshape(1, len(found.x), -1).astype(np.float64), found.a[None],
+             logits[None])  # x, a and the logits, [1, N, D] each
     per_group = max(1, GROUP_BYTES // max(1, found.x.nbytes))
     values, changed = [], []
     for start in range(0, nr_samples, per_group):  # groups of many images
@@ -150,14 +154,14 @@ def noisy_ratios(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch: 
                        np.tile(ids, count) * nr_samples + np.repeat(np.asarray(samples), len(ids)),
                        blocks=count)  # each sample's maps normalised on their own
         moved_logits = outputs.predict(tf.constant(noisy)).astype(np.float64)
+        per_sample = (count, len(found.x), -1)  # [S, N, D] views of the sample-major rows
         with np.errstate(divide="ignore", invalid="ignore"):
-            found_values = objective(np.tile(flat, (count, 1)),
-                                     noisy.reshape(len(noisy), -1).astype(np.float64),
-                                     np.tile(found.a, (count, 1)), maps,
-                                     np.tile(logits, (count, 1)), moved_logits)
-        values.append(found_values.reshape(count, -1).T)
-        changed.append((np.argmax(moved_logits, axis=1) != np.tile(np.argmax(logits, axis=1),
-                                                                   count)).reshape(count, -1).T)
+            found_values = objective(clean[0], noisy.reshape(per_sample), clean[1],
+                                     maps.reshape(per_sample), clean[2],
+                                     moved_logits.reshape(per_sample))
+        values.append(found_values.T)
+        changed.append((np.argmax(moved_logits, axis=1).reshape(count, -1)
+                        != np.argmax(logits, axis=1)).T)
     return np.concatenate(values, axis=1), np.concatenate(changed, axis=1)
 
 
@@ -172,16 +176,17 @@ def _reduced(reduce: Callable, values: np.ndarray, changed: np.ndarray,
 
 
 def _sensitivity(x, moved, a, maps, logits, moved_logits):
-    return np.linalg.norm(a - maps, axis=1) / np.linalg.norm(a, axis=1)
+    return np.linalg.norm(a - maps, axis=-1) / np.linalg.norm(a, axis=-1)
 
 
 def _lipschitz(x, moved, a, maps, logits, moved_logits):
-    return np.linalg.norm(a - maps, axis=1) / (np.linalg.norm(x - moved, axis=1) + 1e-10)
+    return np.linalg.norm(a - maps, axis=-1) / (np.linalg.norm(x - moved, axis=-1) + 1e-10)
 
 
 def _relative_change(first: np.ndarray, second: np.ndarray, eps_min: float) -> np.ndarray:
-    """[n]: ||(first - second) / first|| per row, a zero of `first` read as eps_min."""
-    return np.linalg.norm((first - second) / (first + (first == 0) * eps_min), axis=1)
+    """[...]: ||(first - second) / first|| over the last axis, a zero of `first` read as
+    eps_min."""
+    return np.linalg.norm((first - second) / (first + (first == 0) * eps_min), axis=-1)
 
 
 def _stability(change: np.ndarray, a: np.ndarray, maps: np.ndarray,
@@ -203,7 +208,7 @@ def output_stability(x: Any, moved: Any, a: np.ndarray, maps: np.ndarray, logits
                      moved_logits: np.ndarray, *, eps_min: float = 1e-6) -> np.ndarray:
     """[n] ||(a - a') / a|| / max(||h - h'||, eps_min) per row, Quantus's
     `relative_output_stability_objective`."""
-    return _stability(np.linalg.norm(logits - moved_logits, axis=1), a, maps, eps_min)
+    return _stability(np.linalg.norm(logits - moved_logits, axis=-1), a, maps, eps_min)
 
 
 def _measured(reduce: Callable, objective: Objective, noise: Noise, given: dict) -> np.ndarray:
@@ -346,9 +351,10 @@ def relative_representation_stability(
     image_shape = tuple(np.shape(x_batch)[1:])
 
     def objective(x, moved, a, maps, logits, moved_logits):  # x, moved: flattened images
-        change = representation_change(reader, x.reshape(-1, *image_shape),
+        change = representation_change(reader,
+                                       np.broadcast_to(x, moved.shape).reshape(-1, *image_shape),
                                        moved.reshape(-1, *image_shape), eps_min)
-        return _stability(change, a, maps, eps_min)
+        return _stability(change.reshape(moved.shape[:2]), a, maps, eps_min)
     return _measured(np.max, objective, uniform(lower_bound, upper_bound), locals())
 
 

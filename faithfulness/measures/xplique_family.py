@@ -49,7 +49,7 @@ def average_stability(model: Any, x_batch: Any, y_batch: Any, a_batch: Any,
     order = 2 if distance == "l2" else 1
 
     def objective(x, moved, a, maps, logits, moved_logits):
-        return np.linalg.norm(a - maps, ord=order, axis=1)
+        return np.linalg.norm(a - maps, ord=order, axis=-1)
 
     values, changed = robustness_family.noisy_ratios(
         model, x_batch, y_batch, a_batch, s_batch, objective=objective,
