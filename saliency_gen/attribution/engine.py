@@ -27,7 +27,7 @@ from models.foundation.errors import (
     first_non_finite,
     op_error_detail,
 )
-from models.foundation.tracing import kept, quiet_retracing
+from models.foundation.tracing import flat_call, kept, quiet_retracing
 from saliency_gen.attribution import names, noise, transforms
 from saliency_gen.attribution.spec import MethodSpec
 from saliency_gen.attribution.units import Context, HostPlan, Items
@@ -96,16 +96,6 @@ class _Runner:
                 self._concrete = flat_call(self._function.get_concrete_function())
             return self._concrete(*arguments)
 
-
-def flat_call(concrete: Any) -> Callable[..., Any]:
-    """`concrete(*tensors)` without its binding of Python arguments to the signature (half a
-    millisecond a call: the same order as a cheap model's gradients of a few images): through
-    TensorFlow's flat call, where the installed TensorFlow has it, else the public call. The
-    caller passes exactly the signature's tensors, in order, of its dtypes."""
-    flat = getattr(concrete, "_call_flat", None)
-    if flat is None or not hasattr(concrete, "captured_inputs"):
-        return concrete
-    return lambda *tensors: flat(list(tensors), concrete.captured_inputs)
 
 
 def _runner(adapter, model, spec, shape, chunk, preprocessing, seed, name):

@@ -255,6 +255,32 @@ def test_after_the_start_up_tensorflow_loads_quietly():
     assert done.stderr == ""
 
 
+def test_a_flat_call_passes_the_tensors_and_the_captures_current_values():
+    """`tracing.flat_call` (how the engine calls its traced stream): with the installed
+    TensorFlow the concrete function is called through its flat call (a TensorFlow without one
+    would silently fall back to the public call, half a millisecond a call slower: this fails
+    first), with the captured variables' current values; an object without a flat call is used
+    as it is."""
+    from models.foundation.tracing import flat_call
+
+    offset = tf.Variable(1.0)
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.float32),
+                                  tf.TensorSpec([None], tf.int32)])
+    def shifted(x, k):
+        return 2.0 * x + offset + tf.cast(k, tf.float32)
+
+    concrete = shifted.get_concrete_function()
+    flat = flat_call(concrete)
+    assert flat is not concrete
+    x, k = tf.constant([1.0, 2.0]), tf.constant([0, 3])
+    assert flat(x, k).numpy().tolist() == concrete(x, k).numpy().tolist() == [3.0, 8.0]
+    offset.assign(-1.0)
+    assert flat(x, k).numpy().tolist() == [1.0, 6.0]
+    plain = lambda *tensors: tensors  # noqa: E731
+    assert flat_call(plain) is plain
+
+
 def test_a_lazy_module_imports_on_first_use_and_forwards_settings(tmp_path, monkeypatch):
     import pickle
 

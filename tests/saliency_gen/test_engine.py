@@ -464,31 +464,6 @@ print("the same on both devices")
 """
 
 
-def test_the_runner_calls_its_traced_stream_flat_with_its_captures():
-    """`engine.flat_call`: with the installed TensorFlow the traced stream is called through its
-    flat call (a TensorFlow without one would silently fall back to the public call, half a
-    millisecond a call slower: this fails first), with the captured variables' current
-    values; an object without a flat call is used as it is."""
-    from saliency_gen.attribution import engine
-
-    offset = tf.Variable(1.0)
-
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.float32),
-                                  tf.TensorSpec([None], tf.int32)])
-    def shifted(x, k):
-        return 2.0 * x + offset + tf.cast(k, tf.float32)
-
-    concrete = shifted.get_concrete_function()
-    flat = engine.flat_call(concrete)
-    assert flat is not concrete
-    x, k = tf.constant([1.0, 2.0]), tf.constant([0, 3])
-    assert flat(x, k).numpy().tolist() == concrete(x, k).numpy().tolist() == [3.0, 8.0]
-    offset.assign(-1.0)
-    assert flat(x, k).numpy().tolist() == [1.0, 6.0]
-    plain = lambda *tensors: tensors  # noqa: E731
-    assert engine.flat_call(plain) is plain
-
-
 def test_placement_on_another_device_does_not_change_values():
     """Two logical devices (the CPU split in two, as two accelerators would be): the engine's
     maps, the scorer's deletion curves and ROAD's outcomes computed under each are the same
