@@ -32,8 +32,13 @@ def cluster(tmp_path_factory):
             loaded = connected.run(lambda: "tensorflow" in sys.modules)
             profiled = connected.run(
                 lambda dask_worker: "profile" in dask_worker.periodic_callbacks)
+            ticks = connected.run(  # ms between the measurements of itself each server makes
+                lambda dask_worker: dask_worker.periodic_callbacks["tick"].callback_time)
+            ticks["scheduler"] = connected.run_on_scheduler(
+                lambda dask_scheduler: dask_scheduler.periodic_callbacks["tick"].callback_time)
         assert list(loaded.values()) == [True, True]
         assert list(profiled.values()) == [False, False]  # Dask's sampler would slow TF work
+        assert list(ticks.values()) == [1000, 1000, 1000]  # not 20 ms: 4% of an idle core
         yield found
 
 

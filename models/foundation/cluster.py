@@ -113,9 +113,15 @@ def run_commands(commands: Sequence[Sequence[str]], labels: Sequence[str], *, wh
 # each local worker computes on one thread (TensorFlow's pools and OpenMP's)
 SINGLE_THREAD = {"TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1",
                  "OMP_NUM_THREADS": "1"}
-# Dask's statistical profiler off in the local workers: sampling the task thread's stack every
-# 10 ms slows a TensorFlow worker's units (docs/scale_out.md, "Dask")
-WORKER_SETTINGS = {"DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED": "False"}
+# The Dask configuration of the local scheduler and workers (docs/scale_out.md, "Dask"): the
+# workers' statistical profiler off (sampling the task thread's stack every 10 ms slows a
+# TensorFlow worker's units), and Dask's measurements of itself made rarer: the event loop's
+# tick every 20 ms, the system monitor every 500 ms and a worker's memory monitor every 100 ms
+# kept an idle worker busy 4% of its core, time its units on that core lose
+DASK_SETTINGS = {"DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED": "False",
+                 "DASK_DISTRIBUTED__ADMIN__TICK__INTERVAL": "1s",
+                 "DASK_DISTRIBUTED__ADMIN__SYSTEM_MONITOR__INTERVAL": "5s",
+                 "DASK_DISTRIBUTED__WORKER__MEMORY__MONITOR_INTERVAL": "1s"}
 # what a worker imports as it starts to run this project's work: the binaries' start-up, then
 # TensorFlow (models/foundation/dask_worker.py; docs/scale_out.md, "Dask")
 WORKER_PRELOAD = ("models.foundation.dask_worker",)
@@ -131,6 +137,7 @@ class LocalCluster:
     workers: list
     preload: tuple = ()  # modules each worker imports when it starts (dask worker --preload)
     pinned: bool = False  # worker i confined to the i-th core this process may use
+    dask_settings: dict = dataclasses.field(default_factory=lambda: dict(DASK_SETTINGS))
 
     @property
     def pids(self) -> list:
@@ -141,7 +148,7 @@ class LocalCluster:
         """One more single-threaded worker process (no nanny: killing it kills it), started
         with the installed package (no PYTHONPATH) in the cluster's folder, importing the
         cluster's `preload` modules as it starts (on a core of its own if the cluster is
-        `pinned`), with Dask's profiler off (`WORKER_SETTINGS`)."""
+        `pinned`), with the cluster's Dask configuration (`dask_settings`)."""
         core = nth_core(len(self.workers)) if self.pinned else None
         environment = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
         preload = [argument for module in self.preload for argument in ("--preload", module)]
@@ -150,7 +157,7 @@ class LocalCluster:
                 [*_dask(), "worker", "--scheduler-file", self.scheduler_file, "--nthreads", "1",
                  "--nworkers", "1", "--no-nanny", "--host", "127.0.0.1", "--no-dashboard",
                  "--name", name, "--local-directory", self.folder, *preload],
-                env={**environment, **SINGLE_THREAD, **WORKER_SETTINGS}, cwd=self.folder,
+                env={**environment, **SINGLE_THREAD, **self.dask_settings}, cwd=self.folder,
                 stdout=log, stderr=subprocess.STDOUT, preexec_fn=on_core(core))
         self.workers.append(worker)
         return worker
@@ -204,20 +211,25 @@ def _wait_for(condition: Any, seconds: float, what: str) -> None:
 
 @contextlib.contextmanager
 def local_cluster(folder: str, workers: int = 2, preload: Sequence[str] = (),
-                  pinned: bool = False) -> Iterator[LocalCluster]:
+                  pinned: bool = False,
+                  dask_settings: Optional[dict] = None) -> Iterator[LocalCluster]:
     """A scheduler and `workers` single-threaded worker processes on 127.0.0.1, started in
     `folder` (each importing the `preload` modules, as a long-running cluster's workers have:
     `dask worker --preload models.foundation.dask_worker`, `WORKER_PRELOAD`; with `pinned`,
     worker i on the i-th usable core alone, as a cluster's worker has cores of its own) and
-    stopped by their process ids when the block ends."""
+    stopped by their process ids when the block ends; the scheduler and the workers run with
+    the Dask configuration `dask_settings` (environment variables; default `DASK_SETTINGS`,
+    {} for Dask's own defaults)."""
     require("distributed", "scale")
+    dask_settings = DASK_SETTINGS if dask_settings is None else dask_settings
     scheduler_file = os.path.join(folder, "scheduler.json")
     with open(os.path.join(folder, "scheduler.log"), "w") as log:
         scheduler = subprocess.Popen(
             [*_dask(), "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
              "--scheduler-file", scheduler_file], cwd=folder, stdout=log,
-            stderr=subprocess.STDOUT)
-    found = LocalCluster(scheduler_file, folder, scheduler, [], tuple(preload), pinned)
+            stderr=subprocess.STDOUT, env={**os.environ, **dask_settings})
+    found = LocalCluster(scheduler_file, folder, scheduler, [], tuple(preload), pinned,
+                         dict(dask_settings))
     try:
         _wait_for(lambda: os.path.exists(scheduler_file), 60, "no scheduler file")
         for number in range(workers):
