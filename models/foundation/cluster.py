@@ -117,7 +117,7 @@ SINGLE_THREAD = {"TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1",
 # workers' statistical profiler off (sampling the task thread's stack every 10 ms slows a
 # TensorFlow worker's units), and Dask's measurements of itself made rarer: the event loop's
 # tick every 20 ms, the system monitor every 500 ms and a worker's memory monitor every 100 ms
-# kept an idle worker busy 4% of its core, time its units on that core lose
+# kept an idle worker busy 4-6% of its core, time its units on that core lose
 DASK_SETTINGS = {"DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED": "False",
                  "DASK_DISTRIBUTED__ADMIN__TICK__INTERVAL": "1s",
                  "DASK_DISTRIBUTED__ADMIN__SYSTEM_MONITOR__INTERVAL": "5s",

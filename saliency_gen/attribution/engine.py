@@ -97,7 +97,6 @@ class _Runner:
             return self._concrete(*arguments)
 
 
-
 def _runner(adapter, model, spec, shape, chunk, preprocessing, seed, name):
     seeded = spec.wrapper is not None or spec.unit.seeded(spec.options)
     key = (spec, spec.unit, shape, chunk, preprocessing, seed if seeded else None)
