@@ -38,7 +38,7 @@ def cluster(tmp_path_factory):
                 lambda dask_scheduler: dask_scheduler.periodic_callbacks["tick"].callback_time)
         assert list(loaded.values()) == [True, True]
         assert list(profiled.values()) == [False, False]  # Dask's sampler would slow TF work
-        assert list(ticks.values()) == [1000, 1000, 1000]  # not 20 ms: 4% of an idle core
+        assert list(ticks.values()) == [1000, 1000, 1000]  # not 20 ms: 4-6% of an idle core
         yield found
 
 
