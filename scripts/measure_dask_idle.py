@@ -7,16 +7,16 @@ A scheduler and two single-threaded workers (`models.foundation.cluster.local_cl
 worker on a core of its own, TensorFlow preloaded as `cluster.WORKER_PRELOAD` has it) are
 started with Dask's own configuration and with the project's (`cluster.DASK_SETTINGS`),
 alternately, and left idle; after their start-up the CPU time each process spends in
-`--seconds` (user and system, from /proc) is its share of a core. A worker's share is time that
-the units it runs on that core lose. Prints each run and the mean share per process.
+`--seconds` (user and system, read by psutil, which comes with Dask) is its share of a core.
+A worker's share is time that the units it runs on that core lose. Prints each run and the
+mean share per process.
 """
 import dataclasses
-import os
 import tempfile
 import time
 
 from models.foundation import cluster, progress, provenance
-from models.foundation.cli import option, run_binary
+from models.foundation.cli import option, require, run_binary
 from models.foundation.errors import UserError, check_minimum
 
 CONFIGURATIONS = {"Dask's defaults": {}, "the project's (DASK_SETTINGS)": cluster.DASK_SETTINGS}
@@ -30,10 +30,9 @@ class Config:
 
 
 def cpu_seconds(pid: int) -> float:
-    """User plus system CPU seconds of process `pid` so far (/proc/PID/stat)."""
-    with open(f"/proc/{pid}/stat") as handle:
-        fields = handle.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """User plus system CPU seconds of process `pid` so far."""
+    used = require("psutil", "scale").Process(pid).cpu_times()
+    return used.user + used.system
 
 
 def idle_shares(settings: dict, seconds: float) -> dict:
@@ -51,8 +50,6 @@ def idle_shares(settings: dict, seconds: float) -> dict:
 
 def run(config: Config) -> dict:
     """Measures both configurations --repeats times; prints and returns the mean shares."""
-    if not os.path.isdir("/proc/self"):
-        raise UserError("this measurement reads /proc (Linux)")
     check_minimum("repeats", config.repeats, 1)
     if config.seconds <= 0:
         raise UserError(f"--seconds must be positive; got {config.seconds}")

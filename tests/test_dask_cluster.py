@@ -48,8 +48,8 @@ def test_a_preloaded_worker_has_the_binaries_kernels():
     workers do, left TensorFlow's own default (off on this project's AMD CPUs: the same probe
     prints False there), and the start-up of a unit's set-up came after TensorFlow had read it."""
     probe = (f"import {clusters.WORKER_PRELOAD[0]}\n"
-             "from tensorflow.python.util import _pywrap_util_port as port\n"
-             "print(port.IsMklEnabled())")
+             "from models.foundation import cli\n"
+             "print(cli.onednn_enabled())")
     environment = {key: value for key, value in os.environ.items()
                    if key != "TF_ENABLE_ONEDNN_OPTS"}
     done = binaries.run([sys.executable, "-c", probe], cwd=REPO, env=environment, timeout=120)
