@@ -7,7 +7,8 @@ shipped`, or, with `shipped=False` or for another world, trained by `bam.train`)
 bamboo_forest_patch set (`bam.delta_patch` with the scene_only model, remade when that model
 changes) in the world's folder. `prepare_relative` adds
 the relative sets scene1..scene10 and their models. Every step writes under a temporary name and
-renames when complete, so an interrupted run resumes where it stopped.
+renames when complete, so an interrupted run resumes where it stopped, and runs under the
+cache's build lock (`cache.building`), so two jobs started at once build it once.
 """
 import dataclasses
 import os
@@ -46,20 +47,21 @@ def prepare(cache_dir: Optional[str] = None, seed: int = 0, epochs: int = EPOCHS
     the shipped weights where the package has them for this world instead of training."""
     folder = cache.cache_dir(seed, cache_dir)
     log(f"synthetic BAM setup in {folder} (built once, then reused)")
-    data_dir = cache.world(seed, folder, log)
-    model_dir = os.path.join(folder, "bam_models")
-    _train_missing(data_dir, model_dir, MODELS, epochs, seed, log, shipped)
-    scene_only = os.path.join(model_dir, "scene_only")
-    made_with = os.path.join(data_dir, PATCH, PATCH_MODEL)
-    origin = {"model_id": read_info(scene_only)["model_id"]}
-    if not (os.path.isfile(made_with) and read_json(made_with, "patch origin") == origin):
-        source = shipped_models.shipped_folder(PATCH, data_dir, origin) if shipped else None
-        if source is not None:
-            install_patch(source, data_dir)
-            log("loaded the shipped delta patch")
-        else:
-            make_patch(data_dir, scene_only, log)
-        write_json(made_with, origin)
+    with cache.building(seed, cache_dir, log):  # one builder at a time
+        data_dir = cache.world(seed, folder, log)
+        model_dir = os.path.join(folder, "bam_models")
+        _train_missing(data_dir, model_dir, MODELS, epochs, seed, log, shipped)
+        scene_only = os.path.join(model_dir, "scene_only")
+        made_with = os.path.join(data_dir, PATCH, PATCH_MODEL)
+        origin = {"model_id": read_info(scene_only)["model_id"]}
+        if not (os.path.isfile(made_with) and read_json(made_with, "patch origin") == origin):
+            source = shipped_models.shipped_folder(PATCH, data_dir, origin) if shipped else None
+            if source is not None:
+                install_patch(source, data_dir)
+                log("loaded the shipped delta patch")
+            else:
+                make_patch(data_dir, scene_only, log)
+            write_json(made_with, origin)
     return BamSetup(data_dir, model_dir)
 
 
@@ -87,14 +89,15 @@ def prepare_relative(cache_dir: Optional[str] = None, seed: int = 0, epochs: int
                      log: Callable = print, shipped: bool = True) -> BamSetup:
     """(data_dir, model_dir) with the relative sets scene1..scene10 (docs/bam.md, "The dataset
     layout") and a small_cnn trained on each, building what is missing."""
-    data_dir, model_dir = prepare(cache_dir, seed, epochs, log, shipped)
-    layout = construction.Layout(data_dir)
-    for k in range(1, 11):
-        root = os.path.join(data_dir, f"scene{k}")
-        if not os.path.isfile(os.path.join(root, "dog_classes.txt")):  # written last
-            shutil.rmtree(root, ignore_errors=True)
-            construction.write_relative_set(layout, k)
-    _train_missing(data_dir, model_dir, RELATIVE_MODELS, epochs, seed, log, shipped)
+    with cache.building(seed, cache_dir, log):  # one builder at a time
+        data_dir, model_dir = prepare(cache_dir, seed, epochs, log, shipped)
+        layout = construction.Layout(data_dir)
+        for k in range(1, 11):
+            root = os.path.join(data_dir, f"scene{k}")
+            if not os.path.isfile(os.path.join(root, "dog_classes.txt")):  # written last
+                shutil.rmtree(root, ignore_errors=True)
+                construction.write_relative_set(layout, k)
+        _train_missing(data_dir, model_dir, RELATIVE_MODELS, epochs, seed, log, shipped)
     return BamSetup(data_dir, model_dir)
 
 

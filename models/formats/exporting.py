@@ -35,7 +35,7 @@ from models.architectures import guided as guided_views
 from models.architectures import native_explainers, zoo
 from models.formats.preprocessing import check_images, input_space
 from models.foundation.errors import MissingPathError, UserError, check_one_of
-from models.foundation.files import atomic_output, project_cache_dir, read_json
+from models.foundation.files import atomic_output, build_lock, project_cache_dir, read_json
 from models.foundation.rules import PRECISIONS
 
 INFO_PATH = os.path.join("assets.extra", "model_info.json")
@@ -222,16 +222,16 @@ def export_in_precision(path: Union[str, os.PathLike], precision: str,
     target = os.path.join(folder or project_cache_dir("precision"),
                           f"{info['model_id']}-{precision}")
     wanted = {"precision": precision, "float32_model_id": info["model_id"]}
-    if os.path.isdir(target):
-        found = {key: read_info(target).get("extra", {}).get(key) for key in wanted}
-        if found != wanted:
-            raise UserError(f"{target} holds another model ({found}); delete it")
-        return target
-    model = zoo.in_precision(lambda: rebuild(path), precision)
-    # (written whole or not at all, as every export; a concurrent twin writes the same model)
-    export(model, target, preprocessing=info["preprocessing"],
-           feature_layer=info["feature_layer"], model_id=f"{info['model_id']}@{precision}",
-           extra=wanted, overwrite=True)
+    with build_lock(target, f"the {precision} export of {path}"):  # one writer at a time
+        if os.path.isdir(target):
+            found = {key: read_info(target).get("extra", {}).get(key) for key in wanted}
+            if found != wanted:
+                raise UserError(f"{target} holds another model ({found}); delete it")
+            return target
+        model = zoo.in_precision(lambda: rebuild(path), precision)
+        export(model, target, preprocessing=info["preprocessing"],
+               feature_layer=info["feature_layer"], model_id=f"{info['model_id']}@{precision}",
+               extra=wanted, overwrite=True)
     return target
 
 

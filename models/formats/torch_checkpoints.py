@@ -28,7 +28,7 @@ import numpy as np
 from models.formats.torch_pickle import read_checkpoint
 from models.foundation.cli import option, run_binary
 from models.foundation.errors import UserError, required
-from models.foundation.files import file_sha256, project_cache_dir
+from models.foundation.files import build_lock, file_sha256, project_cache_dir
 from models.foundation.lazy import lazy_module
 
 # Loaded on first use: --help and a bad flag are answered before TensorFlow starts
@@ -206,10 +206,10 @@ def converted_model(checkpoint: str, model: str, cache_dir: Optional[str] = None
     digest = file_sha256(checkpoint)[:16]
     key = f"{zoo_name(model)}-{image_size}-{num_classes or 'auto'}-{digest}"
     path = os.path.join(cache_dir, key)
-    if not os.path.isfile(os.path.join(path, exporting.INFO_PATH)):
-        os.makedirs(cache_dir, exist_ok=True)
-        convert(checkpoint, model, path, image_size=image_size, num_classes=num_classes,
-                digest=digest)
+    with build_lock(path, f"the conversion of {checkpoint}"):  # one converter at a time
+        if not os.path.isfile(os.path.join(path, exporting.INFO_PATH)):
+            convert(checkpoint, model, path, image_size=image_size, num_classes=num_classes,
+                    digest=digest)
     return path
 
 

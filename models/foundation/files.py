@@ -7,6 +7,9 @@
   killed run left behind.
 * `exclusive` holds a lock file beside an output so a second writer gets one clear line instead
   of mixing its results with the first one's.
+* `build_lock` holds a lock file beside a cache folder while its parts are checked and built,
+  so a second process that needs the same cache waits for the first and reuses what it built
+  instead of replacing folders the first is reading (docs/synthetic_world.md, "The cache").
 * `file_sha256` digests files by streaming them (downloads, checkpoints, TF1 variables).
 * `ensure_directory` and `read_json` turn an unusable output folder or a corrupt JSON file into
   one `UserError` line naming the path.
@@ -21,7 +24,8 @@ import os
 import secrets
 import shutil
 import socket
-from typing import Any, Iterable, Iterator, Optional, Union
+import threading
+from typing import Any, Callable, Iterable, Iterator, Optional, Union
 
 from models.foundation.errors import UserError
 
@@ -195,6 +199,47 @@ def exclusive(path: Union[str, os.PathLike], what: str = "output") -> Iterator[s
         with contextlib.suppress(FileNotFoundError):
             os.remove(lock_path)
         handle.close()
+
+
+_BUILDS = threading.RLock()  # one thread of a process builds at a time; nesting is allowed
+_HELD_BUILDS: dict = {}  # lock path -> its open handle, while this process holds it
+
+
+@contextlib.contextmanager
+def build_lock(path: Union[str, os.PathLike], what: str,
+               log: Callable[[str], Any] = print) -> Iterator[None]:
+    """Holds the build lock of the cache folder `path` for the block (docs/synthetic_world.md,
+    "The cache"): a second process asking for it waits, after one line saying for whom, then
+    finds what the first one built. Nested blocks of one process take it once. The lock is the
+    file `.<name>.lock` beside `path` (kept: deleting it would let a waiting process lock a
+    file nobody else sees), released when the process dies however it ends."""
+    path = os.path.abspath(os.fspath(path))
+    folder, name = os.path.split(path)
+    lock_path = os.path.join(folder, f".{name}.lock")
+    with _BUILDS:
+        if lock_path in _HELD_BUILDS:
+            yield
+            return
+        ensure_directory(folder)
+        with open(lock_path, "a+", encoding="utf-8") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as error:
+                if error.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                    raise
+                handle.seek(0)
+                holder = handle.read().strip() or "another process"
+                log(f"waiting for {holder}, which is building {what} in {path}")
+                fcntl.flock(handle, fcntl.LOCK_EX)
+            handle.seek(0)
+            handle.truncate()
+            handle.write(f"process {os.getpid()} on host {socket.gethostname()}")
+            handle.flush()
+            _HELD_BUILDS[lock_path] = handle
+            try:
+                yield
+            finally:
+                del _HELD_BUILDS[lock_path]
 
 
 def _take_lock(lock_path: str, what: str):

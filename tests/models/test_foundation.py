@@ -315,6 +315,53 @@ def test_an_output_lock_refuses_a_second_writer_and_leaves_nothing_behind(tmp_pa
         pass
 
 
+_HOLD_THE_BUILD_LOCK = """
+import sys, time
+from models.foundation import files
+with files.build_lock(sys.argv[1], "the test cache"):
+    with files.build_lock(sys.argv[1], "the test cache"):  # nested: taken once
+        print("holding", flush=True)
+        time.sleep(2.0)
+    print(f"released {time.time()}", flush=True)
+"""
+
+
+def test_a_second_builder_of_a_cache_waits_for_the_first_and_says_for_whom(tmp_path):
+    import subprocess
+    import time
+    from models.foundation import files
+    target = str(tmp_path / "cache")
+    first = subprocess.Popen([sys.executable, "-c", _HOLD_THE_BUILD_LOCK, target],
+                             stdout=subprocess.PIPE, text=True)
+    assert first.stdout.readline() == "holding\n"
+    told = []
+    with files.build_lock(target, "the test cache", log=told.append):
+        entered = time.time()
+    released = float(first.stdout.readline().split()[1])
+    assert first.wait(timeout=30) == 0
+    assert entered >= released  # the whole block waited, not only its first step
+    assert told == [f"waiting for process {first.pid} on host {os.uname().nodename}, which is "
+                    f"building the test cache in {target}"]
+
+
+def test_the_world_cache_is_built_under_its_lock(tmp_path, monkeypatch):
+    import fcntl
+
+    from saliency_gen.data.world import cache, synthetic
+    folder = str(tmp_path / "seed7")
+
+    def build_world(data_dir, **settings):
+        with open(str(tmp_path / ".seed7.lock")) as other:  # another open file: a second taker
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return {"reused": True}
+
+    monkeypatch.setattr(synthetic, "build_world", build_world)
+    assert cache.world(7, folder) == os.path.join(folder, "world")
+    with open(str(tmp_path / ".seed7.lock")) as other:  # released after the block
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
 def test_an_output_path_of_the_wrong_kind_is_one_line(tmp_path):
     from models.foundation import files
     from models.foundation.errors import UserError
