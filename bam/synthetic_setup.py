@@ -7,8 +7,9 @@ shipped`, or, with `shipped=False` or for another world, trained by `bam.train`)
 bamboo_forest_patch set (`bam.delta_patch` with the scene_only model, remade when that model
 changes) in the world's folder. `prepare_relative` adds
 the relative sets scene1..scene10 and their models. Every step writes under a temporary name and
-renames when complete, so an interrupted run resumes where it stopped, and runs under the
-cache's build lock (`cache.building`), so two jobs started at once build it once.
+renames when complete, so an interrupted run resumes where it stopped, and runs under the lock
+of `bam_models` (`cache.building`; it also covers the sets BAM adds to the world's folder), so
+two jobs started at once build it once.
 """
 import dataclasses
 import os
@@ -47,7 +48,7 @@ def prepare(cache_dir: Optional[str] = None, seed: int = 0, epochs: int = EPOCHS
     the shipped weights where the package has them for this world instead of training."""
     folder = cache.cache_dir(seed, cache_dir)
     log(f"synthetic BAM setup in {folder} (built once, then reused)")
-    with cache.building(seed, cache_dir, log):  # one builder at a time
+    with cache.building("bam_models", seed, cache_dir, log):  # also the world's BAM sets
         data_dir = cache.world(seed, folder, log)
         model_dir = os.path.join(folder, "bam_models")
         _train_missing(data_dir, model_dir, MODELS, epochs, seed, log, shipped)
@@ -89,7 +90,7 @@ def prepare_relative(cache_dir: Optional[str] = None, seed: int = 0, epochs: int
                      log: Callable = print, shipped: bool = True) -> BamSetup:
     """(data_dir, model_dir) with the relative sets scene1..scene10 (docs/bam.md, "The dataset
     layout") and a small_cnn trained on each, building what is missing."""
-    with cache.building(seed, cache_dir, log):  # one builder at a time
+    with cache.building("bam_models", seed, cache_dir, log):  # also the world's BAM sets
         data_dir, model_dir = prepare(cache_dir, seed, epochs, log, shipped)
         layout = construction.Layout(data_dir)
         for k in range(1, 11):

@@ -2,7 +2,9 @@
 convention (config dataclass -> flags -> config -> run)."""
 import dataclasses
 import os
+import subprocess
 import sys
+import time
 from typing import Optional
 
 import keras
@@ -327,8 +329,6 @@ with files.build_lock(sys.argv[1], "the test cache"):
 
 
 def test_a_second_builder_of_a_cache_waits_for_the_first_and_says_for_whom(tmp_path):
-    import subprocess
-    import time
     from models.foundation import files
     target = str(tmp_path / "cache")
     first = subprocess.Popen([sys.executable, "-c", _HOLD_THE_BUILD_LOCK, target],
@@ -349,16 +349,17 @@ def test_the_world_cache_is_built_under_its_lock(tmp_path, monkeypatch):
 
     from saliency_gen.data.world import cache, synthetic
     folder = str(tmp_path / "seed7")
+    lock = os.path.join(folder, ".world.lock")
 
     def build_world(data_dir, **settings):
-        with open(str(tmp_path / ".seed7.lock")) as other:  # another open file: a second taker
+        with open(lock) as other:  # another open file: a second taker
             with pytest.raises(BlockingIOError):
                 fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
         return {"reused": True}
 
     monkeypatch.setattr(synthetic, "build_world", build_world)
     assert cache.world(7, folder) == os.path.join(folder, "world")
-    with open(str(tmp_path / ".seed7.lock")) as other:  # released after the block
+    with open(lock) as other:  # released after the block
         fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
 
 

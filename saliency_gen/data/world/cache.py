@@ -12,8 +12,8 @@ Everything derived from the world lives in one folder per seed,
 | `roar_saliency/` | saliency records of the explained methods | `roar.synthetic_setup` |
 
 Each step is built only when missing, under a temporary name renamed when complete, so an
-interrupted build resumes and a finished one is reused; a process checks and builds while it
-holds the folder's `building` lock, so two jobs started at once on an empty cache build it
+interrupted build resumes and a finished one is reused; a process checks and builds a part while
+it holds that part's lock (`building`), so two jobs started at once on an empty cache build it
 once (the second waits, then reuses) and never replace a folder the other is reading. The
 models of the default world come from the weights shipped with the package
 (`saliency_gen.data.world.shipped`) unless asked to train.
@@ -40,17 +40,20 @@ def cache_dir(seed: int = 0, folder: Optional[str] = None) -> str:
     return project_cache_dir(f"synthetic_seed{int(seed)}")
 
 
-def building(seed: int = 0, folder: Optional[str] = None,
+def building(part: str, seed: int = 0, folder: Optional[str] = None,
              log: Callable = print) -> ContextManager[None]:
-    """The build lock of the world's cache folder (`files.build_lock`): held while a part of it
-    is checked and built (nested blocks of one process take it once)."""
-    return build_lock(cache_dir(seed, folder), "the synthetic world's cache", log)
+    """The build lock of one part of the world's cache (`files.build_lock`; `part` a folder
+    in it: "world", "clean", "bam_models", "roar_saliency"): held while the part is
+    checked and built, so a job waits only for a part it needs that another job is building.
+    A part's builder may take the lock of a part it reads (world, clean), never the reverse."""
+    return build_lock(os.path.join(cache_dir(seed, folder), part),
+                      f"the synthetic world's cache ({part})", log)
 
 
 def world(seed: int = 0, folder: Optional[str] = None, log: Callable = print) -> str:
     """The world's data folder (BAM layout), built if missing."""
     data_dir = os.path.join(cache_dir(seed, folder), "world")
-    with building(seed, folder, log):
+    with building("world", seed, folder, log):
         bar = progress.CountBar("building the synthetic world", "image")
         info = synthetic.build_world(data_dir, seed=seed, image_size=IMAGE_SIZE, progress=bar)
         bar.close()
@@ -70,7 +73,7 @@ def clean_model(seed: int = 0, folder: Optional[str] = None, log: Callable = pri
     """The export directory of the clean small_cnn, trained on the world's object labels in
     ImageNet's input space with the synthetic recipe (`models.training.loop`), if missing; with
     `shipped`, the package's weights of it where it has them for this world."""
-    with building(seed, folder, log):
+    with building("clean", seed, folder, log):
         clean_dir = os.path.join(cache_dir(seed, folder), "clean")
         if not shipped and shipped_models.is_installed_copy(os.path.join(clean_dir, "model")):
             shutil.rmtree(clean_dir)  # asked to train: the shipped copy makes way
