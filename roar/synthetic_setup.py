@@ -6,9 +6,8 @@ saliency records of `method` for the train and validation shards (`saliency_gen.
 float16 maps so that every ranking unit and sign is exact enough) in the world cache's
 `roar_saliency/<method>`. Each step writes under a temporary name and renames, so an
 interrupted setup resumes; the maps are made under the lock of `roar_saliency`
-(`cache.building`). `method` is a ROAR
-record key or code (`gradient_image`, `SH`), any other method name, or a user method
-("package.module:function").
+(`cache.building`). `method` is a ROAR record key or code (`gradient_image`, `SH`), any other
+method name, or a user method ("package.module:function").
 """
 import os
 from typing import Callable, Optional
