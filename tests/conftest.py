@@ -154,16 +154,17 @@ def resolutions(monkeypatch):
 
 def built_once(tmp_path_factory, name, build):
     """`build(folder)` once per test run, also when pytest-xdist runs the tests in several
-    worker processes: they share the run's temporary folder and take turns on a lock file, and
-    the later ones read the first one's (JSON) result. Tuples come back as lists."""
-    import fcntl
+    worker processes: they share the run's temporary folder and take turns on its build lock
+    (`files.build_lock`, as the project's cache), and the later ones read the first one's (JSON)
+    result. Tuples come back as lists."""
     import json
     import pathlib
 
+    from models.foundation import files
+
     base = tmp_path_factory.getbasetemp()
     root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / f"shared_{name}"
-    with open(f"{root}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with files.build_lock(root, f"the fixture {name}", log=lambda line: None):
         done = pathlib.Path(root) / "fixture.json"
         if done.exists():
             return json.loads(done.read_text())

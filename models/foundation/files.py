@@ -211,8 +211,8 @@ def build_lock(path: Union[str, os.PathLike], what: str,
     """Holds the build lock of the cache folder `path` for the block (docs/synthetic_world.md,
     "The cache"): a second process asking for it waits, after one line saying for whom, then
     finds what the first one built. Nested blocks of one process take it once. The lock is the
-    file `.<name>.lock` beside `path` (kept: deleting it would let a waiting process lock a
-    file nobody else sees), released when the process dies however it ends."""
+    file `.<name>.lock` beside `path`, released when the process dies however it ends and
+    deleted when the block ends (as `exclusive`'s)."""
     path = os.path.abspath(os.fspath(path))
     folder, name = os.path.split(path)
     lock_path = os.path.join(folder, f".{name}.lock")
@@ -221,25 +221,45 @@ def build_lock(path: Union[str, os.PathLike], what: str,
             yield
             return
         ensure_directory(folder)
-        with open(lock_path, "a+", encoding="utf-8") as handle:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError as error:
-                if error.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
-                    raise
-                handle.seek(0)
-                holder = handle.read().strip() or "another process"
-                log(f"waiting for {holder}, which is building {what} in {path}")
-                fcntl.flock(handle, fcntl.LOCK_EX)
+        handle = _wait_for_lock(lock_path, what, path, log)
+        try:
             handle.seek(0)
             handle.truncate()
             handle.write(f"process {os.getpid()} on host {socket.gethostname()}")
             handle.flush()
             _HELD_BUILDS[lock_path] = handle
-            try:
-                yield
-            finally:
-                del _HELD_BUILDS[lock_path]
+            yield
+        finally:
+            _HELD_BUILDS.pop(lock_path, None)
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(lock_path)
+            handle.close()
+
+
+def _wait_for_lock(lock_path: str, what: str, path: str, log: Callable[[str], Any]):
+    """An open handle of `lock_path` holding its flock, waited for (one line, the first time)."""
+    told = False
+    while True:
+        handle = open(lock_path, "a+", encoding="utf-8")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as error:
+            if error.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                handle.close()
+                raise
+            if not told:
+                handle.seek(0)
+                holder = handle.read().strip() or "another process"
+                log(f"waiting for {holder}, which is building {what} in {path}")
+                told = True
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:  # the holder deletes the file before it unlocks: this one may be gone
+            same = os.stat(lock_path).st_ino == os.fstat(handle.fileno()).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            return handle
+        handle.close()
 
 
 def _take_lock(lock_path: str, what: str):
