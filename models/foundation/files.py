@@ -183,16 +183,62 @@ def exclusive(path: Union[str, os.PathLike], what: str = "output") -> Iterator[s
     is deleted when the block ends (a killed process leaves it, unlocked and harmless).
     """
     path = os.path.abspath(os.fspath(path))
+
+    def refuse(holder: str) -> None:
+        raise UserError(f"{what} {path} is being written by {holder}; wait for it to finish or "
+                        "choose another output path")
+
+    with _holding(path, refuse):
+        yield path
+
+
+_BUILDS = threading.RLock()  # one thread of a process builds at a time; nesting is allowed
+_HELD_BUILDS: set = set()  # the paths whose build lock this process holds
+
+
+@contextlib.contextmanager
+def build_lock(path: Union[str, os.PathLike], what: str,
+               log: Callable[[str], Any] = print) -> Iterator[None]:
+    """Holds the build lock of the cache folder `path` for the block (docs/synthetic_world.md,
+    "The cache"): a second process asking for it waits, after one line saying for whom, then
+    finds what the first one built. Nested blocks of one process take it once. The lock is
+    `exclusive`'s file, `.<name>.lock` beside `path`, released when the process dies however it
+    ends and deleted when the block ends."""
+    path = os.path.abspath(os.fspath(path))
+    told: list = []
+
+    def wait(holder: str) -> None:
+        if not told:  # once, also where the holder changes while this one waits
+            log(f"waiting for {holder}, which is building {what} in {path}")
+            told.append(holder)
+
+    with _BUILDS:
+        if path in _HELD_BUILDS:
+            yield
+            return
+        with _holding(path, wait):
+            _HELD_BUILDS.add(path)
+            try:
+                yield
+            finally:
+                _HELD_BUILDS.discard(path)
+
+
+@contextlib.contextmanager
+def _holding(path: str, when_held: Callable[[str], None]) -> Iterator[None]:
+    """Holds the flock of `.<name>.lock` beside `path` for the block, the file naming this
+    process; where another process holds it, `when_held(its holder)` raises, or returns to wait
+    for it. The file is deleted when the block ends."""
     folder, name = os.path.split(path)
     ensure_directory(folder)
     lock_path = os.path.join(folder, f".{name}.lock")
-    handle = _take_lock(lock_path, f"{what} {path}")
+    handle = _take_lock(lock_path, when_held)
     try:
         handle.seek(0)
         handle.truncate()
         handle.write(f"process {os.getpid()} on host {socket.gethostname()}")
         handle.flush()
-        yield path
+        yield
     finally:
         # Unlinking before unlocking is safe: a process that opened the old file and then gets
         # its lock sees that the name no longer leads to that file and starts again.
@@ -201,81 +247,25 @@ def exclusive(path: Union[str, os.PathLike], what: str = "output") -> Iterator[s
         handle.close()
 
 
-_BUILDS = threading.RLock()  # one thread of a process builds at a time; nesting is allowed
-_HELD_BUILDS: dict = {}  # lock path -> its open handle, while this process holds it
-
-
-@contextlib.contextmanager
-def build_lock(path: Union[str, os.PathLike], what: str,
-               log: Callable[[str], Any] = print) -> Iterator[None]:
-    """Holds the build lock of the cache folder `path` for the block (docs/synthetic_world.md,
-    "The cache"): a second process asking for it waits, after one line saying for whom, then
-    finds what the first one built. Nested blocks of one process take it once. The lock is the
-    file `.<name>.lock` beside `path`, released when the process dies however it ends and
-    deleted when the block ends (as `exclusive`'s)."""
-    path = os.path.abspath(os.fspath(path))
-    folder, name = os.path.split(path)
-    lock_path = os.path.join(folder, f".{name}.lock")
-    with _BUILDS:
-        if lock_path in _HELD_BUILDS:
-            yield
-            return
-        ensure_directory(folder)
-        handle = _wait_for_lock(lock_path, what, path, log)
-        try:
-            handle.seek(0)
-            handle.truncate()
-            handle.write(f"process {os.getpid()} on host {socket.gethostname()}")
-            handle.flush()
-            _HELD_BUILDS[lock_path] = handle
-            yield
-        finally:
-            _HELD_BUILDS.pop(lock_path, None)
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(lock_path)
-            handle.close()
-
-
-def _wait_for_lock(lock_path: str, what: str, path: str, log: Callable[[str], Any]):
-    """An open handle of `lock_path` holding its flock, waited for (one line, the first time)."""
-    told = False
+def _take_lock(lock_path: str, when_held: Callable[[str], None]):
+    """An open handle of `lock_path` holding its flock (`_holding`)."""
     while True:
         handle = open(lock_path, "a+", encoding="utf-8")
         try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as error:
-            if error.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
-                handle.close()
-                raise
-            if not told:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                held = False
+            except OSError as error:
+                if error.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                    raise
+                held = True
+            if held:  # (outside the except: an error of `when_held` is its own)
                 handle.seek(0)
-                holder = handle.read().strip() or "another process"
-                log(f"waiting for {holder}, which is building {what} in {path}")
-                told = True
-            fcntl.flock(handle, fcntl.LOCK_EX)
-        try:  # the holder deletes the file before it unlocks: this one may be gone
-            same = os.stat(lock_path).st_ino == os.fstat(handle.fileno()).st_ino
-        except FileNotFoundError:
-            same = False
-        if same:
-            return handle
-        handle.close()
-
-
-def _take_lock(lock_path: str, what: str):
-    """An open handle of `lock_path` holding its flock; one `UserError` line if another holds it."""
-    while True:
-        handle = open(lock_path, "a+", encoding="utf-8")
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as error:
-            handle.seek(0)
-            holder = handle.read().strip() or "another process"
+                when_held(handle.read().strip() or "another process")
+                fcntl.flock(handle, fcntl.LOCK_EX)
+        except BaseException:
             handle.close()
-            if error.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
-                raise
-            raise UserError(f"{what} is being written by {holder}; wait for it to finish or "
-                            "choose another output path") from None
+            raise
         try:
             same = os.stat(lock_path).st_ino == os.fstat(handle.fileno()).st_ino
         except FileNotFoundError:
