@@ -188,7 +188,7 @@ def exclusive(path: Union[str, os.PathLike], what: str = "output") -> Iterator[s
         raise UserError(f"{what} {path} is being written by {holder}; wait for it to finish or "
                         "choose another output path")
 
-    with _holding(path, refuse):
+    with _holding(path, ".lock", refuse):
         yield path
 
 
@@ -201,9 +201,10 @@ def build_lock(path: Union[str, os.PathLike], what: str,
                log: Callable[[str], Any] = print) -> Iterator[None]:
     """Holds the build lock of the cache folder `path` for the block (docs/synthetic_world.md,
     "The cache"): a second process asking for it waits, after one line saying for whom, then
-    finds what the first one built. Nested blocks of one process take it once. The lock is
-    `exclusive`'s file, `.<name>.lock` beside `path`, released when the process dies however it
-    ends and deleted when the block ends."""
+    finds what the first one built. Nested blocks of one process take it once. The lock is the
+    file `.<name>.build.lock` beside `path` (not `exclusive`'s, which a builder may take inside
+    the block: a training run's folder), released when the process dies however it ends and
+    deleted when the block ends."""
     path = os.path.abspath(os.fspath(path))
     told: list = []
 
@@ -216,7 +217,7 @@ def build_lock(path: Union[str, os.PathLike], what: str,
         if path in _HELD_BUILDS:
             yield
             return
-        with _holding(path, wait):
+        with _holding(path, ".build.lock", wait):
             _HELD_BUILDS.add(path)
             try:
                 yield
@@ -225,13 +226,13 @@ def build_lock(path: Union[str, os.PathLike], what: str,
 
 
 @contextlib.contextmanager
-def _holding(path: str, when_held: Callable[[str], None]) -> Iterator[None]:
-    """Holds the flock of `.<name>.lock` beside `path` for the block, the file naming this
+def _holding(path: str, suffix: str, when_held: Callable[[str], None]) -> Iterator[None]:
+    """Holds the flock of `.<name><suffix>` beside `path` for the block, the file naming this
     process; where another process holds it, `when_held(its holder)` raises, or returns to wait
     for it. The file is deleted when the block ends."""
     folder, name = os.path.split(path)
     ensure_directory(folder)
-    lock_path = os.path.join(folder, f".{name}.lock")
+    lock_path = os.path.join(folder, f".{name}{suffix}")
     handle = _take_lock(lock_path, when_held)
     try:
         handle.seek(0)

@@ -315,6 +315,9 @@ def test_an_output_lock_refuses_a_second_writer_and_leaves_nothing_behind(tmp_pa
     assert os.listdir(tmp_path) == []
     with files.exclusive(target):  # free again once released
         pass
+    with files.build_lock(target, "a cache"):  # a builder writes its outputs under their lock
+        with files.exclusive(target):
+            assert sorted(os.listdir(tmp_path)) == [".result.json.build.lock", ".result.json.lock"]
 
 
 _HOLD_THE_BUILD_LOCK = """
@@ -350,7 +353,7 @@ def test_the_world_cache_is_built_under_its_lock(tmp_path, monkeypatch):
 
     from saliency_gen.data.world import cache, synthetic
     folder = str(tmp_path / "seed7")
-    lock = os.path.join(folder, ".world.lock")
+    lock = os.path.join(folder, ".world.build.lock")
 
     def build_world(data_dir, **settings):
         with open(lock) as other:  # another open file: a second taker
