@@ -192,8 +192,8 @@ def exclusive(path: Union[str, os.PathLike], what: str = "output") -> Iterator[s
         yield path
 
 
-_BUILDS = threading.RLock()  # one thread of a process builds at a time; nesting is allowed
-_HELD_BUILDS: set = set()  # the paths whose build lock this process holds
+_HELD_BUILDS = threading.local()  # .paths: the build locks this thread holds (flock keeps
+# out other threads too: each taker opens the file anew, and open files' flocks exclude)
 
 
 @contextlib.contextmanager
@@ -201,7 +201,7 @@ def build_lock(path: Union[str, os.PathLike], what: str,
                log: Callable[[str], Any] = print) -> Iterator[None]:
     """Holds the build lock of the cache folder `path` for the block (docs/synthetic_world.md,
     "The cache"): a second process asking for it waits, after one line saying for whom, then
-    finds what the first one built. Nested blocks of one process take it once. The lock is the
+    finds what the first one built. Nested blocks of one thread take it once. The lock is the
     file `.<name>.build.lock` beside `path` (not `exclusive`'s, which a builder may take inside
     the block: a training run's folder), released when the process dies however it ends and
     deleted when the block ends."""
@@ -213,16 +213,16 @@ def build_lock(path: Union[str, os.PathLike], what: str,
             log(f"waiting for {holder}, which is building {what} in {path}")
             told.append(holder)
 
-    with _BUILDS:
-        if path in _HELD_BUILDS:
+    held = _HELD_BUILDS.__dict__.setdefault("paths", set())
+    if path in held:
+        yield
+        return
+    with _holding(path, ".build.lock", wait):
+        held.add(path)
+        try:
             yield
-            return
-        with _holding(path, ".build.lock", wait):
-            _HELD_BUILDS.add(path)
-            try:
-                yield
-            finally:
-                _HELD_BUILDS.discard(path)
+        finally:
+            held.discard(path)
 
 
 @contextlib.contextmanager

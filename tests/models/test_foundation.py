@@ -348,6 +348,29 @@ def test_a_second_builder_of_a_cache_waits_for_the_first_and_says_for_whom(tmp_p
                     f"building the test cache in {target}"]
 
 
+def test_threads_of_one_process_take_turns_on_a_build_lock(tmp_path):
+    import threading
+
+    from models.foundation import files
+    target, events, holding = str(tmp_path / "cache"), [], threading.Event()
+
+    def hold():
+        with files.build_lock(target, "the test cache"):
+            events.append("thread in")
+            holding.set()
+            time.sleep(0.5)
+            events.append("thread out")
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    holding.wait(timeout=30)
+    with files.build_lock(target, "the test cache", log=events.append):
+        events.append("main in")
+    thread.join()
+    assert events[0] == "thread in" and events[1].startswith("waiting for process ")
+    assert events[2:] == ["thread out", "main in"]
+
+
 def test_the_world_cache_is_built_under_its_lock(tmp_path, monkeypatch):
     import fcntl
 
