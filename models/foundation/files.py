@@ -192,8 +192,15 @@ def exclusive(path: Union[str, os.PathLike], what: str = "output") -> Iterator[s
         yield path
 
 
-_HELD_BUILDS = threading.local()  # .paths: the build locks this thread holds (flock keeps
-# out other threads too: each taker opens the file anew, and open files' flocks exclude)
+class _HeldBuilds(threading.local):
+    """The paths whose build lock this thread holds (flock keeps out other threads too: each
+    taker opens the file anew, and open files' flocks exclude one another)."""
+
+    def __init__(self) -> None:
+        self.paths: set = set()
+
+
+_HELD_BUILDS = _HeldBuilds()
 
 
 @contextlib.contextmanager
@@ -206,14 +213,15 @@ def build_lock(path: Union[str, os.PathLike], what: str,
     the block: a training run's folder), released when the process dies however it ends and
     deleted when the block ends."""
     path = os.path.abspath(os.fspath(path))
-    told: list = []
+    told = False
 
     def wait(holder: str) -> None:
+        nonlocal told
         if not told:  # once, also where the holder changes while this one waits
             log(f"waiting for {holder}, which is building {what} in {path}")
-            told.append(holder)
+            told = True
 
-    held = _HELD_BUILDS.__dict__.setdefault("paths", set())
+    held = _HELD_BUILDS.paths
     if path in held:
         yield
         return
