@@ -87,9 +87,9 @@ class ScoreRange(beam.DoFn):
             ("measure", self.model_path, self.protocol, repr(self.options)),
             lambda: evaluate.measure_for(self.loaded, self.protocol, self.options))
 
-    def process(self, unit: tuple) -> Iterator[tuple[Any, Any]]:  # (key, value) pairs
-        path, start, count = unit
-        dtype, shape, _ = self.formats[path]
+    def record_reader(self, dtype: Any, shape: Any) -> Any:
+        """(default key, serialized saliency record) -> (example key, model input, label,
+        map)."""
         space = preprocessing.input_space(self.loaded.preprocessing)
         size = self.loaded.input_shape[0]
 
@@ -101,8 +101,18 @@ class ScoreRange(beam.DoFn):
             return (parsed["example_key"], space.from_pixels(fitted), parsed["label"],
                     parsed["saliency"])
 
-        data = records.keyed_shard(path).skip(start).take(count).map(read).batch(count)
-        keys, images, labels, maps = (t.numpy() for t in next(iter(data)))
+        return read
+
+    def process(self, unit: tuple) -> Iterator[tuple[Any, Any]]:  # (key, value) pairs
+        path, start, count = unit
+        dtype, shape, _ = self.formats[path]
+        read = beam_support.per_process(  # one reader for every unit (docs/records.md)
+            ("reader", self.model_path, self.key, repr(dtype), repr(shape), self.geometry),
+            lambda: pipelines.range_reader(self.record_reader(dtype, shape)))
+        keys, images, labels, maps = (t.numpy() for t in read(path, start, count))
+        if len(keys) != count:
+            raise RecordError(f"{path}: records {start}..{start + count - 1} gave {len(keys)} "
+                              "images; the shard changed during the run")
         if not np.all(np.isfinite(maps)):
             raise RecordError(f"{path}: records {start}..{start + count - 1}: a map holds NaN "
                               "or infinite values; re-generate the saliency records")

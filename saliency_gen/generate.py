@@ -130,18 +130,23 @@ def explain_records(path: str, loaded: Any, methods: "Sequence[names.Resolved]",
                     progress: Optional[Callable] = None, start: int = 0,
                     count: int = -1) -> Iterator:
     """Yields the saliency examples (tf.train.Example) of records [start, start + count) of the
-    input shard `path` (count -1: to the end) with the maps of the resolved `methods`, explained
-    in batches of options["batch_size"] from `start`. Each map depends on its image and key
-    only (docs/saliency.md), so any split of a shard into ranges gives the same examples as the
-    whole shard."""
+    input shard `path` (count -1: the whole shard, from its first record) with the maps of the
+    resolved `methods`, explained in batches of options["batch_size"] from `start`. Each map
+    depends on its image and key only (docs/saliency.md), so any split of a shard into ranges
+    gives the same examples as the whole shard."""
     space = preprocessing.input_space(loaded.preprocessing)
     if loaded.input_shape[0] != loaded.input_shape[1] and options["geometry"] != "none":
         raise UserError(f"model {loaded.path} takes non-square input; use --geometry=none")
-    dataset = pipelines.explanation_inputs([path], loaded.input_shape, space, options["geometry"],
-                                           start=start, count=count)
-    dataset = dataset.batch(options["batch_size"]).prefetch(1)
+    if count < 0:  # a whole shard, streamed
+        batches = iter(pipelines.explanation_inputs(
+            [path], loaded.input_shape, space, options["geometry"]).batch(
+            options["batch_size"]).prefetch(1))
+    else:  # a Beam work unit: one reader for every range (docs/records.md, "Reading records")
+        batches = pipelines.explanation_range(path, loaded.input_shape, space,
+                                              options["geometry"], start, count,
+                                              options["batch_size"])
     index = start
-    for keys, encoded, labels, images, heights, widths in _decoded(dataset, path, loaded):
+    for keys, encoded, labels, images, heights, widths in _decoded(batches, path, loaded):
         labels = labels.numpy() + options["label_offset"]
         bad = np.flatnonzero((labels < 0) | (labels >= loaded.num_classes))
         if bad.size:
@@ -173,10 +178,9 @@ def explain_records(path: str, loaded: Any, methods: "Sequence[names.Resolved]",
             progress(len(keys))
 
 
-def _decoded(dataset: Any, path: str, loaded: Any) -> Iterator:
-    """The batches of `dataset`; a failure to read or decode them (not the model's or a
-    method's, which say their own) is one line with TensorFlow's own message."""
-    batches = iter(dataset)
+def _decoded(batches: Iterator, path: str, loaded: Any) -> Iterator:
+    """The `batches`; a failure to read or decode them (not the model's or a method's, which
+    say their own) is one line with TensorFlow's own message."""
     while True:
         try:
             batch = next(batches)

@@ -12,8 +12,20 @@ The example key (the image file name, else `<shard>:<index>`) keys every random 
 example's flip or mask never depends on read order, batching or sharding.
 """
 import contextlib
+import functools
 import zlib
-from typing import Any, Callable, Iterable, Literal, NamedTuple, Optional, Sequence, Union, overload
+from typing import (
+    Any,
+    Callable,
+    Iterable,
+    Iterator,
+    Literal,
+    NamedTuple,
+    Optional,
+    Sequence,
+    Union,
+    overload,
+)
 
 import numpy as np
 import tensorflow as tf
@@ -76,21 +88,13 @@ def example_key(parsed: dict, default_key: Any) -> tf.Tensor:
     return tf.where(tf.strings.length(parsed["filename"]) > 0, parsed["filename"], default_key)
 
 
-def explanation_inputs(paths: Sequence[str], input_shape: Sequence[int], space: InputSpace,
-                       geometry: str, with_masks: bool = False, start: int = 0,
-                       count: int = -1,
-                       select: Optional[Callable[[tf.data.Dataset], tf.data.Dataset]] = None
-                       ) -> tf.data.Dataset:
-    """(key, encoded, label, model input, height, width) of every record of the image shards
-    `paths`, in file order; images decoded, fitted to `input_shape` per `geometry` ("none",
-    "center_crop", or "auto": none when they have the size, else the centre crop) and mapped
-    into the model's input space `space`. `with_masks` appends the object mask (float {0, 1}
-    [H, W], fitted the same way), for records that have one. `start` / `count` (-1: all) read
-    a range of the records (keys stay those of the whole files), skipping before decoding;
-    `select`, when given, reorders or thins the (key, serialized record) stream before
-    decoding too (a shuffle then a take decodes only the images taken). Not autotuned: each
-    shard or range gets an iterator of its own, read beside the explanations
-    (`without_autotuning`)."""
+def explanation_record(input_shape: Sequence[int], space: InputSpace, geometry: str,
+                       with_masks: bool = False) -> Callable[[tf.Tensor, tf.Tensor], tuple]:
+    """(key, serialized image record) -> (key, encoded, label, model input, height, width): the
+    image decoded, fitted to `input_shape` per `geometry` ("none", "center_crop", or "auto":
+    none when it has the size, else the centre crop) and mapped into the model's input space
+    `space`; `with_masks` appends the object mask (float {0, 1} [H, W], fitted the same way),
+    for records that have one."""
     size = input_shape[0]
 
     def prepare(key, serialized):
@@ -105,13 +109,74 @@ def explanation_inputs(paths: Sequence[str], input_shape: Sequence[int], space: 
         mask = fit(tf.tile(mask[..., None], [1, 1, 3]), size, geometry)
         return (*found, tf.cast(mask[..., 0] > 0.5, tf.float32))
 
+    return prepare
+
+
+def explanation_inputs(paths: Sequence[str], input_shape: Sequence[int], space: InputSpace,
+                       geometry: str, with_masks: bool = False,
+                       select: Optional[Callable[[tf.data.Dataset], tf.data.Dataset]] = None
+                       ) -> tf.data.Dataset:
+    """`explanation_record` of every record of the image shards `paths`, in file order (keys
+    "<shard>:<index>" where a record names no file). `select`, when given, reorders or thins
+    the (key, serialized record) stream before decoding (a shuffle then a take decodes only the
+    images taken). Not autotuned: each shard gets an iterator of its own, read beside the
+    explanations (`without_autotuning`). A range of one shard: `explanation_range`."""
     keyed = records.keyed_records(list(paths))
-    if start or count >= 0:
-        keyed = keyed.skip(start).take(count)
     if select is not None:
         keyed = select(keyed)
-    return without_autotuning(keyed.map(prepare, num_parallel_calls=tf.data.AUTOTUNE,
-                                        deterministic=True))
+    return without_autotuning(keyed.map(explanation_record(input_shape, space, geometry,
+                                                           with_masks),
+                                        num_parallel_calls=tf.data.AUTOTUNE, deterministic=True))
+
+
+# Records a range reader decodes at once at most: its batch is held in memory whole.
+RANGE_PIECE = 256
+
+
+def range_reader(prepare: Callable[[tf.Tensor, tf.Tensor], Any]) -> Callable[..., Any]:
+    """(shard path, start, count) -> `prepare` of each record of that range of the shard
+    (keyed as `records.keyed_shard` keys them: "<shard>:<index>" of the whole file), stacked in
+    one batch; fewer records where the shard ends sooner, none past its end. One
+    tf.function with the tf.data pipeline inside its graph, traced once: a Beam work unit that
+    built a pipeline of its own paid about 0.12 s of tracing and iterator set-up for about 2 s
+    of explanations (docs/records.md, "Reading records"); keep the reader for the process."""
+    signature = [tf.TensorSpec([], tf.string), tf.TensorSpec([], tf.int64),
+                 tf.TensorSpec([], tf.int64)]
+
+    @tf.function(input_signature=signature, autograph=False)
+    def read(path, start, count):
+        keyed = records.keyed_shard(path, start, count)
+        mapped = keyed.map(prepare, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        batched = without_autotuning(mapped).batch(count)
+        nothing = tf.nest.map_structure(lambda spec: tf.zeros([0, *spec.shape[1:]], spec.dtype),
+                                        batched.element_spec)  # past the shard's end
+        return batched.concatenate(tf.data.Dataset.from_tensors(nothing)).take(
+            1).get_single_element()
+
+    return read
+
+
+@functools.lru_cache(maxsize=None)
+def _explanation_reader(input_shape: tuple, space: InputSpace, geometry: str) -> Callable:
+    return range_reader(explanation_record(input_shape, space, geometry))
+
+
+def explanation_range(path: str, input_shape: Sequence[int], space: InputSpace, geometry: str,
+                      start: int, count: int, batch_size: int) -> Iterator[tuple]:
+    """The batches of `batch_size` of `explanation_inputs([path], ...)` over its records
+    [start, start + count): the same values, read in pieces of at most `RANGE_PIECE` records
+    (rounded up to a multiple of `batch_size`) by a `range_reader` kept for the process, so
+    that the many ranges of a Beam run pay no pipeline set-up each (docs/records.md, "Reading
+    records"). Ends early where the shard does."""
+    read = _explanation_reader(tuple(input_shape), space, geometry)
+    piece = -(-max(RANGE_PIECE, batch_size) // batch_size) * batch_size
+    for offset in range(start, start + count, piece):
+        found = read(path, offset, min(piece, start + count - offset))
+        total = int(tf.shape(found[0])[0])
+        for first in range(0, total, batch_size):
+            yield tuple(part[first:first + batch_size] for part in found)
+        if total < piece:
+            return
 
 
 @contextlib.contextmanager

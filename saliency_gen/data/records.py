@@ -515,10 +515,11 @@ def peek_saliency_format(path: str, key: str, legacy_shape: Sequence[int] = LEGA
     raise RecordError(f"{path}: holds no records")
 
 
-def keyed_shard(path: Any) -> tf.data.Dataset:
-    """A dataset of (default example key "<file name>:<index>", serialized record) of one file."""
+def keyed_shard(path: Any, start: Any = 0, count: Any = -1) -> tf.data.Dataset:
+    """A dataset of (default example key "<file name>:<index>", serialized record) of one file;
+    `start` / `count` (-1: to the end) a range of its records, the skipped ones not keyed."""
     name = tf.strings.split(path, os.sep)[-1]
-    return tf.data.TFRecordDataset(path).enumerate().map(
+    return tf.data.TFRecordDataset(path).skip(start).take(count).enumerate(start).map(
         lambda index, record: (name + ":" + tf.strings.as_string(index), record))
 
 

@@ -233,3 +233,35 @@ def test_the_explanation_pipeline_is_not_autotuned(tiny_world):
                                         input_space("caffe_rgb"), "none")
     assert data.batch(7).prefetch(1).options().autotune.enabled is False
     assert tf.data.Dataset.range(3).options().autotune.enabled is not False  # TF's default
+
+
+def test_a_range_reads_the_whole_shards_values_with_one_trace(tmp_path, monkeypatch):
+    """`explanation_range` (a Beam work unit's reader, docs/records.md, "Reading records")
+    gives the streamed shard's values, default keys "<shard>:<index>" included, for any range,
+    across its pieces and past the shard's end, from one traced reader for every range."""
+    import io
+
+    from PIL import Image
+
+    rng = np.random.RandomState(3)
+    examples = []
+    for _ in range(11):  # no file names: the keys are the records' indices in the shard
+        buffer = io.BytesIO()
+        Image.fromarray(rng.randint(0, 256, (8, 8, 3), np.uint8)).save(buffer, "PNG")
+        examples.append(records.image_example(buffer.getvalue(), int(rng.randint(10))))
+    path = str(tmp_path / "validation-00000-of-00001.tfrecord")
+    records.write_records(path, examples)
+    space, shape = input_space("caffe_rgb"), (8, 8, 3)
+    whole = next(iter(pipelines.explanation_inputs([path], shape, space, "none").batch(100)))
+    assert whole[0].numpy()[10] == b"validation-00000-of-00001.tfrecord:10"
+    monkeypatch.setattr(pipelines, "RANGE_PIECE", 4)  # pieces of 6 records at batches of 3
+    pipelines._explanation_reader.cache_clear()
+    for start, count in ((0, 11), (1, 8), (9, 5), (11, 3)):
+        batches = list(pipelines.explanation_range(path, shape, space, "none", start, count, 3))
+        assert [len(batch[0]) for batch in batches][:-1] == [3] * (len(batches) - 1)
+        assert sum(len(batch[0]) for batch in batches) == max(0, min(count, 11 - start))
+        for got, expected in zip(zip(*batches) if batches else (), whole):
+            assert np.array_equal(np.concatenate([part.numpy() for part in got]),
+                                  expected.numpy()[start:start + count])
+    assert pipelines._explanation_reader(shape, space, "none").experimental_get_tracing_count() \
+        == 1
