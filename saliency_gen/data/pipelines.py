@@ -138,8 +138,8 @@ def range_reader(prepare: Callable[[tf.Tensor, tf.Tensor], Any]) -> Callable[...
     (keyed as `records.keyed_shard` keys them: "<shard>:<index>" of the whole file), stacked in
     one batch; fewer records where the shard ends sooner, none past its end. One
     tf.function with the tf.data pipeline inside its graph, traced once: a Beam work unit that
-    built a pipeline of its own paid about 0.12 s of tracing and iterator set-up for about 2 s
-    of explanations (docs/records.md, "Reading records"); keep the reader for the process."""
+    built a pipeline of its own paid its tracing and iterator set-up every time (docs/records.md,
+    "Reading records"); keep the reader for the process."""
     signature = [tf.TensorSpec([], tf.string), tf.TensorSpec([], tf.int64),
                  tf.TensorSpec([], tf.int64)]
 
