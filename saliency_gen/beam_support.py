@@ -129,8 +129,8 @@ class RunnerOptions(cluster.ClusterOptions):
     beam_options: str = option("", "More Beam pipeline flags, as one string (e.g. Dataflow's "
                                "--project, --region, --temp_location).", origin=False)
     unit_records: int = option(256, "Records per work unit, rounded up to a multiple of "
-                               "--batch_size: a unit pays a fixed set-up (its input pipeline), "
-                               "so small units cost time; large ones spread less evenly.",
+                               "--batch_size: a unit pays the runner's cost of a task, so small "
+                               "units cost time; large ones spread less evenly.",
                                origin=False)
     dask_partitions: Optional[int] = option(None, "DaskRunner: partitions of the work units "
                                             "(default: one per unit).", origin=False)
