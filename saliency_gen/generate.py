@@ -130,16 +130,17 @@ def explain_records(path: str, loaded: Any, methods: "Sequence[names.Resolved]",
                     progress: Optional[Callable] = None, start: int = 0,
                     count: int = -1) -> Iterator:
     """Yields the saliency examples (tf.train.Example) of records [start, start + count) of the
-    input shard `path` (count -1: the whole shard, from its first record) with the maps of the
-    resolved `methods`, explained in batches of options["batch_size"] from `start`. Each map
-    depends on its image and key only (docs/saliency.md), so any split of a shard into ranges
-    gives the same examples as the whole shard."""
+    input shard `path` (count -1: to the end) with the maps of the resolved `methods`, explained
+    in batches of options["batch_size"] from `start`. Each map depends on its image and key
+    only (docs/saliency.md), so any split of a shard into ranges gives the same examples as the
+    whole shard."""
     space = preprocessing.input_space(loaded.preprocessing)
     if loaded.input_shape[0] != loaded.input_shape[1] and options["geometry"] != "none":
         raise UserError(f"model {loaded.path} takes non-square input; use --geometry=none")
-    if count < 0:  # a whole shard, streamed
+    if count < 0:  # to the shard's end, streamed
         batches = iter(pipelines.explanation_inputs(
-            [path], loaded.input_shape, space, options["geometry"]).batch(
+            [path], loaded.input_shape, space, options["geometry"],
+            select=(lambda keyed: keyed.skip(start)) if start else None).batch(
             options["batch_size"]).prefetch(1))
     else:  # a Beam work unit: one reader for every range (docs/records.md, "Reading records")
         batches = pipelines.explanation_range(path, loaded.input_shape, space,
