@@ -22,7 +22,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable
 from unittest import mock
 
-from models.foundation import cluster, provenance
+from models.foundation import cluster, progress, provenance
 from models.foundation.cli import option, run_binary
 from models.foundation.errors import check_minimum
 from models.foundation.lazy import lazy_module
@@ -89,12 +89,15 @@ def measure_here(args: Config) -> None:
         explained(path, loaded, warm, mode)
     best: dict = {}
     digests = set()
+    runs = progress.bar(args.rounds * len(MODES), "measure_unit_reading: runs", "run")
     for turn in range(args.rounds):
-        for mode in MODES[turn % 3:] + MODES[:turn % 3]:
+        for mode in bench_scale.rotated(list(MODES), turn):
             seconds, digest = explained(path, loaded, args, mode)
-            print(f"round {turn + 1}/{args.rounds}, {mode}: {seconds:.2f} s", flush=True)
+            runs.write(f"round {turn + 1}/{args.rounds}, {mode}: {seconds:.2f} s")
+            runs.update(1)
             best[mode] = min(best.get(mode, seconds), seconds)
             digests.add(digest)
+    runs.close()
     units = -(-args.images // args.unit_records)
     print(f"{'way':26} {'best s':>8} {'of whole':>9} {'extra per unit':>15}")
     for mode in MODES:
