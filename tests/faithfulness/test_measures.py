@@ -8,8 +8,11 @@ import os
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from faithfulness import measures
+from faithfulness.measures import subsets
+from models.foundation import keyed_random
 from models.foundation.errors import UserError
 from scripts import measures_agreement
 
@@ -421,3 +424,14 @@ def test_mu_fidelity_of_a_linear_model_is_one():
                                                     nb_samples=30), -1.0, atol=1e-6)
     np.testing.assert_array_equal(found, measures.mu_fidelity(
         model, x, classes, maps, grid_size=2, nb_samples=30, batch_size=1))
+
+
+def test_the_subset_is_top_ks_set_on_draws_ties_and_constant_rows():
+    draws = keyed_random.rows_uniform(tf.stack([tf.fill([40], tf.constant(3, tf.int64)),
+                                                tf.range(40, dtype=tf.int64)], axis=1), [4096])
+    coarse = tf.round(draws * 64) / 64  # many ties at the boundary: only the lower indices
+    for noise in (draws, coarse, tf.zeros_like(draws)):
+        for size in (1, 100, 3000):
+            got = tf.sort(subsets.largest_indices(noise, size), axis=1)
+            want = tf.sort(tf.math.top_k(noise, k=size)[1], axis=1)
+            np.testing.assert_array_equal(got, want)

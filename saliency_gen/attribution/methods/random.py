@@ -4,6 +4,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from models.foundation import keyed_random
 from saliency_gen.attribution.units import Context, Method, Plan, register
 
 SALT = 0x5A17
@@ -25,7 +26,6 @@ class Random(Method):
 
         def draw(items):
             keys = tf.stack([tf.fill(tf.shape(items.ids), salt), items.ids], axis=1)
-            return tf.map_fn(lambda key: tf.random.stateless_uniform(shape, key), keys,
-                             fn_output_signature=tf.float32)
+            return keyed_random.rows_uniform(keys, shape)
 
         return Plan(1, draw)
