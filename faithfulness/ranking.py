@@ -11,6 +11,7 @@ from typing import Optional
 
 import numpy as np
 
+from models.foundation import ordering
 from models.foundation.errors import UserError, first_non_finite
 
 REMAINDERS = ("partial", "error")
@@ -26,15 +27,13 @@ def check_finite(maps: np.ndarray, what: str = "explanations") -> None:
 def orders(maps: np.ndarray, descending: bool = True) -> np.ndarray:
     """int64 [N, n]: the cells of each flattened map, most (or least) important first, stable."""
     flat = np.asarray(maps, np.float64).reshape(len(maps), -1)
-    return np.argsort(-flat if descending else flat, axis=1, kind="stable")
+    return ordering.stable_order(flat, descending)
 
 
 def ranks(maps: np.ndarray, descending: bool = True) -> np.ndarray:
     """int32 [N, n]: each cell's position in `orders(maps, descending)`."""
-    order = orders(maps, descending)
-    result = np.empty(order.shape, np.int32)
-    np.put_along_axis(result, order, np.arange(order.shape[1], dtype=np.int32)[None], axis=1)
-    return result
+    flat = np.asarray(maps, np.float64).reshape(len(maps), -1)
+    return ordering.places(flat, descending).astype(np.int32)
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from numpy.typing import ArrayLike
 
 from models.formats.adapter import adapt
 from models.formats.preprocessing import IMAGENET_MEAN, input_space
-from models.foundation import executor, workload
+from models.foundation import executor, ordering, workload
 from roar import masking, metric_definitions
 from roar.masking import MaskConfig
 from saliency_gen.data.records import ranking_cut
@@ -54,10 +54,7 @@ def feature_ranks(maps: ArrayLike, mask: MaskConfig) -> np.ndarray:
     """int32 [N, F]: each feature's place in the mask config's ranking (0: most relevant; F
     pixels or elements per map), the lower index first on ties."""
     scores = masking.feature_scores(maps, mask).numpy()
-    order = np.argsort(-scores, axis=1, kind="stable")
-    ranks = np.empty_like(order)
-    np.put_along_axis(ranks, order, np.arange(order.shape[1])[None], axis=1)
-    return ranks.astype(np.int32)
+    return ordering.places(scores, descending=True).astype(np.int32)
 
 
 def cuts(chosen: Sequence[Setting], features: int) -> tuple[tf.Tensor, tf.Tensor]:

@@ -39,6 +39,7 @@ import numpy as np
 import scipy.stats
 
 from faithfulness.measures.arguments import Prepared, prepared
+from models.foundation import ordering
 from models.foundation.errors import UserError
 from models.foundation.metric_spec import MetricSpec
 
@@ -75,7 +76,7 @@ def _empty_is_nan(values: np.ndarray, inside: np.ndarray) -> np.ndarray:
 def _ranked_mask(a: np.ndarray, s: np.ndarray) -> np.ndarray:
     """bool [N, F]: the mask read in the order of decreasing map value (lower index first on
     ties)."""
-    order = np.argsort(-a, axis=1, kind="stable")
+    order = ordering.stable_order(a, descending=True)
     return np.take_along_axis(s, order, axis=1)
 
 

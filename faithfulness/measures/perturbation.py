@@ -18,7 +18,7 @@ import tensorflow as tf
 from faithfulness import scorer as scoring
 from faithfulness.measures.arguments import Prepared
 from models.formats.adapter import adapt
-from models.foundation import executor, workload
+from models.foundation import executor, ordering, workload
 from models.foundation.errors import ShapeError, UserError
 from models.foundation.tracing import kept
 
@@ -35,10 +35,7 @@ def element_ranks(found: Prepared, descending: bool = True) -> np.ndarray:
 def places(scores: np.ndarray, descending: bool = True) -> np.ndarray:
     """int [N, K]: each entry's place in the order of its row of `scores` ([N, K]), highest
     first (or lowest first), the lower index first on ties."""
-    order = np.argsort(-scores if descending else scores, axis=1, kind="stable")
-    found = np.empty_like(order)
-    np.put_along_axis(found, order, np.arange(order.shape[1])[None], axis=1)
-    return found
+    return ordering.places(scores, descending)
 
 
 def region_sums(values: np.ndarray, regions: np.ndarray,

@@ -57,6 +57,7 @@ from faithfulness import substrates
 from faithfulness.measures import perturbation
 from faithfulness.measures.arguments import image_ids, prepared
 from faithfulness.measures.explaining import explainer, keras_of
+from models.foundation import ordering
 from models.foundation.errors import UserError, check_one_of
 from models.foundation.metric_spec import MetricSpec
 
@@ -366,7 +367,7 @@ def discrete_labels(a: np.ndarray, discretise: str, n: int) -> np.ndarray:
     if discretise == "first_n_sign":
         keys = np.sign(a[:, :n])
     else:
-        top = np.argsort(-a, axis=1, kind="stable")[:, :n]
+        top = ordering.stable_order(a, descending=True)[:, :n]
         keys = np.concatenate([top, np.sign(np.take_along_axis(a, top, axis=1))], axis=1)
     return np.unique(keys, axis=0, return_inverse=True)[1].reshape(-1)
 

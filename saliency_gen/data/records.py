@@ -27,7 +27,7 @@ from typing import Any, Iterable, Iterator, Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
-from models.foundation import provenance
+from models.foundation import ordering, provenance
 from models.foundation.errors import MissingPathError, RecordError, UserError, check_known
 from models.foundation.files import atomic_output, is_temporary, read_json
 from saliency_gen.data import shard_ledger
@@ -142,7 +142,7 @@ def ranking_cut(percent: float, count: int) -> int:
 def rank8_encode(saliency: np.ndarray) -> np.ndarray:
     """One byte per element: sign bit + 7-bit bucket of |value| by rank (see `encode_map`)."""
     flat = np.asarray(saliency, np.float32).ravel()
-    order = np.argsort(-np.abs(flat), kind="stable")  # descending |e|, lower index first on ties
+    order = ordering.stable_order(np.abs(flat), descending=True)  # lower index first on ties
     ranks = np.empty(flat.size, np.int64)
     ranks[order] = np.arange(flat.size)
     cuts = np.array([ranking_cut(p, flat.size) for p in RANK8_CUT_PERCENTS])

@@ -1,0 +1,35 @@
+"""`models.foundation.ordering`: always NumPy's stable order (docs/architecture.md, "Stable
+orders"), also where a row has equal values, -0.0 beside 0.0, or NaNs."""
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from models.foundation import ordering
+
+FEW = st.sampled_from([0.0, -0.0, 1.5, -2.0, np.nan, 3.0])  # ties and NaNs likely
+ROWS = st.one_of(
+    hnp.arrays(np.float64, hnp.array_shapes(min_dims=1, max_dims=3, max_side=9),
+               elements=st.floats(allow_nan=True, width=64)),
+    hnp.arrays(np.float32, hnp.array_shapes(min_dims=1, max_dims=3, max_side=9), elements=FEW),
+    hnp.arrays(np.int32, hnp.array_shapes(min_dims=1, max_dims=2, max_side=9),
+               elements=st.integers(-3, 3)))
+
+
+@settings(max_examples=300, deadline=None)
+@given(ROWS, st.booleans())
+def test_the_order_and_places_are_numpys_stable_ones(values, descending):
+    keys = -values if descending else values
+    want = np.argsort(keys, axis=-1, kind="stable")
+    np.testing.assert_array_equal(ordering.stable_order(values, descending), want)
+    places = ordering.places(values, descending)
+    np.testing.assert_array_equal(np.take_along_axis(places, want, axis=-1),
+                                  np.broadcast_to(np.arange(values.shape[-1]), values.shape))
+
+
+def test_a_large_map_with_and_without_ties():
+    values = np.random.default_rng(3).normal(size=(16, 12_288))
+    rectified = np.round(np.maximum(values, 0), 2)  # half zeros, and many equal values
+    for map_ in (values, rectified):
+        np.testing.assert_array_equal(ordering.stable_order(map_, True),
+                                      np.argsort(-map_, axis=1, kind="stable"))
