@@ -22,7 +22,6 @@ from numpy.typing import ArrayLike
 from faithfulness import inputs, ranking, resample, stats, substrates
 from faithfulness import scorer as scoring
 from faithfulness.protocols import BASELINES, ORDERS
-from models.foundation import keyed_random
 from models.foundation.errors import ShapeError, UserError
 
 log = logging.getLogger(__name__)
@@ -244,7 +243,8 @@ def random_cell_deletion(images: tf.Tensor, *, grid: int = 4, baseline: str = "z
     count = tf.shape(images)[0]
     ids = tf.range(count, dtype=tf.int64) if ids is None else tf.cast(ids, tf.int64)
     keys = substrates.noise_keys(seed, ids, salt=0xCE11)
-    draws = keyed_random.rows_uniform(keys, [2])
+    draws = tf.map_fn(lambda key: tf.random.stateless_uniform([2], key), keys,
+                      fn_output_signature=tf.float32)
     delete = draws[:, 0] < p_delete
     cell = tf.minimum(tf.cast(draws[:, 1] * grid * grid, tf.int32), grid * grid - 1)
     rows = tf.constant(resample.grid_cell_indices(height, grid))

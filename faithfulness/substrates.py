@@ -21,7 +21,6 @@ import scipy.ndimage
 import tensorflow as tf
 from numpy.typing import ArrayLike
 
-from models.foundation import keyed_random
 from models.foundation.errors import UserError
 from models.foundation.tracing import quiet_retracing
 
@@ -80,8 +79,8 @@ def _rows_drawn(keys: tf.Tensor, shape: tuple, normal: bool) -> tf.Tensor:
     if normal:
         return tf.map_fn(lambda key: tf.random.stateless_normal(shape, key), keys,
                          fn_output_signature=tf.float32)
-    # 2u - 1 is exact in float32: stateless_uniform(shape, key, -1, 1)'s bits
-    return keyed_random.rows_uniform(keys, shape) * 2.0 - 1.0
+    return tf.map_fn(lambda key: tf.random.stateless_uniform(shape, key, -1.0, 1.0), keys,
+                     fn_output_signature=tf.float32)
 
 
 # An eager caller's draws run as one traced loop (one trace per shape); run eagerly, map_fn is a

@@ -28,7 +28,7 @@ from typing import Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
-from models.foundation import keyed_random, provenance
+from models.foundation import provenance
 from roar.mask_settings import FILLS, TIE_BREAKS, UNITS, MaskConfig  # noqa: F401 (its users')
 from saliency_gen.data import imputation
 from saliency_gen.data.pipelines import key_seeds
@@ -146,7 +146,8 @@ def random_map(key: tf.Tensor, shape: Sequence[int], seed: int = 0,
 def random_scores(keys: tf.Tensor, shape: Sequence[int], seed: int = 0,
                   epoch: Optional[tf.Tensor] = None) -> tf.Tensor:
     """`random_map` for a batch of keys: [N, *shape]."""
-    return keyed_random.rows_uniform(key_seeds(keys, seed, epoch), shape)
+    return tf.map_fn(lambda key: random_map(key, shape, seed, epoch), keys,
+                     fn_output_signature=tf.float32)
 
 
 def oracle_scores(object_masks: tf.Tensor, channels: int = 3) -> tf.Tensor:

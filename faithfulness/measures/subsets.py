@@ -12,7 +12,7 @@ import numpy as np
 import tensorflow as tf
 
 from faithfulness.measures.perturbation import class_outputs, model_adapter
-from models.foundation import executor, keyed_random, workload
+from models.foundation import executor, workload
 
 
 def item_uniform(keys: tf.Tensor, image: tf.Tensor, draw: tf.Tensor, size: int) -> tf.Tensor:
@@ -20,7 +20,8 @@ def item_uniform(keys: tf.Tensor, image: tf.Tensor, draw: tf.Tensor, size: int) 
     image's key plus the draw (inside a traced function)."""
     own = tf.gather(keys, image) + tf.stack(
         [tf.cast(draw, tf.int64), tf.zeros_like(draw, tf.int64)], axis=1)
-    return keyed_random.rows_uniform(own, [size])
+    return tf.map_fn(lambda key: tf.random.stateless_uniform([size], key), own,
+                     fn_output_signature=tf.float32)
 
 
 def _cut(count: int, size: int) -> tuple[float, int]:

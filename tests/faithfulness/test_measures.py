@@ -12,7 +12,6 @@ import tensorflow as tf
 
 from faithfulness import measures
 from faithfulness.measures import subsets
-from models.foundation import keyed_random
 from models.foundation.errors import UserError
 from scripts import measures_agreement
 
@@ -427,8 +426,7 @@ def test_mu_fidelity_of_a_linear_model_is_one():
 
 
 def test_the_subset_is_top_ks_set_on_draws_ties_and_constant_rows():
-    draws = keyed_random.rows_uniform(tf.stack([tf.fill([40], tf.constant(3, tf.int64)),
-                                                tf.range(40, dtype=tf.int64)], axis=1), [4096])
+    draws = tf.random.stateless_uniform([40, 4096], [3, 0])
     coarse = tf.round(draws * 64) / 64  # many ties at the boundary: only the lower indices
     for noise in (draws, coarse, tf.zeros_like(draws)):
         for size in (1, 100, 3000):

@@ -4,7 +4,6 @@ from typing import Any
 
 import tensorflow as tf
 
-from models.foundation import keyed_random
 from saliency_gen.attribution.units import Context, Method, Plan, register
 
 SALT = 0x5A17
@@ -26,6 +25,7 @@ class Random(Method):
 
         def draw(items):
             keys = tf.stack([tf.fill(tf.shape(items.ids), salt), items.ids], axis=1)
-            return keyed_random.rows_uniform(keys, shape)
+            return tf.map_fn(lambda key: tf.random.stateless_uniform(shape, key), keys,
+                             fn_output_signature=tf.float32)
 
         return Plan(1, draw)
