@@ -5,18 +5,18 @@ run:
 
 Times NumPy's stable argsort (a merge sort) against `models.foundation.ordering.stable_order`
 on random normal maps without ties and on the same maps rectified and rounded (half zeros, many
-equal values), descending, best of --repeats each, taken in turn; checks that both give the same
-order and prints each one's milliseconds and the ratio.
+equal values), descending, best of --repeats each, taken in turn
+(`scripts.bench_faithfulness.best_times`); checks that both give the same order and prints
+each one's milliseconds and the ratio.
 """
 import dataclasses
-import time
-from typing import Callable
 
 import numpy as np
 
 from models.foundation import ordering, provenance
 from models.foundation.cli import option, run_binary
 from models.foundation.errors import check_minimum
+from scripts.bench_faithfulness import best_times
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,17 +25,6 @@ class Config:
     values: int = option(12_288, "Values per map (12,288: a 64-px RGB image).")
     repeats: int = option(20, "Timings of each way (the best counts).")
     seed: int = option(0, "Seed of the maps.")
-
-
-def best_ms(runs: list[Callable], repeats: int) -> list[float]:
-    """The best of `repeats` timings of each callable in milliseconds, taken in turn."""
-    best = [float("inf")] * len(runs)
-    for _ in range(repeats):
-        for index, call in enumerate(runs):
-            started = time.perf_counter()
-            call()
-            best[index] = min(best[index], (time.perf_counter() - started) * 1000)
-    return best
 
 
 def run(args: Config) -> None:
@@ -49,7 +38,7 @@ def run(args: Config) -> None:
                        ("rectified, rounded", np.round(np.maximum(values, 0), 2))):
         stable = lambda: np.argsort(-maps, axis=-1, kind="stable")  # noqa: E731
         ours = lambda: ordering.stable_order(maps, descending=True)  # noqa: E731
-        merge, fast = best_ms([stable, ours], args.repeats)
+        merge, fast = (seconds * 1000 for seconds in best_times([stable, ours], args.repeats))
         same = bool(np.array_equal(stable(), ours()))
         print(f"{name:24} {merge:18.2f} {fast:16.2f} {merge / fast:6.2f} {same}")
     print(f"{args.maps} maps of {args.values} values, descending")
