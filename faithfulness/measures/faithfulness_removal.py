@@ -29,7 +29,7 @@ import tensorflow as tf
 
 from faithfulness.measures import perturbation
 from faithfulness.measures.arguments import image_ids, prepared
-from models.foundation import executor, workload
+from models.foundation import executor, ordering, workload
 from models.foundation.errors import UserError
 from models.foundation.metric_spec import MetricSpec
 from saliency_gen.data import imputation
@@ -139,7 +139,8 @@ def road(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch: Any = No
     found = prepared(x_batch, a_batch, s_batch, abs=abs, normalise=normalise)
     height, width = found.x.shape[1:3]
     classes = perturbation.checked_classes(model, found.x, y_batch)
-    ranks = perturbation.places(found.a.reshape(len(found.x), -1, height * width).sum(axis=1))
+    ranks = ordering.places(found.a.reshape(len(found.x), -1, height * width).sum(axis=1),
+                            descending=True)
     cuts = (height * width * chosen / 100).astype(np.int64)  # Quantus's int(a_size p / 100)
     ids = image_ids(ids, len(found.x))
     keys = ids[:, None] * len(cuts) + np.arange(len(cuts))[None]

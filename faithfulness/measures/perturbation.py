@@ -27,15 +27,9 @@ def element_ranks(found: Prepared, descending: bool = True) -> np.ndarray:
     """int32 [N, H, W, C]: each image element's place in the order of the map's features
     (`broadcast_features`), highest first (or lowest first)."""
     height, width, channels = found.x.shape[1:]
-    ranks = places(broadcast_features(found), descending)
+    ranks = ordering.places(broadcast_features(found), descending)
     return np.transpose(ranks.reshape(len(ranks), channels, height, width),
                         (0, 2, 3, 1)).astype(np.int32)
-
-
-def places(scores: np.ndarray, descending: bool = True) -> np.ndarray:
-    """int [N, K]: each entry's place in the order of its row of `scores` ([N, K]), highest
-    first (or lowest first), the lower index first on ties."""
-    return ordering.places(scores, descending)
 
 
 def region_sums(values: np.ndarray, regions: np.ndarray,
@@ -57,7 +51,7 @@ def region_ranks(found: Prepared, regions: np.ndarray, scores: np.ndarray,
     `scores` ([N, R]); `regions` int [N, H W] (or [H W]) numbers each pixel's region."""
     height, width, channels = found.x.shape[1:]
     pixels = np.broadcast_to(regions, (len(scores), height * width))
-    ranks = np.take_along_axis(places(scores, descending), pixels, axis=1)
+    ranks = np.take_along_axis(ordering.places(scores, descending), pixels, axis=1)
     return np.repeat(ranks.reshape(len(scores), height, width, 1), channels,
                      axis=3).astype(np.int32)
 

@@ -142,9 +142,7 @@ def ranking_cut(percent: float, count: int) -> int:
 def rank8_encode(saliency: np.ndarray) -> np.ndarray:
     """One byte per element: sign bit + 7-bit bucket of |value| by rank (see `encode_map`)."""
     flat = np.asarray(saliency, np.float32).ravel()
-    order = ordering.stable_order(np.abs(flat), descending=True)  # lower index first on ties
-    ranks = np.empty(flat.size, np.int64)
-    ranks[order] = np.arange(flat.size)
+    ranks = ordering.places(np.abs(flat), descending=True)  # lower index first on ties
     cuts = np.array([ranking_cut(p, flat.size) for p in RANK8_CUT_PERCENTS])
     magnitude = 127 - np.searchsorted(cuts, ranks, side="right")
     return (((flat < 0).astype(np.uint8) << 7) | magnitude.astype(np.uint8)).reshape(
