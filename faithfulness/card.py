@@ -93,7 +93,8 @@ def benchmarks(loaded: Any, images: np.ndarray, labels: np.ndarray, ids: np.ndar
             settings={"protocol": protocol, "model_id": loaded.model_id,
                       "n_images": len(images), **data, **dataclasses.asdict(options),
                       # (only where given: cells made before the peers' measures stay valid)
-                      **({"measure_settings": own} if own else {})},
+                      **({"measure_settings": own} if own else {}),
+                      **measures.code_settings(protocol)},
             cost=_cost(protocol, options, own) * len(images) / CHEAP_IMAGES))
     return found
 

@@ -318,7 +318,8 @@ def _run(f: Config, output: str) -> dict:
               "results": results,
               "origin": provenance.origin(provenance.with_code(
                   {**origin_flags(f), "protocol": f.evaluation_protocol,
-                   "explainer": explainers, **f.protocol_settings(), **settings},
+                   "explainer": explainers, **f.protocol_settings(), **settings,
+                   **measures.code_settings(f.evaluation_protocol)},
                   {method.name: method.code_origin for method in chosen if method.code}),
                   model_id=loaded.model_id,
                   data=provenance.listing_digest(records.list_files(pattern)))}

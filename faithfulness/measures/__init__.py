@@ -11,6 +11,7 @@ family; settings under Quantus's names with Quantus's defaults. `FAMILIES` lists
 Quantus's families (`MODULES`: the modules that hold them), each module's `SPECS` declares its
 measures (direction and a line about each).
 """
+from models.foundation import provenance
 from models.foundation.lazy import lazy_names
 
 MODULES: dict[str, dict[str, tuple[str, ...]]] = {  # family -> {module: its measures}
@@ -45,6 +46,17 @@ _EXPORTS = {name: module for modules in MODULES.values()
 
 __all__ = sorted(_EXPORTS)
 __getattr__ = lazy_names(__name__, _EXPORTS)
+
+
+# The way a measure draws its random choices, named in the origins of its outputs (card cells,
+# faithfulness.evaluate reports); change the name whenever a change of the draws changes the
+# values, so no output mixes two (docs/architecture.md, "Outputs and provenance").
+DRAWS = {"faithfulness_correlation": "first distinct of keyed integer blocks, 1"}  # subsets.py
+
+
+def code_settings(name: str) -> dict:
+    """{provenance.MEASURE_DRAWS: the name of its draws} for a measure in `DRAWS`, else {}."""
+    return {provenance.MEASURE_DRAWS: DRAWS[name]} if name in DRAWS else {}
 
 
 # the measures that read a ground-truth mask per image (focus makes its own: mosaics)

@@ -6,7 +6,7 @@ executor). Each item's subset is drawn in the graph from its own key (seed, imag
 the values do not depend on the chunk size or on the other images of the call.
 """
 import math
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -24,39 +24,57 @@ def item_uniform(keys: tf.Tensor, image: tf.Tensor, draw: tf.Tensor, size: int) 
                      fn_output_signature=tf.float32)
 
 
-def _cut(count: int, size: int) -> tuple[float, int]:
-    """(cut, room): of `count` U(0, 1) draws, those at or above `cut` number `size` plus ten
-    standard deviations on average, and at most `room` but with a negligible chance."""
-    share = min(1.0, (size + 10 * math.sqrt(size) + 16) / count)
-    spread = 10 * math.sqrt(count * share * (1 - share))
-    return 1.0 - share, min(count, int(math.ceil(count * share + spread + 16)))
+def block_size(count: int, size: int) -> int:
+    """Draws of one block: the mean number of uniform draws from `count` values that give
+    `size` distinct ones (a coupon collector's partial sum) plus ten standard deviations and
+    16, so that a block falls short with a negligible chance."""
+    found = (count - np.arange(size, dtype=np.float64)) / count  # the chance of a new value
+    mean, variance = np.sum(1 / found), np.sum((1 - found) / found ** 2)
+    return int(math.ceil(mean + 10 * math.sqrt(variance) + 16))
 
 
-def largest_indices(noise: tf.Tensor, size: int) -> tf.Tensor:
-    """int32 [n, size]: the indices of each row's `size` largest values of U(0, 1) draws
-    `noise` [n, count], the set `tf.math.top_k` gives (the lower index first among equals), in
-    no particular order (docs/measures.md, "Speed"). A chunk whose every row has between `size`
-    and room values above the cut (`_cut`) ranks only those; any other chunk, or a `size` near
-    half the row, ranks whole rows."""
-    count = int(noise.shape[1])
-    cut, room = _cut(count, size)
+def _first_distinct(candidates: tf.Tensor, size: int) -> tuple[tf.Tensor, tf.Tensor]:
+    """(bool [n, m]: the first `size` distinct values of each row of `candidates` [n, m], at
+    their first draw; bool []: whether every row has `size` of them)."""
+    order = tf.argsort(candidates, axis=1, stable=True)  # equal values in draw order
+    ordered = tf.gather(candidates, order, batch_dims=1)
+    again = tf.concat([tf.zeros_like(ordered[:, :1], tf.bool),
+                       ordered[:, 1:] == ordered[:, :-1]], axis=1)
+    first = tf.logical_not(tf.gather(again, tf.argsort(order, axis=1), batch_dims=1))
+    found = tf.cumsum(tf.cast(first, tf.int32), axis=1)
+    return first & (found <= size), tf.reduce_all(found[:, -1] >= size)
 
-    def whole():
-        return tf.math.top_k(noise, k=size, sorted=False)[1]
-    if 2 * room > count:
-        return whole()
-    above = noise >= cut
-    counts = tf.reduce_sum(tf.cast(above, tf.int32), axis=1)
 
-    def above_cut():
-        where = tf.where(above)  # row-major: a row's candidates in index order
-        index = tf.RaggedTensor.from_value_rowids(
-            tf.cast(where[:, 1], tf.int32), where[:, 0],
-            nrows=tf.shape(noise, out_type=tf.int64)[0]).to_tensor(-1, shape=[None, room])
-        values = tf.where(index >= 0, tf.gather(noise, tf.maximum(index, 0), batch_dims=1),
-                          -1.0)
-        return tf.gather(index, tf.math.top_k(values, k=size, sorted=False)[1], batch_dims=1)
-    return tf.cond(tf.reduce_all((counts >= size) & (counts <= room)), above_cut, whole)
+def subset_indices(keys: tf.Tensor, image: tf.Tensor, draw: tf.Tensor, count: int, size: int,
+                   block: Optional[int] = None) -> tf.Tensor:
+    """int32 [n, size]: each item's uniform random subset of `size` of `count` values, no
+    repeats: the first `size` distinct values of its stream of uniform integers in [0, count),
+    drawn in blocks of `block` (default `block_size`); block j is keyed by the item's key
+    (`item_uniform`'s) plus j * 2^32 on the first part (docs/measures.md, "Speed"). A chunk
+    draws one block per item and more only while a row falls short; since a row's first
+    distinct values lie in the stream's start, the subset does not depend on the chunk. A
+    change that changes the subsets renames `faithfulness.measures.DRAWS`."""
+    block = block or block_size(count, size)
+    own = tf.gather(keys, image) + tf.stack(
+        [tf.cast(draw, tf.int64), tf.zeros_like(draw, tf.int64)], axis=1)
+
+    def drawn(blocks):
+        shift = tf.range(tf.cast(blocks, tf.int64), dtype=tf.int64) * 2 ** 32
+        keyed = own[:, None, :] + tf.stack([shift, tf.zeros_like(shift)], axis=1)[None]
+        candidates = tf.reshape(tf.map_fn(
+            lambda key: tf.random.stateless_uniform([block], key, minval=0, maxval=count,
+                                                    dtype=tf.int64),
+            tf.reshape(keyed, [-1, 2]), fn_output_signature=tf.int64), [tf.shape(own)[0], -1])
+        return (candidates, *_first_distinct(candidates, size))
+
+    def more(blocks, candidates, taken, complete):
+        return (2 * blocks, *drawn(2 * blocks))
+    start = (tf.constant(1), *drawn(tf.constant(1)))
+    free = tf.TensorShape([None, None])
+    _, candidates, taken, _ = tf.while_loop(
+        lambda blocks, candidates, taken, complete: tf.logical_not(complete), more, start,
+        shape_invariants=(tf.TensorShape([]), free, free, tf.TensorShape([])))
+    return tf.cast(tf.reshape(tf.boolean_mask(candidates, taken), [-1, size]), tf.int32)
 
 
 @tf.function(jit_compile=True, autograph=False)
@@ -94,8 +112,7 @@ def subset_scores(model: Any, x: np.ndarray, features: np.ndarray, baseline: np.
         def run(x, features, baseline, classes, keys, runs):
             def compute(items):
                 image, draw = items // runs, items % runs
-                noise = item_uniform(keys, image, draw, count)
-                chosen = largest_indices(noise, subset_size)  # a uniform subset, no repeats
+                chosen = subset_indices(keys, image, draw, count, subset_size)
                 perturbed, mask = _subset_images(x, baseline, image, chosen)
                 scores = class_outputs(adapter, perturbed, tf.gather(classes, image), softmax)
                 sums = tf.reduce_sum(tf.where(mask, tf.gather(features, image), 0.0),

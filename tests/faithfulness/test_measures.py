@@ -267,7 +267,8 @@ def test_every_measure_is_a_protocol_of_the_binary():
 
 def test_the_card_takes_measures_and_families():
     """--benchmarks names a family for all of its measures; a localisation measure's cells are
-    blank without object masks; the peers' columns carry the measure's name alone."""
+    blank without object masks; faithfulness_correlation's cells name its draws; the peers'
+    columns carry the measure's name alone."""
     import types
 
     from faithfulness import card
@@ -281,8 +282,11 @@ def test_the_card_takes_measures_and_families():
                                  "auc")
     loaded = types.SimpleNamespace(model_id="stand-in")
     found = card.benchmarks(loaded, ARRAYS["x"], ARRAYS["y"], np.arange(5), data={},
-                            names=("auc", "sparseness"))
-    assert [b.supports("random") for b in found] == [False, True]
+                            names=("auc", "sparseness", "faithfulness_correlation"))
+    assert [b.supports("random") for b in found] == [False, True, True]
+    # the cells of a measure that draws name its draws: a change of them recomputes its cells
+    assert [b.settings.get("measure_draws") for b in found] == [
+        None, None, "first distinct of keyed integer blocks, 1"]
     assert card_engine.column_name("sparseness", "sparseness") == "sparseness"
     assert card_engine.column_name("Deletion", "dauc") == "Deletion dauc"
 
@@ -425,11 +429,41 @@ def test_mu_fidelity_of_a_linear_model_is_one():
         model, x, classes, maps, grid_size=2, nb_samples=30, batch_size=1))
 
 
-def test_the_subset_is_top_ks_set_on_draws_ties_and_constant_rows():
-    draws = tf.random.stateless_uniform([40, 4096], [3, 0])
-    coarse = tf.round(draws * 64) / 64  # many ties at the boundary: only the lower indices
-    for noise in (draws, coarse, tf.zeros_like(draws)):
-        for size in (1, 100, 3000):
-            got = tf.sort(subsets.largest_indices(noise, size), axis=1)
-            want = tf.sort(tf.math.top_k(noise, k=size)[1], axis=1)
-            np.testing.assert_array_equal(got, want)
+def _first_distinct_of_stream(key, count: int, size: int, block: int) -> list:
+    """The definition, one draw at a time: block j of the stream is keyed by key + (j << 32, 0)."""
+    seen: list = []
+    for j in range(1000):
+        drawn = tf.random.stateless_uniform([block], np.asarray(key) + [j << 32, 0], minval=0,
+                                            maxval=count, dtype=tf.int64).numpy()
+        for value in drawn:
+            if value not in seen and len(seen) < size:
+                seen.append(int(value))
+        if len(seen) == size:
+            return seen
+    raise AssertionError("the stream did not give enough distinct values")
+
+
+def test_the_subset_is_the_first_distinct_draws_alone_or_in_a_chunk_and_uniform():
+    keys = tf.constant([[7, 0], [7, 1], [7, 2]], tf.int64)
+    image, draw = np.array([0, 1, 2, 0, 1]), np.array([0, 0, 0, 1, 5])
+    # default blocks, and blocks of `size` that make most rows draw several
+    for count, size, block in ((50, 10, None), (20, 15, 15), (10, 9, 9)):
+        got = subsets.subset_indices(keys, tf.constant(image), tf.constant(draw), count, size,
+                                     block).numpy()
+        want = [_first_distinct_of_stream(keys[i] + [d, 0], count, size,
+                                          block or subsets.block_size(count, size))
+                for i, d in zip(image, draw)]
+        np.testing.assert_array_equal(got, want)
+        alone = [subsets.subset_indices(keys, tf.constant(image[i:i + 1]),
+                                        tf.constant(draw[i:i + 1]), count, size, block).numpy()
+                 for i in range(len(image))]
+        np.testing.assert_array_equal(np.concatenate(alone), got)
+    # every value as likely: the inclusion counts' chi-square over 4,000 consecutive keys
+    count, size, rows = 1024, 32, 4000
+    chosen = subsets.subset_indices(tf.constant([[11, 5]], tf.int64), tf.zeros(rows, tf.int32),
+                                    tf.range(rows), count, size).numpy()
+    counts = np.bincount(chosen.ravel(), minlength=count)
+    expected = rows * size / count
+    spread = np.sum((counts - expected) ** 2 / expected) / (count - 1)
+    assert abs(spread - (1 - size / count)) < 0.2, spread  # sd about 0.045
+    assert all(len(set(row)) == size for row in chosen)
