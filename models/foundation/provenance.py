@@ -132,9 +132,9 @@ def differences(recorded: dict, requested: dict) -> list:
 # Settings that say how the code computed an output rather than what was asked for: the digests
 # of a user method's code (`saliency_gen.attribution.names.Resolved`), the name of ROAD's
 # imputation solver (`saliency_gen.data.imputation.SOLVER`) and the name of a measure's random
-# draws (`faithfulness.measures.DRAWS`). An output that differs from a
-# request in these alone was made by earlier code, and is recomputed with one line saying which
-# code changed rather than refused (docs/architecture.md, "Outputs and provenance").
+# draws (`faithfulness.measures.DRAWS`). An output that differs from a request in these alone
+# was made by earlier code, and is recomputed with one line saying which code changed rather
+# than refused (docs/architecture.md, "Outputs and provenance").
 METHOD_CODE = "method_code"
 IMPUTATION_SOLVER = "imputation_solver"
 MEASURE_DRAWS = "measure_draws"
@@ -145,9 +145,8 @@ _CODE_SETTINGS = {METHOD_CODE: "the code of {method}",
 
 def code_changed(recorded: dict, requested: dict, method: str = "the method") -> Optional[str]:
     """What changed ("the code of <method>", "ROAD's imputation solver", "the measure's random
-    draws", joined by "and") when
-    `recorded` and `requested` differ in code settings alone; None otherwise (no difference,
-    or a difference in anything the user chose)."""
+    draws", joined by "and") when `recorded` and `requested` differ in code settings alone;
+    None otherwise (no difference, or a difference in anything the user chose)."""
     names = {name for name, _, _ in differences(recorded, requested)}
     if not names or not names <= set(_CODE_SETTINGS):
         return None
