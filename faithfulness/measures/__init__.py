@@ -48,15 +48,15 @@ __all__ = sorted(_EXPORTS)
 __getattr__ = lazy_names(__name__, _EXPORTS)
 
 
-# The way a measure draws its random choices, named in the origins of its outputs (card cells,
-# faithfulness.evaluate reports); change the name whenever a change of the draws changes the
-# values, so no output mixes two (docs/architecture.md, "Outputs and provenance").
-DRAWS = {"faithfulness_correlation": "first distinct of keyed integer blocks, 1"}  # subsets.py
+# The version of a measure's code where a change of it changed the values, named in the origins
+# of its outputs (card cells, faithfulness.evaluate reports); rename it at every such change, so
+# no output mixes two (docs/architecture.md, "Outputs and provenance").
+CODE = {"faithfulness_correlation": "first distinct draws of integers, gathered sums"}
 
 
 def code_settings(name: str) -> dict:
-    """{provenance.MEASURE_DRAWS: the name of its draws} for a measure in `DRAWS`, else {}."""
-    return {provenance.MEASURE_DRAWS: DRAWS[name]} if name in DRAWS else {}
+    """{provenance.MEASURE_CODE: its code's version} for a measure in `CODE`, else {}."""
+    return {provenance.MEASURE_CODE: CODE[name]} if name in CODE else {}
 
 
 # the measures that read a ground-truth mask per image (focus makes its own: mosaics)

@@ -33,14 +33,15 @@ def block_size(count: int, size: int) -> int:
     return int(math.ceil(mean + 10 * math.sqrt(variance) + 16))
 
 
-def _first_distinct(candidates: tf.Tensor, size: int) -> tuple[tf.Tensor, tf.Tensor]:
-    """(bool [n, m]: the first `size` distinct values of each row of `candidates` [n, m], at
-    their first draw; bool []: whether every row has `size` of them)."""
-    order = tf.argsort(candidates, axis=1, stable=True)  # equal values in draw order
-    ordered = tf.gather(candidates, order, batch_dims=1)
-    again = tf.concat([tf.zeros_like(ordered[:, :1], tf.bool),
-                       ordered[:, 1:] == ordered[:, :-1]], axis=1)
-    first = tf.logical_not(tf.gather(again, tf.argsort(order, axis=1), batch_dims=1))
+def _first_distinct(candidates: tf.Tensor, size: int, count: int) -> tuple[tf.Tensor, tf.Tensor]:
+    """(bool [n, m]: the first `size` distinct values of each row of `candidates` [n, m] of
+    [0, count), at their first draw; bool []: whether every row has `size` of them). A value's
+    first draw is its smallest position (a segment minimum over row x value: no sort)."""
+    shape = tf.shape(candidates, out_type=tf.int64)
+    position = tf.broadcast_to(tf.range(tf.shape(candidates)[1])[None], tf.shape(candidates))
+    segment = tf.range(shape[0])[:, None] * count + candidates
+    earliest = tf.math.unsorted_segment_min(position, segment, shape[0] * count)
+    first = tf.gather(earliest, segment) == position
     found = tf.cumsum(tf.cast(first, tf.int32), axis=1)
     return first & (found <= size), tf.reduce_all(found[:, -1] >= size)
 
@@ -53,7 +54,7 @@ def subset_indices(keys: tf.Tensor, image: tf.Tensor, draw: tf.Tensor, count: in
     (`item_uniform`'s) plus j * 2^32 on the first part (docs/measures.md, "Speed"). A chunk
     draws one block per item and more only while a row falls short; since a row's first
     distinct values lie in the stream's start, the subset does not depend on the chunk. A
-    change that changes the subsets renames `faithfulness.measures.DRAWS`."""
+    change that changes the values renames `faithfulness.measures.CODE`'s entry."""
     block = block or block_size(count, size)
     own = tf.gather(keys, image) + tf.stack(
         [tf.cast(draw, tf.int64), tf.zeros_like(draw, tf.int64)], axis=1)
@@ -65,7 +66,7 @@ def subset_indices(keys: tf.Tensor, image: tf.Tensor, draw: tf.Tensor, count: in
             lambda key: tf.random.stateless_uniform([block], key, minval=0, maxval=count,
                                                     dtype=tf.int64),
             tf.reshape(keyed, [-1, 2]), fn_output_signature=tf.int64), [tf.shape(own)[0], -1])
-        return (candidates, *_first_distinct(candidates, size))
+        return (candidates, *_first_distinct(candidates, size, count))
 
     def more(blocks, candidates, taken, complete):
         return (2 * blocks, *drawn(2 * blocks))
@@ -79,16 +80,15 @@ def subset_indices(keys: tf.Tensor, image: tf.Tensor, draw: tf.Tensor, count: in
 
 @tf.function(jit_compile=True, autograph=False)
 def _subset_images(x, baseline, image, chosen):
-    """(perturbed images, mask): each item's image of `x` with its `chosen` flat values
-    replaced by its baseline value, in one XLA-compiled pass (exact)."""
+    """Each item's image of `x` with its `chosen` flat values replaced by its baseline value,
+    in one XLA-compiled pass (exact)."""
     shape = tf.shape(chosen)
     rows = tf.broadcast_to(tf.range(shape[0])[:, None], shape)
     count = tf.size(x[0])
     mask = tf.scatter_nd(tf.stack([rows, chosen], axis=-1), tf.ones_like(chosen),
                          [shape[0], count]) > 0
     mask = tf.reshape(mask, tf.concat([shape[:1], tf.shape(x)[1:]], axis=0))
-    return tf.where(mask, tf.gather(baseline, image)[:, None, None, None],
-                    tf.gather(x, image)), mask
+    return tf.where(mask, tf.gather(baseline, image)[:, None, None, None], tf.gather(x, image))
 
 
 def subset_scores(model: Any, x: np.ndarray, features: np.ndarray, baseline: np.ndarray,
@@ -113,10 +113,12 @@ def subset_scores(model: Any, x: np.ndarray, features: np.ndarray, baseline: np.
             def compute(items):
                 image, draw = items // runs, items % runs
                 chosen = subset_indices(keys, image, draw, count, subset_size)
-                perturbed, mask = _subset_images(x, baseline, image, chosen)
+                perturbed = _subset_images(x, baseline, image, chosen)
                 scores = class_outputs(adapter, perturbed, tf.gather(classes, image), softmax)
-                sums = tf.reduce_sum(tf.where(mask, tf.gather(features, image), 0.0),
-                                     axis=[1, 2, 3])
+                # the map's values of the subset, gathered, summed in draw order
+                at = tf.stack([tf.broadcast_to(image[:, None], tf.shape(chosen)), chosen], -1)
+                flat = tf.reshape(features, [tf.shape(features)[0], count])
+                sums = tf.reduce_sum(tf.gather_nd(flat, at), axis=1)
                 return tf.stack([scores, sums], axis=1)
             return executor.collect(tf.shape(x)[0] * runs, batch_size, compute, [2])
         return run

@@ -131,22 +131,22 @@ def differences(recorded: dict, requested: dict) -> list:
 
 # Settings that say how the code computed an output rather than what was asked for: the digests
 # of a user method's code (`saliency_gen.attribution.names.Resolved`), the name of ROAD's
-# imputation solver (`saliency_gen.data.imputation.SOLVER`) and the name of a measure's random
-# draws (`faithfulness.measures.DRAWS`). An output that differs from a request in these alone
+# imputation solver (`saliency_gen.data.imputation.SOLVER`) and the version of a measure's code
+# (`faithfulness.measures.CODE`). An output that differs from a request in these alone
 # was made by earlier code, and is recomputed with one line saying which code changed rather
 # than refused (docs/architecture.md, "Outputs and provenance").
 METHOD_CODE = "method_code"
 IMPUTATION_SOLVER = "imputation_solver"
-MEASURE_DRAWS = "measure_draws"
+MEASURE_CODE = "measure_code"
 _CODE_SETTINGS = {METHOD_CODE: "the code of {method}",
                   IMPUTATION_SOLVER: "ROAD's imputation solver",
-                  MEASURE_DRAWS: "the measure's random draws"}
+                  MEASURE_CODE: "the measure's code"}
 
 
 def code_changed(recorded: dict, requested: dict, method: str = "the method") -> Optional[str]:
-    """What changed ("the code of <method>", "ROAD's imputation solver", "the measure's random
-    draws", joined by "and") when `recorded` and `requested` differ in code settings alone;
-    None otherwise (no difference, or a difference in anything the user chose)."""
+    """What changed ("the code of <method>", "ROAD's imputation solver", "the measure's code",
+    joined by "and") when `recorded` and `requested` differ in code settings alone; None
+    otherwise (no difference, or a difference in anything the user chose)."""
     names = {name for name, _, _ in differences(recorded, requested)}
     if not names or not names <= set(_CODE_SETTINGS):
         return None

@@ -267,8 +267,8 @@ def test_every_measure_is_a_protocol_of_the_binary():
 
 def test_the_card_takes_measures_and_families():
     """--benchmarks names a family for all of its measures; a localisation measure's cells are
-    blank without object masks; faithfulness_correlation's cells name its draws; the peers'
-    columns carry the measure's name alone."""
+    blank without object masks; faithfulness_correlation's cells name its code's version; the
+    peers' columns carry the measure's name alone."""
     import types
 
     from faithfulness import card
@@ -284,9 +284,10 @@ def test_the_card_takes_measures_and_families():
     found = card.benchmarks(loaded, ARRAYS["x"], ARRAYS["y"], np.arange(5), data={},
                             names=("auc", "sparseness", "faithfulness_correlation"))
     assert [b.supports("random") for b in found] == [False, True, True]
-    # the cells of a measure that draws name its draws: a change of them recomputes its cells
-    assert [b.settings.get("measure_draws") for b in found] == [
-        None, None, "first distinct of keyed integer blocks, 1"]
+    # a measure whose code changed its values names the code's version: its earlier cells are
+    # recomputed
+    assert [b.settings.get("measure_code") for b in found] == [
+        None, None, measures.CODE["faithfulness_correlation"]]
     assert card_engine.column_name("sparseness", "sparseness") == "sparseness"
     assert card_engine.column_name("Deletion", "dauc") == "Deletion dauc"
 

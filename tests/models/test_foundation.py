@@ -465,8 +465,8 @@ def test_a_run_folder_of_an_edited_method_is_trained_afresh_with_a_line(tmp_path
     assert both == "the code of method m and ROAD's imputation solver"
     assert provenance.code_changed(provenance.origin({"ratio": 0.5, solver: "old"}),
                                    provenance.origin({"ratio": 0.6, solver: "new"})) is None
-    # an output made before a measure named its draws is redone when it does
+    # an output made before a measure's code had a version is redone when it has one
     assert provenance.code_changed(
         provenance.origin({"ratio": 0.5}),
-        provenance.origin({"ratio": 0.5, provenance.MEASURE_DRAWS: "new"})) == \
-        "the measure's random draws"
+        provenance.origin({"ratio": 0.5, provenance.MEASURE_CODE: "new"})) == \
+        "the measure's code"
