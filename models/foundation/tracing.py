@@ -1,22 +1,24 @@
 """Traced functions that are built once per model, method or bottleneck by design."""
-import weakref
 from typing import Any, Callable, Hashable, TypeVar
 
 Built = TypeVar("Built")
 _F = TypeVar("_F")
-# owner (a model) -> {key: traced function}; an entry goes with its model
-_KEPT: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+# owner (a model) -> {key: traced function}, kept in the owner's own attributes, so that an
+# entry goes with its owner even when the entry refers to it (an adapter holds its model); a
+# weakly keyed table beside them kept every such owner alive (about 200 MB a loaded network)
+_ATTRIBUTE = "_kept_builds"
 
 
 def kept(owner: Any, key: Hashable, build: Callable[[], Built]) -> Built:
     """What `build()` makes (a traced function, a model's adapter), built once per (`owner`,
-    `key`) and kept as long as `owner` lives (weakly), so every caller with the same owner and
-    key reuses it (and its traces). An
-    owner that cannot be weakly referenced (None, a path) keeps nothing: each call builds."""
+    `key`) and kept as long as `owner` lives, so every caller with the same owner and key
+    reuses it (and its traces). An owner without attributes of its own (None, a path) keeps
+    nothing: each call builds."""
     try:
-        functions = _KEPT.setdefault(owner, {})
+        attributes = vars(owner)  # (not setattr: Keras would track the table as a layer's)
     except TypeError:
         return build()
+    functions = attributes.setdefault(_ATTRIBUTE, {})
     if key not in functions:
         functions[key] = build()
     return functions[key]

@@ -470,3 +470,23 @@ def test_a_run_folder_of_an_edited_method_is_trained_afresh_with_a_line(tmp_path
         provenance.origin({"ratio": 0.5}),
         provenance.origin({"ratio": 0.5, provenance.MEASURE_CODE: "new"})) == \
         "the measure's code"
+
+
+def test_what_a_model_keeps_goes_with_the_model():
+    """An adapter and its traces refer to their model; kept with it, they are freed with it
+    (a weakly keyed table kept every model alive through its own adapter)."""
+    import gc
+    import weakref
+
+    from models.foundation import tracing
+
+    def used_model() -> weakref.ref:
+        model = keras.Sequential([keras.Input((4, 4, 1)), keras.layers.Flatten(),
+                                  keras.layers.Dense(2)])
+        first = tracing.kept(model, "adapter", lambda: KerasAdapter(model))  # holds the model
+        assert tracing.kept(model, "adapter", lambda: None) is first  # built once, reused
+        return weakref.ref(model)
+    gone = used_model()
+    gc.collect()
+    assert gone() is None
+    assert tracing.kept(None, "x", lambda: 3) == 3  # no attributes: built each time
