@@ -15,13 +15,18 @@ from faithfulness.measures.perturbation import class_outputs, model_adapter
 from models.foundation import executor, workload
 
 
-def item_uniform(keys: tf.Tensor, image: tf.Tensor, draw: tf.Tensor, size: int) -> tf.Tensor:
-    """float32 [n, size]: U(0, 1) draws of each item (an image's `draw`-th), keyed by the
-    image's key plus the draw (inside a traced function)."""
-    own = tf.gather(keys, image) + tf.stack(
+def item_keys(keys: tf.Tensor, image: tf.Tensor, draw: tf.Tensor) -> tf.Tensor:
+    """int64 [n, 2]: each item's key (an image's `draw`-th): the image's key plus the draw on
+    the first part."""
+    return tf.gather(keys, image) + tf.stack(
         [tf.cast(draw, tf.int64), tf.zeros_like(draw, tf.int64)], axis=1)
-    return tf.map_fn(lambda key: tf.random.stateless_uniform([size], key), own,
-                     fn_output_signature=tf.float32)
+
+
+def item_uniform(keys: tf.Tensor, image: tf.Tensor, draw: tf.Tensor, size: int) -> tf.Tensor:
+    """float32 [n, size]: U(0, 1) draws of each item, keyed by `item_keys` (inside a traced
+    function)."""
+    return tf.map_fn(lambda key: tf.random.stateless_uniform([size], key),
+                     item_keys(keys, image, draw), fn_output_signature=tf.float32)
 
 
 def block_size(count: int, size: int) -> int:
@@ -51,13 +56,12 @@ def subset_indices(keys: tf.Tensor, image: tf.Tensor, draw: tf.Tensor, count: in
     """int32 [n, size]: each item's uniform random subset of `size` of `count` values, no
     repeats: the first `size` distinct values of its stream of uniform integers in [0, count),
     drawn in blocks of `block` (default `block_size`); block j is keyed by the item's key
-    (`item_uniform`'s) plus j * 2^32 on the first part (docs/measures.md, "Speed"). A chunk
+    (`item_keys`) plus j * 2^32 on the first part (docs/measures.md, "Speed"). A chunk
     draws one block per item and more only while a row falls short; since a row's first
     distinct values lie in the stream's start, the subset does not depend on the chunk. A
     change that changes the values renames `faithfulness.measures.CODE`'s entry."""
     block = block or block_size(count, size)
-    own = tf.gather(keys, image) + tf.stack(
-        [tf.cast(draw, tf.int64), tf.zeros_like(draw, tf.int64)], axis=1)
+    own = item_keys(keys, image, draw)
 
     def drawn(blocks):
         shift = tf.range(tf.cast(blocks, tf.int64), dtype=tf.int64) * 2 ** 32
@@ -110,6 +114,8 @@ def subset_scores(model: Any, x: np.ndarray, features: np.ndarray, baseline: np.
         # autograph off: the executor builds its loop explicitly
         @tf.function(input_signature=signature, autograph=False)
         def run(x, features, baseline, classes, keys, runs):
+            flat = tf.reshape(features, [tf.shape(features)[0], count])
+
             def compute(items):
                 image, draw = items // runs, items % runs
                 chosen = subset_indices(keys, image, draw, count, subset_size)
@@ -117,7 +123,6 @@ def subset_scores(model: Any, x: np.ndarray, features: np.ndarray, baseline: np.
                 scores = class_outputs(adapter, perturbed, tf.gather(classes, image), softmax)
                 # the map's values of the subset, gathered, summed in draw order
                 at = tf.stack([tf.broadcast_to(image[:, None], tf.shape(chosen)), chosen], -1)
-                flat = tf.reshape(features, [tf.shape(features)[0], count])
                 sums = tf.reduce_sum(tf.gather_nd(flat, at), axis=1)
                 return tf.stack([scores, sums], axis=1)
             return executor.collect(tf.shape(x)[0] * runs, batch_size, compute, [2])
