@@ -15,22 +15,20 @@ import numpy as np
 
 from models.foundation import ordering, provenance
 from models.foundation.cli import option, run_binary
-from models.foundation.errors import check_minimum
+from models.foundation.rules import Checked, at_least
 from scripts.bench_faithfulness import best_times
 
 
 @dataclasses.dataclass(frozen=True)
-class Config:
-    maps: int = option(16, "Maps sorted at once.")
-    values: int = option(12_288, "Values per map (12,288: a 64-px RGB image).")
-    repeats: int = option(20, "Timings of each way (the best counts).")
+class Config(Checked):
+    maps: int = option(16, "Maps sorted at once.", rule=at_least(1))
+    values: int = option(12_288, "Values per map (12,288: a 64-px RGB image).",
+                         rule=at_least(2))
+    repeats: int = option(20, "Timings of each way (the best counts).", rule=at_least(1))
     seed: int = option(0, "Seed of the maps.")
 
 
 def run(args: Config) -> None:
-    check_minimum("maps", args.maps, 1)
-    check_minimum("values", args.values, 2)
-    check_minimum("repeats", args.repeats, 1)
     print(f"machine: {provenance.machine()}")
     values = np.random.default_rng(args.seed).normal(size=(args.maps, args.values))
     print(f"{'maps':24} {'stable argsort ms':>18} {'stable_order ms':>16} {'ratio':>6} same")
