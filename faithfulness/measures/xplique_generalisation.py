@@ -15,6 +15,7 @@ not (NaN distances are left out).
   (len // 20 + 1)-th, as Xplique), TPR the share of S= below gamma and TNR the share of S!=
   above it; higher is better (the maps tell agreeing models from disagreeing ones).
 """
+import hashlib
 from typing import Any, Callable, Optional, Sequence
 
 import keras
@@ -25,6 +26,7 @@ from faithfulness.measures import explaining, perturbation
 from faithfulness.measures.arguments import prepared
 from models.foundation.errors import UserError
 from models.foundation.metric_spec import MetricSpec
+from models.foundation.tracing import kept
 
 SPECS = (
     MetricSpec("mege", True, unit="call",
@@ -80,10 +82,29 @@ def retrained(model: Any, epochs: int = 20, seed: int = 0, batch_size: int = 32)
         fresh = keras.models.clone_model(source)
         fresh.compile(optimizer=keras.optimizers.Adam(1e-3),
                       loss=keras.losses.CategoricalCrossentropy(from_logits=True))
+        # its variables made before the training step is traced, not inside it: made inside,
+        # TensorFlow keeps about 100 MB more of a real network's trace after the model is gone
+        fresh.optimizer.build(fresh.trainable_variables)
         fresh.fit(x_train, y_train, epochs=epochs, batch_size=batch_size, shuffle=True,
                   verbose=0)
         return fresh
     return learning_algorithm
+
+
+def retrained_folds(model: Any, x: np.ndarray, classes: np.ndarray, k_splits: int,
+                    epochs: int, seed: int) -> list:
+    """`fold_models` trained by `retrained`, kept with `model` for the next call on the same
+    images, classes and settings: the folds' models do not depend on the maps, so mege and reco
+    of one group, and every method's, share one training (the same models a fresh training
+    gives: it is seeded). Only the last call's models are kept: a binary's next group of
+    images replaces them."""
+    key = (hashlib.sha256(x.tobytes()).hexdigest(), x.shape,
+           hashlib.sha256(classes.tobytes()).hexdigest(), k_splits, epochs, seed)
+    last = kept(model, "mege and reco's fold models", dict)  # {key: models}, one entry at most
+    if key not in last:
+        last.clear()
+        last[key] = fold_models(model, x, classes, k_splits, retrained(model, epochs, seed))
+    return last[key]
 
 
 def distances(models: Sequence[Any], x: np.ndarray, classes: np.ndarray, explain: Callable,
@@ -133,16 +154,18 @@ def mege_and_reco(model: Any, x_batch: Any, y_batch: Any, a_batch: Any = None,
                   batch_size: int = 64, seed: int = 0) -> tuple[float, float]:
     """(MeGe, ReCo) of the call's images (the module's note); `learning_algorithm` "retrain"
     retrains `model`'s architecture for `fold_epochs` epochs per fold (`retrained`)."""
-    if isinstance(learning_algorithm, str):
-        if learning_algorithm != "retrain":
-            raise UserError(f"learning_algorithm must be a callable or 'retrain'; got "
-                            f"{learning_algorithm!r}")
-        learning_algorithm = retrained(model, fold_epochs, seed)
+    if isinstance(learning_algorithm, str) and learning_algorithm != "retrain":
+        raise UserError(f"learning_algorithm must be a callable or 'retrain'; got "
+                        f"{learning_algorithm!r}")
     x = np.asarray(x_batch, np.float32)
     if a_batch is not None or s_batch is not None:
         prepared(x, a_batch if a_batch is not None else np.zeros(x.shape[:3]), s_batch,
                  abs=False, normalise=False)  # only checked: every fold's model explains
-    models = fold_models(model, x, np.asarray(y_batch, np.int64), k_splits, learning_algorithm)
+    labels = np.asarray(y_batch, np.int64)
+    if learning_algorithm == "retrain" and not isinstance(model, (list, tuple)):
+        models = retrained_folds(model, x, labels, k_splits, fold_epochs, seed)
+    else:
+        models = fold_models(model, x, labels, k_splits, learning_algorithm)
     for candidate in models:
         if not isinstance(candidate, keras.Model) and not hasattr(candidate, "path"):
             raise UserError("model: each fold's model must be a Keras model or a loaded export")

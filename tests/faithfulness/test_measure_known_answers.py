@@ -2,6 +2,7 @@
 focus, the sum-based and removal-based faithfulness measures, the representation stability,
 smooth and efficient MPRT, MeGe and ReCo; and the agreement with Xplique's stored values.
 (The agreement with Quantus is in test_measures.py.)"""
+import dataclasses
 import json
 import os
 
@@ -259,11 +260,14 @@ def test_agrees_with_xplique():
     np.testing.assert_allclose(fidelity.mean(), values["mu_fidelity"], atol=0.03)
 
 
-def test_mege_and_reco_of_identical_and_retrained_models():
+def test_mege_and_reco_of_identical_and_retrained_models(monkeypatch):
     """Fold models that are one model: every pair agrees and its maps are equal (distance 0),
     so MeGe is 1 and ReCo 0 (no disagreeing pair to tell apart); the binary's protocol
-    retrains the architecture per fold, reproducibly; a model that is not k models is one
-    line."""
+    retrains the architecture per fold, reproducibly (a copy of the model retrains the same
+    folds), and once per images and settings: reco after mege trains nothing; a model that is
+    not k models is one line."""
+    import keras
+
     from faithfulness import evaluate
     from faithfulness.measures import xplique_generalisation
 
@@ -274,9 +278,19 @@ def test_mege_and_reco_of_identical_and_retrained_models():
     np.testing.assert_allclose(found, (1.0, 0.0), atol=1e-12)
     with pytest.raises(UserError, match="^mege and reco need k models"):
         measures.mege(model, x, y, explain_func="gradient")
+    trainings = []
+    fit = keras.Model.fit
+    monkeypatch.setattr(keras.Model, "fit", lambda *args, **kwargs: trainings.append(1) or fit(
+        *args, **kwargs))
     options = evaluate.Config(evaluation_protocol="mege", fold_epochs=40, k_splits=2)
     first = evaluate.per_image(model, x, y, np.arange(8), "gradient", "mege", options)
-    again = evaluate.per_image(model, x, y, np.arange(8), "gradient", "mege", options)
+    evaluate.per_image(model, x, y, np.arange(8), "gradient", "reco",
+                       dataclasses.replace(options, evaluation_protocol="reco"))
+    assert len(trainings) == 2  # the two folds' models, trained for mege, reused by reco
+    copy = keras.models.clone_model(model)
+    copy.set_weights(model.get_weights())
+    again = evaluate.per_image(copy, x, y, np.arange(8), "gradient", "mege", options)
+    assert len(trainings) == 4  # another model: its own folds
     assert first["mege"].shape == (8,) and len(set(first["mege"])) == 1
     assert 0 < first["mege"][0] < 1
     np.testing.assert_array_equal(first["mege"], again["mege"])
