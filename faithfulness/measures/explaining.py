@@ -14,18 +14,21 @@ import numpy as np
 import models
 from faithfulness.measures.arguments import prepared
 from models.foundation.errors import ShapeError, UserError
+from models.foundation.tracing import kept
 from saliency_gen.attribution import engine, names
 
 
 def keras_of(model: Any, what: str) -> Any:
     """`model` as a Keras model the measure may wrap or change: a live Keras model as it is,
-    or the zoo model an export holds (`models.rebuild`); else one line naming `what` needs."""
+    or the zoo model an export holds (`models.rebuild`, once per loaded model: callers copy it
+    before they change it); else one line naming `what` needs."""
     if isinstance(model, keras.Model):
         return model
     path = getattr(model, "path", None)
     if path is None:
         raise UserError(f"{what}: pass a Keras model or an exported zoo model (models.load)")
-    return models.rebuild(path)
+    # rebuilt once per loaded model: a measure wraps or copies it, none changes it
+    return kept(model, "rebuilt Keras model", lambda: models.rebuild(path))
 
 
 @dataclasses.dataclass(frozen=True)

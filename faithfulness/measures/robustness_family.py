@@ -60,6 +60,7 @@ from faithfulness.measures.explaining import explainer, keras_of
 from models.foundation import ordering
 from models.foundation.errors import UserError, check_one_of
 from models.foundation.metric_spec import MetricSpec
+from models.foundation.tracing import kept
 
 SPECS = (
     MetricSpec("avg_sensitivity", False, about="mean relative change of the map under small "
@@ -302,7 +303,8 @@ def representation_reader(model: Any, layer_names: Optional[Sequence[str]] = Non
                             f"{list(layer_indices)}") from None
     if not layers:
         raise UserError("no layer chosen for the internal representations")
-    return keras.Model(source.inputs, [layer.output for layer in layers])
+    return kept(source, ("representation reader", *(layer.name for layer in layers)),
+                lambda: keras.Model(source.inputs, [layer.output for layer in layers]))
 
 
 REPRESENTED_ROWS = 8  # images whose every layer's output is held at once
