@@ -100,7 +100,7 @@ def retrained_folds(model: Any, x: np.ndarray, classes: np.ndarray, k_splits: in
     images replaces them."""
     key = (hashlib.sha256(x.tobytes()).hexdigest(), x.shape,
            hashlib.sha256(classes.tobytes()).hexdigest(), k_splits, epochs, seed)
-    last = kept(model, "mege and reco's fold models", dict)  # {key: models}, one entry at most
+    last: dict[tuple, list] = kept(model, "mege and reco's fold models", dict)  # one entry
     if key not in last:
         last.clear()
         last[key] = fold_models(model, x, classes, k_splits, retrained(model, epochs, seed))
