@@ -27,7 +27,6 @@ def keras_of(model: Any, what: str) -> Any:
     path = getattr(model, "path", None)
     if path is None:
         raise UserError(f"{what}: pass a Keras model or an exported zoo model (models.load)")
-    # rebuilt once per loaded model: a measure wraps or copies it, none changes it
     return kept(model, "rebuilt Keras model", lambda: models.rebuild(path))
 
 

@@ -153,7 +153,8 @@ def mege_and_reco(model: Any, x_batch: Any, y_batch: Any, a_batch: Any = None,
                   learning_algorithm: Any = None, fold_epochs: int = 20,
                   batch_size: int = 64, seed: int = 0) -> tuple[float, float]:
     """(MeGe, ReCo) of the call's images (the module's note); `learning_algorithm` "retrain"
-    retrains `model`'s architecture for `fold_epochs` epochs per fold (`retrained`)."""
+    retrains `model`'s architecture for `fold_epochs` epochs per fold, once per images and
+    settings (`retrained_folds`)."""
     if isinstance(learning_algorithm, str) and learning_algorithm != "retrain":
         raise UserError(f"learning_algorithm must be a callable or 'retrain'; got "
                         f"{learning_algorithm!r}")
@@ -162,7 +163,7 @@ def mege_and_reco(model: Any, x_batch: Any, y_batch: Any, a_batch: Any = None,
         prepared(x, a_batch if a_batch is not None else np.zeros(x.shape[:3]), s_batch,
                  abs=False, normalise=False)  # only checked: every fold's model explains
     labels = np.asarray(y_batch, np.int64)
-    if learning_algorithm == "retrain" and not isinstance(model, (list, tuple)):
+    if learning_algorithm == "retrain":
         models = retrained_folds(model, x, labels, k_splits, fold_epochs, seed)
     else:
         models = fold_models(model, x, labels, k_splits, learning_algorithm)
