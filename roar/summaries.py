@@ -10,9 +10,11 @@ import itertools
 from typing import Iterable, Optional, Sequence
 
 import numpy as np
-from scipy import stats
 
 from models.foundation import results
+from models.foundation.lazy import lazy_module
+
+stats = lazy_module("scipy.stats")  # 1.3 s to import: not before a binary's --help
 
 
 def summarise(rows: Iterable[dict], keys: Sequence[str], value: str) -> list:

@@ -19,7 +19,6 @@ import time
 from typing import TYPE_CHECKING
 
 import numpy as np
-import scipy.ndimage
 
 import models  # noqa: F401, I001  (first: TensorFlow loads quietly)
 from models.foundation import progress, provenance
@@ -30,6 +29,7 @@ from models.foundation.lazy import lazy_module
 # (docs/architecture.md, "Light imports").
 if TYPE_CHECKING:  # the type checker's view of the same modules
     import keras
+    import scipy.ndimage as scipy_ndimage
     import tensorflow as tf
 
     from roar import masked_data
@@ -37,6 +37,7 @@ if TYPE_CHECKING:  # the type checker's view of the same modules
     from saliency_gen.data.world import synthetic
 else:
     keras = lazy_module("keras")
+    scipy_ndimage = lazy_module("scipy.ndimage")
     tf = lazy_module("tensorflow")
     imputation = lazy_module("saliency_gen.data.imputation")
     masked_data = lazy_module("roar.masked_data")
@@ -79,7 +80,7 @@ def _holes(kind, rng, count, size):
     smooth random field (large holes, as saliency-ranked removal makes)."""
     field = rng.normal(size=(count, size, size))
     if kind == "smooth":
-        field = np.stack([scipy.ndimage.gaussian_filter(plane, size / 10) for plane in field])
+        field = np.stack([scipy_ndimage.gaussian_filter(plane, size / 10) for plane in field])
     return field > np.median(field, axis=(1, 2), keepdims=True)
 
 

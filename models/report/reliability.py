@@ -14,10 +14,12 @@ over images. Units with a non-finite value for any method are left out.
 """
 import krippendorff
 import numpy as np
-import scipy.stats
 from numpy.typing import ArrayLike
 
+from models.foundation.lazy import lazy_module
 from models.report.uncertainty import CONFIDENCE, Estimate
+
+scipy_stats = lazy_module("scipy.stats")  # 1.3 s to import: not before a binary's --help
 
 SPLITS = 200  # random halvings per split-half estimate
 RESAMPLES = 200  # bootstrap resamples of the images for the intervals
@@ -28,7 +30,7 @@ def unit_ranks(values: ArrayLike, higher_is_better: bool) -> np.ndarray:
     mean rank); a unit with a non-finite value is a row of NaN."""
     values = np.asarray(values, np.float64)
     oriented = -values if higher_is_better else values
-    ranks = scipy.stats.rankdata(np.nan_to_num(oriented), axis=1)
+    ranks = scipy_stats.rankdata(np.nan_to_num(oriented), axis=1)
     ranks[~np.isfinite(values).all(axis=1)] = np.nan
     return ranks
 
@@ -56,7 +58,7 @@ def alpha(values: ArrayLike, higher_is_better: bool) -> float:
 
 def _row_spearman(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Spearman correlation of each row of `a` with the same row of `b` (NaN if constant)."""
-    a, b = scipy.stats.rankdata(a, axis=1), scipy.stats.rankdata(b, axis=1)
+    a, b = scipy_stats.rankdata(a, axis=1), scipy_stats.rankdata(b, axis=1)
     a, b = a - a.mean(axis=1, keepdims=True), b - b.mean(axis=1, keepdims=True)
     scale = np.sqrt((a * a).sum(axis=1) * (b * b).sum(axis=1))
     with np.errstate(invalid="ignore", divide="ignore"):

@@ -13,8 +13,11 @@ import dataclasses
 import warnings
 
 import numpy as np
-import scipy.stats
 from numpy.typing import ArrayLike
+
+from models.foundation.lazy import lazy_module
+
+scipy_stats = lazy_module("scipy.stats")  # 1.3 s to import: not before a binary's --help
 
 CONFIDENCE = 0.95
 RESAMPLES = 2000
@@ -52,7 +55,7 @@ def interval(values: ArrayLike, seed: int = 0, confidence: float = CONFIDENCE,
         return Estimate(mean, mean, mean, int(finite.size), excluded)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # scipy's notes on few distinct values
-        result = scipy.stats.bootstrap(
+        result = scipy_stats.bootstrap(
             (finite,), np.mean, n_resamples=resamples, vectorized=True, axis=-1,
             confidence_level=confidence, method="percentile", rng=np.random.default_rng(seed))
     low, high = result.confidence_interval
@@ -120,5 +123,5 @@ def kendall_matrix(orderings: dict) -> tuple:
             x = [orderings[first][m] for m in methods]
             y = [orderings[second][m] for m in methods]
             if len(methods) >= 2 and len(set(x)) > 1 and len(set(y)) > 1:
-                matrix[i, j] = scipy.stats.kendalltau(x, y).statistic
+                matrix[i, j] = scipy_stats.kendalltau(x, y).statistic
     return names, matrix

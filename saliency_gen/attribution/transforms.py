@@ -4,9 +4,11 @@ the report card's blur control (`blur`)."""
 from typing import Any
 
 import numpy as np
-import scipy.ndimage
 
 from models.foundation.errors import UserError
+from models.foundation.lazy import lazy_module
+
+scipy_ndimage = lazy_module("scipy.ndimage")  # 0.3 s to import: not before a binary's --help
 
 TRANSFORMS = ("raw", "abs", "relu", "square")
 REDUCTIONS = ("none", "sum")
@@ -43,4 +45,4 @@ def blur(maps: Any) -> np.ndarray:
     report card's `blur(method)` control (docs/report_card.md, "How far to trust each metric")."""
     maps = np.asarray(maps, np.float32)
     sigma = BLUR_SIDE_FRACTION * max(maps.shape[1], maps.shape[2])
-    return scipy.ndimage.gaussian_filter(maps, sigma=(0, sigma, sigma, 0)).astype(np.float32)
+    return scipy_ndimage.gaussian_filter(maps, sigma=(0, sigma, sigma, 0)).astype(np.float32)
