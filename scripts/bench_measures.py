@@ -67,7 +67,7 @@ SETTINGS: dict[str, tuple[dict, Optional[int]]] = {
     "infidelity": ({"perturb_patch_sizes": [8], "n_perturb_samples": 1}, 65),
     "monotonicity_correlation": ({"features_in_step": 256, "nr_samples": 4}, 193),
     "sensitivity_n": ({"features_in_step": 64}, 52),
-    "avg_sensitivity": ({"nr_samples": 20, "lower_bound": 0.1}, 21),
+    "avg_sensitivity": ({"nr_samples": 20, "lower_bound": 0.1}, 0),  # its explanations alone
     "sparseness": ({}, None),
     "pointing_game": ({}, None),
 }
@@ -104,7 +104,7 @@ def ceiling_runs(model: Any, passes: int, batch_size: int, size: int,
                  gradients: int = 0) -> list:
     """The ceiling's callables: `passes` forward passes on one fixed batch in one traced loop
     (`scripts.bench_faithfulness.ceiling_run`), and `gradients` bare input gradients likewise."""
-    runs = [bench_faithfulness.ceiling_run(model, passes, batch_size, size)]
+    runs = [bench_faithfulness.ceiling_run(model, passes, batch_size, size)] if passes else []
     if gradients:
         runs.append(bench_faithfulness.ceiling_run(model, gradients, batch_size, size,
                                                    gradient=True))
@@ -147,7 +147,7 @@ def timings(model: Any, arrays: dict, name: str, settings: dict, passes: Optiona
     call()
     first = time.perf_counter() - started
     bound = ceiling_runs(model, passes * config.images, config.batch_size, config.size,
-                         GRADIENTS.get(name, 0) * config.images) if passes else []
+                         GRADIENTS.get(name, 0) * config.images) if passes is not None else []
     times = bench_faithfulness.best_times([call, *bound], 3)
     return first, times[0], (sum(times[1:]) if bound else None)
 
@@ -198,7 +198,7 @@ def run(config: Config) -> list:
           "ours / ceiling | Quantus 0.6 (s) | Quantus / ours |")
     print("|---|---|---|---|---|---|---|---|")
     for row in rows:
-        work = str(row["passes_per_image"] or "maps only")
+        work = "maps only" if row["passes_per_image"] is None else str(row["passes_per_image"])
         if row["gradients_per_image"]:
             work += f" + {row['gradients_per_image']} gradients"
         print(f"| {row['measure']} | {work} | "

@@ -43,7 +43,9 @@ def prepared(x_batch: Any, a_batch: Any, s_batch: Any = None, *, abs: bool,  # n
         raise UserError("x_batch holds no images")
     if not np.isfinite(x).all():
         raise UserError("x_batch contains NaN or infinite values")
-    a = np.asarray(a_batch, np.float64)
+    a = np.asarray(a_batch)
+    if a.dtype.kind not in "biuf":
+        a = a.astype(np.float64)
     if a.ndim == 3:
         a = a[:, None]
     elif a.ndim == 4:
@@ -57,7 +59,9 @@ def prepared(x_batch: Any, a_batch: Any, s_batch: Any = None, *, abs: bool,  # n
                          "at the images' size")
     if not np.isfinite(a).all():
         raise UserError(f"{maps_name} contains NaN or infinite values")
-    features = scaled(a.reshape(len(a), -1), abs=abs, normalise=normalise, blocks=blocks)
+    # one pass: channel first and float64 together (a float32 map converts exactly)
+    features = np.ascontiguousarray(a, np.float64).reshape(len(a), -1)
+    features = scaled(features, abs=abs, normalise=normalise, blocks=blocks)
     return Prepared(x, features, _masks(s_batch, x, a.shape[1], needs_mask),
                     tuple(a.shape[1:]))
 

@@ -98,11 +98,19 @@ class Noise:
     def draws(self, keys: np.ndarray, shape: tuple) -> np.ndarray:
         """float32 [len(keys), *shape]: one draw per row of int64 `keys` [n, 2]."""
         keys = tf.constant(keys, tf.int64)
+        # in place, in float32, operation by operation as written: low + (u + 1) * 0.5 * width
+        # and mean + std * z (the same bytes as the expressions, without their temporaries)
         if self.mean is None:
-            unit = substrates.uniform_noise(keys, list(shape)).numpy()  # U(-1, 1)
-            return (self.low + (unit + 1.0) * 0.5 * (self.high - self.low)).astype(np.float32)
-        normal = substrates.normal_noise(keys, shape).numpy()
-        return (self.mean + self.std * normal).astype(np.float32)
+            drawn = substrates.uniform_noise(keys, list(shape)).numpy()  # U(-1, 1), a copy
+            for operation, operand in ((np.add, 1.0), (np.multiply, 0.5),
+                                       (np.multiply, self.high - self.low),
+                                       (np.add, self.low)):
+                operation(drawn, np.float32(operand), out=drawn)
+            return drawn
+        drawn = substrates.normal_noise(keys, shape).numpy()
+        np.multiply(drawn, np.float32(self.std), out=drawn)
+        np.add(drawn, np.float32(self.mean), out=drawn)
+        return drawn
 
 
 def uniform(lower_bound: float, upper_bound: Optional[float]) -> Noise:
@@ -120,7 +128,10 @@ def noisy_copies(x: np.ndarray, ids: np.ndarray, samples: range, *, seed: int,
     sample, image id)."""
     keys = substrates.noise_keys(seed, np.tile(np.asarray(ids, np.int64), len(samples))).numpy()
     keys[:, 0] += np.repeat(np.asarray(samples, np.int64), len(x))  # the sample is the salt
-    return np.tile(x, (len(samples), 1, 1, 1)) + noise.draws(keys, x.shape[1:])
+    noisy = noise.draws(keys, x.shape[1:])
+    per_sample = noisy.reshape(len(samples), *x.shape)  # a view: x added to every sample
+    per_sample += x
+    return noisy
 
 
 # objective(x, x', a, a', logits, logits') -> [S, N]: one value per (sample, image). Each
@@ -133,8 +144,12 @@ Objective = Callable[..., np.ndarray]
 def noisy_ratios(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch: Any, *,
                  objective: Objective, noise: Noise, nr_samples: int, explain_func: Any,
                  explain_func_kwargs: Optional[dict], abs: bool, normalise: bool,  # noqa: A002
-                 seed: int, ids: Any, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
-    """(float64 [N, S] `objective` per noisy sample, bool [N, S] predicted class changed)."""
+                 seed: int, ids: Any, batch_size: int,
+                 logits: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """(float64 [N, S] `objective` per noisy sample, bool [N, S] predicted class changed).
+    Without `logits` (the objective reads no logits and no caller reads the changes) the
+    model's forward passes are left out: the objective gets None for both logits and no
+    class reads as changed."""
     if nr_samples < 1:
         raise UserError(f"nr_samples must be at least 1; got {nr_samples}")
     found = prepared(x_batch, a_batch, s_batch, abs=abs, normalise=normalise)
@@ -142,10 +157,10 @@ def noisy_ratios(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch: 
     ids = image_ids(ids, len(found.x))
     explain = explainer(model, explain_func, explain_func_kwargs, abs=abs, normalise=normalise,
                         map_shape=found.map_shape, batch_size=batch_size, seed=seed)
-    outputs = perturbation.model_scorer(model, batch_size)
-    logits = outputs.predict(tf.constant(found.x)).astype(np.float64)
-    clean = (found.x.reshape(1, len(found.x), -1).astype(np.float64), found.a[None],
-             logits[None])  # x, a and the logits, [1, N, D] each
+    outputs = perturbation.model_scorer(model, batch_size) if logits else None
+    clean_logits = (None if outputs is None else  # [1, N, K], as clean_x and found.a[None]
+                    outputs.predict(tf.constant(found.x)).astype(np.float64)[None])
+    clean_x = found.x.reshape(1, len(found.x), -1).astype(np.float64)  # [1, N, D]
     per_group = max(1, GROUP_BYTES // max(1, found.x.nbytes))
     values, changed = [], []
     for start in range(0, nr_samples, per_group):  # groups of many images
@@ -155,15 +170,17 @@ def noisy_ratios(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch: 
         maps = explain(noisy, np.tile(classes, count),
                        np.tile(ids, count) * nr_samples + np.repeat(np.asarray(samples), len(ids)),
                        blocks=count)  # each sample's maps normalised on their own
-        moved_logits = outputs.predict(tf.constant(noisy)).astype(np.float64)
         per_sample = (count, len(found.x), -1)  # [S, N, D] views of the sample-major rows
+        moved_logits = (None if outputs is None else
+                        outputs.predict(tf.constant(noisy)).astype(np.float64).reshape(per_sample))
         with np.errstate(divide="ignore", invalid="ignore"):
-            found_values = objective(clean[0], noisy.reshape(per_sample), clean[1],
-                                     maps.reshape(per_sample), clean[2],
-                                     moved_logits.reshape(per_sample))
+            found_values = objective(clean_x, noisy.reshape(per_sample), found.a[None],
+                                     maps.reshape(per_sample), clean_logits, moved_logits)
         values.append(found_values.T)
-        changed.append((np.argmax(moved_logits, axis=1).reshape(count, -1)
-                        != np.argmax(logits, axis=1)).T)
+        if clean_logits is None or moved_logits is None:
+            changed.append(np.zeros((len(found.x), count), bool))
+        else:
+            changed.append((np.argmax(moved_logits, axis=2) != np.argmax(clean_logits, axis=2)).T)
     return np.concatenate(values, axis=1), np.concatenate(changed, axis=1)
 
 
@@ -177,18 +194,28 @@ def _reduced(reduce: Callable, values: np.ndarray, changed: np.ndarray,
         return np.nanmean(values, axis=1) if reduce is np.mean else np.nanmax(values, axis=1)
 
 
+def norms_of(owned: np.ndarray) -> np.ndarray:
+    """[...]: the Euclidean norm over the last axis of a float array the caller no longer
+    needs (squared in place): np.linalg.norm's own sum of squares, the same bytes, without its
+    two temporaries of the array's size."""
+    np.multiply(owned, owned, out=owned)
+    return np.sqrt(np.add.reduce(owned, axis=-1))
+
+
 def _sensitivity(x, moved, a, maps, logits, moved_logits):
-    return np.linalg.norm(a - maps, axis=-1) / np.linalg.norm(a, axis=-1)
+    return norms_of(a - maps) / np.linalg.norm(a, axis=-1)
 
 
 def _lipschitz(x, moved, a, maps, logits, moved_logits):
-    return np.linalg.norm(a - maps, axis=-1) / (np.linalg.norm(x - moved, axis=-1) + 1e-10)
+    return norms_of(a - maps) / (norms_of(x - moved) + 1e-10)
 
 
 def _relative_change(first: np.ndarray, second: np.ndarray, eps_min: float) -> np.ndarray:
     """[...]: ||(first - second) / first|| over the last axis, a zero of `first` read as
     eps_min."""
-    return np.linalg.norm((first - second) / (first + (first == 0) * eps_min), axis=-1)
+    change = first - second
+    np.divide(change, first + (first == 0) * eps_min, out=change)
+    return norms_of(change)
 
 
 def _stability(change: np.ndarray, a: np.ndarray, maps: np.ndarray,
@@ -213,16 +240,20 @@ def output_stability(x: Any, moved: Any, a: np.ndarray, maps: np.ndarray, logits
     return _stability(np.linalg.norm(logits - moved_logits, axis=-1), a, maps, eps_min)
 
 
-def _measured(reduce: Callable, objective: Objective, noise: Noise, given: dict) -> np.ndarray:
+def _measured(reduce: Callable, objective: Objective, noise: Noise, given: dict,
+              reads_logits: bool = False) -> np.ndarray:
     """A robustness measure's values: `noisy_ratios` of `objective` under `noise` with the
-    call's arguments (`given`: the public function's locals), reduced over the samples."""
+    call's arguments (`given`: the public function's locals), reduced over the samples; the
+    noisy images' logits are computed only when `objective` `reads_logits` or a changed
+    prediction gives NaN."""
+    nan_when_changed = given["return_nan_when_prediction_changes"]
     values, changed = noisy_ratios(
         given["model"], given["x_batch"], given["y_batch"], given["a_batch"],
         given["s_batch"], objective=objective, noise=noise, nr_samples=given["nr_samples"],
         explain_func=given["explain_func"], explain_func_kwargs=given["explain_func_kwargs"],
         abs=given["abs"], normalise=given["normalise"], seed=given["seed"], ids=given["ids"],
-        batch_size=given["batch_size"])
-    return _reduced(reduce, values, changed, given["return_nan_when_prediction_changes"])
+        batch_size=given["batch_size"], logits=reads_logits or nan_when_changed)
+    return _reduced(reduce, values, changed, nan_when_changed)
 
 
 def avg_sensitivity(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch: Any = None,
@@ -279,7 +310,7 @@ def relative_output_stability(model: Any, x_batch: Any, y_batch: Any, a_batch: A
                               ids: Any = None, batch_size: int = 64) -> np.ndarray:
     """[N] the largest relative map change per change of the logits."""
     return _measured(np.max, functools.partial(output_stability, eps_min=eps_min),
-                     uniform(lower_bound, upper_bound), locals())
+                     uniform(lower_bound, upper_bound), locals(), reads_logits=True)
 
 
 def representation_reader(model: Any, layer_names: Optional[Sequence[str]] = None,

@@ -51,11 +51,11 @@ def average_stability(model: Any, x_batch: Any, y_batch: Any, a_batch: Any,
     def objective(x, moved, a, maps, logits, moved_logits):
         return np.linalg.norm(a - maps, ord=order, axis=-1)
 
-    values, changed = robustness_family.noisy_ratios(
+    values, _ = robustness_family.noisy_ratios(
         model, x_batch, y_batch, a_batch, s_batch, objective=objective,
         noise=robustness_family.Noise(0.0, radius), nr_samples=nb_samples,
         explain_func=explain_func, explain_func_kwargs=explain_func_kwargs, abs=False,
-        normalise=False, seed=seed, ids=ids, batch_size=batch_size)
+        normalise=False, seed=seed, ids=ids, batch_size=batch_size, logits=False)
     return values.mean(axis=1)
 
 

@@ -12,6 +12,7 @@ import tensorflow as tf
 
 from faithfulness import measures
 from faithfulness.measures import subsets
+from models.foundation import workload
 from models.foundation.errors import UserError
 from scripts import measures_agreement
 
@@ -223,16 +224,25 @@ def test_sensitivity_of_linear_and_quadratic_models():
     for name in ("max_sensitivity", "local_lipschitz_estimate", "relative_input_stability",
                  "relative_output_stability"):  # the same map whatever the input
         extra = {"lower_bound": 0.1} if "sensitivity" in name else {}
+        before = workload.snapshot()
         np.testing.assert_allclose(getattr(measures, name)(
             linear, x, np.array([0, 0]), gradient, explain_func="gradient", nr_samples=5,
             normalise=False, **extra), 0.0, atol=1e-6, err_msg=name)
+        # the relative stabilities mark changed predictions (NaN) and read the logits: the
+        # clean and noisy images' forward passes, 2 + 2 x 5
+        assert workload.since(before)["forward"] == (0 if name in (
+            "max_sensitivity", "local_lipschitz_estimate") else 12), name
     np.testing.assert_allclose(measures.continuity(  # translations: the same map too
         linear, x, np.array([0, 0]), gradient, explain_func="gradient", nr_steps=4,
         normalise=False, abs=False), 0.0, atol=1e-6)
     squares = keras.Sequential([keras.Input((4, 4, 3)), keras.layers.Lambda(lambda t: t * t),
                                 keras.layers.Flatten(), keras.layers.Dense(2, use_bias=False)])
     squares.layers[-1].set_weights([np.stack([np.ones(48), np.zeros(48)], 1)])
+    before = workload.snapshot()
     average = measures.avg_sensitivity(squares, x, np.array([0, 0]), 2 * x, **settings)
+    # its explanations alone: no forward pass of the noisy images, whose logits it never reads
+    assert {kind: workload.since(before)[kind] for kind in ("forward", "gradient")} == \
+        {"forward": 0, "gradient": 400}
     np.testing.assert_allclose(average, 0.1 / np.sqrt(3), rtol=0.03)
     largest = measures.max_sensitivity(squares, x, np.array([0, 0]), 2 * x, **settings)
     assert np.all((largest > average) & (largest <= 0.1))
