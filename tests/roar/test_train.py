@@ -134,7 +134,8 @@ def test_binary_trains_a_random_baseline(world, tmp_path):
     records_dir = os.path.dirname(world["train"][0])
     command = [sys.executable, "-m", "roar.train", "--ratio=0.5",
                "--transformation=random_baseline", f"--data_dir={records_dir}",
-               "--dataset_name=synthetic", "--epochs=1", f"--output_dir={tmp_path}"]
+               "--dataset_name=synthetic", "--epochs=1", f"--output_dir={tmp_path}",
+               "--num_train_images=600"]  # the binary on its default model, not the training
     result = binaries.run(command, capture_output=True, text=True, cwd=REPO, check=False)
     assert result.returncode == 0, result.stderr[-2000:]
     found = glob.glob(str(tmp_path / "random_baseline" / "0.50" / "random" / "remove" / "*" /
