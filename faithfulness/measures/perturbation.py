@@ -27,7 +27,10 @@ def element_ranks(found: Prepared, descending: bool = True) -> np.ndarray:
     """int32 [N, H, W, C]: each image element's place in the order of the map's features
     (`broadcast_features`), highest first (or lowest first)."""
     height, width, channels = found.x.shape[1:]
-    ranks = ordering.places(broadcast_features(found), descending)
+    if found.map_shape[0] == 1:  # one map broadcast over the channels: rank it once
+        ranks = ordering.places_repeated(found.a, channels, descending)
+    else:
+        ranks = ordering.places(broadcast_features(found), descending)
     return np.transpose(ranks.reshape(len(ranks), channels, height, width),
                         (0, 2, 3, 1)).astype(np.int32)
 

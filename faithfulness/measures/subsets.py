@@ -40,13 +40,17 @@ def block_size(count: int, size: int) -> int:
 
 def _first_distinct(candidates: tf.Tensor, size: int, count: int) -> tuple[tf.Tensor, tf.Tensor]:
     """(bool [n, m]: the first `size` distinct values of each row of `candidates` [n, m] of
-    [0, count), at their first draw; bool []: whether every row has `size` of them). A value's
-    first draw is its smallest position (a segment minimum over row x value: no sort)."""
-    shape = tf.shape(candidates, out_type=tf.int64)
-    position = tf.broadcast_to(tf.range(tf.shape(candidates)[1])[None], tf.shape(candidates))
-    segment = tf.range(shape[0])[:, None] * count + candidates
-    earliest = tf.math.unsorted_segment_min(position, segment, shape[0] * count)
-    first = tf.gather(earliest, segment) == position
+    [0, count), at their first draw; bool []: whether every row has `size` of them). The
+    (row, value) pairs are numbered in order of first appearance (`tf.unique`, a hash table:
+    no sort, and no table of n x count entries); a pair's first draw is its smallest position,
+    a segment minimum over those numbers."""
+    shape = tf.shape(candidates)
+    rows = tf.range(tf.cast(shape[0], tf.int64))[:, None]
+    pairs = tf.reshape(rows * count + candidates, [-1])
+    _, pair = tf.unique(pairs, out_idx=tf.int32)
+    position = tf.range(tf.size(pairs))
+    earliest = tf.math.unsorted_segment_min(position, pair, tf.size(pairs))
+    first = tf.reshape(tf.gather(earliest, pair) == position, shape)
     found = tf.cumsum(tf.cast(first, tf.int32), axis=1)
     return first & (found <= size), tf.reduce_all(found[:, -1] >= size)
 

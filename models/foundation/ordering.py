@@ -22,10 +22,20 @@ def stable_order(values: ArrayLike, descending: bool = False) -> np.ndarray:
     starts = ordered[..., 1:] != ordered[..., :-1]  # -0.0 and 0.0 are equal
     if starts.all():
         return order
+    # keys (run, numbered over all rows) x n + index: distinct integers, in the order wanted
     count = keys.shape[-1]
-    runs = np.concatenate([np.zeros(starts.shape[:-1] + (1,), np.int64),
-                           np.cumsum(starts, axis=-1, dtype=np.int64)], axis=-1)
-    return np.sort(runs * count + order, axis=-1) % count
+    row_start = np.zeros(starts.shape[:-1] + (1,), bool)
+    row_start.reshape(-1)[1:] = True  # each row's first entry starts a run (not the first's)
+    runs = np.cumsum(np.concatenate([row_start, starts], axis=-1), axis=None, dtype=np.int64)
+    tied = np.zeros(order.shape, bool)  # the entries of runs of two or more
+    tied[..., 1:] = ~starts
+    tied[..., :-1] |= ~starts
+    if np.count_nonzero(tied) * 4 > tied.size:  # many: sort the rows' keys again
+        return np.sort(runs.reshape(order.shape) * count + order, axis=-1) % count
+    flat = order.ravel().copy()  # few: sort the tied entries' keys among themselves
+    at = tied.ravel()
+    flat[at] = np.sort(runs[at] * count + flat[at]) % count
+    return flat.reshape(order.shape)
 
 
 def places(values: ArrayLike, descending: bool = False) -> np.ndarray:
@@ -35,3 +45,34 @@ def places(values: ArrayLike, descending: bool = False) -> np.ndarray:
     np.put_along_axis(found, order, np.broadcast_to(np.arange(order.shape[-1]), order.shape),
                       axis=-1)
     return found
+
+
+def places_repeated(values: ArrayLike, copies: int, descending: bool = False) -> np.ndarray:
+    """int64 [..., copies, n]: `places` of each row of `values` ([..., n]) repeated `copies`
+    times end to end (entry c x n + p of the longer row is `values[..., p]`), without sorting
+    the longer rows: an entry's place is copies x (the entries of higher rank, ties apart)
+    + c x (its run of equal values' length) + its place within the run (docs/architecture.md,
+    "Stable orders")."""
+    keys = np.asarray(values)
+    order = stable_order(keys, descending)
+    ordered = np.take_along_axis(keys, order, axis=-1)
+    count = keys.shape[-1]
+    same = ordered[..., 1:] == ordered[..., :-1]
+    if keys.dtype.kind == "f":  # NaNs sort last and, in the stable order, by index: one run
+        same |= np.isnan(ordered[..., 1:]) & np.isnan(ordered[..., :-1])
+    position = np.broadcast_to(np.arange(count), order.shape)
+    if not same.any():  # no ties: each run one entry
+        run_start, run_length = position, np.ones_like(order)
+    else:
+        starts = np.concatenate([np.ones(same.shape[:-1] + (1,), bool), ~same], axis=-1)
+        run_start = np.maximum.accumulate(np.where(starts, position, 0), axis=-1)
+        ends = np.concatenate([~same, np.ones(same.shape[:-1] + (1,), bool)], axis=-1)
+        run_end = np.flip(np.minimum.accumulate(
+            np.flip(np.where(ends, position + 1, count), axis=-1), axis=-1), axis=-1)
+        run_length = run_end - run_start
+    first = copies * run_start + (position - run_start)  # the first copy's place, in order
+    inverse = np.empty_like(order)  # each entry's place in `order`
+    np.put_along_axis(inverse, order, position, axis=-1)
+    copy = np.arange(copies).reshape((1,) * (keys.ndim - 1) + (copies, 1))
+    return (np.take_along_axis(first, inverse, axis=-1)[..., None, :]
+            + copy * np.take_along_axis(run_length, inverse, axis=-1)[..., None, :])

@@ -27,9 +27,19 @@ def test_the_order_and_places_are_numpys_stable_ones(values, descending):
                                   np.broadcast_to(np.arange(values.shape[-1]), values.shape))
 
 
+
+@settings(max_examples=200, deadline=None)
+@given(ROWS, st.integers(1, 3), st.booleans())
+def test_the_places_of_repeated_rows_are_those_of_the_longer_rows(values, copies, descending):
+    # a map broadcast over an image's channels, channel first: the row repeated end to end
+    longer = np.concatenate([values] * copies, axis=-1)
+    want = ordering.places(longer, descending).reshape(*values.shape[:-1], copies, -1)
+    np.testing.assert_array_equal(ordering.places_repeated(values, copies, descending), want)
+
 def test_a_large_map_with_and_without_ties():
     values = np.random.default_rng(3).normal(size=(16, 12_288))
     rectified = np.round(np.maximum(values, 0), 2)  # half zeros, and many equal values
-    for map_ in (values, rectified):
+    dead = np.where(values > 1.9, 0.0, values)  # 3% zeros: the tied entries sorted alone
+    for map_ in (values, rectified, dead):
         np.testing.assert_array_equal(ordering.stable_order(map_, True),
                                       np.argsort(-map_, axis=1, kind="stable"))
