@@ -40,7 +40,11 @@ def stable_order(values: ArrayLike, descending: bool = False) -> np.ndarray:
 
 def places(values: ArrayLike, descending: bool = False) -> np.ndarray:
     """int64 [..., n]: each entry's place in `stable_order(values, descending)` of its row."""
-    order = stable_order(values, descending)
+    return _inverse(stable_order(values, descending))
+
+
+def _inverse(order: np.ndarray) -> np.ndarray:
+    """int64 [..., n]: each entry's place in `order` (each row a permutation of its indices)."""
     found = np.empty_like(order)
     np.put_along_axis(found, order, np.broadcast_to(np.arange(order.shape[-1]), order.shape),
                       axis=-1)
@@ -71,8 +75,7 @@ def places_repeated(values: ArrayLike, copies: int, descending: bool = False) ->
             np.flip(np.where(ends, position + 1, count), axis=-1), axis=-1), axis=-1)
         run_length = run_end - run_start
     first = copies * run_start + (position - run_start)  # the first copy's place, in order
-    inverse = np.empty_like(order)  # each entry's place in `order`
-    np.put_along_axis(inverse, order, position, axis=-1)
+    inverse = _inverse(order)
     copy = np.arange(copies).reshape((1,) * (keys.ndim - 1) + (copies, 1))
     return (np.take_along_axis(first, inverse, axis=-1)[..., None, :]
             + copy * np.take_along_axis(run_length, inverse, axis=-1)[..., None, :])

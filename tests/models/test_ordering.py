@@ -27,7 +27,6 @@ def test_the_order_and_places_are_numpys_stable_ones(values, descending):
                                   np.broadcast_to(np.arange(values.shape[-1]), values.shape))
 
 
-
 @settings(max_examples=200, deadline=None)
 @given(ROWS, st.integers(1, 3), st.booleans())
 def test_the_places_of_repeated_rows_are_those_of_the_longer_rows(values, copies, descending):
@@ -35,6 +34,7 @@ def test_the_places_of_repeated_rows_are_those_of_the_longer_rows(values, copies
     longer = np.concatenate([values] * copies, axis=-1)
     want = ordering.places(longer, descending).reshape(*values.shape[:-1], copies, -1)
     np.testing.assert_array_equal(ordering.places_repeated(values, copies, descending), want)
+
 
 def test_a_large_map_with_and_without_ties():
     values = np.random.default_rng(3).normal(size=(16, 12_288))
