@@ -29,6 +29,13 @@ px and shrink with the pixel count, at least 8 and 4):
 * bare function (the researcher's one-gradient method): the plain function itself, traced
   without the engine at the ceiling's batch size, so engine / bare function isolates what the
   engine adds from the work the function does beyond a raw gradient (its own product);
+* bare IG (IG): IG written bare as Captum orders it, the cheapest exact form: every path point
+  of a batch of images at once (the ceiling's batch size of points), their gradients' mean per
+  image, times the image (zero baseline, PAIR's 25 linspace points). Its element-wise work (the
+  path points, the mean, the product) is what IG needs beyond the raw gradients, a visible
+  share of a cheap model's gradient; engine / bare IG isolates the engine's own overhead
+  (the engine weights each point's share before it sums them: more element-wise passes, kept
+  for its maps' bytes, docs/saliency.md "By call size");
 * Captum (IG and SmoothGrad^2): Captum's `IntegratedGradients` (25 steps, zero baseline) and
   `NoiseTunnel(Saliency)` with `nt_type="smoothgrad_sq"` (25 samples) on the model's PyTorch
   twin with the same weights (`faithfulness.torch_twin`; plain_cnn and small_resnet), on the
@@ -46,8 +53,9 @@ transfers, the finiteness check), which a call of 256 images hides.
 
 Prints a table per model with the ratios engine/ceiling, engine/peer, engine/Captum and
 engine/PAIR, then whether each goal of docs/saliency.md ("Benchmark") holds: built-in
-one-gradient methods and IG >= 0.9 of the ceiling, noise wrappers >= 0.9 of their noise peer,
-the user's method >= 0.9 of its bare function, >= 2x Captum; --output_json writes them as JSON.
+one-gradient methods and IG >= 0.9 of the ceiling (and IG's ratio to bare IG), noise wrappers >=
+0.9 of their noise peer, the user's method >= 0.9 of its bare function, >= 2x Captum;
+--output_json writes them as JSON.
 """
 import dataclasses
 import functools
@@ -95,10 +103,11 @@ METHODS: tuple[tuple[str, str, int, dict, bool], ...] = (
 )
 
 
-# A row's peer: the noise peer of a noise wrapper, the bare function of the user's method; the
-# keys of its rate and of the engine's ratio to it
+# A row's peer: the noise peer of a noise wrapper, the bare function of the user's method, bare
+# IG of IG; the keys of its rate and of the engine's ratio to it
 PEER_KEYS = {"noise": ("noise_peer_images_per_s", "ratio_to_noise_peer"),
-             "bare": ("bare_function_images_per_s", "ratio_to_bare_function")}
+             "bare": ("bare_function_images_per_s", "ratio_to_bare_function"),
+             "bare IG": ("bare_ig_images_per_s", "ratio_to_bare_ig")}
 CAPTUM_METHODS = ("integrated_gradients", "smoothgrad_sq(gradient)")  # Captum peers exist
 
 
@@ -224,6 +233,32 @@ def noise_peer_runner(model, images, targets, size, samples):
     return run
 
 
+def bare_ig_runner(model, images, targets, size, steps):
+    """A callable computing IG (zero baseline, `steps` linspace points) of all `images` bare:
+    the points of `size` // `steps` images a batch, Captum's order (the mean of the points'
+    gradients, then times the image)."""
+    shape = list(images.shape[1:])
+    alphas = tf.reshape(tf.constant(np.linspace(0, 1, steps), tf.float32), [1, steps, 1, 1, 1])
+    per_batch = max(1, size // steps)
+
+    @tf.function(input_signature=[tf.TensorSpec([None, *shape], tf.float32),
+                                  tf.TensorSpec([None], tf.int32)], autograph=False)
+    def integrated(x, t):
+        points = tf.reshape(alphas * x[:, None], [-1, *shape])
+        gradients = bare_gradient(lambda batch: model(batch, training=False), points,
+                                  tf.repeat(t, steps))
+        return x * tf.reduce_mean(tf.reshape(gradients, [-1, steps, *shape]), axis=1)
+
+    x = tf.constant(images)
+    t = tf.constant(targets.astype(np.int32))
+
+    def run():
+        for start in range(0, len(images), per_batch):
+            integrated(x[start:start + per_batch], t[start:start + per_batch]).numpy()
+
+    return run
+
+
 def interleaved(runs: dict, repeats: int) -> dict:
     """Best time of each callable in `runs`, measured in turn (after one warm-up each), so that
     machine drift affects them alike."""
@@ -339,7 +374,8 @@ def print_rows(rows, best_batch, static, chunks, config):
     print(f"ceiling: batch {best_batch}, traced for {'that' if static else 'any'} batch size; "
           f"engine: the better of chunks {', '.join(map(str, chunks))}; {config.num_images} "
           f"images for one-gradient methods, {config.heavy_images} for 25-gradient ones; peer: "
-          "the noise peer of a noise wrapper, the bare function of the user's method\n")
+          "the noise peer of a noise wrapper, the bare function of the user's method, bare IG "
+          "of IG\n")
     print(f"{'method':<24}{'images':>7}{'engine img/s':>13}{'chunk':>6}{'ceiling':>10}{'ratio':>7}"
           f"{'peer':>11}"
           f"{'ratio':>7}{'Captum':>9}{'x Captum':>9}{'bound':>7}{'PAIR dflt':>11}{'PAIR tuned':>11}"
@@ -412,6 +448,9 @@ def bench_model(entry, config):
         if "(" in method:  # a noise wrapper: its noise peer
             peer, runs["peer"] = "noise", noise_peer_runner(
                 model, images[:count], targets[:count], best_batch, params["nsamples"])
+        elif method == "integrated_gradients":  # IG's own work, written bare
+            peer, runs["peer"] = "bare IG", bare_ig_runner(
+                model, images[:count], targets[:count], best_batch, params["steps"])
         elif method in USER_FUNCTIONS:  # the researcher's function itself, traced bare
             peer = "bare"
             batch = min(best_batch, count)
@@ -464,8 +503,10 @@ def run(config: Config):
     print()
     for what, key, chosen in (
             ("built-in one-gradient methods and IG / ceiling", "ratio_to_ceiling",
-             [row for row in rows  # rows with no peer of their own
-              if not any(ratio in row for _, ratio in PEER_KEYS.values())]),
+             [row for row in rows  # the built-ins without noise (IG has a peer too)
+              if not any(PEER_KEYS[peer][1] in row for peer in ("noise", "bare"))]),
+            ("IG / bare IG", "ratio_to_bare_ig",
+             [row for row in rows if "ratio_to_bare_ig" in row]),
             ("noise wrappers / their noise peer", "ratio_to_noise_peer",
              [row for row in rows if "ratio_to_noise_peer" in row]),
             ("the user's one-gradient method / its bare function", "ratio_to_bare_function",

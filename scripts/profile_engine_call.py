@@ -1,0 +1,89 @@
+"""Where a small engine call's time goes (docs/saliency.md, "By call size"), measured in one run:
+
+    python -m scripts.profile_engine_call [--model=plain_cnn@64] [--images=24] [--repeats=40]
+
+Times one call of a one-gradient method (`--method`, default the plain gradient) on
+`--images` images in four ways, best of --repeats each, taken in turn
+(`scripts.bench_faithfulness.best_times`):
+
+* bare: a bare traced input gradient of exactly those images (`scripts.bench_saliency`'s
+  ceiling at that call size, traced for that batch);
+* stream: the engine's traced stream alone, on tensors made beforehand;
+* stream + copies: the stream with the engine's copy of the images into a tensor and of the maps
+  out of it (`models.foundation.transfer.tensor_from`, the read-back that turns -0.0 into 0.0);
+* attribute: the whole `saliency_gen.attribute` call (the stream, the copies, the argument
+  checks, the images' finiteness check, the argument tensors).
+
+Prints each one's milliseconds and the bare gradient's time over it.
+"""
+import dataclasses
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+import models  # noqa: F401,I001  (first: TensorFlow loads quietly)
+import saliency_gen
+from models.foundation import provenance, transfer
+from models.foundation.cli import option, run_binary
+from models.foundation.lazy import lazy_module
+from models.foundation.rules import Checked, at_least
+from scripts.bench_faithfulness import best_times
+from scripts.bench_saliency import benchmark_model, traced_gradient
+
+# Loaded on first use: --help is answered before TensorFlow starts (docs/architecture.md,
+# "Light imports").
+if TYPE_CHECKING:  # the type checker's view of the same modules
+    import tensorflow as tf
+
+    from models.formats import adapter
+    from saliency_gen.attribution import engine, names
+else:
+    tf = lazy_module("tensorflow")
+    adapter = lazy_module("models.formats.adapter")
+    engine = lazy_module("saliency_gen.attribution.engine")
+    names = lazy_module("saliency_gen.attribution.names")
+
+
+@dataclasses.dataclass(frozen=True)
+class Config(Checked):
+    model: str = option("plain_cnn@64", "The model as name@side (random weights, as in "
+                                        "scripts/bench_saliency.py).")
+    images: int = option(24, "Images in the call.", rule=at_least(1))
+    method: str = option("gradient", "A one-gradient method of the engine.")
+    repeats: int = option(40, "Timings of each way (the best counts).", rule=at_least(1))
+
+
+def run(args: Config) -> None:
+    print(f"machine: {provenance.machine()}")
+    model, side = benchmark_model(args.model)
+    images = np.random.default_rng(0).normal(0, 50, (args.images, side, side, 3)).astype(
+        np.float32)
+    targets = np.argmax(saliency_gen.predict(model, images), axis=1)
+    chosen = names.resolved(args.method)
+    shape = images.shape[1:]
+    count = len(images)
+    # the runner `saliency_gen.attribute` makes for this call: one chunk of all the images
+    runner = engine._runner(adapter.adapt(model), model, chosen.spec, shape, count, None, 0,
+                            args.method)
+    x, t = tf.constant(images), tf.constant(targets, tf.int32)
+    ids, sigmas = tf.constant(np.arange(count, dtype=np.int64)), tf.zeros([count])
+    aux = tf.zeros([1, *shape])
+    bare = traced_gradient(model, shape, count)
+
+    def with_copies():
+        maps = runner.run(transfer.tensor_from(images), t, ids, sigmas, aux)
+        return np.add(np.asarray(maps), np.float32(0.0))
+
+    ways = {"bare": lambda: bare(x, t).numpy(),
+            "stream": lambda: np.asarray(runner.run(x, t, ids, sigmas, aux)),
+            "stream + copies": with_copies,
+            "attribute": lambda: saliency_gen.attribute(model, images, chosen, targets)}
+    seconds = dict(zip(ways, best_times(list(ways.values()), args.repeats)))
+    print(f"{args.model}, {args.method}, {count} images a call")
+    print(f"{'way':18} {'ms':>7} {'bare / way':>11}")
+    for way, spent in seconds.items():
+        print(f"{way:18} {spent * 1000:7.3f} {seconds['bare'] / spent:11.2f}")
+
+
+if __name__ == "__main__":
+    run_binary(Config, run)
