@@ -9,10 +9,11 @@ Times one call of a one-gradient method (`--method`, default the plain gradient)
 * bare: a bare traced input gradient of exactly those images (`scripts.bench_saliency`'s
   ceiling at that call size, traced for that batch);
 * stream: the engine's traced stream alone, on tensors made beforehand;
-* stream + copies: the stream with the engine's copy of the images into a tensor and of the maps
-  out of it (`models.foundation.transfer.tensor_from`, the read-back that turns -0.0 into 0.0);
-* attribute: the whole `saliency_gen.attribute` call (the stream, the copies, the argument
-  checks, the images' finiteness check, the argument tensors).
+* group: the engine's run of one group of images (`engine._run_group`): the stream with its
+  copy of the images into a tensor, its argument tensors and the maps' read-back (which turns
+  -0.0 into 0.0);
+* attribute: the whole `saliency_gen.attribute` call (the group, the argument checks, the
+  images' finiteness check, the targets).
 
 Prints each one's milliseconds and the bare gradient's time over it.
 """
@@ -23,12 +24,12 @@ import numpy as np
 
 import models  # noqa: F401,I001  (first: TensorFlow loads quietly)
 import saliency_gen
-from models.foundation import provenance, transfer
+from models.foundation import executor, provenance
 from models.foundation.cli import option, run_binary
 from models.foundation.lazy import lazy_module
 from models.foundation.rules import Checked, at_least
 from scripts.bench_faithfulness import best_times
-from scripts.bench_saliency import benchmark_model, traced_gradient
+from scripts.bench_saliency import ENGINE_DEFAULT_CHUNK, benchmark_model, traced_gradient
 
 # Loaded on first use: --help is answered before TensorFlow starts (docs/architecture.md,
 # "Light imports").
@@ -62,21 +63,18 @@ def run(args: Config) -> None:
     chosen = names.resolved(args.method)
     shape = images.shape[1:]
     count = len(images)
-    # the runner `saliency_gen.attribute` makes for this call: one chunk of all the images
-    runner = engine._runner(adapter.adapt(model), model, chosen.spec, shape, count, None, 0,
+    # the runner `saliency_gen.attribute` makes for this call (its default batch size)
+    runner = engine._runner(adapter.adapt(model), model, chosen.spec, shape,
+                            executor.chunk_size(count, ENGINE_DEFAULT_CHUNK), None, 0,
                             args.method)
     x, t = tf.constant(images), tf.constant(targets, tf.int32)
-    ids, sigmas = tf.constant(np.arange(count, dtype=np.int64)), tf.zeros([count])
-    aux = tf.zeros([1, *shape])
+    ids, sigmas = np.arange(count, dtype=np.int64), np.zeros(count, np.float32)
     bare = traced_gradient(model, shape, count)
-
-    def with_copies():
-        maps = runner.run(transfer.tensor_from(images), t, ids, sigmas, aux)
-        return np.add(np.asarray(maps), np.float32(0.0))
-
+    arguments = (x, t, tf.constant(ids), tf.constant(sigmas), tf.zeros([1, *shape]))
     ways = {"bare": lambda: bare(x, t).numpy(),
-            "stream": lambda: np.asarray(runner.run(x, t, ids, sigmas, aux)),
-            "stream + copies": with_copies,
+            "stream": lambda: np.asarray(runner.run(*arguments)),
+            "group": lambda: engine._run_group(runner, images, targets, ids, sigmas, 0, count,
+                                               args.method),
             "attribute": lambda: saliency_gen.attribute(model, images, chosen, targets)}
     seconds = dict(zip(ways, best_times(list(ways.values()), args.repeats)))
     print(f"{args.model}, {args.method}, {count} images a call")
