@@ -24,7 +24,7 @@ import numpy as np
 
 import models  # noqa: F401,I001  (first: TensorFlow loads quietly)
 import saliency_gen
-from models.foundation import executor, provenance
+from models.foundation import provenance
 from models.foundation.cli import option, run_binary
 from models.foundation.lazy import lazy_module
 from models.foundation.rules import Checked, at_least
@@ -37,10 +37,12 @@ if TYPE_CHECKING:  # the type checker's view of the same modules
     import tensorflow as tf
 
     from models.formats import adapter
+    from models.foundation import executor
     from saliency_gen.attribution import engine, names
 else:
     tf = lazy_module("tensorflow")
     adapter = lazy_module("models.formats.adapter")
+    executor = lazy_module("models.foundation.executor")
     engine = lazy_module("saliency_gen.attribution.engine")
     names = lazy_module("saliency_gen.attribution.names")
 
