@@ -26,7 +26,8 @@ px and shrink with the pixel count, at least 8 and 4):
   generator (stateless Philox normals) and taking the raw gradients of the noisy images at the
   ceiling's batch size. Engine / noise peer isolates the engine's own overhead from the cost of
   the Gaussian draws, which is large next to a cheap model's gradient;
-* bare function (the researcher's one-gradient method): the plain function itself, traced
+* bare function (gradient x input and the researcher's one-gradient method): the method's
+  function itself (the raw gradient times the input; the researcher's plain function), traced
   without the engine at the ceiling's batch size, so engine / bare function isolates what the
   engine adds from the work the function does beyond a raw gradient (its own product);
 * bare IG (IG): IG written bare as Captum orders it, the cheapest exact form: every path point
@@ -53,8 +54,9 @@ transfers, the finiteness check), which a call of 256 images hides.
 
 Prints a table per model with the ratios engine/ceiling, engine/peer, engine/Captum and
 engine/PAIR, then whether each goal of docs/saliency.md ("Benchmark") holds: built-in
-one-gradient methods and IG >= 0.9 of the ceiling (and IG's ratio to bare IG), noise wrappers >=
-0.9 of their noise peer, the user's method >= 0.9 of its bare function, >= 2x Captum;
+gradient and IG >= 0.9 of the ceiling (and IG's ratio to bare IG), noise wrappers >= 0.9 of
+their noise peer, gradient x input and the user's method >= 0.9 of their bare function, >= 2x
+Captum;
 --output_json writes them as JSON.
 """
 import dataclasses
@@ -103,8 +105,8 @@ METHODS: tuple[tuple[str, str, int, dict, bool], ...] = (
 )
 
 
-# A row's peer: the noise peer of a noise wrapper, the bare function of the user's method, bare
-# IG of IG; the keys of its rate and of the engine's ratio to it
+# A row's peer: the noise peer of a noise wrapper, the bare function of gradient x input and of
+# the user's method, bare IG of IG; the keys of its rate and of the engine's ratio to it
 PEER_KEYS = {"noise": ("noise_peer_images_per_s", "ratio_to_noise_peer"),
              "bare": ("bare_function_images_per_s", "ratio_to_bare_function"),
              "bare IG": ("bare_ig_images_per_s", "ratio_to_bare_ig")}
@@ -124,6 +126,16 @@ def gradient_times_blob(model, images, targets):
 
 
 USER_FUNCTIONS = {"bench_blob": gradient_times_blob}  # registered name: plain function
+
+
+def gradient_times_input(call, images, targets):
+    """Gradient x input written bare: the input gradient of the target logit times the image
+    (the work of the engine's `grad_x_input`: a raw gradient and its product)."""
+    return bare_gradient(call, images, targets) * images
+
+
+# The one-gradient methods whose peer is their own function traced bare (method -> function)
+BARE_FUNCTIONS = {"grad_x_input": gradient_times_input, **USER_FUNCTIONS}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -374,8 +386,8 @@ def print_rows(rows, best_batch, static, chunks, config):
     print(f"ceiling: batch {best_batch}, traced for {'that' if static else 'any'} batch size; "
           f"engine: the better of chunks {', '.join(map(str, chunks))}; {config.num_images} "
           f"images for one-gradient methods, {config.heavy_images} for 25-gradient ones; peer: "
-          "the noise peer of a noise wrapper, the bare function of the user's method, bare IG "
-          "of IG\n")
+          "the noise peer of a noise wrapper, the bare function of gradient x input and of the "
+          "user's method, bare IG of IG\n")
     print(f"{'method':<24}{'images':>7}{'engine img/s':>13}{'chunk':>6}{'ceiling':>10}{'ratio':>7}"
           f"{'peer':>11}"
           f"{'ratio':>7}{'Captum':>9}{'x Captum':>9}{'bound':>7}{'PAIR dflt':>11}{'PAIR tuned':>11}"
@@ -451,12 +463,12 @@ def bench_model(entry, config):
         elif method == "integrated_gradients":  # IG's own work, written bare
             peer, runs["peer"] = "bare IG", bare_ig_runner(
                 model, images[:count], targets[:count], best_batch, params["steps"])
-        elif method in USER_FUNCTIONS:  # the researcher's function itself, traced bare
+        elif method in BARE_FUNCTIONS:  # the method's own function, traced bare
             peer = "bare"
             batch = min(best_batch, count)
             runs["peer"], peer_count = gradient_runner(model, images, targets, batch,
                                                        static or batch != best_batch,
-                                                       USER_FUNCTIONS[method])
+                                                       BARE_FUNCTIONS[method])
         captum = {}
         if twin is not None and method in CAPTUM_METHODS:
             captum = {("captum", setting): run for setting, run in captum_runs(
@@ -502,14 +514,15 @@ def run(config: Config):
     rows = [row for result in results for row in result["rows"]]
     print()
     for what, key, chosen in (
-            ("built-in one-gradient methods and IG / ceiling", "ratio_to_ceiling",
+            ("the built-in gradient and IG / ceiling", "ratio_to_ceiling",
              [row for row in rows  # the built-ins without noise (IG has a peer too)
               if not any(PEER_KEYS[peer][1] in row for peer in ("noise", "bare"))]),
             ("IG / bare IG", "ratio_to_bare_ig",
              [row for row in rows if "ratio_to_bare_ig" in row]),
             ("noise wrappers / their noise peer", "ratio_to_noise_peer",
              [row for row in rows if "ratio_to_noise_peer" in row]),
-            ("the user's one-gradient method / its bare function", "ratio_to_bare_function",
+            ("gradient x input and the user's method / their bare function",
+             "ratio_to_bare_function",
              [row for row in rows if "ratio_to_bare_function" in row])):
         if chosen:
             low = min(chosen, key=lambda row: row[key])

@@ -130,9 +130,10 @@ def first_non_finite(values: Any) -> Optional[int]:
     values = np.asarray(values)
     if values.size == 0 or not np.issubdtype(values.dtype, np.floating):
         return None
-    with np.errstate(over="ignore", invalid="ignore"):
-        total = values.sum()  # one pass: a NaN or an infinity anywhere makes it non-finite
-    if np.isfinite(total):  # (an overflowing sum of finite values falls to the exact scan)
+    # The extremes first: a NaN makes both NaN, an infinity one of them infinite, and two
+    # vectorised reductions read the values at twice the speed of a sum (docs/saliency.md,
+    # "By call size").
+    if np.isfinite(values.max()) and np.isfinite(values.min()):
         return None
     finite = np.isfinite(values.reshape(len(values), -1)).all(axis=1)
     return None if finite.all() else int(np.flatnonzero(~finite)[0])

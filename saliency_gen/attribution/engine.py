@@ -53,6 +53,11 @@ class _Runner:
                                         or len(plan.aux) == 1)
         if isinstance(plan, HostPlan):
             return
+        # Arguments that are the same on every call are made once (two fewer host-to-tensor
+        # conversions a call: docs/saliency.md, "By call size"): the shared aux row, and the
+        # noise scales, which only a noise plan reads.
+        self.aux_tensor = tf.constant(_aux_rows(plan, shape)) if shared_aux else None
+        self.unread_sigmas = None if spec.wrapper else tf.zeros([0], tf.float32)
         height, width, channels = shape
         self._buffers = buffers = executor.Buffers(() if plan.direct else plan.sum_dtypes)
         image_spec = tf.TensorSpec([None, height, width, channels], tf.float32)
@@ -221,6 +226,12 @@ def _exited(name: str, ending: SystemExit) -> UserError:
                      "a method must return maps or raise an error, not end the program")
 
 
+def _aux_rows(plan, shape) -> np.ndarray:
+    """The plan's aux as rows [1 or N, H, W, C] (zeros when it has none)."""
+    aux = plan.aux if plan.aux is not None else np.zeros(shape, np.float32)
+    return aux[None] if np.ndim(aux) == 3 else aux
+
+
 def _run_group(runner, images, targets, ids, sigmas, start, count, name):
     """The float32 maps of one group of images."""
     plan = runner.plan
@@ -229,15 +240,17 @@ def _run_group(runner, images, targets, ids, sigmas, start, count, name):
             return np.array(plan.run(images, targets, ids), np.float32)  # ours, not the plan's
         except SystemExit as ending:  # a user Method's code ending the program
             raise _exited(name, ending) from None
-    aux = plan.aux if plan.aux is not None else np.zeros(images.shape[1:], np.float32)
-    aux = aux[None] if aux.ndim == 3 else aux
-    if aux.shape[0] not in (1, count):
-        raise ShapeError(f"a per-image baseline needs {count} images; got {aux.shape[0]}")
-    if not runner.shared_aux:
-        aux = aux[start:start + len(images)]
+    aux = runner.aux_tensor
+    if aux is None:  # one baseline per image
+        rows = _aux_rows(plan, images.shape[1:])
+        if len(rows) != count:
+            raise ShapeError(f"a per-image baseline needs {count} images; got {len(rows)}")
+        aux = tf.constant(rows[start:start + len(images)])
+    scales = runner.unread_sigmas
     try:
         maps = runner.run(transfer.tensor_from(images), tf.constant(targets, tf.int32),
-                          tf.constant(ids), tf.constant(sigmas), tf.constant(aux))
+                          tf.constant(ids), tf.constant(sigmas) if scales is None else scales,
+                          aux)
     except tf.errors.OpError as error:
         if failure_line(error):  # out of memory or disk: the binary's one line says so
             raise
