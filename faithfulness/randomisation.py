@@ -118,13 +118,17 @@ def flat_abs(maps: Any) -> np.ndarray:
 def benchmark(model_path: str, images: np.ndarray, labels: np.ndarray, ids: np.ndarray, *,
               data: dict, seed: int = 0, batch_size: int = 32,
               maps_of: Optional[Callable[[str], np.ndarray]] = None,
-              methods: Optional[dict] = None, precision: str = "float32") -> Benchmark:
+              methods: Optional[dict] = None, precision: str = "float32",
+              randomised_maps_of: Optional[Callable[[str], np.ndarray]] = None) -> Benchmark:
     """The cascading check of the exported zoo model `model_path` on `images` (its input
     space), explaining `labels`: one metric per stage, the mean Spearman correlation (lower is
     better). `maps_of(method)`, when given, supplies the trained model's maps of at least
     `images` (their first len(images) are used); `methods` ({name: Resolved}, the run's)
     spares resolving a method's name again. `precision` is the trained and the randomised
-    model's compute precision (`models.foundation.rules.PRECISIONS`)."""
+    model's compute precision (`models.foundation.rules.PRECISIONS`). `randomised_maps_of(method)`,
+    when given, supplies the maps of at least `images` by the model with every weighted layer
+    re-initialised (`randomise_top` with `seed`: the last stage's model, the same weights), so
+    that the card computes them once for this check and its meta-evaluation."""
     info = models.read_info(model_path)
     # the trained maps' source
     loaded = (models.load(exporting.export_in_precision(model_path, precision))
@@ -144,10 +148,14 @@ def benchmark(model_path: str, images: np.ndarray, labels: np.ndarray, ids: np.n
     def score(method):  # MPRT top-down at the chosen stages, on |maps| summed over channels
         trained = explain(loaded, method) if maps_of is None else maps_of(method)[:len(images)]
         original = flat_abs(trained)
-        return {f"top {step + 1}": stats.spearman(original,
-                                                  flat_abs(explain(randomised, method)))
-                for step in cascade(randomised, "top_down", seed,
-                                    [k - 1 for k in chosen])}
+
+        def randomised_maps(step):
+            if step + 1 == count and randomised_maps_of is not None:
+                return randomised_maps_of(method)[:len(images)]
+            return explain(randomised, method)
+
+        return {f"top {step + 1}": stats.spearman(original, flat_abs(randomised_maps(step)))
+                for step in cascade(randomised, "top_down", seed, [k - 1 for k in chosen])}
 
     return Benchmark(
         name="Randomisation",

@@ -83,6 +83,7 @@ CONTROLS = ("random", card_engine.ORACLE, *MODEL_FREE)
 # added to the images; every trainable weight multiplied by 1 + Gaussian noise of sd
 # WEIGHT_NOISE (MetaQuantus's model resilience test), maps and scores by that model; the maps of
 # the model with every weighted layer re-initialised.
+SANITY_IMAGES = 16  # the images of the randomisation check (the first ones)
 MINOR_NOISE = 0.01
 WEIGHT_NOISE = 0.001
 PERTURBATIONS = {"input noise": "minor", "weight noise": "minor",
@@ -454,13 +455,15 @@ def sensitivity_section(summary, variants: list, variant_card) -> pages.Section:
         ("metric", "variant", "Kendall tau with the default"), tuple(rows))
 
 
-def perturbed_inputs(config: ResolvedConfig, inputs: CardImages) -> dict:
+def perturbed_inputs(config: ResolvedConfig, inputs: CardImages,
+                     randomised_maps_of: Callable[[str], np.ndarray]) -> dict:
     """{perturbation: CardImages} of the meta-evaluation (`PERTURBATIONS`) on the first
     --meta_images images: input noise (seeded, sd `MINOR_NOISE` of the value range; the noisy
     images get their own maps), weight noise (the model with noisy weights makes the maps and
     scores them) and the fully randomised model's maps of the unchanged images (scored by the
-    trained model). The two model perturbations are left out, with a note, for a model that
-    cannot be rebuilt from its export."""
+    trained model; `randomised_maps_of`, of at least these images). The two model
+    perturbations are left out, with a note, for a model that cannot be rebuilt from its
+    export."""
     count = min(config.meta_images, len(inputs.images))
     inputs = dataclasses.replace(
         inputs, images=inputs.images[:count], labels=inputs.labels[:count],
@@ -483,8 +486,8 @@ def perturbed_inputs(config: ResolvedConfig, inputs: CardImages) -> dict:
                          config.seed,
                          config.batch_size))
     try:
-        weight_noise, randomised = (zoo.in_precision(lambda: models.rebuild(inputs.model_path),
-                                                 config.precision) for _ in range(2))
+        weight_noise = zoo.in_precision(lambda: models.rebuild(inputs.model_path),
+                                        config.precision)
     except UserError as error:
         print(f"note: no resilience to weight noise, no reactivity to a randomised model: "
               f"{error}")
@@ -501,15 +504,35 @@ def perturbed_inputs(config: ResolvedConfig, inputs: CardImages) -> dict:
         maps_of=map_memo(noisy_model, inputs.images, inputs.labels, inputs.ids, inputs.methods,
                          config.seed,
                          config.batch_size))
-    randomisation.randomise_top(randomised, len(randomisation.weighted_layers(randomised)),
-                                config.seed)
     found["randomised-model maps"] = dataclasses.replace(
         inputs, map_set="randomised-model maps",
         data={**inputs.data, "perturbation": "maps of the fully randomised model"},
-        maps_of=map_memo(randomised, inputs.images, inputs.labels, inputs.ids, inputs.methods,
-                         config.seed,
-                         config.batch_size, inputs.loaded.preprocessing))
+        maps_of=lambda method: randomised_maps_of(method)[:count])
     return found
+
+
+def fully_randomised_maps(config: ResolvedConfig, inputs: CardImages,
+                          count: int) -> Callable[[str], np.ndarray]:
+    """`maps_of(method)`: the maps of the first `count` images by the model with every weighted
+    layer re-initialised (`randomisation.randomise_top`, the card's seed), rebuilt on first use
+    and computed once per method. They are the meta-evaluation's disruptive maps and the
+    sanity check's last stage (the same weights, images, targets and keys: the same bytes), so
+    a card with both computes them once."""
+    memo: dict = {}
+
+    def maps_of(method: str) -> np.ndarray:
+        if not memo:
+            randomised = zoo.in_precision(lambda: models.rebuild(inputs.model_path),
+                                          config.precision)
+            randomisation.randomise_top(randomised,
+                                        len(randomisation.weighted_layers(randomised)),
+                                        config.seed)
+            memo["maps_of"] = map_memo(randomised, inputs.images[:count], inputs.labels[:count],
+                                       inputs.ids[:count], inputs.methods, config.seed,
+                                       config.batch_size, inputs.loaded.preprocessing)
+        return memo["maps_of"](method)
+
+    return maps_of
 
 
 def exporting_folder() -> str:
@@ -524,9 +547,11 @@ def judged_by_meta_evaluation(method: str) -> bool:
     return method not in CONTROLS and card_engine.unblurred(method) is None
 
 
-def meta_benchmarks(config: ResolvedConfig, inputs: CardImages) -> dict:
+def meta_benchmarks(config: ResolvedConfig, inputs: CardImages,
+                    randomised_maps_of: Callable[[str], np.ndarray]) -> dict:
     """{perturbation: {benchmark name: benchmark}}: the image-level benchmarks again on each
-    perturbation's inputs, named "<benchmark> [<perturbation>]" and cached as cells."""
+    perturbation's inputs, named "<benchmark> [<perturbation>]" and cached as cells
+    (`randomised_maps_of`: `fully_randomised_maps`)."""
     image_level = dataclasses.replace(
         config, benchmarks=tuple(b for b in config.benchmarks if b != "BAM"), rmcs=False,
         retraining=False)
@@ -535,7 +560,8 @@ def meta_benchmarks(config: ResolvedConfig, inputs: CardImages) -> dict:
         supports=lambda method, own=benchmark.supports:  # no localisation without masks)
         judged_by_meta_evaluation(method) and own(method))
         for benchmark in build_benchmarks(image_level, perturbed, perturbed.methods)}
-            for label, perturbed in perturbed_inputs(config, inputs).items()}
+            for label, perturbed in perturbed_inputs(config, inputs,
+                                                     randomised_maps_of).items()}
 
 
 def meta_evaluate(summary, benchmarks: list, meta: dict, cells: dict) -> None:
@@ -574,19 +600,22 @@ def meta_evaluate(summary, benchmarks: list, meta: dict, cells: dict) -> None:
                 default[:count], kinds["minor"], kinds["disruptive"], metric.higher_is_better)
 
 
-def sanity_benchmark(config: ResolvedConfig, inputs: CardImages):
-    """The randomisation check on the first images, or None (with a note) for a model that
-    cannot be rebuilt from its export."""
+def sanity_benchmark(config: ResolvedConfig, inputs: CardImages,
+                     randomised_maps_of: Optional[Callable[[str], np.ndarray]] = None):
+    """The randomisation check on the first `SANITY_IMAGES` images, or None (with a note) for a
+    model that cannot be rebuilt from its export; its last stage takes `randomised_maps_of`
+    (`fully_randomised_maps`) when given."""
     try:
         models.rebuild(inputs.model_path)
     except UserError as error:
         print(f"note: no randomisation check: {error}")
         return None
-    count = min(16, len(inputs.images))
+    count = min(SANITY_IMAGES, len(inputs.images))
     checked = randomisation.benchmark(
         inputs.model_path, inputs.images[:count], inputs.labels[:count], inputs.ids[:count],
         data=inputs.data, seed=config.seed, batch_size=config.batch_size,
-        maps_of=inputs.maps_of, methods=inputs.methods, precision=config.precision)
+        maps_of=inputs.maps_of, methods=inputs.methods, precision=config.precision,
+        randomised_maps_of=randomised_maps_of)
     return dataclasses.replace(checked, supports=lambda method: (
         method != card_engine.ORACLE and card_engine.unblurred(method) is None))
 
@@ -735,12 +764,20 @@ def _run(config: ResolvedConfig, methods: dict) -> dict:
                                               or config.gallery_images
                                               or config.retraining) else None
     benchmarks = build_benchmarks(config, inputs, methods)
-    checks = [sanity_benchmark(config, _given(inputs))] if config.sanity else []
+    meta_on = bool(config.meta_evaluation and inputs)
+    # the fully randomised model's maps: the sanity check's last stage and the meta-evaluation's
+    # disruptive maps, computed once when the card has both
+    randomised_maps_of = fully_randomised_maps(
+        config, _given(inputs), max(config.meta_images, SANITY_IMAGES if config.sanity else 0)
+    ) if meta_on else None
+    checks = [sanity_benchmark(config, _given(inputs), randomised_maps_of)] if config.sanity \
+        else []
     checks = [check for check in checks if check is not None]
     variants = (variant_benchmarks(config, inputs) if config.variants and inputs is not None
                 else [])
     variant_list = [benchmark for benchmark, _, _ in variants]
-    meta = meta_benchmarks(config, inputs) if config.meta_evaluation and inputs else {}
+    meta = meta_benchmarks(config, _given(inputs), randomised_maps_of) \
+        if randomised_maps_of is not None else {}
     meta_list = [benchmark for found in meta.values() for benchmark in found.values()]
     every = [*benchmarks, *checks, *variant_list, *meta_list]
     code = method_code(config, methods)

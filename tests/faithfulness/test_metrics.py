@@ -469,6 +469,18 @@ def test_the_randomisation_check_equals_a_fresh_model_per_stage(tmp_path):
                 saliency_gen.attribute(fresh, images, method, labels, ids=ids,
                                        preprocessing=trained.preprocessing)))
             assert scores[f"top {k}"] == pytest.approx(expected, abs=1e-6), (method, k)
+    # The last stage's maps taken from a model randomised at once (the card's meta-evaluation
+    # model, computed once for both): the same scores, to the bit.
+    full = models.rebuild(path)
+    randomisation.randomise_top(full, len(randomisation.weighted_layers(full)))
+    shared = randomisation.benchmark(
+        path, images, labels, ids, data={}, batch_size=8,
+        randomised_maps_of=lambda method: saliency_gen.attribute(
+            full, images, method, labels, ids=ids, preprocessing=trained.preprocessing))
+    again = shared.score("gradient")
+    assert again.keys() == first.keys()
+    for stage, values in first.items():
+        np.testing.assert_array_equal(again[stage], values)
 
 
 def test_weight_noise_is_multiplicative_of_its_sd_and_seeded():
