@@ -76,6 +76,10 @@ class Config:
     methods: Optional[tuple] = option(None, "The card's --methods (default: the card's).")
     benchmarks: Optional[tuple] = option(None, "The card's --benchmarks (default: the card's).")
     sanity: bool = option(True, "The card's --sanity.")
+    batch_size: Optional[int] = option(None, "The card's --batch_size (default: the card's).",
+                                       rule=at_least(1))
+    card_dir: Optional[str] = option(None, "Write the card and its cells here and keep them "
+                                     "(default: a temporary folder, removed at the end).")
     repeats: int = option(3, "Timings of each ceiling (the best counts).", rule=at_least(1))
     output: str = option("card_profile", "Output stem: <output>.json and .csv.")
 
@@ -175,8 +179,10 @@ def run(config: Config) -> dict:
     card = card_module()
     output_dir = tempfile.mkdtemp(prefix="card-profile-")
     options = {"pretrained": config.pretrained, "meta_evaluation": config.meta_evaluation,
-               "sanity": config.sanity, "output_dir": os.path.join(output_dir, "card")}
-    options.update({name: getattr(config, name) for name in ("nr_images", "methods", "benchmarks")
+               "sanity": config.sanity,
+               "output_dir": config.card_dir or os.path.join(output_dir, "card")}
+    options.update({name: getattr(config, name) for name in ("nr_images", "methods", "benchmarks",
+                                                             "batch_size")
                     if getattr(config, name)})
     requested = card.Config(**options)
     card_config = card.resolved(requested)
