@@ -29,6 +29,7 @@ import tensorflow as tf
 
 from faithfulness.measures import perturbation
 from faithfulness.measures.arguments import image_ids, prepared
+from models.formats.adapter import adapt
 from models.foundation import executor, ordering, workload
 from models.foundation.errors import UserError
 from models.foundation.metric_spec import MetricSpec
@@ -90,7 +91,7 @@ def road_hits(model: Any, x: np.ndarray, ranks: np.ndarray, cuts: np.ndarray,
     cut ([P]) of `ranks` ([N, H, W]) are imputed with noise keyed by (`seed`, `keys` [N,
     P])."""
     mixed = int(seed) * 1_000_003 + ROAD_SALT
-    adapter = perturbation.model_adapter(model)
+    adapter = adapt(model)
     height, width, channels = (int(size) for size in x.shape[1:])
     signature = [tf.TensorSpec([None, height, width, channels], tf.float32),
                  tf.TensorSpec([None, height, width], tf.int32), tf.TensorSpec([None], tf.int32),

@@ -89,12 +89,6 @@ def step_sums(found: Prepared, features_in_step: int, steps: int,
     return ranked.reshape(len(ranked), steps, features_in_step).sum(axis=2)
 
 
-def model_adapter(model: Any) -> Any:
-    """The adapter of `model`, kept with it, so a live Keras model's traced functions serve
-    every call of the measures (an adapter made per call would trace them again)."""
-    return kept(model, "measures' adapter", lambda: adapt(model))
-
-
 def class_outputs(adapter: Any, images: tf.Tensor, classes: tf.Tensor,
                   softmax: bool) -> tf.Tensor:
     """float32 [n]: the model's output (softmax probability, or logit) for each image's class
@@ -128,7 +122,7 @@ def band_scores(model: Any, x: np.ndarray, ranks: np.ndarray, bands: np.ndarray,
     int: low, high ranks of `ranks`, [N, H, W, C]); a perturbed element takes its image's
     `baseline` value ([N], or [N, K]: one per image and band), or with `keep` only the band
     keeps `x`."""
-    adapter = model_adapter(model)
+    adapter = adapt(model)
     height, width, channels = (int(size) for size in x.shape[1:])
     image = tf.TensorSpec([None, height, width, channels], tf.float32)
     signature = [image, tf.TensorSpec([None, height, width, channels], tf.int32),
@@ -192,7 +186,7 @@ def model_scorer(model: Any, batch_size: int = 64) -> scoring.Scorer:
     """A scorer of `model`'s outputs (logits), kept with the model per batch size, so its
     traced prediction serves every call."""
     return kept(model, ("measures' scorer", int(batch_size)),
-                lambda: scoring.Scorer(model_adapter(model), None, batch_size))
+                lambda: scoring.Scorer(adapt(model), None, batch_size))
 
 
 def outputs(model: Any, x: np.ndarray, batch_size: int = 64) -> np.ndarray:
@@ -204,7 +198,7 @@ def class_count(model: Any, x: np.ndarray) -> int:
     """How many classes the model scores (one eager pass of one image, kept with the model per
     image shape: the pass costs as much as a cheap network's whole measure)."""
     return kept(model, ("measures' class count", x.shape[1:]), lambda: int(
-        model_adapter(model).logits(tf.constant(x[:1], tf.float32)).shape[-1]))
+        adapt(model).logits(tf.constant(x[:1], tf.float32)).shape[-1]))
 
 
 def checked_classes(model: Any, x: np.ndarray, y_batch: Any) -> np.ndarray:

@@ -11,7 +11,8 @@ from typing import Any, Optional
 import numpy as np
 import tensorflow as tf
 
-from faithfulness.measures.perturbation import class_outputs, model_adapter
+from faithfulness.measures.perturbation import class_outputs
+from models.formats.adapter import adapt
 from models.foundation import executor, workload
 
 
@@ -106,7 +107,7 @@ def subset_scores(model: Any, x: np.ndarray, features: np.ndarray, baseline: np.
     ([N, H, W, C]) with each run's random subset of `subset_size` values replaced by the
     image's `baseline` value ([N]); `features` [N, H, W, C] is the map broadcast over the
     image's values; `keys` int64 [N, 2] key each image's draws (run r adds r to the first)."""
-    adapter = model_adapter(model)
+    adapter = adapt(model)
     height, width, channels = (int(size) for size in x.shape[1:])
     count = height * width * channels
     image = tf.TensorSpec([None, height, width, channels], tf.float32)
@@ -152,7 +153,7 @@ def grid_scores(model: Any, x: np.ndarray, features: np.ndarray, baseline: float
     draw is at most `subset_percent` (nearest-neighbour upsampled to the image, as Xplique's
     `MuFidelity`), replacing them by `baseline`; `features` [N, H, W, C] is the map over the
     image's values; `keys` int64 [N, 2] key each image's draws (sample s adds s)."""
-    adapter = model_adapter(model)
+    adapter = adapt(model)
     height, width, channels = (int(size) for size in x.shape[1:])
     image = tf.TensorSpec([None, height, width, channels], tf.float32)
     signature = [image, image, tf.TensorSpec([None], tf.int32),

@@ -104,7 +104,9 @@ class _Runner:
 
 def _runner(adapter, model, spec, shape, chunk, preprocessing, seed, name):
     seeded = spec.wrapper is not None or spec.unit.seeded(spec.options)
-    key = (spec, spec.unit, shape, chunk, preprocessing, seed if seeded else None)
+    # The adapter is the model's own, one per feature layer (`adapt`): a runner traced with
+    # one Grad-CAM layer is never reused for another.
+    key = (spec, spec.unit, shape, chunk, preprocessing, seed if seeded else None, adapter)
     return kept(model, key, lambda: _Runner(adapter, spec, shape, chunk, preprocessing, seed,
                                             name))
 

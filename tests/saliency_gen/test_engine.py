@@ -7,6 +7,7 @@ import tensorflow as tf
 
 import models
 import saliency_gen
+from models.formats.adapter import adapt
 from saliency_gen.attribution.methods import integrated_gradients, rise
 from tests.saliency_gen import linear_model
 
@@ -340,6 +341,30 @@ def test_compiled_models_work_for_guided_and_cam_methods():
     images = _images(2) * 30
     assert np.abs(saliency_gen.attribute(model, images, "guided_backprop")).max() > 0
     assert saliency_gen.attribute(model, images, "guided_grad_cam").shape == images.shape
+
+
+def test_a_live_model_keeps_its_adapter_and_traces_its_predictor_once():
+    model = _cnn()
+    images = _images(3) * 30
+    first = saliency_gen.predict(model, images)
+    np.testing.assert_array_equal(saliency_gen.predict(model, images), first)
+    saliency_gen.attribute(model, images, "gradient")  # targets predicted: the same predictor
+    adapter = adapt(model)
+    assert adapt(model) is adapter
+    predictor = adapter.traced(("predict", 64), lambda: None)
+    assert predictor.experimental_get_tracing_count() == 1
+
+
+def test_each_feature_layer_of_a_live_model_gets_its_own_grad_cam():
+    model, fresh = _cnn(), _cnn()
+    images, targets = _images(2) * 30, np.array([0, 1])
+    last = saliency_gen.attribute(model, images, "grad_cam", targets)
+    first_conv = saliency_gen.attribute(model, images, "grad_cam", targets,
+                                        feature_layer="block1_conv2")
+    np.testing.assert_array_equal(
+        first_conv, saliency_gen.attribute(fresh, images, "grad_cam", targets,
+                                           feature_layer="block1_conv2"))
+    assert np.abs(first_conv - last).max() > 1e-3 * np.abs(last).max()
 
 
 def test_exported_model_gives_the_same_maps(tmp_path):
