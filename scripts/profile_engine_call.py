@@ -3,7 +3,7 @@
     python -m scripts.profile_engine_call [--model=plain_cnn@64] [--images=24] [--repeats=40]
 
 Times one call of a one-gradient method (`--method`, default the plain gradient) on
-`--images` images in four ways, best of --repeats each, taken in turn
+`--images` images in five ways, best of --repeats each, taken in turn
 (`scripts.bench_faithfulness.best_times`):
 
 * bare: a bare traced input gradient of exactly those images (`scripts.bench_saliency`'s
@@ -13,7 +13,9 @@ Times one call of a one-gradient method (`--method`, default the plain gradient)
   copy of the images into a tensor, its argument tensors and the maps' read-back (which turns
   -0.0 into 0.0);
 * attribute: the whole `saliency_gen.attribute` call (the group, the argument checks, the
-  images' finiteness check, the targets).
+  images' finiteness check, the targets);
+* predicted targets: the same call without targets, which predicts them first (a forward pass
+  of the images through the model's kept, traced predictor).
 
 Prints each one's milliseconds and the bare gradient's time over it.
 """
@@ -77,7 +79,8 @@ def run(args: Config) -> None:
             "stream": lambda: np.asarray(runner.run(*arguments)),
             "group": lambda: engine._run_group(runner, images, targets, ids, sigmas, 0, count,
                                                args.method),
-            "attribute": lambda: saliency_gen.attribute(model, images, chosen, targets)}
+            "attribute": lambda: saliency_gen.attribute(model, images, chosen, targets),
+            "predicted targets": lambda: saliency_gen.attribute(model, images, chosen)}
     seconds = dict(zip(ways, best_times(list(ways.values()), args.repeats)))
     print(f"{args.model}, {args.method}, {count} images a call")
     print(f"{'way':18} {'ms':>7} {'bare / way':>11}")
