@@ -309,6 +309,9 @@ def cam_outputs(features_model: Any, images: Any, targets: Any) -> tuple:
     import tensorflow as tf
 
     with tf.GradientTape() as tape:
+        # The images watched, every intermediate tensor is: a feature map that no weight makes
+        # (a padding layer's, the input itself) then has its gradient too, not None.
+        tape.watch(images)
         features, logits = features_model(images, training=False)
         score = tf.reduce_sum(tf.gather(logits, targets, batch_dims=1))
     return features, logits, tape.gradient(score, features)
@@ -321,6 +324,10 @@ def features_and_logits_model(model: Any, layer_name: Optional[str] = None) -> A
         features = model.get_layer(layer_name).output
     except ValueError:
         raise UserError(f"model {model.name!r} has no layer named {layer_name!r}") from None
+    if len(features.shape) != 4:
+        raise UserError(f"layer {layer_name!r} of model {model.name!r} gives "
+                        f"{list(features.shape)}, not a feature map [N, H, W, C]: choose a "
+                        "convolutional layer for Grad-CAM")
     return keras.Model(model.input, [features, model.output],
                        name=f"{model.name}_features_and_logits")
 

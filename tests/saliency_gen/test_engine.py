@@ -137,6 +137,16 @@ def test_gap_head_grad_cam_equals_xgrad_cam_closed_form():
     assert np.all(grad_cam[..., 0] == grad_cam[..., 2])  # repeated over channels
 
 
+def test_grad_cam_on_the_input_layer_weighs_each_channel_by_its_mean_gradient():
+    model = _cnn(size=16)
+    images, targets = _images(3), np.array([0, 1, 3])
+    gradients = saliency_gen.attribute(model, images, "gradient", targets)
+    weights = gradients.mean(axis=(1, 2), keepdims=True)  # alpha_c: the feature map is x
+    expected = np.maximum((weights * images).sum(axis=-1), 0)
+    found = saliency_gen.attribute(model, images, "grad_cam", targets, feature_layer="images")
+    np.testing.assert_allclose(found[..., 0], expected, rtol=1e-5, atol=1e-6 * expected.max())
+
+
 def test_cam_normalisations_and_legacy_upsampling():
     model = _cnn(size=16)
     images = _images(2)
@@ -452,6 +462,8 @@ def test_black_baselines_follow_the_input_space():
                                                      np.nan, x), "gradient"),
      "image 1 contains NaN or infinite values"),
     (lambda m, x: saliency_gen.attribute(m, x, "roar:IG_SG_3"), "unknown ROAR method 'IG_SG_3'"),
+    (lambda m, x: saliency_gen.attribute(m, x, "grad_cam", feature_layer=m.layers[-2].name),
+     "gives [None, 2], not a feature map [N, H, W, C]"),
 ])
 def test_clear_errors(call, message):
     inputs = keras.Input((16, 16, 3))
