@@ -10,7 +10,7 @@ more layers are randomised; a map that does not depend on the model (an edge det
 control) stays at 1. The check is MPRT's top-down case at those stages: both re-initialise
 through `cascade` (docs/measures.md, "Randomisation").
 """
-from typing import Any, Callable, Iterable, Iterator, Optional
+from typing import Any, Callable, Generator, Iterable, Optional
 
 import keras
 import numpy as np
@@ -66,7 +66,7 @@ LAYER_ORDERS = ("top_down", "bottom_up", "independent")
 
 
 def cascade(model: keras.Model, layer_order: str = "top_down", seed: int = 0,
-            steps: Optional[Iterable[int]] = None) -> Iterator[int]:
+            steps: Optional[Iterable[int]] = None) -> Generator[int, None, None]:
     """Re-initialises `model`'s weighted layers in place, one step at a time, yielding each
     step's index once the model is at it: step k re-initialises the k + 1 layers nearest the
     output ("top_down", the check's stage k + 1) or the input ("bottom_up"), or the k-th
@@ -119,7 +119,8 @@ def benchmark(model_path: str, images: np.ndarray, labels: np.ndarray, ids: np.n
               data: dict, seed: int = 0, batch_size: int = 32,
               maps_of: Optional[Callable[[str], np.ndarray]] = None,
               methods: Optional[dict] = None, precision: str = "float32",
-              randomised_maps_of: Optional[Callable[[str], np.ndarray]] = None) -> Benchmark:
+              randomised_maps_of: Optional[Callable[[str], np.ndarray]] = None,
+              rebuilt: Optional[Callable[[], keras.Model]] = None) -> Benchmark:
     """The cascading check of the exported zoo model `model_path` on `images` (its input
     space), explaining `labels`: one metric per stage, the mean Spearman correlation (lower is
     better). `maps_of(method)`, when given, supplies the trained model's maps of at least
@@ -128,7 +129,9 @@ def benchmark(model_path: str, images: np.ndarray, labels: np.ndarray, ids: np.n
     model's compute precision (`models.foundation.rules.PRECISIONS`). `randomised_maps_of(method)`,
     when given, supplies the maps of at least `images` by the model with every weighted layer
     re-initialised (`randomise_top` with `seed`: the last stage's model, the same weights), so
-    that the card computes them once for this check and its meta-evaluation."""
+    that the card computes them once for this check and its meta-evaluation. `rebuilt()`, when
+    given, is the rebuilt model to cascade (in `precision`; a caller that randomises the same copy
+    elsewhere, restoring it, gets each method traced once)."""
     info = models.read_info(model_path)
     # the trained maps' source
     loaded = (models.load(exporting.export_in_precision(model_path, precision))
@@ -136,7 +139,8 @@ def benchmark(model_path: str, images: np.ndarray, labels: np.ndarray, ids: np.n
     # One randomised model serves every stage and method, its weights set per stage in place:
     # the methods' traced functions are reused (a rebuilt model per stage meant a new trace of
     # every method per stage, most of the check's time on a real network).
-    randomised = in_precision(lambda: models.rebuild(model_path), precision)
+    randomised = (rebuilt() if rebuilt is not None
+                  else in_precision(lambda: models.rebuild(model_path), precision))
     count = len(weighted_layers(randomised))
     chosen = stages(count)
 

@@ -511,26 +511,39 @@ def perturbed_inputs(config: ResolvedConfig, inputs: CardImages,
     return found
 
 
-def fully_randomised_maps(config: ResolvedConfig, inputs: CardImages,
-                          count: int) -> Callable[[str], np.ndarray]:
+def rebuilt_classifier(config: ResolvedConfig, inputs: CardImages) -> Callable[[], Any]:
+    """The card's one rebuilt copy of its classifier (Keras, in the card's precision), made on
+    first use. The randomisation check cascades it and `fully_randomised_maps` randomises it,
+    both in place with the trained weights restored after each method, so every method is
+    traced on one randomised model (two copies meant two traces of each)."""
+    return functools.cache(lambda: zoo.in_precision(lambda: models.rebuild(inputs.model_path),
+                                                    config.precision))
+
+
+def fully_randomised_maps(config: ResolvedConfig, inputs: CardImages, count: int,
+                          rebuilt: Callable[[], Any]) -> Callable[[str], np.ndarray]:
     """`maps_of(method)`: the maps of the first `count` images by the model with every weighted
-    layer re-initialised (`randomisation.randomise_top`, the card's seed), rebuilt on first use
-    and computed once per method. They are the meta-evaluation's disruptive maps and the
-    sanity check's last stage (the same weights, images, targets and keys: the same bytes), so
-    a card with both computes them once."""
+    layer re-initialised (`randomisation.cascade` to its last step: `randomise_top`'s weights,
+    the card's seed), computed once per method with the `rebuilt` copy, whose trained weights are
+    back afterwards. They are the meta-evaluation's disruptive maps and the sanity check's last
+    stage (the same weights, images, targets and keys: the same bytes), so a card with both
+    computes them once."""
     memo: dict = {}
 
     def maps_of(method: str) -> np.ndarray:
-        if not memo:
-            randomised = zoo.in_precision(lambda: models.rebuild(inputs.model_path),
-                                          config.precision)
-            randomisation.randomise_top(randomised,
-                                        len(randomisation.weighted_layers(randomised)),
-                                        config.seed)
-            memo["maps_of"] = map_memo(randomised, inputs.images[:count], inputs.labels[:count],
-                                       inputs.ids[:count], inputs.methods, config.seed,
-                                       config.batch_size, inputs.loaded.preprocessing)
-        return memo["maps_of"](method)
+        if method not in memo:
+            model = rebuilt()
+            explain = memo.setdefault("", map_memo(
+                model, inputs.images[:count], inputs.labels[:count], inputs.ids[:count],
+                inputs.methods, config.seed, config.batch_size, inputs.loaded.preprocessing))
+            last = len(randomisation.weighted_layers(model)) - 1
+            steps = randomisation.cascade(model, "top_down", config.seed, [last])
+            next(steps)  # every weighted layer re-initialised
+            try:
+                memo[method] = explain(method)
+            finally:
+                steps.close()  # the trained weights back
+        return memo[method]
 
     return maps_of
 
@@ -601,12 +614,15 @@ def meta_evaluate(summary, benchmarks: list, meta: dict, cells: dict) -> None:
 
 
 def sanity_benchmark(config: ResolvedConfig, inputs: CardImages,
-                     randomised_maps_of: Optional[Callable[[str], np.ndarray]] = None):
+                     randomised_maps_of: Optional[Callable[[str], np.ndarray]] = None,
+                     rebuilt: Optional[Callable[[], Any]] = None):
     """The randomisation check on the first `SANITY_IMAGES` images, or None (with a note) for a
-    model that cannot be rebuilt from its export; its last stage takes `randomised_maps_of`
-    (`fully_randomised_maps`) when given."""
+    model that cannot be rebuilt from its export; it cascades the `rebuilt` copy
+    (`rebuilt_classifier`, made here when not given) and its last stage takes
+    `randomised_maps_of` (`fully_randomised_maps`) when given."""
+    rebuilt = rebuilt or rebuilt_classifier(config, inputs)
     try:
-        models.rebuild(inputs.model_path)
+        rebuilt()
     except UserError as error:
         print(f"note: no randomisation check: {error}")
         return None
@@ -615,7 +631,7 @@ def sanity_benchmark(config: ResolvedConfig, inputs: CardImages,
         inputs.model_path, inputs.images[:count], inputs.labels[:count], inputs.ids[:count],
         data=inputs.data, seed=config.seed, batch_size=config.batch_size,
         maps_of=inputs.maps_of, methods=inputs.methods, precision=config.precision,
-        randomised_maps_of=randomised_maps_of)
+        randomised_maps_of=randomised_maps_of, rebuilt=rebuilt)
     return dataclasses.replace(checked, supports=lambda method: (
         method != card_engine.ORACLE and card_engine.unblurred(method) is None))
 
@@ -767,11 +783,12 @@ def _run(config: ResolvedConfig, methods: dict) -> dict:
     meta_on = bool(config.meta_evaluation and inputs)
     # the fully randomised model's maps: the sanity check's last stage and the meta-evaluation's
     # disruptive maps, computed once when the card has both
+    rebuilt = rebuilt_classifier(config, _given(inputs)) if inputs is not None else None
     randomised_maps_of = fully_randomised_maps(
-        config, _given(inputs), max(config.meta_images, SANITY_IMAGES if config.sanity else 0)
-    ) if meta_on else None
-    checks = [sanity_benchmark(config, _given(inputs), randomised_maps_of)] if config.sanity \
-        else []
+        config, _given(inputs), max(config.meta_images, SANITY_IMAGES if config.sanity else 0),
+        rebuilt) if meta_on and rebuilt is not None else None
+    checks = [sanity_benchmark(config, _given(inputs), randomised_maps_of, rebuilt)] \
+        if config.sanity else []
     checks = [check for check in checks if check is not None]
     variants = (variant_benchmarks(config, inputs) if config.variants and inputs is not None
                 else [])

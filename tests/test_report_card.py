@@ -341,6 +341,37 @@ def test_a_shared_map_set_is_expected_once_at_the_first_benchmark_that_computes_
                      "Robust": [640, 640 * 25, 640 * 25]}
 
 
+def test_the_fully_randomised_maps_leave_the_shared_copy_trained(tmp_path):
+    """The card randomises its one rebuilt classifier in place for the fully randomised maps
+    (the meta-evaluation's, and the randomisation check's last stage): they equal a freshly
+    randomised model's, and the copy holds its trained weights again afterwards, since the
+    check cascades that same copy."""
+    import types
+
+    import models
+    import saliency_gen
+    from faithfulness import randomisation
+    from saliency_gen.attribution import names
+
+    report_card = _card_module()
+    path = str(tmp_path / "cnn")
+    models.export(models.build("small_cnn", 3, (16, 16, 3)), path)
+    images = np.random.default_rng(0).uniform(size=(3, 16, 16, 3)).astype(np.float32)
+    loaded, labels, ids = models.load(path), np.array([0, 1, 2]), np.arange(3)
+    inputs = types.SimpleNamespace(model_path=path, images=images, labels=labels, ids=ids,
+                                   loaded=loaded,
+                                   methods={"gradient": names.resolved("gradient")})
+    config = types.SimpleNamespace(seed=0, batch_size=8, precision="float32")
+    rebuilt = report_card.rebuilt_classifier(config, inputs)
+    found = report_card.fully_randomised_maps(config, inputs, 3, rebuilt)("gradient")
+    fresh = models.rebuild(path)
+    randomisation.randomise_top(fresh, len(randomisation.weighted_layers(fresh)))
+    np.testing.assert_array_equal(found, saliency_gen.attribute(
+        fresh, images, "gradient", labels, ids=ids, preprocessing=loaded.preprocessing))
+    for kept, trained in zip(rebuilt().get_weights(), models.rebuild(path).get_weights()):
+        np.testing.assert_array_equal(kept, trained)
+
+
 def test_a_method_or_benchmark_named_twice_is_refused_before_any_work():
     report_card = _card_module()
     with pytest.raises(UserError, match="--methods names 'random' twice"):
