@@ -35,6 +35,7 @@ import numpy as np
 import models  # noqa: F401, I001  (first: TensorFlow loads quietly)
 from models.foundation import progress, provenance, results, workload
 from models.foundation.cli import option, run_binary, script_module
+from models.foundation.errors import UserError
 from models.foundation.files import write_json
 from models.foundation.lazy import lazy_module
 from models.foundation.rules import at_least
@@ -78,8 +79,9 @@ class Config:
     sanity: bool = option(True, "The card's --sanity.")
     batch_size: Optional[int] = option(None, "The card's --batch_size (default: the card's).",
                                        rule=at_least(1))
-    card_dir: Optional[str] = option(None, "Write the card and its cells here and keep them "
-                                     "(default: a temporary folder, removed at the end).")
+    card_dir: Optional[str] = option(None, "Write the card and its cells here and keep them: "
+                                     "a new or empty folder (default: a temporary folder, "
+                                     "removed at the end).")
     repeats: int = option(3, "Timings of each ceiling (the best counts).", rule=at_least(1))
     output: str = option("card_profile", "Output stem: <output>.json and .csv.")
 
@@ -176,6 +178,9 @@ class Recorder:
 
 
 def run(config: Config) -> dict:
+    if config.card_dir and os.path.isdir(config.card_dir) and os.listdir(config.card_dir):
+        raise UserError(f"--card_dir {config.card_dir} is not empty: the profile runs the card "
+                        "from no cell; name a new or empty folder")
     card = card_module()
     output_dir = tempfile.mkdtemp(prefix="card-profile-")
     options = {"pretrained": config.pretrained, "meta_evaluation": config.meta_evaluation,

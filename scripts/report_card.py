@@ -529,18 +529,18 @@ def fully_randomised_maps(config: ResolvedConfig, inputs: CardImages, count: int
     stage (the same weights, images, targets and keys: the same bytes), so a card with both
     computes them once."""
     memo: dict = {}
+    explainer = functools.cache(lambda: map_memo(  # (made once, with the rebuilt copy)
+        rebuilt(), inputs.images[:count], inputs.labels[:count], inputs.ids[:count],
+        inputs.methods, config.seed, config.batch_size, inputs.loaded.preprocessing))
 
     def maps_of(method: str) -> np.ndarray:
         if method not in memo:
             model = rebuilt()
-            explain = memo.setdefault("", map_memo(
-                model, inputs.images[:count], inputs.labels[:count], inputs.ids[:count],
-                inputs.methods, config.seed, config.batch_size, inputs.loaded.preprocessing))
             last = len(randomisation.weighted_layers(model)) - 1
             steps = randomisation.cascade(model, "top_down", config.seed, [last])
             next(steps)  # every weighted layer re-initialised
             try:
-                memo[method] = explain(method)
+                memo[method] = explainer()(method)
             finally:
                 steps.close()  # the trained weights back
         return memo[method]
