@@ -22,7 +22,8 @@ from models.foundation.errors import ShapeError, UserError
 class Prepared:
     """A call's arrays as the measures read them: `x` float32 [N, H, W, C]; `a` float64
     [N, F], the maps' features channel first (F = C' x H x W), normalised and made absolute
-    as asked; `s` bool [N, F] (the mask repeated over the map's channels) or None."""
+    as asked, an array of the call's own (never the caller's `a_batch`); `s` bool [N, F]
+    (the mask repeated over the map's channels) or None."""
 
     x: np.ndarray
     a: np.ndarray
@@ -43,39 +44,66 @@ def prepared(x_batch: Any, a_batch: Any, s_batch: Any = None, *, abs: bool,  # n
         raise UserError("x_batch holds no images")
     if not np.isfinite(x).all():
         raise UserError("x_batch contains NaN or infinite values")
-    a = np.asarray(a_batch)
-    if a.dtype.kind not in "biuf":
-        a = a.astype(np.float64)
-    if a.ndim == 3:
-        a = a[:, None]
-    elif a.ndim == 4:
-        a = np.transpose(a, (0, 3, 1, 2))
+    given = np.asarray(a_batch)
+    if given.dtype.kind not in "biuf":
+        given = given.astype(np.float64)
+    if given.ndim == 3:
+        a = given[:, None]
+    elif given.ndim == 4:
+        a = np.transpose(given, (0, 3, 1, 2))
     else:
-        raise ShapeError(f"{maps_name} has shape {a.shape}; expected maps [N, H, W] or "
+        raise ShapeError(f"{maps_name} has shape {given.shape}; expected maps [N, H, W] or "
                          "[N, H, W, C]")
     if len(a) != len(x) or a.shape[2:] != x.shape[1:3] or a.shape[1] not in (1, x.shape[3]):
         raise ShapeError(f"{maps_name} has shape {np.shape(a_batch)} for x_batch of shape "
                          f"{x.shape}; expected one map per image, [N, H, W] or [N, H, W, C] "
                          "at the images' size")
-    if not np.isfinite(a).all():
+    # Each block's extremes, read from the maps as given (contiguous, in their own dtype): a
+    # NaN makes both NaN, an infinity one of them infinite, and the largest |a| is
+    # max(largest, -smallest). Then one pass makes the features channel first, float64 (a
+    # float32 map converts exactly) and divided, into an array of the call's own, which the
+    # measures may overwrite.
+    high, low = _extremes(given, blocks)
+    if not (np.isfinite(high).all() and np.isfinite(low).all()):
         raise UserError(f"{maps_name} contains NaN or infinite values")
-    # one pass: channel first and float64 together (a float32 map converts exactly)
-    features = np.ascontiguousarray(a, np.float64).reshape(len(a), -1)
-    features = scaled(features, abs=abs, normalise=normalise, blocks=blocks)
-    return Prepared(x, features, _masks(s_batch, x, a.shape[1], needs_mask),
-                    tuple(a.shape[1:]))
+    features = np.empty(a.shape, np.float64)
+    if normalise:
+        divisors = np.repeat(_divisors(high, low), len(a) // blocks)
+        np.divide(a, divisors[:, None, None, None], out=features, casting="unsafe")
+    else:
+        np.copyto(features, a, casting="unsafe")
+    if abs:
+        np.abs(features, out=features)
+    return Prepared(x, features.reshape(len(a), -1),
+                    _masks(s_batch, x, a.shape[1], needs_mask), tuple(a.shape[1:]))
+
+
+def _extremes(values: np.ndarray, blocks: int) -> tuple[np.ndarray, np.ndarray]:
+    """(largest, smallest) float64 [blocks] of each of `blocks` equal blocks of `values`."""
+    rows = values.reshape(blocks, -1)
+    if rows.shape[1] == 0:
+        return np.zeros(blocks), np.zeros(blocks)
+    return (rows.max(axis=1).astype(np.float64), rows.min(axis=1).astype(np.float64))
+
+
+def _divisors(high: np.ndarray, low: np.ndarray) -> np.ndarray:
+    """The largest |a| of each block (from its extremes), 1 for a block of zeros."""
+    largest = np.maximum(high, -low)
+    return np.where(largest > 0, largest, 1.0)
 
 
 def scaled(a: np.ndarray, *, abs: bool, normalise: bool,  # noqa: A002
            blocks: int = 1) -> np.ndarray:
-    """Maps [N, F] divided by the largest |a| of each of `blocks` equal blocks of maps (a
-    block of zeros stays as it is) when `normalise`, then absolute when `abs`: Quantus's
-    `normalise_by_max` over every axis, then `np.abs`."""
+    """Maps [N, F] (float64, the caller's own: scaled in place) divided by the largest |a| of
+    each of `blocks` equal blocks of maps (a block of zeros stays as it is) when `normalise`,
+    then absolute when `abs`: Quantus's `normalise_by_max` over every axis, then `np.abs`
+    (as `prepared` scales the maps it is given)."""
     values = a.reshape(blocks, -1)
     if normalise:
-        largest = np.abs(values).max(axis=1, keepdims=True)
-        values = values / np.where(largest > 0, largest, 1.0)
-    return (np.abs(values) if abs else values).reshape(a.shape)
+        np.divide(values, _divisors(*_extremes(values, blocks))[:, None], out=values)
+    if abs:
+        np.abs(values, out=values)
+    return a
 
 
 def image_ids(ids: Any, count: int) -> np.ndarray:

@@ -137,7 +137,8 @@ def noisy_copies(x: np.ndarray, ids: np.ndarray, samples: range, *, seed: int,
 # objective(x, x', a, a', logits, logits') -> [S, N]: one value per (sample, image). Each
 # argument is [S, N, D] (the last axis an image's flattened values), the clean ones [1, N, D],
 # broadcast over the samples rather than copied; x' is float32 (exact in float64 arithmetic),
-# the others float64.
+# the others float64. a' is the objective's own (the explainer's fresh array): it may be
+# overwritten, which saves a temporary the size of every noisy map.
 Objective = Callable[..., np.ndarray]
 
 
@@ -203,17 +204,18 @@ def norms_of(owned: np.ndarray) -> np.ndarray:
 
 
 def _sensitivity(x, moved, a, maps, logits, moved_logits):
-    return norms_of(a - maps) / np.linalg.norm(a, axis=-1)
+    return norms_of(np.subtract(a, maps, out=maps)) / np.linalg.norm(a, axis=-1)
 
 
 def _lipschitz(x, moved, a, maps, logits, moved_logits):
-    return norms_of(a - maps) / (norms_of(x - moved) + 1e-10)
+    return norms_of(np.subtract(a, maps, out=maps)) / (norms_of(x - moved) + 1e-10)
 
 
-def _relative_change(first: np.ndarray, second: np.ndarray, eps_min: float) -> np.ndarray:
+def _relative_change(first: np.ndarray, second: np.ndarray, eps_min: float,
+                     owned: bool = False) -> np.ndarray:
     """[...]: ||(first - second) / first|| over the last axis, a zero of `first` read as
-    eps_min."""
-    change = first - second
+    eps_min; `owned`: `second` (float64, the shape of the result) may be overwritten."""
+    change = np.subtract(first, second, out=second if owned else None)
     np.divide(change, first + (first == 0) * eps_min, out=change)
     return norms_of(change)
 
@@ -221,22 +223,23 @@ def _relative_change(first: np.ndarray, second: np.ndarray, eps_min: float) -> n
 def _stability(change: np.ndarray, a: np.ndarray, maps: np.ndarray,
                eps_min: float) -> np.ndarray:
     """[n]: the relative map change per `change` (a zero change read as eps_min): the
-    relative stabilities' ratio."""
-    return _relative_change(a, maps, eps_min) / (change + (change == 0) * eps_min)
+    relative stabilities' ratio (`maps`, the objective's own, is overwritten)."""
+    return _relative_change(a, maps, eps_min, owned=True) / (change + (change == 0) * eps_min)
 
 
 def input_stability(x: np.ndarray, moved: np.ndarray, a: np.ndarray, maps: np.ndarray,
                     logits: Any = None, moved_logits: Any = None, *,
                     eps_min: float = 1e-6) -> np.ndarray:
     """[n] ||(a - a') / a|| / max(||(x - x') / x||, eps_min) per row (rows: flattened arrays;
-    a zero in a denominator reads eps_min), Quantus's `relative_input_stability_objective`."""
+    a zero in a denominator reads eps_min), Quantus's `relative_input_stability_objective`;
+    `maps` (float64) is overwritten."""
     return _stability(_relative_change(x, moved, eps_min), a, maps, eps_min)
 
 
 def output_stability(x: Any, moved: Any, a: np.ndarray, maps: np.ndarray, logits: np.ndarray,
                      moved_logits: np.ndarray, *, eps_min: float = 1e-6) -> np.ndarray:
     """[n] ||(a - a') / a|| / max(||h - h'||, eps_min) per row, Quantus's
-    `relative_output_stability_objective`."""
+    `relative_output_stability_objective`; `maps` (float64) is overwritten."""
     return _stability(np.linalg.norm(logits - moved_logits, axis=-1), a, maps, eps_min)
 
 
@@ -367,7 +370,8 @@ def layer_outputs(reader: Any, images: np.ndarray) -> list:
 def representation_stability(inner: np.ndarray, moved_inner: np.ndarray, a: np.ndarray,
                              maps: np.ndarray, *, eps_min: float = 1e-6) -> np.ndarray:
     """[n] ||(a - a') / a|| / max(||(L - L') / L||, eps_min) per row, Quantus's
-    `relative_representation_stability_objective` (L, L': the rows' representations)."""
+    `relative_representation_stability_objective` (L, L': the rows' representations);
+    `maps` (float64) is overwritten."""
     return _stability(_relative_change(inner, moved_inner, eps_min), a, maps, eps_min)
 
 

@@ -210,6 +210,22 @@ def test_completeness_and_non_sensitivity_of_a_linear_model():
     assert measures.non_sensitivity(model, x, classes, leaky, softmax=False).tolist() == [0, 1]
 
 
+def test_the_callers_maps_are_never_overwritten():
+    """The measures scale the maps and take their differences in place, on arrays of their
+    own: the caller's a_batch and an explain_func's kept array (one-channel float64 maps,
+    which a float64 conversion would hand back uncopied) stay as they were."""
+    x = np.ones((2, 4, 4, 3), np.float32)
+    linear = linear_model(np.random.default_rng(9).uniform(0.5, 1.5, (48, 2)))
+    kept = np.random.default_rng(3).normal(size=(16, 4, 4))
+    given, copies = kept[:2], kept.copy()
+    for name in ("avg_sensitivity", "relative_input_stability"):
+        values = getattr(measures, name)(
+            linear, x, np.array([0, 0]), given, nr_samples=4, abs=True, normalise=True,
+            explain_func=lambda model, inputs, targets: kept[:len(inputs)])
+        assert np.isfinite(values).all() and values.max() > 0, name
+        np.testing.assert_array_equal(kept, copies, err_msg=name)
+
+
 def test_sensitivity_of_linear_and_quadratic_models():
     """Gradient maps: a linear model's do not change (sensitivity 0); for f = sum(x^2) the map
     2x moves by 2 delta, so ||a - a'|| / ||a|| = ||delta|| / ||x||: about lower_bound / sqrt(3)
