@@ -59,7 +59,7 @@ PHASES = {
                  "--nometa_evaluation", "--output={out}/card_profile"],
         "small": [f"{SCRIPTS}/profile_card.py", "--nr_images=2", "--nometa_evaluation",
                   "--nosanity", "--methods=bam:GC,random", "--benchmarks=Deletion",
-                  "--repeats=1", "--output={out}/card_profile"]},
+                  "--repeats=1", "--timing_seconds=0.2", "--output={out}/card_profile"]},
 }
 
 

@@ -6,22 +6,22 @@ it asked for and the time those passes need at the model's own measured rate.
     python scripts/profile_card.py --nr_images=16 --nometa_evaluation --output=profile
 
 Runs `scripts/report_card.py`'s `run` in this process, from no card cell (a fresh temporary
---output_dir; the synthetic world and the shipped or converted models come from the project
-cache as usual), and follows every cell: its wall time, the forward and gradient passes it ran
-(counted by `models.foundation.workload`: images x model evaluations) and the work of ROAD's
-imputation solver (images x solver iterations: part of ROAD's definition, no model pass).
-Before and after the card, it measures at the card's batch size the forward rate (a bare traced
-call of the card's classifier), the gradient rate (a bare traced input gradient of the target
-logits) and the solver's rate (the compiled solve alone, image iterations per second), each the
-best of --repeats, and takes the better of the two measurements of each (a shared machine's
-speed drifts: one measurement before the card alone once read a gradient ceiling 18% below the
-next run's, for the same card time). A cell's unavoidable time is the sum of its counts over
-those rates, and its efficiency is that over its wall time; the card's efficiency is the sum
+--output_dir; the synthetic world and the shipped or converted models come from the project cache
+as usual), and follows every cell: its wall time, the forward and gradient passes it ran (counted
+by `models.foundation.workload`: images x model evaluations) and the work of ROAD's imputation
+solver (images x solver iterations: part of ROAD's definition, no model pass). Before and after the
+card, it measures at the card's batch size the forward rate (a bare traced call of the card's
+classifier), the gradient rate (a bare traced input gradient of the target logits) and the solver's
+rate (the compiled solve alone, image iterations per second), each the best of --repeats timings of
+about --timing_seconds (2 s), and takes the better of the two measurements of each (a shared
+machine's speed drifts: one measurement before the card alone once read a gradient ceiling 18%
+below the next run's, for the same card time). A cell's unavoidable time is the sum of its counts
+over those rates, and its efficiency is that over its wall time; the card's efficiency is the sum
 over everything over the card's wall time, and "passes only" leaves the solver's work out
-(docs/report_card.md, "Where the card's time goes"). Counts every model evaluation of a method
-as a gradient pass (RISE's forwards too, an overestimate of the work it needs). Prints the
-phase table and the costliest cells, what the card's progress bar estimated was left as the
-card went against what truly was, the CPU, and writes <output>.json and <output>.csv.
+(docs/report_card.md, "Where the card's time goes"). Counts every model evaluation of a method as a
+gradient pass (RISE's forwards too, an overestimate of the work it needs). Prints the phase table
+and the costliest cells, what the card's progress bar estimated was left as the card went against
+what truly was, the CPU, and writes <output>.json and <output>.csv.
 """
 import dataclasses
 import os
@@ -38,7 +38,7 @@ from models.foundation.cli import option, run_binary, script_module
 from models.foundation.errors import UserError
 from models.foundation.files import write_json
 from models.foundation.lazy import lazy_module
-from models.foundation.rules import at_least
+from models.foundation.rules import POSITIVE, at_least
 
 # Loaded on first use: --help and a bad flag are answered before TensorFlow starts
 # (docs/architecture.md, "Light imports").
@@ -83,13 +83,17 @@ class Config:
                                      "a new or empty folder (default: a temporary folder, "
                                      "removed at the end).")
     repeats: int = option(3, "Timings of each ceiling (the best counts).", rule=at_least(1))
+    timing_seconds: float = option(2.0, "About how long each timing of a ceiling runs (its calls "
+                                   "repeated to fill it).", rule=POSITIVE)
     output: str = option("card_profile", "Output stem: <output>.json and .csv.")
 
 
-def rates(model, images: np.ndarray, batch_size: int, repeats: int) -> dict:
+def rates(model, images: np.ndarray, batch_size: int, repeats: int,
+          timing_seconds: float = 2.0) -> dict:
     """{"forward", "gradient", "solve"}: images per second of a bare traced forward pass and a
     bare traced input gradient of the target logits, and image iterations per second of ROAD's
-    compiled imputation solver, on batches of `batch_size`, best of `repeats`."""
+    compiled imputation solver, on batches of `batch_size`, best of `repeats` timings of about
+    `timing_seconds` each."""
     batch = tf.constant(np.resize(images, (batch_size, *images.shape[1:])).astype(np.float32))
     targets = tf.zeros([batch_size], tf.int32)
     call = adapter.adapt(model).logits
@@ -117,7 +121,7 @@ def rates(model, images: np.ndarray, batch_size: int, repeats: int) -> dict:
                             ("gradient", lambda: gradient(batch, targets), 1),
                             ("solve", solve, solve_iterations)):
         run().numpy()  # trace and warm up
-        calls = max(1, int(2.0 / max(_seconds(run), 1e-4)))  # about 2 s a timing
+        calls = max(1, int(timing_seconds / max(_seconds(run), 1e-4)))
         best = min(_seconds(run, calls) for _ in range(repeats))
         found[kind] = batch_size * work * calls / best
     return found
@@ -196,13 +200,11 @@ def run(config: Config) -> dict:
     card.progress.CostBar = recorder.follow_bar()
     try:
         inputs = card.load_inputs(card_config, card.resolved_methods(card_config))
-        measured = [ceiling_of(inputs, card_config.batch_size, config.repeats,
-                               "before the card")]
+        measured = [ceiling_of(inputs, card_config, config, "before the card")]
         before, started = workload.snapshot(), time.perf_counter()
         card.run(requested)
         wall, passes = time.perf_counter() - started, workload.since(before)
-        measured.append(ceiling_of(inputs, card_config.batch_size, config.repeats,
-                                   "after the card"))
+        measured.append(ceiling_of(inputs, card_config, config, "after the card"))
         ceiling = {kind: max(found[kind] for found in measured) for kind in measured[0]}
     finally:
         shutil.rmtree(output_dir, ignore_errors=True)
@@ -217,9 +219,12 @@ def run(config: Config) -> dict:
     return report
 
 
-def ceiling_of(inputs, batch_size: int, repeats: int, when: str) -> dict:
-    """`rates` of the card's classifier on its images, printed as measured `when`."""
-    ceiling = rates(inputs.loaded, np.asarray(inputs.images), batch_size, repeats)
+def ceiling_of(inputs, card_config, config: Config, when: str) -> dict:
+    """`rates` of the card's classifier on its images at the card's batch size, printed as
+    measured `when`."""
+    batch_size = card_config.batch_size
+    ceiling = rates(inputs.loaded, np.asarray(inputs.images), batch_size, config.repeats,
+                    config.timing_seconds)
     print(f"ceiling {when}, at batch {batch_size}: forward {ceiling['forward']:.0f} images/s, "
           f"gradient {ceiling['gradient']:.0f} images/s, ROAD's solver "
           f"{ceiling['solve']:.0f} image iterations/s", flush=True)
