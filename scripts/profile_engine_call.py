@@ -31,7 +31,12 @@ from models.foundation.cli import option, run_binary
 from models.foundation.lazy import lazy_module
 from models.foundation.rules import Checked, at_least
 from scripts.bench_faithfulness import best_times
-from scripts.bench_saliency import ENGINE_DEFAULT_CHUNK, benchmark_model, traced_gradient
+from scripts.bench_saliency import (
+    ENGINE_DEFAULT_CHUNK,
+    USER_FUNCTIONS,
+    benchmark_model,
+    traced_gradient,
+)
 
 # Loaded on first use: --help is answered before TensorFlow starts (docs/architecture.md,
 # "Light imports").
@@ -54,12 +59,16 @@ class Config(Checked):
     model: str = option("plain_cnn@64", "The model as name@side (random weights, as in "
                                         "scripts/bench_saliency.py).")
     images: int = option(24, "Images in the call.", rule=at_least(1))
-    method: str = option("gradient", "A one-gradient method of the engine.")
+    method: str = option("gradient", "A one-gradient method of the engine, or the benchmark's "
+                         "user method (bench_blob: scripts/bench_saliency.py's gradient x "
+                         "blob).")
     repeats: int = option(40, "Timings of each way (the best counts).", rule=at_least(1))
 
 
 def run(args: Config) -> None:
     print(f"machine: {provenance.machine()}")
+    for name, function in USER_FUNCTIONS.items():  # as bench_saliency registers them
+        saliency_gen.register_method(name, function, replace=True)
     model, side = benchmark_model(args.model)
     images = np.random.default_rng(0).normal(0, 50, (args.images, side, side, 3)).astype(
         np.float32)
@@ -68,9 +77,9 @@ def run(args: Config) -> None:
     shape = images.shape[1:]
     count = len(images)
     # the runner `saliency_gen.attribute` makes for this call (its default batch size)
-    runner = engine._runner(adapter.adapt(model), model, chosen.spec, shape,
-                            executor.chunk_size(count, ENGINE_DEFAULT_CHUNK), None, 0,
-                            args.method)
+    chunk = executor.chunk_size(count, ENGINE_DEFAULT_CHUNK)
+    runner = engine._runner(adapter.adapt(model), model, chosen.spec, shape, chunk, None, 0,
+                            args.method, single=count == chunk)
     x, t = tf.constant(images), tf.constant(targets, tf.int32)
     ids, sigmas = np.arange(count, dtype=np.int64), np.zeros(count, np.float32)
     bare = traced_gradient(model, shape, count)

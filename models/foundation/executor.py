@@ -77,7 +77,13 @@ def collect(count: Any, chunk: int, compute: Callable, item_shape: Sequence = ()
 
     `compute` maps int32 item indices [chunk] to float32 outputs [chunk, *item_shape].
     `parallel` chunks may be in flight at once (the next chunk's input preparation overlaps the
-    current chunk's model call)."""
+    current chunk's model call). A `count` known when tracing (a Python int) that fits one
+    chunk runs that chunk alone, without the loop: a small call's fixed cost, and a loop body
+    keeps the graph optimiser from folding what a method computes from shapes alone (its
+    constants then run at every call)."""
+    if isinstance(count, int) and count <= chunk:
+        items, _ = _padded_items(0, 0, chunk, count)
+        return compute(items)[:count]
     passes = _passes(count, chunk)
     # One array for every pass (whole and tail chunks differ in size), concatenated once: each
     # concatenation copies every output.

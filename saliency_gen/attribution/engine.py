@@ -37,7 +37,7 @@ class _Runner:
     """The plan of one (model, method, shape, chunk size, seed) and its traced stream."""
 
     def __init__(self, adapter, spec: MethodSpec, shape, chunk: int, preprocessing, seed,
-                 name):
+                 name, single: bool = False):
         unit = spec.unit
         if adapter is not None:
             adapter.prepare(guided="guided" in unit.views, cam="cam" in unit.views)
@@ -81,7 +81,9 @@ class _Runner:
                 return plan.slot(image, step), plan.shares(state, items)
 
             if plan.direct:  # one share per image: collected, no sums to keep
-                return executor.collect(group, chunk, lambda item: compute(item)[1][0], shape)
+                # (a `single` runner's calls have exactly `chunk` images: one chunk, no loop)
+                return executor.collect(chunk if single else group, chunk,
+                                        lambda item: compute(item)[1][0], shape)
             zeros = plan.zeros(state, group * plan.slots_per_image, shape)
             sums = executor.accumulate(group * plan.steps, chunk, compute, zeros, buffers)
             return plan.finish(state, sums)
@@ -102,13 +104,14 @@ class _Runner:
             return self._concrete(*arguments)
 
 
-def _runner(adapter, model, spec, shape, chunk, preprocessing, seed, name):
+def _runner(adapter, model, spec, shape, chunk, preprocessing, seed, name, single=False):
     seeded = spec.wrapper is not None or spec.unit.seeded(spec.options)
     # The adapter is the model's own, one per feature layer (`adapt`): a runner traced with
     # one Grad-CAM layer is never reused for another.
-    key = (spec, spec.unit, shape, chunk, preprocessing, seed if seeded else None, adapter)
+    key = (spec, spec.unit, shape, chunk, single, preprocessing, seed if seeded else None,
+           adapter)
     return kept(model, key, lambda: _Runner(adapter, spec, shape, chunk, preprocessing, seed,
-                                            name))
+                                            name, single))
 
 
 def predict(model: Any, images: Any, batch_size: int = 64) -> np.ndarray:
@@ -181,7 +184,10 @@ def attribute(model: Any, images: Any, method: Union[str, names.Resolved],
     # A chunk never exceeds the items of a group, so small jobs are not padded, and the items of
     # a larger one are split evenly (docs/architecture.md, "The chunked executor").
     chunk = executor.chunk_size((spans[0][1] - spans[0][0]) * steps, batch_size)
-    runner = _runner(adapter, model, spec, shape, chunk, preprocessing, seed, method)
+    # One image a step and one chunk for the whole call: traced for exactly that chunk, without
+    # the executor's loop (docs/saliency.md, "By call size")
+    single = steps == 1 and len(spans) == 1 and count == chunk
+    runner = _runner(adapter, model, spec, shape, chunk, preprocessing, seed, method, single)
     if unit.views:  # every model evaluation of a method is counted as a gradient pass
         workload.count("gradient", count * spec.evaluations(shape))
     parts = []

@@ -30,6 +30,17 @@ def test_collect_gives_every_item_once_in_order(count, chunk):
                                                            -np.arange(count)], 1))
 
 
+@pytest.mark.parametrize("count, chunk", [(1, 1), (10, 10), (10, 16)])
+def test_a_count_known_when_tracing_that_fits_one_chunk_runs_without_a_loop(count, chunk):
+    run = tf.function(lambda: executor.collect(
+        count, chunk,
+        lambda items: tf.cast(items, tf.float32)[:, None] * [1.0, -1.0], item_shape=[2]))
+    np.testing.assert_array_equal(run().numpy(), np.stack([np.arange(count),
+                                                           -np.arange(count)], 1))
+    traced = {op.type for op in run.get_concrete_function().graph.get_operations()}
+    assert not traced & {"While", "StatelessWhile"}, traced
+
+
 @pytest.mark.parametrize("count, chunk", COUNTS_AND_CHUNKS)
 def test_accumulate_sums_per_slot_and_drops_the_padding(count, chunk):
     # `count` items in slots of 4 items each; each share is 2 ** (item % 4): exact sums.
