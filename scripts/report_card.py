@@ -282,17 +282,22 @@ def map_memo(loaded, images, labels, ids, methods: dict, seed: int, batch_size: 
     """`maps_of(method)`: the method's maps of `images` (explaining `labels`) by its resolved
     spec in `methods`, computed the first time a benchmark asks and shared by every image-level
     benchmark and the gallery; `blur(m)` is m's maps smoothed
-    (saliency_gen.attribution.transforms.blur).
+    (saliency_gen.attribution.transforms.blur). `maps_of(method, count)`: the maps of the first
+    `count` images, explaining only those while the method's maps of all are not computed (a
+    card whose cells are all cached shows its gallery without explaining every image again).
     `preprocessing` names the input space of a Keras model (a loaded export knows its own)."""
-    found = {}
+    found: dict = {}  # (method, images explained) -> maps
 
-    def maps_of(method):
-        if method not in found:
+    def maps_of(method, count=None):
+        wanted = len(images) if count is None else min(count, len(images))
+        explained = len(images) if (method, len(images)) in found else wanted
+        if (method, explained) not in found:
             plain = card_engine.unblurred(method)
-            found[method] = transforms.blur(maps_of(plain)) if plain else saliency_gen.attribute(
-                loaded, images, methods[method], labels, batch_size=batch_size, seed=seed,
-                ids=ids, preprocessing=preprocessing)
-        return found[method]
+            found[method, explained] = transforms.blur(maps_of(plain, explained)) if plain else \
+                saliency_gen.attribute(loaded, images[:explained], methods[method],
+                                       labels[:explained], batch_size=batch_size, seed=seed,
+                                       ids=ids[:explained], preprocessing=preprocessing)
+        return found[method, explained][:wanted]
 
     return maps_of
 
@@ -646,7 +651,7 @@ def gallery(config: ResolvedConfig, inputs: CardImages) -> pages.Section:
             if inputs.masks is not None:
                 maps[method] = inputs.masks[:count, ..., None]
             continue
-        maps[method] = inputs.maps_of(method)[:count]
+        maps[method] = inputs.maps_of(method, count)
     pixels = np.asarray(preprocessing.input_space(inputs.loaded.preprocessing).to_pixels(images))
     return pages.Section(
         "Gallery", f"The first {count} images and each method's map (|map| summed over "
