@@ -374,8 +374,8 @@ def test_the_fully_randomised_maps_leave_the_shared_copy_trained(tmp_path):
 
 def test_the_gallery_explains_only_its_images_while_the_maps_of_all_are_not_computed():
     """A card whose cells are all cached shows its gallery by explaining its first images only
-    (before: every card image, 54-62 s of an 18 s re-run on a 2-core Xeon); once the maps of
-    all are computed, the gallery's are their first rows, with no new work."""
+    (before: every card image; such a re-run took 54-62 s on a 2-core Xeon, now 18 s); once
+    the maps of all are computed, the gallery's are their first rows, with no new work."""
     import keras
 
     from models.foundation import workload
