@@ -14,6 +14,7 @@ import tensorflow as tf
 import models
 from models.formats.preprocessing import inception_crop
 from models.foundation.errors import UserError
+from models.training import backup
 from roar import train
 from tests import REPO, binaries
 
@@ -81,17 +82,18 @@ def test_inception_crop_known_answers():
 
 KILL_POINTS = ("batch:0:1", "weights:1", "uncommitted:2", "committed:2", "batch:2:1",
                "weights:3", "export")
-DAMAGED_AFTER = "batch:2:1"  # its last committed backup is damaged before the re-run
+DAMAGED_AFTER = "batch:2:1"  # its last committed backup is damaged before the next run
 
 
 def test_a_run_killed_anywhere_ends_with_the_uninterrupted_weights(small_shards, tmp_path):
-    """`roar.train` killed with SIGKILL at each point of KILL_POINTS (inside an epoch, half-way
-    through a backup's weights, between the weights and their commit, after the commit, inside
-    the export) and re-run until it finishes: the same model as an uninterrupted run, bit for
-    bit. At DAMAGED_AFTER the committed backup is damaged on disk before the re-run: set aside
-    with one line, the run continues from the state before it (before: an h5py traceback on
-    every re-run); the other points resume from their own last state (committed:2 from epoch
-    2)."""
+    """`roar.train` killed with SIGKILL at each point of KILL_POINTS in turn (inside an epoch,
+    half-way through a backup's weights, between the weights and their commit, after the commit,
+    inside the export), each run resuming what the run before it left, then run until it
+    finishes: the same model as an uninterrupted run, bit for bit, after resuming from the
+    epochs the committed states say. At DAMAGED_AFTER the committed backup is damaged on disk
+    before the next run: set aside with one line, that run continues from the state before it
+    (before: an h5py traceback on every re-run). (One chain of runs, not a kill and a resume per
+    point: each run is the resume of the point before it.)"""
     data_dir = os.path.dirname(small_shards[0])
     flags = [f"--{key}={value}" for key, value in {**SMALL, "epochs": 3}.items()]
 
@@ -121,23 +123,42 @@ def test_a_run_killed_anywhere_ends_with_the_uninterrupted_weights(small_shards,
         r"--overwrite", refused.stderr)
     refused = run("none", tmp_path / "whole", "--train_crop=inception")
     assert "was made with train_crop=none, not inception" in refused.stderr  # a pipeline setting
+    chain = tmp_path / "chain"
+    folder = os.path.join(_run_folder(str(chain)), "backup")
+
+    def committed():  # {state file: (inode, mtime)} of the states committed so far
+        names = os.listdir(folder) if os.path.isdir(folder) else []
+        return {name: (os.stat(os.path.join(folder, name)).st_ino,
+                       os.stat(os.path.join(folder, name)).st_mtime_ns)
+                for name in names if backup.STATE.match(name)}
+
+    damaged = None
     for point in KILL_POINTS:
-        output = tmp_path / point.replace(":", "_")
-        killed = run(point, output)
+        before = committed()
+        killed = run(point, chain)
         assert killed.returncode == -signal.SIGKILL, (point, killed.stderr[-2000:])
-        assert not os.path.exists(os.path.join(_run_folder(str(output)), "metrics.json"))
-        if point == DAMAGED_AFTER:  # a committed state damaged on disk (a bad sector, a copy
-            # cut short): set aside with one line, the run resumes from the state before it
-            backup = os.path.join(_run_folder(str(output)), "backup", "epoch-0002.weights.h5")
-            with open(backup, "r+b") as handle:
-                handle.truncate(1000)
-        resumed = run("none", output)
-        assert resumed.returncode == 0, (point, resumed.stderr[-2000:])
-        result = metrics(output)
-        assert result["model_id"] == whole["model_id"], point
-        if point == DAMAGED_AFTER:
+        assert not os.path.exists(os.path.join(_run_folder(str(chain)), "metrics.json"))
+        # each run resumed from the newest usable state: no committed epoch was trained again
+        # (a state older than the two kept may be dropped)
+        after = committed()
+        assert all(after.get(name, kept) == kept for name, kept in before.items()
+                   if name != damaged), point
+        if damaged:  # this run said so and went back one epoch
             assert ("the state after epoch 2 is damaged (epoch-0002.weights.h5 is 1000 bytes, "
-                    "not the " in resumed.stdout) and "resuming from epoch 1" in resumed.stdout
-            assert result["resumed_at_epochs"] == [1]
-        elif point == "committed:2":
-            assert result["resumed_at_epochs"] == [2]
+                    "not the " in killed.stdout) and "resuming from epoch 1" in killed.stdout
+            with open(os.path.join(folder, backup.DAMAGED, damaged)) as handle:
+                # epoch 2 was committed by the run that resumed at 1 (after uncommitted:2)
+                assert json.load(handle)["progress"]["resumed_at_epochs"] == [1]
+            damaged = None
+        if point == DAMAGED_AFTER:  # a committed state damaged on disk (a bad sector, a copy
+            # cut short): set aside with one line, the next run resumes from the state before it
+            with open(os.path.join(folder, backup.weights_name(2)), "r+b") as handle:
+                handle.truncate(1000)
+            damaged = backup.state_name(2)
+    finished = run("none", chain)
+    assert finished.returncode == 0, finished.stderr[-2000:]
+    result = metrics(chain)
+    assert result["model_id"] == whole["model_id"]
+    # the resumptions that led to this model: at 1 (epoch 2 damaged), at 2 (after weights:3) and
+    # at 3 (after the export); the runs killed before a commit left no record
+    assert result["resumed_at_epochs"] == [1, 2, 3]
