@@ -3,6 +3,7 @@
 import contextlib
 import gc
 import hashlib
+import json
 import os
 import shutil
 import sys
@@ -25,6 +26,24 @@ def pytest_configure(config):
     """One temporary project cache per session (XDG_CACHE_HOME, inherited by every binary and
     notebook kernel the tests start): the suite never reads or writes the user's cache."""
     os.environ["XDG_CACHE_HOME"] = _SESSION_CACHE
+    # The workers take the test files in the order `pytest_collection_modifyitems` gives, the
+    # longest first, not xdist's default of the files with the most tests first.
+    if getattr(config.option, "loadscopereorder", False):
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """The test files in descending order of their seconds in a whole run (tests/durations.json,
+    written by scripts/suite_durations.py; a file not in it counts as none), each file's tests in
+    their own order: with `--dist loadfile` each of the two workers takes the next file when it
+    is free, and the longest first keeps a long file from ending the run on one worker alone."""
+    with open(os.path.join(os.path.dirname(__file__), "durations.json"), encoding="utf-8") as f:
+        seconds = json.load(f)["seconds"]
+    order = {}
+    for item in items:
+        order.setdefault(item.nodeid.split("::")[0], len(order))
+    items.sort(key=lambda item: (-seconds.get(item.nodeid.split("::")[0], 0.0),
+                                 order[item.nodeid.split("::")[0]]))
 
 
 @pytest.fixture(scope="session", autouse=True)
