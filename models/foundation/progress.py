@@ -38,10 +38,11 @@ class LineProgress:
 
     def __init__(self, total: Optional[float], desc: str, unit: str = "it",
                  every: float = LINE_EVERY, counts: bool = True, file: Any = None,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, initial: float = 0.0):
         self.total, self.desc, self.unit, self.every, self.counts = total, desc, unit, every, counts
         self.file = file or sys.stderr
-        self.clock, self.n, self.postfix, self.disable = clock, 0.0, "", False
+        self.clock, self.n, self.postfix, self.disable = clock, float(initial), "", False
+        self.initial = float(initial)  # done before this run (a resumed one): not in its rate
         self.started = clock()
         self.last: Optional[float] = None
         self.shown, self.closed = -1.0, False
@@ -57,15 +58,18 @@ class LineProgress:
             done = f"{self.n:g}/{total:g} {self.unit}" if total else f"{self.n:g} {self.unit}"
             if share is not None:
                 done += f" ({100 * share:.0f}%)"
-            if elapsed > 0 and self.n:
-                done += f", {self.n / elapsed:.3g} {self.unit}/s"
+            if elapsed > 0 and self.n > self.initial:
+                done += f", {(self.n - self.initial) / elapsed:.3g} {self.unit}/s"
         else:
             done = f"{100 * share:.0f}% of the estimated work" if share is not None else "started"
-        # a bar of estimated seconds knows what is left; a count extrapolates its rate
+        # a bar of estimated seconds knows what is left; a count extrapolates its rate (over
+        # this run's own work: a resumed run's earlier work took none of its elapsed time)
+        ran = self.n - self.initial
         left = total - self.n if not self.counts else (
-            elapsed * (1 - share) / share if share else 0.0)
+            elapsed * (total - self.n) / ran if ran > 0 else 0.0)
         eta = (f", ETA {_clock_text(left)}"
-               if share and share < 1 and not self.closed else "")
+               if share and share < 1 and not self.closed and (ran > 0 or not self.counts)
+               else "")
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
         extra = f" [{self.postfix}]" if self.postfix else ""
         print(f"{stamp} {self.desc}: {done}, elapsed {_clock_text(elapsed)}{eta}{extra}",
@@ -100,15 +104,17 @@ class LineProgress:
 
 
 def bar(total: Optional[float], desc: str, unit: str = "it", counts: bool = True,
-        **options: Any) -> Any:
+        initial: float = 0, **options: Any) -> Any:
     """The project's progress for one phase, on stderr: a tqdm bar on a terminal (`options` go
-    to tqdm), `LineProgress` lines otherwise, nothing for a phase of no work (`total` 0)."""
+    to tqdm), `LineProgress` lines otherwise, nothing for a phase of no work (`total` 0).
+    `initial`: the work done before this run (a resumed one), counted as done but not in the
+    rate or the ETA."""
     if total is not None and total <= 0:
         return tqdm(total=0, disable=True)
     if sys.stderr.isatty():
         return tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, dynamic_ncols=True,
-                    **options)
-    return LineProgress(total, desc, unit, counts=counts)
+                    initial=initial, **options)
+    return LineProgress(total, desc, unit, counts=counts, initial=initial)
 
 
 class CountBar:

@@ -11,22 +11,26 @@ from models.foundation import progress
 
 
 class TrainingBar(keras.callbacks.Callback):
-    """One tick per training step over all epochs, with the running loss."""
+    """One tick per training step over all epochs, with the running loss. The bar opens at the
+    first epoch this run trains: a run resumed from a backup starts at the steps of the epochs
+    before it, which count as done but not in the rate or the ETA (before: they counted in the
+    rate, so a run resumed at epoch 60 of 90 showed an ETA of a third of the time left)."""
 
     def __init__(self, desc: str):
         super().__init__()
-        self.desc, self.steps = desc, 0
+        self.desc, self.steps, self.epochs = desc, 0, 1
         self.progress = tqdm(disable=True)  # a silent stand-in until training begins
 
     def on_train_begin(self, logs: Optional[dict] = None) -> None:
         self.steps = int(self.params.get("steps") or 0)
-        epochs = int(self.params.get("epochs") or 1)
-        self.progress = progress.bar(self.steps * epochs or None, self.desc, "step")
+        self.epochs = int(self.params.get("epochs") or 1)
 
     def on_epoch_begin(self, epoch: int, logs: Optional[dict] = None) -> None:
-        if self.steps and self.progress.n != epoch * self.steps:  # resumed from a backup
-            self.progress.n = epoch * self.steps
-            self.progress.refresh()
+        if self.progress.disable:  # the first epoch of this run
+            self.progress = progress.bar(self.steps * self.epochs or None, self.desc, "step",
+                                         initial=epoch * self.steps)
+        elif self.steps and self.progress.n != epoch * self.steps:  # an epoch cut short
+            self.progress.update(epoch * self.steps - self.progress.n)
 
     def on_train_batch_end(self, batch: int, logs: Optional[dict] = None) -> None:
         if logs and "loss" in logs:

@@ -32,6 +32,31 @@ def test_training_bar_counts_steps_over_epochs_with_the_loss(monkeypatch):
     assert "training" in shown.getvalue() and "loss=" in shown.getvalue()
 
 
+def test_a_resumed_run_counts_its_earlier_work_as_done_but_not_in_its_rate(monkeypatch):
+    """A training resumed after epoch 2 of 3 (3 steps an epoch), one step a second: its bar
+    starts at 6/9, and its rate and ETA are those of its own steps (before: 6 steps in the
+    first second, so 3 steps/s at the end and an ETA of 0:00:00 with 2 s left)."""
+    shown, now = io.StringIO(), [0.0]
+    monkeypatch.setattr(progress, "bar", lambda total, desc, unit, initial=0: (
+        progress.LineProgress(total, desc, unit, file=shown, clock=lambda: now[0], every=0,
+                              initial=initial)))
+    tracker = TrainingBar("training")
+    tracker.set_params({"steps": 3, "epochs": 3})
+    tracker.on_train_begin()
+    tracker.on_epoch_begin(2)
+    for step in range(3):
+        now[0] += 1.0
+        tracker.on_train_batch_end(step, {"loss": 0.5})
+    tracker.on_train_end()
+    written = [line.split(" ", 2)[2] for line in shown.getvalue().splitlines()]
+    assert written == ["training: 6/9 step (67%), elapsed 0:00:00",
+                       "training: 7/9 step (78%), 1 step/s, elapsed 0:00:01, ETA 0:00:02 "
+                       "[loss=0.500]",
+                       "training: 8/9 step (89%), 1 step/s, elapsed 0:00:02, ETA 0:00:01 "
+                       "[loss=0.500]",
+                       "training: 9/9 step (100%), 1 step/s, elapsed 0:00:03 [loss=0.500]"]
+
+
 def test_cost_bar_replaces_priors_with_measured_costs(monkeypatch):
     _visible(monkeypatch)
     with progress.CostBar({"cheap": [0, 0], "costly": [0, 0]}, {"cheap": 1.0, "costly": 10.0},
