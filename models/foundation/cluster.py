@@ -82,27 +82,31 @@ def client(scheduler_file: Optional[str] = None, address: Optional[str] = None) 
 
 def run_commands(commands: Sequence[Sequence[str]], labels: Sequence[str], *, what: str,
                  scheduler_file: Optional[str] = None, address: Optional[str] = None,
-                 cwd: Optional[str] = None) -> None:
+                 cwd: Optional[str] = None, checks: Optional[Sequence[bool]] = None) -> None:
     """Runs each command as one task of the cluster (`run_command`), following them with a
     progress bar of `what`; the first that fails is one line naming it (the others keep
-    running to their end: what finished is kept)."""
+    running to their end: what finished is kept). `checks[i]`: command i only checks work
+    finished before (a run of a resumed sweep): it runs and can fail like the others, and the
+    bar counts it as done from the start, not in its rate or ETA."""
     if not commands:
         return
     distributed = require("distributed", "scale")
+    checks = [False] * len(commands) if checks is None else list(checks)
     with client(scheduler_file, address) as connected:
         futures = {connected.submit(run_command, list(command), cwd, pure=False,
-                                    key=f"{what}-{index}-{label}"): label
+                                    key=f"{what}-{index}-{label}"): index
                    for index, (command, label) in enumerate(zip(commands, labels))}
         failed = []
-        with progress.bar(len(futures), what, "task") as bar:
+        with progress.bar(len(futures), what, "task", initial=sum(checks)) as bar:
             for future in distributed.as_completed(futures):
                 try:
                     status, last = future.result()
                 except Exception as error:  # noqa: BLE001 - a task the cluster gave up on
                     status, last = -1, f"{type(error).__name__}: {error}"
                 if status != 0:
-                    failed.append((futures[future], last))
-                bar.update(1)
+                    failed.append((labels[futures[future]], last))
+                if not checks[futures[future]]:
+                    bar.update(1)
     if failed:
         label, last = failed[0]
         raise UserError(f"{len(failed)} of {len(futures)} tasks failed, first {label}"
