@@ -27,7 +27,7 @@ class Config(Checked):
     output: str = option(os.path.join(REPO, "tests", "durations.json"), "Where to write.")
 
 
-def test_file(classname: str) -> str:
+def file_of(classname: str) -> str:
     """The test file (relative to the repository) of a JUnit classname: 'tests.roar.test_train'
     or, for a test in a class, 'tests.roar.test_train.TestThing'."""
     parts = classname.split(".")
@@ -47,8 +47,13 @@ def file_seconds(report: str) -> dict:
     seconds: dict = {}
     for case in root.iter("testcase"):
         # (a module skipped as a whole is a case with no classname, named by its module)
-        name = test_file(case.get("classname") or case.get("name") or "")
-        seconds[name] = seconds.get(name, 0.0) + float(case.get("time", 0.0))
+        name = file_of(case.get("classname") or case.get("name") or "")
+        try:
+            spent = float(case.get("time", 0.0))
+        except ValueError:
+            raise UserError(f"--junit {report}: the test case {case.get('name')!r} of {name} "
+                            f"has no time in seconds ({case.get('time')!r})") from None
+        seconds[name] = seconds.get(name, 0.0) + spent
     if not seconds:
         raise UserError(f"--junit {report}: no test case in it")
     return dict(sorted(((name, round(value, 1)) for name, value in seconds.items()),

@@ -39,11 +39,13 @@ def pytest_collection_modifyitems(session, config, items):
     is free, and the longest first keeps a long file from ending the run on one worker alone."""
     with open(os.path.join(os.path.dirname(__file__), "durations.json"), encoding="utf-8") as f:
         seconds = json.load(f)["seconds"]
+    def file_of(item):
+        return item.nodeid.split("::")[0]
+
     order = {}
     for item in items:
-        order.setdefault(item.nodeid.split("::")[0], len(order))
-    items.sort(key=lambda item: (-seconds.get(item.nodeid.split("::")[0], 0.0),
-                                 order[item.nodeid.split("::")[0]]))
+        order.setdefault(file_of(item), len(order))
+    items.sort(key=lambda item: (-seconds.get(file_of(item), 0.0), order[file_of(item)]))
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -25,6 +25,10 @@ def test_seconds_are_summed_per_file_longest_first(tmp_path):
                      "tests/faithfulness/test_crosscheck.py": 0.0}
     assert list(found) == ["tests/roar/test_train.py", "tests/test_readme.py",
                            "tests/faithfulness/test_crosscheck.py"]
+    report.write_text('<testsuite><testcase classname="tests.test_readme" name="a" time="a while"/>'
+                      '</testsuite>')
+    with pytest.raises(UserError, match="test case 'a' of tests/test_readme.py has no time"):
+        suite_durations.file_seconds(str(report))
     report.write_text('<testsuite><testcase classname="tests.nowhere" name="a"/></testsuite>')
     with pytest.raises(UserError, match="no test file for the test class 'tests.nowhere'"):
         suite_durations.file_seconds(str(report))

@@ -128,9 +128,9 @@ def test_a_run_killed_anywhere_ends_with_the_uninterrupted_weights(small_shards,
 
     def committed():  # {state file: (inode, mtime)} of the states committed so far
         names = os.listdir(folder) if os.path.isdir(folder) else []
-        return {name: (os.stat(os.path.join(folder, name)).st_ino,
-                       os.stat(os.path.join(folder, name)).st_mtime_ns)
-                for name in names if backup.STATE.match(name)}
+        stats = {name: os.stat(os.path.join(folder, name)) for name in names
+                 if backup.STATE.match(name)}
+        return {name: (stat.st_ino, stat.st_mtime_ns) for name, stat in stats.items()}
 
     damaged = None
     for point in KILL_POINTS:
