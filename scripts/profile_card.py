@@ -11,8 +11,9 @@ as usual), and follows every cell: its wall time, the forward and gradient passe
 by `models.foundation.workload`: images x model evaluations) and the work of ROAD's imputation
 solver (images x solver iterations: part of ROAD's definition, no model pass). Before and after the
 card, it measures at the card's batch size the forward rate (a bare traced call of the card's
-classifier), the gradient rate (a bare traced input gradient of the target logits) and the solver's
-rate (the compiled solve alone, image iterations per second), each the best of --repeats timings of
+classifier), the gradient rate (a bare traced input gradient of the target logits) and, for a card
+with ROAD, the solver's rate (the compiled solve alone, image iterations per second; its compilation
+alone takes seconds), each the best of --repeats timings of
 about --timing_seconds (2 s), and takes the better of the two measurements of each (a shared
 machine's speed drifts: one measurement before the card alone once read a gradient ceiling 18%
 below the next run's, for the same card time). A cell's unavoidable time is the sum of its counts
@@ -89,11 +90,11 @@ class Config:
 
 
 def rates(model, images: np.ndarray, batch_size: int, repeats: int,
-          timing_seconds: float = 2.0) -> dict:
-    """{"forward", "gradient", "solve"}: images per second of a bare traced forward pass and a
-    bare traced input gradient of the target logits, and image iterations per second of ROAD's
-    compiled imputation solver, on batches of `batch_size`, best of `repeats` timings of about
-    `timing_seconds` each."""
+          timing_seconds: float = 2.0, kinds: tuple = ("forward", "gradient", "solve")) -> dict:
+    """{kind: rate} for each of `kinds`: images per second of a bare traced forward pass
+    ("forward") and a bare traced input gradient of the target logits ("gradient"), and image
+    iterations per second of ROAD's compiled imputation solver ("solve"), on batches of
+    `batch_size`, best of `repeats` timings of about `timing_seconds` each."""
     batch = tf.constant(np.resize(images, (batch_size, *images.shape[1:])).astype(np.float32))
     targets = tf.zeros([batch_size], tf.int32)
     call = adapter.adapt(model).logits
@@ -120,6 +121,8 @@ def rates(model, images: np.ndarray, batch_size: int, repeats: int,
     for kind, run, work in (("forward", lambda: forward(batch), 1),
                             ("gradient", lambda: gradient(batch, targets), 1),
                             ("solve", solve, solve_iterations)):
+        if kind not in kinds:
+            continue
         run().numpy()  # trace and warm up
         calls = max(1, int(timing_seconds / max(_seconds(run), 1e-4)))
         best = min(_seconds(run, calls) for _ in range(repeats))
@@ -200,11 +203,13 @@ def run(config: Config) -> dict:
     card.progress.CostBar = recorder.follow_bar()
     try:
         inputs = card.load_inputs(card_config, card.resolved_methods(card_config))
-        measured = [ceiling_of(inputs, card_config, config, "before the card")]
+        # the solver's rate only for a card that solves (its compilation costs seconds)
+        kinds = KINDS if "ROAD" in card_config.benchmarks else PASSES
+        measured = [ceiling_of(inputs, card_config, config, "before the card", kinds)]
         before, started = workload.snapshot(), time.perf_counter()
         card.run(requested)
         wall, passes = time.perf_counter() - started, workload.since(before)
-        measured.append(ceiling_of(inputs, card_config, config, "after the card"))
+        measured.append(ceiling_of(inputs, card_config, config, "after the card", kinds))
         ceiling = {kind: max(found[kind] for found in measured) for kind in measured[0]}
     finally:
         shutil.rmtree(output_dir, ignore_errors=True)
@@ -219,15 +224,16 @@ def run(config: Config) -> dict:
     return report
 
 
-def ceiling_of(inputs, card_config, config: Config, when: str) -> dict:
-    """`rates` of the card's classifier on its images at the card's batch size, printed as
-    measured `when`."""
+def ceiling_of(inputs, card_config, config: Config, when: str, kinds: tuple) -> dict:
+    """`rates` of `kinds` of the card's classifier on its images at the card's batch size,
+    printed as measured `when`."""
     batch_size = card_config.batch_size
     ceiling = rates(inputs.loaded, np.asarray(inputs.images), batch_size, config.repeats,
-                    config.timing_seconds)
+                    config.timing_seconds, kinds)
+    solver = (f"ROAD's solver {ceiling['solve']:.0f} image iterations/s" if "solve" in ceiling
+              else "ROAD's solver not timed (no ROAD cell)")
     print(f"ceiling {when}, at batch {batch_size}: forward {ceiling['forward']:.0f} images/s, "
-          f"gradient {ceiling['gradient']:.0f} images/s, ROAD's solver "
-          f"{ceiling['solve']:.0f} image iterations/s", flush=True)
+          f"gradient {ceiling['gradient']:.0f} images/s, {solver}", flush=True)
     return ceiling
 
 
@@ -236,8 +242,9 @@ PASSES = ("forward", "gradient")  # the model's passes alone
 
 
 def _needed(row: dict, ceiling: dict, kinds=KINDS) -> float:
-    """Seconds the counted work of `kinds` needs at the ceiling's rates."""
-    return sum(row[kind] / ceiling[kind] for kind in kinds)
+    """Seconds the counted work of `kinds` needs at the ceiling's rates (a kind without work
+    needs none, and its rate may not have been timed)."""
+    return sum(row[kind] / ceiling[kind] for kind in kinds if row[kind])
 
 
 def summarise(cells: list, wall: float, passes: dict, ceiling: dict, card_config,
