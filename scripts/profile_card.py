@@ -13,10 +13,10 @@ solver (images x solver iterations: part of ROAD's definition, no model pass). B
 card, it measures at the card's batch size the forward rate (a bare traced call of the card's
 classifier), the gradient rate (a bare traced input gradient of the target logits) and, for a card
 with ROAD, the solver's rate (the compiled solve alone, image iterations per second; its compilation
-alone takes seconds), each the best of --repeats timings of
-about --timing_seconds (2 s), and takes the better of the two measurements of each (a shared
-machine's speed drifts: one measurement before the card alone once read a gradient ceiling 18%
-below the next run's, for the same card time). A cell's unavoidable time is the sum of its counts
+alone takes seconds), each the best of --repeats timings of about --timing_seconds (2 s), and
+takes the better of the two measurements of each (a shared machine's speed drifts: one measurement
+before the card alone once read a gradient ceiling 18% below the next run's, for the same card
+time). A cell's unavoidable time is the sum of its counts
 over those rates, and its efficiency is that over its wall time; the card's efficiency is the sum
 over everything over the card's wall time, and "passes only" leaves the solver's work out
 (docs/report_card.md, "Where the card's time goes"). Counts every model evaluation of a method as a
@@ -89,8 +89,8 @@ class Config:
     output: str = option("card_profile", "Output stem: <output>.json and .csv.")
 
 
-def rates(model, images: np.ndarray, batch_size: int, repeats: int,
-          timing_seconds: float = 2.0, kinds: tuple = ("forward", "gradient", "solve")) -> dict:
+def rates(model, images: np.ndarray, batch_size: int, repeats: int, kinds: tuple,
+          timing_seconds: float = 2.0) -> dict:
     """{kind: rate} for each of `kinds`: images per second of a bare traced forward pass
     ("forward") and a bare traced input gradient of the target logits ("gradient"), and image
     iterations per second of ROAD's compiled imputation solver ("solve"), on batches of
@@ -229,7 +229,7 @@ def ceiling_of(inputs, card_config, config: Config, when: str, kinds: tuple) -> 
     printed as measured `when`."""
     batch_size = card_config.batch_size
     ceiling = rates(inputs.loaded, np.asarray(inputs.images), batch_size, config.repeats,
-                    config.timing_seconds, kinds)
+                    kinds, config.timing_seconds)
     solver = (f"ROAD's solver {ceiling['solve']:.0f} image iterations/s" if "solve" in ceiling
               else "ROAD's solver not timed (no ROAD cell)")
     print(f"ceiling {when}, at batch {batch_size}: forward {ceiling['forward']:.0f} images/s, "
