@@ -1,6 +1,7 @@
 """Where a small engine call's time goes (docs/saliency.md, "By call size"), measured in one run:
 
-    python -m scripts.profile_engine_call [--model=plain_cnn@64] [--images=24] [--repeats=40]
+    python -m scripts.profile_engine_call [--model=plain_cnn@64] [--images=24] [--batch_size=64]
+        [--repeats=40]
 
 Times one call of a one-gradient method (`--method`, default the plain gradient) on
 `--images` images in five ways, best of --repeats each, taken in turn
@@ -62,6 +63,9 @@ class Config(Checked):
     method: str = option("gradient", "A one-gradient method of the engine, or the benchmark's "
                          "user method (bench_blob: scripts/bench_saliency.py's gradient x "
                          "blob).")
+    batch_size: int = option(ENGINE_DEFAULT_CHUNK, "The engine's largest chunk (its "
+                             "`batch_size`): a call of more images runs its chunk loop.",
+                             rule=at_least(1))
     repeats: int = option(40, "Timings of each way (the best counts).", rule=at_least(1))
 
 
@@ -76,8 +80,8 @@ def run(args: Config) -> None:
     chosen = names.resolved(args.method)
     shape = images.shape[1:]
     count = len(images)
-    # the runner `saliency_gen.attribute` makes for this call (its default batch size)
-    chunk = executor.chunk_size(count, ENGINE_DEFAULT_CHUNK)
+    # the runner `saliency_gen.attribute` makes for this call
+    chunk = executor.chunk_size(count, args.batch_size)
     runner = engine._runner(adapter.adapt(model), model, chosen.spec, shape, chunk, None, 0,
                             args.method, single=count == chunk)
     x, t = tf.constant(images), tf.constant(targets, tf.int32)
@@ -88,10 +92,12 @@ def run(args: Config) -> None:
             "stream": lambda: np.asarray(runner.run(*arguments)),
             "group": lambda: engine._run_group(runner, images, targets, ids, sigmas, 0, count,
                                                args.method),
-            "attribute": lambda: saliency_gen.attribute(model, images, chosen, targets),
-            "predicted targets": lambda: saliency_gen.attribute(model, images, chosen)}
+            "attribute": lambda: saliency_gen.attribute(model, images, chosen, targets,
+                                                        batch_size=args.batch_size),
+            "predicted targets": lambda: saliency_gen.attribute(model, images, chosen,
+                                                                batch_size=args.batch_size)}
     seconds = dict(zip(ways, best_times(list(ways.values()), args.repeats)))
-    print(f"{args.model}, {args.method}, {count} images a call")
+    print(f"{args.model}, {args.method}, {count} images a call in chunks of {chunk}")
     print(f"{'way':18} {'ms':>7} {'bare / way':>11}")
     for way, spent in seconds.items():
         print(f"{way:18} {spent * 1000:7.3f} {seconds['bare'] / spent:11.2f}")
