@@ -16,9 +16,9 @@ with ROAD, the solver's rate (the compiled solve alone, image iterations per sec
 alone takes seconds), each the best of --repeats timings of about --timing_seconds (2 s), and
 takes the better of the two measurements of each (a shared machine's speed drifts: one measurement
 before the card alone once read a gradient ceiling 18% below the next run's, for the same card
-time). A cell's unavoidable time is the sum of its counts
-over those rates, and its efficiency is that over its wall time; the card's efficiency is the sum
-over everything over the card's wall time, and "passes only" leaves the solver's work out
+time). A cell's unavoidable time is the sum of its counts over those rates, and its efficiency is
+that over its wall time; the card's efficiency is the sum over everything over the card's wall
+time, and "passes only" leaves the solver's work out
 (docs/report_card.md, "Where the card's time goes"). Counts every model evaluation of a method as a
 gradient pass (RISE's forwards too, an overestimate of the work it needs). Prints the phase table
 and the costliest cells, what the card's progress bar estimated was left as the card went against

@@ -39,6 +39,7 @@ def pytest_collection_modifyitems(session, config, items):
     is free, and the longest first keeps a long file from ending the run on one worker alone."""
     with open(os.path.join(os.path.dirname(__file__), "durations.json"), encoding="utf-8") as f:
         seconds = json.load(f)["seconds"]
+
     def file_of(item):
         return item.nodeid.split("::")[0]
 
