@@ -5,10 +5,10 @@ inference").
 `folded_call(model)` returns `call(x) -> outputs`, the same function of the model's current
 weights as `model(x, training=False)`, computed as inference runtimes compute it:
 
-* a Conv2D or DepthwiseConv2D (the Keras classes themselves, linear, channels last) whose only
-  consumer is a BatchNormalization over its last axis computes `conv(x, K * s) + b` with
-  `s = gamma / sqrt(variance + epsilon)` and `b = beta - mean * s` (+ its own bias times `s`),
-  read from the variables at every call, and the batch norm passes its input through. On CPU
+* a Conv2D or DepthwiseConv2D (the Keras classes themselves, linear, channels last, float32)
+  whose only consumer is a BatchNormalization over its last axis computes `conv(x, K * s) + b`
+  with `s = gamma / sqrt(variance + epsilon)` and `b = beta - mean * s` (+ its own bias times
+  `s`), read from the variables at every call, and the batch norm passes its input through. On CPU
   TensorFlow then runs convolution, bias and a following ReLU/ReLU6 as one oneDNN operation,
   where the batch norm was two passes over the activations (a multiply and an add) and the
   activation a third;
@@ -16,7 +16,8 @@ weights as `model(x, training=False)`, computed as inference runtimes compute it
   amounts are TensorFlow's "same" rule for that convolution (the extra pixel of an even total at
   the bottom and right), passes its input through and the convolution pads itself.
 
-Every other layer runs as the model runs it, in inference mode. The arithmetic is the same up to
+Every other layer runs as the model runs it, in inference mode; a model with nothing to fold (or
+not functional, or with several inputs) runs as Keras runs it. The arithmetic is the same up to
 rounding: the folded kernel rounds `K * s` once, where the model rounds the convolution's output
 and then its product with `s` (a relative difference of the order of 1e-6 in the logits).
 """
@@ -28,12 +29,19 @@ import tensorflow as tf
 CONVOLUTIONS = (keras.layers.Conv2D, keras.layers.DepthwiseConv2D)
 
 
-def folded_call(model: Any) -> Callable[[tf.Tensor], tf.Tensor]:
+def folds(model: Any) -> bool:
+    """Whether `folded_call(model)` computes otherwise than Keras (a pair to fold or a pad to
+    merge)."""
+    return _is_functional(model) and any(_pairs(model))
+
+
+def folded_call(model: Any) -> Callable[[tf.Tensor], Any]:
     """`call(x)`: `model(x, training=False)` with its conv + batch-norm pairs folded and its
-    "same" zero pads merged (the module's note); `model` has one input."""
-    if not hasattr(model, "_run_through_graph") or len(model.inputs) != 1:
-        raise ValueError("folded_call needs a Keras functional model with one input")
-    norms, pads = _pairs(model)
+    "same" zero pads merged (the module's note); `model(x, training=False)` itself for a model
+    with nothing to fold or with more than one input, or that is not functional."""
+    norms, pads = _pairs(model) if _is_functional(model) else ({}, {})
+    if not norms and not pads:
+        return lambda x: model(x, training=False)
     folded = {id(conv): norm for conv, norm in norms.items()}
     padded = {id(conv) for conv in pads.values()}
     passed = {id(layer) for layer in (*norms.values(), *pads)}
@@ -48,9 +56,14 @@ def folded_call(model: Any) -> Callable[[tf.Tensor], tf.Tensor]:
             *args, **{**kwargs, **({"training": False} if _takes_training(layer) else {})})
 
     def call(x: tf.Tensor) -> Any:
-        outputs = model._run_through_graph([x], operation_fn=operation)
-        return outputs[0] if len(outputs) == 1 else outputs
+        outputs = model._run_through_graph([x], operation_fn=operation)  # the outputs' structure
+        return outputs[0] if isinstance(outputs, (list, tuple)) and len(outputs) == 1 else outputs
     return call
+
+
+def _is_functional(model: Any) -> bool:
+    return (hasattr(model, "_run_through_graph") and hasattr(model, "_nodes_by_depth")
+            and len(model.inputs) == 1)
 
 
 def _takes_training(layer: Any) -> bool:
@@ -96,9 +109,11 @@ def _pairs(model: Any) -> tuple[dict, dict]:
 
 
 def _is_linear_convolution(layer: Any) -> bool:
+    """A Keras Conv2D or DepthwiseConv2D, linear, channels last, computing in float32 (a model
+    in mixed precision runs as Keras runs it)."""
     return (type(layer) in CONVOLUTIONS and layer.data_format == "channels_last"
             and layer.activation in (None, keras.activations.linear)
-            and getattr(layer, "groups", 1) == 1)
+            and getattr(layer, "groups", 1) == 1 and layer.compute_dtype == "float32")
 
 
 def _amounts(pad: Any) -> tuple:

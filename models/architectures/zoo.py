@@ -304,15 +304,16 @@ def feature_layer_name(model: Any) -> str:
     raise UserError(f"model {model.name!r} has no layer with a 4-D output to use for Grad-CAM")
 
 
-def cam_outputs(features_model: Any, images: Any, targets: Any) -> tuple:
-    """(features, logits, d logit[target] / d features) from a `features_and_logits_model`."""
+def cam_outputs(features_and_logits: Callable, images: Any, targets: Any) -> tuple:
+    """(features, logits, d logit[target] / d features) from `features_and_logits(images)`,
+    the inference pass of a `features_and_logits_model`."""
     import tensorflow as tf
 
     with tf.GradientTape() as tape:
         # The images watched, every intermediate tensor is: a feature map that no weight makes
         # (a padding layer's, the input itself) then has its gradient too, not None.
         tape.watch(images)
-        features, logits = features_model(images, training=False)
+        features, logits = features_and_logits(images)
         score = tf.reduce_sum(tf.gather(logits, targets, batch_dims=1))
     return features, logits, tape.gradient(score, features)
 

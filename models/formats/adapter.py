@@ -21,9 +21,9 @@ from typing import Any, Callable, Optional
 import numpy as np
 import tensorflow as tf
 
+from models.architectures import folding, zoo
 from models.architectures import guided as guided_views
 from models.architectures import native_explainers as native_views
-from models.architectures import zoo
 from models.formats import tf1_models
 from models.formats.exporting import INFO_PATH, LoadedModel
 from models.formats.loading import load
@@ -110,35 +110,39 @@ class KerasAdapter(Adapter):
             raise UserError(f"model {model.name!r} must take one NHWC image input")
         self.model = model
         self.logits_model = guided_views.logits_model(model)
+        # every pass runs with the batch norms folded (docs/models.md, "Folded inference"), as
+        # an export of the model computes it
+        self._outputs = folding.folded_call(model)
+        self._logits = folding.folded_call(self.logits_model)
         self.input_shape = tuple(int(d) for d in model.inputs[0].shape[1:])
         self.num_classes = int(model.outputs[0].shape[-1])
         self.name = model.name
         registered = zoo.REGISTRY.get(model.name)
         self.preprocessing = registered.preprocessing if registered else None
         self._feature_layer = feature_layer
-        self._features_model: Any = None  # built on first use (prepare)
+        self._features_and_logits: Any = None  # built on first use (prepare)
         self._guided: Any = None
 
     def prepare(self, guided: bool = False, cam: bool = False) -> None:
         if guided and self._guided is None:
-            self._guided = guided_views.guided_model(self.logits_model)
-        if cam and self._features_model is None:
-            self._features_model = zoo.features_and_logits_model(self.logits_model,
-                                                                 self._feature_layer)
+            self._guided = folding.folded_call(guided_views.guided_model(self.logits_model))
+        if cam and self._features_and_logits is None:
+            self._features_and_logits = folding.folded_call(zoo.features_and_logits_model(
+                self.logits_model, self._feature_layer))
 
     def outputs(self, x: tf.Tensor) -> Any:
-        return self.model(x, training=False)
+        return self._outputs(x)
 
     def logits(self, x: tf.Tensor) -> tf.Tensor:
-        return self.logits_model(x, training=False)
+        return self._logits(x)
 
     def guided_logits(self, x: tf.Tensor) -> tf.Tensor:
         self.prepare(guided=True)
-        return self._guided(x, training=False)
+        return self._guided(x)
 
     def cam(self, x: tf.Tensor, targets: tf.Tensor) -> tuple:
         self.prepare(cam=True)
-        return zoo.cam_outputs(self._features_model, x, targets)
+        return zoo.cam_outputs(self._features_and_logits, x, targets)
 
     def native_names(self) -> tuple:
         registered = zoo.REGISTRY.get(self.model.name)

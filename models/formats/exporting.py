@@ -14,8 +14,11 @@ input size and any batch size:
 
 A model whose last layer applies a softmax is exported without it: endpoints give logits.
 
-Beside it, `assets.extra/model_info.json` records the model's name, input shape, classes, feature
-layer, input space (`preprocessing`) and a content-derived `model_id`. The SavedModel is written
+Every endpoint computes with the model's batch norms folded into its convolutions where it has
+any (`models.architectures.folding`, docs/models.md, "Folded inference"). Beside it,
+`assets.extra/model_info.json` records the model's name, input shape, classes, feature layer,
+input space (`preprocessing`), `inference` ("folded batch norms" or "keras") and a
+content-derived `model_id` (`default_model_id`). The SavedModel is written
 under a temporary name and renamed when complete, so an interrupted export never looks finished.
 
 `load(path)` returns a `LoadedModel`: call it on images for logits (differentiable under
@@ -31,8 +34,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from models.architectures import folding, native_explainers, zoo
 from models.architectures import guided as guided_views
-from models.architectures import native_explainers, zoo
 from models.formats.preprocessing import check_images, input_space
 from models.foundation.errors import MissingPathError, UserError, check_one_of
 from models.foundation.files import atomic_output, build_lock, project_cache_dir, read_json
@@ -51,6 +54,13 @@ def weights_digest(model: Any) -> str:
     return digest.hexdigest()[:12]
 
 
+def default_model_id(model: Any) -> str:
+    """`<name>-<weights digest>`, and `-folded` for a model whose endpoints fold its batch norms
+    (docs/models.md, "Folded inference"): an export made before they did computed otherwise
+    with the same weights, so its cells are not this one's."""
+    return f"{model.name}-{weights_digest(model)}" + ("-folded" if folding.folds(model) else "")
+
+
 def _model_info(model, preprocessing, feature_layer, model_id, extra):
     if len(model.inputs) != 1 or len(model.inputs[0].shape) != 4:
         raise UserError(f"model {model.name!r} must take one NHWC image input to be exported")
@@ -65,7 +75,8 @@ def _model_info(model, preprocessing, feature_layer, model_id, extra):
     return features_model, {
         "format": FORMAT,
         "name": model.name,
-        "model_id": model_id or f"{model.name}-{weights_digest(model)}",
+        "model_id": model_id or default_model_id(model),
+        "inference": "folded batch norms" if folding.folds(model) else "keras",
         "input_shape": [int(d) for d in model.inputs[0].shape[1:]],
         "num_classes": int(model.outputs[0].shape[-1]),
         "feature_layer": feature_layer,
@@ -96,17 +107,20 @@ def export(model: Any, path: Union[str, os.PathLike], *, preprocessing: Optional
     image_spec = tf.TensorSpec([None, *info["input_shape"]], tf.float32, name="images")
     target_spec = tf.TensorSpec([None], tf.int32, name="targets")
 
+    # every endpoint with the batch norms folded (docs/models.md, "Folded inference")
+    features_and_logits = folding.folded_call(features_model)
+
     def cam(images, targets):
         return dict(zip(("features", "logits", "gradients"),
-                        zoo.cam_outputs(features_model, images, targets)))
+                        zoo.cam_outputs(features_and_logits, images, targets)))
 
     # A plain tf.Module holding the endpoints and the variables they read: saving it traces
     # each endpoint once, where Keras' ExportArchive also traced every layer's functions
     # (about 2x the time for a ResNet-50: scripts/bench_export.py, docs/models.md).
     endpoints = {
-        "serve": (lambda images: model(images, training=False), [image_spec]),
+        "serve": (folding.folded_call(model), [image_spec]),
         "features_and_logits": (lambda images: dict(zip(
-            ("features", "logits"), features_model(images, training=False))), [image_spec]),
+            ("features", "logits"), features_and_logits(images))), [image_spec]),
         "cam": (cam, [image_spec, target_spec]),
     }
     variables = list(model.variables)
@@ -116,7 +130,7 @@ def export(model: Any, path: Union[str, os.PathLike], *, preprocessing: Optional
         info["guided_unavailable"] = str(error)
     else:
         variables += guided.variables
-        endpoints["guided"] = (lambda images: guided(images, training=False), [image_spec])
+        endpoints["guided"] = (folding.folded_call(guided), [image_spec])
     info["has_guided"] = "guided_unavailable" not in info
     offered = zoo.REGISTRY[model.name].native if model.name in zoo.REGISTRY else ()
     for name in offered:
@@ -158,6 +172,7 @@ INFO_SCHEMA = {
         "feature_shape": {"type": "array", "items": _INT},
         "build_options": {"type": "object"}, "extra": {"type": "object"},
         "native": {"type": "array", "items": {"type": "string"}},
+        "inference": {"type": "string"},
     },
 }
 

@@ -194,17 +194,21 @@ def convert(checkpoint: str, model: str, output: str, *, image_size: int = 224,
                   overwrite=overwrite)
 
 
+# The conversions' exports compute with their batch norms folded since v2 (docs/models.md,
+# "Folded inference"): a cached export of v1 computed otherwise and is not reused.
+EXPORT_VERSION = "v2"
+
+
 def converted_model(checkpoint: str, model: str, cache_dir: Optional[str] = None, *,
                     image_size: int = 224, num_classes: Optional[int] = None) -> str:
     """The export of `checkpoint` as `model` under `cache_dir` (default: the project's cache,
-    `converted/`),
-    converted once and reused while the checkpoint's bytes, the model and the input size are
-    the same."""
+    `converted/`), converted once and reused while the checkpoint's bytes, the model, the input
+    size and the export's way of computing (`EXPORT_VERSION`) are the same."""
     if not os.path.isfile(checkpoint):
         raise UserError(f"{checkpoint}: no such checkpoint file")
     cache_dir = cache_dir or project_cache_dir("converted")
     digest = file_sha256(checkpoint)[:16]
-    key = f"{zoo_name(model)}-{image_size}-{num_classes or 'auto'}-{digest}"
+    key = f"{zoo_name(model)}-{image_size}-{num_classes or 'auto'}-{digest}-{EXPORT_VERSION}"
     path = os.path.join(cache_dir, key)
     with build_lock(path, f"the conversion of {checkpoint}"):  # one converter at a time
         if not os.path.isfile(os.path.join(path, exporting.INFO_PATH)):

@@ -4,6 +4,7 @@ import numpy as np
 import tensorflow as tf
 
 import models
+from models.architectures import folding
 
 
 def input_gradient(call, images, labels) -> np.ndarray:
@@ -22,17 +23,19 @@ def _close(found, expected, tolerance: float, floor: float) -> None:
 
 
 def assert_export_matches(live, loaded, images, labels, tolerance: float = 1e-5) -> None:
-    """`loaded` (models.load of the export of `live`) agrees with `live` on `images` within
-    `tolerance` relative, and within `tolerance` (input gradients: a tenth of it) of each
+    """`loaded` (models.load of the export of `live`) agrees with `live`'s inference pass (its
+    batch norms folded, as the export computes: docs/models.md, "Folded inference") on `images`
+    within `tolerance` relative, and within `tolerance` (input gradients: a tenth of it) of each
     quantity's largest magnitude: logits, the Grad-CAM layer's features, and input gradients
     (non-zero: not a vacuous comparison)."""
     features, logits = loaded.features_and_logits(images)
-    live_features, live_logits = models.features_and_logits_model(live)(images, training=False)
+    live_features, live_logits = folding.folded_call(models.features_and_logits_model(live))(
+        tf.convert_to_tensor(images))
     _close(logits, live_logits, tolerance, tolerance)
     _close(features, live_features, tolerance, tolerance)
     _close(loaded(images), live_logits, tolerance, tolerance)
     labels = np.asarray(labels, np.int64)
     exported = input_gradient(loaded, images, labels)
-    rebuilt = input_gradient(lambda x: live(x, training=False), images, labels)
+    rebuilt = input_gradient(folding.folded_call(live), images, labels)
     assert np.abs(rebuilt).max() > 0, "a zero gradient would make the comparison vacuous"
     _close(exported, rebuilt, tolerance, tolerance / 10)

@@ -2,7 +2,6 @@
 pairs folded and its "same" zero pads merged (docs/models.md, "Folded inference")."""
 import keras
 import numpy as np
-import pytest
 import tensorflow as tf
 
 from models.architectures import folding
@@ -51,7 +50,7 @@ def test_the_folded_pass_computes_the_models_logits_from_its_current_weights():
     call = folding.folded_call(model)
     x = tf.constant(np.random.default_rng(1).normal(size=(4, 16, 16, 3)), tf.float32)
     expected = model(x, training=False).numpy()
-    assert np.abs(expected).max() > 0.1
+    assert np.abs(expected).max() > 0.1 and call(x).shape == expected.shape == (4, 5)
     np.testing.assert_allclose(call(x).numpy(), expected, rtol=0,
                                atol=1e-5 * np.abs(expected).max())
     bn = model.get_layer("depthwise_bn")  # read at every call: a changed statistic is followed
@@ -61,7 +60,11 @@ def test_the_folded_pass_computes_the_models_logits_from_its_current_weights():
     np.testing.assert_allclose(call(x).numpy(), moved, rtol=0, atol=1e-5 * np.abs(moved).max())
 
 
-def test_a_model_with_two_inputs_is_refused():
-    first, second = keras.Input((4,)), keras.Input((4,))
-    with pytest.raises(ValueError, match="one input"):
-        folding.folded_call(keras.Model([first, second], keras.layers.Add()([first, second])))
+def test_a_model_with_nothing_to_fold_runs_as_keras_runs_it():
+    images = keras.Input((8, 8, 3))
+    model = keras.Model(images, keras.layers.Dense(3)(keras.layers.Flatten()(
+        keras.layers.Conv2D(4, 3, activation="relu")(images))))
+    x = tf.constant(np.random.default_rng(2).normal(size=(2, 8, 8, 3)), tf.float32)
+    assert not folding.folds(model) and folding.folds(_network())
+    np.testing.assert_array_equal(folding.folded_call(model)(x).numpy(),
+                                  model(x, training=False).numpy())

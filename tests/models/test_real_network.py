@@ -38,7 +38,7 @@ def test_pretrained_lite0_classifies_the_photos(lite0_export, photo_pattern, tmp
     assert tuple(loaded.features_and_logits(images[:1])[0].shape) == (1, 7, 7, 1280)
     # The export round trip at the real weights and size (the zoo's round-trip test leaves
     # Lite0 to this one): the live Keras model with the same tensors gives the same logits,
-    # features and input gradients.
+    # features and input gradients through its folded pass (round_trip's note).
     live = models.build("efficientnet_lite0", 1000, (224, 224, 3))
     checkpoint = pretrained.checkpoint_path("efficientnet_lite0")
     torch_checkpoints.load_state_dict(live, torch_checkpoints.read_state_dict(checkpoint),

@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 import models
-from models.architectures import resnet_v15
+from models.architectures import folding, resnet_v15
 from models.formats import torch_checkpoints
 from tests.models import round_trip, test_torch_conversion
 
@@ -39,7 +39,13 @@ def test_gradient_round_trip_through_export(name, tmp_path):
     assert loaded.input_shape == (side, side, 3) and loaded.num_classes == 5
     assert loaded.feature_layer == models.FEATURE_LAYER
     assert loaded.preprocessing == models.spec(name).preprocessing
-    assert loaded.model_id == f"{name}-{models.weights_digest(model)}"
+    # a model whose batch norms the export folds has an id of its own (docs/models.md)
+    folded = "-folded" if folding.folds(model) else ""
+    assert loaded.model_id == f"{name}-{models.weights_digest(model)}{folded}"
+    assert info["inference"] == ("folded batch norms" if folded else "keras")
+    # (no batch norm and no explicit "same" pad: nothing to fold)
+    assert bool(folded) == (name not in ("bcos_resnet50", "plain_cnn", "small_cnn", "vgg16",
+                                         "vit_b_16"))
 
 
 def test_default_signature_maps_images_to_logits(tmp_path):
