@@ -38,6 +38,10 @@ else:
     tf = lazy_module("tensorflow")
     folding = lazy_module("models.architectures.folding")
     zoo = lazy_module("models.architectures.zoo")
+# (scripts/ is a folder of scripts, not a package the type checker follows)
+# run as `python -m scripts.profile_model_ops` or as `python scripts/profile_model_ops.py`
+bench_faithfulness: Any = lazy_module(
+    f"{__package__}.bench_faithfulness" if __package__ else "bench_faithfulness")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,19 +88,6 @@ def passes(call: Any) -> tuple:
     return forward, gradient
 
 
-def best_seconds(runs: list, repeats: int) -> list:
-    """The best of `repeats` timings of each callable, taken in turn (each run once first)."""
-    for run in runs:
-        run()
-    best = [float("inf")] * len(runs)
-    for _ in range(repeats):
-        for index, run in enumerate(runs):
-            started = time.perf_counter()
-            run()
-            best[index] = min(best[index], time.perf_counter() - started)
-    return best
-
-
 def op_seconds(function: Any, x: Any, runs: int = 3) -> dict:
     """{operation type: seconds per call} of `function(x)` from TensorFlow's profiler (summed
     over threads)."""
@@ -133,9 +124,9 @@ def profile(entry: str, config: Config) -> dict:
     norms, pads = folding._pairs(model)
     plain = passes(lambda images: model(images, training=False))
     folded = passes(folding.folded_call(model))
-    seconds = best_seconds([lambda: np.asarray(plain[0](x)), lambda: np.asarray(folded[0](x)),
-                            lambda: np.asarray(plain[1](x)), lambda: np.asarray(folded[1](x))],
-                           config.repeats)
+    seconds = bench_faithfulness.best_times(
+        [lambda: np.asarray(plain[0](x)), lambda: np.asarray(folded[0](x)),
+         lambda: np.asarray(plain[1](x)), lambda: np.asarray(folded[1](x))], config.repeats)
     rates = [config.batch_size / value for value in seconds]
     found = {"model": entry, "folded_pairs": len(norms), "merged_pads": len(pads),
              "batch_norms": sum(isinstance(layer, keras.layers.BatchNormalization)
