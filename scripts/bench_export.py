@@ -19,9 +19,10 @@ from models.foundation.lazy import lazy_module
 # Loaded on first use: --help and a bad flag are answered before TensorFlow starts
 # (docs/architecture.md, "Light imports").
 if TYPE_CHECKING:  # the type checker's view of the same modules
+    from models.architectures import folding, zoo
     from models.architectures import guided as guided_views
-    from models.architectures import zoo
 else:
+    folding = lazy_module("models.architectures.folding")
     guided_views = lazy_module("models.architectures.guided")
     zoo = lazy_module("models.architectures.zoo")
 
@@ -45,15 +46,17 @@ def keras_archive_export(model, path: str) -> None:
     target_spec = tf.TensorSpec([None], tf.int32)
     archive = keras.export.ExportArchive()
     archive.track(model)
-    archive.add_endpoint("serve", lambda x: model(x, training=False), [image_spec])
+    # the same passes as models.export's (batch norms folded, docs/models.md)
+    serve, features_and_logits = folding.folded_call(model), folding.folded_call(features)
+    archive.add_endpoint("serve", serve, [image_spec])
     archive.add_endpoint("features_and_logits", lambda x: dict(zip(
-        ("features", "logits"), features(x, training=False))), [image_spec])
+        ("features", "logits"), features_and_logits(x))), [image_spec])
     archive.add_endpoint("cam", lambda x, t: dict(zip(
-        ("features", "logits", "gradients"), zoo.cam_outputs(features, x, t))),
+        ("features", "logits", "gradients"), zoo.cam_outputs(features_and_logits, x, t))),
         [image_spec, target_spec])
     guided = guided_views.guided_model(model)
     archive.track(guided)
-    archive.add_endpoint("guided", lambda x: guided(x, training=False), [image_spec])
+    archive.add_endpoint("guided", folding.folded_call(guided), [image_spec])
     archive.write_out(path, verbose=False)
 
 

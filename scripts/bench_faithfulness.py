@@ -86,16 +86,18 @@ def best_times(runs, repeats):
 
 def ceiling_run(model, passes, batch_size, size, gradient=False):
     """`passes` forward passes of `model` on one fixed batch, in one traced loop (with
-    `gradient`, as many input gradients of the class-0 logit)."""
+    `gradient`, as many input gradients of the class-0 logit); the model's pass is the one the
+    scorer runs (the adapter's: batch norms folded, docs/models.md)."""
     batch = tf.random.normal([batch_size, size, size, 3])
     chunks = -(-passes // batch_size)
+    logits = models.adapt(model).logits
 
     def work():
         if not gradient:
-            return model(batch, training=False)
+            return logits(batch)
         with tf.GradientTape() as tape:
             tape.watch(batch)
-            score = tf.reduce_sum(model(batch, training=False)[:, 0])
+            score = tf.reduce_sum(logits(batch)[:, 0])
         return tape.gradient(score, batch)
 
     @tf.function

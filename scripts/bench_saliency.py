@@ -184,10 +184,12 @@ def traced_gradient(model, shape, batch=None, method=bare_gradient):
     """`method(call, images, targets)` on the model's logits, traced bare (no engine): the raw
     input gradient by default; traced for any batch size, or for exactly `batch` images (static
     shapes help some models)."""
+    logits = models.adapt(model).logits  # the pass the engine runs (batch norms folded)
+
     @tf.function(input_signature=[tf.TensorSpec([batch, *shape], tf.float32),
                                   tf.TensorSpec([batch], tf.int32)], autograph=False)
     def traced(x, t):
-        return method(lambda images: model(images, training=False), x, t)
+        return method(logits, x, t)
 
     return traced
 
@@ -252,13 +254,13 @@ def bare_ig_runner(model, images, targets, size, steps):
     shape = list(images.shape[1:])
     alphas = tf.reshape(tf.constant(np.linspace(0, 1, steps), tf.float32), [1, steps, 1, 1, 1])
     per_batch = max(1, size // steps)
+    logits = models.adapt(model).logits  # the pass the engine runs (batch norms folded)
 
     @tf.function(input_signature=[tf.TensorSpec([None, *shape], tf.float32),
                                   tf.TensorSpec([None], tf.int32)], autograph=False)
     def integrated(x, t):
         points = tf.reshape(alphas * x[:, None], [-1, *shape])
-        gradients = bare_gradient(lambda batch: model(batch, training=False), points,
-                                  tf.repeat(t, steps))
+        gradients = bare_gradient(logits, points, tf.repeat(t, steps))
         return x * tf.reduce_mean(tf.reshape(gradients, [-1, steps, *shape]), axis=1)
 
     x = tf.constant(images)
