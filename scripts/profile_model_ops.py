@@ -118,10 +118,11 @@ def op_seconds(function: Any, x: Any, runs: int = 3) -> dict:
 
 def profile(entry: str, config: Config) -> dict:
     name, _, side = entry.partition("@")
-    model = network(name, int(side or 224), config.seed)
+    size = int(side or 224)
+    model = network(name, size, config.seed)
     x = tf.constant(np.random.default_rng(config.seed).normal(
-        size=(config.batch_size, int(side or 224), int(side or 224), 3)).astype(np.float32))
-    norms, pads = folding._pairs(model)
+        size=(config.batch_size, size, size, 3)).astype(np.float32))
+    norms, pads = folding.foldable(model)
     plain = passes(lambda images: model(images, training=False))
     folded = passes(folding.folded_call(model))
     seconds = bench_faithfulness.best_times(

@@ -32,14 +32,14 @@ CONVOLUTIONS = (keras.layers.Conv2D, keras.layers.DepthwiseConv2D)
 def folds(model: Any) -> bool:
     """Whether `folded_call(model)` computes otherwise than Keras (a pair to fold or a pad to
     merge)."""
-    return _is_functional(model) and any(_pairs(model))
+    return _is_functional(model) and any(foldable(model))
 
 
 def folded_call(model: Any) -> Callable[[tf.Tensor], Any]:
     """`call(x)`: `model(x, training=False)` with its conv + batch-norm pairs folded and its
     "same" zero pads merged (the module's note); `model(x, training=False)` itself for a model
     with nothing to fold or with more than one input, or that is not functional."""
-    norms, pads = _pairs(model) if _is_functional(model) else ({}, {})
+    norms, pads = foldable(model) if _is_functional(model) else ({}, {})
     if not norms and not pads:
         return lambda x: model(x, training=False)
     folded = {id(conv): norm for conv, norm in norms.items()}
@@ -87,8 +87,9 @@ def _consumers(model: Any) -> tuple[dict, dict]:
     return consumers, producers
 
 
-def _pairs(model: Any) -> tuple[dict, dict]:
-    """({conv: its batch norm}, {zero pad: its conv}) of the foldable pairs."""
+def foldable(model: Any) -> tuple[dict, dict]:
+    """({conv: its batch norm}, {zero pad: its conv}): the pairs `folded_call` folds in the
+    functional `model`."""
     consumers, producers = _consumers(model)
     outputs = {id(tensor._keras_history.operation) for tensor in model.outputs}
     norms, pads = {}, {}

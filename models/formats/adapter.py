@@ -113,7 +113,8 @@ class KerasAdapter(Adapter):
         # every pass runs with the batch norms folded (docs/models.md, "Folded inference"), as
         # an export of the model computes it
         self._outputs = folding.folded_call(model)
-        self._logits = folding.folded_call(self.logits_model)
+        self._logits = (self._outputs if self.logits_model is model
+                        else folding.folded_call(self.logits_model))
         self.input_shape = tuple(int(d) for d in model.inputs[0].shape[1:])
         self.num_classes = int(model.outputs[0].shape[-1])
         self.name = model.name

@@ -18,8 +18,9 @@ Every endpoint computes with the model's batch norms folded into its convolution
 any (`models.architectures.folding`, docs/models.md, "Folded inference"). Beside it,
 `assets.extra/model_info.json` records the model's name, input shape, classes, feature layer,
 input space (`preprocessing`), `inference` ("folded batch norms" or "keras") and a
-content-derived `model_id` (`default_model_id`). The SavedModel is written
-under a temporary name and renamed when complete, so an interrupted export never looks finished.
+content-derived `model_id` (`<name>-<weights digest>`, `-folded` added when the endpoints fold).
+The SavedModel is written under a temporary name and renamed when complete, so an interrupted
+export never looks finished.
 
 `load(path)` returns a `LoadedModel`: call it on images for logits (differentiable under
 `tf.GradientTape`), or use `.features_and_logits(images)`.
@@ -54,13 +55,6 @@ def weights_digest(model: Any) -> str:
     return digest.hexdigest()[:12]
 
 
-def default_model_id(model: Any) -> str:
-    """`<name>-<weights digest>`, and `-folded` for a model whose endpoints fold its batch norms
-    (docs/models.md, "Folded inference"): an export made before they did computed otherwise
-    with the same weights, so its cells are not this one's."""
-    return f"{model.name}-{weights_digest(model)}" + ("-folded" if folding.folds(model) else "")
-
-
 def _model_info(model, preprocessing, feature_layer, model_id, extra):
     if len(model.inputs) != 1 or len(model.inputs[0].shape) != 4:
         raise UserError(f"model {model.name!r} must take one NHWC image input to be exported")
@@ -72,11 +66,15 @@ def _model_info(model, preprocessing, feature_layer, model_id, extra):
     input_space(preprocessing)  # validates the name
     feature_layer = feature_layer or zoo.feature_layer_name(model)
     features_model = zoo.features_and_logits_model(model, feature_layer)
+    # a model whose endpoints fold its batch norms (docs/models.md, "Folded inference") has an
+    # id of its own: an export made before they did computed otherwise with the same weights
+    folded = folding.folds(model)
     return features_model, {
         "format": FORMAT,
         "name": model.name,
-        "model_id": model_id or default_model_id(model),
-        "inference": "folded batch norms" if folding.folds(model) else "keras",
+        "model_id": model_id or f"{model.name}-{weights_digest(model)}"
+                                + ("-folded" if folded else ""),
+        "inference": "folded batch norms" if folded else "keras",
         "input_shape": [int(d) for d in model.inputs[0].shape[1:]],
         "num_classes": int(model.outputs[0].shape[-1]),
         "feature_layer": feature_layer,

@@ -39,7 +39,7 @@ def _network():
 
 
 def test_folded_pairs_are_exactly_the_foldable_ones():
-    norms, pads = folding._pairs(_network())
+    norms, pads = folding.foldable(_network())
     assert sorted((conv.name, norm.name) for conv, norm in norms.items()) == [
         ("depthwise", "depthwise_bn"), ("project", "project_bn"), ("stem", "stem_bn")]
     assert [(pad.name, conv.name) for pad, conv in pads.items()] == [("same_pad", "stem")]
