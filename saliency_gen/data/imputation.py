@@ -4,10 +4,14 @@ Every removed pixel becomes the weighted mean of its 8 in-image neighbours (1/6 
 neighbours, 1/12 for diagonals), removed neighbours being unknowns themselves: one sparse linear
 system per image, the same matrix for every channel. ROAD solves it with scipy per image; here
 a matrix-free conjugate gradient solves all images and channels at once in one traced loop,
-preconditioned by one multigrid V-cycle (damped Jacobi on each grid, full-weighting
-restriction, bilinear prolongation, the same stencil on grids of half, a quarter, ... of the
-side): a large hole's smooth part, which Jacobi-preconditioned CG needs hundreds of iterations
-to find at 224 px, comes from the coarse grids (docs/roar.md, "Masks"):
+preconditioned by one multigrid V-cycle: a large hole's smooth part, which Jacobi-preconditioned
+CG needs hundreds of iterations to find at 224 px, comes from grids of half, a quarter, ... of
+the side. Each coarse grid's operator is the Galerkin product P^T A P of the finer one (P:
+bilinear prolongation onto the finer grid's unknowns, P^T: full weighting), read off per image
+as a 9-point stencil with 9 probe products; Jacobi smooths the image grid, l1-Jacobi the coarse
+ones. Unlike the same stencil re-used on coarse grids, the Galerkin operator knows how a coarse
+pixel's support straddles removed and kept pixels, which halves the iterations of saliency
+holes (docs/roar.md, "Masks"):
 
     A u = r * (d * u - conv(r * u, K)),   b = r * conv(m * x, K),   x' = m * x + r * (u + s * e)
 
@@ -17,8 +21,8 @@ whenever the image keeps at least one pixel. An image that keeps none has no sol
 filled with `fallback` (default: ImageNet's mean colour) plus the noise and counted.
 
 The solve is compiled by XLA (`jit_compile`): its loop is some hundred element-wise passes over
-the images per iteration, which XLA fuses into a few: 4.6-4.8x faster at 224 px on a 2-core
-AMD EPYC Zen 5 (scripts/bench_roar.py). XLA compiles once per batch shape (the
+the images per iteration, which XLA fuses into a few: 5.5-6.4x faster at 224 px on a 2-core
+Xeon (scripts/bench_roar.py, 2026-12-04). XLA compiles once per batch shape (the
 callers' chunks are fixed-size) and sums the dot products in its own order, so the solution
 differs from the uncompiled graph's within the tolerance; `SOLVER` names this solver in every
 origin that depends on it, so outputs of an earlier solver are recomputed (docs/roar.md,
@@ -50,27 +54,41 @@ def _take(values, axis: int, start: int, stop: Optional[int], step: int = 1):
     return values[tuple(index)]
 
 
-def _smooth(values, axis: int):
-    """The [1, 2, 1] filter along `axis` (1 or 2), zero padding."""
-    padded = _pad_axis(values, axis, 1, 1)
-    return (_take(padded, axis, 0, -2) + 2.0 * _take(padded, axis, 1, -1)
-            + _take(padded, axis, 2, None))
+def _shifted_sum(values, weights):
+    """sum_o weights[o] * values shifted by o in {-1, 0, 1}^2 ([N, H, W, C], zero padding):
+    `weights` are scalars or [N, H, W, 1] tensors, in `OFFSETS` order. The values are padded
+    once and every shift is a slice of the padded array."""
+    padded = tf.pad(values, [[0, 0], [1, 1], [1, 1], [0, 0]])
+    height, width = values.shape[1], values.shape[2]
+    total = None
+    for weight, (dy, dx) in zip(weights, OFFSETS):
+        term = weight * padded[:, 1 + dy:1 + dy + height, 1 + dx:1 + dx + width]
+        total = term if total is None else total + term
+    return total
+
+
+OFFSETS = [(dy, dx) for dy in (-1, 0, 1) for dx in (-1, 0, 1)]
+CENTRE = OFFSETS.index((0, 0))
 
 
 def _conv(values):
     """The stencil applied to every channel of `values` [N, H, W, C], zero padding. The stencil
-    is (w w^T - 4 delta) / 12 with w = [1, 2, 1], so it runs as two shifted-slice passes, about
-    2x faster on the CPU than a depthwise convolution (and 4x faster than a single-channel
-    convolution of every plane); the solver's loop runs it once per iteration and per grid."""
-    return (_smooth(_smooth(values, 1), 2) - 4.0 * values) / 12.0
+    is (w w^T - 4 delta) / 12 with w = [1, 2, 1]: the values are padded once and summed as
+    shifted slices along the rows, then along the columns (2x faster on the CPU than a
+    depthwise convolution); the solver's loop runs it once per iteration."""
+    padded = tf.pad(values, [[0, 0], [1, 1], [1, 1], [0, 0]])
+    rows = padded[:, :-2] + 2.0 * padded[:, 1:-1] + padded[:, 2:]
+    both = rows[:, :, :-2] + 2.0 * rows[:, :, 1:-1] + rows[:, :, 2:]
+    return (both - 4.0 * values) / 12.0
 
 
 # Restriction (full weighting: w w^T / 4, stride 2, the padding of a "SAME" convolution) and its
 # transpose, bilinear prolongation, both separable: along each axis the weights are w / 2.
-ALL_UNKNOWN = 4.0 - 0.125  # a coarse pixel is unknown when its whole restriction support is
 COARSEST_SIDE = 8
 COARSEST_SWEEPS = 8
-JACOBI_WEIGHT = 2.0 / 3.0
+FINE_JACOBI_WEIGHT = 1.0
+COARSE_KEEP = 1e-6  # a coarse pixel is an unknown when its diagonal is above this share of the
+# image's largest one on that grid (below, its prolongation barely touches a removed pixel)
 
 
 def _coarse_padding(size: int):
@@ -108,39 +126,85 @@ def _prolong(values, fine_shape):
     return _prolong_axis(_prolong_axis(values, 1, fine_shape[1]), 2, fine_shape[2])
 
 
+def _colour_probes(height: int, width: int):
+    """([1, h, w, 9] probes, [h, w, 9, 9] picks) for reading a 9-point operator off 9 products:
+    probe c is 1 on the pixels of colour c = 3 (i mod 3) + (j mod 3), so a pixel's 3x3
+    neighbours have 9 different colours, and its coefficient towards offset o is its row of the
+    product with the probe of that neighbour's colour (picks[i, j, o, c] = 1)."""
+    rows, cols = np.meshgrid(np.arange(height), np.arange(width), indexing="ij")
+    colour = 3 * (rows % 3) + cols % 3
+    probes = (colour[..., None] == np.arange(9)).astype(np.float32)[None]
+    picks = np.zeros((height, width, 9, 9), np.float32)
+    for o, (dy, dx) in enumerate(OFFSETS):
+        neighbour = 3 * ((rows + dy) % 3) + (cols + dx) % 3
+        picks[:, :, o] = neighbour[..., None] == np.arange(9)
+    return probes, picks
+
+
+class _Fine:
+    """The removed pixels' operator on the image grid: r (d u - conv(u)), u zero outside r;
+    damped Jacobi (`FINE_JACOBI_WEIGHT`) smooths."""
+
+    def __init__(self, removed, dtype):
+        self.mask = tf.cast(removed, dtype)[..., None]
+        self.diagonal = _conv(tf.ones_like(self.mask))
+        self.step = FINE_JACOBI_WEIGHT * self.mask / self.diagonal
+
+    def apply(self, values):
+        return self.mask * (self.diagonal * values - _conv(values))
+
+
+class _Coarse:
+    """A coarse grid's Galerkin operator P^T A P (P: bilinear prolongation onto the finer
+    grid's unknowns) as a 9-point stencil per pixel, read off with 9 colour probes; its
+    unknowns are the pixels with a diagonal above `COARSE_KEEP` of the image's largest. l1-
+    Jacobi smooths (step 1 / sum_j |a_ij|, convergent for any symmetric matrix)."""
+
+    def __init__(self, finer):
+        fine_shape = finer.mask.shape
+        height, width = -(-fine_shape[1] // 2), -(-fine_shape[2] // 2)
+        probes, picks = _colour_probes(height, width)
+        dtype = finer.mask.dtype
+        prolonged = _prolong(tf.constant(probes, dtype), [1, fine_shape[1], fine_shape[2], 9])
+        responses = _restrict(finer.apply(finer.mask * prolonged))
+        coefficients = tf.einsum("nhwc,hwoc->nhwo", responses, tf.constant(picks, dtype))
+        diagonal = coefficients[..., CENTRE:CENTRE + 1]
+        largest = tf.reduce_max(diagonal, axis=[1, 2, 3], keepdims=True)
+        self.mask = tf.cast(diagonal > COARSE_KEEP * largest, dtype)
+        coefficients = self.mask * coefficients
+        self.weights = tf.unstack(coefficients[..., None], axis=3)
+        self.step = tf.math.divide_no_nan(
+            self.mask, tf.reduce_sum(tf.abs(coefficients), axis=3, keepdims=True))
+
+    def apply(self, values):  # values are zero outside the unknowns
+        return _shifted_sum(values, self.weights)
+
+
 def _grids(removed, dtype):
-    """[(r, d)] of the finest grid and of each coarser one (half the side, a coarse pixel
-    unknown when its whole restriction support is: scattered holes are solved on the fine
-    grid, where their known neighbours pin them, and large holes get the coarse corrections
-    they need), down to `COARSEST_SIDE`; a single grid when the size is not static."""
-    r = tf.cast(removed, dtype)[..., None]
-    grids = [r]
+    """The operator of the image grid and of each coarser one (half the side, rounded up) down
+    to `COARSEST_SIDE`; the image grid alone when the size is not static."""
+    grids: list[Any] = [_Fine(removed, dtype)]
     height, width = removed.shape[1], removed.shape[2]
     while height is not None and width is not None and min(height, width) > COARSEST_SIDE:
-        grids.append(tf.cast(_restrict(grids[-1]) > ALL_UNKNOWN, dtype))
+        grids.append(_Coarse(grids[-1]))
         height, width = -(-height // 2), -(-width // 2)
-    return [(r, _conv(tf.ones_like(r))) for r in grids]
+    return grids
 
 
 def _v_cycle(rhs, grids, level):
-    """One V-cycle of the masked system on grid `level` (damped Jacobi before and after, the
-    coarse correction from the next grid; sweeps of Jacobi on the coarsest): a symmetric,
-    positive definite approximation of its inverse, CG's preconditioner."""
-    r, d = grids[level]
-    step = JACOBI_WEIGHT * r / d
-
-    def apply(u):
-        return r * (d * u - _conv(u))
-
-    u = step * rhs
+    """One V-cycle on grid `level` (a smoothing step before and after, the coarse correction
+    from the next grid; sweeps of the smoother on the coarsest): a symmetric, positive definite
+    approximation of the operator's inverse, CG's preconditioner."""
+    grid = grids[level]
+    u = grid.step * rhs
     if level == len(grids) - 1:
         for _ in range(COARSEST_SWEEPS - 1):
-            u = u + step * (rhs - apply(u))
+            u = u + grid.step * (rhs - grid.apply(u))
         return u
-    coarse_r = grids[level + 1][0]
-    coarse = _v_cycle(coarse_r * _restrict(rhs - apply(u)), grids, level + 1)
-    u = u + r * _prolong(coarse_r * coarse, rhs.shape)
-    return u + step * (rhs - apply(u))
+    coarser = grids[level + 1]
+    correction = _v_cycle(coarser.mask * _restrict(rhs - grid.apply(u)), grids, level + 1)
+    u = u + grid.mask * _prolong(correction, rhs.shape)
+    return u + grid.step * (rhs - grid.apply(u))
 
 
 def _solve(images, removed, tol, max_iters):
@@ -151,10 +215,7 @@ def _solve(images, removed, tol, max_iters):
     depend on how long its batch mates need."""
     dtype = images.dtype
     grids = _grids(removed, dtype)
-    r, d = grids[0]
-
-    def apply(u):  # u is zero outside the removed pixels
-        return r * (d * u - _conv(u))
+    apply, r = grids[0].apply, grids[0].mask  # apply's input is zero outside the removed pixels
 
     def precondition(residual):
         return _v_cycle(residual, grids, 0)
@@ -198,7 +259,7 @@ def _solve(images, removed, tol, max_iters):
 
 # Named in the origins of everything imputed with it (`IMPUTATION_SOLVER` settings); change it
 # whenever a change of the solver changes its bytes.
-SOLVER = "multigrid-cg, xla, 1"
+SOLVER = "galerkin-multigrid-cg, xla, 2"
 
 # The compiled solve: (images, removed, tol, max_iters) -> (u, iterations, max relative
 # residual); `solve.python_function` is the same algorithm uncompiled (a benchmark's peer).
