@@ -10,8 +10,9 @@ the side. Each coarse grid's operator is the Galerkin product P^T A P of the fin
 bilinear prolongation onto the finer grid's unknowns, P^T: full weighting), read off per image
 as a 9-point stencil with 9 probe products; Jacobi smooths the image grid, l1-Jacobi the coarse
 ones. Unlike the same stencil re-used on coarse grids, the Galerkin operator knows how a coarse
-pixel's support straddles removed and kept pixels, which halves the iterations of saliency
-holes (docs/roar.md, "Masks"):
+pixel's support straddles removed and kept pixels; with the prolongation scaled at the image's
+free edge (`_Coarse`), large smooth holes at 224 px need 7 iterations where the stencil re-used
+needed 56 (docs/roar.md, "Masks"):
 
     A u = r * (d * u - conv(r * u, K)),   b = r * conv(m * x, K),   x' = m * x + r * (u + s * e)
 
@@ -21,7 +22,7 @@ whenever the image keeps at least one pixel. An image that keeps none has no sol
 filled with `fallback` (default: ImageNet's mean colour) plus the noise and counted.
 
 The solve is compiled by XLA (`jit_compile`): its loop is some hundred element-wise passes over
-the images per iteration, which XLA fuses into a few: 5.5-6.4x faster at 224 px on a 2-core
+the images per iteration, which XLA fuses into a few: 5.0-6.4x faster at 224 px on a 2-core
 Xeon (scripts/bench_roar.py, 2026-12-04). XLA compiles once per batch shape (the
 callers' chunks are fixed-size) and sums the dot products in its own order, so the solution
 differs from the uncompiled graph's within the tolerance; `SOLVER` names this solver in every
@@ -83,10 +84,13 @@ def _conv(values):
 
 
 # Restriction (full weighting: w w^T / 4, stride 2, the padding of a "SAME" convolution) and its
-# transpose, bilinear prolongation, both separable: along each axis the weights are w / 2.
+# transpose, bilinear prolongation, both separable: along each axis the weights are w / 2. The
+# coarse grids rescale both at the image's edge (`_Coarse.edge`).
 COARSEST_SIDE = 8
 COARSEST_SWEEPS = 8
 FINE_JACOBI_WEIGHT = 1.0
+COARSE_STEP = 1.8  # l1-Jacobi's step on a coarse grid, c / sum_j |a_ij|: any c < 2 converges
+# (2 D - A is diagonally dominant); a larger step smooths more, 1.8 keeps a margin
 COARSE_KEEP = 1e-6  # a coarse pixel is an unknown when its diagonal is above this share of the
 # image's largest one on that grid (below, its prolongation barely touches a removed pixel)
 
@@ -158,26 +162,48 @@ class _Coarse:
     """A coarse grid's Galerkin operator P^T A P (P: bilinear prolongation onto the finer
     grid's unknowns) as a 9-point stencil per pixel, read off with 9 colour probes; its
     unknowns are the pixels with a diagonal above `COARSE_KEEP` of the image's largest. l1-
-    Jacobi smooths (step 1 / sum_j |a_ij|, convergent for any symmetric matrix)."""
+    Jacobi smooths (step `COARSE_STEP` / sum_j |a_ij|, convergent for any symmetric matrix).
+
+    Bilinear P gives a first row or column of an even-sided grid half its weight (a quarter
+    in the corner). Where the unknowns there are free (ROAD's stencil is renormalised at the
+    image's edge, which reflects: an unknown's row sum is 0 when no kept pixel pins it), a
+    smooth error is nearly constant up to the edge, and a P that fades there leaves it to the
+    smoother (2.6x the iterations on holes that reach the edge). There P's rows are scaled to
+    sum to 1; where kept pixels pin the unknowns, which fix the values at the edge, they keep
+    their fading weights; in between, in proportion (`edge`: 1 + (1 / (P 1) - 1) (1 - row sum /
+    diagonal))."""
 
     def __init__(self, finer):
         fine_shape = finer.mask.shape
         height, width = -(-fine_shape[1] // 2), -(-fine_shape[2] // 2)
         probes, picks = _colour_probes(height, width)
         dtype = finer.mask.dtype
-        prolonged = _prolong(tf.constant(probes, dtype), [1, fine_shape[1], fine_shape[2], 9])
-        responses = _restrict(finer.apply(finer.mask * prolonged))
+        ones = tf.ones([1, height, width, 1], dtype)
+        faded = 1.0 / _prolong(ones, [1, fine_shape[1], fine_shape[2], 1]) - 1.0
+        row_sums = finer.apply(finer.mask)  # over the unknowns: 0 where nothing pins a pixel
+        reflecting = finer.mask * tf.clip_by_value(
+            1.0 - tf.math.divide_no_nan(row_sums, finer.diagonal), 0.0, 1.0)
+        self.edge = 1.0 + faded * reflecting
+        prolonged = self.up(tf.constant(probes, dtype), [1, fine_shape[1], fine_shape[2], 9])
+        responses = self.down(finer.apply(finer.mask * prolonged))
         coefficients = tf.einsum("nhwc,hwoc->nhwo", responses, tf.constant(picks, dtype))
         diagonal = coefficients[..., CENTRE:CENTRE + 1]
         largest = tf.reduce_max(diagonal, axis=[1, 2, 3], keepdims=True)
         self.mask = tf.cast(diagonal > COARSE_KEEP * largest, dtype)
+        self.diagonal = self.mask * diagonal
         coefficients = self.mask * coefficients
         self.weights = tf.unstack(coefficients[..., None], axis=3)
         self.step = tf.math.divide_no_nan(
-            self.mask, tf.reduce_sum(tf.abs(coefficients), axis=3, keepdims=True))
+            COARSE_STEP * self.mask, tf.reduce_sum(tf.abs(coefficients), axis=3, keepdims=True))
 
     def apply(self, values):  # values are zero outside the unknowns
         return _shifted_sum(values, self.weights)
+
+    def up(self, values, fine_shape):
+        return self.edge * _prolong(values, fine_shape)
+
+    def down(self, values):
+        return _restrict(self.edge * values)
 
 
 def _grids(removed, dtype):
@@ -202,8 +228,8 @@ def _v_cycle(rhs, grids, level):
             u = u + grid.step * (rhs - grid.apply(u))
         return u
     coarser = grids[level + 1]
-    correction = _v_cycle(coarser.mask * _restrict(rhs - grid.apply(u)), grids, level + 1)
-    u = u + grid.mask * _prolong(correction, rhs.shape)
+    correction = _v_cycle(coarser.mask * coarser.down(rhs - grid.apply(u)), grids, level + 1)
+    u = u + grid.mask * coarser.up(correction, rhs.shape)
     return u + grid.step * (rhs - grid.apply(u))
 
 
@@ -259,7 +285,7 @@ def _solve(images, removed, tol, max_iters):
 
 # Named in the origins of everything imputed with it (`IMPUTATION_SOLVER` settings); change it
 # whenever a change of the solver changes its bytes.
-SOLVER = "galerkin-multigrid-cg, xla, 2"
+SOLVER = "galerkin-multigrid-cg, xla, 3"
 
 # The compiled solve: (images, removed, tol, max_iters) -> (u, iterations, max relative
 # residual); `solve.python_function` is the same algorithm uncompiled (a benchmark's peer).
