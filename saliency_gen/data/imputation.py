@@ -55,6 +55,11 @@ def _take(values, axis: int, start: int, stop: Optional[int], step: int = 1):
     return values[tuple(index)]
 
 
+# The 3x3 neighbourhood's offsets (row, column) in the order of a 9-point stencil's weights.
+OFFSETS = [(dy, dx) for dy in (-1, 0, 1) for dx in (-1, 0, 1)]
+CENTRE = OFFSETS.index((0, 0))
+
+
 def _shifted_sum(values, weights):
     """sum_o weights[o] * values shifted by o in {-1, 0, 1}^2 ([N, H, W, C], zero padding):
     `weights` are scalars or [N, H, W, 1] tensors, in `OFFSETS` order. The values are padded
@@ -66,10 +71,6 @@ def _shifted_sum(values, weights):
         term = weight * padded[:, 1 + dy:1 + dy + height, 1 + dx:1 + dx + width]
         total = term if total is None else total + term
     return total
-
-
-OFFSETS = [(dy, dx) for dy in (-1, 0, 1) for dx in (-1, 0, 1)]
-CENTRE = OFFSETS.index((0, 0))
 
 
 def _conv(values):
