@@ -120,19 +120,32 @@ def replace(images: tf.Tensor, replaced: tf.Tensor, config: MaskConfig,
 
 def replace_counted(images: tf.Tensor, replaced: tf.Tensor, config: MaskConfig,
                     keys: Optional[tf.Tensor] = None,
-                    mean: Sequence[float] = imputation.IMAGENET_MEAN) -> tuple:
+                    mean: Sequence[float] = imputation.IMAGENET_MEAN,
+                    noise: Optional[tf.Tensor] = None) -> tuple:
     """(`replace`'s images, int32 iterations of ROAD's solver for them: 0 for other fills); a
-    profile counts the solver's work as images x iterations (`models.foundation.workload`)."""
+    profile counts the solver's work as images x iterations (`models.foundation.workload`).
+    `noise`: noisy linear's standard normal draws for `images`, when drawn beforehand
+    (`noise_draws`), in place of drawing them by `keys`."""
     images = tf.convert_to_tensor(images, tf.float32)
     if config.fill == "noisy_linear":
         filled, info = imputation.noisy_linear_impute(
             images, replaced, noise_std=config.road_noise, seed=config.seed, keys=keys,
-            fallback=mean, tol=config.cg_tol, max_iters=config.cg_max_iters, return_info=True)
+            fallback=mean, tol=config.cg_tol, max_iters=config.cg_max_iters, return_info=True,
+            noise=noise)
         return filled, tf.convert_to_tensor(info["iterations"], tf.int32)
     if replaced.shape.rank == 3:
         replaced = replaced[..., None]
     value = tf.convert_to_tensor(mean, tf.float32) if config.fill == "mean" else tf.constant(0.0)
     return tf.where(replaced, value, images), tf.constant(0, tf.int32)
+
+
+def noise_draws(images: tf.Tensor, config: MaskConfig, keys: tf.Tensor) -> Optional[tf.Tensor]:
+    """The standard normal draws `replace` adds (times the noise) to the imputed pixels of
+    `images` [N, H, W, C] keyed by `keys` [N], or None when `config` adds none: the same
+    values `replace` draws itself, for a caller that imputes each image several times."""
+    if config.fill != "noisy_linear" or not config.road_noise:
+        return None
+    return imputation.keyed_noise(tf.shape(images), tf.float32, config.seed, keys)
 
 
 def random_map(key: tf.Tensor, shape: Sequence[int], seed: int = 0,

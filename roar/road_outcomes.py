@@ -87,6 +87,8 @@ def scorer(model: Any, image_shape: Sequence[int], mask: MaskConfig, batch_size:
         @tf.function(input_signature=signature, autograph=False)
         def run(pixels, labels, noise_keys, ranks, cuts, keep_top, colour):
             n = tf.shape(pixels)[0]
+            # an image's noise is keyed by the image alone: drawn once, not once per setting
+            draws = masking.noise_draws(pixels, mask, noise_keys)
 
             def compute(items):
                 image, setting = items % n, items // n
@@ -97,7 +99,7 @@ def scorer(model: Any, image_shape: Sequence[int], mask: MaskConfig, batch_size:
                 removed = tf.reshape(removed, removed_shape)
                 imputed, iterations = masking.replace_counted(
                     tf.gather(pixels, image), removed, mask, keys=tf.gather(noise_keys, image),
-                    mean=colour)
+                    mean=colour, noise=None if draws is None else tf.gather(draws, image))
                 logits = tf.cast(adapter.logits(space.from_pixels(imputed)), tf.float32)
                 probabilities = tf.nn.softmax(logits)
                 wanted = tf.gather(labels, image)

@@ -296,14 +296,16 @@ solve = tf.function(_solve, jit_compile=True, reduce_retracing=True)
 def noisy_linear_impute(images: tf.Tensor, removed: tf.Tensor, noise_std: float = 0.0,
                         seed: int = 0, keys: Optional[tf.Tensor] = None, tol: float = 1e-5,
                         max_iters: int = 2000, fallback: Sequence[float] = IMAGENET_MEAN,
-                        return_info: bool = False) -> Any:
+                        return_info: bool = False, noise: Optional[tf.Tensor] = None) -> Any:
     """ROAD's noisy linear imputation of the `removed` pixels of `images`.
 
     images: [N, H, W, C] float pixels (ROAD works on [0, 1] pixels before normalisation);
     removed: [N, H, W] bool (a removed pixel loses all channels). Kept pixels are returned
     unchanged bit for bit. `noise_std` (ROAD: 0.01, absolute) adds N(0, noise_std^2) to every
     imputed value; the noise is keyed by (`seed`, `keys[n]`) per image when int `keys` are given
-    (then independent of batching), else by `seed` over the whole batch. The solve stops when
+    (then independent of batching), else by `seed` over the whole batch; `noise` (standard normal
+    [N, H, W, C], `keyed_noise`'s), when given, takes the place of those draws, so a caller that
+    imputes one image several times draws its noise once. The solve stops when
     every image's and channel's relative residual is at most `tol`, or after `max_iters`.
     With `return_info`, also returns {"iterations", "residual", "no_kept_pixel"} (the number of
     images without a kept pixel, filled with `fallback` + noise): Python numbers when run
@@ -326,7 +328,9 @@ def noisy_linear_impute(images: tf.Tensor, removed: tf.Tensor, noise_std: float 
                            tf.shape(images))
     u = tf.where(no_kept[:, None, None, None], fill, u)
     if noise_std:
-        u = u + noise_std * _noise(tf.shape(images), dtype, seed, keys)
+        if noise is None:
+            noise = keyed_noise(tf.shape(images), dtype, seed, keys)
+        u = u + noise_std * noise
     result = tf.where(r > 0, u, images)
     if return_info:
         info = {"iterations": iterations, "residual": residual,
@@ -337,7 +341,10 @@ def noisy_linear_impute(images: tf.Tensor, removed: tf.Tensor, noise_std: float 
     return result
 
 
-def _noise(shape, dtype, seed, keys):
+def keyed_noise(shape: Any, dtype: tf.DType, seed: int, keys: Optional[tf.Tensor]) -> tf.Tensor:
+    """Standard normal draws of `shape` [N, H, W, C]: keyed by (`seed`, `keys[n]`) per image,
+    the same values whatever the batch, or by `seed` over the whole batch when `keys` is None
+    (`noisy_linear_impute`'s noise before scaling)."""
     if keys is None:
         return tf.random.stateless_normal(shape, [seed, 0], dtype=dtype)
     keys = tf.cast(tf.convert_to_tensor(keys), tf.int64)

@@ -194,6 +194,26 @@ def test_imputation_noise_is_keyed_per_example():
     assert 0.008 < imputed.std() < 0.012 and not np.array_equal(imputed[0], imputed[1])
     np.testing.assert_array_equal(batch.numpy()[:, :4], images[:, :4])
 
+def test_noise_drawn_beforehand_is_the_noise_drawn_per_call():
+    # ROAD's scorer draws each image's noise once for all its settings (masking.noise_draws)
+    rng = np.random.default_rng(2)
+    images = tf.constant(rng.uniform(size=(4, 12, 12, 3)).astype(np.float32))
+    holes = tf.constant(rng.uniform(size=(4, 12, 12)) < 0.4)
+    keys = tf.constant([7, 3, 9, 3], tf.int64)
+    config = masking.MaskConfig(ranking="pixel", fill="noisy_linear", road_noise=0.01, seed=5)
+    drawn = masking.noise_draws(images, config, keys)
+    picked = [2, 0, 3]  # an image's draws gathered into another batch
+    itself = masking.replace(tf.gather(images, picked), tf.gather(holes, picked), config,
+                             keys=tf.gather(keys, picked))
+    given = masking.replace_counted(tf.gather(images, picked), tf.gather(holes, picked), config,
+                                    keys=tf.gather(keys, picked),
+                                    noise=tf.gather(drawn, picked))[0]
+    np.testing.assert_array_equal(given.numpy(), itself.numpy())
+    assert not np.array_equal(given.numpy()[0], masking.replace(
+        images[2:3], holes[2:3], config, keys=keys[:1]).numpy()[0])  # the key matters
+    assert masking.noise_draws(images, masking.MaskConfig(fill="mean"), keys) is None
+
+
 
 def test_top_mask_is_the_top_k_set_with_ties():
     rng = np.random.default_rng(5)
