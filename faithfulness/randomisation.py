@@ -151,14 +151,15 @@ def benchmark(model_path: str, images: np.ndarray, labels: np.ndarray, ids: np.n
 
     def score(method):  # MPRT top-down at the chosen stages, on |maps| summed over channels
         trained = explain(loaded, method) if maps_of is None else maps_of(method)[:len(images)]
-        original = flat_abs(trained)
+        original = stats.ranks(flat_abs(trained))  # ranked once for every stage
 
         def randomised_maps(step):
             if step + 1 == count and randomised_maps_of is not None:
                 return randomised_maps_of(method)[:len(images)]
             return explain(randomised, method)
 
-        return {f"top {step + 1}": stats.spearman(original, flat_abs(randomised_maps(step)))
+        return {f"top {step + 1}":
+                stats.spearman_ranked(original, flat_abs(randomised_maps(step)))
                 for step in cascade(randomised, "top_down", seed, [k - 1 for k in chosen])}
 
     return Benchmark(

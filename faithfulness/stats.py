@@ -34,11 +34,19 @@ def pearson(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.where(denominator > 0, np.clip(result, -1.0, 1.0), np.nan)
 
 
+def ranks(a: np.ndarray) -> np.ndarray:
+    """[N, D]: each row's ranks in float64 (average ranks for ties, as scipy.stats)."""
+    return scipy_stats.rankdata(np.atleast_2d(np.asarray(a, np.float64)), axis=1)
+
+
 def spearman(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """[N]: Spearman correlation of each row pair (average ranks for ties, as scipy.stats)."""
-    a = np.atleast_2d(np.asarray(a, np.float64))
-    b = np.atleast_2d(np.asarray(b, np.float64))
-    return pearson(scipy_stats.rankdata(a, axis=1), scipy_stats.rankdata(b, axis=1))
+    return pearson(ranks(a), ranks(b))
+
+
+def spearman_ranked(ranked: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """`spearman(a, b)` given `ranked` = `ranks(a)`: for one row set compared with many."""
+    return pearson(ranked, ranks(b))
 
 
 def aggregate(values: np.ndarray, nan_policy: str = "propagate",

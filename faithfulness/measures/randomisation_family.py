@@ -136,7 +136,8 @@ def _layer_correlations(given: dict, smoothing: Optional[tuple]) -> np.ndarray:
                      normalise=given["normalise"])
     classes = perturbation.checked_classes(given["model"], found.x, given["y_batch"])
     ids = image_ids(given["ids"], len(found.x))
-    correlations = np.stack([stats.spearman(found.a, maps) for maps in _randomised_maps(
+    ranked = stats.ranks(found.a)  # once for every layer
+    correlations = np.stack([stats.spearman_ranked(ranked, maps) for maps in _randomised_maps(
         given["model"], found, classes, ids, explain_func=given["explain_func"],
         explain_func_kwargs=given["explain_func_kwargs"], layer_order=given["layer_order"],
         seed=given["seed"], abs=given["abs"], normalise=given["normalise"],
