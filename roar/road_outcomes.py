@@ -137,6 +137,8 @@ def outcomes(model: Any, pixels: ArrayLike, labels: ArrayLike, noise_keys: Array
     values = run(images, tf.cast(labels, tf.int32),
                  tf.cast(noise_keys, tf.int64), tf.constant(ranks), limits, keep_top,
                  tf.constant(colour, tf.float32)).numpy().reshape(len(chosen), -1, 3)
+    if mask.fill == "noisy_linear":
+        workload.count("setup", int(images.shape[0]) * len(chosen))  # a solve per image
     workload.count("solve", int(values[..., 2].sum()))  # images x solver iterations
     return {setting: (values[index, :, 0].astype(np.float64), values[index, :, 1] > 0.5)
             for index, setting in enumerate(chosen)}

@@ -9,11 +9,12 @@ Runs `scripts/report_card.py`'s `run` in this process, from no card cell (a fres
 --output_dir; the synthetic world and the shipped or converted models come from the project cache
 as usual), and follows every cell: its wall time, the forward and gradient passes it ran (counted
 by `models.foundation.workload`: images x model evaluations) and the work of ROAD's imputation
-solver (images x solver iterations: part of ROAD's definition, no model pass). Before and after the
-card, it measures at the card's batch size the forward rate (a bare traced call of the card's
-classifier), the gradient rate (a bare traced input gradient of the target logits) and, for a card
-with ROAD, the solver's rate (the compiled solve alone, image iterations per second; its compilation
-alone takes seconds), each the best of --repeats timings of about --timing_seconds (2 s), and
+solver (part of ROAD's definition, no model pass: a set-up per image imputed, and images x solver
+iterations). Before and after the card, it measures at the card's batch size the forward rate (a
+bare traced call of the card's classifier), the gradient rate (a bare traced input gradient of the
+target logits) and, for a card with ROAD, the solver's two rates (the compiled solve alone: images
+set up per second, and image iterations per second beyond the set-up; its compilation alone takes
+seconds), each the best of --repeats timings of about --timing_seconds (2 s), and
 takes the better of the two measurements of each (a shared machine's speed drifts: one measurement
 before the card alone once read a gradient ceiling 18% below the next run's, for the same card
 time). A cell's unavoidable time is the sum of its counts over those rates, and its efficiency is
@@ -92,9 +93,12 @@ class Config:
 def rates(model, images: np.ndarray, batch_size: int, repeats: int, kinds: tuple,
           timing_seconds: float = 2.0) -> dict:
     """{kind: rate} for each of `kinds`: images per second of a bare traced forward pass
-    ("forward") and a bare traced input gradient of the target logits ("gradient"), and image
-    iterations per second of ROAD's compiled imputation solver ("solve"), on batches of
-    `batch_size`, best of `repeats` timings of about `timing_seconds` each."""
+    ("forward") and a bare traced input gradient of the target logits ("gradient"); for ROAD's
+    compiled imputation solver, images per second of its set-up ("setup": the solve stopped
+    before its first iteration, which builds the multigrid operators, the right-hand side and
+    the first preconditioned residual) and image iterations per second of its iterations
+    ("solve": the time of 10 iterations beyond the set-up's); on batches of `batch_size`, each
+    the best of `repeats` timings of about `timing_seconds`."""
     batch = tf.constant(np.resize(images, (batch_size, *images.shape[1:])).astype(np.float32))
     targets = tf.zeros([batch_size], tf.int32)
     call = adapter.adapt(model).logits
@@ -114,19 +118,25 @@ def rates(model, images: np.ndarray, batch_size: int, repeats: int, kinds: tuple
     removed = tf.constant(np.broadcast_to(every_other, batch.shape[:3]))
     solve_iterations = 10
 
-    def solve():
-        return imputation.solve(pixels, removed, tf.constant(0.0), tf.constant(solve_iterations))[0]
+    def solve(iterations):
+        return lambda: imputation.solve(pixels, removed, tf.constant(0.0),
+                                        tf.constant(iterations))[0]
 
-    found = {}
-    for kind, run, work in (("forward", lambda: forward(batch), 1),
-                            ("gradient", lambda: gradient(batch, targets), 1),
-                            ("solve", solve, solve_iterations)):
-        if kind not in kinds:
-            continue
+    def best_seconds(run):  # a call's best time
         run().numpy()  # trace and warm up
         calls = max(1, int(timing_seconds / max(_seconds(run), 1e-4)))
-        best = min(_seconds(run, calls) for _ in range(repeats))
-        found[kind] = batch_size * work * calls / best
+        return min(_seconds(run, calls) for _ in range(repeats)) / calls
+
+    found = {}
+    for kind, run in (("forward", lambda: forward(batch)),
+                      ("gradient", lambda: gradient(batch, targets))):
+        if kind in kinds:
+            found[kind] = batch_size / best_seconds(run)
+    if "solve" in kinds:
+        set_up = best_seconds(solve(0))
+        found["setup"] = batch_size / set_up
+        found["solve"] = batch_size * solve_iterations / max(
+            best_seconds(solve(solve_iterations)) - set_up, 1e-9)
     return found
 
 
@@ -204,7 +214,7 @@ def run(config: Config) -> dict:
     try:
         inputs = card.load_inputs(card_config, card.resolved_methods(card_config))
         # the solver's rate only for a card that solves (its compilation costs seconds)
-        kinds = KINDS if "ROAD" in card_config.benchmarks else PASSES
+        kinds = ("forward", "gradient", "solve") if "ROAD" in card_config.benchmarks else PASSES
         measured = [ceiling_of(inputs, card_config, config, "before the card", kinds)]
         before, started = workload.snapshot(), time.perf_counter()
         card.run(requested)
@@ -230,14 +240,15 @@ def ceiling_of(inputs, card_config, config: Config, when: str, kinds: tuple) -> 
     batch_size = card_config.batch_size
     ceiling = rates(inputs.loaded, np.asarray(inputs.images), batch_size, config.repeats,
                     kinds, config.timing_seconds)
-    solver = (f"ROAD's solver {ceiling['solve']:.0f} image iterations/s" if "solve" in ceiling
+    solver = (f"ROAD's solver: set-up {ceiling['setup']:.0f} images/s, iterations "
+              f"{ceiling['solve']:.0f} image iterations/s" if "solve" in ceiling
               else "ROAD's solver not timed (no ROAD cell)")
     print(f"ceiling {when}, at batch {batch_size}: forward {ceiling['forward']:.0f} images/s, "
           f"gradient {ceiling['gradient']:.0f} images/s, {solver}", flush=True)
     return ceiling
 
 
-KINDS = ("forward", "gradient", "solve")
+KINDS = ("forward", "gradient", "setup", "solve")
 PASSES = ("forward", "gradient")  # the model's passes alone
 
 
@@ -307,23 +318,25 @@ def _seconds_text(seconds: float) -> str:
 
 def print_report(report: dict) -> None:
     rows = [[phase["phase"], phase["cells"], f"{phase['seconds']:.1f}", phase["forward"],
-             phase["gradient"], phase["solve"], f"{phase['needed']:.1f}",
+             phase["gradient"], phase["setup"], phase["solve"], f"{phase['needed']:.1f}",
              _ratio(phase["needed"], phase["seconds"]),
              _ratio(phase["passes_needed"], phase["seconds"])]
             for phase in report["phases"]]
     passes = report["passes"]
     rows.append(["card", len(report["cells"]), f"{report['seconds']:.1f}", passes["forward"],
-                 passes["gradient"], passes["solve"], f"{report['needed']:.1f}",
+                 passes["gradient"], passes["setup"], passes["solve"],
+                 f"{report['needed']:.1f}",
                  f"{report['efficiency']:.2f}", f"{report['passes_efficiency']:.2f}"])
     print(results.text_table(["phase", "cells", "wall s", "forwards", "gradients",
-                              "solver image-iterations", "needed s", "efficiency",
+                              "solver set-ups", "solver image-iterations", "needed s",
+                              "efficiency",
                               "passes only"], rows))
     costly = sorted(report["cells"], key=lambda cell: -cell["seconds"])[:12]
     print("\nthe costliest cells\n" + results.text_table(
-        ["phase", "benchmark", "method", "wall s", "forwards", "gradients", "solves",
+        ["phase", "benchmark", "method", "wall s", "forwards", "gradients", "set-ups", "solves",
          "efficiency"],
         [[c["phase"], c["benchmark"], c["method"], f"{c['seconds']:.1f}", c["forward"],
-          c["gradient"], c["solve"], f"{c['efficiency']:.2f}"] for c in costly]))
+          c["gradient"], c["setup"], c["solve"], f"{c['efficiency']:.2f}"] for c in costly]))
     if report.get("eta"):
         print("\nthe progress bar's estimate of the seconds left, at the last cell finished "
               "by each share of the cells' time\n" + results.text_table(

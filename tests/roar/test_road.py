@@ -66,8 +66,9 @@ def test_the_binary_equals_roars_masked_pipeline(small_shards):
 
 def test_outcomes_count_the_passes_and_the_solvers_work():
     """A profile's counts (`models.foundation.workload`): one forward pass per (image, setting)
-    and, with ROAD's fill, the solver's images x iterations: here one chunk of all 8 items, so
-    8 x the iterations of the same masked images imputed at once; none with the mean fill."""
+    and, with ROAD's fill, a solver set-up per item and the solver's images x iterations: here
+    one chunk of all 8 items, so 8 x the iterations of the same masked images imputed at once;
+    none with the mean fill."""
     import keras
 
     from models.foundation import workload
@@ -92,7 +93,8 @@ def test_outcomes_count_the_passes_and_the_solvers_work():
         _, info = imputation.noisy_linear_impute(np.concatenate([pixels, pixels]), removed,
                                                  return_info=True)
         expected = 8 * info["iterations"] if fill == "noisy_linear" else 0
-        assert counted == {"forward": 8, "gradient": 0, "solve": expected}
+        assert counted == {"forward": 8, "gradient": 0, "solve": expected,
+                           "setup": 8 if fill == "noisy_linear" else 0}
         assert fill == "mean" or expected > 8
 
 
