@@ -93,11 +93,10 @@ def benchmark(loaded: Any, images: np.ndarray, labels: ArrayLike, ids: ArrayLike
                   **masked_data.masking.solver_setting(imputer),
                   # (the default leaves the key out: cells made before it existed stay valid)
                   **({} if imputer == "noisy_linear" else {"imputer": imputer})},
-        # besides its maps, a cell took 0.60-0.69x a 64-step Deletion cell (prior 64) on the
-        # same images, the model-free methods' cells on the synthetic world and on Lite0, since
-        # the solver's Galerkin grids (1.6x on 2026-11-29; docs/report_card.md, "Where the
-        # card's time goes")
-        cost=8.0 * len(ratios) * len(images) / CHEAP_IMAGES)
+        # besides its maps, a cell took 0.91-0.92x a 64-step Deletion cell (prior 64) on the
+        # same images on Lite0 and 1.29x on the synthetic world since the solver's Galerkin
+        # grids (1.6x on 2026-11-29; docs/report_card.md, "Where the card's time goes")
+        cost=13.0 * len(ratios) * len(images) / CHEAP_IMAGES)
 
 
 def retraining_benchmark(model_path: str, records_dir: str, work_dir: str, *,
