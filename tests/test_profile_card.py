@@ -16,3 +16,30 @@ def test_eta_rows_take_the_last_estimate_before_each_share_of_the_cells_time():
                                                                                      70.0)
     assert rows[0.9]["at"] == 60.0 and rows[0.9]["true_left"] == 40.0
     assert profile.eta_honesty([]) == []
+
+
+def test_the_solver_is_timed_as_a_set_up_and_iterations(monkeypatch):
+    """`rates` times ROAD's solver twice (stopped before its first iteration, and 10 iterations
+    on): "setup" is images set up a second, "solve" image iterations a second beyond the set-up
+    (a solver faked to take 40 ms to set up and 8 ms an iteration)."""
+    import time
+    import types
+
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    profile = script_module(os.path.join(REPO, "scripts", "profile_card.py"))
+
+    def solve(pixels, removed, tol, max_iters):
+        time.sleep(0.040 + 0.008 * int(max_iters))
+        return (tf.zeros([1]),)
+
+    monkeypatch.setattr(profile, "imputation", types.SimpleNamespace(solve=solve))
+    model = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Flatten(),
+                              keras.layers.Dense(2)])
+    found = profile.rates(model, np.zeros((2, 8, 8, 3), np.float32), batch_size=4, repeats=1,
+                          kinds=("solve",), timing_seconds=0.1)
+    assert set(found) == {"setup", "solve"}
+    assert 4 / 0.040 * 0.8 < found["setup"] < 4 / 0.040 * 1.02  # images a second
+    assert 4 / 0.008 * 0.8 < found["solve"] < 4 / 0.008 * 1.25  # image iterations a second
