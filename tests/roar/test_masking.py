@@ -194,6 +194,7 @@ def test_imputation_noise_is_keyed_per_example():
     assert 0.008 < imputed.std() < 0.012 and not np.array_equal(imputed[0], imputed[1])
     np.testing.assert_array_equal(batch.numpy()[:, :4], images[:, :4])
 
+
 def test_noise_drawn_beforehand_is_the_noise_drawn_per_call():
     # ROAD's scorer draws each image's noise once for all its settings (masking.noise_draws)
     rng = np.random.default_rng(2)
@@ -212,7 +213,6 @@ def test_noise_drawn_beforehand_is_the_noise_drawn_per_call():
     assert not np.array_equal(given.numpy()[0], masking.replace(
         images[2:3], holes[2:3], config, keys=keys[:1]).numpy()[0])  # the key matters
     assert masking.noise_draws(images, masking.MaskConfig(fill="mean"), keys) is None
-
 
 
 def test_top_mask_is_the_top_k_set_with_ties():
