@@ -15,7 +15,9 @@ synthetic card on two images, one protocol and two methods. Every phase writes i
 JSON into --output_dir; the table (`device_check.md`, `device_check.json`) gives per phase the
 wall time, the rates and their ratio to the ceiling each benchmark measures, the card's
 efficiency (profile_card.py), and the GPU's mean and peak utilisation while it ran (from
-`nvidia-smi`, sampled every second; "no nvidia-smi" without one).
+`nvidia-smi`, sampled every second; "no nvidia-smi" without one). It needs TensorFlow with
+its GPU libraries on the machine: `scripts/device_probe.py`, which needs none, says first whether
+they are there.
 """
 import dataclasses
 import json

@@ -29,3 +29,24 @@ def test_the_device_check_runs_on_a_cpu_at_small_sizes(tmp_path):
     card = next(row for row in report["rows"] if row[0] == "real card" and "cells" in row[2])
     assert card[2].startswith("2 cells") and card[4].startswith("efficiency ")
     assert "| engine |" in (output / "device_check.md").read_text()
+
+
+def test_the_device_probe_reads_cuda_majors_and_the_cards_pass_time():
+    """scripts/device_probe.py, the check run first on a borrowed GPU machine: it tells which
+    CUDA majors are there against those TensorFlow needs, and the seconds the real card's passes
+    would take at the fastest float32 rates of Lite0's twin (other twins and bfloat16 ignored)."""
+    from scripts import device_probe
+
+    found = device_probe.majors_of(["/usr/lib/libcudart.so.13.0.96", "libcublas.so.13",
+                                    "libcublasLt.so.12", "x/nvidia/cudnn/lib/libcudnn.so.9",
+                                    "libcudart.so.12", "libcudnn_ops.so.9", "libcudart.so"])
+    assert found == {"libcudart": ["12", "13"], "libcublas": ["13"], "libcudnn": ["9"]}
+    rows = [{"model": "efficientnet_lite0", "precision": "float32", "forward": 800.0,
+             "gradient": 250.0},
+            {"model": "efficientnet_lite0", "precision": "float32", "forward": 1000.0,
+             "gradient": 200.0},
+            {"model": "efficientnet_lite0", "precision": "bfloat16", "forward": 9e9,
+             "gradient": 9e9},
+            {"model": "resnet50", "precision": "float32", "forward": 9e9, "gradient": 9e9}]
+    config = device_probe.Config(card_forwards=5000, card_gradients=1000)
+    assert device_probe.card_seconds(rows, config)["seconds"] == 5000 / 1000 + 1000 / 250
