@@ -20,9 +20,18 @@ per image. For each measure, with the settings of `SETTINGS`, it prints:
   `scripts/quantus_timing.py`; Quantus / ours is the speed-up.
 
 Both sides run on --threads threads (TensorFlow's intra- and inter-op pools; PyTorch's).
+
+With `--measures=all` (or names and family names, comma-separated) it times those measures
+instead, each with the card's settings at this image size (`faithfulness.card.card_settings`),
+the network's gradient as the explanation function where a measure explains again, and the
+squares as masks; each ceiling is the forward passes and input gradients that the measure's first
+call asked for (`models.foundation.workload`), so no pass count is written by hand. MeGe and ReCo,
+which train models, and focus, which needs mosaics, are left out; ROAD's solver work is not in
+its ceiling (passes only).
 """
 import dataclasses
 import datetime
+import inspect
 import json
 import os
 import platform
@@ -33,8 +42,9 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 
-from models.foundation import progress
+from models.foundation import progress, workload
 from models.foundation.cli import option, run_binary
+from models.foundation.errors import UserError
 from models.foundation.files import write_json
 from models.foundation.lazy import lazy_module
 from models.foundation.rules import Checked, at_least
@@ -43,12 +53,14 @@ if TYPE_CHECKING:  # the type checker's view of the same modules
     import keras
     import tensorflow as tf
 
+    from faithfulness import card as faithfulness_card
     from faithfulness import measures
     from saliency_gen.attribution import engine
 else:
     keras = lazy_module("keras")
     tf = lazy_module("tensorflow")
     measures = lazy_module("faithfulness.measures")
+    faithfulness_card = lazy_module("faithfulness.card")
     engine = lazy_module("saliency_gen.attribution.engine")
 # (scripts/ is a folder of scripts, not a package the type checker follows)
 # run as `python -m scripts.bench_measures` or as `python scripts/bench_measures.py`
@@ -73,6 +85,8 @@ SETTINGS: dict[str, tuple[dict, Optional[int]]] = {
 }
 MAPS_ONLY = ("sparseness", "pointing_game")
 GRADIENTS = {"avg_sensitivity": 20}  # measure -> input gradients per image (its explanations)
+# left out of --measures: MeGe and ReCo train models (no pass ceiling); focus needs mosaics
+LEFT_OUT = ("mege", "reco", "focus")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,6 +102,9 @@ class Config(Checked):
                                                  "$QUANTUS_PYTHON; none: no Quantus column).")
     output: Optional[str] = option(None, "Also write the table as JSON here.")
     seed: int = option(0, "Seed of the weights, images and masks.")
+    measures: str = option("", "Time these measures (comma-separated names or families, or "
+                           "all) with the card's settings, their counted passes as the "
+                           "ceiling; empty: the fixed set of SETTINGS, with Quantus.")
 
 
 def network(size: int, seed: int, widths: tuple = (16, 32, 64)) -> Any:
@@ -126,30 +143,61 @@ def inputs(model: Any, config: Config) -> dict:
 
 
 def library_call(model: Any, arrays: dict, name: str, settings: dict, batch_size: int) -> Any:
-    """The measure's library call on the benchmark's inputs, as a callable."""
+    """The measure's library call on the benchmark's inputs, as a callable: the network's
+    gradient as its explanation function and the benchmark's batch size where it takes them,
+    the masks and the one-channel maps for the localisation family."""
+    function = getattr(measures, name)
+    accepted = inspect.signature(function).parameters
     call = dict(settings)
-    if name == "avg_sensitivity":
-        call["explain_func"] = "gradient"
-    if name not in MAPS_ONLY:
+    if "explain_func" in accepted:
+        call.setdefault("explain_func", "gradient")
+    if "batch_size" in accepted:
         call["batch_size"] = batch_size
-    masks = arrays["masks"] if name == "pointing_game" else None
-    maps = arrays["summed" if name in MAPS_ONLY else "maps"]
-    return lambda: getattr(measures, name)(model, arrays["x"], arrays["y"], maps, masks, **call)
+    masks = arrays["masks"] if name in measures.MASKED else None
+    maps = arrays["summed" if name in MAPS_ONLY or masks is not None else "maps"]
+    return lambda: function(model, arrays["x"], arrays["y"], maps, masks, **call)
 
 
-def timings(model: Any, arrays: dict, name: str, settings: dict, passes: Optional[int],
-            config: Config) -> tuple[float, float, Optional[float]]:
-    """(first call's seconds, steady seconds, ceiling seconds or None): after the first call
-    (which traces), the best of three of the call and of each ceiling run, taken in turn so a
-    slow spell of a shared machine hits both alike."""
+def chosen_measures(text: str) -> list:
+    """The measures of `--measures` (names, family names or all), in order, once each, but
+    `LEFT_OUT`."""
+    names: list = []
+    for part in (piece.strip() for piece in text.split(",") if piece.strip()):
+        if part == "all":
+            names += [name for family in measures.FAMILIES.values() for name in family]
+        elif part in measures.FAMILIES:
+            names += measures.FAMILIES[part]
+        elif part in measures.__all__:
+            names.append(part)
+        else:
+            raise UserError(f"--measures: no measure or family named {part!r} (families: "
+                            f"{', '.join(measures.FAMILIES)}, or all)")
+    return [name for name in dict.fromkeys(names) if name not in LEFT_OUT]
+
+
+def timings(model: Any, arrays: dict, name: str, settings: dict, passes: Optional[float],
+            config: Config, counted: bool = False) -> dict:
+    """{ours_first_s, ours_s, ceiling_s (None for the maps alone), passes_per_image,
+    gradients_per_image, solver}: after the first call (which traces), the best of three of
+    the call and of each ceiling run, taken in turn so a slow spell of a shared machine hits
+    both alike. `counted`: the ceiling's passes are those the first call asked for."""
     call = library_call(model, arrays, name, settings, config.batch_size)
+    before = workload.snapshot()
     started = time.perf_counter()
     call()
     first = time.perf_counter() - started
-    bound = ceiling_runs(model, passes * config.images, config.batch_size, config.size,
-                         GRADIENTS.get(name, 0) * config.images) if passes is not None else []
+    work = workload.since(before)
+    gradients: float = GRADIENTS.get(name, 0)
+    if counted:
+        gradients = work["gradient"] / config.images
+        passes = work["forward"] / config.images if work["forward"] or gradients else None
+    bound = ceiling_runs(model, round((passes or 0) * config.images), config.batch_size,
+                         config.size, round(gradients * config.images)) \
+        if passes is not None else []
     times = bench_faithfulness.best_times([call, *bound], 3)
-    return first, times[0], (sum(times[1:]) if bound else None)
+    return {"ours_first_s": first, "ours_s": times[0],
+            "ceiling_s": sum(times[1:]) if bound else None, "passes_per_image": passes,
+            "gradients_per_image": gradients, "solver": bool(work["setup"] or work["solve"])}
 
 
 def quantus_seconds(model: Any, arrays: dict, config: Config) -> dict:
@@ -179,14 +227,16 @@ def run(config: Config) -> list:
     tf.config.threading.set_inter_op_parallelism_threads(config.threads)
     model = network(config.size, config.seed, config.widths)
     arrays = inputs(model, config)
-    reference = quantus_seconds(model, arrays, config)
+    counted = bool(config.measures)
+    chosen = {name: (faithfulness_card.card_settings(name, config.size, config.size), None)
+              for name in chosen_measures(config.measures)} if counted else SETTINGS
+    reference = {} if counted else quantus_seconds(model, arrays, config)
     rows: list[dict[str, Any]] = []
-    with progress.bar(len(SETTINGS), "measures timed", "measure") as bar:
-        for name, (settings, passes) in SETTINGS.items():
-            first, steady, bound = timings(model, arrays, name, settings, passes, config)
-            rows.append({"measure": name, "passes_per_image": passes,
-                         "gradients_per_image": GRADIENTS.get(name, 0), "ours_first_s": first,
-                         "ours_s": steady, "ceiling_s": bound,
+    with progress.bar(len(chosen), "measures timed", "measure") as bar:
+        for name, (settings, passes) in chosen.items():
+            found = timings(model, arrays, name, settings, passes, config, counted)
+            steady, bound = found["ours_s"], found["ceiling_s"]
+            rows.append({"measure": name, **found,
                          "of_ceiling": bound / steady if bound else None,
                          "quantus_s": reference.get(name),
                          "speed_up": reference[name] / steady if name in reference else None})
@@ -198,9 +248,12 @@ def run(config: Config) -> list:
           "ours / ceiling | Quantus 0.6 (s) | Quantus / ours |")
     print("|---|---|---|---|---|---|---|---|")
     for row in rows:
-        work = "maps only" if row["passes_per_image"] is None else str(row["passes_per_image"])
+        work = "maps only" if row["passes_per_image"] is None \
+            else f"{row['passes_per_image']:g}"
         if row["gradients_per_image"]:
-            work += f" + {row['gradients_per_image']} gradients"
+            work += f" + {row['gradients_per_image']:g} gradients"
+        if row["solver"]:
+            work += " (and ROAD's solver)"
         print(f"| {row['measure']} | {work} | "
               f"{row['ours_s']:.3f} | {row['ours_first_s']:.3f} | "
               f"{_maybe(row['ceiling_s'], '.3f')} | {_maybe(row['of_ceiling'], '.2f')} | "

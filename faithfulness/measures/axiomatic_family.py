@@ -27,7 +27,7 @@ import numpy as np
 
 from faithfulness.measures import perturbation
 from faithfulness.measures.arguments import image_ids, prepared
-from faithfulness.measures.explaining import explainer, keras_of
+from faithfulness.measures.explaining import explainer, kept_copy
 from models.foundation.metric_spec import MetricSpec
 
 SPECS = (
@@ -104,9 +104,10 @@ def input_invariance(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_bat
     """[N] 1.0 where the shifted model's map of the shifted image equals the map (1e-4)."""
     found = prepared(x_batch, a_batch, s_batch, abs=abs, normalise=normalise)
     classes = perturbation.checked_classes(model, found.x, y_batch)
-    source = keras_of(model, "input_invariance shifts the model's input")
     shift = float(input_shift)
-    explain = explainer(shifted_model(source, shift), explain_func, explain_func_kwargs, abs=abs,
+    shifted = kept_copy(model, ("shifted", shift), "input_invariance shifts the model's input",
+                        lambda source: shifted_model(source, shift))
+    explain = explainer(shifted, explain_func, explain_func_kwargs, abs=abs,
                         normalise=normalise, map_shape=found.map_shape,
                         batch_size=batch_size, seed=seed)
     ids = image_ids(ids, len(found.x))

@@ -6,7 +6,7 @@ targets=, **explain_func_kwargs)` as Quantus calls it (NHWC inputs here); its ma
 as the call's `a_batch` was (`arguments.prepared`), and must have its shape.
 """
 import dataclasses
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Hashable, Optional
 
 import keras
 import numpy as np
@@ -28,6 +28,19 @@ def keras_of(model: Any, what: str) -> Any:
     if path is None:
         raise UserError(f"{what}: pass a Keras model or an exported zoo model (models.load)")
     return kept(model, "rebuilt Keras model", lambda: models.rebuild(path))
+
+
+def kept_copy(model: Any, key: Hashable, what: str,
+              build: Callable[[keras.Model], keras.Model]) -> keras.Model:
+    """A Keras model made by `build(source)` from `model`'s Keras form (`keras_of`) once per
+    (`model`, `key`) and kept with `model`, so that the engine's traces on it serve every call
+    (a copy made per call was traced again per call); it takes `model`'s current weights at
+    each call. A measure that changes its weights restores them before it returns
+    (`randomisation.cascade`), and calls on one model run one at a time."""
+    source = keras_of(model, what)
+    copy = kept(model, ("measures' copy", key), lambda: build(source))
+    copy.set_weights(source.get_weights())
+    return copy
 
 
 @dataclasses.dataclass(frozen=True)

@@ -35,7 +35,7 @@ import scipy.ndimage
 from faithfulness import randomisation, stats, substrates
 from faithfulness.measures import perturbation, robustness_family
 from faithfulness.measures.arguments import image_ids, prepared, scaled
-from faithfulness.measures.explaining import explainer, keras_of
+from faithfulness.measures.explaining import explainer, kept_copy
 from models.foundation.errors import UserError, check_one_of
 from models.foundation.metric_spec import MetricSpec
 
@@ -53,11 +53,10 @@ LAYER_ORDERS = randomisation.LAYER_ORDERS
 
 
 def randomisable(model: Any) -> Any:
-    """A Keras copy of `model` whose weights the measure may change (`explaining.keras_of`)."""
-    source = keras_of(model, "mprt re-initialises the model's layers")
-    copy = keras.models.clone_model(source)
-    copy.set_weights(source.get_weights())
-    return copy
+    """A Keras copy of `model` whose weights the measure may change, kept with `model` and
+    given its current weights at each call (`explaining.kept_copy`)."""
+    return kept_copy(model, "randomisable", "mprt re-initialises the model's layers",
+                     keras.models.clone_model)
 
 
 def _randomised_maps(model: Any, found: Any, classes: np.ndarray, ids: np.ndarray, *,

@@ -379,6 +379,29 @@ def test_randomisation_measures_known_answers():
                                                      explain_func="gradient"), 1.0, atol=1e-9)
 
 
+def test_randomising_measures_follow_the_models_weights_between_calls():
+    """mprt keeps its copy of the model between calls (the engine's traces on it reused) and
+    gives it the model's weights at each call: after the weights change, a call equals a call
+    on a model built with those weights, and differs from the call before the change."""
+    import keras
+
+    x, classes = ARRAYS["x"], ARRAYS["y"].astype(np.int64)
+    rng = np.random.default_rng(21)
+    changed = [w + rng.normal(0.0, 0.2, w.shape).astype(w.dtype)
+               for w in MODELS[8].get_weights()]
+    model, other = (keras.models.clone_model(MODELS[8]) for _ in range(2))
+    model.set_weights(MODELS[8].get_weights())
+    other.set_weights(changed)
+
+    def mprt(on):
+        return measures.mprt(on, x, classes, ARRAYS["gradient"], explain_func="gradient")
+    before = mprt(model)
+    model.set_weights(changed)
+    after = mprt(model)
+    assert after.tobytes() == mprt(other).tobytes()
+    assert not np.array_equal(before, after)
+
+
 def test_sufficiency_and_consistency_count_close_maps_of_the_same_prediction():
     """Two pairs of nearly equal maps, far apart: the first pair's images are predicted alike
     (1 each), the second pair's differently (0 each)."""

@@ -1,0 +1,29 @@
+"""scripts/bench_measures.py's --measures mode: which measures it times, and the ceiling of each
+taken from the passes its first call asked for (models.foundation.workload)."""
+import pytest
+
+from models.foundation.errors import UserError
+from scripts import bench_measures
+
+
+def test_measures_by_name_family_and_all_once_each_without_those_it_cannot_bound():
+    assert bench_measures.chosen_measures("complexity, sparseness,mege") == [
+        "sparseness", "complexity", "effective_complexity"]
+    every = bench_measures.chosen_measures("all")
+    assert len(every) == len(set(every)) and not set(bench_measures.LEFT_OUT) & set(every)
+    assert {"mprt", "road", "pointing_game", "average_stability"} <= set(every)
+    with pytest.raises(UserError, match="no measure or family named 'nope'"):
+        bench_measures.chosen_measures("sparseness,nope")
+
+
+def test_the_ceiling_counts_the_passes_the_measure_asked_for():
+    """completeness scores each image and its baseline: 2 forward passes an image, no
+    gradient; sparseness reads the maps alone: no ceiling."""
+    config = bench_measures.Config(images=3, size=16, measures="completeness")
+    model = bench_measures.network(config.size, config.seed)
+    arrays = bench_measures.inputs(model, config)
+    found = bench_measures.timings(model, arrays, "completeness", {}, None, config, counted=True)
+    assert (found["passes_per_image"], found["gradients_per_image"]) == (2, 0)
+    assert found["ceiling_s"] > 0 and not found["solver"]
+    alone = bench_measures.timings(model, arrays, "sparseness", {}, None, config, counted=True)
+    assert alone["passes_per_image"] is None and alone["ceiling_s"] is None
