@@ -117,14 +117,23 @@ def network(size: int, seed: int, widths: tuple = (16, 32, 64)) -> Any:
     return keras.Sequential(layers)
 
 
+def even_batch(count: int, batch_size: int) -> int:
+    """The batch that splits `count` passes evenly over the fewest batches of at most
+    `batch_size` (as the executor splits a call's items): 16 passes run as one batch of 16,
+    not one of 64."""
+    return -(-count // -(-count // batch_size))
+
+
 def ceiling_runs(model: Any, passes: int, batch_size: int, size: int,
                  gradients: int = 0) -> list:
     """The ceiling's callables: `passes` forward passes on one fixed batch in one traced loop
-    (`scripts.bench_faithfulness.ceiling_run`), and `gradients` bare input gradients likewise."""
-    runs = [bench_faithfulness.ceiling_run(model, passes, batch_size, size)] if passes else []
+    (`scripts.bench_faithfulness.ceiling_run`), and `gradients` bare input gradients likewise,
+    each in `even_batch`es."""
+    runs = [bench_faithfulness.ceiling_run(model, passes, even_batch(passes, batch_size),
+                                           size)] if passes else []
     if gradients:
-        runs.append(bench_faithfulness.ceiling_run(model, gradients, batch_size, size,
-                                                   gradient=True))
+        runs.append(bench_faithfulness.ceiling_run(
+            model, gradients, even_batch(gradients, batch_size), size, gradient=True))
     return runs
 
 

@@ -27,3 +27,8 @@ def test_the_ceiling_counts_the_passes_the_measure_asked_for():
     assert found["ceiling_s"] > 0 and not found["solver"]
     alone = bench_measures.timings(model, arrays, "sparseness", {}, None, config, counted=True)
     assert alone["passes_per_image"] is None and alone["ceiling_s"] is None
+
+
+def test_the_ceiling_splits_its_passes_evenly_over_the_fewest_batches():
+    assert [bench_measures.even_batch(count, 64) for count in (16, 64, 65, 784, 3072)] == [
+        16, 64, 33, 61, 64]
