@@ -5,6 +5,7 @@ import logging
 
 import numpy as np
 
+from models.foundation import ordering
 from models.foundation.errors import UserError
 from models.foundation.lazy import lazy_module
 
@@ -36,7 +37,7 @@ def pearson(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def ranks(a: np.ndarray) -> np.ndarray:
     """[N, D]: each row's ranks in float64 (average ranks for ties, as scipy.stats: the same
-    values, 0.5 x (first place + last place + 2) of each run of equal values). The order within
+    values, 0.5 x (first place + end place + 1) of each run of equal values). The order within
     a run does not change its average, so NumPy's vectorised sort serves, where scipy's stable
     sort costs several times as much on a map; rows with a NaN go to scipy."""
     values = np.atleast_2d(np.asarray(a, np.float64))
@@ -44,15 +45,10 @@ def ranks(a: np.ndarray) -> np.ndarray:
         return scipy_stats.rankdata(values, axis=1)
     order = np.argsort(values, axis=1)
     ordered = np.take_along_axis(values, order, axis=1)
-    count = values.shape[1]
-    place = np.broadcast_to(np.arange(count), values.shape)
-    same = ordered[:, 1:] == ordered[:, :-1]  # -0.0 and 0.0 are equal, as in scipy
-    first = np.maximum.accumulate(np.where(np.concatenate(
-        [np.ones((len(values), 1), bool), ~same], axis=1), place, 0), axis=1)
-    last = np.flip(np.minimum.accumulate(np.flip(np.where(np.concatenate(
-        [~same, np.ones((len(values), 1), bool)], axis=1), place, count), axis=1), axis=1), axis=1)
+    # -0.0 and 0.0 are equal, as in scipy
+    first, end = ordering.runs(ordered[:, 1:] == ordered[:, :-1])
     found = np.empty_like(values)
-    np.put_along_axis(found, order, 0.5 * (first + last + 2), axis=1)
+    np.put_along_axis(found, order, 0.5 * (first + end + 1), axis=1)
     return found
 
 

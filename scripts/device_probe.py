@@ -22,9 +22,11 @@ import os
 import platform
 import re
 import shutil
+import site
 import subprocess
 import sys
 import time
+from typing import Any
 
 from models.foundation import provenance, results
 from models.foundation.cli import option, run_binary
@@ -57,10 +59,10 @@ def _command(arguments: list) -> str:
 
 def library_majors() -> dict:
     """{library: sorted major versions found} for the CUDA libraries TensorFlow loads, from
-    `ldconfig -p`, /usr/local/cuda*/ and the `nvidia` packages beside Python's."""
+    `ldconfig -p`, /usr/local/cuda*/ and the `nvidia` packages in Python's site-packages."""
     names = _command(["ldconfig", "-p"]).split()
     for folder in [*glob.glob("/usr/local/cuda*/lib*"),
-                   *(os.path.join(p, "nvidia") for p in sys.path if p)]:
+                   *(os.path.join(p, "nvidia") for p in site.getsitepackages())]:
         names += glob.glob(os.path.join(folder, "**", "lib*.so.*"), recursive=True)
     return majors_of(names)
 
@@ -176,7 +178,7 @@ def card_seconds(rows: list, config: Config) -> dict:
 
 def run(config: Config) -> dict:
     output_dir = os.path.abspath(ensure_directory(config.output_dir))
-    report = {"date": time.strftime("%Y-%m-%d"), "environment": environment()}
+    report: dict[str, Any] = {"date": time.strftime("%Y-%m-%d"), "environment": environment()}
     try:
         import torch  # noqa: F401
 

@@ -68,14 +68,25 @@ def places_repeated(values: ArrayLike, copies: int, descending: bool = False) ->
     if not same.any():  # no ties: each run one entry
         run_start, run_length = position, np.ones_like(order)
     else:
-        starts = np.concatenate([np.ones(same.shape[:-1] + (1,), bool), ~same], axis=-1)
-        run_start = np.maximum.accumulate(np.where(starts, position, 0), axis=-1)
-        ends = np.concatenate([~same, np.ones(same.shape[:-1] + (1,), bool)], axis=-1)
-        run_end = np.flip(np.minimum.accumulate(
-            np.flip(np.where(ends, position + 1, count), axis=-1), axis=-1), axis=-1)
+        run_start, run_end = runs(same)
         run_length = run_end - run_start
     first = copies * run_start + (position - run_start)  # the first copy's place, in order
     inverse = _inverse(order)
     copy = np.arange(copies).reshape((1,) * (keys.ndim - 1) + (copies, 1))
     return (np.take_along_axis(first, inverse, axis=-1)[..., None, :]
             + copy * np.take_along_axis(run_length, inverse, axis=-1)[..., None, :])
+
+
+def runs(same: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+    """(first place, end place: int64 [..., n]) of the run of equal entries that each place of
+    a sorted row belongs to (the end one past its last place), from `same` ([..., n - 1]: entry
+    i equals entry i + 1)."""
+    same = np.asarray(same, bool)
+    count = same.shape[-1] + 1
+    position = np.broadcast_to(np.arange(count), same.shape[:-1] + (count,))
+    edge = np.ones(same.shape[:-1] + (1,), bool)
+    first = np.maximum.accumulate(
+        np.where(np.concatenate([edge, ~same], axis=-1), position, 0), axis=-1)
+    end = np.flip(np.minimum.accumulate(np.flip(np.where(
+        np.concatenate([~same, edge], axis=-1), position + 1, count), axis=-1), axis=-1), axis=-1)
+    return first, end
