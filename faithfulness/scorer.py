@@ -110,11 +110,17 @@ class Scorer:
             outputs = tf.nn.softmax(outputs, axis=-1)
         return outputs
 
-    def _chunked(self, count, compute, per_item=()):
+    def _chunk(self, items: int) -> int:
+        """The chunk of a call of `items` work items: at most `batch_size`, split evenly
+        (`executor.chunk_size`), so a call of 16 images does not compute a chunk of 64."""
+        return executor.chunk_size(int(items), self.batch_size)
+
+    def _chunked(self, count, compute, chunk, per_item=()):
         """Concatenates compute(item indices [chunk]) over all chunks of `count` items."""
-        return executor.collect(count, self.batch_size, compute, per_item)
+        return executor.collect(count, chunk, compute, per_item)
 
     def _function(self, key, build):
+        """The traced function of `key` (which names the chunk it streams in)."""
         if key not in self._functions:
             self._functions[key] = quiet_retracing(tf.function(
                 build(), jit_compile=self.jit_compile, reduce_retracing=True))
@@ -129,14 +135,15 @@ class Scorer:
             raise UserError("there are no images to score")
         self.probe(images)
         workload.count("forward", images.shape[0])
+        chunk = self._chunk(images.shape[0])
 
         def build():
             def run(images):
                 return self._chunked(tf.shape(images)[0], lambda items: self._outputs(
-                    tf.gather(images, items)), per_item=[None])
+                    tf.gather(images, items)), chunk, per_item=[None])
             return run
 
-        return self._function(("predict",), build)(images).numpy()
+        return self._function(("predict", chunk), build)(images).numpy()
 
     def check_classes(self, classes: ArrayLike, count: int) -> np.ndarray:
         """int32 [N] class indices, checked against the number of images and of classes (call
@@ -169,7 +176,8 @@ class Scorer:
                   np.array_equal(cols, np.arange(width) // (width // grid_w)))
         noisy = end_noise_seed is not None
         ids = np.arange(count) if ids is None else np.asarray(ids)
-        key = ("ranked", grid_h, grid_w, noisy, blocks)
+        chunk = self._chunk(count * len(schedule.lo))
+        key = ("ranked", grid_h, grid_w, noisy, blocks, chunk)
 
         def build():
             def run(start, end, ranks, lo, hi, classes, rows, cols, ids, seed):
@@ -195,7 +203,7 @@ class Scorer:
                     return tf.gather(self._outputs(blended), tf.gather(classes, image),
                                      batch_dims=1)
 
-                return tf.reshape(self._chunked(total, compute), [-1, points])
+                return tf.reshape(self._chunked(total, compute, chunk), [-1, points])
             return run
 
         run = self._function(key, build)
@@ -216,6 +224,7 @@ class Scorer:
         if start.shape[0] == 0:
             raise UserError("there are no images to score")
         self.probe(start)
+        chunk = self._chunk(start.shape[0] * 2)
 
         def build():
             def run(start, end, keep, classes):
@@ -227,10 +236,10 @@ class Scorer:
                     return tf.gather(self._outputs(blended), tf.gather(classes, image),
                                      batch_dims=1)
 
-                return tf.reshape(self._chunked(total, compute), [-1, 2])
+                return tf.reshape(self._chunked(total, compute, chunk), [-1, 2])
             return run
 
-        run = self._function(("soft",), build)
+        run = self._function(("soft", chunk), build)
         workload.count("forward", start.shape[0] * 2)
         return run(start, tf.convert_to_tensor(end, tf.float32),
                    tf.convert_to_tensor(keep, tf.float32), tf.constant(classes, tf.int32)).numpy()

@@ -140,10 +140,11 @@ def band_scores(model: Any, x: np.ndarray, ranks: np.ndarray, bands: np.ndarray,
                 perturbed = tf.ensure_shape(_band_images(x, ranks, bands, baseline, items, keep),
                                             [items.shape[0], height, width, channels])
                 return class_outputs(adapter, perturbed, tf.gather(classes, image), softmax)
-            return executor.collect(tf.shape(x)[0] * steps, batch_size, compute)
+            return executor.collect(tf.shape(x)[0] * steps, chunk, compute)
         return run
 
-    key = ("measure bands", height, width, channels, keep, softmax, batch_size)
+    chunk = executor.chunk_size(len(x) * len(bands), batch_size)
+    key = ("measure bands", height, width, channels, keep, softmax, chunk)
     run = adapter.traced(key, build)
     workload.count("forward", len(x) * len(bands))
     per_item = np.broadcast_to(np.asarray(baseline, np.float32).reshape(len(x), -1),

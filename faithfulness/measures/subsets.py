@@ -130,10 +130,11 @@ def subset_scores(model: Any, x: np.ndarray, features: np.ndarray, baseline: np.
                 at = tf.stack([tf.broadcast_to(image[:, None], tf.shape(chosen)), chosen], -1)
                 sums = tf.reduce_sum(tf.gather_nd(flat, at), axis=1)
                 return tf.stack([scores, sums], axis=1)
-            return executor.collect(tf.shape(x)[0] * runs, batch_size, compute, [2])
+            return executor.collect(tf.shape(x)[0] * runs, chunk, compute, [2])
         return run
 
-    key = ("measure subsets", height, width, channels, subset_size, softmax, batch_size)
+    chunk = executor.chunk_size(len(x) * runs, batch_size)
+    key = ("measure subsets", height, width, channels, subset_size, softmax, chunk)
     traced = adapter.traced(key, build)
     workload.count("forward", len(x) * runs)
     values = traced(tf.constant(x, tf.float32), tf.constant(features, tf.float32),
@@ -173,11 +174,12 @@ def grid_scores(model: Any, x: np.ndarray, features: np.ndarray, baseline: float
                 scores = class_outputs(adapter, perturbed, tf.gather(classes, image), softmax)
                 sums = tf.reduce_sum(tf.gather(features, image) * (1.0 - keep), axis=[1, 2, 3])
                 return tf.stack([scores, sums], axis=1)
-            return executor.collect(tf.shape(x)[0] * samples, batch_size, compute, [2])
+            return executor.collect(tf.shape(x)[0] * samples, chunk, compute, [2])
         return run
 
+    chunk = executor.chunk_size(len(x) * samples, batch_size)
     key = ("measure grid subsets", height, width, channels, grid_size, float(subset_percent),
-           float(baseline), softmax, batch_size)
+           float(baseline), softmax, chunk)
     traced = adapter.traced(key, build)
     workload.count("forward", len(x) * samples)
     values = traced(tf.constant(x, tf.float32), tf.constant(features, tf.float32),

@@ -87,12 +87,14 @@ class Adapter:
         if images.shape[0] == 0:
             return np.zeros((0, self.num_classes or 0), np.float32)
         workload.count("forward", images.shape[0])
+        chunk = executor.chunk_size(images.shape[0], batch_size)  # 16 images: no chunk of 64
+
         def build():
             def run(images):
-                return executor.collect(tf.shape(images)[0], batch_size, lambda items: tf.cast(
+                return executor.collect(tf.shape(images)[0], chunk, lambda items: tf.cast(
                     self.logits(tf.gather(images, items)), tf.float32), item_shape=[None])
             return quiet_retracing(tf.function(run, reduce_retracing=True, autograph=False))
-        return self.traced(("predict", batch_size), build)(images).numpy()
+        return self.traced(("predict", chunk), build)(images).numpy()
 
     def traced(self, key: tuple, build: Callable[[], Callable]) -> Callable:
         """The traced function `build()` makes of this model, built once per `key` and kept

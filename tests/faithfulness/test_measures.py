@@ -517,3 +517,38 @@ def test_the_subset_is_the_first_distinct_draws_alone_or_in_a_chunk_and_uniform(
     spread = np.sum((counts - expected) ** 2 / expected) / (count - 1)
     assert abs(spread - (1 - size / count)) < 0.2, spread  # sd about 0.045
     assert all(len(set(row)) == size for row in chosen)
+
+
+class LargestBatch(tf.keras.layers.Layer):
+    """Passes its input through and keeps the largest batch it has seen."""
+
+    def build(self, shape):
+        self.largest = self.add_weight(shape=(), initializer="zeros", trainable=False,
+                                       dtype="int32")
+
+    def call(self, x):
+        self.largest.assign(tf.maximum(self.largest, tf.shape(x)[0]))
+        return x
+
+
+def test_a_small_call_runs_no_padded_chunk():
+    """A call of 16 images at batch 64 runs the model on 16 items, not on a chunk of 64 (a
+    measure of one pass an image ran at a quarter of its ceiling), and 34 items at batch 16 on
+    three chunks of 12 (split evenly, a multiple of 4), not three of 16."""
+    from faithfulness.measures import perturbation
+    from models.formats.adapter import adapt
+    seen = LargestBatch()
+    model = tf.keras.Sequential([tf.keras.Input((8, 8, 3)), seen, tf.keras.layers.Flatten(),
+                                 tf.keras.layers.Dense(3)])
+    x = np.random.default_rng(0).normal(size=(34, 8, 8, 3)).astype(np.float32)
+    calls = {"outputs": lambda n, batch: perturbation.outputs(model, x[:n], batch),
+             "clean scores": lambda n, batch: perturbation.clean_scores(
+                 model, x[:n], np.zeros(n, np.int32), batch_size=batch),
+             "adapter": lambda n, batch: adapt(model).predict(x[:n], batch)}
+    for name, run in calls.items():
+        for count, batch, largest in ((16, 64, 16), (34, 16, 12)):
+            seen.largest.assign(0)
+            run(count, batch)
+            assert int(seen.largest.numpy()) == largest, (name, count)
+    np.testing.assert_array_equal(perturbation.outputs(model, x, 64),
+                                  perturbation.outputs(model, x, 8))
