@@ -171,14 +171,16 @@ def test_relative_representation_stability_reads_the_chosen_layers():
     reader = robustness_family.representation_reader(model, layer_indices=[-1])
     (last,) = robustness_family.layer_outputs(reader, x)
     np.testing.assert_allclose(last, model(x).numpy().reshape(len(x), -1), rtol=1e-6)
-    # layer by layer, a few images at a time: the concatenated norm, whatever the chunking
+    # layer by layer, each image's own layers read once for its 9 samples (sample-major rows,
+    # read 8 at a time): the concatenated norm of each row against its own image's
     every = robustness_family.representation_reader(model)
-    moved = x + 0.05
-    found = robustness_family.representation_change(every, x, moved)
+    moved = (x[None] + np.linspace(-0.2, 0.2, 9)[:, None, None, None, None]).astype(np.float32)
+    found = robustness_family.representation_change(every, x, moved.reshape(-1, *x.shape[1:]))
     flat = [np.concatenate(robustness_family.layer_outputs(every, images), axis=1)
-            for images in (x, moved)]
-    np.testing.assert_allclose(found, np.linalg.norm(
-        (flat[0] - flat[1]) / (flat[0] + (flat[0] == 0) * 1e-6), axis=1), rtol=1e-6)
+            for images in (x, moved.reshape(-1, *x.shape[1:]))]
+    clean = np.tile(flat[0], (9, 1))
+    np.testing.assert_allclose(found.ravel(), np.linalg.norm(
+        (clean - flat[1]) / (clean + (clean == 0) * 1e-6), axis=1), rtol=1e-6)
     with pytest.raises(UserError, match="^layer_names: the model has no layer nowhere"):
         robustness_family.representation_reader(model, layer_names=["nowhere"])
 
