@@ -414,7 +414,7 @@ def discrete_labels(a: np.ndarray, discretise: str, n: int) -> np.ndarray:
     if discretise == "first_n_sign":
         keys = np.sign(a[:, :n])
     else:
-        top = ordering.stable_order(a, descending=True)[:, :n]
+        top = ordering.top_order(a, n, descending=True)
         keys = np.concatenate([top, np.sign(np.take_along_axis(a, top, axis=1))], axis=1)
     return np.unique(keys, axis=0, return_inverse=True)[1].reshape(-1)
 

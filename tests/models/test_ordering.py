@@ -17,11 +17,12 @@ ROWS = st.one_of(
 
 
 @settings(max_examples=300, deadline=None)
-@given(ROWS, st.booleans())
-def test_the_order_and_places_are_numpys_stable_ones(values, descending):
+@given(ROWS, st.booleans(), st.integers(1, 9))
+def test_the_order_and_places_are_numpys_stable_ones(values, descending, n):
     keys = -values if descending else values
     want = np.argsort(keys, axis=-1, kind="stable")
     np.testing.assert_array_equal(ordering.stable_order(values, descending), want)
+    np.testing.assert_array_equal(ordering.top_order(values, n, descending), want[..., :n])
     places = ordering.places(values, descending)
     np.testing.assert_array_equal(np.take_along_axis(places, want, axis=-1),
                                   np.broadcast_to(np.arange(values.shape[-1]), values.shape))
@@ -43,3 +44,5 @@ def test_a_large_map_with_and_without_ties():
     for map_ in (values, rectified, dead):
         np.testing.assert_array_equal(ordering.stable_order(map_, True),
                                       np.argsort(-map_, axis=1, kind="stable"))
+        np.testing.assert_array_equal(ordering.top_order(map_, 5, True),
+                                      np.argsort(-map_, axis=1, kind="stable")[:, :5])
