@@ -109,13 +109,16 @@ def road_hits(model: Any, x: np.ndarray, ranks: np.ndarray, cuts: np.ndarray,
             def compute(items):
                 image = items // steps
                 removed = tf.gather(ranks, image) < tf.gather(cuts, items % steps)[:, None, None]
-                imputed = imputation.noisy_linear_impute(
+                imputed, info = imputation.noisy_linear_impute(
                     tf.gather(x, image), removed, noise, seed=mixed, keys=tf.gather(keys, items),
-                    fallback=(0.0,) * channels)
+                    fallback=(0.0,) * channels, return_info=True)
                 outputs = tf.cast(adapter.logits(imputed), tf.float32)
                 predicted = tf.argmax(outputs, axis=1, output_type=tf.int32)
-                return tf.cast(tf.equal(predicted, tf.gather(classes, image)), tf.float32)
-            return executor.collect(tf.shape(x)[0] * steps, batch_size, compute)
+                hits = tf.cast(tf.equal(predicted, tf.gather(classes, image)), tf.float32)
+                # the chunk's solver iterations ride along with each of its items
+                solved = tf.fill(tf.shape(hits), tf.cast(info["iterations"], tf.float32))
+                return tf.stack([hits, solved], axis=1)
+            return executor.collect(tf.shape(x)[0] * steps, batch_size, compute, [2])
         return run
 
     run = adapter.traced(("measure road", height, width, channels, float(noise), mixed,
@@ -124,8 +127,10 @@ def road_hits(model: Any, x: np.ndarray, ranks: np.ndarray, cuts: np.ndarray,
     workload.count("forward", len(x) * len(cuts))
     values = run(tf.constant(x, tf.float32), tf.constant(ranks, tf.int32),
                  tf.constant(cuts, tf.int32), tf.constant(classes, tf.int32),
-                 tf.constant(keys.ravel(), tf.int64))
-    return values.numpy().reshape(len(x), len(cuts)).astype(np.float64)
+                 tf.constant(keys.ravel(), tf.int64)).numpy()
+    workload.count("setup", len(x) * len(cuts))  # a solve per image and cut
+    workload.count("solve", int(values[:, 1].sum()))  # images x solver iterations
+    return values[:, 0].reshape(len(x), len(cuts)).astype(np.float64)
 
 
 def road(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch: Any = None, *,
