@@ -271,6 +271,9 @@ class CardImages:
     methods: dict  # the run's resolved methods (`resolved_methods`)
     maps_of: Any = None  # method -> its maps of `images`, computed once per card run
     map_set: str = "card images"  # what `maps_of` computes, for the progress bar's estimate
+    # an export of the same network whose weights `loaded` holds in this set's cells
+    # (`LoadedModel.holding`): the traces kept with `loaded` serve it
+    weights_of: Any = None
 
     def explains(self, own: tuple = ()) -> tuple:
         """`Benchmark.explains` of a benchmark taking its maps from `maps_of`, besides `own`."""
@@ -501,19 +504,51 @@ def perturbed_inputs(config: ResolvedConfig, inputs: CardImages,
     folder = exporting_folder()
     models.export(weight_noise, folder, preprocessing=inputs.loaded.preprocessing)
     noisy_model = models.load(folder)
-    changed = int(np.sum(np.argmax(noisy_model(images), 1) != np.argmax(inputs.loaded(images), 1)))
+    # the card's own loaded model computes with the noisy weights in these cells, so that its
+    # traces serve them (a second loaded model meant every method and scorer traced again)
+    held = noisy_model if inputs.loaded.can_hold(noisy_model) else None
+    scoring = inputs.loaded if held is not None else noisy_model
+    trained = np.argmax(inputs.loaded(images), 1)
+    changed = int(np.sum(holding(scoring, held, lambda: np.argmax(scoring(images), 1))()
+                         != trained))
     print(f"meta-evaluation: the weight noise changes {changed} of {count} predictions")
     found["weight noise"] = dataclasses.replace(
-        inputs, map_set="weight noise", loaded=noisy_model, model_path=folder,
+        inputs, map_set="weight noise", loaded=scoring, model_path=folder, weights_of=held,
         data={**inputs.data, "perturbation": f"multiplicative weight noise, sd {WEIGHT_NOISE}"},
-        maps_of=map_memo(noisy_model, inputs.images, inputs.labels, inputs.ids, inputs.methods,
-                         config.seed,
-                         config.batch_size))
+        maps_of=holding(scoring, held, map_memo(
+            scoring, inputs.images, inputs.labels, inputs.ids, inputs.methods, config.seed,
+            config.batch_size)))
     found["randomised-model maps"] = dataclasses.replace(
         inputs, map_set="randomised-model maps",
         data={**inputs.data, "perturbation": "maps of the fully randomised model"},
         maps_of=lambda method: randomised_maps_of(method)[:count])
     return found
+
+
+def holding(loaded: Any, source: Any, function: Callable) -> Callable:
+    """`function`, run while `loaded` holds `source`'s weights (`LoadedModel.holding`); as it
+    is when `source` is None."""
+    if source is None:
+        return function
+
+    def held(*args, **kwargs):
+        with loaded.holding(source):
+            return function(*args, **kwargs)
+    return held
+
+
+def held_by(benchmark: card_engine.Benchmark,
+            perturbed: CardImages) -> card_engine.Benchmark:
+    """`benchmark` of `perturbed`'s images, its cells computed while the card's loaded model
+    holds the weights of `perturbed.weights_of`, whose model id their origin names (as it did
+    when that export was scored as a model of its own)."""
+    if perturbed.weights_of is None:
+        return benchmark
+    settings = dict(benchmark.settings)
+    if "model_id" in settings:
+        settings["model_id"] = perturbed.weights_of.model_id
+    return dataclasses.replace(benchmark, settings=settings, score=holding(
+        perturbed.loaded, perturbed.weights_of, benchmark.score))
 
 
 def rebuilt_classifier(config: ResolvedConfig, inputs: CardImages) -> Callable[[], Any]:
@@ -565,6 +600,16 @@ def judged_by_meta_evaluation(method: str) -> bool:
     return method not in CONTROLS and card_engine.unblurred(method) is None
 
 
+def perturbed_benchmark(benchmark: card_engine.Benchmark, label: str,
+                        perturbed: CardImages) -> card_engine.Benchmark:
+    """`benchmark` of the perturbation `label`'s inputs as the meta-evaluation runs it: named
+    "<benchmark> [<label>]", held by `perturbed`'s weights (`held_by`), for the methods the
+    meta-evaluation judges that the benchmark supports (no localisation without masks)."""
+    return dataclasses.replace(
+        held_by(benchmark, perturbed), name=f"{benchmark.name} [{label}]",
+        supports=lambda method: judged_by_meta_evaluation(method) and benchmark.supports(method))
+
+
 def meta_benchmarks(config: ResolvedConfig, inputs: CardImages,
                     randomised_maps_of: Callable[[str], np.ndarray]) -> dict:
     """{perturbation: {benchmark name: benchmark}}: the image-level benchmarks again on each
@@ -573,11 +618,8 @@ def meta_benchmarks(config: ResolvedConfig, inputs: CardImages,
     image_level = dataclasses.replace(
         config, benchmarks=tuple(b for b in config.benchmarks if b != "BAM"), rmcs=False,
         retraining=False)
-    return {label: {benchmark.name: dataclasses.replace(
-        benchmark, name=f"{benchmark.name} [{label}]",  # (and what the benchmark supports:
-        supports=lambda method, own=benchmark.supports:  # no localisation without masks)
-        judged_by_meta_evaluation(method) and own(method))
-        for benchmark in build_benchmarks(image_level, perturbed, perturbed.methods)}
+    return {label: {benchmark.name: perturbed_benchmark(benchmark, label, perturbed)
+                    for benchmark in build_benchmarks(image_level, perturbed, perturbed.methods)}
             for label, perturbed in perturbed_inputs(config, inputs,
                                                      randomised_maps_of).items()}
 

@@ -21,13 +21,14 @@ from saliency_gen.attribution import engine, names
 def keras_of(model: Any, what: str) -> Any:
     """`model` as a Keras model the measure may wrap or change: a live Keras model as it is,
     or the zoo model an export holds (`models.rebuild`, once per loaded model: callers copy it
-    before they change it); else one line naming `what` needs."""
+    before they change it); of the export whose weights a loaded model holds while it holds
+    them (`LoadedModel.holding`); else one line naming `what` needs."""
     if isinstance(model, keras.Model):
         return model
-    path = getattr(model, "path", None)
+    path = getattr(getattr(model, "held", None) or model, "path", None)
     if path is None:
         raise UserError(f"{what}: pass a Keras model or an exported zoo model (models.load)")
-    return kept(model, "rebuilt Keras model", lambda: models.rebuild(path))
+    return kept(model, ("rebuilt Keras model", path), lambda: models.rebuild(path))
 
 
 def kept_copy(model: Any, key: Hashable, what: str,

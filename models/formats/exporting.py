@@ -25,11 +25,12 @@ export never looks finished.
 `load(path)` returns a `LoadedModel`: call it on images for logits (differentiable under
 `tf.GradientTape`), or use `.features_and_logits(images)`.
 """
+import contextlib
 import hashlib
 import json
 import os
 import warnings
-from typing import Any, Optional, Union
+from typing import Any, Iterator, Optional, Union
 
 import keras
 import numpy as np
@@ -252,8 +253,11 @@ class LoadedModel:
     """A model exported by `export`, reloaded: images -> logits, plus the Grad-CAM feature map.
 
     Attributes: `name`, `model_id`, `input_shape` (H, W, C), `num_classes`, `feature_layer`,
-    `preprocessing`, `info` (the whole model_info.json) and `path`.
+    `preprocessing`, `info` (the whole model_info.json), `path`, and `held`: the export whose
+    weights it computes with inside `holding` (None outside).
     """
+
+    held: Optional["LoadedModel"] = None
 
     def __init__(self, path: Union[str, os.PathLike]):
         self.info = read_info(path)
@@ -327,6 +331,46 @@ class LoadedModel:
                             f"it offers {', '.join(self.info.get('native', [])) or 'none'}")
         endpoint = getattr(self._saved, native_endpoint(name))
         return endpoint(self._check(images), tf.cast(targets, tf.int32))
+
+    def _variables(self) -> Optional[list]:
+        """The variables every endpoint reads (`export`'s `model_variables`), or None for an
+        export without that list."""
+        found = getattr(self._saved, "model_variables", None)
+        return None if found is None else list(found)
+
+    def can_hold(self, source: "LoadedModel") -> bool:
+        """Whether `source` is an export of the same network as this one (name, input, classes
+        and every variable's shape and dtype, in order), so that `holding(source)` applies."""
+        own, theirs = self._variables(), getattr(source, "_variables", lambda: None)()
+        if own is None or theirs is None or len(own) != len(theirs):
+            return False
+        return all(getattr(self, key) == getattr(source, key)
+                   for key in ("name", "input_shape", "num_classes", "preprocessing")) and all(
+            a.shape == b.shape and a.dtype == b.dtype for a, b in zip(own, theirs))
+
+    @contextlib.contextmanager
+    def holding(self, source: "LoadedModel") -> Iterator[None]:
+        """Inside the block this model computes with `source`'s weights (`can_hold`), its own
+        after: the traced functions kept with this model (the engine's methods, the scorers)
+        serve `source`'s values too, where a second loaded model was traced again for each
+        (docs/report_card.md, "Where the card's time goes"). Holding the source it already
+        holds is a no-op; holding another is an error."""
+        if self.held is source:
+            yield
+            return
+        if self.held is not None or not self.can_hold(source):
+            raise ValueError(f"{self.path} cannot hold the weights of {source.path}")
+        own = self._variables() or []
+        kept = [variable.numpy() for variable in own]
+        for variable, value in zip(own, source._variables() or []):
+            variable.assign(value)
+        self.held = source
+        try:
+            yield
+        finally:
+            for variable, value in zip(own, kept):
+                variable.assign(value)
+            self.held = None
 
     def __repr__(self):
         return (f"LoadedModel({self.path!r}, name={self.name!r}, input_shape={self.input_shape}, "

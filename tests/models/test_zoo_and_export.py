@@ -191,3 +191,44 @@ def test_paths_come_both_or_neither():
     require_both_or_neither(("data_dir", "d"), ("model_dir", "m"))
     with pytest.raises(UserError, match=r"pass both --model_path and --input_pattern, or neither"):
         require_both_or_neither(("model_path", "m"), ("input_pattern", None))
+
+
+def test_a_loaded_model_holding_another_exports_weights_computes_as_that_export(tmp_path):
+    from faithfulness.measures import explaining
+    from saliency_gen.attribution import engine
+
+    # small_resnet: batch norms the export folds, read from the variables at each call
+    model = models.build("small_resnet", 3, (16, 16, 3))
+    models.export(model, tmp_path / "trained")
+    model.set_weights([w * 1.5 + 0.01 for w in model.get_weights()])
+    models.export(model, tmp_path / "noisy")
+    trained, noisy = models.load(tmp_path / "trained"), models.load(tmp_path / "noisy")
+    images = np.random.default_rng(0).normal(0, 40, (4, 16, 16, 3)).astype(np.float32)
+    labels = np.array([0, 1, 2, 0])
+
+    def outputs(loaded):
+        return (np.asarray(loaded(images)),
+                *(engine.attribute(loaded, images, method, labels, batch_size=4)
+                  for method in ("gradient", "bam:GB", "bam:GC")))
+
+    own, theirs = outputs(trained), outputs(noisy)
+    assert not np.array_equal(own[0], theirs[0])
+    traces = len(vars(trained)["_kept_builds"])
+    with trained.holding(noisy):
+        assert trained.held is noisy
+        with trained.holding(noisy):  # holding it again: a no-op
+            held = outputs(trained)
+        rebuilt = explaining.keras_of(trained, "test")  # the noisy export's Keras model
+    assert len(vars(trained)["_kept_builds"]) == traces + 1  # that model alone: no new trace
+    for found, expected in zip(held, theirs):  # the same bytes as the noisy export's own
+        np.testing.assert_array_equal(found, expected)
+    np.testing.assert_array_equal(rebuilt(images), model(images))
+    assert trained.held is None
+    for found, expected in zip(outputs(trained), own):  # its own weights back
+        np.testing.assert_array_equal(found, expected)
+    models.export(models.build("small_resnet", 4, (16, 16, 3)), tmp_path / "other")
+    other = models.load(tmp_path / "other")  # other classes: not the same network
+    assert not trained.can_hold(other)
+    with pytest.raises(ValueError, match="cannot hold the weights"):
+        with trained.holding(other):
+            pass
