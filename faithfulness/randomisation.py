@@ -22,6 +22,7 @@ from models.architectures.zoo import in_precision
 from models.formats import exporting
 from models.foundation.metric_spec import MetricSpec
 from models.report.card_engine import Benchmark
+from saliency_gen.attribution import names
 
 
 def weighted_layers(model: keras.Model) -> list:
@@ -115,6 +116,13 @@ def flat_abs(maps: Any) -> np.ndarray:
     return maps.reshape(len(maps), -1)
 
 
+def model_free(method: Any, shape: tuple) -> bool:
+    """Does `method` (a name or a resolved method) compute its maps of images of `shape`
+    (H, W, C) without evaluating the model (the edge, centre and constant controls, the random
+    maps)?"""
+    return names.resolved(method).evaluations(shape) == 0
+
+
 def benchmark(model_path: str, images: np.ndarray, labels: np.ndarray, ids: np.ndarray, *,
               data: dict, seed: int = 0, batch_size: int = 32,
               maps_of: Optional[Callable[[str], np.ndarray]] = None,
@@ -152,6 +160,11 @@ def benchmark(model_path: str, images: np.ndarray, labels: np.ndarray, ids: np.n
     def score(method):  # MPRT top-down at the chosen stages, on |maps| summed over channels
         trained = explain(loaded, method) if maps_of is None else maps_of(method)[:len(images)]
         original = stats.ranks(flat_abs(trained))  # ranked once for every stage
+        if model_free(methods.get(method, method) if methods else method, images.shape[1:]):
+            # Its maps do not read the model, so every stage's are the same bytes: computed
+            # once, and no weights re-initialised for it (docs/report_card.md, "Sanity check").
+            same = stats.spearman_ranked(original, flat_abs(explain(randomised, method)))
+            return {f"top {k}": same.copy() for k in chosen}
 
         def randomised_maps(step):
             if step + 1 == count and randomised_maps_of is not None:

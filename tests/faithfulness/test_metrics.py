@@ -498,6 +498,30 @@ def test_the_randomisation_check_equals_a_fresh_model_per_stage(tmp_path):
         np.testing.assert_array_equal(again[stage], values)
 
 
+def test_the_randomisation_check_of_a_model_free_map_randomises_nothing(tmp_path, monkeypatch):
+    """An edge map does not read the model: every stage correlates its maps with themselves
+    (Spearman 1, the same bytes each stage), computed without re-initialising a layer; a
+    constant map has no ranks to correlate (NaN), as before."""
+    import models
+    from faithfulness import randomisation
+
+    path = str(tmp_path / "cnn")
+    models.export(models.build("small_cnn", 3, (16, 16, 3)), path)
+    images = np.random.default_rng(1).uniform(size=(3, 16, 16, 3)).astype(np.float32)
+    check = randomisation.benchmark(path, images, [0, 1, 2], np.arange(3), data={}, batch_size=8)
+
+    def refused(*args, **kwargs):
+        raise AssertionError("a model-free map's check re-initialised a layer")
+    monkeypatch.setattr(randomisation, "randomise_layers", refused)
+    edges, flat = check.score("sobel"), check.score("constant")
+    assert list(edges) == [m.name for m in check.metrics] == list(flat)
+    for stage in edges:
+        np.testing.assert_allclose(edges[stage], 1.0, atol=1e-12)
+        assert np.isnan(flat[stage]).all()
+    assert not randomisation.model_free("gradient", (16, 16, 3))
+    assert randomisation.model_free("random", (16, 16, 3))
+
+
 def test_weight_noise_is_multiplicative_of_its_sd_and_seeded():
     """The meta-evaluation's minor model perturbation: every trainable weight times 1 + N(0,
     sd), the same seed the same weights, another seed others; the non-trainable statistics
