@@ -16,8 +16,9 @@ px and shrink with the pixel count, at least 8 and 4):
   engine's default (64) and the ceiling's batch size;
 * ceiling: the best raw batched input-gradient throughput over batch sizes (a bare traced
   gradient of the target logits, traced for any batch size and for exactly that one), divided by
-  the gradients each method needs per image; for a call whose gradients are fewer than that
-  batch (`--call_sizes`), the throughput at a batch of exactly that many gradients. The batch
+  the gradients each method needs per image; for a call (`--call_sizes`), the throughput of
+  exactly the call's gradients in batches of at most that size, the rest as one batch traced
+  for its own size (24 gradients: one batch of 24; 96 at a best batch of 64: 64 + 32). The batch
   size is chosen once per model; the ceiling is then re-measured beside each method's engine
   runs (interleaved, best of --repeats each, four times as many for one-gradient methods), so
   machine drift affects both alike;
@@ -28,8 +29,9 @@ px and shrink with the pixel count, at least 8 and 4):
   the Gaussian draws, which is large next to a cheap model's gradient;
 * bare function (gradient x input and the researcher's one-gradient method): the method's
   function itself (the raw gradient times the input; the researcher's plain function), traced
-  without the engine at the ceiling's batch size, so engine / bare function isolates what the
-  engine adds from the work the function does beyond a raw gradient (its own product);
+  without the engine, on the call's images in the ceiling's batches, so engine / bare function
+  isolates what the engine adds from the work the function does beyond a raw gradient (its own
+  product);
 * bare IG (IG): IG written bare as Captum orders it, the cheapest exact form: every path point
   of a batch of images at once (the ceiling's batch size of points), their gradients' mean per
   image, times the image (zero baseline, PAIR's 25 linspace points). Its element-wise work (the
@@ -194,20 +196,32 @@ def traced_gradient(model, shape, batch=None, method=bare_gradient):
     return traced
 
 
-def gradient_runner(model, images, targets, size, static=False, method=bare_gradient):
-    """A callable computing `size` x `rounds` raw input gradients (or maps of a plain-function
-    `method`, called bare); returns (callable, count)."""
-    gradient = traced_gradient(model, images.shape[1:], size if static else None, method)
-    reps = np.resize(np.arange(len(images)), max(size, len(images)))
-    x = tf.constant(images[reps[:size]])
-    t = tf.constant(targets[reps[:size]].astype(np.int32))
-    rounds = max(1, 256 // size)
+def gradient_runner(model, images, targets, count, static=False, method=bare_gradient,
+                    batch=None):
+    """A callable computing the raw input gradients (or maps of a plain-function `method`,
+    called bare) of `count` images, `rounds` times over, in batches of at most `batch` (default
+    `count`): full batches traced for any batch size or, `static`, for exactly `batch` images,
+    and the rest as one batch traced for its own size (a call of 96 images at batch 64: 64 +
+    32, as a caller batching the call's own images would); returns (callable, gradients)."""
+    batch = count if batch is None else min(batch, count)
+    reps = np.resize(np.arange(len(images)), max(count, len(images)))
+    full, rest = divmod(count, batch)
+    traced = traced_gradient(model, images.shape[1:], batch if static else None, method)
+    pieces = [(traced, start, start + batch) for start in range(0, full * batch, batch)]
+    if rest:
+        pieces.append((traced_gradient(model, images.shape[1:], rest, method), full * batch,
+                       count))
+    tensors = [(function, tf.constant(images[reps[start:end]]),
+                tf.constant(targets[reps[start:end]].astype(np.int32)))
+               for function, start, end in pieces]
+    rounds = max(1, 256 // count)
 
     def run():
         for _ in range(rounds):
-            gradient(x, t).numpy()
+            for function, x, t in tensors:
+                function(x, t).numpy()
 
-    return run, size * rounds
+    return run, count * rounds
 
 
 def ceiling(model, images, targets, batch_sizes, repeats):
@@ -428,13 +442,14 @@ def bench_model(entry, config):
                                                                batch_sizes, config.repeats)
     print(f"\nmodel {name}, {os.cpu_count()} CPUs; raw gradient throughput by "
           "batch size: " + ", ".join(f"{b}: {r:.0f}/s" for b, r in rates.items()))
-    ceilings: dict = {}  # batch size -> (run, gradients per run): the ceiling at a call's size
+    ceilings: dict = {}  # gradients -> (run, gradients per run): the ceiling of a call's work
 
-    def ceiling_at(batch):
-        if batch not in ceilings:
-            ceilings[batch] = gradient_runner(model, images, targets, batch,
-                                              static or batch != best_batch)
-        return ceilings[batch]
+    def ceiling_at(gradients):
+        if gradients not in ceilings:
+            ceilings[gradients] = gradient_runner(model, images, targets, gradients,
+                                                  static or gradients < best_batch,
+                                                  batch=best_batch)
+        return ceilings[gradients]
 
     chunks = sorted({ENGINE_DEFAULT_CHUNK, best_batch})
     twin = pytorch_twin(model, entry.partition("@")[0])
@@ -456,8 +471,8 @@ def bench_model(entry, config):
             return run
 
         runs = {chunk: engine_run(chunk) for chunk in chunks}
-        # the raw gradients the call needs, in batches as large as the call allows
-        runs["ceiling"], ceiling_count = ceiling_at(min(best_batch, count * per_image))
+        # the raw gradients the call needs, in batches of at most the ceiling's
+        runs["ceiling"], ceiling_count = ceiling_at(count * per_image)
         peer, peer_count = None, count  # measured beside the engine
         if "(" in method:  # a noise wrapper: its noise peer
             peer, runs["peer"] = "noise", noise_peer_runner(
@@ -466,11 +481,10 @@ def bench_model(entry, config):
             peer, runs["peer"] = "bare IG", bare_ig_runner(
                 model, images[:count], targets[:count], best_batch, params["steps"])
         elif method in BARE_FUNCTIONS:  # the method's own function, traced bare
-            peer = "bare"
-            batch = min(best_batch, count)
-            runs["peer"], peer_count = gradient_runner(model, images, targets, batch,
-                                                       static or batch != best_batch,
-                                                       BARE_FUNCTIONS[method])
+            peer = "bare"  # the call's own images, as the ceiling
+            runs["peer"], peer_count = gradient_runner(model, images, targets, count,
+                                                       static or count < best_batch,
+                                                       BARE_FUNCTIONS[method], best_batch)
         captum = {}
         if twin is not None and method in CAPTUM_METHODS:
             captum = {("captum", setting): run for setting, run in captum_runs(
