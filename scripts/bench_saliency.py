@@ -200,9 +200,12 @@ def gradient_runner(model, images, targets, count, static=False, method=bare_gra
                     batch=None):
     """A callable computing the raw input gradients (or maps of a plain-function `method`,
     called bare) of `count` images, `rounds` times over, in batches of at most `batch` (default
-    `count`): full batches traced for any batch size or, `static`, for exactly `batch` images,
-    and the rest as one batch traced for its own size (a call of 96 images at batch 64: 64 +
-    32, as a caller batching the call's own images would); returns (callable, gradients)."""
+    `count`): full batches traced for any batch size or, `static` (or fewer images than
+    `batch`), for exactly their size, and the rest as one batch traced for its own size (a call
+    of 96 images at batch 64: 64 + 32, as a caller batching the call's own images would);
+    returns (callable, gradients)."""
+    if batch is not None and count < batch:  # one batch smaller than the best: its own trace
+        static = True
     batch = count if batch is None else min(batch, count)
     reps = np.resize(np.arange(len(images)), max(count, len(images)))
     full, rest = divmod(count, batch)
@@ -446,8 +449,7 @@ def bench_model(entry, config):
 
     def ceiling_at(gradients):
         if gradients not in ceilings:
-            ceilings[gradients] = gradient_runner(model, images, targets, gradients,
-                                                  static or gradients < best_batch,
+            ceilings[gradients] = gradient_runner(model, images, targets, gradients, static,
                                                   batch=best_batch)
         return ceilings[gradients]
 
@@ -482,8 +484,7 @@ def bench_model(entry, config):
                 model, images[:count], targets[:count], best_batch, params["steps"])
         elif method in BARE_FUNCTIONS:  # the method's own function, traced bare
             peer = "bare"  # the call's own images, as the ceiling
-            runs["peer"], peer_count = gradient_runner(model, images, targets, count,
-                                                       static or count < best_batch,
+            runs["peer"], peer_count = gradient_runner(model, images, targets, count, static,
                                                        BARE_FUNCTIONS[method], best_batch)
         captum = {}
         if twin is not None and method in CAPTUM_METHODS:
