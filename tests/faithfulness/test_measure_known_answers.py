@@ -9,6 +9,7 @@ import os
 import numpy as np
 import pytest
 import scipy.stats
+import tensorflow as tf
 
 from faithfulness import measures
 from models.foundation.errors import UserError
@@ -157,7 +158,7 @@ def test_road_keeps_the_prediction_of_a_constant_image():
         measures.road(model, x, other, maps, noise=0.0, percentages=(10, 50)), 0.0)
 
 
-def test_relative_representation_stability_reads_the_chosen_layers():
+def test_relative_representation_stability_reads_the_chosen_layers(monkeypatch):
     """A map that does not move under the noise scores 0; the last layer's representation is
     the logits; an unknown layer is one line."""
     model, x, weights, _, _ = linear_setup(24)
@@ -168,19 +169,26 @@ def test_relative_representation_stability_reads_the_chosen_layers():
     np.testing.assert_allclose(found, 0.0, atol=1e-6)
     from faithfulness.measures import robustness_family
 
-    reader = robustness_family.representation_reader(model, layer_indices=[-1])
-    (last,) = robustness_family.layer_outputs(reader, x)
+    def flat_layers(reader, images):  # every layer's outputs, flattened and concatenated
+        found = reader(tf.constant(images, tf.float32), training=False)
+        return np.concatenate([np.asarray(output, np.float64).reshape(len(images), -1) for
+                               output in (found if isinstance(found, list) else [found])], 1)
+
+    last = flat_layers(robustness_family.representation_reader(model, layer_indices=[-1]), x)
     np.testing.assert_allclose(last, model(x).numpy().reshape(len(x), -1), rtol=1e-6)
-    # layer by layer, each image's own layers read once for its 9 samples (sample-major rows,
-    # read 8 at a time): the concatenated norm of each row against its own image's
+    # every layer, each row against its own image's: in one block, and in blocks of one image
+    # whose 9 samples are read in chunks of 2 (the clean image read again with each chunk)
     every = robustness_family.representation_reader(model)
     moved = (x[None] + np.linspace(-0.2, 0.2, 9)[:, None, None, None, None]).astype(np.float32)
-    found = robustness_family.representation_change(every, x, moved.reshape(-1, *x.shape[1:]))
-    flat = [np.concatenate(robustness_family.layer_outputs(every, images), axis=1)
-            for images in (x, moved.reshape(-1, *x.shape[1:]))]
-    clean = np.tile(flat[0], (9, 1))
-    np.testing.assert_allclose(found.ravel(), np.linalg.norm(
-        (clean - flat[1]) / (clean + (clean == 0) * 1e-6), axis=1), rtol=1e-6)
+    moved = moved.reshape(-1, *x.shape[1:])
+    clean = np.tile(flat_layers(every, x), (9, 1))
+    expected = np.linalg.norm((clean - flat_layers(every, moved)) / (clean + (clean == 0) * 1e-6),
+                              axis=1)
+    one_block = robustness_family.representation_change(every, x, moved)
+    np.testing.assert_allclose(one_block.ravel(), expected, rtol=1e-12)
+    monkeypatch.setattr(robustness_family, "REPRESENTED_VALUES", 3 * clean.shape[1])
+    np.testing.assert_allclose(robustness_family.representation_change(every, x, moved),
+                               one_block, rtol=1e-14)
     with pytest.raises(UserError, match="^layer_names: the model has no layer nowhere"):
         robustness_family.representation_reader(model, layer_names=["nowhere"])
 
