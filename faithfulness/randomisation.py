@@ -10,6 +10,7 @@ more layers are randomised; a map that does not depend on the model (an edge det
 control) stays at 1. The check is MPRT's top-down case at those stages: both re-initialise
 through `cascade` (docs/measures.md, "Randomisation").
 """
+import functools
 from typing import Any, Callable, Generator, Iterable, Optional
 
 import keras
@@ -21,6 +22,7 @@ from faithfulness import stats
 from models.architectures.zoo import in_precision
 from models.formats import exporting
 from models.foundation.metric_spec import MetricSpec
+from models.foundation.tracing import assigner, kept, set_aside
 from models.report.card_engine import Benchmark
 from saliency_gen.attribution import names
 
@@ -45,8 +47,30 @@ def randomise_top(model: keras.Model, count: int, seed: int = 0) -> None:
 def randomise_layers(model: keras.Model, indices: Iterable[int], seed: int = 0) -> None:
     """Re-initialises (in place) the kernels and biases of the weighted layers at `indices`
     (0: nearest the output, `weighted_layers`), each from its own initialiser with a seed of
-    its own (the layer's index): the same values whichever other layers are re-initialised."""
+    its own (the layer's index): the same values whichever other layers are re-initialised.
+    A seeded initialiser gives the same values at every call, so they are drawn once per
+    (model, seed, layer) and kept with the model; the assignment is one traced call."""
+    indices = tuple(indices)
+    kept(model, ("re-initialisation", seed, indices),
+         lambda: _reinitialiser(model, indices, seed))()
+
+
+def _reinitialiser(model: keras.Model, indices: tuple, seed: int) -> Callable[[], None]:
+    """The traced call that gives the layers at `indices` their fresh values, each drawn once
+    and kept with the model."""
+    targets, values = [], []
+    for index, name, variable, draw in _initialisers(model, indices, seed):
+        targets.append(variable)
+        values.append(kept(model, ("initial values", seed, index, name), draw))
+    return assigner(targets, values)
+
+
+def _initialisers(model: keras.Model, indices: tuple, seed: int) -> list:
+    """[(layer index, variable name, variable, draw)] of the kernels and biases of the weighted
+    layers at `indices`: `draw()` gives the variable's fresh value from its layer's own
+    initialiser, seeded with seed x 1000 + the layer's index."""
     layers = weighted_layers(model)
+    found = []
     for index in indices:
         layer = layers[index]
         for name in ("kernel", "bias"):
@@ -56,11 +80,12 @@ def randomise_layers(model: keras.Model, indices: Iterable[int], seed: int = 0) 
                 initializer = getattr(layer, "depthwise_initializer", None)
             if variable is None or initializer is None:
                 continue
-            config = keras.initializers.serialize(initializer)
-            fresh = keras.initializers.deserialize(config)
+            fresh = keras.initializers.deserialize(keras.initializers.serialize(initializer))
             if hasattr(fresh, "seed"):
                 fresh.seed = seed * 1000 + index
-            variable.assign(fresh(variable.shape, dtype=variable.dtype))
+            found.append((index, name, variable,
+                          functools.partial(fresh, variable.shape, dtype=variable.dtype)))
+    return found
 
 
 LAYER_ORDERS = ("top_down", "bottom_up", "independent")
@@ -75,15 +100,16 @@ def cascade(model: keras.Model, layer_order: str = "top_down", seed: int = 0,
     trained weights are back when the generator ends. MPRT (`faithfulness.measures.mprt`) and
     the card's check both randomise through it."""
     layers = weighted_layers(model)
-    trained = [(variable, variable.numpy()) for layer in layers for variable in layer.weights]
+    trained = [variable for layer in layers for variable in layer.weights]
+    running = kept(model, ("cascades running",), lambda: [0])  # one inside another: own copy
+    keep, restore = (kept(model, ("trained weights aside",), lambda: set_aside(trained))
+                     if not running[0] else set_aside(trained))
+    keep()
+    running[0] += 1
     order = list(range(len(layers)))
     if layer_order == "bottom_up":
         order.reverse()
     wanted = set(range(len(order)) if steps is None else steps)
-
-    def restore():
-        for variable, value in trained:
-            variable.assign(value)
     done = 0  # cumulative orders: the layers of `order` re-initialised so far
     try:
         for step, index in enumerate(order):
@@ -98,6 +124,7 @@ def cascade(model: keras.Model, layer_order: str = "top_down", seed: int = 0,
             yield step
     finally:
         restore()
+        running[0] -= 1
 
 
 def perturb_weights(model: keras.Model, sd: float, seed: int = 0) -> None:

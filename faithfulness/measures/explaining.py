@@ -14,7 +14,7 @@ import numpy as np
 import models
 from faithfulness.measures.arguments import prepared
 from models.foundation.errors import ShapeError, UserError
-from models.foundation.tracing import kept
+from models.foundation.tracing import assigner, kept
 from saliency_gen.attribution import engine, names
 
 
@@ -36,11 +36,11 @@ def kept_copy(model: Any, key: Hashable, what: str,
     """A Keras model made by `build(source)` from `model`'s Keras form (`keras_of`) once per
     (`model`, `key`) and kept with `model`, so that the engine's traces on it serve every call
     (a copy made per call was traced again per call); it takes `model`'s current weights at
-    each call. A measure that changes its weights restores them before it returns
-    (`randomisation.cascade`), and calls on one model run one at a time."""
+    each call, in one traced call. A measure that changes its weights restores them before it
+    returns (`randomisation.cascade`), and calls on one model run one at a time."""
     source = keras_of(model, what)
     copy = kept(model, ("measures' copy", key), lambda: build(source))
-    copy.set_weights(source.get_weights())
+    kept(copy, ("weights of", source), lambda: assigner(copy.weights, source.weights))()
     return copy
 
 
