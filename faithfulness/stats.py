@@ -5,7 +5,6 @@ import logging
 
 import numpy as np
 
-from models.foundation import ordering
 from models.foundation.errors import UserError
 from models.foundation.lazy import lazy_module
 
@@ -39,17 +38,26 @@ def ranks(a: np.ndarray) -> np.ndarray:
     """[N, D]: each row's ranks in float64 (average ranks for ties, as scipy.stats: the same
     values, 0.5 x (first place + end place + 1) of each run of equal values). The order within
     a run does not change its average, so NumPy's vectorised sort serves, where scipy's stable
-    sort costs several times as much on a map; rows with a NaN go to scipy."""
+    sort costs several times as much on a map; the rows are read and written through flat
+    indices (2-D fancy indexing cost 3x the sort); rows with a NaN go to scipy."""
     values = np.atleast_2d(np.asarray(a, np.float64))
     if values.shape[1] == 0 or np.isnan(values).any():
         return scipy_stats.rankdata(values, axis=1)
-    order = np.argsort(values, axis=1)
-    ordered = np.take_along_axis(values, order, axis=1)
-    # -0.0 and 0.0 are equal, as in scipy
-    first, end = ordering.runs(ordered[:, 1:] == ordered[:, :-1])
-    found = np.empty_like(values)
-    np.put_along_axis(found, order, 0.5 * (first + end + 1), axis=1)
-    return found
+    rows, width = values.shape
+    places = (np.argsort(values, axis=1) + (np.arange(rows) * width)[:, None]).ravel()
+    ordered = np.take(values.ravel(), places).reshape(rows, width)
+    starts_run = np.empty((rows, width), bool)
+    starts_run[:, 0] = True
+    np.not_equal(ordered[:, 1:], ordered[:, :-1], out=starts_run[:, 1:])  # -0.0 == 0.0
+    if starts_run.all():  # no ties
+        average = np.tile(np.arange(1.0, width + 1), rows)
+    else:
+        starts = np.flatnonzero(starts_run)
+        lengths = np.diff(starts, append=rows * width)
+        average = np.repeat(starts % width + 0.5 * (lengths + 1), lengths)
+    found = np.empty(rows * width)
+    found[places] = average
+    return found.reshape(rows, width)
 
 
 def spearman(a: np.ndarray, b: np.ndarray) -> np.ndarray:
