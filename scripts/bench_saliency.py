@@ -27,11 +27,15 @@ px and shrink with the pixel count, at least 8 and 4):
   generator (stateless Philox normals) and taking the raw gradients of the noisy images at the
   ceiling's batch size. Engine / noise peer isolates the engine's own overhead from the cost of
   the Gaussian draws, which is large next to a cheap model's gradient;
-* bare function (gradient x input and the researcher's one-gradient method): the method's
-  function itself (the raw gradient times the input; the researcher's plain function), traced
-  without the engine, on the call's images in the ceiling's batches, so engine / bare function
-  isolates what the engine adds from the work the function does beyond a raw gradient (its own
-  product);
+* bare function (the gradient, gradient x input and the researcher's one-gradient method): the
+  method's function itself (the raw gradient; times the input; the researcher's plain
+  function), traced without the engine, on the call's images in the ceiling's batches, so
+  engine / bare function isolates what the engine adds from the work the function does beyond
+  a raw gradient (its own product);
+* every peer starts, as an engine call does, from the call's NumPy images (one copy into an
+  aligned tensor per batch, `models.foundation.transfer`, the engine's own) and ends with NumPy
+  maps; the ceiling's images are tensors made before the
+  clock starts (its bound is the passes alone);
 * bare IG (IG): IG written bare as Captum orders it, the cheapest exact form: every path point
   of a batch of images at once (the ceiling's batch size of points), their gradients' mean per
   image, times the image (zero baseline, PAIR's 25 linspace points). Its element-wise work (the
@@ -57,8 +61,8 @@ transfers, the finiteness check), which a call of 256 images hides.
 Prints a table per model with the ratios engine/ceiling, engine/peer, engine/Captum and
 engine/PAIR, then whether each goal of docs/saliency.md ("Benchmark") holds: built-in
 gradient and IG >= 0.9 of the ceiling (and IG's ratio to bare IG), noise wrappers >= 0.9 of
-their noise peer, gradient x input and the user's method >= 0.9 of their bare function, >= 2x
-Captum;
+their noise peer, gradient, gradient x input and the user's method >= 0.9 of their bare
+function, >= 2x Captum;
 --output_json writes them as JSON.
 """
 import dataclasses
@@ -73,7 +77,7 @@ import numpy as np
 import models  # noqa: I001  (first: TensorFlow loads quietly)
 import saliency_gen
 from faithfulness import torch_twin
-from models.foundation import progress, provenance
+from models.foundation import progress, provenance, transfer
 from models.foundation.cli import option, run_binary
 from models.foundation.lazy import lazy_module
 
@@ -107,12 +111,20 @@ METHODS: tuple[tuple[str, str, int, dict, bool], ...] = (
 )
 
 
-# A row's peer: the noise peer of a noise wrapper, the bare function of gradient x input and of
-# the user's method, bare IG of IG; the keys of its rate and of the engine's ratio to it
+# A row's peer: the noise peer of a noise wrapper, the bare function of the gradient, of gradient
+# x input and of the user's method, bare IG of IG; the keys of its rate and of the engine's ratio
 PEER_KEYS = {"noise": ("noise_peer_images_per_s", "ratio_to_noise_peer"),
              "bare": ("bare_function_images_per_s", "ratio_to_bare_function"),
              "bare IG": ("bare_ig_images_per_s", "ratio_to_bare_ig")}
 CAPTUM_METHODS = ("integrated_gradients", "smoothgrad_sq(gradient)")  # Captum peers exist
+
+
+def bare_gradient(call, x, t):
+    """The input gradient of each image's target logit under `call` (the ceiling's work)."""
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        score = tf.reduce_sum(tf.gather(call(x), t, batch_dims=1))
+    return tape.gradient(score, x)
 
 
 def gradient_times_blob(model, images, targets):
@@ -137,7 +149,8 @@ def gradient_times_input(call, images, targets):
 
 
 # The one-gradient methods whose peer is their own function traced bare (method -> function)
-BARE_FUNCTIONS = {"grad_x_input": gradient_times_input, **USER_FUNCTIONS}
+BARE_FUNCTIONS = {"gradient": bare_gradient, "grad_x_input": gradient_times_input,
+                  **USER_FUNCTIONS}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,14 +187,6 @@ def _best_time(function, repeats):
     return best
 
 
-def bare_gradient(call, x, t):
-    """The input gradient of each image's target logit under `call` (the ceiling's work)."""
-    with tf.GradientTape() as tape:
-        tape.watch(x)
-        score = tf.reduce_sum(tf.gather(call(x), t, batch_dims=1))
-    return tape.gradient(score, x)
-
-
 def traced_gradient(model, shape, batch=None, method=bare_gradient):
     """`method(call, images, targets)` on the model's logits, traced bare (no engine): the raw
     input gradient by default; traced for any batch size, or for exactly `batch` images (static
@@ -197,13 +202,14 @@ def traced_gradient(model, shape, batch=None, method=bare_gradient):
 
 
 def gradient_runner(model, images, targets, count, static=False, method=bare_gradient,
-                    batch=None):
+                    batch=None, host=False):
     """A callable computing the raw input gradients (or maps of a plain-function `method`,
     called bare) of `count` images, `rounds` times over, in batches of at most `batch` (default
     `count`): full batches traced for any batch size or, `static` (or fewer images than
     `batch`), for exactly their size, and the rest as one batch traced for its own size (a call
     of 96 images at batch 64: 64 + 32, as a caller batching the call's own images would);
-    returns (callable, gradients)."""
+    with `host`, each batch starts from the NumPy images, as an engine call does; returns
+    (callable, gradients)."""
     if batch is not None and count < batch:  # one batch smaller than the best: its own trace
         static = True
     batch = count if batch is None else min(batch, count)
@@ -214,15 +220,15 @@ def gradient_runner(model, images, targets, count, static=False, method=bare_gra
     if rest:
         pieces.append((traced_gradient(model, images.shape[1:], rest, method), full * batch,
                        count))
-    tensors = [(function, tf.constant(images[reps[start:end]]),
-                tf.constant(targets[reps[start:end]].astype(np.int32)))
-               for function, start, end in pieces]
+    arrays = [(function, images[reps[start:end]], targets[reps[start:end]].astype(np.int32))
+              for function, start, end in pieces]
+    tensors = [(function, tf.constant(x), tf.constant(t)) for function, x, t in arrays]
     rounds = max(1, 256 // count)
 
     def run():
         for _ in range(rounds):
-            for function, x, t in tensors:
-                function(x, t).numpy()
+            for function, x, t in arrays if host else tensors:
+                function(transfer.tensor_from(x), tf.constant(t)).numpy()
 
     return run, count * rounds
 
@@ -253,10 +259,11 @@ def noise_peer_runner(model, images, targets, size, samples):
         return tf.reshape(noise.group_noise(ids, samples, 7, shape), [-1, *shape])
 
     gradient = traced_gradient(model, shape)
-    x = tf.constant(np.repeat(images, samples, axis=0))
-    t = tf.constant(np.repeat(targets, samples).astype(np.int32))
+    images, targets = np.ascontiguousarray(images), targets.astype(np.int32)
 
-    def run():
+    def run():  # from the call's NumPy images, as the engine
+        x = tf.repeat(transfer.tensor_from(images), samples, axis=0)
+        t = tf.repeat(tf.constant(targets), samples)
         noisy = x + 10.0 * draw(ids)
         for start in range(0, int(noisy.shape[0]), size):
             gradient(noisy[start:start + size], t[start:start + size]).numpy()
@@ -280,10 +287,10 @@ def bare_ig_runner(model, images, targets, size, steps):
         gradients = bare_gradient(logits, points, tf.repeat(t, steps))
         return x * tf.reduce_mean(tf.reshape(gradients, [-1, steps, *shape]), axis=1)
 
-    x = tf.constant(images)
-    t = tf.constant(targets.astype(np.int32))
+    images, targets = np.ascontiguousarray(images), targets.astype(np.int32)
 
-    def run():
+    def run():  # from the call's NumPy images, as the engine
+        x, t = transfer.tensor_from(images), tf.constant(targets)
         for start in range(0, len(images), per_batch):
             integrated(x[start:start + per_batch], t[start:start + per_batch]).numpy()
 
@@ -485,7 +492,8 @@ def bench_model(entry, config):
         elif method in BARE_FUNCTIONS:  # the method's own function, traced bare
             peer = "bare"  # the call's own images, as the ceiling
             runs["peer"], peer_count = gradient_runner(model, images, targets, count, static,
-                                                       BARE_FUNCTIONS[method], best_batch)
+                                                       BARE_FUNCTIONS[method], best_batch,
+                                                       host=True)
         captum = {}
         if twin is not None and method in CAPTUM_METHODS:
             captum = {("captum", setting): run for setting, run in captum_runs(
@@ -533,12 +541,13 @@ def run(config: Config):
     for what, key, chosen in (
             ("the built-in gradient and IG / ceiling", "ratio_to_ceiling",
              [row for row in rows  # the built-ins without noise (IG has a peer too)
-              if not any(PEER_KEYS[peer][1] in row for peer in ("noise", "bare"))]),
+              if PEER_KEYS["noise"][1] not in row
+              and (row["method"] == "gradient" or PEER_KEYS["bare"][1] not in row)]),
             ("IG / bare IG", "ratio_to_bare_ig",
              [row for row in rows if "ratio_to_bare_ig" in row]),
             ("noise wrappers / their noise peer", "ratio_to_noise_peer",
              [row for row in rows if "ratio_to_noise_peer" in row]),
-            ("gradient x input and the user's method / their bare function",
+            ("gradient, gradient x input and the user's method / their bare function",
              "ratio_to_bare_function",
              [row for row in rows if "ratio_to_bare_function" in row])):
         if chosen:
