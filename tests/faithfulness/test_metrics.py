@@ -499,6 +499,28 @@ def test_the_randomisation_check_equals_a_fresh_model_per_stage(tmp_path):
         np.testing.assert_array_equal(again[stage], values)
 
 
+def test_a_cascade_inside_another_on_one_model_gives_each_its_own_weights_back():
+    """The cascade sets the trained weights aside in variables kept with the model; a second
+    cascade started while the first is at a step sets that step's weights aside on its own, so
+    each ends where it began: the first its step, then the trained weights."""
+    import models
+    from faithfulness import randomisation
+
+    model = models.build("small_cnn", 3, (16, 16, 3))
+    trained = [w.copy() for w in model.get_weights()]
+    outer = randomisation.cascade(model, "top_down", seed=3)
+    assert next(outer) == 0
+    at_step = [w.copy() for w in model.get_weights()]
+    assert any(not np.array_equal(a, b) for a, b in zip(at_step, trained))
+    inner = list(randomisation.cascade(model, "independent", seed=5))
+    assert inner == list(range(len(randomisation.weighted_layers(model))))
+    for found, expected in zip(model.get_weights(), at_step):
+        np.testing.assert_array_equal(found, expected)
+    list(outer)  # the remaining steps, then the trained weights back
+    for found, expected in zip(model.get_weights(), trained):
+        np.testing.assert_array_equal(found, expected)
+
+
 def test_the_randomisation_check_of_a_model_free_map_randomises_nothing(tmp_path, monkeypatch):
     """An edge map does not read the model: every stage correlates its maps with themselves
     (Spearman 1, the same bytes each stage), computed without re-initialising a layer; a
