@@ -10,6 +10,7 @@ more layers are randomised; a map that does not depend on the model (an edge det
 control) stays at 1. The check is MPRT's top-down case at those stages: both re-initialise
 through `cascade` (docs/measures.md, "Randomisation").
 """
+import dataclasses
 import functools
 from typing import Any, Callable, Generator, Iterable, Optional
 
@@ -48,21 +49,39 @@ def randomise_layers(model: keras.Model, indices: Iterable[int], seed: int = 0) 
     """Re-initialises (in place) the kernels and biases of the weighted layers at `indices`
     (0: nearest the output, `weighted_layers`), each from its own initialiser with a seed of
     its own (the layer's index): the same values whichever other layers are re-initialised.
-    A seeded initialiser gives the same values at every call, so they are drawn once per
-    (model, seed, layer) and kept with the model; the assignment is one traced call."""
+    A seeded initialiser gives the same values at every call, so the values of the last seed
+    used are drawn once and kept with the model (one set: another seed replaces them), and
+    the assignment is one traced call."""
     indices = tuple(indices)
-    kept(model, ("re-initialisation", seed, indices),
-         lambda: _reinitialiser(model, indices, seed))()
+    drawn = kept(model, ("re-initialisation",), _Drawn)
+    if drawn.seed != seed:
+        drawn.seed, drawn.values, drawn.assigners = seed, {}, {}
+    if indices not in drawn.assigners:
+        drawn.assigners[indices] = _reinitialiser(model, indices, seed, drawn.values)
+    drawn.assigners[indices]()
 
 
-def _reinitialiser(model: keras.Model, indices: tuple, seed: int) -> Callable[[], None]:
+@dataclasses.dataclass
+class _Drawn:
+    """A model's fresh values of one seed ({(layer index, variable name): value}) and the
+    traced calls that assign them ({layer indices: call})."""
+
+    seed: Optional[int] = None
+    values: dict = dataclasses.field(default_factory=dict)
+    assigners: dict = dataclasses.field(default_factory=dict)
+
+
+def _reinitialiser(model: keras.Model, indices: tuple, seed: int,
+                   values: dict) -> Callable[[], None]:
     """The traced call that gives the layers at `indices` their fresh values, each drawn once
-    and kept with the model."""
-    targets, values = [], []
+    into `values` ({(layer index, variable name): value})."""
+    targets, fresh = [], []
     for index, name, variable, draw in _initialisers(model, indices, seed):
+        if (index, name) not in values:
+            values[index, name] = draw()
         targets.append(variable)
-        values.append(kept(model, ("initial values", seed, index, name), draw))
-    return assigner(targets, values)
+        fresh.append(values[index, name])
+    return assigner(targets, fresh)
 
 
 def _initialisers(model: keras.Model, indices: tuple, seed: int) -> list:

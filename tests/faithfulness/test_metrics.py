@@ -521,6 +521,25 @@ def test_a_cascade_inside_another_on_one_model_gives_each_its_own_weights_back()
         np.testing.assert_array_equal(found, expected)
 
 
+def test_fresh_values_are_kept_for_the_last_seed_only_and_are_the_initialisers():
+    """A layer's fresh values are drawn once per seed and kept with the model, one seed's at a
+    time (a sweep over seeds keeps no more): after seeds 1, 2 and 1 again the layer holds what
+    a new model re-initialised with seed 1 holds, and the model keeps one layer's values."""
+    import models
+    from faithfulness import randomisation
+
+    model = models.build("small_cnn", 3, (16, 16, 3))
+    for seed in (1, 2, 1):
+        randomisation.randomise_layers(model, [0], seed)
+    fresh = models.build("small_cnn", 3, (16, 16, 3))
+    randomisation.randomise_layers(fresh, [0], 1)
+    layer, expected = (randomisation.weighted_layers(m)[0] for m in (model, fresh))
+    for found, wanted in zip(layer.get_weights(), expected.get_weights()):
+        np.testing.assert_array_equal(found, wanted)
+    kept = vars(model)["_kept_builds"][("re-initialisation",)]
+    assert kept.seed == 1 and sorted(kept.values) == [(0, "bias"), (0, "kernel")]
+
+
 def test_the_randomisation_check_of_a_model_free_map_randomises_nothing(tmp_path, monkeypatch):
     """An edge map does not read the model: every stage correlates its maps with themselves
     (Spearman 1, the same bytes each stage), computed without re-initialising a layer; a
