@@ -354,12 +354,13 @@ def representation_change(reader: Any, x: np.ndarray, moved: np.ndarray,
     whose clean and noisy rows' outputs together hold at most `REPRESENTED_VALUES` values (a
     real network's layers hold millions per image, so there a block is one image and its rows
     are read in chunks, its clean image read again with each chunk); each read is one traced
-    call that compares the layers in float64 (`_change_of`)."""
+    call that compares the layers in float64 (`_traced_change`)."""
     images = len(x)
     samples = len(moved) // images
     at_once = max(2, REPRESENTED_VALUES // _values_per_image(reader))  # rows read at once
     per_block = max(1, at_once // (samples + 1))  # images whose rows are read together
-    change = _change_of(reader, eps_min)
+    change = kept(reader, ("representation change", eps_min),
+                  lambda: _traced_change(reader, eps_min))
     squares = np.empty(len(moved))
     for first in range(0, images, per_block):  # a memory bound, not a batching
         block = np.arange(first, min(images, first + per_block))
@@ -379,18 +380,12 @@ def _values_per_image(reader: Any) -> int:
     return sum(int(np.prod(output.shape[1:])) for output in reader.python_function.outputs)
 
 
-def _change_of(reader: Any, eps_min: float) -> Any:
+def _traced_change(reader: Any, eps_min: float) -> Any:
     """The traced (clean [b, ...], noisy [r, ...], owner int32 [r]) -> float64 [r]: the sum over
     `reader`'s layers of ||(L - L') / L||^2, L the layer's output for clean[owner] and L' for
-    the noisy row (a zero of L read as `eps_min`), every image read in one pass; kept with the
-    reader."""
-    return kept(reader, ("representation change", eps_min),
-                lambda: _traced_change(reader, eps_min))
-
-
-def _traced_change(reader: Any, eps_min: float) -> Any:
-    """`_change_of`'s function, built: the layers read by `reader`, then compared in one XLA
-    program (the comparison's float64 temporaries fused: 0.79 -> 0.87 of the ceiling)."""
+    the noisy row (a zero of L read as `eps_min`), every image read in one pass, then the layers
+    compared in one XLA program (the comparison's float64 temporaries fused: 0.79 -> 0.87 of the
+    ceiling)."""
     @tf.function(jit_compile=True, reduce_retracing=True)
     def compare(outputs: list, own: tf.Tensor, owner: tf.Tensor) -> tf.Tensor:
         total = tf.zeros([tf.shape(owner)[0]], tf.float64)

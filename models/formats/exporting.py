@@ -255,8 +255,8 @@ def _exchange(own: list, theirs: list) -> tuple:
     """(take, give back): take copies the `own` variables' values aside, then `theirs` into
     them; give back puts the copied values back; each a traced call (`tracing.set_aside`,
     `tracing.assigner`), where a variable at a time cost about 0.15 s for a network of 250
-    variables (a card's cell). A
-    variable listed twice (an export lists the guided view's shared ones again) is copied once."""
+    variables (a card's cell). A variable listed twice (an export lists the guided view's shared
+    ones again) is copied once."""
     pairs = list({variable.ref(): (variable, source) for variable, source in zip(own, theirs)}
                  .values())
     keep, give_back = set_aside([variable for variable, _ in pairs])
