@@ -34,8 +34,8 @@ px and shrink with the pixel count, at least 8 and 4):
   a raw gradient (its own product);
 * every peer starts, as an engine call does, from the call's NumPy images (one copy into an
   aligned tensor per batch, `models.foundation.transfer`, the engine's own) and ends with NumPy
-  maps; the ceiling's images are tensors made before the
-  clock starts (its bound is the passes alone);
+  maps; the ceiling's images are tensors made before the clock starts (its bound is the passes
+  alone);
 * bare IG (IG): IG written bare as Captum orders it, the cheapest exact form: every path point
   of a batch of images at once (the ceiling's batch size of points), their gradients' mean per
   image, times the image (zero baseline, PAIR's 25 linspace points). Its element-wise work (the
@@ -220,15 +220,17 @@ def gradient_runner(model, images, targets, count, static=False, method=bare_gra
     if rest:
         pieces.append((traced_gradient(model, images.shape[1:], rest, method), full * batch,
                        count))
-    arrays = [(function, images[reps[start:end]], targets[reps[start:end]].astype(np.int32))
-              for function, start, end in pieces]
-    tensors = [(function, tf.constant(x), tf.constant(t)) for function, x, t in arrays]
+    batches = [(function, images[reps[start:end]], targets[reps[start:end]].astype(np.int32))
+               for function, start, end in pieces]
+    if not host:  # tensors made once, before the clock starts
+        batches = [(function, tf.constant(x), tf.constant(t)) for function, x, t in batches]
+    to_tensor = transfer.tensor_from if host else (lambda x: x)
     rounds = max(1, 256 // count)
 
     def run():
         for _ in range(rounds):
-            for function, x, t in arrays if host else tensors:
-                function(transfer.tensor_from(x), tf.constant(t)).numpy()
+            for function, x, t in batches:
+                function(to_tensor(x), tf.constant(t)).numpy()
 
     return run, count * rounds
 
