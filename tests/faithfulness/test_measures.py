@@ -343,14 +343,15 @@ def test_ssim_of_rows_is_scikit_images():
     from skimage import metrics as skimage_metrics
 
     rng = np.random.default_rng(11)
-    a, b = rng.normal(size=(3, 50)), rng.normal(size=(3, 50))
-    b[2] = a[2] * 0.5 + 0.1
     from faithfulness.measures import randomisation_family
 
-    expected = [skimage_metrics.structural_similarity(
-        row, other, data_range=float(np.ptp(np.concatenate([row, other]))))
-        for row, other in zip(a, b)]
-    np.testing.assert_allclose(randomisation_family.ssim_rows(a, b), expected, rtol=1e-10)
+    for width in (7, 50, 3000):  # one window; a row of many windows
+        a, b = rng.normal(size=(3, width)), rng.normal(size=(3, width))
+        b[2] = a[2] * 0.5 + 0.1
+        expected = [skimage_metrics.structural_similarity(
+            row, other, data_range=float(np.ptp(np.concatenate([row, other]))))
+            for row, other in zip(a, b)]
+        np.testing.assert_allclose(randomisation_family.ssim_rows(a, b), expected, rtol=1e-10)
 
 
 def test_randomisation_measures_known_answers():
