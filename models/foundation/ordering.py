@@ -3,8 +3,17 @@ is a merge sort, four times slower on a map than its vectorised sort, which leav
 in any order. `stable_order` sorts with the fast one, then puts each run of equal values in
 index order by one more fast sort of integer keys (run, index), all distinct; the order is
 always `np.argsort(kind="stable")`'s."""
+from typing import TYPE_CHECKING
+
 import numpy as np
 from numpy.typing import ArrayLike
+
+from models.foundation.lazy import lazy_module
+
+if TYPE_CHECKING:  # the type checker's view of the same module
+    import tensorflow as tf
+else:
+    tf = lazy_module("tensorflow")  # top_order only: not at a binary's start
 
 
 def stable_order(values: ArrayLike, descending: bool = False) -> np.ndarray:
@@ -40,22 +49,16 @@ def stable_order(values: ArrayLike, descending: bool = False) -> np.ndarray:
 
 def top_order(values: ArrayLike, n: int, descending: bool = False) -> np.ndarray:
     """int64 [..., n]: `stable_order(values, descending)[..., :n]`, the first n of each row,
-    found by a partition instead of a sort of the whole row: the entries below the n-th
-    value, then the ties with it in index order, ordered among themselves."""
+    by TensorFlow's `top_k` instead of a sort of the whole row: it returns the largest values
+    with the lower index first among equal ones (-0.0 and 0.0 equal), the stable order's
+    first n, on all cores (docs/architecture.md, "Stable orders"). Values with a NaN or a
+    subnormal number (TensorFlow's kernels read those as 0) take `stable_order`."""
     keys = np.asarray(values)
     count = keys.shape[-1]
-    if keys.dtype.kind != "f" or n >= count or np.isnan(keys).any():
+    if keys.dtype.kind != "f" or n >= count or np.any(
+            (keys != 0) & ~(np.abs(keys) >= np.finfo(keys.dtype).tiny)):  # NaN, subnormal
         return stable_order(keys, descending)[..., :n]
-    if descending:
-        keys = -keys
-    nth = np.partition(keys, n - 1, axis=-1)[..., n - 1:n]
-    below = keys < nth
-    tied = keys == nth  # -0.0 and 0.0 are equal
-    wanted = n - np.count_nonzero(below, axis=-1, keepdims=True)
-    chosen = below | (tied & (np.cumsum(tied, axis=-1) <= wanted))  # n entries a row
-    found = np.nonzero(chosen.reshape(-1, count))[1].reshape(keys.shape[:-1] + (n,))
-    within = np.argsort(np.take_along_axis(keys, found, axis=-1), axis=-1, kind="stable")
-    return np.take_along_axis(found, within, axis=-1)
+    return tf.math.top_k(keys if descending else -keys, n).indices.numpy().astype(np.int64)
 
 
 def places(values: ArrayLike, descending: bool = False) -> np.ndarray:
