@@ -123,11 +123,14 @@ def test_spearman_average_ranks():
 
 def test_ranks_are_scipys_to_the_byte():
     """The ranks of a vectorised sort are scipy's average ranks exactly: ties, -0.0 beside 0.0,
-    constant rows, one column, infinities, and a row with a NaN (which scipy ranks)."""
+    constant rows, one column, infinities, a row with a NaN (which scipy ranks), and rows
+    shared out among threads (7 rows over the cores, from `PARALLEL_VALUES` values)."""
     from scipy.stats import rankdata
 
     rng = np.random.default_rng(5)
+    assert 7 * 9000 >= stats.PARALLEL_VALUES
     for values in (rng.normal(size=(4, 3000)), np.round(rng.normal(size=(6, 400)), 1),
+                   np.round(rng.normal(size=(7, 9000)), 2),
                    rng.integers(0, 3, size=(5, 41)).astype(float), np.zeros((2, 9)),
                    np.array([[0.0, -0.0, 1.0, -0.0, -1.0]]), np.ones((3, 1)),
                    np.array([[np.inf, 1.0, -np.inf, np.inf], [3.0, 3.0, 3.0, 2.0]]),
