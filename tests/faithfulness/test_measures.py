@@ -424,6 +424,21 @@ def test_sufficiency_and_consistency_count_close_maps_of_the_same_prediction():
         [2 / 3, 2 / 3, 2 / 3, 0.0], atol=1e-8)
 
 
+def test_sufficiencys_pair_distances_are_cdists_bytes():
+    """The seuclidean distances from pdist (each pair once) are Quantus's cdist(a, a) to the
+    byte, its variances included; another distance goes to cdist itself."""
+    import scipy.spatial.distance
+
+    from faithfulness.measures import faithfulness_family
+
+    rng = np.random.default_rng(15)
+    for maps in (rng.normal(size=(5, 300)), np.abs(rng.normal(size=(16, 12_288))),
+                 np.round(rng.normal(size=(7, 40)), 1)):
+        for name in ("seuclidean", "cityblock"):
+            assert faithfulness_family._pair_distances(maps, name).tobytes() == \
+                scipy.spatial.distance.cdist(maps, maps, name).tobytes()
+
+
 def test_input_invariance_of_gradient_and_gradient_times_input():
     """A shift the model absorbs leaves the gradient as it was (1) and changes gradient x
     input (0); through the binary's protocol too, which explains with the method's name."""
