@@ -158,6 +158,16 @@ def test_road_keeps_the_prediction_of_a_constant_image():
         measures.road(model, x, other, maps, noise=0.0, percentages=(10, 50)), 0.0)
 
 
+def test_roads_chunk_pads_least_among_three_sizes():
+    """The solver compiles per chunk size: a ROAD stream takes the batch, its half or its
+    quarter, whichever pads the fewest items, the larger on a tie (80 items at 64: 16s)."""
+    from faithfulness.measures.faithfulness_removal import road_chunk
+
+    assert [road_chunk(items, 64) for items in (1, 25, 64, 80, 100, 250)] == \
+        [16, 32, 64, 16, 16, 64]
+    assert road_chunk(10, 2) == 2 and road_chunk(3, 2) == 1
+
+
 def test_relative_representation_stability_reads_the_chosen_layers(monkeypatch):
     """A map that does not move under the noise scores 0; the last layer's representation is
     the logits; an unknown layer is one line."""
