@@ -203,9 +203,9 @@ def ssim_rows(a: np.ndarray, b: np.ndarray, win_size: int = 7) -> np.ndarray:
     over the windows that lie inside the row (scikit-image crops the window's half at both
     ends, so its reflected edges never count), as Quantus's `ssim` on flattened maps. One XLA
     program in float64 (`_traced_ssim`): 12x scikit-image's filters on 16 maps of 64 px, the
-    same values to about 1e-13 relative (a window's sum is taken in another order). The rows
-    are padded with zeros to a multiple of `SSIM_ROWS`, so calls of 1-16 images share one
-    compiled program."""
+    same values to about 1e-13 relative (a window's sum is taken in another order); a pair of
+    rows with no range (one constant) is NaN, the formula's 0 / 0. The rows are padded with
+    zeros to a multiple of `SSIM_ROWS`, so calls of 1-16 images share one compiled program."""
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
     if a.shape[1] < win_size:
         raise UserError(f"the maps have {a.shape[1]} values, fewer than the SSIM window "
@@ -237,8 +237,10 @@ def _traced_ssim(win_size: int) -> Any:
         vy = cov_norm * (mean(b * b) - uy * uy)
         vxy = cov_norm * (mean(a * b) - ux * uy)
         c1, c2 = (0.01 * data_range) ** 2, (0.03 * data_range) ** 2
-        return tf.reduce_mean((2 * ux * uy + c1) * (2 * vxy + c2)
-                              / ((ux ** 2 + uy ** 2 + c1) * (vx + vy + c2)), axis=1)
+        found = tf.reduce_mean((2 * ux * uy + c1) * (2 * vxy + c2)
+                               / ((ux ** 2 + uy ** 2 + c1) * (vx + vy + c2)), axis=1)
+        # one constant pair: 0 / 0 (scikit-image's rounding gives 1 or NaN by the constant)
+        return tf.where(data_range[:, 0] > 0, found, tf.constant(np.nan, tf.float64))
     return quiet_retracing(similarity)
 
 

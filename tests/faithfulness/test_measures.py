@@ -352,6 +352,9 @@ def test_ssim_of_rows_is_scikit_images():
             row, other, data_range=float(np.ptp(np.concatenate([row, other]))))
             for row, other in zip(a, b)]
         np.testing.assert_allclose(randomisation_family.ssim_rows(a, b), expected, rtol=1e-10)
+    # a constant pair has no range: 0 / 0, NaN (scikit-image's rounding gives 1 or NaN)
+    constant = np.full((3, 50), [[0.3], [1.0], [0.0]])
+    assert np.isnan(randomisation_family.ssim_rows(constant, constant)).all()
 
 
 def test_randomisation_measures_known_answers():
