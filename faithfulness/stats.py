@@ -1,7 +1,6 @@
 """Curve summaries and correlations on score matrices, row by row in float64 (docs/faithfulness.md,
 "Curve summaries"): trapezoid AUC on x = t / K, Pearson (NaN for a constant row), Spearman with
 average ranks, and the NaN policy used to aggregate per-image values."""
-import concurrent.futures
 import logging
 
 import numpy as np
@@ -50,8 +49,7 @@ def ranks(a: np.ndarray) -> np.ndarray:
     threads = min(len(cluster.usable_cores()), len(values))
     if threads < 2 or values.size < PARALLEL_VALUES:
         return _ranks_of_rows(values)
-    with concurrent.futures.ThreadPoolExecutor(threads) as pool:
-        return np.concatenate(list(pool.map(_ranks_of_rows, np.array_split(values, threads))))
+    return np.concatenate(cluster.map_on_cores(_ranks_of_rows, np.array_split(values, threads)))
 
 
 def _ranks_of_rows(values: np.ndarray) -> np.ndarray:

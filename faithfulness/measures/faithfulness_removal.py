@@ -21,7 +21,6 @@ superpixels (irof) or a share of the pixels imputed from their neighbours (road)
   pixels, so its indices run past the image for colour images; here pixels are ranked. Lower
   is better (a faithful map's removals change the prediction sooner).
 """
-import concurrent.futures
 from typing import Any, Sequence
 
 import numpy as np
@@ -58,8 +57,7 @@ def superpixels(x: np.ndarray, segmentation_method: str = "slic") -> np.ndarray:
         if segmentation_method == "slic":
             return skimage.segmentation.slic(image.astype(np.float64), start_label=0)
         return skimage.segmentation.felzenszwalb(image.astype(np.float64))
-    with concurrent.futures.ThreadPoolExecutor(len(cluster.usable_cores())) as pool:
-        return np.stack(list(pool.map(segmented, x)))
+    return np.stack(cluster.map_on_cores(segmented, x))
 
 
 def irof(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch: Any = None, *,
