@@ -85,23 +85,15 @@ def irof(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch: Any = No
     return counts - perturbation.auc_per_sample(curves)
 
 
-def road_chunk(items: int, batch_size: int) -> int:
-    """The chunk of a ROAD stream of `items` items: `batch_size`, half or a quarter of it,
-    whichever pads the fewest items (the larger on a tie). XLA compiles the solver per chunk
-    size (3.5-6 s at 64 px), so a stream of any length takes one of three sizes; chunks of
-    `batch_size` alone computed 128 items for 16 images x 5 cuts (now 5 chunks of 16)."""
-    sizes = [max(1, batch_size // share) for share in (1, 2, 4)]
-    return min(sizes, key=lambda size: (-(-items // size) * size, -size))
-
-
 def road_hits(model: Any, x: np.ndarray, ranks: np.ndarray, cuts: np.ndarray,
               classes: np.ndarray, keys: np.ndarray, *, noise: float, seed: int = 0,
               batch_size: int = 64) -> np.ndarray:
     """float64 [N, P]: 1 where the model predicts `classes` once the pixels ranked below each
     cut ([P]) of `ranks` ([N, H, W]) are imputed with noise keyed by (`seed`, `keys` [N,
-    P]). The N x P items stream in chunks of `road_chunk`."""
+    P]). The N x P items stream in chunks of `executor.compiled_chunk_size`: XLA compiles the
+    solver per chunk size (3.5-6 s at 64 px)."""
     mixed = int(seed) * 1_000_003 + ROAD_SALT
-    chunk = road_chunk(len(x) * len(cuts), batch_size)
+    chunk = executor.compiled_chunk_size(len(x) * len(cuts), batch_size)  # XLA's solver
     adapter = adapt(model)
     height, width, channels = (int(size) for size in x.shape[1:])
     signature = [tf.TensorSpec([None, height, width, channels], tf.float32),

@@ -161,11 +161,11 @@ def test_road_keeps_the_prediction_of_a_constant_image():
 def test_roads_chunk_pads_least_among_three_sizes():
     """The solver compiles per chunk size: a ROAD stream takes the batch, its half or its
     quarter, whichever pads the fewest items, the larger on a tie (80 items at 64: 16s)."""
-    from faithfulness.measures.faithfulness_removal import road_chunk
+    from models.foundation.executor import compiled_chunk_size
 
-    assert [road_chunk(items, 64) for items in (1, 25, 64, 80, 100, 250)] == \
+    assert [compiled_chunk_size(items, 64) for items in (1, 25, 64, 80, 100, 250)] == \
         [16, 32, 64, 16, 16, 64]
-    assert road_chunk(10, 2) == 2 and road_chunk(3, 2) == 1
+    assert compiled_chunk_size(10, 2) == 2 and compiled_chunk_size(3, 2) == 1
 
 
 def test_relative_representation_stability_reads_the_chosen_layers(monkeypatch):
