@@ -41,8 +41,8 @@ PARALLEL_VALUES = 1 << 15  # `ranks` shares out its rows among the cores from th
 def ranks(a: np.ndarray) -> np.ndarray:
     """[N, D]: each row's ranks in float64 (average ranks for ties, as scipy.stats: the same
     values, 0.5 x (first place + end place + 1) of each run of equal values). The rows are
-    shared out in blocks among threads, one a usable core (NumPy's sorts release the GIL:
-    1.3-1.9x on 2 cores); rows with a NaN go to scipy."""
+    shared out in blocks among threads, one a usable core (NumPy's sorts release the GIL);
+    rows with a NaN go to scipy."""
     values = np.atleast_2d(np.asarray(a, np.float64))
     if values.shape[1] == 0 or np.isnan(values).any():
         return scipy_stats.rankdata(values, axis=1)

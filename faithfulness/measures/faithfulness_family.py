@@ -233,7 +233,7 @@ def sufficiency(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch: A
 def _pair_distances(a: np.ndarray, distance_func: str) -> np.ndarray:
     """float64 [N, N]: scipy's cdist(a, a, distance_func), Quantus's call. For "seuclidean"
     the same bytes from pdist, which computes each pair once, given the variances cdist takes
-    (over a stacked on itself, ddof 1): 2.4 -> 1.0 ms on 16 maps of 64 px."""
+    (over a stacked on itself, ddof 1)."""
     if distance_func != "seuclidean":
         return scipy.spatial.distance.cdist(a, a, distance_func)
     variances = np.var(np.vstack([a, a]).astype(np.float64, copy=False), axis=0, ddof=1)

@@ -91,9 +91,9 @@ def road_hits(model: Any, x: np.ndarray, ranks: np.ndarray, cuts: np.ndarray,
     """float64 [N, P]: 1 where the model predicts `classes` once the pixels ranked below each
     cut ([P]) of `ranks` ([N, H, W]) are imputed with noise keyed by (`seed`, `keys` [N,
     P]). The N x P items stream in chunks of `executor.compiled_chunk_size`: XLA compiles the
-    solver per chunk size (3.5-6 s at 64 px)."""
+    solver per chunk size."""
     mixed = int(seed) * 1_000_003 + ROAD_SALT
-    chunk = executor.compiled_chunk_size(len(x) * len(cuts), batch_size)  # XLA's solver
+    chunk = executor.compiled_chunk_size(len(x) * len(cuts), batch_size)
     adapter = adapt(model)
     height, width, channels = (int(size) for size in x.shape[1:])
     signature = [tf.TensorSpec([None, height, width, channels], tf.float32),

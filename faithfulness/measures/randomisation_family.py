@@ -202,7 +202,7 @@ def ssim_rows(a: np.ndarray, b: np.ndarray, win_size: int = 7) -> np.ndarray:
     window `win_size`, sample covariance, K1 0.01, K2 0.03, the pair's value range), averaged
     over the windows that lie inside the row (scikit-image crops the window's half at both
     ends, so its reflected edges never count), as Quantus's `ssim` on flattened maps. One XLA
-    program in float64 (`_traced_ssim`): 12x scikit-image's filters on 16 maps of 64 px, the
+    program in float64 (`_traced_ssim`) rather than scikit-image's filters on the host, the
     same values to about 1e-13 relative (a window's sum is taken in another order); a pair of
     rows with no range (one constant) is NaN, the formula's 0 / 0. The rows are padded with
     zeros to a multiple of `SSIM_ROWS`, so calls of 1-16 images share one compiled program."""
