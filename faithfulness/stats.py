@@ -5,7 +5,7 @@ import logging
 
 import numpy as np
 
-from models.foundation import cluster
+from models.foundation import cluster, ordering
 from models.foundation.errors import UserError
 from models.foundation.lazy import lazy_module
 
@@ -54,11 +54,12 @@ def ranks(a: np.ndarray) -> np.ndarray:
 
 def _ranks_of_rows(values: np.ndarray) -> np.ndarray:
     """`ranks` of float64 [N, D] without NaNs. The order within a run of equal values does not
-    change its average, so NumPy's vectorised sort serves, where scipy's stable sort costs
-    several times as much on a map; the rows are read and written through flat indices (2-D
-    fancy indexing cost 3x the sort)."""
+    change its average, so any sorted order serves: `ordering.stable_places`'s, whose radix
+    passes cost a few times less than NumPy's comparison sort on a map (docs/architecture.md,
+    "Stable orders"); the rows are read and written through flat indices (2-D fancy indexing
+    cost 3x the sort)."""
     rows, width = values.shape
-    places = (np.argsort(values, axis=1) + (np.arange(rows) * width)[:, None]).ravel()
+    places = ordering.stable_places(values)
     ordered = np.take(values.ravel(), places).reshape(rows, width)
     starts_run = np.empty((rows, width), bool)
     starts_run[:, 0] = True

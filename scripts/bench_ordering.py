@@ -7,18 +7,29 @@ Times NumPy's stable argsort (a merge sort) against `models.foundation.ordering.
 on random normal maps without ties, the same maps with their 3% highest values set to zero
 (a few ties: a gradient map's dead pixels) and rectified and rounded (half zeros, many equal
 values), descending, best of --repeats each, taken in turn
-(`scripts.bench_faithfulness.best_times`); checks that both give the same order and prints
-each one's milliseconds and the ratio. Then the same for the first --top of each order:
-the stable argsort's first n against `ordering.top_order`.
+(`scripts.bench_faithfulness.best_times`), and `stable_order` as it sorts rows shorter than
+`ordering.RADIX_WIDTH` (NumPy's comparison sort, then the runs of equal values; the
+"comparison" column); checks that all give the same order and prints each one's milliseconds
+and the ratios. Then the same for the first --top of each order: the stable argsort's first n
+against `ordering.top_order`. Then the maps' average ranks (`faithfulness.stats.ranks`, the
+randomisation measures' Spearman correlations) against scipy's `rankdata` and against the same
+function sorting as short rows, all three the same bytes. The maps are float64, whose float32
+roundings merge a few distinct values.
 """
 import dataclasses
+from typing import Any, Callable
+from unittest import mock
 
 import numpy as np
 
+from faithfulness import stats
 from models.foundation import ordering, provenance
 from models.foundation.cli import option, run_binary
+from models.foundation.lazy import lazy_module
 from models.foundation.rules import Checked, at_least
 from scripts.bench_faithfulness import best_times
+
+scipy_stats = lazy_module("scipy.stats")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,16 +49,40 @@ def run(args: Config) -> None:
     kinds = (("distinct values", values),
              ("3% zeros", np.where(values > 1.9, 0.0, values)),
              ("rectified, rounded", np.round(np.maximum(values, 0), 2)))
-    for title, first in (("stable_order", None), (f"top_order {args.top}", args.top)):
-        print(f"{'maps':24} {'stable argsort ms':>18} {title + ' ms':>16} {'ratio':>6} same")
-        for name, maps in kinds:
-            stable = lambda: np.argsort(-maps, axis=-1, kind="stable")[..., :first]  # noqa: E731
-            ours = (lambda: ordering.stable_order(maps, descending=True)) if first is None \
-                else (lambda: ordering.top_order(maps, first, descending=True))
-            merge, fast = (seconds * 1000 for seconds in best_times([stable, ours], args.repeats))
-            same = bool(np.array_equal(stable(), ours()))
-            print(f"{name:24} {merge:18.2f} {fast:16.2f} {merge / fast:6.2f} {same}")
+    print(f"{'maps':24} {'stable argsort ms':>18} {'comparison ms':>14} {'stable_order ms':>16} "
+          f"{'ratio':>6} {'comparison/ours':>16} same")
+    for name, maps in kinds:
+        timed = [lambda: np.argsort(-maps, axis=-1, kind="stable"),
+                 lambda: as_short_rows(ordering.stable_order, maps, True),
+                 lambda: ordering.stable_order(maps, descending=True)]
+        merge, comparison, ours = (seconds * 1000 for seconds in best_times(timed, args.repeats))
+        same = all(np.array_equal(timed[0](), way()) for way in timed[1:])
+        print(f"{name:24} {merge:18.2f} {comparison:14.2f} {ours:16.2f} {merge / ours:6.2f} "
+              f"{comparison / ours:16.2f} {same}")
+    print(f"{'maps':24} {'stable argsort ms':>18} {f'top_order {args.top} ms':>16} {'ratio':>6} "
+          "same")
+    for name, maps in kinds:
+        stable = lambda: np.argsort(-maps, axis=-1, kind="stable")[..., :args.top]  # noqa: E731
+        top = lambda: ordering.top_order(maps, args.top, descending=True)  # noqa: E731
+        merge, fast = (seconds * 1000 for seconds in best_times([stable, top], args.repeats))
+        print(f"{name:24} {merge:18.2f} {fast:16.2f} {merge / fast:6.2f} "
+              f"{bool(np.array_equal(stable(), top()))}")
     print(f"{args.maps} maps of {args.values} values, descending")
+    print(f"{'maps':24} {'scipy ms':>9} {'comparison ms':>14} {'ranks ms':>9} "
+          f"{'scipy/ranks':>12} {'comparison/ranks':>17} same")
+    for name, maps in kinds:
+        timed = [lambda: scipy_stats.rankdata(maps, axis=1),
+                 lambda: as_short_rows(stats.ranks, maps), lambda: stats.ranks(maps)]
+        scipy, comparison, ours = (seconds * 1000 for seconds in best_times(timed, args.repeats))
+        same = len({found().tobytes() for found in timed}) == 1
+        print(f"{name:24} {scipy:9.2f} {comparison:14.2f} {ours:9.2f} {scipy / ours:12.2f} "
+              f"{comparison / ours:17.2f} {same}")
+
+
+def as_short_rows(function: Callable, maps: np.ndarray, *args: Any) -> np.ndarray:
+    """`function(maps, *args)` sorting as it sorts rows under `ordering.RADIX_WIDTH`."""
+    with mock.patch.object(ordering, "RADIX_WIDTH", maps.shape[-1] + 1):
+        return function(maps, *args)
 
 
 if __name__ == "__main__":

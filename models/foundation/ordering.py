@@ -1,8 +1,10 @@
 """Stable orders of maps' values (docs/architecture.md, "Stable orders"): NumPy's stable sort
-is a merge sort, four times slower on a map than its vectorised sort, which leaves equal values
-in any order. `stable_order` sorts with the fast one, then puts each run of equal values in
-index order by one more fast sort of integer keys (run, index), all distinct; the order is
-always `np.argsort(kind="stable")`'s."""
+is a merge sort, several times slower on a map than its other sorts. `stable_order` sorts a long
+row of floats by two radix passes of 16 bits over its values rounded to float32 (NumPy's stable
+sort of 16-bit keys is a radix sort), then sorts by value the few runs that rounding merged; a
+short row with its vectorised sort, which leaves equal values in any order, then puts each run
+of equal values in index order by one more sort of integer keys (run, index), all distinct. The
+order is always `np.argsort(kind="stable")`'s."""
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -15,6 +17,8 @@ if TYPE_CHECKING:  # the type checker's view of the same module
 else:
     tf = lazy_module("tensorflow")  # top_order only: not at a binary's start
 
+RADIX_WIDTH = 1024  # rows of this many floats or more are sorted in radix passes
+
 
 def stable_order(values: ArrayLike, descending: bool = False) -> np.ndarray:
     """int64 [..., n]: the indices that sort each row (the last axis) of `values` (floats or
@@ -24,6 +28,11 @@ def stable_order(values: ArrayLike, descending: bool = False) -> np.ndarray:
         keys = -keys
     if keys.dtype.kind != "f":
         return np.argsort(keys, axis=-1, kind="stable")
+    count = keys.shape[-1]
+    if count >= RADIX_WIDTH and keys.dtype.itemsize <= 8 and not np.isnan(keys).any():
+        rows = keys.reshape(-1, count)
+        offsets = (np.arange(len(rows)) * count)[:, None]
+        return (stable_places(rows).reshape(rows.shape) - offsets).reshape(keys.shape)
     order = np.argsort(keys, axis=-1)
     ordered = np.take_along_axis(keys, order, axis=-1)
     if np.isnan(ordered[..., -1:]).any():  # NaNs sort last, and equal none
@@ -32,7 +41,6 @@ def stable_order(values: ArrayLike, descending: bool = False) -> np.ndarray:
     if starts.all():
         return order
     # keys (run, numbered over all rows) x n + index: distinct integers, in the order wanted
-    count = keys.shape[-1]
     row_start = np.zeros(starts.shape[:-1] + (1,), bool)
     row_start.reshape(-1)[1:] = True  # each row's first entry starts a run (not the first's)
     runs = np.cumsum(np.concatenate([row_start, starts], axis=-1), axis=None, dtype=np.int64)
@@ -45,6 +53,59 @@ def stable_order(values: ArrayLike, descending: bool = False) -> np.ndarray:
     at = tied.ravel()
     flat[at] = np.sort(runs[at] * count + flat[at]) % count
     return flat.reshape(order.shape)
+
+
+def stable_places(rows: np.ndarray) -> np.ndarray:
+    """int64 [N x D]: the flat indices of float [N, D] without NaNs (float64 at most), row by
+    row in `stable_order`: rows under `RADIX_WIDTH` values through `stable_order`, the others
+    sorted by their values rounded to float32 in two stable radix passes of 16 bits. Rounding
+    keeps every order but may merge distinct values: runs of one rounded value whose values
+    fall are then sorted by value, stably (docs/architecture.md, "Stable orders")."""
+    count, width = rows.shape
+    offsets = (np.arange(count) * width)[:, None]
+    if width < RADIX_WIDTH:
+        return (stable_order(rows) + offsets).ravel()
+    with np.errstate(over="ignore"):  # beyond float32's range: infinite, a key beside inf's
+        bits = (rows + 0.0).astype(np.float32).view(np.int32)  # + 0.0: -0.0 takes 0.0's key
+    keys = bits >> 31  # unsigned keys in the values' order: a negative value's bits inverted,
+    keys |= np.int32(-1 << 31)  # a positive value's with the sign bit set
+    keys ^= bits
+    keys = keys.view(np.uint32)
+    low_first = np.argsort(keys.astype(np.uint16), axis=1, kind="stable")  # the low 16 bits
+    places = (low_first + offsets).ravel()
+    high = (keys >> 16).astype(np.uint16).ravel()[places].reshape(count, width)
+    places = places[(np.argsort(high, axis=1, kind="stable") + offsets).ravel()]
+    if rows.dtype.itemsize <= 4:  # the rounding was exact: nothing merged
+        return places
+    ordered = rows.ravel()[places]
+    falls = np.flatnonzero(ordered[1:] < ordered[:-1])
+    falls = falls[(falls + 1) % width != 0]  # not from one row's last value to the next's first
+    if falls.size:
+        _sort_merged_runs(places, ordered, falls, width)
+    return places
+
+
+def _sort_merged_runs(places: np.ndarray, ordered: np.ndarray, falls: np.ndarray,
+                      width: int) -> None:
+    """Sorts by value, stably and in place, the runs of `places` (flat; `ordered`, their
+    values) of one float32 rounding that hold a fall (`falls`: i where ordered[i + 1] <
+    ordered[i], within a row of `width`); only the rows that hold a fall are read."""
+    rows = np.unique(falls // width)
+    with np.errstate(over="ignore"):  # as the keys: beyond float32, infinite
+        rounded = ordered.reshape(-1, width)[rows].astype(np.float32)  # -0.0 == 0.0
+    starts = np.empty(rounded.shape, bool)
+    starts[:, 0] = True
+    np.not_equal(rounded[:, 1:], rounded[:, :-1], out=starts[:, 1:])
+    run_starts = np.flatnonzero(starts)  # places in these rows, flat
+    at = np.searchsorted(rows, falls // width) * width + falls % width
+    held = np.unique(np.searchsorted(run_starts, at, side="right") - 1)  # the runs with a fall
+    first = run_starts[held]
+    ends = np.where(held + 1 < len(run_starts),
+                    run_starts[np.minimum(held + 1, len(run_starts) - 1)], starts.size)
+    run = np.repeat(np.arange(len(first)), ends - first)
+    inside = first[run] + np.arange(len(run)) - (np.cumsum(ends - first) - (ends - first))[run]
+    inside = rows[inside // width] * width + inside % width  # back to the places of all rows
+    places[inside] = places[inside[np.lexsort((ordered[inside], run))]]
 
 
 def top_order(values: ArrayLike, n: int, descending: bool = False) -> np.ndarray:

@@ -2,13 +2,18 @@
 models whose curves
 and correlations are known exactly, tie semantics, reference quirks and invariances."""
 import os
+from unittest import mock
 
 import numpy as np
 import pytest
 import tensorflow as tf
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 
 import faithfulness
 from faithfulness import ranking, resample, stats, substrates
+from models.foundation import ordering
 from models.foundation.errors import UserError
 from tests import REPO
 
@@ -134,10 +139,30 @@ def test_ranks_are_scipys_to_the_byte():
                    rng.integers(0, 3, size=(5, 41)).astype(float), np.zeros((2, 9)),
                    np.array([[0.0, -0.0, 1.0, -0.0, -1.0]]), np.ones((3, 1)),
                    np.array([[np.inf, 1.0, -np.inf, np.inf], [3.0, 3.0, 3.0, 2.0]]),
-                   np.array([[1.0, np.nan, 0.5], [2.0, 2.0, 1.0]])):
-        found, expected = stats.ranks(values), rankdata(values, axis=1)
-        assert found.dtype == expected.dtype and found.shape == expected.shape
-        assert found.tobytes() == expected.tobytes()
+                   np.array([[1.0, np.nan, 0.5], [2.0, 2.0, 1.0]]),
+                   # values float32 cannot tell apart, falling in index order: runs that the
+                   # radix order of the float32 roundings leaves unsorted (also across rows)
+                   1.0 - 1e-12 * np.arange(24.0).reshape(3, 8),
+                   np.array([[1e300, np.inf, 3e38, 5.0, 4e38, -1e-50, -0.0, 1e-50, -1e-46]]),
+                   np.tile([3.0, 2.0, 1.0 + 1e-13, 1.0, 2.0 - 1e-13, 2.0], (9000, 1))):
+        expected = rankdata(values, axis=1)
+        for radix_width in (ordering.RADIX_WIDTH, 1):  # comparison sort, radix passes
+            with mock.patch.object(ordering, "RADIX_WIDTH", radix_width):
+                found = stats.ranks(values)
+            assert found.dtype == expected.dtype and found.shape == expected.shape
+            assert found.tobytes() == expected.tobytes()
+
+
+@settings(max_examples=300, deadline=None)
+@given(hnp.arrays(np.float64, hnp.array_shapes(min_dims=2, max_dims=2, max_side=40),
+                  elements=st.one_of(st.floats(allow_nan=False, width=64),
+                                     st.sampled_from([1.0, 1.0 + 2.0 ** -40, 1.0 - 2.0 ** -40,
+                                                      0.0, -0.0, 5e-324, -5e-324]))))
+def test_ranks_of_any_finite_or_infinite_rows_are_scipys(values):
+    from scipy.stats import rankdata
+
+    with mock.patch.object(ordering, "RADIX_WIDTH", 1):  # rows this narrow take the radix passes
+        assert stats.ranks(values).tobytes() == rankdata(values, axis=1).tobytes()
 
 
 # -- 5. IDSDS additive cell model -----------------------------------------------------------------

@@ -1,6 +1,9 @@
 """`models.foundation.ordering`: always NumPy's stable order (docs/architecture.md, "Stable
 orders"), also where a row has equal values, -0.0 beside 0.0, or NaNs."""
+from unittest import mock
+
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -22,6 +25,8 @@ def test_the_order_and_places_are_numpys_stable_ones(values, descending, n):
     keys = -values if descending else values
     want = np.argsort(keys, axis=-1, kind="stable")
     np.testing.assert_array_equal(ordering.stable_order(values, descending), want)
+    with mock.patch.object(ordering, "RADIX_WIDTH", 1):  # these short rows in radix passes
+        np.testing.assert_array_equal(ordering.stable_order(values, descending), want)
     np.testing.assert_array_equal(ordering.top_order(values, n, descending), want[..., :n])
     places = ordering.places(values, descending)
     np.testing.assert_array_equal(np.take_along_axis(places, want, axis=-1),
@@ -37,13 +42,16 @@ def test_the_places_of_repeated_rows_are_those_of_the_longer_rows(values, copies
     np.testing.assert_array_equal(ordering.places_repeated(values, copies, descending), want)
 
 
-def test_a_large_map_with_and_without_ties():
+@pytest.mark.parametrize("radix_width", [ordering.RADIX_WIDTH, 10 ** 6])  # radix, comparison
+def test_a_large_map_with_and_without_ties(radix_width):
     values = np.random.default_rng(3).normal(size=(16, 12_288))
     rectified = np.round(np.maximum(values, 0), 2)  # half zeros, and many equal values
     dead = np.where(values > 1.9, 0.0, values)  # 3% zeros: the tied entries sorted alone
-    for map_ in (values, rectified, dead):
-        np.testing.assert_array_equal(ordering.stable_order(map_, True),
-                                      np.argsort(-map_, axis=1, kind="stable"))
+    merged = 1.0 - 1e-12 * (np.arange(16 * 12_288) % 7).reshape(16, -1)  # one float32 value
+    for map_ in (values, rectified, dead, merged, values.astype(np.float32)):
+        with mock.patch.object(ordering, "RADIX_WIDTH", radix_width):
+            found = ordering.stable_order(map_, True)
+        np.testing.assert_array_equal(found, np.argsort(-map_, axis=1, kind="stable"))
         np.testing.assert_array_equal(ordering.top_order(map_, 5, True),
                                       np.argsort(-map_, axis=1, kind="stable")[:, :5])
 
