@@ -55,8 +55,8 @@ def ranks(a: np.ndarray) -> np.ndarray:
 def _ranks_of_rows(values: np.ndarray) -> np.ndarray:
     """`ranks` of float64 [N, D] without NaNs. The order within a run of equal values does not
     change its average, so any sorted order serves: `ordering.stable_places`'s, whose radix
-    passes cost a few times less than NumPy's comparison sort on a map (docs/architecture.md,
-    "Stable orders"); the rows are read and written through flat indices (2-D fancy indexing
+    passes beat NumPy's comparison sort on a map (docs/architecture.md, "Stable orders"); the
+    rows are read and written through flat indices (2-D fancy indexing
     cost 3x the sort)."""
     rows, width = values.shape
     places = ordering.stable_places(values)

@@ -17,7 +17,9 @@ per image. For each measure, with the settings of `SETTINGS`, it prints:
   bound;
 * Quantus: the same call of Quantus 0.6 on the PyTorch twin, in its own environment
   (--quantus_python, default $QUANTUS_PYTHON; skipped without one), timed once by
-  `scripts/quantus_timing.py`; Quantus / ours is the speed-up.
+  `scripts/quantus_timing.py`; Quantus / ours is the speed-up;
+* values sha256: the first 12 hex digits of the sha256 of the first call's values (their dtype,
+  shape and bytes), so a change that should keep the values can be checked on both code trees.
 
 Both sides run on --threads threads (TensorFlow's intra- and inter-op pools; PyTorch's).
 
@@ -31,6 +33,7 @@ in its ceiling at the solver's own measured rates, as the card's profile counts 
 """
 import dataclasses
 import datetime
+import hashlib
 import inspect
 import json
 import os
@@ -187,14 +190,14 @@ def chosen_measures(text: str) -> list:
 
 def timings(model: Any, arrays: dict, name: str, settings: dict, passes: Optional[float],
             config: Config, counted: bool = False) -> dict:
-    """{ours_first_s, ours_s, ceiling_s (None for the maps alone), passes_per_image,
-    gradients_per_image, solver}: after the first call (which traces), the best of three of
-    the call and of each ceiling run, taken in turn so a slow spell of a shared machine hits
-    both alike. `counted`: the ceiling's passes are those the first call asked for."""
+    """{ours_first_s, ours_s, values_sha256, ceiling_s (None for the maps alone),
+    passes_per_image, gradients_per_image, solver}: after the first call (which traces), the
+    best of three of the call and of each ceiling run, taken in turn so a slow spell of a shared
+    machine hits both alike. `counted`: the ceiling's passes are those the first call asked for."""
     call = library_call(model, arrays, name, settings, config.batch_size)
     before = workload.snapshot()
     started = time.perf_counter()
-    call()
+    values = call()
     first = time.perf_counter() - started
     work = workload.since(before)
     gradients: float = GRADIENTS.get(name, 0)
@@ -207,9 +210,32 @@ def timings(model: Any, arrays: dict, name: str, settings: dict, passes: Optiona
     times = bench_faithfulness.best_times([call, *bound], 3)
     solver = bool(work["setup"] or work["solve"])
     solving = solver_seconds(model, arrays["x"], work, config.batch_size) if solver else 0.0
-    return {"ours_first_s": first, "ours_s": times[0],
+    return {"ours_first_s": first, "ours_s": times[0], "values_sha256": values_digest(values),
             "ceiling_s": sum(times[1:]) + solving if bound else None,
             "passes_per_image": passes, "gradients_per_image": gradients, "solver": solver}
+
+
+def values_digest(values: Any) -> str:
+    """The first 12 hex digits of the sha256 of a measure's values: each array's dtype, shape
+    and bytes, a dict's entries in key order, a sequence's in turn."""
+    digest = hashlib.sha256()
+
+    def feed(value: Any) -> None:
+        if isinstance(value, dict):
+            for key in sorted(value):
+                digest.update(repr(key).encode())
+                feed(value[key])
+        elif isinstance(value, (list, tuple)):
+            digest.update(f"[{len(value)}".encode())
+            for item in value:
+                feed(item)
+        else:
+            array = np.asarray(value)
+            digest.update(f"{array.dtype.str}{array.shape}".encode())
+            digest.update(np.ascontiguousarray(array).tobytes())
+
+    feed(values)
+    return digest.hexdigest()[:12]
 
 
 def solver_seconds(model: Any, x: np.ndarray, work: dict, batch_size: int) -> float:
@@ -265,8 +291,8 @@ def run(config: Config) -> list:
           f" ({_cpu()}), {config.threads} threads each, {config.images} images of "
           f"{config.size} px, widths {','.join(config.widths)}, batch {config.batch_size}")
     print("| measure | forward passes per image | ours (s) | first call (s) | ceiling (s) | "
-          "ours / ceiling | Quantus 0.6 (s) | Quantus / ours |")
-    print("|---|---|---|---|---|---|---|---|")
+          "ours / ceiling | Quantus 0.6 (s) | Quantus / ours | values sha256 |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for row in rows:
         work = "maps only" if row["passes_per_image"] is None \
             else f"{row['passes_per_image']:g}"
@@ -277,7 +303,8 @@ def run(config: Config) -> list:
         print(f"| {row['measure']} | {work} | "
               f"{row['ours_s']:.3f} | {row['ours_first_s']:.3f} | "
               f"{_maybe(row['ceiling_s'], '.3f')} | {_maybe(row['of_ceiling'], '.2f')} | "
-              f"{_maybe(row['quantus_s'], '.2f')} | {_maybe(row['speed_up'], '.1f')} |")
+              f"{_maybe(row['quantus_s'], '.2f')} | {_maybe(row['speed_up'], '.1f')} | "
+              f"{row['values_sha256']} |")
     if config.output:
         write_json(config.output, {"rows": rows, "config": dataclasses.asdict(config)})
     return rows

@@ -1,5 +1,6 @@
 """scripts/bench_measures.py's --measures mode: which measures it times, and the ceiling of each
 taken from the passes its first call asked for (models.foundation.workload)."""
+import numpy as np
 import pytest
 
 from models.foundation.errors import UserError
@@ -27,6 +28,17 @@ def test_the_ceiling_counts_the_passes_the_measure_asked_for():
     assert found["ceiling_s"] > 0 and not found["solver"]
     alone = bench_measures.timings(model, arrays, "sparseness", {}, None, config, counted=True)
     assert alone["passes_per_image"] is None and alone["ceiling_s"] is None
+    again = bench_measures.timings(model, arrays, "sparseness", {}, None, config, counted=True)
+    assert again["values_sha256"] == alone["values_sha256"] != found["values_sha256"]
+
+
+def test_the_values_digest_reads_dtype_shape_bytes_and_keys_not_their_order():
+    digest = bench_measures.values_digest
+    values = np.array([0.25, -0.0, 3.0])
+    assert digest({"a": values, "b": [1.0]}) == digest({"b": [1.0], "a": values.copy()})
+    assert len({digest(values), digest(values.astype(np.float32)), digest(values[None]),
+                digest(np.nextafter(values, np.inf)), digest(np.abs(values)),
+                digest({"a": values}), digest([values])}) == 7
 
 
 def test_the_ceiling_splits_its_passes_evenly_over_the_fewest_batches():
