@@ -44,7 +44,6 @@ import scipy.spatial.distance
 from faithfulness import stats, substrates
 from faithfulness.measures import perturbation, subsets
 from faithfulness.measures.arguments import Prepared, image_ids, prepared
-from models.foundation import cluster
 from models.foundation.errors import UserError, check_one_of
 from models.foundation.metric_spec import MetricSpec
 
@@ -216,23 +215,16 @@ def sufficiency(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch: A
     """[N] the share of the call's images with a map within `threshold` that share the
     image's predicted class."""
     found = prepared(x_batch, a_batch, s_batch, abs=abs, normalise=normalise)
-
-    def pair_distances() -> np.ndarray:
-        try:
-            with np.errstate(divide="ignore", invalid="ignore"):  # (per thread)
-                return _pair_distances(found.a, distance_func)
-        except ValueError as error:
-            raise UserError(f"distance_func {distance_func!r}: {error}") from None
-
-    with cluster.host_thread() as host:  # the distances beside the forward pass
-        pending = host.submit(pair_distances)
-        outputs = perturbation.outputs(model, found.x, batch_size)
-        distances = pending.result()
+    try:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            distances = _pair_distances(found.a, distance_func)
+    except ValueError as error:
+        raise UserError(f"distance_func {distance_func!r}: {error}") from None
     largest = np.max(np.abs(distances))
     if largest > 0:
         distances = distances / largest
     close = (distances <= threshold) & ~np.eye(len(distances), dtype=bool)
-    predicted = np.argmax(outputs, axis=1)
+    predicted = np.argmax(perturbation.outputs(model, found.x, batch_size), axis=1)
     same = predicted[None, :] == predicted[:, None]
     counts = close.sum(axis=1)
     return np.where(counts == 0, 0.0, (close & same).sum(axis=1) / np.maximum(counts, 1))

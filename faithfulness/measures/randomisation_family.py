@@ -37,7 +37,6 @@ from faithfulness import randomisation, stats, substrates
 from faithfulness.measures import perturbation, robustness_family
 from faithfulness.measures.arguments import image_ids, prepared, scaled
 from faithfulness.measures.explaining import explainer, kept_copy
-from models.foundation import cluster
 from models.foundation.errors import UserError, check_one_of
 from models.foundation.metric_spec import MetricSpec
 from models.foundation.tracing import quiet_retracing
@@ -138,18 +137,12 @@ def _layer_correlations(given: dict, smoothing: Optional[tuple]) -> np.ndarray:
                      normalise=given["normalise"])
     classes = perturbation.checked_classes(given["model"], found.x, given["y_batch"])
     ids = image_ids(given["ids"], len(found.x))
-    # each layer's maps are ranked and correlated on a host thread while the next layer's are
-    # computed; the trained maps' ranks (once for every layer) first, beside the first layer's
-    with cluster.host_thread() as host:
-        ranked = host.submit(stats.ranks, found.a)
-        pending = [host.submit(lambda maps: stats.spearman_ranked(ranked.result(), maps), maps)
-                   for maps in _randomised_maps(
-                       given["model"], found, classes, ids, explain_func=given["explain_func"],
-                       explain_func_kwargs=given["explain_func_kwargs"],
-                       layer_order=given["layer_order"], seed=given["seed"], abs=given["abs"],
-                       normalise=given["normalise"], batch_size=given["batch_size"],
-                       smoothing=smoothing)]
-        correlations = np.stack([layer.result() for layer in pending], axis=1)
+    ranked = stats.ranks(found.a)  # once for every layer
+    correlations = np.stack([stats.spearman_ranked(ranked, maps) for maps in _randomised_maps(
+        given["model"], found, classes, ids, explain_func=given["explain_func"],
+        explain_func_kwargs=given["explain_func_kwargs"], layer_order=given["layer_order"],
+        seed=given["seed"], abs=given["abs"], normalise=given["normalise"],
+        batch_size=given["batch_size"], smoothing=smoothing)], axis=1)
     return _reduced_layers(correlations, average, last)
 
 

@@ -191,15 +191,6 @@ def map_on_cores(function: Callable[[Any], Any], items: Iterable) -> list:
         return list(pool.map(function, items))
 
 
-def host_thread() -> concurrent.futures.ThreadPoolExecutor:
-    """One thread for host work beside the TensorFlow calls of the calling thread, as a context
-    manager: `submit` the host work (NumPy's sorts, scipy's distances: they release the GIL),
-    carry on with the next call, read `result()` after it. A TensorFlow call leaves cores idle
-    between its ops, which the host work fills (docs/measures.md, "Speed"); the tasks run in the
-    order submitted, and leaving the block waits for them."""
-    return concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="host-work")
-
-
 def nth_core(index: int) -> int:
     """The core that process `index` of a pinned set gets: the usable cores in turn."""
     cores = usable_cores()
