@@ -1,10 +1,11 @@
-"""Stable orders of maps' values (docs/architecture.md, "Stable orders"): NumPy's stable sort
-is a merge sort, several times slower on a map than its other sorts. `stable_order` sorts a long
-row of floats by two radix passes of 16 bits over its values rounded to float32 (NumPy's stable
-sort of 16-bit keys is a radix sort), then sorts by value the few runs that rounding merged; a
-short row with its vectorised sort, which leaves equal values in any order, then puts each run
-of equal values in index order by one more sort of integer keys (run, index), all distinct. The
-order is always `np.argsort(kind="stable")`'s."""
+"""Stable orders of maps' values (docs/architecture.md, "Stable orders"): NumPy's stable sort of
+floats, a comparison sort, runs 1.4-2.4x slower on a map than the way below
+(`scripts.bench_ordering`, the docs' table). `stable_order` sorts a long row of floats by two
+radix passes of 16 bits over its values rounded to float32 (NumPy's stable sort of 16-bit keys is
+a radix sort), then sorts by value the few runs that rounding merged; a short row with its
+vectorised sort, which leaves equal values in any order, then puts each run of equal values in
+index order by one more sort of integer keys (run, index), all distinct. The order is always
+`np.argsort(kind="stable")`'s."""
 from typing import TYPE_CHECKING
 
 import numpy as np
