@@ -56,8 +56,7 @@ def _ranks_of_rows(values: np.ndarray) -> np.ndarray:
     """`ranks` of float64 [N, D] without NaNs. The order within a run of equal values does not
     change its average, so any sorted order serves: `ordering.stable_places`'s, whose radix
     passes beat NumPy's comparison sort on a map (docs/architecture.md, "Stable orders"); the
-    rows are read and written through flat indices (2-D fancy indexing
-    cost 3x the sort)."""
+    rows are read and written through flat indices (2-D fancy indexing cost 3x the sort)."""
     rows, width = values.shape
     places = ordering.stable_places(values)
     ordered = np.take(values.ravel(), places).reshape(rows, width)

@@ -4,19 +4,19 @@ run:
     python -m scripts.bench_ordering [--maps=16] [--values=12288] [--repeats=20] [--top=5]
 
 Times NumPy's stable argsort (a comparison sort) against `models.foundation.ordering.stable_order`
-on random normal maps without ties, the same maps with their 3% highest values set to zero
-(a few ties: a gradient map's dead pixels) and rectified and rounded (half zeros, many equal
-values), descending, best of --repeats each, taken in turn
-(`scripts.bench_faithfulness.best_times`), and `stable_order` as it sorts rows shorter than
-`ordering.RADIX_WIDTH` (NumPy's comparison sort, then the runs of equal values; the
-"comparison" column) and as it sorts longer rows (radix passes; the "radix" column), whichever
-`stable_order` itself takes at --values (so runs at a few --values show where the radix passes
-start to pay); checks that all give the same order and prints each one's milliseconds and the
-ratios. Then the same for the first --top of each order: the stable argsort's first n
-against `ordering.top_order`. Then the maps' average ranks (`faithfulness.stats.ranks`, the
-randomisation measures' Spearman correlations) against scipy's `rankdata` and against the same
-function sorting as short rows and as long rows, all four the same bytes. The maps are float64,
-whose float32 roundings merge a few distinct values.
+on random normal maps without ties, the same maps with their 3% highest values set to zero (a few
+ties: a gradient map's dead pixels) and rectified and rounded (half zeros, many equal values),
+descending, best of --repeats each, taken in turn (`scripts.bench_faithfulness.best_times`), and
+`stable_order` as it sorts rows shorter than `ordering.RADIX_WIDTH` (NumPy's comparison sort, then
+the runs of equal values; the "comparison" column) and as it sorts longer rows (radix passes; the
+"radix" column), forced on every row whatever --values (so runs at a few --values show where the
+radix passes start to pay); the "stable_order" column takes the way `stable_order` itself takes at
+--values; checks that all give the same order and prints each one's milliseconds and the ratios.
+Then the same for the first --top of each order: the stable argsort's first n against
+`ordering.top_order`. Then the maps' average ranks (`faithfulness.stats.ranks`, the randomisation
+measures' Spearman correlations) against scipy's `rankdata` and against the same function sorting as
+short rows and as long rows, all four the same bytes. The maps are float64, whose float32 roundings
+merge a few distinct values.
 """
 import dataclasses
 from typing import Any, Callable

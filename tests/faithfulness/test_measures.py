@@ -418,7 +418,7 @@ def test_sufficiency_and_consistency_count_close_maps_of_the_same_prediction():
     maps = np.stack([base[0], base[0] + 0.01, base[1] * 5, base[1] * 5 + 0.01])
     found = measures.sufficiency(model, x, np.zeros(4, np.int64), maps)
     np.testing.assert_array_equal(found, [1.0, 1.0, 0.0, 0.0])
-    # the distances run on a host thread beside the forward pass: its error is still one line
+    # a distance scipy does not know: one line naming the setting
     with pytest.raises(UserError, match="^distance_func 'nope': "):
         measures.sufficiency(model, x, np.zeros(4, np.int64), maps, distance_func="nope")
     # consistency: the pairs also share their five highest values' places and signs
