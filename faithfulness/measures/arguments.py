@@ -55,9 +55,14 @@ def prepared(x_batch: Any, a_batch: Any, s_batch: Any = None, *, abs: bool,  # n
         raise ShapeError(f"{maps_name} has shape {given.shape}; expected maps [N, H, W] or "
                          "[N, H, W, C]")
     if len(a) != len(x) or a.shape[2:] != x.shape[1:3] or a.shape[1] not in (1, x.shape[3]):
+        if x.shape[1] in (1, 3) and x.shape[3] not in (1, 3):
+            raise ShapeError(f"x_batch has shape {x.shape}: it looks channels first (N, C, H, "
+                             "W), as Quantus takes it; pass NHWC images, "
+                             "np.transpose(x_batch, (0, 2, 3, 1)), and maps [N, H, W] or "
+                             "[N, H, W, C]")
         raise ShapeError(f"{maps_name} has shape {np.shape(a_batch)} for x_batch of shape "
                          f"{x.shape}; expected one map per image, [N, H, W] or [N, H, W, C] "
-                         "at the images' size")
+                         f"at the images' size{_channels_first_hint(given, x, maps_name)}")
     # Each block's extremes, read from the maps as given (contiguous, in their own dtype): a
     # NaN makes both NaN, an infinity one of them infinite, and the largest |a| is
     # max(largest, -smallest). Then one pass makes the features channel first, float64 (a
@@ -117,6 +122,19 @@ def image_ids(ids: Any, count: int) -> np.ndarray:
     return found
 
 
+def _channels_first_hint(given: np.ndarray, x: np.ndarray, name: str) -> str:
+    """The way out of a map or mask given channel first, (N, C, H, W) as Quantus takes it,
+    beside NHWC images; '' for any other shape."""
+    if given.ndim != 4 or given.shape[0] != len(x) or given.shape[2:] != x.shape[1:3]:
+        return ""
+    if given.shape[1] == 1:
+        return f" ({name} looks channels first, as Quantus takes it: pass {name}[:, 0])"
+    if given.shape[1] == x.shape[3]:
+        return (f" ({name} looks channels first, as Quantus takes it: pass "
+                f"np.transpose({name}, (0, 2, 3, 1)))")
+    return ""
+
+
 def _masks(s_batch: Any, x: np.ndarray, channels: int, needs_mask: bool) -> Optional[np.ndarray]:
     """bool [N, C' x H x W]: each mask repeated over the map's channels (or None)."""
     if s_batch is None:
@@ -131,7 +149,8 @@ def _masks(s_batch: Any, x: np.ndarray, channels: int, needs_mask: bool) -> Opti
         s = s[..., 0]
     if s.shape != (len(x), *x.shape[1:3]):
         raise ShapeError(f"s_batch has shape {np.shape(s_batch)} for x_batch of shape "
-                         f"{x.shape}; expected one mask per image, [N, H, W]")
+                         f"{x.shape}; expected one mask per image, [N, H, W]"
+                         f"{_channels_first_hint(s, x, 's_batch')}")
     if not np.isin(s, (0, 1)).all():
         raise UserError("s_batch holds values other than 0 / 1 (or False / True)")
     s = s.astype(bool)[:, None]

@@ -192,12 +192,30 @@ def model_scorer(model: Any, batch_size: int = 64) -> scoring.Scorer:
 
 def outputs(model: Any, x: np.ndarray, batch_size: int = 64) -> np.ndarray:
     """float32 [N, classes]: the model's outputs (logits) of the unperturbed images."""
+    check_images_fit(model, x)
     return model_scorer(model, batch_size).predict(tf.constant(x, tf.float32))
+
+
+def check_images_fit(model: Any, x: np.ndarray) -> None:
+    """One line naming x_batch when its images (H, W, C) are not the size the model takes
+    (where the model fixes it: a Keras model with no open size, or an export)."""
+    expected = adapt(model).input_shape
+    found = tuple(int(size) for size in x.shape[1:])
+    if expected is None or tuple(expected) == found:
+        return
+    hint = ""
+    if found[0] == expected[2] and found[1:] == tuple(expected[:2]):
+        hint = ("; they look channels first (N, C, H, W), as Quantus takes them: pass "
+                "np.transpose(x_batch, (0, 2, 3, 1))")
+    raise ShapeError(f"x_batch holds images of shape {found}, but the model takes "
+                     f"{tuple(expected)} (H, W, C){hint}")
 
 
 def class_count(model: Any, x: np.ndarray) -> int:
     """How many classes the model scores (one eager pass of one image, kept with the model per
-    image shape: the pass costs as much as a cheap network's whole measure)."""
+    image shape: the pass costs as much as a cheap network's whole measure), once the images
+    are known to fit the model (`check_images_fit`)."""
+    check_images_fit(model, x)
     return kept(model, ("measures' class count", x.shape[1:]), lambda: int(
         adapt(model).logits(tf.constant(x[:1], tf.float32)).shape[-1]))
 

@@ -329,7 +329,9 @@ def features_and_logits_model(model: Any, layer_name: Optional[str] = None) -> A
         raise UserError(f"layer {layer_name!r} of model {model.name!r} gives "
                         f"{list(features.shape)}, not a feature map [N, H, W, C]: choose a "
                         "convolutional layer for Grad-CAM")
-    return keras.Model(model.input, [features, model.output],
+    # inputs[0] and outputs[0], not input and output: a Sequential model whose input leaves a
+    # size open has no `input` in Keras 3
+    return keras.Model(model.inputs[0], [features, model.outputs[0]],
                        name=f"{model.name}_features_and_logits")
 
 

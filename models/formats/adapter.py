@@ -117,7 +117,8 @@ class KerasAdapter(Adapter):
         self._outputs = folding.folded_call(model)
         self._logits = (self._outputs if self.logits_model is model
                         else folding.folded_call(self.logits_model))
-        self.input_shape = tuple(int(d) for d in model.inputs[0].shape[1:])
+        dims = tuple(model.inputs[0].shape[1:])  # None: a size the model leaves open
+        self.input_shape = None if None in dims else tuple(int(d) for d in dims)
         self.num_classes = int(model.outputs[0].shape[-1])
         self.name = model.name
         registered = zoo.REGISTRY.get(model.name)

@@ -116,6 +116,57 @@ def test_bad_arguments_are_one_line_naming_them(arguments, culprit):
     assert str(raised.value).startswith(culprit) and "\n" not in str(raised.value)
 
 
+def test_quantus_layouts_and_images_the_model_does_not_take_say_what_to_pass():
+    """A Quantus user's channel-first arrays, and images the model does not take: one line
+    naming the argument and the way out (images of another size had reached Keras's shape
+    error, a traceback, in 31 of the measures)."""
+    x, y, maps, masks = ARRAYS["x"], ARRAYS["y"].astype(np.int64), ARRAYS["one"], ARRAYS["s"]
+    model = MODELS[8]
+
+    def refusal(name, *arguments, **settings):
+        with pytest.raises(UserError) as raised:
+            getattr(measures, name)(model, *arguments, **settings)
+        assert "\n" not in str(raised.value)
+        return str(raised.value)
+
+    assert refusal("pixel_flipping", np.transpose(x, (0, 3, 1, 2)), y, maps[:, None]) == (
+        "x_batch has shape (5, 3, 8, 8): it looks channels first (N, C, H, W), as Quantus "
+        "takes it; pass NHWC images, np.transpose(x_batch, (0, 2, 3, 1)), and maps [N, H, W] "
+        "or [N, H, W, C]")
+    assert refusal("pixel_flipping", x, y, maps[:, None]).endswith(
+        "(a_batch looks channels first, as Quantus takes it: pass a_batch[:, 0])")
+    assert refusal("pixel_flipping", x, y, np.transpose(ARRAYS["three"], (0, 3, 1, 2))).endswith(
+        "pass np.transpose(a_batch, (0, 2, 3, 1)))")
+    assert refusal("pointing_game", x, y, maps, masks[:, None]).endswith(
+        "(s_batch looks channels first, as Quantus takes it: pass s_batch[:, 0])")
+    # the stored model takes 8 x 8 x 3: 6 x 6 images, and one-channel ones, are refused by name
+    for name in ("pixel_flipping", "sufficiency", "mprt", "max_sensitivity"):
+        settings = {"explain_func": "gradient"} if name in ("mprt", "max_sensitivity") else {}
+        assert refusal(name, ARRAYS["x_small"], y, ARRAYS["one_small"], **settings) == (
+            "x_batch holds images of shape (6, 6, 3), but the model takes (8, 8, 3) (H, W, C)")
+    assert refusal("irof", ARRAYS["x_gray"], y, maps).startswith(
+        "x_batch holds images of shape (8, 8, 1)")
+
+
+def test_a_keras_model_that_leaves_the_image_size_open_is_measured():
+    """A fully convolutional Keras model whose input is (None, None, 3): measured and
+    explained at the images' size (the adapter had turned None into an int: a TypeError)."""
+    import keras
+
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((None, None, 3)), keras.layers.Conv2D(4, 3),
+                              keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(3)])
+    x, y = ARRAYS["x"], ARRAYS["y"].astype(np.int64)
+    curves = measures.pixel_flipping(model, x, y, ARRAYS["three"], features_in_step=16)
+    assert curves.shape == (5, 12) and np.isfinite(curves).all()
+    from saliency_gen.attribution import engine
+    cam = engine.attribute(model, x, "grad_cam", y)  # its features model needs the input
+    assert cam.shape == (5, 8, 8, 3) and np.abs(cam).max() > 0
+    gradients = engine.attribute(model, x, "gradient", y)
+    correlations = measures.mprt(model, x, y, gradients, explain_func="gradient")
+    assert correlations.shape == (5, 2) and np.isfinite(correlations).all()
+
+
 def test_pixel_flipping_ends_at_the_baseline_whatever_the_chunk():
     """The last step has replaced every value by the image's smallest ("black"), so the curve
     ends at the model's output on that constant image; chunks of 1 or 64 items agree (to the
