@@ -9,7 +9,7 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 
 from faithfulness import evaluate, measures
-from models.report.card_engine import CHEAP_IMAGES, Benchmark
+from models.report.card_engine import CHEAP_IMAGES, ORACLE, Benchmark
 
 PROTOCOLS = {  # card name -> protocol (its metrics: faithfulness.protocols.METRICS)
     "Deletion": "deletion", "Insertion": "insertion", "IIC/AD": "iic_ad", "ADD": "add",
@@ -80,16 +80,18 @@ def benchmarks(loaded: Any, images: np.ndarray, labels: np.ndarray, ids: np.ndar
         localising = protocol in measures.MASKED
 
         def score(method, protocol=protocol, measure=measure, chosen=chosen):
-            shared = None if maps_of is None or protocol == "incremental_deletion" \
-                else maps_of(method)
+            shared: Optional[np.ndarray] = None
+            if method == ORACLE and masks is not None:  # (`supports`: localisation, masks)
+                shared = oracle_maps(masks, images.shape[3])
+            elif maps_of is not None and protocol != "incremental_deletion":
+                shared = maps_of(method)
             return evaluate.per_image(loaded, images, labels, ids,
                                       (methods or {}).get(method, method), protocol, chosen,
                                       measure, shared, group_size, masks=masks)
 
         found.append(Benchmark(
             name=name, metrics=measure.metrics, score=score,
-            supports=(lambda method: False) if localising and masks is None else
-            (lambda method: True),
+            supports=_supports(localising, masks is not None),
             settings={"protocol": protocol, "model_id": loaded.model_id,
                       "n_images": len(images), **data, **dataclasses.asdict(options),
                       # (only where given: cells made before the peers' measures stay valid)
@@ -97,6 +99,23 @@ def benchmarks(loaded: Any, images: np.ndarray, labels: np.ndarray, ids: np.ndar
                       **measures.code_settings(protocol)},
             cost=_cost(protocol, options, own) * len(images) / CHEAP_IMAGES))
     return found
+
+
+def oracle_maps(masks: np.ndarray, channels: int) -> np.ndarray:
+    """float32 [N, H, W, channels]: the oracle's maps for the localisation measures, each
+    image's object mask itself on every channel, as the methods' maps are (top_k_intersection
+    counts k of the channel-first features: a one-channel map would be ranked over fewer)."""
+    found = (np.asarray(masks) > 0.5).astype(np.float32)[..., None]
+    return np.repeat(found, channels, axis=3)
+
+
+def _supports(localising: bool, has_masks: bool) -> Callable[[str], bool]:
+    """Which methods a measure's cells exist for: a localisation measure every method and the
+    oracle where the images have masks, none without; the others every method but the oracle
+    (the mask explains nothing they perturb or re-explain)."""
+    if localising:
+        return lambda method: has_masks
+    return lambda method: method != ORACLE
 
 
 def _cost(protocol: str, options: evaluate.Options, own: dict) -> float:

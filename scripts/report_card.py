@@ -394,10 +394,9 @@ def build_benchmarks(config: ResolvedConfig, inputs: Optional[CardImages], metho
                 shared.loaded, shared.images, shared.labels, shared.ids, data=shared.data,
                 names=protocols, options=protocol_options(config), maps_of=shared.maps_of,
                 methods=shared.methods, masks=shared.masks):
-            found.append(dataclasses.replace(  # (a localisation measure without masks: none)
-                benchmark, supports=lambda method, own=benchmark.supports:
-                method != card_engine.ORACLE and own(method),
-                explains=shared.explains(benchmark.explains)))
+            # (`supports`: a localisation measure scores the oracle, without masks nothing)
+            found.append(dataclasses.replace(benchmark,
+                                             explains=shared.explains(benchmark.explains)))
     order = {name: i for i, name in enumerate(("BAM", "RMCS", *config.benchmarks))}
     found = sorted(found, key=lambda b: order[b.name])
     if config.retraining:

@@ -344,8 +344,9 @@ def test_every_measure_is_a_protocol_of_the_binary():
 
 def test_the_card_takes_measures_and_families():
     """--benchmarks names a family for all of its measures; a localisation measure's cells are
-    blank without object masks; faithfulness_correlation's cells name its code's version; the
-    peers' columns carry the measure's name alone."""
+    blank without object masks, and with them score the oracle (the mask); the cells of
+    faithfulness_correlation name its code's version; the peers' columns carry the measure's
+    name alone."""
     import types
 
     from faithfulness import card
@@ -361,6 +362,24 @@ def test_the_card_takes_measures_and_families():
     found = card.benchmarks(loaded, ARRAYS["x"], ARRAYS["y"], np.arange(5), data={},
                             names=("auc", "sparseness", "faithfulness_correlation"))
     assert [b.supports("random") for b in found] == [False, True, True]
+    assert not any(b.supports(card_engine.ORACLE) for b in found)
+    # with the images' object masks the localisation measures score the oracle, the mask on
+    # every channel as the methods' maps are: each measure's best value; the other measures
+    # still leave it out
+    masks = ARRAYS["s"]
+    masked = card.benchmarks(loaded, ARRAYS["x"], ARRAYS["y"], np.arange(5), data={},
+                             names=("pointing_game", "relevance_mass_accuracy", "auc",
+                                    "sparseness"), masks=masks)
+    assert [b.supports(card_engine.ORACLE) for b in masked] == [True, True, True, False]
+    for benchmark in masked[:3]:
+        for values in benchmark.score(card_engine.ORACLE).values():
+            np.testing.assert_array_equal(values, 1.0)
+    oracle = card.oracle_maps(masks, 3)
+    assert oracle.shape == (5, 8, 8, 3) and (oracle[..., 2] == masks).all()
+    # the smallest mask has 6 pixels, 18 features: all 10 highest inside it (on one channel,
+    # 6 of 10)
+    np.testing.assert_array_equal(measures.top_k_intersection(None, ARRAYS["x"], ARRAYS["y"],
+                                                              oracle, masks, k=10), 1.0)
     # a measure whose code changed its values names the code's version: its earlier cells are
     # recomputed
     assert [b.settings.get("measure_code") for b in found] == [
