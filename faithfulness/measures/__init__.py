@@ -11,6 +11,9 @@ family; settings under Quantus's names with Quantus's defaults. `FAMILIES` lists
 Quantus's families (`MODULES`: the modules that hold them), each module's `SPECS` declares its
 measures (direction and a line about each).
 """
+import sys
+from typing import Any
+
 from models.foundation import provenance
 from models.foundation.lazy import lazy_names
 
@@ -45,7 +48,19 @@ _EXPORTS = {name: module for modules in MODULES.values()
             for module, names in modules.items() for name in names}
 
 __all__ = sorted(_EXPORTS)
-__getattr__ = lazy_names(__name__, _EXPORTS)
+_imported = lazy_names(__name__, _EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    """A measure, imported on first use and taking also a Quantus call's arguments
+    (`quantus_call`: channel_first, return_aggregate, ...); a submodule as it is."""
+    value = _imported(name)
+    if name in _EXPORTS:
+        from faithfulness.measures.quantus_call import accepting_quantus_call
+
+        value = accepting_quantus_call(value)
+        setattr(sys.modules[__name__], name, value)
+    return value
 
 
 # The version of a measure's code where a change of it changed the values, named in the origins

@@ -148,6 +148,34 @@ def test_quantus_layouts_and_images_the_model_does_not_take_say_what_to_pass():
         "x_batch holds images of shape (8, 8, 1)")
 
 
+def test_a_quantus_call_runs_as_it_is_written():
+    """Quantus's base settings and its call's layout flag: channel_first=True takes Quantus's
+    (N, C, H, W) arrays and gives the NHWC call's values; return_aggregate gives
+    [aggregate_func(values)]; the warning, bar and device flags are accepted."""
+    x, y, model = ARRAYS["x"], ARRAYS["y"].astype(np.int64), MODELS[8]
+    maps, masks = ARRAYS["three"], ARRAYS["s"]
+    nhwc = measures.pixel_flipping(model, x, y, maps, features_in_step=16)
+    quantus_style = measures.pixel_flipping(
+        model=model, x_batch=np.transpose(x, (0, 3, 1, 2)), y_batch=y,
+        a_batch=np.transpose(maps, (0, 3, 1, 2)), features_in_step=16, channel_first=True,
+        disable_warnings=True, display_progressbar=False, device="cpu")
+    np.testing.assert_array_equal(quantus_style, nhwc)
+    np.testing.assert_array_equal(
+        measures.pointing_game(model, np.transpose(x, (0, 3, 1, 2)), y, ARRAYS["one"],
+                               masks[:, None], channel_first=True),
+        measures.pointing_game(model, x, y, ARRAYS["one"], masks))
+    aggregate = measures.pixel_flipping(model, x, y, maps, features_in_step=16,
+                                        return_aggregate=True)
+    assert aggregate.shape == (1,) and aggregate[0] == pytest.approx(nhwc.mean(), rel=1e-12)
+    sparseness = measures.sparseness(None, x, y, maps)
+    assert measures.sparseness(None, x, y, maps, return_aggregate=True,
+                               aggregate_func=np.median)[0] == np.median(sparseness)
+    with pytest.raises(UserError, match=r"^model_predict_kwargs \['verbose'\]"):
+        measures.sparseness(None, x, y, maps, model_predict_kwargs={"verbose": 0})
+    with pytest.raises(UserError, match="^channel_first must be True, False or None"):
+        measures.sparseness(None, x, y, maps, channel_first="yes")
+
+
 def test_a_keras_model_that_leaves_the_image_size_open_is_measured():
     """A fully convolutional Keras model whose input is (None, None, 3): measured and
     explained at the images' size (the adapter had turned None into an int: a TypeError)."""
