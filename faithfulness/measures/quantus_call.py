@@ -57,4 +57,7 @@ def accepting_quantus_call(measure: Callable) -> Callable:
             return np.asarray([(aggregate_func or np.mean)(values)])
         return values
 
+    call.__doc__ = (f"{measure.__doc__ or ''}\n\n    Also a Quantus call's channel_first, "
+                    "return_aggregate, aggregate_func,\n    disable_warnings, "
+                    "display_progressbar, device (faithfulness.measures.quantus_call).")
     return call
