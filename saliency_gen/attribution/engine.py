@@ -220,7 +220,13 @@ def _targets(adapter: Optional[Adapter], images, targets, batch_size):
         return np.zeros(count, np.int64)
     if targets is None:
         return np.argmax(adapter.predict(images, batch_size), axis=1).astype(np.int64)
-    targets = np.asarray(targets).astype(np.int64).reshape(-1)
+    given = np.asarray(targets)
+    # whole numbers only: a float class such as 0.5 had been cut to 0, another class explained
+    if not (given.dtype.kind in "iu" or (given.dtype.kind == "f" and np.isfinite(given).all()
+                                         and (given == np.round(given)).all())):
+        raise UserError(f"targets must be integer classes; got {given.dtype} values "
+                        f"{given.ravel()[:4].tolist()}")
+    targets = given.astype(np.int64).reshape(-1)
     if targets.shape != (count,):
         raise ShapeError(f"targets have shape {targets.shape}; expected [{count}]")
     classes = adapter.num_classes

@@ -179,6 +179,12 @@ def resolve(method: str, **params: Any) -> MethodSpec:
     extras = {}
     if "(" in method and method.endswith(")"):
         wrapper, base = method[:-1].split("(", 1)
+        if "=" in base:  # e.g. integrated_gradients(steps=50)
+            raise UserError(f"method {method!r}: settings are not part of a method's name; "
+                            "pass them as keyword arguments, saliency_gen.attribute(model, "
+                            f"images, {wrapper!r}, targets, {base.split(',')[0].strip()}), or "
+                            "name a 'package.module:function' method that sets them "
+                            "(docs/saliency.md)")
         check_known(wrapper, noise.WRAPPERS, "noise wrapper")
         base = _base_name(base)
     elif is_scheme_name(method):
