@@ -241,7 +241,11 @@ def _holding(path: str, suffix: str, when_held: Callable[[str], None]) -> Iterat
     folder, name = os.path.split(path)
     ensure_directory(folder)
     lock_path = os.path.join(folder, f".{name}{suffix}")
-    handle = _take_lock(lock_path, when_held)
+    try:
+        handle = _take_lock(lock_path, when_held)
+    except OSError as error:  # a folder where no file can be made (/proc, a full disk, ...)
+        raise UserError(f"cannot make the lock file {lock_path} ({error.strerror or error}); "
+                        "choose another output path") from None
     try:
         handle.seek(0)
         handle.truncate()

@@ -329,6 +329,11 @@ def test_an_output_lock_refuses_a_second_writer_and_leaves_nothing_behind(tmp_pa
     with files.build_lock(target, "a cache"):  # a builder writes its outputs under their lock
         with files.exclusive(target):
             assert sorted(os.listdir(tmp_path)) == [".result.json.build.lock", ".result.json.lock"]
+    if os.path.isdir("/proc/self"):  # a folder that exists but takes no new file: one line
+        with pytest.raises(UserError, match=r"^cannot make the lock file /proc/\.card\.lock "
+                                            r"\(No such file or directory\); choose another"):
+            with files.exclusive("/proc/card"):
+                pass
 
 
 _HOLD_THE_BUILD_LOCK = """
