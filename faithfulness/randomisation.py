@@ -29,9 +29,17 @@ from saliency_gen.attribution import names
 
 
 def weighted_layers(model: keras.Model) -> list:
-    """The layers with a kernel, output side first."""
-    return [layer for layer in reversed(model.layers)
+    """The layers with a kernel, output side first, those of a nested model (a transfer-learning
+    Sequential([base, pooling, head])) among them in its place, as Quantus walks a PyTorch
+    model's modules."""
+    return [layer for layer in reversed(_flat_layers(model))
             if getattr(layer, "kernel", None) is not None]
+
+
+def _flat_layers(model: keras.Model) -> list:
+    """`model.layers` with each nested model replaced by its own layers, in order."""
+    return [inner for layer in model.layers for inner in (
+        _flat_layers(layer) if isinstance(layer, keras.Model) else [layer])]
 
 
 def stages(count: int) -> list:

@@ -13,6 +13,7 @@ settings and the layout flag of its `__call__`.
   `model_predict_kwargs`: only empty, as this library calls the model with the images alone.
 """
 import functools
+import inspect
 from typing import Any, Callable, Optional
 
 import numpy as np
@@ -20,25 +21,26 @@ import numpy as np
 from models.foundation.errors import UserError
 
 
-def channels_last(x_batch: Any, a_batch: Any, s_batch: Any) -> tuple:
-    """(x, a, s) of a channel-first call made NHWC: x (N, C, H, W) and a four-axis a moved
-    to (N, H, W, C); a four-axis s (N, 1, H, W) to (N, H, W, 1), which a mask may be."""
-    x = np.asarray(x_batch)
+def channels_last(arguments: dict) -> None:
+    """A channel-first call's arrays made NHWC in place ({name: value} of the call): x (N, C,
+    H, W) and a four-axis a moved to (N, H, W, C); a four-axis s (N, 1, H, W) to (N, H, W, 1),
+    which a mask may be."""
+    x = np.asarray(arguments["x_batch"])
     if x.ndim != 4:
         raise UserError(f"x_batch has shape {x.shape}; with channel_first=True expected "
                         "(N, C, H, W)")
-    a = np.asarray(a_batch)
-    s = None if s_batch is None else np.asarray(s_batch)
-    return (np.moveaxis(x, 1, 3), np.moveaxis(a, 1, 3) if a.ndim == 4 else a,
-            np.moveaxis(s, 1, 3) if s is not None and s.ndim == 4 else s)
+    arguments["x_batch"] = np.moveaxis(x, 1, 3)
+    for name in ("a_batch", "s_batch"):
+        if arguments.get(name) is not None and np.ndim(arguments[name]) == 4:
+            arguments[name] = np.moveaxis(np.asarray(arguments[name]), 1, 3)
 
 
 def accepting_quantus_call(measure: Callable) -> Callable:
     """`measure` taking also the Quantus call's arguments of the module's note."""
+    signature = inspect.signature(measure)
 
     @functools.wraps(measure)
-    def call(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch: Any = None, *,
-             channel_first: Optional[bool] = None, return_aggregate: bool = False,
+    def call(*given: Any, channel_first: Optional[bool] = None, return_aggregate: bool = False,
              aggregate_func: Optional[Callable] = None, disable_warnings: bool = False,
              display_progressbar: bool = False, device: Any = None,
              model_predict_kwargs: Optional[dict] = None, **settings: Any) -> Any:
@@ -50,9 +52,10 @@ def accepting_quantus_call(measure: Callable) -> Callable:
         if aggregate_func is not None and not callable(aggregate_func):
             raise UserError(f"aggregate_func must be a function such as np.mean; got "
                             f"{aggregate_func!r}")
+        bound = signature.bind(*given, **settings)  # (a missing argument: Python's TypeError)
         if channel_first:
-            x_batch, a_batch, s_batch = channels_last(x_batch, a_batch, s_batch)
-        values = measure(model, x_batch, y_batch, a_batch, s_batch, **settings)
+            channels_last(bound.arguments)
+        values = measure(*bound.args, **bound.kwargs)
         if return_aggregate:
             return np.asarray([(aggregate_func or np.mean)(values)])
         return values

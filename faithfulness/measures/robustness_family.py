@@ -57,6 +57,7 @@ from faithfulness import substrates
 from faithfulness.measures import perturbation
 from faithfulness.measures.arguments import image_ids, prepared
 from faithfulness.measures.explaining import explainer, keras_of
+from models.architectures import zoo
 from models.foundation import ordering, workload
 from models.foundation.errors import UserError, check_one_of
 from models.foundation.metric_spec import MetricSpec
@@ -339,8 +340,9 @@ def representation_reader(model: Any, layer_names: Optional[Sequence[str]] = Non
     if not layers:
         raise UserError("no layer chosen for the internal representations")
     return kept(source, ("representation reader", *(layer.name for layer in layers)),
-                lambda: tf.function(keras.Model(source.inputs, [layer.output for layer in layers]),
-                                    reduce_retracing=True))  # traced: 1.3x an eager read
+                lambda: tf.function(keras.Model(source.inputs, [
+                    zoo.output_in_model(source, layer) for layer in layers]),
+                    reduce_retracing=True))  # traced: 1.3x an eager read
 
 
 REPRESENTED_VALUES = 1 << 26  # layer-output values held at once (float32: 256 MiB)

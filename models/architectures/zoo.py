@@ -318,13 +318,37 @@ def cam_outputs(features_and_logits: Callable, images: Any, targets: Any) -> tup
     return features, logits, tape.gradient(score, features)
 
 
+def output_in_model(model: Any, layer: Any) -> Any:
+    """The layer's output in `model`'s graph. `layer.output` is that of the layer's first call,
+    which may lie in another graph: a nested model's own inner graph (a transfer-learning
+    Sequential([base, pooling, head])), or the model of which `model` is a view sharing the
+    layers (`guided.logits_model`, without a final softmax); Keras then fails with 'not
+    connected to inputs'. The call in `model` is found by walking back from `model`'s outputs
+    through each tensor's `_keras_history` (Keras keeps no public name for it)."""
+    seen, pending = set(), list(model.outputs)
+    while pending:
+        tensor = pending.pop()
+        history = getattr(tensor, "_keras_history", None)
+        if history is None or id(tensor) in seen:
+            continue
+        seen.add(id(tensor))
+        operation, node_index, tensor_index = history
+        node = operation._inbound_nodes[node_index]
+        if operation is layer:
+            return node.output_tensors[tensor_index]
+        pending.extend(node.input_tensors)
+    raise UserError(f"layer {layer.name!r} does not lead to the outputs of model "
+                    f"{model.name!r}; name another layer")
+
+
 def features_and_logits_model(model: Any, layer_name: Optional[str] = None) -> Any:
     """A Keras model mapping images to (feature map, logits) in one forward pass."""
     layer_name = layer_name or feature_layer_name(model)
     try:
-        features = model.get_layer(layer_name).output
+        layer = model.get_layer(layer_name)
     except ValueError:
         raise UserError(f"model {model.name!r} has no layer named {layer_name!r}") from None
+    features = output_in_model(model, layer)
     if len(features.shape) != 4:
         raise UserError(f"layer {layer_name!r} of model {model.name!r} gives "
                         f"{list(features.shape)}, not a feature map [N, H, W, C]: choose a "

@@ -195,6 +195,42 @@ def test_a_keras_model_that_leaves_the_image_size_open_is_measured():
     assert correlations.shape == (5, 2) and np.isfinite(correlations).all()
 
 
+def test_a_transfer_learning_model_with_a_nested_base_is_explained_and_randomised():
+    """Sequential([base, pooling, head]), the base a model of its own, and a flat model with the
+    same weights, both ending in a softmax: Grad-CAM reads the feature layer's call in the graph
+    it explains (`output` is the first call's: the nested base's inner graph, or the model of
+    which the softmax-free view shares the layers; both had failed with Keras's 'not connected
+    to inputs'), MPRT re-initialises the base's layers too (it saw the head alone), and the
+    representations are read; the two models give the same values."""
+    import keras
+
+    from faithfulness import randomisation
+    from saliency_gen.attribution import engine
+
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((8, 8, 3))
+    base = keras.Model(inputs, keras.layers.Conv2D(4, 3, activation="relu")(inputs), name="base")
+    nested = keras.Sequential([keras.Input((8, 8, 3)), base, keras.layers.GlobalAveragePooling2D(),
+                               keras.layers.Dense(3, activation="softmax")])
+    flat_inputs = keras.Input((8, 8, 3))
+    flat = keras.Model(flat_inputs, keras.layers.Dense(3, activation="softmax")(
+        keras.layers.GlobalAveragePooling2D()(keras.layers.Conv2D(4, 3, activation="relu")(
+            flat_inputs))))
+    flat.set_weights(nested.get_weights())
+    x, y = ARRAYS["x"], ARRAYS["y"].astype(np.int64)
+    cams = [engine.attribute(model, x, "grad_cam", y) for model in (nested, flat)]
+    assert np.abs(cams[1]).max() > 0
+    np.testing.assert_allclose(cams[0], cams[1], rtol=1e-5, atol=1e-7)
+    assert [layer.kernel.shape for layer in randomisation.weighted_layers(nested)] == [
+        (4, 3), (3, 3, 3, 4)]
+    gradients = engine.attribute(flat, x, "gradient", y)
+    for name, settings in (("mprt", {}), ("relative_representation_stability",
+                                          {"nr_samples": 3})):
+        values = [getattr(measures, name)(model, x, y, gradients, explain_func="gradient",
+                                          **settings) for model in (nested, flat)]
+        np.testing.assert_allclose(values[0], values[1], rtol=1e-5, err_msg=name)
+
+
 def test_pixel_flipping_ends_at_the_baseline_whatever_the_chunk():
     """The last step has replaced every value by the image's smallest ("black"), so the curve
     ends at the model's output on that constant image; chunks of 1 or 64 items agree (to the
