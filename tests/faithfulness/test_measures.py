@@ -193,6 +193,14 @@ def test_a_keras_model_that_leaves_the_image_size_open_is_measured():
     gradients = engine.attribute(model, x, "gradient", y)
     correlations = measures.mprt(model, x, y, gradients, explain_func="gradient")
     assert correlations.shape == (5, 2) and np.isfinite(correlations).all()
+    # PAIR's methods trace for any size (they had refused such a model): the maps of the same
+    # weights with the size fixed
+    fixed = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Conv2D(4, 3),
+                              keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(3)])
+    fixed.set_weights(model.get_weights())
+    blurred = [engine.attribute(m, x[:2], "blur_ig", y[:2]) for m in (model, fixed)]
+    assert np.abs(blurred[1]).max() > 0
+    np.testing.assert_allclose(blurred[0], blurred[1], rtol=1e-5, atol=1e-9)
 
 
 def test_a_transfer_learning_model_with_a_nested_base_is_explained_and_randomised():

@@ -38,10 +38,8 @@ def _class_of(call_model_args) -> int:
 def as_call_model_function(model: Any, feature_layer: Optional[str] = None) -> Callable:
     """A PAIR `call_model_function` for `model` (see the module docstring)."""
     adapter = adapt(model, feature_layer)
-    if adapter.input_shape is None:
-        raise UserError("PAIR's methods need a model with a known input shape")
-    height, width, channels = adapter.input_shape
-    image_spec = tf.TensorSpec([None, height, width, channels], tf.float32)
+    # a model that leaves the image size open: one trace serves any size
+    image_spec = tf.TensorSpec([None, *(adapter.input_shape or (None, None, None))], tf.float32)
 
     @tf.function(input_signature=[image_spec, tf.TensorSpec([], tf.int32)])
     def input_gradients(x, target):
