@@ -186,6 +186,10 @@ def native_endpoint(name: str) -> str:
 def read_info(path: Union[str, os.PathLike]) -> dict:
     """The `model_info.json` of an export at `path` (checked to be one), without loading it."""
     path = os.fspath(path)
+    if os.path.isfile(path) and path.endswith((".keras", ".h5")):
+        raise UserError(f"model {path} is a saved Keras model, not an export folder: export it "
+                        "once, models.export(keras.models.load_model(path), folder, "
+                        "preprocessing=...), and pass the folder (docs/models.md)")
     if not os.path.isdir(path):
         raise MissingPathError(f"model directory {path} does not exist; export a model there "
                                "with models.export or pass the right --model_path")

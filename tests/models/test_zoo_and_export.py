@@ -57,6 +57,31 @@ def test_default_signature_maps_images_to_logits(tmp_path):
     np.testing.assert_allclose(output.numpy(), model(images).numpy(), rtol=1e-5, atol=1e-6)
 
 
+def test_a_researchers_keras_model_ending_in_a_softmax_exports_its_logits(tmp_path):
+    """A functional Keras model whose last Dense has a softmax activation (most classifiers):
+    the export gives the pre-softmax logits (it had failed with 'not connected to inputs', its
+    feature layer read from the graph of the model rather than of its softmax-free view); a
+    `.keras` file given as the model is one line saying to export it."""
+    import keras
+
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((SIZE, SIZE, 3))
+    pooled = keras.layers.GlobalAveragePooling2D()(
+        keras.layers.Conv2D(4, 3, activation="relu")(inputs))
+    head = keras.layers.Dense(3, activation="softmax")
+    model = keras.Model(inputs, head(pooled))
+    models.export(model, tmp_path / "m")
+    images = np.random.default_rng(0).random((2, SIZE, SIZE, 3)).astype(np.float32)
+    kernel, bias = head.get_weights()
+    logits = keras.Model(inputs, pooled)(images).numpy() @ kernel + bias
+    np.testing.assert_allclose(models.load(tmp_path / "m")(images), logits, rtol=1e-5,
+                               atol=1e-6)
+    model.save(tmp_path / "model.keras")
+    with pytest.raises(models.UserError, match=r"model\.keras is a saved Keras model, not an "
+                                               r"export folder: export it once"):
+        models.load(tmp_path / "model.keras")
+
+
 def test_resnet50_is_v1_5_as_roar_trained_it():
     model = models.build("resnet50", 1000, (224, 224, 3))
     trainable = sum(int(np.prod(w.shape)) for w in model.trainable_weights)
