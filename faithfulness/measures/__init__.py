@@ -14,6 +14,7 @@ measures (direction and a line about each).
 import sys
 from typing import Any
 
+from faithfulness.measures.quantus_call import accepting_quantus_call
 from models.foundation import provenance
 from models.foundation.lazy import lazy_names
 
@@ -56,8 +57,6 @@ def __getattr__(name: str) -> Any:
     (`quantus_call`: channel_first, return_aggregate, ...); a submodule as it is."""
     value = _imported(name)
     if name in _EXPORTS:
-        from faithfulness.measures.quantus_call import accepting_quantus_call
-
         value = accepting_quantus_call(value)
         setattr(sys.modules[__name__], name, value)
     return value
