@@ -13,7 +13,8 @@ and noise sample), so SmoothGrad / SmoothGrad² / VarGrad wrap it like any built
 parameters declared in `params` are passed to it (and can be overridden per call); a function
 that takes `ids` receives the images' int64 keys (for its own stateless random draws) and one
 that takes `seed` the run's seed. `traced=False` runs it eagerly on whole groups of images
-instead (numpy code; no noise wrappers). A `Method` subclass or instance can be registered too,
+instead (numpy code; no noise wrappers); a function named by its string says so by an attribute,
+`my_method.traced = False`. A `Method` subclass or instance can be registered too,
 for multi-item methods that join the stream item by item.
 
 A function that raises, returns the wrong shape, or returns NaN or infinite values gets one
@@ -76,6 +77,12 @@ class FunctionMethod(Method):
         except (UserError, KeyboardInterrupt, SystemExit):  # SystemExit: the engine says
             raise
         except BaseException as error:  # any failure of user code becomes one clear line
+            if self.traced and "symbolic" in str(error):  # NumPy on a traced tensor
+                raise UserError(
+                    f"method {self.name!r} raised {_first_line(error)}; the function is traced, "
+                    "so its images are symbolic tensors: use TensorFlow ops, or run its NumPy "
+                    "code eagerly on whole groups of images by setting traced = False on the "
+                    "function (or register_method(..., traced=False))") from None
             raise UserError(f"method {self.name!r} raised {_first_line(error)}; fix the "
                             "function (it gets model, images [B, H, W, C] float32, targets "
                             "[B] int32)") from None
@@ -224,5 +231,6 @@ def load(spec: str) -> str:
             raise UserError(f"module {module_name!r} has no {attribute!r} (method {spec!r})")
         target = getattr(target, part)
     if units.unit(spec) is None:  # importing may have registered it already
-        register_method(spec, target)
+        # (a function marked `traced = False` runs eagerly: NumPy code)
+        register_method(spec, target, traced=getattr(target, "traced", True) is not False)
     return spec

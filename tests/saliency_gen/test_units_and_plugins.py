@@ -185,6 +185,18 @@ def test_untraced_functions_run_on_groups(linear):
         saliency_gen.attribute(model, images, "smoothgrad(gradient_sign)", targets)
 
 
+def test_a_numpy_method_named_by_its_string_runs_eagerly_when_marked(linear, on_path):
+    """A NumPy function named "module:function" is traced like any other: one line saying it
+    gets symbolic tensors and how to run it eagerly; marked `traced = False`, it runs."""
+    model, _, images, _ = linear
+    with pytest.raises(models.UserError) as error:
+        saliency_gen.attribute(model, images, "numpy_attribution:sign")
+    assert "the function is traced, so its images are symbolic tensors" in str(error.value)
+    assert "setting traced = False on the function" in str(error.value)
+    np.testing.assert_array_equal(
+        saliency_gen.attribute(model, images, "numpy_attribution:sign_eager"), np.sign(images))
+
+
 @pytest.mark.parametrize("body, message", [
     (lambda m, x, t: x[:, :4], "returned maps of shape (2, 4, 8, 3) for images of shape "
                                "(2, 8, 8, 3); return [B, H, W, C] = [2, 8, 8, 3]"),
