@@ -13,8 +13,8 @@ per image. For each measure, with the settings of `SETTINGS`, it prints:
   and is shown beside it), timed in turn with the ceiling's runs;
 * ceiling: the same number of forward passes of the Keras network on one fixed batch inside one
   traced loop (no perturbation, no data movement), and for a measure that explains perturbed
-  images (`GRADIENTS`) as many bare input gradients likewise: ours / ceiling is the share of the
-  bound;
+  images (`GRADIENTS`) as many bare input gradients likewise (MPRT's in batches of one
+  re-initialised model's share: `PER_MODEL`): ours / ceiling is the share of the bound;
 * Quantus: the same call of Quantus 0.6 on the PyTorch twin, in its own environment
   (--quantus_python, default $QUANTUS_PYTHON; skipped without one), timed once by
   `scripts/quantus_timing.py`; Quantus / ours is the speed-up;
@@ -57,12 +57,13 @@ if TYPE_CHECKING:  # the type checker's view of the same modules
     import tensorflow as tf
 
     from faithfulness import card as faithfulness_card
-    from faithfulness import measures
+    from faithfulness import measures, randomisation
     from saliency_gen.attribution import engine
 else:
     keras = lazy_module("keras")
     tf = lazy_module("tensorflow")
     measures = lazy_module("faithfulness.measures")
+    randomisation = lazy_module("faithfulness.randomisation")
     faithfulness_card = lazy_module("faithfulness.card")
     engine = lazy_module("saliency_gen.attribution.engine")
 # (scripts/ is a folder of scripts, not a package the type checker follows)
@@ -89,6 +90,10 @@ SETTINGS: dict[str, tuple[dict, Optional[int]]] = {
 }
 MAPS_ONLY = ("sparseness", "pointing_game")
 GRADIENTS = {"avg_sensitivity": 20}  # measure -> input gradients per image (its explanations)
+# The measures that explain each re-initialised model apart (MPRT's one model per weighted
+# layer): no batch can join two models' gradients, so their ceiling runs the same gradients in
+# batches of one model's share, as the definition allows.
+PER_MODEL = ("mprt", "smooth_mprt")
 # left out of --measures: MeGe and ReCo train models (no pass ceiling); focus needs mosaics
 LEFT_OUT = ("mege", "reco", "focus")
 
@@ -129,15 +134,17 @@ def even_batch(count: int, batch_size: int) -> int:
 
 
 def ceiling_runs(model: Any, passes: int, batch_size: int, size: int,
-                 gradients: int = 0) -> list:
+                 gradients: int = 0, models: int = 1) -> list:
     """The ceiling's callables: `passes` forward passes on one fixed batch in one traced loop
     (`scripts.bench_faithfulness.ceiling_run`), and `gradients` bare input gradients likewise,
-    each in `even_batch`es."""
+    each in `even_batch`es; the gradients of `models` models (`PER_MODEL`) in the batches of
+    one model's share."""
     runs = [bench_faithfulness.ceiling_run(model, passes, even_batch(passes, batch_size),
                                            size)] if passes else []
     if gradients:
         runs.append(bench_faithfulness.ceiling_run(
-            model, gradients, even_batch(gradients, batch_size), size, gradient=True))
+            model, gradients, even_batch(-(-gradients // models), batch_size), size,
+            gradient=True))
     return runs
 
 
@@ -204,15 +211,17 @@ def timings(model: Any, arrays: dict, name: str, settings: dict, passes: Optiona
     if counted:
         gradients = work["gradient"] / config.images
         passes = work["forward"] / config.images if work["forward"] or gradients else None
+    models = len(randomisation.weighted_layers(model)) if name in PER_MODEL else 1
     bound = ceiling_runs(model, round((passes or 0) * config.images), config.batch_size,
-                         config.size, round(gradients * config.images)) \
+                         config.size, round(gradients * config.images), models) \
         if passes is not None else []
     times = bench_faithfulness.best_times([call, *bound], 3)
     solver = bool(work["setup"] or work["solve"])
     solving = solver_seconds(model, arrays["x"], work, config.batch_size) if solver else 0.0
     return {"ours_first_s": first, "ours_s": times[0], "values_sha256": values_digest(values),
             "ceiling_s": sum(times[1:]) + solving if bound else None,
-            "passes_per_image": passes, "gradients_per_image": gradients, "solver": solver}
+            "passes_per_image": passes, "gradients_per_image": gradients, "solver": solver,
+            "models": models}
 
 
 def values_digest(values: Any) -> str:
@@ -298,6 +307,8 @@ def run(config: Config) -> list:
             else f"{row['passes_per_image']:g}"
         if row["gradients_per_image"]:
             work += f" + {row['gradients_per_image']:g} gradients"
+            if row["models"] > 1:
+                work += f" of {row['models']} models"
         if row["solver"]:
             work += " + ROAD's solver"
         print(f"| {row['measure']} | {work} | "

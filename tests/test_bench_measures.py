@@ -44,3 +44,21 @@ def test_the_values_digest_reads_dtype_shape_bytes_and_keys_not_their_order():
 def test_the_ceiling_splits_its_passes_evenly_over_the_fewest_batches():
     assert [bench_measures.even_batch(count, 64) for count in (16, 64, 65, 784, 3072)] == [
         16, 64, 33, 61, 64]
+
+
+def test_mprt_s_ceiling_runs_its_gradients_in_batches_of_one_model(monkeypatch):
+    """MPRT explains each re-initialised model apart: its ceiling's gradients come in batches of
+    one model's share (the network's 4 weighted layers: 4 models), not in one batch."""
+    config = bench_measures.Config(images=3, size=16, measures="mprt")
+    model = bench_measures.network(config.size, config.seed)
+    arrays = bench_measures.inputs(model, config)
+    found = bench_measures.timings(model, arrays, "mprt", {}, None, config, counted=True)
+    assert (found["gradients_per_image"], found["models"]) == (4, 4)
+    seen = []
+    monkeypatch.setattr(bench_measures.bench_faithfulness, "ceiling_run",
+                        lambda model, passes, batch, size, gradient=False: seen.append(
+                            (passes, batch, gradient)))
+    bench_measures.ceiling_runs(model, 0, 64, 16, gradients=64, models=4)
+    bench_measures.ceiling_runs(model, 0, 64, 16, gradients=320, models=4)
+    bench_measures.ceiling_runs(model, 0, 64, 16, gradients=64)
+    assert seen == [(64, 16, True), (320, 40, True), (64, 64, True)]
