@@ -1,6 +1,7 @@
-"""The arguments of a Quantus call that every measure here takes as well (docs/measures.md,
-"Arguments"), so that a Quantus user's call runs as it is written: Quantus's base constructor
-settings and the layout flag of its `__call__`.
+"""The public call of every measure (docs/measures.md, "Arguments"): the arguments of a Quantus
+call, which it takes as well so that a Quantus user's call runs as it is written (Quantus's base
+constructor settings and the layout flag of its `__call__`), and the checks of the settings
+that all measures share.
 
 - `channel_first=True`: `x_batch` is (N, C, H, W), `a_batch` (N, C', H, W) or (N, H, W),
   `s_batch` (N, 1, H, W) or (N, H, W), as Quantus takes them; they are made NHWC first. None or
@@ -8,6 +9,8 @@ settings and the layout flag of its `__call__`.
   channel-first array is refused with a line saying so: a guess could read an image wrongly).
 - `return_aggregate=True`: `[aggregate_func(values)]` (default `np.mean`), as Quantus returns
   it, instead of the values per image (Quantus's default for faithfulness_correlation only).
+- `batch_size` (at least 1) and `seed` (not negative), where a measure takes them, are checked
+  here for every measure.
 - `disable_warnings`, `display_progressbar`: accepted; a call here prints no per-call warning
   or bar. `device`: accepted; TensorFlow places the work (`tf.device` where wanted).
   `model_predict_kwargs`: only empty, as this library calls the model with the images alone.
@@ -35,6 +38,18 @@ def channels_last(arguments: dict) -> None:
             arguments[name] = np.moveaxis(np.asarray(arguments[name]), 1, 3)
 
 
+def _check_common(arguments: dict) -> None:
+    """The settings every measure that takes them shares: `batch_size` at least 1 (0 had been
+    a ZeroDivisionError in 15 measures), `seed` not negative (NumPy's seeds, and Quantus's, are
+    not; 5 measures had taken -1, the others refused it each its own way)."""
+    batch = arguments.get("batch_size", 1)
+    if not isinstance(batch, (int, np.integer)) or batch < 1:
+        raise UserError(f"batch_size must be an integer of at least 1; got {batch!r}")
+    seed = arguments.get("seed", 0)
+    if not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise UserError(f"seed must be a non-negative integer; got {seed!r}")
+
+
 def accepting_quantus_call(measure: Callable) -> Callable:
     """`measure` taking also the Quantus call's arguments of the module's note."""
     signature = inspect.signature(measure)
@@ -53,6 +68,7 @@ def accepting_quantus_call(measure: Callable) -> Callable:
             raise UserError(f"aggregate_func must be a function such as np.mean; got "
                             f"{aggregate_func!r}")
         bound = signature.bind(*given, **settings)  # (a missing argument: Python's TypeError)
+        _check_common(bound.arguments)
         if channel_first:
             channels_last(bound.arguments)
         values = measure(*bound.args, **bound.kwargs)
