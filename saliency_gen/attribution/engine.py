@@ -163,8 +163,10 @@ def attribute(model: Any, images: Any, method: Union[str, names.Resolved],
     keys = np.arange(count, dtype=np.int64) if ids is None else np.asarray(ids, np.int64)
     if keys.shape != (count,):
         raise ShapeError(f"ids have shape {keys.shape}; expected [{count}]")
-    if batch_size < 1:
-        raise UserError(f"batch_size must be at least 1; got {batch_size}")
+    if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+        raise UserError(f"batch_size must be an integer of at least 1; got {batch_size!r}")
+    if not isinstance(seed, (int, np.integer)) or seed < 0:  # (a float had been cut silently)
+        raise UserError(f"seed must be a non-negative integer; got {seed!r}")
     adapter = adapt(model, feature_layer) if unit.views else None
     if adapter is not None and adapter.input_shape is not None and \
             images.shape[1:] != tuple(adapter.input_shape):
