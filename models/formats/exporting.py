@@ -206,7 +206,12 @@ def rebuild(path: Union[str, os.PathLike], **options: Any) -> Any:
     weights. Reads only the info and weights files, not the SavedModel."""
     info = read_info(path)
     weights = os.path.join(os.fspath(path), WEIGHTS_PATH)
-    if info["name"] not in zoo.REGISTRY or not os.path.isfile(weights):
+    if info["name"] not in zoo.REGISTRY:  # a researcher's own architecture
+        raise UserError(f"{path} holds a model outside the zoo ({info['name']}), which its "
+                        "export cannot rebuild as Keras layers to re-initialise or read; in "
+                        "Python, give the measures the Keras model itself (your model object, "
+                        "or keras.models.load_model of its saved file)")
+    if not os.path.isfile(weights):
         raise UserError(f"{path} holds no Keras weights of a zoo model (exports of zoo models "
                         "made before this version lack them); re-export it")
     return build_with_weights(info, weights, os.fspath(path), **options)
