@@ -47,6 +47,10 @@ from models.foundation.tracing import kept as kept_builds
 
 INFO_PATH = os.path.join("assets.extra", "model_info.json")
 WEIGHTS_PATH = os.path.join("assets.extra", "model.weights.h5")
+# a model outside the zoo: its Keras architecture (configuration only, no code), beside its
+# weights, so that `rebuild` can give its layers to the measures that re-initialise or read them
+KERAS_CONFIG_PATH = os.path.join("assets.extra", "keras_model.json")
+MAX_CONFIG_BYTES = 64 << 20  # a configuration file read back is bounded by this size
 FORMAT = "attribution-benchmarks/savedmodel/v1"
 
 
@@ -103,6 +107,7 @@ def export(model: Any, path: Union[str, os.PathLike], *, preprocessing: Optional
     path = os.fspath(path)
     if os.path.exists(path) and not overwrite:
         raise UserError(f"{path} already exists; pass overwrite=True or choose another path")
+    given = model
     model = guided_views.logits_model(model)
     features_model, info = _model_info(model, preprocessing, feature_layer, model_id, extra)
     image_spec = tf.TensorSpec([None, *info["input_shape"]], tf.float32, name="images")
@@ -156,6 +161,11 @@ def export(model: Any, path: Union[str, os.PathLike], *, preprocessing: Optional
             json.dump(info, handle, indent=2, sort_keys=True)
         if info["name"] in zoo.REGISTRY:  # a zoo model can be rebuilt for further training
             model.save_weights(os.path.join(temporary, WEIGHTS_PATH))
+        elif isinstance(given, keras.Model):  # a researcher's own: its architecture and weights
+            with open(os.path.join(temporary, KERAS_CONFIG_PATH), "w",
+                      encoding="utf-8") as handle:
+                handle.write(given.to_json())
+            given.save_weights(os.path.join(temporary, WEIGHTS_PATH))
     return info
 
 
@@ -207,14 +217,39 @@ def rebuild(path: Union[str, os.PathLike], **options: Any) -> Any:
     info = read_info(path)
     weights = os.path.join(os.fspath(path), WEIGHTS_PATH)
     if info["name"] not in zoo.REGISTRY:  # a researcher's own architecture
+        config = os.path.join(os.fspath(path), KERAS_CONFIG_PATH)
+        if os.path.isfile(config) and os.path.isfile(weights) and not options:
+            return _rebuild_own(config, weights, os.fspath(path))
         raise UserError(f"{path} holds a model outside the zoo ({info['name']}), which its "
-                        "export cannot rebuild as Keras layers to re-initialise or read; in "
-                        "Python, give the measures the Keras model itself (your model object, "
-                        "or keras.models.load_model of its saved file)")
+                        "export cannot rebuild as Keras layers to re-initialise or read (an "
+                        "export made before this version keeps no architecture: re-export it); "
+                        "in Python, the measures also take the Keras model itself")
     if not os.path.isfile(weights):
         raise UserError(f"{path} holds no Keras weights of a zoo model (exports of zoo models "
                         "made before this version lack them); re-export it")
     return build_with_weights(info, weights, os.fspath(path), **options)
+
+
+def _rebuild_own(config: str, weights: str, what: str) -> Any:
+    """The Keras model of an export outside the zoo, from its architecture file (Keras's safe
+    deserialisation: standard layers and registered ones, never code from the file, so a
+    Lambda layer is refused) and its weights."""
+    if os.path.getsize(config) > MAX_CONFIG_BYTES:
+        raise UserError(f"the Keras architecture of {what} is over {MAX_CONFIG_BYTES} bytes; "
+                        "re-export the model")
+    with open(config, encoding="utf-8") as handle:
+        text = handle.read()
+    try:
+        model = keras.models.model_from_json(text)
+        with warnings.catch_warnings():  # Keras notes an empty tracking container; harmless
+            warnings.filterwarnings("ignore", message="Skipping nested container")
+            model.load_weights(weights)
+    except Exception as error:  # a custom or unsafe layer, a damaged file: one line
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise UserError(f"cannot rebuild the Keras layers of {what} ({type(error).__name__}: "
+                        f"{first[:200]}); in Python, the measures also take the Keras model "
+                        "itself") from None
+    return model
 
 
 def build_with_weights(info: dict, weights: str, what: str, **options: Any) -> Any:

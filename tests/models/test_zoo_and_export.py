@@ -60,9 +60,9 @@ def test_default_signature_maps_images_to_logits(tmp_path):
 def test_a_researchers_keras_model_ending_in_a_softmax_exports_its_logits(tmp_path):
     """A functional Keras model whose last Dense has a softmax activation (most classifiers):
     the export gives the pre-softmax logits (it had failed with 'not connected to inputs', its
-    feature layer read from the graph of the model rather than of its softmax-free view); its
-    export cannot be rebuilt as Keras layers, said so; a `.keras` file given as the model is
-    one line saying to export it."""
+    feature layer read from the graph of the model rather than of its softmax-free view); the
+    export rebuilds its Keras layers (a Lambda's code is refused); a `.keras` file given as the
+    model is one line saying to export it."""
     import keras
 
     keras.utils.set_random_seed(0)
@@ -78,10 +78,18 @@ def test_a_researchers_keras_model_ending_in_a_softmax_exports_its_logits(tmp_pa
     np.testing.assert_allclose(models.load(tmp_path / "m")(images), logits, rtol=1e-5,
                                atol=1e-6)
     # MPRT, the card's randomisation check and the meta-evaluation's weight noise rebuild an
-    # export as Keras layers: not one outside the zoo, said so (it had said "re-export it")
-    with pytest.raises(models.UserError, match=r"holds a model outside the zoo \(\w+\), which "
-                                               r"its export cannot rebuild as Keras layers"):
-        models.rebuild(tmp_path / "m")
+    # export as Keras layers: one outside the zoo keeps its architecture (configuration only)
+    # and weights for it (they had said "re-export it", and the card left those checks out)
+    rebuilt = models.rebuild(tmp_path / "m")
+    np.testing.assert_array_equal(rebuilt(images), model(images))
+    assert rebuilt is not model and len(rebuilt.layers) == len(model.layers)
+    coded = keras.Sequential([keras.Input((SIZE, SIZE, 3)), keras.layers.Lambda(lambda t: 2 * t),
+                              keras.layers.Flatten(), keras.layers.Dense(3)])
+    models.export(coded, tmp_path / "coded")
+    with pytest.raises(models.UserError, match=r"^cannot rebuild the Keras layers of .*coded "
+                                               r"\(ValueError: Requested the deserialization of "
+                                               r"a `Lambda` layer"):
+        models.rebuild(tmp_path / "coded")  # Keras's safe loading: no code from the file
     model.save(tmp_path / "model.keras")
     with pytest.raises(models.UserError, match=r"model\.keras is a saved Keras model, not an "
                                                r"export folder: export it once"):
