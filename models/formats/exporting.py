@@ -107,6 +107,10 @@ def export(model: Any, path: Union[str, os.PathLike], *, preprocessing: Optional
     path = os.fspath(path)
     if os.path.exists(path) and not overwrite:
         raise UserError(f"{path} already exists; pass overwrite=True or choose another path")
+    if isinstance(model, keras.Model) and getattr(model, "inputs", None) is None:
+        raise UserError(f"models.export takes a functional or Sequential Keras model; "
+                        f"{type(model).__name__} is subclassed (it has no inputs): wrap it, "
+                        "inputs = keras.Input(shape); keras.Model(inputs, model(inputs))")
     given = model
     model = guided_views.logits_model(model)
     features_model, info = _model_info(model, preprocessing, feature_layer, model_id, extra)
@@ -162,11 +166,24 @@ def export(model: Any, path: Union[str, os.PathLike], *, preprocessing: Optional
         if info["name"] in zoo.REGISTRY:  # a zoo model can be rebuilt for further training
             model.save_weights(os.path.join(temporary, WEIGHTS_PATH))
         elif isinstance(given, keras.Model):  # a researcher's own: its architecture and weights
-            with open(os.path.join(temporary, KERAS_CONFIG_PATH), "w",
-                      encoding="utf-8") as handle:
-                handle.write(given.to_json())
-            given.save_weights(os.path.join(temporary, WEIGHTS_PATH))
+            architecture = _architecture(given)
+            if architecture is not None:
+                with open(os.path.join(temporary, KERAS_CONFIG_PATH), "w",
+                          encoding="utf-8") as handle:
+                    handle.write(architecture)
+                given.save_weights(os.path.join(temporary, WEIGHTS_PATH))
     return info
+
+
+def _architecture(model: keras.Model) -> Optional[str]:
+    """`model`'s Keras architecture as JSON, or None where Keras cannot write one (a subclassed
+    model without `get_config`: its export then keeps no architecture, and `rebuild` says so)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return model.to_json()
+    except Exception:  # whatever Keras raises for a model it cannot describe
+        return None
 
 
 _INT = {"type": "integer", "minimum": 1}

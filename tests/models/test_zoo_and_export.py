@@ -90,6 +90,14 @@ def test_a_researchers_keras_model_ending_in_a_softmax_exports_its_logits(tmp_pa
                                                r"\(ValueError: Requested the deserialization of "
                                                r"a `Lambda` layer"):
         models.rebuild(tmp_path / "coded")  # Keras's safe loading: no code from the file
+    class Subclassed(keras.Model):  # no graph to read a feature layer from: one line
+        def call(self, images):
+            return head(keras.layers.GlobalAveragePooling2D()(images))
+
+    with pytest.raises(models.UserError, match=r"^models.export takes a functional or "
+                                               r"Sequential Keras model; Subclassed is "
+                                               r"subclassed \(it has no inputs\): wrap it"):
+        models.export(Subclassed(), tmp_path / "subclassed")
     model.save(tmp_path / "model.keras")
     with pytest.raises(models.UserError, match=r"model\.keras is a saved Keras model, not an "
                                                r"export folder: export it once"):
