@@ -224,8 +224,13 @@ def checked_classes(model: Any, x: np.ndarray, y_batch: Any) -> np.ndarray:
     """int32 [N]: `y_batch`, one class per image, each among the model's outputs."""
     classes = np.asarray(y_batch)
     if classes.shape != (len(x),) or not np.issubdtype(classes.dtype, np.integer):
+        hint = ""
+        if classes.shape == (len(x), 1):
+            hint = " (a column of classes, as Keras datasets give them: pass y_batch[:, 0])"
+        elif classes.ndim == 2 and len(classes) == len(x) and classes.shape[1] > 1:
+            hint = " (one row per image, one-hot: pass np.argmax(y_batch, axis=1))"
         raise ShapeError(f"y_batch has shape {classes.shape} ({classes.dtype}); expected one "
-                         f"integer class per image, [{len(x)}]")
+                         f"integer class per image, [{len(x)}]{hint}")
     outputs = class_count(model, x)
     if classes.min() < 0 or classes.max() >= outputs:
         raise UserError(f"y_batch holds a class outside the model's {outputs} classes "

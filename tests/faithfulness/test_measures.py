@@ -139,6 +139,11 @@ def test_quantus_layouts_and_images_the_model_does_not_take_say_what_to_pass():
         "pass np.transpose(a_batch, (0, 2, 3, 1)))")
     assert refusal("pointing_game", x, y, maps, masks[:, None]).endswith(
         "(s_batch looks channels first, as Quantus takes it: pass s_batch[:, 0])")
+    # labels as Keras datasets give them (a column), or one-hot
+    assert refusal("pixel_flipping", x, y[:, None], maps).endswith(
+        "(a column of classes, as Keras datasets give them: pass y_batch[:, 0])")
+    assert refusal("pixel_flipping", x, np.eye(3)[y], maps).endswith(
+        "(one row per image, one-hot: pass np.argmax(y_batch, axis=1))")
     # the stored model takes 8 x 8 x 3: 6 x 6 images, and one-channel ones, are refused by name
     for name in ("pixel_flipping", "sufficiency", "mprt", "max_sensitivity"):
         settings = {"explain_func": "gradient"} if name in ("mprt", "max_sensitivity") else {}
