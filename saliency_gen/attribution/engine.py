@@ -229,8 +229,9 @@ def _targets(adapter: Optional[Adapter], images, targets, batch_size):
         raise UserError(f"targets must be integer classes; got {given.dtype} values "
                         f"{given.ravel()[:4].tolist()}")
     targets = given.astype(np.int64).reshape(-1)
-    if targets.shape != (count,):
-        raise ShapeError(f"targets have shape {targets.shape}; expected [{count}]")
+    if targets.shape != (count,):  # (a column of classes, [N, 1], reads as [N])
+        raise ShapeError(f"targets have shape {given.shape}; expected one class per image, "
+                         f"[{count}]")
     classes = adapter.num_classes
     if targets.min() < 0 or (classes is not None and targets.max() >= classes):
         raise UserError(f"a target class is outside [0, {classes}) for this model")

@@ -452,6 +452,8 @@ def test_black_baselines_follow_the_input_space():
      "unknown IG rule 'simpson'"),
     (lambda m, x: saliency_gen.attribute(m, x, "gradient", [0, 9]),
      "a target class is outside [0, 4)"),
+    (lambda m, x: saliency_gen.attribute(m, x, "gradient", np.eye(4)[[0, 1]]),
+     "targets have shape (2, 4); expected one class per image, [2]"),
     (lambda m, x: saliency_gen.attribute(m, x, "gradient", batch_size=2.5),
      "batch_size must be an integer of at least 1; got 2.5"),
     (lambda m, x: saliency_gen.attribute(m, x, "smoothgrad(gradient)", seed=1.5),
