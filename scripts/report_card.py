@@ -233,6 +233,11 @@ def resolved_methods(config: ResolvedConfig) -> dict:
     found = {}
     for method in config.methods:
         plain = card_engine.unblurred(method) or method
+        if plain != method and plain == card_engine.ORACLE:
+            raise UserError(f"--methods: {method}: the oracle is the objects' masks, not a "
+                            "method's maps; blur(m) takes a method m")
+        if plain != method and card_engine.unblurred(plain):
+            raise UserError(f"--methods: {method}: a blur control is blurred once; name {plain}")
         if plain != card_engine.ORACLE and plain not in found:
             found[plain] = names.resolved(plain)
     return found

@@ -406,6 +406,14 @@ def test_a_method_or_benchmark_named_twice_is_refused_before_any_work():
     with pytest.raises(UserError, match="--benchmarks names 'ROAD' twice"):
         report_card.check_flags(report_card.Config(methods=("random",),
                                                    benchmarks=("ROAD", "ROAD")))
+    # a blur control of what no method explains: one line (the oracle's had been a KeyError)
+    for method, message in (("blur(oracle)", "the oracle is the objects' masks, not a "
+                                             "method's maps"),
+                            ("blur(blur(random))", "a blur control is blurred once; name "
+                                                   "blur(random)")):
+        with pytest.raises(UserError, match=re.escape(f"--methods: {method}: {message}")):
+            report_card.resolved_methods(report_card.resolved(report_card.Config(
+                methods=(method,))))
 
 
 def test_an_edited_method_is_recomputed_by_the_same_card_command(trained_world, tmp_path):
