@@ -255,6 +255,9 @@ def check_flags(config: ResolvedConfig) -> None:
     the flags that go together."""
     if config.retraining and not config.retraining_seeds:
         raise UserError("--retraining_seeds names no seed")
+    if config.pretrained and not config.sanity and set(config.benchmarks) <= {"BAM"}:
+        raise UserError(f"nothing to run on --pretrained={config.pretrained}: {BAM_NEEDS_ITS_DATA}"
+                        "; name other --benchmarks (ROAD, Deletion, ...) or keep --sanity")
     require_both_or_neither(("model_path", config.model_path),
                             ("input_pattern", config.input_pattern))
     require_both_or_neither(("data_dir", config.data_dir),

@@ -406,6 +406,12 @@ def test_a_method_or_benchmark_named_twice_is_refused_before_any_work():
     with pytest.raises(UserError, match="--benchmarks names 'ROAD' twice"):
         report_card.check_flags(report_card.Config(methods=("random",),
                                                    benchmarks=("ROAD", "ROAD")))
+    # a card with nothing to run: BAM alone on the pretrained network, no sanity check (it had
+    # written an empty page)
+    with pytest.raises(UserError, match=r"^nothing to run on --pretrained=efficientnet_lite0: "
+                                        r"BAM: not run on a pretrained network"):
+        report_card.check_flags(report_card.Config(pretrained="efficientnet_lite0",
+                                                   benchmarks=("BAM",), sanity=False))
     # a blur control of what no method explains: one line (the oracle's had been a KeyError)
     for method, message in (("blur(oracle)", "the oracle is the objects' masks, not a "
                                              "method's maps"),
