@@ -237,7 +237,9 @@ def load_images(pattern: str, loaded: Any, nr_images: int = -1, seed: int = 0,
         for _, serialized in records.keyed_records(files[:1]).take(1):
             if not records.parse_image_record(serialized)["mask_png"].numpy():
                 raise UserError(f"the records of {pattern} have no object masks "
-                                "(image/object/mask); the oracle needs them")
+                                "(image/object/mask), which the oracle and the localisation "
+                                "measures read; choose records that carry them (the synthetic "
+                                "world's do)")
 
     def select(keyed: tf.data.Dataset) -> tf.data.Dataset:
         # One record in, one image out: shuffling the records gives the order a shuffle of the

@@ -236,5 +236,6 @@ def test_load_images_gives_the_object_masks_or_says_there_are_none(tiny_world, t
     Image.fromarray(np.zeros((64, 64, 3), np.uint8)).save(buffer, "PNG")
     R.write_records(str(tmp_path / "validation-00000-of-00001.tfrecord"),
                     [R.image_example(buffer.getvalue(), 1, filename="a.png")])
-    with pytest.raises(UserError, match="have no object masks"):
+    with pytest.raises(UserError, match="have no object masks \\(image/object/mask\\), which "
+                                        "the oracle and the localisation measures read"):
         pipelines.load_images(str(tmp_path / "validation-*"), loaded, with_masks=True)
