@@ -124,6 +124,21 @@ def _first_image_side(path):
     raise RecordError(f"{path}: holds no records")
 
 
+def _check_image_side(path, size):
+    """One line unless the first saliency record of `path` stores its image at `size` x `size`
+    (the generator keeps a record's image as it came and explains it resized to the model's
+    size: ROAD and ROAR would impute an image of another size than its map)."""
+    for index, serialized in records.iter_serialized(path):
+        features = records.parse_example(serialized, f"{path}: record {index}")
+        sides = tuple(int(features[key].int64_list.value[0]) for key in ("height", "width")
+                      if key in features and features[key].int64_list.value)
+        if sides and all(sides) and sides != (size, size):  # (0: a legacy record, unsaid)
+            raise RecordError(f"{path}: record {index} stores a {sides[1]}x{sides[0]} image, but "
+                              f"its maps and the model are {size}x{size}; make the records at "
+                              "the model's size first, or explain them with a model of theirs")
+        return
+
+
 def _check_object_mask(path):
     """One line unless the first record of `path` carries an object mask (the oracle's map)."""
     for _, serialized in records.keyed_shard(path).take(1):
@@ -186,6 +201,8 @@ def _examples(files: Sequence[str], read: Records, mask_seed: int, *, training: 
         if map_format[1] != (size, size, 3) and geometry == "none":
             raise RecordError(f"{files[0]}: map {map_key} has shape {map_format[1]}; the model "
                               f"takes {size}x{size}x3")
+        if geometry == "none":
+            _check_image_side(files[0], size)
     if size is None:
         if geometry != "none":
             raise UserError("--image_size is needed with --geometry=center_crop")

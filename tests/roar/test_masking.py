@@ -235,3 +235,32 @@ def test_imputation_of_an_image_does_not_depend_on_its_batch_mates():
     together = imputation.noisy_linear_impute(images, holes).numpy()
     alone = imputation.noisy_linear_impute(images[:1], holes[:1]).numpy()
     np.testing.assert_array_equal(together[0], alone[0])
+
+
+def test_saliency_records_whose_image_is_not_the_maps_size_are_one_line(tmp_path):
+    """The generator keeps a record's image as it came and explains it resized to the model's
+    size: such records (a 64 px image, 16 px maps) are refused by ROAD and ROAR's reader in one
+    line naming the record (they had failed inside tf.data with TensorFlow's shape error)."""
+    import io
+
+    from PIL import Image
+
+    from roar import masked_data
+    from saliency_gen.data.records import RecordError
+
+    buffer = io.BytesIO()
+    Image.fromarray(np.zeros((64, 64, 3), np.uint8)).save(buffer, "PNG")
+    maps = {"gradient_image": np.ones((16, 16, 3), np.float32)}
+    path = str(tmp_path / "validation-00000-of-00001.tfrecord")
+    records.write_records(path, [records.saliency_example(buffer.getvalue(), 1, maps, height=64,
+                                                          width=64, example_key="a")])
+    read = masked_data.Records("saliency", map_key="gradient_image", size=16)
+    with pytest.raises(RecordError, match=r"record 0 stores a 64x64 image, but its maps and "
+                                          r"the model are 16x16"):
+        masked_data.scored_batches([path], read, 0, batch_size=1)
+    # the same record with its image at the maps' size is read
+    small = io.BytesIO()
+    Image.fromarray(np.zeros((16, 16, 3), np.uint8)).save(small, "PNG")
+    records.write_records(path, [records.saliency_example(small.getvalue(), 1, maps, height=16,
+                                                          width=16, example_key="a")])
+    assert len(list(masked_data.scored_batches([path], read, 0, batch_size=1))) == 1
