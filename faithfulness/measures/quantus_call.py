@@ -21,7 +21,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from models.foundation.errors import UserError
+from models.foundation.errors import UserError, check_integer
 
 
 def channels_last(arguments: dict) -> None:
@@ -42,12 +42,8 @@ def _check_common(arguments: dict) -> None:
     """The settings every measure that takes them shares: `batch_size` at least 1 (0 had been
     a ZeroDivisionError in 15 measures), `seed` not negative (NumPy's seeds, and Quantus's, are
     not; 5 measures had taken -1, the others refused it each its own way)."""
-    batch = arguments.get("batch_size", 1)
-    if not isinstance(batch, (int, np.integer)) or batch < 1:
-        raise UserError(f"batch_size must be an integer of at least 1; got {batch!r}")
-    seed = arguments.get("seed", 0)
-    if not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise UserError(f"seed must be a non-negative integer; got {seed!r}")
+    check_integer("batch_size", arguments.get("batch_size", 1), 1)
+    check_integer("seed", arguments.get("seed", 0), 0)
 
 
 def accepting_quantus_call(measure: Callable) -> Callable:

@@ -7,6 +7,7 @@ TensorFlow.
 """
 import errno
 import math
+import numbers
 from typing import Any, Collection, Iterable, Optional
 
 
@@ -97,6 +98,14 @@ def check_minimum(flag: str, value: Any, minimum: float) -> None:
     """Raises unless the flag `--flag` is at least `minimum` (sizes, counts, epochs)."""
     if value is None or value < minimum:
         raise UserError(f"--{flag}={value} must be at least {minimum}")
+
+
+def check_integer(name: str, value: Any, minimum: int) -> None:
+    """Raises unless the argument `name` (of a library call, not a flag) is an integer of at least
+    `minimum`: a float is not cut to one silently (a seed of 1.5, a batch of 2.5)."""
+    if not isinstance(value, numbers.Integral) or value < minimum:  # (NumPy's too)
+        bound = "a non-negative integer" if minimum == 0 else f"an integer of at least {minimum}"
+        raise UserError(f"{name} must be {bound}; got {value!r}")
 
 
 def whole_percent(flag: str, value: Any) -> int:

@@ -23,6 +23,7 @@ from models.foundation import executor, transfer, workload
 from models.foundation.errors import (
     ShapeError,
     UserError,
+    check_integer,
     failure_line,
     first_non_finite,
     op_error_detail,
@@ -163,10 +164,8 @@ def attribute(model: Any, images: Any, method: Union[str, names.Resolved],
     keys = np.arange(count, dtype=np.int64) if ids is None else np.asarray(ids, np.int64)
     if keys.shape != (count,):
         raise ShapeError(f"ids have shape {keys.shape}; expected [{count}]")
-    if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
-        raise UserError(f"batch_size must be an integer of at least 1; got {batch_size!r}")
-    if not isinstance(seed, (int, np.integer)) or seed < 0:  # (a float had been cut silently)
-        raise UserError(f"seed must be a non-negative integer; got {seed!r}")
+    check_integer("batch_size", batch_size, 1)
+    check_integer("seed", seed, 0)
     adapter = adapt(model, feature_layer) if unit.views else None
     if adapter is not None and adapter.input_shape is not None and \
             images.shape[1:] != tuple(adapter.input_shape):
