@@ -6,8 +6,10 @@ against Quantus 0.6 on the same work (docs/measures.md, "Speed"):
 One convolutional network (three valid 3x3 stride-2 convolutions of --widths filters, 16, 32
 and 64 by default, ReLU, global average, dense to 10 classes; seeded weights: a wider network
 costs more per forward pass), the same weights in PyTorch for
-Quantus; --images random images of --size pixels, the network's gradient maps, a square mask
-per image. For each measure, with the settings of `SETTINGS`, it prints:
+Quantus; --images random images of --size pixels (or, with --images_from=imagenet, the
+foolbox wheel's photos resized: a segmentation finds some 100 superpixels in a photo and one or
+two in noise, so irof's work is a photo's there), the network's gradient maps, a square mask per
+image. For each measure, with the settings of `SETTINGS`, it prints:
 
 * ours: the library call, steady state (the best of three calls after the first, which traces
   and is shown beside it), timed in turn with the ceiling's runs;
@@ -44,6 +46,7 @@ import time
 from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
+from PIL import Image
 
 from models.foundation import progress, workload
 from models.foundation.cli import option, run_binary
@@ -59,6 +62,7 @@ if TYPE_CHECKING:  # the type checker's view of the same modules
     from faithfulness import card as faithfulness_card
     from faithfulness import measures, randomisation
     from saliency_gen.attribution import engine
+    from saliency_gen.data.sources import photos
 else:
     keras = lazy_module("keras")
     tf = lazy_module("tensorflow")
@@ -66,6 +70,7 @@ else:
     randomisation = lazy_module("faithfulness.randomisation")
     faithfulness_card = lazy_module("faithfulness.card")
     engine = lazy_module("saliency_gen.attribution.engine")
+    photos = lazy_module("saliency_gen.data.sources.photos")
 # (scripts/ is a folder of scripts, not a package the type checker follows)
 # run as `python -m scripts.bench_measures` or as `python scripts/bench_measures.py`
 bench_faithfulness: Any = lazy_module(
@@ -94,6 +99,7 @@ GRADIENTS = {"avg_sensitivity": 20}  # measure -> input gradients per image (its
 # layer): no batch can join two models' gradients, so their ceiling runs the same gradients in
 # batches of one model's share, as the definition allows.
 PER_MODEL = ("mprt", "smooth_mprt")
+IMAGE_SOURCES = ("noise", "imagenet")
 # left out of --measures: MeGe and ReCo train models (no pass ceiling); focus needs mosaics
 LEFT_OUT = ("mege", "reco", "focus")
 
@@ -101,6 +107,10 @@ LEFT_OUT = ("mege", "reco", "focus")
 @dataclasses.dataclass(frozen=True)
 class Config(Checked):
     images: int = option(16, "Images.", rule=at_least(1))
+    images_from: str = option("noise", "Random normal images (noise), or the foolbox wheel's "
+                              "ImageNet photos resized to --size, in turn (imagenet: what a "
+                              "segmentation sees in a photo; pip install "
+                              "'attribution-benchmarks[real]').", choices=IMAGE_SOURCES)
     size: int = option(64, "Image side (pixels): 64 gives the settings' step counts.",
                        rule=at_least(16))
     widths: tuple = option(("16", "32", "64"), "Filters of the three convolutions (wider: a "
@@ -152,7 +162,8 @@ def inputs(model: Any, config: Config) -> dict:
     """Images, labels, gradient maps (NHWC, and summed over the channels for the measures of
     the maps alone: Quantus compares a mask with one-channel maps only) and square masks."""
     rng = np.random.default_rng(config.seed)
-    x = rng.normal(size=(config.images, config.size, config.size, 3)).astype(np.float32)
+    x = rng.normal(size=(config.images, config.size, config.size, 3)).astype(np.float32) \
+        if config.images_from == "noise" else photo_batch(config.images, config.size)
     y = np.argmax(np.asarray(model(x)), axis=1).astype(np.int64)
     maps = engine.attribute(model, x, "gradient", y, batch_size=config.batch_size)
     masks = np.zeros((config.images, config.size, config.size), np.float32)
@@ -160,6 +171,15 @@ def inputs(model: Any, config: Config) -> dict:
     masks[:, side:3 * side, side:3 * side] = 1
     maps = np.asarray(maps, np.float32)
     return {"x": x, "y": y, "maps": maps, "masks": masks, "summed": maps.sum(axis=-1)}
+
+
+def photo_batch(count: int, size: int) -> np.ndarray:
+    """float32 [count, size, size, 3]: the wheel's ImageNet photos in file order (again from the
+    first after the last), resized bilinearly to `size` and scaled to [-1, 1]."""
+    files = [path for path, _ in photos.photo_files("imagenet")]
+    chosen = [files[index % len(files)] for index in range(count)]
+    return np.stack([np.asarray(Image.open(path).convert("RGB").resize(
+        (size, size), Image.BILINEAR), np.float32) for path in chosen]) / 127.5 - 1.0
 
 
 def library_call(model: Any, arrays: dict, name: str, settings: dict, batch_size: int) -> Any:
@@ -298,7 +318,8 @@ def run(config: Config) -> list:
             bar.update(1)
     print(f"{datetime.date.today().isoformat()}, {platform.processor() or platform.machine()}"
           f" ({_cpu()}), {config.threads} threads each, {config.images} images of "
-          f"{config.size} px, widths {','.join(config.widths)}, batch {config.batch_size}")
+          f"{config.size} px ({config.images_from}), widths {','.join(config.widths)}, "
+          f"batch {config.batch_size}")
     print("| measure | forward passes per image | ours (s) | first call (s) | ceiling (s) | "
           "ours / ceiling | Quantus 0.6 (s) | Quantus / ours | values sha256 |")
     print("|---|---|---|---|---|---|---|---|---|")

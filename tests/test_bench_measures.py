@@ -3,6 +3,7 @@ taken from the passes its first call asked for (models.foundation.workload)."""
 import numpy as np
 import pytest
 
+from faithfulness.measures import faithfulness_removal
 from models.foundation.errors import UserError
 from scripts import bench_measures
 
@@ -62,3 +63,16 @@ def test_mprt_s_ceiling_runs_its_gradients_in_batches_of_one_model(monkeypatch):
     bench_measures.ceiling_runs(model, 0, 64, 16, gradients=320, models=4)
     bench_measures.ceiling_runs(model, 0, 64, 16, gradients=64)
     assert seen == [(64, 16, True), (320, 40, True), (64, 64, True)]
+
+
+def test_irof_on_photos_removes_a_photo_s_superpixels_where_noise_has_two():
+    """SLIC finds a handful of superpixels in noise (so irof's call is mostly its segmentation)
+    and some 100 in a photo at 64 px: --images_from=imagenet times irof's real work. The photos
+    come in file order, again from the first after the twentieth, scaled to [-1, 1]."""
+    photos = bench_measures.photo_batch(21, 64)
+    assert photos.shape == (21, 64, 64, 3) and np.array_equal(photos[20], photos[0])
+    assert -1.0 <= photos.min() < -0.5 and 0.5 < photos.max() <= 1.0
+    noise = np.random.default_rng(0).normal(size=(2, 64, 64, 3))
+    counts = [segments.max(axis=(1, 2)) + 1 for segments in (
+        faithfulness_removal.superpixels(noise), faithfulness_removal.superpixels(photos[:2]))]
+    assert counts[0].max() < 10 < 80 < counts[1].min()
