@@ -24,6 +24,11 @@ import hashlib
 import importlib
 import inspect
 import marshal
+import os
+import site
+import sys
+import sysconfig
+import types
 from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
@@ -173,12 +178,66 @@ def _source_of(obj: Any) -> bytes:
         return marshal.dumps(code) if code is not None else b""
 
 
-def _module_bytes(obj: Any) -> bytes:
-    """The bytes of the file of the module that defines `obj` (b"" without one)."""
-    module = inspect.getmodule(obj)
+# The project's own packages: their code is fixed by the package version, not digested.
+PROJECT_PACKAGES = ("models", "saliency_gen", "bam", "roar", "faithfulness", "scripts")
+
+
+def _library_folders() -> tuple:
+    """The folders of installed code (the standard library, site-packages), each ending in a
+    separator: modules there are libraries, whose versions are not a user's edits."""
+    paths = sysconfig.get_paths()
+    folders = {paths[key] for key in ("stdlib", "platstdlib", "purelib", "platlib")
+               if key in paths}
+    folders.update(site.getsitepackages() + [site.getusersitepackages()])
+    return tuple(os.path.join(os.path.realpath(folder), "") for folder in folders)
+
+
+def _is_users(module: Any, home: str, libraries: tuple) -> bool:
+    """Whether `module` is a user's code: a file of the top-level package `home` (the method's
+    own, even when installed), or a file outside the installed libraries and outside the
+    project's own packages."""
     path = getattr(module, "__file__", None)
-    if not path:
-        return b""
+    top = module.__name__.split(".")[0]
+    if not path or top in PROJECT_PACKAGES:
+        return False
+    return top == home or not os.path.realpath(path).startswith(libraries)
+
+
+def user_modules(obj: Any) -> list:
+    """[(module name, file path)]: the module that defines `obj`, then, sorted by name, every
+    user module it reaches through its globals (modules imported, and the modules of the
+    functions, classes and values imported from them), transitively, so that an edited helper
+    in another file of the researcher's code changes the method's digest (docs/saliency.md,
+    "Your own method")."""
+    start = inspect.getmodule(obj)
+    if start is None or not getattr(start, "__file__", None):
+        return []
+    home, libraries = start.__name__.split(".")[0], _library_folders()
+    found: dict = {}
+    waiting: list = [start]
+    while waiting:
+        module = waiting.pop()
+        if module is None or module.__name__ in found:
+            continue
+        if module is not start and not _is_users(module, home, libraries):
+            continue
+        found[module.__name__] = module.__file__
+        for value in list(vars(module).values()):
+            if isinstance(value, types.ModuleType):
+                waiting.append(value)
+                continue
+            try:  # (a lazy proxy may fail to say where it comes from: not a user's module)
+                name = getattr(value, "__module__", None)
+            except Exception:  # noqa: BLE001
+                continue
+            if isinstance(name, str) and name not in found:
+                waiting.append(sys.modules.get(name))
+    own = (start.__name__, found.pop(start.__name__))
+    return [own, *sorted(found.items())]
+
+
+def _read(path: str) -> bytes:
+    """A file's bytes (b"" when it cannot be read)."""
     try:
         with open(path, "rb") as handle:
             return handle.read()
@@ -186,10 +245,22 @@ def _module_bytes(obj: Any) -> bytes:
         return b""
 
 
+def _module_bytes(obj: Any) -> bytes:
+    """The file of the module that defines `obj`, then each other file of `user_modules(obj)`
+    after its name (b"" without a module file; a method whose module imports no other user
+    module digests as it did before the other files were read)."""
+    found = user_modules(obj)
+    if not found:
+        return b""
+    return _read(found[0][1]) + b"".join(
+        b"\0file\0" + name.encode() + b"\0" + _read(path) for name, path in found[1:])
+
+
 def code_digest(obj: Any) -> str:
-    """A digest of a user method's code: the function's (or class's) source and the whole
-    module file it comes from, so that editing the method, or a helper beside it, changes it
-    (docs/saliency.md, "Your own method": an edited method is recomputed)."""
+    """A digest of a user method's code: the function's (or class's) source and the files of
+    the user's modules behind it (`user_modules`), so that editing the method, a helper beside
+    it, or one in another module it imports changes it (docs/saliency.md, "Your own method":
+    an edited method is recomputed)."""
     digest = hashlib.sha256(_source_of(obj))
     digest.update(b"\0module\0" + _module_bytes(obj))
     return digest.hexdigest()[:16]

@@ -1,4 +1,7 @@
 """Method units and a researcher's own method: registration, spec strings, wrappers, errors."""
+import hashlib
+import importlib
+import inspect
 import os
 
 import numpy as np
@@ -7,7 +10,7 @@ import tensorflow as tf
 
 import models
 import saliency_gen
-from saliency_gen.attribution import noise, units
+from saliency_gen.attribution import noise, plugins, units
 from tests import REPO
 from tests.saliency_gen import linear_model
 
@@ -244,3 +247,28 @@ def test_every_builtin_unit_declares_its_parameters_and_cost():
                      "sobel": 0, "rise": 6000}
     occlusion = units.unit("occlusion")
     assert occlusion.steps({"size": 4, "stride": 4, "value": 0.0}, shape) == 1 + 16
+
+
+def test_the_code_digest_reads_the_user_modules_a_method_imports(tmp_path, monkeypatch):
+    """An edited helper in another file of the researcher's code changes the method's digest
+    (before: only the method's own module was read, and the card showed the old numbers); the
+    libraries and the project's own packages are not read, and a method whose module imports no
+    other user module digests as it did before (its source, then its module file)."""
+    (tmp_path / "helpers.py").write_text("def post(maps):\n    return maps\n")
+    (tmp_path / "method_with_helper.py").write_text(
+        "import numpy as np\nimport saliency_gen\nfrom helpers import post\n\n\n"
+        "def saliency(model, images, targets):\n    return post(images)\n")
+    (tmp_path / "method_alone.py").write_text(
+        "import numpy as np\n\n\ndef saliency(model, images, targets):\n    return images\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    method = importlib.import_module("method_with_helper").saliency
+    alone = importlib.import_module("method_alone").saliency
+    assert plugins.user_modules(method) == [
+        ("method_with_helper", str(tmp_path / "method_with_helper.py")),
+        ("helpers", str(tmp_path / "helpers.py"))]
+    source = inspect.getsource(alone).encode()
+    assert plugins.code_digest(alone) == hashlib.sha256(
+        source + b"\0module\0" + (tmp_path / "method_alone.py").read_bytes()).hexdigest()[:16]
+    before = plugins.code_digest(method)
+    (tmp_path / "helpers.py").write_text("def post(maps):\n    return -maps\n")
+    assert plugins.code_digest(method) != before
