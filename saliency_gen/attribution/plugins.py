@@ -65,8 +65,14 @@ class FunctionMethod(Method):
         accepted = inspect.signature(fn).parameters
         self._wants = {key for key in ("ids", "seed") if key in accepted}
         # taken now, from the code as it was loaded: a module file edited later, but not
-        # re-imported, must not pass for the code that runs
-        self.code = code_digest(fn)
+        # re-imported, must not pass for the code that runs; code without a file (a
+        # notebook's) is read at each use, as its helpers in other cells are live
+        self._code = code_digest(fn) if has_module_file(fn) else None
+
+    @property
+    def code(self) -> str:
+        """`code_digest` of the function (and what it reads) as it runs now."""
+        return self._code if self._code is not None else code_digest(self.fn)
 
     def evaluations(self, options: dict, shape: Sequence[int]) -> int:
         return self._evaluations
@@ -256,13 +262,64 @@ def _module_bytes(obj: Any) -> bytes:
         b"\0file\0" + name.encode() + b"\0" + _read(path) for name, path in found[1:])
 
 
+def has_module_file(obj: Any) -> bool:
+    """Whether `obj` comes from a module file (not a notebook's cells or `exec`)."""
+    return bool(getattr(inspect.getmodule(obj), "__file__", None))
+
+
+def _names_used(obj: Any) -> set:
+    """The global names a function's code (its nested functions' too) or a class's methods
+    read."""
+    codes = [getattr(obj, "__code__", None)] if not inspect.isclass(obj) else [
+        getattr(value, "__code__", None) for value in vars(obj).values()]
+    names: set = set()
+    waiting = [code for code in codes if code is not None]
+    while waiting:
+        code = waiting.pop()
+        names.update(code.co_names)
+        waiting.extend(const for const in code.co_consts if isinstance(const, types.CodeType))
+    return names
+
+
+SIMPLE = (bool, int, float, complex, str, bytes, type(None))
+
+
+def _fileless_bytes(obj: Any) -> bytes:
+    """For code defined without a module file (a notebook's cells): the sources of the
+    functions and classes of its module that it reads, transitively, and the values of the
+    numbers, strings and arrays it reads there, each after its name, so that a helper or a
+    constant edited in another cell changes the digest; b"" for code from a file."""
+    module = inspect.getmodule(obj)
+    if module is None or has_module_file(obj):
+        return b""
+    parts, seen, waiting = [], {id(obj)}, [obj]
+    while waiting:
+        for name in sorted(_names_used(waiting.pop())):
+            value = vars(module).get(name)
+            if isinstance(value, SIMPLE) or (isinstance(value, tuple)
+                                             and all(isinstance(v, SIMPLE) for v in value)):
+                parts.append(f"{name}={value!r}".encode())
+            elif isinstance(value, np.ndarray):
+                parts.append(f"{name}={value.dtype.str}{value.shape}".encode() + value.tobytes())
+            elif ((inspect.isfunction(value) or inspect.isclass(value))
+                  and value.__module__ == module.__name__ and id(value) not in seen):
+                seen.add(id(value))
+                waiting.append(value)
+                parts.append(name.encode() + b"\0" + _source_of(value))
+    return b"\0used\0".join(sorted(parts))
+
+
 def code_digest(obj: Any) -> str:
     """A digest of a user method's code: the function's (or class's) source and the files of
-    the user's modules behind it (`user_modules`), so that editing the method, a helper beside
-    it, or one in another module it imports changes it (docs/saliency.md, "Your own method":
-    an edited method is recomputed)."""
+    the user's modules behind it (`user_modules`), or, without a module file (a notebook), the
+    helpers and constants of its module that it reads (`_fileless_bytes`), so that editing the
+    method, a helper beside it, or one in another module it imports changes it
+    (docs/saliency.md, "Your own method": an edited method is recomputed)."""
     digest = hashlib.sha256(_source_of(obj))
     digest.update(b"\0module\0" + _module_bytes(obj))
+    used = _fileless_bytes(obj)
+    if used:  # (code from a file digests as it did before these were read)
+        digest.update(b"\0fileless\0" + used)
     return digest.hexdigest()[:16]
 
 
@@ -274,6 +331,8 @@ def user_code(unit: Method) -> Optional[str]:
         return unit.code
     if type(unit).__module__.split(".")[0] == "saliency_gen":
         return None
+    if not has_module_file(type(unit)):  # a notebook's class: as it runs now
+        return code_digest(type(unit))
     if "_user_code" not in vars(unit):  # once per unit, as it was loaded
         setattr(unit, "_user_code", code_digest(type(unit)))
     return vars(unit)["_user_code"]

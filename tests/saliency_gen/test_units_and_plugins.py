@@ -3,6 +3,8 @@ import hashlib
 import importlib
 import inspect
 import os
+import sys
+import types
 
 import numpy as np
 import pytest
@@ -272,3 +274,34 @@ def test_the_code_digest_reads_the_user_modules_a_method_imports(tmp_path, monke
     before = plugins.code_digest(method)
     (tmp_path / "helpers.py").write_text("def post(maps):\n    return -maps\n")
     assert plugins.code_digest(method) != before
+
+
+NOTEBOOK_CELLS = '''
+import tensorflow as tf
+SCALE = {scale}
+
+
+def post(maps):
+    return maps * SCALE
+
+
+def saliency(model, images, targets):
+    return post(images)
+'''
+
+
+def test_a_notebook_method_s_digest_reads_its_helpers_and_constants_as_they_run(monkeypatch):
+    """Code without a module file (a notebook's cells, here `exec`) is digested with the
+    helpers and constants of its module that it reads, at each use: a helper or a constant
+    redefined in another cell changes the registered method's digest without registering it
+    again (before: the digest of the function alone, taken when it was registered)."""
+    notebook = types.ModuleType("notebook_cells")
+    monkeypatch.setitem(sys.modules, notebook.__name__, notebook)
+    exec(NOTEBOOK_CELLS.format(scale=2.0), vars(notebook))
+    unit = plugins.FunctionMethod("notebook_method", notebook.saliency)
+    first = unit.code
+    assert unit.code == first
+    exec("SCALE = 3.0", vars(notebook))
+    second = unit.code
+    exec("def post(maps):\n    return maps * SCALE + 1\n", vars(notebook))
+    assert len({first, second, unit.code}) == 3
