@@ -31,7 +31,9 @@ the network's gradient as the explanation function where a measure explains agai
 squares as masks; each ceiling is the forward passes and input gradients that the measure's first
 call asked for (`models.foundation.workload`), so no pass count is written by hand. MeGe and ReCo,
 which train models, and focus, which needs mosaics, are left out; ROAD's imputation solver is
-in its ceiling at the solver's own measured rates, as the card's profile counts it.
+in its ceiling at the solver's own measured rates, as the card's profile counts it. Quantus
+times the same measures with the same settings (its names), but those it lacks (Xplique's) or
+runs on one-channel images only (irof, road): `NOT_IN_QUANTUS`.
 """
 import dataclasses
 import datetime
@@ -100,6 +102,9 @@ GRADIENTS = {"avg_sensitivity": 20}  # measure -> input gradients per image (its
 # batches of one model's share, as the definition allows.
 PER_MODEL = ("mprt", "smooth_mprt")
 IMAGE_SOURCES = ("noise", "imagenet")
+# measures Quantus 0.6 has not (Xplique's), or runs on one-channel images only (irof, road:
+# docs/measures.md): no Quantus column
+NOT_IN_QUANTUS = ("average_stability", "mu_fidelity", "irof", "road")
 # left out of --measures: MeGe and ReCo train models (no pass ceiling); focus needs mosaics
 LEFT_OUT = ("mege", "reco", "focus")
 
@@ -123,7 +128,8 @@ class Config(Checked):
     seed: int = option(0, "Seed of the weights, images and masks.")
     measures: str = option("", "Time these measures (comma-separated names or families, or "
                            "all) with the card's settings, their counted passes as the "
-                           "ceiling; empty: the fixed set of SETTINGS, with Quantus.")
+                           "ceiling (and Quantus's time on those it has); empty: the fixed set of "
+                           "SETTINGS.")
 
 
 def network(size: int, seed: int, widths: tuple = (16, 32, 64)) -> Any:
@@ -275,8 +281,10 @@ def solver_seconds(model: Any, x: np.ndarray, work: dict, batch_size: int) -> fl
     return work["setup"] / found["setup"] + work["solve"] / found["solve"]
 
 
-def quantus_seconds(model: Any, arrays: dict, config: Config) -> dict:
-    """{measure: Quantus's seconds} (empty without a Quantus Python)."""
+def quantus_seconds(model: Any, arrays: dict, config: Config, chosen: dict) -> dict:
+    """{measure: Quantus's seconds} on `chosen`'s measures with their settings ({name:
+    (settings, passes)}), those Quantus 0.6 has on these images (`NOT_IN_QUANTUS`); empty
+    without a Quantus Python."""
     python = config.quantus_python or os.environ.get("QUANTUS_PYTHON")
     if not python:
         print("note: no --quantus_python (or $QUANTUS_PYTHON): no Quantus column")
@@ -286,7 +294,8 @@ def quantus_seconds(model: Any, arrays: dict, config: Config) -> dict:
         stored, result = os.path.join(folder, "inputs.npz"), os.path.join(folder, "out.json")
         payload: dict[str, Any] = {
             **arrays, "gradient": arrays["maps"], "weight_count": len(weights),
-            "settings": json.dumps({name: dict(own) for name, (own, _) in SETTINGS.items()}),
+            "settings": json.dumps({name: dict(own) for name, (own, _) in chosen.items()
+                                    if name not in NOT_IN_QUANTUS}),
             **{f"weight_{index}": weight for index, weight in enumerate(weights)}}
         np.savez(stored, **payload)
         environment = dict(os.environ, OMP_NUM_THREADS=str(config.threads))
@@ -305,7 +314,7 @@ def run(config: Config) -> list:
     counted = bool(config.measures)
     chosen = {name: (faithfulness_card.card_settings(name, config.size, config.size), None)
               for name in chosen_measures(config.measures)} if counted else SETTINGS
-    reference = {} if counted else quantus_seconds(model, arrays, config)
+    reference = quantus_seconds(model, arrays, config, chosen)
     rows: list[dict[str, Any]] = []
     with progress.bar(len(chosen), "measures timed", "measure") as bar:
         for name, (settings, passes) in chosen.items():

@@ -76,3 +76,18 @@ def test_irof_on_photos_removes_a_photo_s_superpixels_where_noise_has_two():
     counts = [segments.max(axis=(1, 2)) + 1 for segments in (
         faithfulness_removal.superpixels(noise), faithfulness_removal.superpixels(photos[:2]))]
     assert counts[0].max() < 10 < 80 < counts[1].min()
+
+
+def test_each_measure_names_its_quantus_class():
+    """The Quantus column times each measure's own class: its words capitalised, but the
+    acronyms (MPRT, AUC, IROF, ROAD)."""
+    from scripts import quantus_timing
+
+    assert [quantus_timing.quantus_class(name) for name in (
+        "top_k_intersection", "relative_representation_stability", "sensitivity_n", "mprt",
+        "smooth_mprt", "efficient_mprt", "auc", "local_lipschitz_estimate", "random_logit")] == [
+        "TopKIntersection", "RelativeRepresentationStability", "SensitivityN", "MPRT",
+        "SmoothMPRT", "EfficientMPRT", "AUC", "LocalLipschitzEstimate", "RandomLogit"]
+    timed = set(bench_measures.chosen_measures("all")) - set(bench_measures.NOT_IN_QUANTUS)
+    assert {"non_sensitivity", "mprt", "pointing_game"} <= timed
+    assert not {"mu_fidelity", "average_stability", "irof", "road"} & timed

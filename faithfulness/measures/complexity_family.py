@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from faithfulness import stats
 from faithfulness.measures.arguments import prepared
 from models.foundation.metric_spec import MetricSpec
 
@@ -30,8 +31,8 @@ SPECS = (
 def sparseness(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch: Any = None, *,
                abs: bool = True, normalise: bool = True) -> np.ndarray:  # noqa: A002
     """[N] the Gini index of each map's features (Quantus's `Sparseness`)."""
-    a = np.sort(prepared(x_batch, a_batch, s_batch, abs=abs, normalise=normalise).a + 1e-7,
-                axis=1)
+    a = stats.sorted_rows(prepared(x_batch, a_batch, s_batch, abs=abs,
+                                   normalise=normalise).a + 1e-7)
     features = a.shape[1]
     weights = 2 * np.arange(1, features + 1) - features - 1
     return (weights * a).sum(axis=1) / (features * a.sum(axis=1))

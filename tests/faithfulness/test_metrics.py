@@ -13,6 +13,7 @@ from hypothesis.extra import numpy as hnp
 
 import faithfulness
 from faithfulness import ranking, resample, stats, substrates
+from faithfulness.measures import localisation_family
 from models.foundation import ordering
 from models.foundation.errors import UserError
 from tests import REPO
@@ -163,6 +164,30 @@ def test_ranks_of_any_finite_or_infinite_rows_are_scipys(values):
 
     with mock.patch.object(ordering, "RADIX_WIDTH", 1):  # rows this narrow take the radix passes
         assert stats.ranks(values).tobytes() == rankdata(values, axis=1).tobytes()
+
+
+def test_rows_sorted_on_the_cores_are_numpy_s():
+    rng = np.random.default_rng(6)
+    for values in (np.round(rng.normal(size=(7, 9000)), 2), rng.normal(size=(3, 5))):
+        assert stats.sorted_rows(values).tobytes() == np.sort(values, axis=1).tobytes()
+
+
+@settings(max_examples=200, deadline=None)
+@given(hnp.arrays(np.float64, hnp.array_shapes(min_dims=2, max_dims=2, max_side=30),
+                  elements=st.sampled_from([2.0, 1.0, 0.5, 0.0, -0.0, -1.0, 1.0 + 2.0 ** -40])),
+       st.data())
+def test_the_top_features_are_the_stable_order_s_first(values, data):
+    """localisation's top features (a threshold and the ties in index order, no index sort) are
+    the first places of the stable order of decreasing value, for one count and for a count a
+    row (ties, -0.0 beside 0.0, counts of 0 and of every feature)."""
+    rows, features = values.shape
+    counts = np.array(data.draw(st.lists(st.integers(0, features), min_size=rows,
+                                         max_size=rows)))
+    for wanted in (counts, np.full(rows, counts[0])):
+        order = ordering.stable_order(values, descending=True)
+        expected = np.arange(features)[None] < wanted[:, None]
+        expected = np.take_along_axis(expected, np.argsort(order, axis=1), axis=1)
+        assert np.array_equal(localisation_family._top_features(values, wanted), expected)
 
 
 # -- 5. IDSDS additive cell model -----------------------------------------------------------------
