@@ -249,5 +249,7 @@ def resolved(method: Any, **params: Any) -> Resolved:
         return Resolved(method, None, parts, scheme_preprocessing(method), code)
     spec = resolve(method, **params)
     digest = plugins.user_code(spec.unit)
+    if digest:
+        plugins.warn_if_edited(spec.unit, spec.base)
     return Resolved(method, spec, (), scheme_preprocessing(method),
                     ((spec.base, digest),) if digest else ())

@@ -23,6 +23,7 @@ A function that raises, returns the wrong shape, or returns NaN or infinite valu
 import hashlib
 import importlib
 import inspect
+import logging
 import marshal
 import os
 import site
@@ -336,6 +337,30 @@ def user_code(unit: Method) -> Optional[str]:
     if "_user_code" not in vars(unit):  # once per unit, as it was loaded
         setattr(unit, "_user_code", code_digest(type(unit)))
     return vars(unit)["_user_code"]
+
+
+_WARNED: set = set()  # (method name, digest on disk) already warned of in this process
+
+
+def warn_if_edited(unit: Method, name: str) -> None:
+    """One warning (once a process per edit) when the files of a user method loaded from files
+    changed on disk after it was loaded: this process goes on running the code as it was loaded,
+    under that code's digest, so its old results are what a re-run in this process reuses (a
+    notebook that imported the module before the edit); a new process, or the module reloaded
+    and the method registered again, runs the edit."""
+    code = unit.code if isinstance(unit, FunctionMethod) else user_code(unit)
+    target = unit.fn if isinstance(unit, FunctionMethod) else type(unit)
+    if not code or not has_module_file(target):
+        return
+    now = code_digest(target)
+    if now == code or (name, now) in _WARNED:
+        return
+    _WARNED.add((name, now))
+    files = ", ".join(os.path.basename(path) for _, path in user_modules(target))
+    logging.getLogger(__name__).warning(
+        "the files of method %s (%s) changed since it was imported; this process runs the code "
+        "as imported (its results stay apart from the edit's): start a new process, or reload "
+        "the module and register the method again, to run the edit", name, files)
 
 
 def load(spec: str) -> str:

@@ -305,3 +305,28 @@ def test_a_notebook_method_s_digest_reads_its_helpers_and_constants_as_they_run(
     second = unit.code
     exec("def post(maps):\n    return maps * SCALE + 1\n", vars(notebook))
     assert len({first, second, unit.code}) == 3
+
+
+def test_an_edit_after_the_import_is_one_warning_the_imported_code_runs(tmp_path, monkeypatch,
+                                                                        caplog):
+    """A notebook imported the method's module, then the file was edited: the process still
+    runs the imported code under its digest (its old results are reused), and says so once
+    (before: nothing said the edit was not running)."""
+    (tmp_path / "imported_method.py").write_text(
+        "def saliency(model, images, targets):\n    return images\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    unit = plugins.FunctionMethod("imported_method:saliency",
+                                  importlib.import_module("imported_method").saliency)
+    loaded = unit.code
+    plugins.warn_if_edited(unit, "imported_method:saliency")
+    assert not caplog.records
+    (tmp_path / "imported_method.py").write_text(
+        "def saliency(model, images, targets):\n    return -images\n")
+    for _ in range(2):
+        plugins.warn_if_edited(unit, "imported_method:saliency")
+    assert unit.code == loaded
+    assert [record.getMessage() for record in caplog.records] == [
+        "the files of method imported_method:saliency (imported_method.py) changed since it was "
+        "imported; this process runs the code as imported (its results stay apart from the "
+        "edit's): start a new process, or reload the module and register the method again, to "
+        "run the edit"]
