@@ -96,8 +96,18 @@ def explainer(model: Any, explain_func: Any, explain_func_kwargs: Optional[dict]
                          blocks=blocks,
                          maps_name="explain_func's maps")
         if found.map_shape != map_shape:
-            raise ShapeError(f"explain_func gives maps of shape {np.shape(maps)[1:]} but a_batch "
-                             f"has {map_shape} (channel first); compute a_batch with the same "
-                             "explain_func")
+            raise ShapeError(_mismatch(np.shape(maps)[1:], map_shape))
         return found.a
     return explain
+
+
+def _mismatch(maps: tuple, map_shape: tuple) -> str:
+    """The line for an explain_func whose maps (per image, as it gives them) do not have the
+    shape of a_batch's (`map_shape`, channel first), a_batch's shown as it was given (NHWC)."""
+    channels, height, width = map_shape
+    given = f"({height}, {width})" if channels == 1 else f"({height}, {width}, {channels})"
+    one = channels == 1 and len(maps) == 3 and maps[-1] > 1
+    return (f"explain_func gives maps of shape {tuple(maps)} per image, but a_batch's are "
+            f"{given}{' (one channel)' if one else ''}; compute a_batch with the same "
+            "explain_func" + (", or give one whose maps have one channel (its maps summed "
+                              "over the channels, say)" if one else ""))

@@ -151,6 +151,16 @@ def test_quantus_layouts_and_images_the_model_does_not_take_say_what_to_pass():
             "x_batch holds images of shape (6, 6, 3), but the model takes (8, 8, 3) (H, W, C)")
     assert refusal("irof", ARRAYS["x_gray"], y, maps).startswith(
         "x_batch holds images of shape (8, 8, 1)")
+    # one-channel maps (as Quantus's explain gives them) re-explained by a method giving three:
+    # a_batch's shape as it was given (before: "(1, 8, 8) (channel first)")
+    assert refusal("max_sensitivity", x, y, maps, explain_func="gradient") == (
+        "explain_func gives maps of shape (8, 8, 3) per image, but a_batch's are (8, 8) (one "
+        "channel); compute a_batch with the same explain_func, or give one whose maps have one "
+        "channel (its maps summed over the channels, say)")
+    assert refusal("mprt", x, y, ARRAYS["three"], explain_func=lambda model, inputs, targets:
+                   np.zeros(np.shape(inputs)[:3])) == (
+        "explain_func gives maps of shape (8, 8) per image, but a_batch's are (8, 8, 3); "
+        "compute a_batch with the same explain_func")
 
 
 def test_a_quantus_call_runs_as_it_is_written():
