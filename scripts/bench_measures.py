@@ -19,7 +19,8 @@ image. For each measure, with the settings of `SETTINGS`, it prints:
   re-initialised model's share: `PER_MODEL`): ours / ceiling is the share of the bound;
 * Quantus: the same call of Quantus 0.6 on the PyTorch twin, in its own environment
   (--quantus_python, default $QUANTUS_PYTHON; skipped without one), timed once by
-  `scripts/quantus_timing.py`; Quantus / ours is the speed-up;
+  `scripts/quantus_timing.py`; Quantus / ours is the speed-up, and the largest difference
+  from Quantus's values where both give one array of one shape (`largest_difference`);
 * values sha256: the first 12 hex digits of the sha256 of the first call's values (their dtype,
   shape and bytes), so a change that should keep the values can be checked on both code trees.
 
@@ -245,9 +246,25 @@ def timings(model: Any, arrays: dict, name: str, settings: dict, passes: Optiona
     solver = bool(work["setup"] or work["solve"])
     solving = solver_seconds(model, arrays["x"], work, config.batch_size) if solver else 0.0
     return {"ours_first_s": first, "ours_s": times[0], "values_sha256": values_digest(values),
+            "values": values,
             "ceiling_s": sum(times[1:]) + solving if bound else None,
             "passes_per_image": passes, "gradients_per_image": gradients, "solver": solver,
             "models": models}
+
+
+def largest_difference(ours: Any, theirs: Any) -> Optional[float]:
+    """The largest |ours - Quantus's| over the values (NaN where exactly one side is NaN); None
+    without Quantus's values or where the two do not have one shape."""
+    if theirs is None:
+        return None
+    try:
+        mine, other = np.asarray(ours, np.float64), np.asarray(theirs, np.float64)
+    except (TypeError, ValueError):
+        return None
+    if mine.shape != other.shape or not mine.size:
+        return None
+    both = np.isnan(mine) & np.isnan(other)
+    return float(np.max(np.where(both, 0.0, np.abs(mine - other))))
 
 
 def values_digest(values: Any) -> str:
@@ -282,13 +299,13 @@ def solver_seconds(model: Any, x: np.ndarray, work: dict, batch_size: int) -> fl
 
 
 def quantus_seconds(model: Any, arrays: dict, config: Config, chosen: dict) -> dict:
-    """{measure: Quantus's seconds} on `chosen`'s measures with their settings ({name:
-    (settings, passes)}), those Quantus 0.6 has on these images (`NOT_IN_QUANTUS`); empty
-    without a Quantus Python."""
+    """{"seconds": {measure: Quantus's seconds}, "values": {measure: its values, or None}} on
+    `chosen`'s measures with their settings ({name: (settings, passes)}), those Quantus 0.6
+    has on these images (`NOT_IN_QUANTUS`); empty without a Quantus Python."""
     python = config.quantus_python or os.environ.get("QUANTUS_PYTHON")
     if not python:
         print("note: no --quantus_python (or $QUANTUS_PYTHON): no Quantus column")
-        return {}
+        return {"seconds": {}, "values": {}}
     weights = [np.asarray(w, np.float32) for w in model.get_weights()]
     with tempfile.TemporaryDirectory() as folder:
         stored, result = os.path.join(folder, "inputs.npz"), os.path.join(folder, "out.json")
@@ -303,7 +320,8 @@ def quantus_seconds(model: Any, arrays: dict, config: Config, chosen: dict) -> d
                         f"--output={result}", f"--threads={config.threads}"], cwd=REPO,
                        env=environment, check=True)
         with open(result) as handle:
-            return json.load(handle)["seconds"]
+            found = json.load(handle)
+        return {"seconds": found["seconds"], "values": found.get("values", {})}
 
 
 def run(config: Config) -> list:
@@ -314,13 +332,15 @@ def run(config: Config) -> list:
     counted = bool(config.measures)
     chosen = {name: (faithfulness_card.card_settings(name, config.size, config.size), None)
               for name in chosen_measures(config.measures)} if counted else SETTINGS
-    reference = quantus_seconds(model, arrays, config, chosen)
+    quantus = quantus_seconds(model, arrays, config, chosen)
+    reference = quantus["seconds"]
     rows: list[dict[str, Any]] = []
     with progress.bar(len(chosen), "measures timed", "measure") as bar:
         for name, (settings, passes) in chosen.items():
             found = timings(model, arrays, name, settings, passes, config, counted)
             steady, bound = found["ours_s"], found["ceiling_s"]
-            rows.append({"measure": name, **found,
+            difference = largest_difference(found.pop("values"), quantus["values"].get(name))
+            rows.append({"measure": name, **found, "quantus_difference": difference,
                          "of_ceiling": bound / steady if bound else None,
                          "quantus_s": reference.get(name),
                          "speed_up": reference[name] / steady if name in reference else None})
@@ -330,8 +350,9 @@ def run(config: Config) -> list:
           f"{config.size} px ({config.images_from}), widths {','.join(config.widths)}, "
           f"batch {config.batch_size}")
     print("| measure | forward passes per image | ours (s) | first call (s) | ceiling (s) | "
-          "ours / ceiling | Quantus 0.6 (s) | Quantus / ours | values sha256 |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "ours / ceiling | Quantus 0.6 (s) | Quantus / ours | largest difference from "
+          "Quantus | values sha256 |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for row in rows:
         work = "maps only" if row["passes_per_image"] is None \
             else f"{row['passes_per_image']:g}"
@@ -345,6 +366,7 @@ def run(config: Config) -> list:
               f"{row['ours_s']:.3f} | {row['ours_first_s']:.3f} | "
               f"{_maybe(row['ceiling_s'], '.3f')} | {_maybe(row['of_ceiling'], '.2f')} | "
               f"{_maybe(row['quantus_s'], '.2f')} | {_maybe(row['speed_up'], '.1f')} | "
+              f"{_maybe(row['quantus_difference'], '.1e')} | "
               f"{row['values_sha256']} |")
     if config.output:
         write_json(config.output, {"rows": rows, "config": dataclasses.asdict(config)})

@@ -7,7 +7,8 @@ the benchmark. It builds the benchmark's convolutional network in PyTorch from t
 weights (valid 3x3 convolutions, ReLU, global average, dense), limits PyTorch to --threads
 threads, and times each measure's call on the stored images, maps and masks once, channel
 first, after one untimed forward pass, the network's gradient as the explanation function of
-the measures that explain again. A measure Quantus fails to run is noted and left out.
+the measures that explain again, and keeps its values where they form an array. A measure
+Quantus fails to run is noted and left out.
 """
 import dataclasses
 import json
@@ -71,6 +72,16 @@ def gradient(model: Any, inputs: Any, targets: Any, **kwargs: Any) -> np.ndarray
     return images.grad.numpy()
 
 
+def _plain(found: Any) -> Any:
+    """Quantus's values as nested lists of floats where they form an array of numbers, else
+    None (a dict of layers, say)."""
+    try:
+        array = np.asarray(found, np.float64)
+    except (TypeError, ValueError):
+        return None
+    return array.tolist() if array.size else None
+
+
 def run(config: Config) -> dict:
     import warnings
 
@@ -88,6 +99,7 @@ def run(config: Config) -> dict:
     with torch.no_grad():
         model(torch.tensor(x))
     seconds: dict = {}
+    values: dict = {}
     failed: dict = {}
     with progress.bar(len(settings), "Quantus timed", "measure") as bar:
         for name, own in settings.items():
@@ -104,18 +116,19 @@ def run(config: Config) -> dict:
             try:
                 metric = getattr(quantus, quantus_class(name))(disable_warnings=True, **own)
                 started = time.perf_counter()
-                metric(model=model, x_batch=x, y_batch=arrays["y"],
+                found = metric(model=model, x_batch=x, y_batch=arrays["y"],
                        a_batch=np.transpose(maps, (0, 3, 1, 2)) if maps.ndim == 4
                        else maps[:, None],
                        s_batch=arrays["masks"][:, None] if name in MASKED else None,
                        channel_first=True, device="cpu", batch_size=len(x),
                        explain_func=gradient, **call)
                 seconds[name] = time.perf_counter() - started
+                values[name] = _plain(found)
             except Exception as error:  # noqa: BLE001 (a measure Quantus cannot run here)
                 failed[name] = f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
                 print(f"note: Quantus's {quantus_class(name)} failed: {failed[name]}")
             bar.update(1)
-    write_json(config.output, {"seconds": seconds, "failed": failed,
+    write_json(config.output, {"seconds": seconds, "values": values, "failed": failed,
                                "quantus": quantus.__version__,
                                "torch": torch.__version__, "threads": config.threads})
     return seconds

@@ -91,3 +91,11 @@ def test_each_measure_names_its_quantus_class():
     timed = set(bench_measures.chosen_measures("all")) - set(bench_measures.NOT_IN_QUANTUS)
     assert {"non_sensitivity", "mprt", "pointing_game"} <= timed
     assert not {"mu_fidelity", "average_stability", "irof", "road"} & timed
+
+
+def test_the_difference_from_quantus_is_taken_where_the_shapes_agree():
+    largest = bench_measures.largest_difference
+    assert largest([[1.0, np.nan], [2.0, 3.0]], [[1.5, np.nan], [2.0, 2.0]]) == 1.0
+    assert np.isnan(largest([1.0, np.nan], [1.0, 2.0]))  # NaN on one side only
+    assert largest([1.0, 2.0], [1.5]) is None and largest([1.0], None) is None
+    assert largest([1.0, 2.0], {"layer": [1.0]}) is None
