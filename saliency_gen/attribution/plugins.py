@@ -344,10 +344,11 @@ _WARNED: set = set()  # (method name, digest on disk) already warned of in this 
 
 def warn_if_edited(unit: Method, name: str) -> None:
     """One warning (once a process per edit) when the files of a user method loaded from files
-    changed on disk after it was loaded: this process goes on running the code as it was loaded,
-    under that code's digest, so its old results are what a re-run in this process reuses (a
-    notebook that imported the module before the edit); a new process, or the module reloaded
-    and the method registered again, runs the edit."""
+    changed on disk after it was loaded: this process files its results under the digest taken
+    at loading, so a re-run in it reuses the results of the code as loaded (a notebook that
+    imported the module before the edit; also one that reloaded a helper module since, whose
+    new code would run under the old digest); a new process, or the module reloaded and the
+    method registered again, runs the edit under its own digest."""
     code = unit.code if isinstance(unit, FunctionMethod) else user_code(unit)
     target = unit.fn if isinstance(unit, FunctionMethod) else type(unit)
     if not code or not has_module_file(target):
@@ -358,9 +359,10 @@ def warn_if_edited(unit: Method, name: str) -> None:
     _WARNED.add((name, now))
     files = ", ".join(os.path.basename(path) for _, path in user_modules(target))
     logging.getLogger(__name__).warning(
-        "the files of method %s (%s) changed since it was imported; this process runs the code "
-        "as imported (its results stay apart from the edit's): start a new process, or reload "
-        "the module and register the method again, to run the edit", name, files)
+        "the files of method %s (%s) changed since it was imported; this process files its "
+        "results under the code as imported, so a re-run here can show that code's results: "
+        "start a new process, or reload the module and register the method again, to run the "
+        "edit under its own digest", name, files)
 
 
 def load(spec: str) -> str:

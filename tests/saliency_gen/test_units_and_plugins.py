@@ -327,6 +327,6 @@ def test_an_edit_after_the_import_is_one_warning_the_imported_code_runs(tmp_path
     assert unit.code == loaded
     assert [record.getMessage() for record in caplog.records] == [
         "the files of method imported_method:saliency (imported_method.py) changed since it was "
-        "imported; this process runs the code as imported (its results stay apart from the "
-        "edit's): start a new process, or reload the module and register the method again, to "
-        "run the edit"]
+        "imported; this process files its results under the code as imported, so a re-run here "
+        "can show that code's results: start a new process, or reload the module and register "
+        "the method again, to run the edit under its own digest"]
