@@ -12,7 +12,7 @@ import tensorflow as tf
 
 import models
 import saliency_gen
-from saliency_gen.attribution import noise, plugins, units
+from saliency_gen.attribution import code_identity, noise, plugins, units
 from tests import REPO
 from tests.saliency_gen import linear_model
 
@@ -265,15 +265,15 @@ def test_the_code_digest_reads_the_user_modules_a_method_imports(tmp_path, monke
     monkeypatch.syspath_prepend(str(tmp_path))
     method = importlib.import_module("method_with_helper").saliency
     alone = importlib.import_module("method_alone").saliency
-    assert plugins.user_modules(method) == [
+    assert code_identity.user_modules(method) == [
         ("method_with_helper", str(tmp_path / "method_with_helper.py")),
         ("helpers", str(tmp_path / "helpers.py"))]
     source = inspect.getsource(alone).encode()
-    assert plugins.code_digest(alone) == hashlib.sha256(
+    assert code_identity.code_digest(alone) == hashlib.sha256(
         source + b"\0module\0" + (tmp_path / "method_alone.py").read_bytes()).hexdigest()[:16]
-    before = plugins.code_digest(method)
+    before = code_identity.code_digest(method)
     (tmp_path / "helpers.py").write_text("def post(maps):\n    return -maps\n")
-    assert plugins.code_digest(method) != before
+    assert code_identity.code_digest(method) != before
 
 
 NOTEBOOK_CELLS = '''
