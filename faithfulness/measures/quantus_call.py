@@ -4,7 +4,9 @@ constructor settings and the layout flag of its `__call__`), and the checks of t
 that all measures share.
 
 - `channel_first=True`: `x_batch` is (N, C, H, W), `a_batch` (N, C', H, W) or (N, H, W),
-  `s_batch` (N, 1, H, W) or (N, H, W), as Quantus takes them; they are made NHWC first. None or
+  `s_batch` (N, 1, H, W) or (N, H, W), as Quantus takes them; they are made NHWC first, and a
+  callable `explain_func` is handed (N, C, H, W) images and its (N, C', H, W) maps are made NHWC,
+  as Quantus calls it with the images in the layout they were given. None or
   False: NHWC, this library's own layout (Quantus infers the layout when None; here a
   channel-first array is refused with a line saying so: a guess could read an image wrongly).
 - `return_aggregate=True`: `[aggregate_func(values)]` (default `np.mean`), as Quantus returns
@@ -36,6 +38,19 @@ def channels_last(arguments: dict) -> None:
     for name in ("a_batch", "s_batch"):
         if arguments.get(name) is not None and np.ndim(arguments[name]) == 4:
             arguments[name] = np.moveaxis(np.asarray(arguments[name]), 1, 3)
+    if callable(arguments.get("explain_func")):
+        arguments["explain_func"] = _channel_first_explainer(arguments["explain_func"])
+
+
+def _channel_first_explainer(explain_func: Callable) -> Callable:
+    """A Quantus user's explain_func, written for channel-first images, called by a measure
+    with NHWC ones: it gets (N, C, H, W) and its four-axis maps come back NHWC."""
+    @functools.wraps(explain_func)
+    def explain(*, model: Any, inputs: Any, targets: Any, **kwargs: Any) -> np.ndarray:
+        maps = np.asarray(explain_func(model=model, inputs=np.moveaxis(np.asarray(inputs), 3, 1),
+                                       targets=targets, **kwargs))
+        return np.moveaxis(maps, 1, 3) if maps.ndim == 4 else maps
+    return explain
 
 
 def _check_common(arguments: dict) -> None:

@@ -185,6 +185,27 @@ def test_a_quantus_call_runs_as_it_is_written():
     sparseness = measures.sparseness(None, x, y, maps)
     assert measures.sparseness(None, x, y, maps, return_aggregate=True,
                                aggregate_func=np.median)[0] == np.median(sparseness)
+    from saliency_gen.attribution import engine
+
+    # a Quantus user's explain_func, written for (N, C, H, W) images and maps: it gets them so
+    # (before: NHWC images, which it read as 8 channels of 3 x 8 pixels), the same values
+    seen = []
+
+    def channel_first_gradient(model, inputs, targets):
+        seen.append(np.shape(inputs))
+        images = tf.convert_to_tensor(np.transpose(inputs, (0, 2, 3, 1)))
+        with tf.GradientTape() as tape:
+            tape.watch(images)
+            score = tf.reduce_sum(tf.gather(model(images), targets, batch_dims=1))
+        return np.transpose(tape.gradient(score, images).numpy(), (0, 3, 1, 2))
+
+    gradients = np.asarray(engine.attribute(model, x, "gradient", y))
+    own = measures.max_sensitivity(model, x, y, gradients, explain_func="gradient",
+                                   nr_samples=3)
+    np.testing.assert_allclose(measures.max_sensitivity(
+        model, np.transpose(x, (0, 3, 1, 2)), y, np.transpose(gradients, (0, 3, 1, 2)),
+        explain_func=channel_first_gradient, nr_samples=3, channel_first=True), own, rtol=1e-5)
+    assert seen and all(shape[1:] == (3, 8, 8) for shape in seen)
     with pytest.raises(UserError, match=r"^model_predict_kwargs \['verbose'\]"):
         measures.sparseness(None, x, y, maps, model_predict_kwargs={"verbose": 0})
     with pytest.raises(UserError, match="^channel_first must be True, False or None"):
