@@ -2,6 +2,7 @@
 "Curve summaries"): trapezoid AUC on x = t / K, Pearson (NaN for a constant row), Spearman with
 average ranks, and the NaN policy used to aggregate per-image values."""
 import logging
+from typing import Callable
 
 import numpy as np
 
@@ -35,33 +36,34 @@ def pearson(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.where(denominator > 0, np.clip(result, -1.0, 1.0), np.nan)
 
 
-PARALLEL_VALUES = 1 << 15  # `ranks` shares out its rows among the cores from this many values
+PARALLEL_VALUES = 1 << 15  # the row functions share out their rows among the cores from here
+
+
+def _by_rows_on_cores(function: Callable[[np.ndarray], np.ndarray],
+                      values: np.ndarray) -> np.ndarray:
+    """`function(values)` for a function of each row alone, the rows shared out in blocks among
+    threads, one a usable core (NumPy's sorts release the GIL), from `PARALLEL_VALUES` values;
+    the same values either way."""
+    threads = min(len(cluster.usable_cores()), len(values))
+    if threads < 2 or values.size < PARALLEL_VALUES:
+        return function(values)
+    return np.concatenate(cluster.map_on_cores(function, np.array_split(values, threads)))
 
 
 def ranks(a: np.ndarray) -> np.ndarray:
     """[N, D]: each row's ranks in float64 (average ranks for ties, as scipy.stats: the same
-    values, 0.5 x (first place + end place + 1) of each run of equal values). The rows are
-    shared out in blocks among threads, one a usable core (NumPy's sorts release the GIL);
-    rows with a NaN go to scipy."""
+    values, 0.5 x (first place + end place + 1) of each run of equal values), the rows on the
+    cores (`_by_rows_on_cores`); rows with a NaN go to scipy."""
     values = np.atleast_2d(np.asarray(a, np.float64))
     if values.shape[1] == 0 or np.isnan(values).any():
         return scipy_stats.rankdata(values, axis=1)
-    threads = min(len(cluster.usable_cores()), len(values))
-    if threads < 2 or values.size < PARALLEL_VALUES:
-        return _ranks_of_rows(values)
-    return np.concatenate(cluster.map_on_cores(_ranks_of_rows, np.array_split(values, threads)))
+    return _by_rows_on_cores(_ranks_of_rows, values)
 
 
 def sorted_rows(a: np.ndarray) -> np.ndarray:
-    """[N, D]: each row of `a` sorted ascending, the rows shared out in blocks among threads
-    (one a usable core) from `PARALLEL_VALUES` values, as `ranks` does: the same values as
-    `np.sort(a, axis=1)`."""
-    values = np.atleast_2d(np.asarray(a))
-    threads = min(len(cluster.usable_cores()), len(values))
-    if threads < 2 or values.size < PARALLEL_VALUES:
-        return np.sort(values, axis=1)
-    return np.concatenate(cluster.map_on_cores(lambda block: np.sort(block, axis=1),
-                                               np.array_split(values, threads)))
+    """[N, D]: each row of `a` sorted ascending, the rows on the cores (`_by_rows_on_cores`):
+    the same values as `np.sort(a, axis=1)`."""
+    return _by_rows_on_cores(lambda block: np.sort(block, axis=1), np.atleast_2d(np.asarray(a)))
 
 
 def _ranks_of_rows(values: np.ndarray) -> np.ndarray:
