@@ -250,6 +250,6 @@ def resolved(method: Any, **params: Any) -> Resolved:
     spec = resolve(method, **params)
     digest = plugins.user_code(spec.unit)
     if digest:
-        plugins.warn_if_edited(spec.unit, spec.base)
+        plugins.warn_if_edited(spec.unit, spec.base, digest)
     return Resolved(method, spec, (), scheme_preprocessing(method),
                     ((spec.base, digest),) if digest else ())

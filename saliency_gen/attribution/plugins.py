@@ -188,16 +188,16 @@ def user_code(unit: Method) -> Optional[str]:
 _WARNED: set = set()  # (method name, digest on disk) already warned of in this process
 
 
-def warn_if_edited(unit: Method, name: str) -> None:
+def warn_if_edited(unit: Method, name: str, code: str) -> None:
     """One warning (once a process per edit) when the files of a user method loaded from files
     changed on disk after it was loaded: this process files its results under the digest taken
     at loading, so a re-run in it reuses the results of the code as loaded (a notebook that
     imported the module before the edit; also one that reloaded a helper module since, whose
     new code would run under the old digest); a new process, or the module reloaded and the
-    method registered again, runs the edit under its own digest."""
-    code = unit.code if isinstance(unit, FunctionMethod) else user_code(unit)
+    method registered again, runs the edit under its own digest. `code`: the unit's
+    `user_code`, taken at loading for code from files."""
     target = unit.fn if isinstance(unit, FunctionMethod) else type(unit)
-    if not code or not has_module_file(target):
+    if not has_module_file(target):  # (a notebook's code is digested as it runs)
         return
     now = code_digest(target)
     if now == code or (name, now) in _WARNED:

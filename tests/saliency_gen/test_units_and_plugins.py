@@ -318,12 +318,12 @@ def test_an_edit_after_the_import_is_one_warning_the_imported_code_runs(tmp_path
     unit = plugins.FunctionMethod("imported_method:saliency",
                                   importlib.import_module("imported_method").saliency)
     loaded = unit.code
-    plugins.warn_if_edited(unit, "imported_method:saliency")
+    plugins.warn_if_edited(unit, "imported_method:saliency", loaded)
     assert not caplog.records
     (tmp_path / "imported_method.py").write_text(
         "def saliency(model, images, targets):\n    return -images\n")
     for _ in range(2):
-        plugins.warn_if_edited(unit, "imported_method:saliency")
+        plugins.warn_if_edited(unit, "imported_method:saliency", loaded)
     assert unit.code == loaded
     assert [record.getMessage() for record in caplog.records] == [
         "the files of method imported_method:saliency (imported_method.py) changed since it was "
