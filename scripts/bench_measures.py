@@ -200,9 +200,17 @@ def library_call(model: Any, arrays: dict, name: str, settings: dict, batch_size
         call.setdefault("explain_func", "gradient")
     if "batch_size" in accepted:
         call["batch_size"] = batch_size
-    masks = arrays["masks"] if name in measures.MASKED else None
-    maps = arrays["summed" if name in MAPS_ONLY or masks is not None else "maps"]
-    return lambda: function(model, arrays["x"], arrays["y"], maps, masks, **call)
+    maps, masked = maps_of(name)
+    masks = arrays["masks"] if masked else None
+    return lambda: function(model, arrays["x"], arrays["y"], arrays[maps], masks, **call)
+
+
+def maps_of(name: str) -> tuple[str, bool]:
+    """(the key of the maps a measure gets, whether it gets the masks), for our call and
+    Quantus's alike: the masks and the one-channel maps for the localisation family (Quantus
+    compares a mask with one-channel maps only) and `MAPS_ONLY`, the gradient maps otherwise."""
+    masked = name in measures.MASKED
+    return ("summed" if masked or name in MAPS_ONLY else "maps"), masked
 
 
 def chosen_measures(text: str) -> list:
@@ -313,6 +321,7 @@ def quantus_seconds(model: Any, arrays: dict, config: Config, chosen: dict) -> d
             **arrays, "gradient": arrays["maps"], "weight_count": len(weights),
             "settings": json.dumps({name: dict(own) for name, (own, _) in chosen.items()
                                     if name not in NOT_IN_QUANTUS}),
+            "inputs": json.dumps({name: maps_of(name) for name in chosen}),
             **{f"weight_{index}": weight for index, weight in enumerate(weights)}}
         np.savez(stored, **payload)
         environment = dict(os.environ, OMP_NUM_THREADS=str(config.threads))

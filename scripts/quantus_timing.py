@@ -5,10 +5,11 @@ Runs in Quantus's own environment (quantus==0.6.0, numpy<2.4, torch==2.13.0 CPU,
 captum for SmoothMPRT; see `scripts/quantus_reference.py`), started in the repository's root by
 the benchmark. It builds the benchmark's convolutional network in PyTorch from the stored Keras
 weights (valid 3x3 convolutions, ReLU, global average, dense), limits PyTorch to --threads
-threads, and times each measure's call on the stored images, maps and masks once, channel
-first, after one untimed forward pass, the network's gradient as the explanation function of
-the measures that explain again, and keeps its values where they form an array. A measure
-Quantus fails to run is noted and left out.
+threads, and times each measure's call on the stored images, maps and masks once (the maps
+and masks the benchmark gives its own call of the measure), channel first, after one untimed
+forward pass, the network's gradient as the explanation function of the measures that explain
+again, and keeps its values where they form an array. A measure Quantus fails to run is noted
+and left out.
 """
 import dataclasses
 import json
@@ -25,9 +26,6 @@ from models.foundation.rules import Checked, at_least
 # measure -> Quantus 0.6's class, where the name does not say it by its words capitalised
 QUANTUS_NAMES = {"mprt": "MPRT", "smooth_mprt": "SmoothMPRT", "efficient_mprt": "EfficientMPRT",
                  "auc": "AUC", "irof": "IROF", "road": "ROAD"}
-# the measures that read one-channel maps and the masks
-MASKED = ("pointing_game", "attribution_localisation", "top_k_intersection",
-          "relevance_mass_accuracy", "relevance_rank_accuracy", "auc")
 
 
 def quantus_class(name: str) -> str:
@@ -93,6 +91,7 @@ def run(config: Config) -> dict:
     with np.load(config.inputs, allow_pickle=False) as stored:
         arrays = {key: stored[key] for key in stored.files}
     settings = json.loads(str(arrays.pop("settings")))
+    inputs = json.loads(str(arrays.pop("inputs")))  # {measure: [maps key, masks or not]}
     weights = [arrays[f"weight_{index}"] for index in range(int(arrays["weight_count"]))]
     model = torch_model(weights)
     x = np.transpose(arrays["x"], (0, 3, 1, 2))
@@ -110,16 +109,15 @@ def run(config: Config) -> dict:
                 # explain_func says (smooth_mprt.py, explain_smooth_batch_numpy): Captum's
                 # gradient, the same work, summed over the channels
                 call["explain_func_kwargs"] = {"method": "Saliency"}
-            one_channel = name in ("sparseness", "pointing_game", "smooth_mprt") \
-                or name in MASKED
-            maps = arrays["summed" if one_channel else "maps"]
+            maps_key, masked = inputs[name]
+            maps = arrays["summed" if name == "smooth_mprt" else maps_key]
             try:
                 metric = getattr(quantus, quantus_class(name))(disable_warnings=True, **own)
                 started = time.perf_counter()
                 found = metric(model=model, x_batch=x, y_batch=arrays["y"],
                        a_batch=np.transpose(maps, (0, 3, 1, 2)) if maps.ndim == 4
                        else maps[:, None],
-                       s_batch=arrays["masks"][:, None] if name in MASKED else None,
+                       s_batch=arrays["masks"][:, None] if masked else None,
                        channel_first=True, device="cpu", batch_size=len(x),
                        explain_func=gradient, **call)
                 seconds[name] = time.perf_counter() - started
