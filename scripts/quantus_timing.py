@@ -106,8 +106,8 @@ def run(config: Config) -> dict:
             if name == "random_logit":  # (Quantus's default is ImageNet's 1,000)
                 own.setdefault("num_classes", int(weights[-1].shape[0]))
             if name == "smooth_mprt":  # it explains through quantus.explain whatever
-                # explain_func says (smooth_mprt.py, explain_smooth_batch_numpy): Captum's
-                # gradient, the same work, summed over the channels
+                # explain_func says (docs/measures.md, "Randomisation"): Captum's gradient, the
+                # same work, summed over the channels
                 call["explain_func_kwargs"] = {"method": "Saliency"}
             maps_key, masked = inputs[name]
             maps = arrays["summed" if name == "smooth_mprt" else maps_key]
