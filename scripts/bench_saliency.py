@@ -45,7 +45,7 @@ px and shrink with the pixel count, at least 8 and 4):
   for its maps' bytes, docs/saliency.md "By call size");
 * Captum (IG and SmoothGrad^2): Captum's `IntegratedGradients` (25 steps, zero baseline) and
   `NoiseTunnel(Saliency)` with `nt_type="smoothgrad_sq"` (25 samples) on the model's PyTorch
-  twin with the same weights (`faithfulness.torch_twin`; plain_cnn and small_resnet), on the
+  twin with the same weights (`faithfulness.torch_twin`, from the model's layer graph), on the
   same images as the engine, measured beside it; the better of Captum's batch settings (all
   steps or samples at once, or 256 inputs per batch). Skipped when torch or captum is absent
   (`pip install torch==2.13.0 captum`). The "bound" column is the ceiling over Captum: the
@@ -363,18 +363,19 @@ def captum_runs(twin, images, targets, method, params) -> dict:
 
 
 def pytorch_twin(model, name):
-    """The model's PyTorch twin (`faithfulness.torch_twin`), or None without torch / captum or a
-    twin builder; prints how far its logits are from the Keras model's."""
-    builder = torch_twin.TWINS.get(name)
+    """The model's PyTorch twin (`faithfulness.torch_twin`), or None without torch / captum or
+    for layers the twins lack; prints how far its logits are from the Keras model's."""
     try:
         import captum  # noqa: F401
         import torch
     except ImportError:
         return None
-    if builder is None:
+    try:
+        twin = torch_twin.twin(model)
+    except ValueError as error:
+        print(f"note: no PyTorch twin of {name}: {error}")
         return None
     torch.set_num_threads(os.cpu_count())
-    twin = builder(model)
     probe = np.random.default_rng(1).normal(0, 50, (4, *model.input_shape[1:])).astype(
         np.float32)
     with torch.no_grad():

@@ -3,8 +3,8 @@
 
 Runs in Quantus's own environment (quantus==0.6.0, numpy<2.4, torch==2.13.0 CPU, absl-py, and
 captum for SmoothMPRT; see `scripts/quantus_reference.py`), started in the repository's root by
-the benchmark. It builds the benchmark's convolutional network in PyTorch from the stored Keras
-weights (valid 3x3 convolutions, ReLU, global average, dense), limits PyTorch to --threads
+the benchmark. It builds the benchmark's network in PyTorch from the stored Keras layer graph
+and weights (`faithfulness.torch_twin.from_graph`), limits PyTorch to --threads
 threads, and times each measure's call on the stored images, maps and masks once (the maps
 and masks the benchmark gives its own call of the measure), channel first, after one untimed
 forward pass, the network's gradient as the explanation function of the measures that explain
@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from faithfulness import torch_twin
 from models.foundation import progress
 from models.foundation.cli import option, run_binary
 from models.foundation.files import write_json
@@ -38,26 +39,6 @@ class Config(Checked):
     inputs: str = option("", "The benchmark's inputs (.npz, no pickled objects).")
     output: str = option("", "Where the timings go (JSON).")
     threads: int = option(2, "PyTorch's threads.", rule=at_least(1))
-
-
-def torch_model(weights: list) -> Any:
-    """The benchmark's network in PyTorch: (kernel, bias) pairs of 3x3 valid convolutions,
-    then the dense layer's (kernel, bias), Keras layouts."""
-    import torch
-
-    layers: list = []
-    for kernel, bias in zip(weights[:-2:2], weights[1:-2:2]):
-        conv = torch.nn.Conv2d(kernel.shape[2], kernel.shape[3], 3, stride=2)
-        with torch.no_grad():
-            conv.weight.copy_(torch.tensor(np.transpose(kernel, (3, 2, 0, 1))))
-            conv.bias.copy_(torch.tensor(bias))
-        layers += [conv, torch.nn.ReLU()]
-    dense = torch.nn.Linear(*weights[-2].shape)
-    with torch.no_grad():
-        dense.weight.copy_(torch.tensor(weights[-2].T))
-        dense.bias.copy_(torch.tensor(weights[-1]))
-    return torch.nn.Sequential(*layers, torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
-                               dense).eval()
 
 
 def gradient(model: Any, inputs: Any, targets: Any, **kwargs: Any) -> np.ndarray:
@@ -93,7 +74,7 @@ def run(config: Config) -> dict:
     settings = json.loads(str(arrays.pop("settings")))
     inputs = json.loads(str(arrays.pop("inputs")))  # {measure: [maps key, masks or not]}
     weights = [arrays[f"weight_{index}"] for index in range(int(arrays["weight_count"]))]
-    model = torch_model(weights)
+    model = torch_twin.from_graph(json.loads(str(arrays.pop("graph"))), weights)
     x = np.transpose(arrays["x"], (0, 3, 1, 2))
     with torch.no_grad():
         model(torch.tensor(x))

@@ -30,11 +30,7 @@ def twin_models(size=32, classes=5, seed=0):
         keras.layers.Conv2D(8, 3, padding="same", activation="relu"),
         keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(classes),
         keras.layers.Softmax()])
-    theirs = torch.nn.Sequential(
-        torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.AvgPool2d(2),
-        torch.nn.Conv2d(8, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1),
-        torch.nn.Flatten(), torch.nn.Linear(8, classes), torch.nn.Softmax(dim=1))
-    torch_twin.copy_weights(ours, theirs)
+    theirs = torch_twin.twin(ours)  # the same network from the Keras graph
     return ours, theirs
 
 
