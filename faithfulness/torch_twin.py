@@ -80,115 +80,163 @@ def _same_padding(size: int, kernel: int, stride: int, dilation: int) -> tuple[i
 def from_graph(nodes: Sequence[dict], weights: Sequence[np.ndarray],
                softmax: bool = False) -> Any:
     """The PyTorch module (eval mode, NCHW inputs) computing the network of `graph_of`'s
-    `nodes` with `weights`: each node's operation in order on the outputs of the nodes it
-    reads; the last node's output is the model's."""
+    `nodes` with `weights`: each node's module in order on the outputs of the nodes it reads;
+    the last node's output is the model's. Its modules are a PyTorch network's: one per Keras
+    layer, named as the layer (Conv2d, BatchNorm2d, Linear, ZeroPad2d, ReLU, ...), and one for
+    a layer's own activation after it (`<name>_activation`), so a peer that walks the modules
+    (Quantus's MPRT and its first-layer shift, its hooked representations) finds the layers
+    a PyTorch author would have written."""
+    import torch
+
+    arrays = iter(weights)
+    built = [(node, _module(node, [next(arrays) for _ in range(node["weights"])]),
+              _activation(node["config"].get("activation")))
+             for node in nodes]
+    if next(arrays, None) is not None:
+        raise ValueError("more weights than the graph's layers hold")
+
+    class Twin(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.steps = []  # (node, module name, its activation's module name or None)
+            for node, module, activation in built:
+                name = node["name"].replace(".", "_")
+                self.add_module(name, module)
+                if activation is not None:
+                    self.add_module(f"{name}_activation", activation)
+                self.steps.append((node, name, activation and f"{name}_activation"))
+
+        def forward(self, x: Any) -> Any:  # (a copy, say Quantus's, computes with its own)
+            outputs: dict = {}
+            for node, name, activation in self.steps:
+                found = getattr(self, name)(*(outputs.get(source, x)
+                                              for source in node["inputs"]))
+                outputs[node["name"]] = found if activation is None else getattr(
+                    self, activation)(found)
+            found = outputs[nodes[-1]["name"]]
+            return torch.softmax(found, dim=1) if softmax else found
+
+    return Twin().eval()
+
+
+def _activation(name: Any) -> Any:
+    """The torch module of a Keras activation's name (None for none or "linear")."""
+    import torch
+
+    if name in (None, "linear"):
+        return None
+    if name == "relu":
+        return torch.nn.ReLU()
+    if name == "softmax":
+        return torch.nn.Softmax(dim=1)
+    raise ValueError(f"no PyTorch twin of the activation {name!r}")
+
+
+def _module(node: dict, own: list) -> Any:  # noqa: C901 (a case per layer kind)
+    """The torch module of one Keras layer, holding its weights `own` (Keras layouts)."""
+    import torch
+
+    kind, config = node["kind"], node["config"]
+    if kind in ("Conv2D", "DepthwiseConv2D"):
+        return _convolution(kind, config, own)
+    if kind == "Dense":
+        module = torch.nn.Linear(*own[0].shape, bias=len(own) > 1)
+        _fill((module.weight, module.bias), [own[0].T, *own[1:]])
+        return module
+    if kind == "BatchNormalization":
+        if config.get("axis", -1) not in (-1, 3, [-1], [3]):
+            raise ValueError("the twins' batch norm normalises the channels (axis -1)")
+        parts = list(own)
+        channels = len(parts[-1])
+        module = torch.nn.BatchNorm2d(channels, eps=float(config["epsilon"]))
+        _fill((module.weight, module.bias, module.running_mean, module.running_var), [
+            parts.pop(0) if config.get("scale", True) else np.ones(channels),
+            parts.pop(0) if config.get("center", True) else np.zeros(channels), *parts])
+        return module
+    if kind == "ZeroPadding2D":
+        (top, bottom), (left, right) = config["padding"]
+        return torch.nn.ZeroPad2d((left, right, top, bottom))
+    if kind == "ReLU":
+        if float(config.get("negative_slope") or 0) or float(config.get("threshold") or 0):
+            raise ValueError("the twins' ReLU has no negative slope or threshold")
+        top = config.get("max_value")
+        return torch.nn.ReLU() if top is None else torch.nn.Hardtanh(0.0, float(top))
+    if kind == "Activation":
+        return _activation(config["activation"]) or torch.nn.Identity()
+    if kind == "Softmax":
+        if config.get("axis", -1) not in (-1, [-1]):
+            raise ValueError("the twins' softmax is over the last axis")
+        return torch.nn.Softmax(dim=1)
+    if kind == "AveragePooling2D":
+        if config.get("padding", "valid") != "valid":
+            raise ValueError("the twins' average pooling is valid")
+        return torch.nn.AvgPool2d(tuple(config["pool_size"]),
+                                  tuple(config.get("strides") or config["pool_size"]))
+    return _operation(kind, bool(config.get("keepdims")))
+
+
+def _fill(targets: tuple, values: list) -> None:
+    import torch
+
+    with torch.no_grad():
+        for target, value in zip(targets, values):
+            target.copy_(torch.tensor(np.asarray(value, np.float32)))
+
+
+def _convolution(kind: str, config: dict, own: list) -> Any:
+    """A Conv2d of the Keras (depthwise) convolution: its kernel in PyTorch's layout, and
+    TensorFlow's "same" padding (the odd pixel after) before it where the layer has it."""
     import torch
     from torch.nn import functional
 
-    arrays = iter(weights)
+    kernel = own[0]
+    rows, cols, channels, outputs = kernel.shape
+    if kind == "Conv2D":  # [kh, kw, in / groups, out] -> [out, in / groups, kh, kw]
+        groups = int(config.get("groups") or 1)
+        inputs, kernel = channels * groups, kernel.transpose(3, 2, 0, 1)
+    else:  # [kh, kw, in, m] -> [in m, 1, kh, kw], one group a channel
+        groups, inputs, outputs = channels, channels, channels * outputs
+        kernel = kernel.reshape(rows, cols, 1, outputs).transpose(3, 2, 0, 1)
+    same = config["padding"] == "same"
 
-    def tensor(array: np.ndarray) -> Any:
-        return torch.nn.Parameter(torch.tensor(np.asarray(array, np.float32)),
-                                  requires_grad=False)
-
-    def activation(name: Any, x: Any) -> Any:
-        if name in (None, "linear"):
-            return x
-        if name == "relu":
-            return torch.relu(x)
-        if name == "softmax":
-            return torch.softmax(x, dim=1)
-        raise ValueError(f"no PyTorch twin of the activation {name!r}")
-
-    class Node(torch.nn.Module):
-        def __init__(self, node: dict):
-            super().__init__()
-            self.kind, self.config, self.sources = node["kind"], node["config"], node["inputs"]
-            own = [next(arrays) for _ in range(node["weights"])]
-            if self.kind in ("Conv2D", "DepthwiseConv2D", "Dense") and own:
-                kernel = own[0]
-                if self.kind == "Conv2D":  # [kh, kw, in / groups, out] -> [out, in, kh, kw]
-                    kernel = kernel.transpose(3, 2, 0, 1)
-                elif self.kind == "DepthwiseConv2D":  # [kh, kw, in, m] -> [in m, 1, kh, kw]
-                    rows, cols, channels, multiplier = kernel.shape
-                    kernel = kernel.reshape(rows, cols, 1, channels * multiplier).transpose(
-                        3, 2, 0, 1)
-                else:
-                    kernel = kernel.T
-                self.kernel = tensor(kernel)
-                self.bias = tensor(own[1]) if len(own) > 1 else None
-            if self.kind == "BatchNormalization":
-                if self.config.get("axis", -1) not in (-1, 3, [-1], [3]):
-                    raise ValueError("the twins' batch norm normalises the channels (axis -1)")
-                parts = list(own)
-                self.gamma = tensor(parts.pop(0)) if self.config.get("scale", True) else None
-                self.beta = tensor(parts.pop(0)) if self.config.get("center", True) else None
-                self.mean, self.variance = tensor(parts[0]), tensor(parts[1])
-            if self.kind == "ReLU" and (float(self.config.get("negative_slope") or 0) != 0
-                                        or float(self.config.get("threshold") or 0) != 0):
-                raise ValueError("the twins' ReLU has no negative slope or threshold")
-
-        def convolution(self, x: Any, groups: int) -> Any:
-            config = self.config
-            (rows, cols), (down, across) = config["kernel_size"], config["strides"]
-            dilation = tuple(config.get("dilation_rate") or (1, 1))
-            if config["padding"] == "same":
-                top, bottom = _same_padding(x.shape[2], rows, down, dilation[0])
-                left, right = _same_padding(x.shape[3], cols, across, dilation[1])
-                x = functional.pad(x, (left, right, top, bottom))
-            x = functional.conv2d(x, self.kernel, self.bias, (down, across), 0, dilation,
-                                  groups)
-            return activation(config.get("activation"), x)
-
-        def forward(self, *inputs: Any) -> Any:  # noqa: C901 (one case per layer kind)
-            x, kind, config = inputs[0], self.kind, self.config
-            if kind in ("Dropout", "Identity"):
-                return x
-            if kind == "ZeroPadding2D":
-                (top, bottom), (left, right) = config["padding"]
-                return functional.pad(x, (left, right, top, bottom))
-            if kind == "Conv2D":
-                return self.convolution(x, int(config.get("groups") or 1))
-            if kind == "DepthwiseConv2D":
-                return self.convolution(x, x.shape[1])
-            if kind == "BatchNormalization":
-                return functional.batch_norm(x, self.mean, self.variance, self.gamma,
-                                             self.beta, False, 0.0, float(config["epsilon"]))
-            if kind == "ReLU":
-                top = config.get("max_value")
-                return torch.relu(x) if top is None else torch.clamp(x, 0.0, float(top))
-            if kind == "Activation":
-                return activation(config["activation"], x)
-            if kind == "Softmax":
-                return torch.softmax(x, dim=1 if config.get("axis", -1) in (-1, [-1]) else 0)
-            if kind == "Add":
-                return sum(inputs[1:], inputs[0])
-            if kind == "GlobalAveragePooling2D":
-                return x.mean(dim=(2, 3), keepdim=bool(config.get("keepdims")))
-            if kind == "AveragePooling2D":
-                if config.get("padding", "valid") != "valid":
-                    raise ValueError("the twins' average pooling is valid")
-                return functional.avg_pool2d(x, tuple(config["pool_size"]), tuple(
-                    config.get("strides") or config["pool_size"]))
-            if kind == "Flatten":  # in Keras's (H, W, C) order
-                return torch.flatten(x.permute(0, 2, 3, 1) if x.dim() == 4 else x, 1)
-            return activation(config.get("activation"), functional.linear(  # Dense
-                x, self.kernel, self.bias))
-
-    class Twin(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.order = [node["name"] for node in nodes]
-            self.nodes = torch.nn.ModuleList(Node(node) for node in nodes)
-
+    class Convolution(torch.nn.Conv2d):
         def forward(self, x: Any) -> Any:
-            outputs: dict = {}
-            for name, node in zip(self.order, self.nodes):
-                outputs[name] = node(*(outputs.get(source, x) for source in node.sources))
-            found = outputs[self.order[-1]]
-            return torch.softmax(found, dim=1) if softmax else found
+            if same:
+                top, bottom = _same_padding(x.shape[2], rows, self.stride[0],
+                                            self.dilation[0])
+                left, right = _same_padding(x.shape[3], cols, self.stride[1],
+                                            self.dilation[1])
+                x = functional.pad(x, (left, right, top, bottom))
+            return super().forward(x)
 
-    built = Twin()
-    if next(arrays, None) is not None:
-        raise ValueError("more weights than the graph's layers hold")
-    return built.eval()
+    module = Convolution(inputs, outputs, (rows, cols), tuple(config["strides"]), 0,
+                         tuple(config.get("dilation_rate") or (1, 1)), groups,
+                         bias=len(own) > 1)
+    _fill((module.weight, module.bias), [kernel, *own[1:]])
+    return module
+
+
+def _operation(kind: str, keepdims: bool) -> Any:
+    """The torch module of a parameterless Keras layer: Dropout and Identity (the input),
+    Add (the sum of its inputs), GlobalAveragePooling2D (the mean over the positions) and
+    Flatten (in Keras's H, W, C order)."""
+    import torch
+
+    class Operation(torch.nn.Module):
+        def __init__(self, kind: str, keepdims: bool) -> None:
+            super().__init__()
+            if kind not in ("Dropout", "Identity", "Add", "GlobalAveragePooling2D", "Flatten"):
+                raise ValueError(f"no PyTorch twin of a {kind} layer")
+            self.kind, self.keepdims = kind, keepdims
+
+        def forward(self, *inputs: Any) -> Any:
+            x = inputs[0]
+            if self.kind == "Add":
+                return sum(inputs[1:], x)
+            if self.kind == "GlobalAveragePooling2D":
+                return x.mean(dim=(2, 3), keepdim=self.keepdims)
+            if self.kind == "Flatten":
+                return torch.flatten(x.permute(0, 2, 3, 1) if x.dim() == 4 else x, 1)
+            return x
+
+    return Operation(kind, keepdims)
