@@ -37,6 +37,7 @@ from faithfulness import randomisation, stats, substrates
 from faithfulness.measures import perturbation, robustness_family
 from faithfulness.measures.arguments import image_ids, prepared, scaled
 from faithfulness.measures.explaining import explainer, kept_copy
+from models.foundation import cluster
 from models.foundation.errors import UserError, check_one_of
 from models.foundation.metric_spec import MetricSpec
 from models.foundation.tracing import quiet_retracing
@@ -138,11 +139,13 @@ def _layer_correlations(given: dict, smoothing: Optional[tuple]) -> np.ndarray:
     classes = perturbation.checked_classes(given["model"], found.x, given["y_batch"])
     ids = image_ids(given["ids"], len(found.x))
     ranked = stats.ranks(found.a)  # once for every layer
-    correlations = np.stack([stats.spearman_ranked(ranked, maps) for maps in _randomised_maps(
-        given["model"], found, classes, ids, explain_func=given["explain_func"],
-        explain_func_kwargs=given["explain_func_kwargs"], layer_order=given["layer_order"],
-        seed=given["seed"], abs=given["abs"], normalise=given["normalise"],
-        batch_size=given["batch_size"], smoothing=smoothing)], axis=1)
+    # each model's Spearman ranks on the host beside the next model's maps
+    correlations = np.stack(cluster.overlapped(
+        functools.partial(stats.spearman_ranked, ranked), _randomised_maps(
+            given["model"], found, classes, ids, explain_func=given["explain_func"],
+            explain_func_kwargs=given["explain_func_kwargs"], layer_order=given["layer_order"],
+            seed=given["seed"], abs=given["abs"], normalise=given["normalise"],
+            batch_size=given["batch_size"], smoothing=smoothing)), axis=1)
     return _reduced_layers(correlations, average, last)
 
 

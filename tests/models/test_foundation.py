@@ -506,3 +506,25 @@ def test_what_a_model_keeps_goes_with_the_model():
     gc.collect()
     assert gone() is None
     assert tracing.kept(None, "x", lambda: 3) == 3  # no attributes: built each time
+
+
+def test_overlapped_keeps_the_order_holds_two_items_at_most_and_raises_the_calls_error():
+    from models.foundation import cluster
+
+    made, consumed, ahead = [], [], []
+
+    def items():
+        for index in range(6):
+            ahead.append(len(made) - len(consumed))  # items made but not yet taken by a call
+            made.append(index)
+            yield index
+
+    def square(item):
+        time.sleep(0.01 * (item % 2))  # the calls end out of step with the producer
+        consumed.append(item)
+        return item * item
+
+    assert cluster.overlapped(square, items()) == [0, 1, 4, 9, 16, 25]
+    assert max(ahead) <= 2  # the next item is made while one call runs, no further ahead
+    with pytest.raises(ZeroDivisionError):
+        cluster.overlapped(lambda item: 1 / (item - 3), iter(range(6)))
