@@ -55,11 +55,11 @@ def chunk_size(items: int, largest: int) -> int:
 
 def compiled_chunk_size(items: int, largest: int) -> int:
     """The chunk of a stream of `items` items whose computation XLA compiles per chunk size
-    (ROAD's solver: seconds a size, docs/architecture.md): `largest`, half or a quarter of it,
-    whichever pads the fewest items, the larger on a tie, so streams of any length share three
-    sizes (`chunk_size` may choose any). 16 images x 5 cuts at 64: 5 chunks of 16, where chunks of
-    64 computed 128 items."""
-    sizes = [max(1, largest // share) for share in (1, 2, 4)]
+    (ROAD's solver: seconds a size, docs/architecture.md): `largest`, half, a quarter or an
+    eighth of it, whichever pads the fewest items, the larger on a tie, so streams of any length
+    share four sizes (`chunk_size` may choose any). 16 images x 5 cuts at 64: 5 chunks of 16,
+    where chunks of 64 computed 128 items; 4 x 5: 3 chunks of 8, where one of 32 computed 32."""
+    sizes = [max(1, largest // share) for share in (1, 2, 4, 8)]
     return min(sizes, key=lambda size: (-(-items // size) * size, -size))
 
 

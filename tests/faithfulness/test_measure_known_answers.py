@@ -158,13 +158,14 @@ def test_road_keeps_the_prediction_of_a_constant_image():
         measures.road(model, x, other, maps, noise=0.0, percentages=(10, 50)), 0.0)
 
 
-def test_roads_chunk_pads_least_among_three_sizes():
-    """The solver compiles per chunk size: a ROAD stream takes the batch, its half or its
-    quarter, whichever pads the fewest items, the larger on a tie (80 items at 64: 16s)."""
+def test_roads_chunk_pads_least_among_four_sizes():
+    """The solver compiles per chunk size: a ROAD stream takes the batch, its half, its
+    quarter or its eighth, whichever pads the fewest items, the larger on a tie (80 items at
+    64: 16s; 20 items: 8s, 24 computed where a chunk of 32 computed 32)."""
     from models.foundation.executor import compiled_chunk_size
 
-    assert [compiled_chunk_size(items, 64) for items in (1, 25, 64, 80, 100, 250)] == \
-        [16, 32, 64, 16, 16, 64]
+    assert [compiled_chunk_size(items, 64) for items in (1, 20, 25, 64, 80, 100, 250)] == \
+        [8, 8, 32, 64, 16, 8, 64]
     assert compiled_chunk_size(10, 2) == 2 and compiled_chunk_size(3, 2) == 1
 
 
