@@ -17,15 +17,15 @@ LAYERS = {
     "InputLayer": (), "Dropout": (), "Identity": (),
     "ZeroPadding2D": ("padding",),
     "Conv2D": ("kernel_size", "strides", "padding", "activation", "use_bias", "dilation_rate",
-               "groups"),
+               "groups", "data_format"),
     "DepthwiseConv2D": ("kernel_size", "strides", "padding", "activation", "use_bias",
-                        "dilation_rate", "depth_multiplier"),
+                        "dilation_rate", "depth_multiplier", "data_format"),
     "BatchNormalization": ("epsilon", "center", "scale", "axis"),
     "ReLU": ("max_value", "negative_slope", "threshold"),
     "Activation": ("activation",), "Softmax": ("axis",),
-    "Add": (), "GlobalAveragePooling2D": ("keepdims",), "AveragePooling2D": (
-        "pool_size", "strides", "padding"),
-    "Dense": ("activation", "use_bias"), "Flatten": (),
+    "Add": (), "GlobalAveragePooling2D": ("keepdims", "data_format"), "AveragePooling2D": (
+        "pool_size", "strides", "padding", "data_format"),
+    "Dense": ("activation", "use_bias"), "Flatten": ("data_format",),
 }
 
 
@@ -53,6 +53,9 @@ def graph_of(keras_model: Any) -> tuple[list, list]:
             raise ValueError(f"layer {layer.name!r} is called {len(layer._inbound_nodes)} "
                              "times; a twin needs each layer called once")
         config = layer.get_config()
+        if config.get("data_format", "channels_last") != "channels_last":
+            raise ValueError(f"layer {layer.name!r} is channels first; the twins read "
+                             "channels-last Keras layers")
         own = [np.asarray(value, np.float32) for value in layer.get_weights()]
         nodes.append({
             "name": layer.name, "kind": kind,
@@ -109,8 +112,11 @@ def from_graph(nodes: Sequence[dict], weights: Sequence[np.ndarray],
         def forward(self, x: Any) -> Any:  # (a copy, say Quantus's, computes with its own)
             outputs: dict = {}
             for node, name, activation in self.steps:
-                found = getattr(self, name)(*(outputs.get(source, x)
-                                              for source in node["inputs"]))
+                inputs = [outputs.get(source, x) for source in node["inputs"]]
+                if node["kind"] == "Dense" and inputs[0].dim() != 2:  # (Keras: the last axis)
+                    raise ValueError(f"the twin's dense layer {node['name']!r} takes "
+                                     "[N, features]; flatten or pool before it")
+                found = getattr(self, name)(*inputs)
                 outputs[node["name"]] = found if activation is None else getattr(
                     self, activation)(found)
             found = outputs[nodes[-1]["name"]]

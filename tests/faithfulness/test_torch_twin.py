@@ -31,3 +31,16 @@ def test_the_twin_gives_the_keras_logits(name, options):
     ours = np.asarray(model(images, training=False))
     assert np.abs(ours).max() > 1e-2  # a network that computes something
     np.testing.assert_allclose(theirs, ours, rtol=1e-4, atol=1e-4 * np.abs(ours).max())
+
+
+def test_a_layer_the_twin_would_compute_otherwise_is_refused():
+    """A channels-first layer and a dense layer on an image (Keras: its last axis; in NCHW the
+    width) are refused by name, not twinned into other values."""
+    channels_first = keras.Sequential([keras.Input((3, 8, 8)), keras.layers.Conv2D(
+        4, 3, data_format="channels_first", name="first")])
+    with pytest.raises(ValueError, match="'first' is channels first"):
+        torch_twin.twin(channels_first)
+    dense_on_image = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Conv2D(4, 3),
+                                       keras.layers.Dense(5, name="head")])
+    with pytest.raises(ValueError, match="dense layer 'head' takes"):
+        torch_twin.twin(dense_on_image)(torch.zeros(1, 3, 8, 8))
