@@ -68,10 +68,9 @@ def graph_of(keras_model: Any) -> tuple[list, list]:
     return nodes, weights
 
 
-def twin(keras_model: Any, softmax: bool = False) -> Any:
-    """The PyTorch twin of `keras_model` from its layer graph (`graph_of`, `from_graph`);
-    `softmax`: a softmax over the classes on top."""
-    return from_graph(*graph_of(keras_model), softmax=softmax)
+def twin(keras_model: Any) -> Any:
+    """The PyTorch twin of `keras_model` from its layer graph (`graph_of`, `from_graph`)."""
+    return from_graph(*graph_of(keras_model))
 
 
 def _same_padding(size: int, kernel: int, stride: int, dilation: int) -> tuple[int, int]:
@@ -80,8 +79,7 @@ def _same_padding(size: int, kernel: int, stride: int, dilation: int) -> tuple[i
     return total // 2, total - total // 2
 
 
-def from_graph(nodes: Sequence[dict], weights: Sequence[np.ndarray],
-               softmax: bool = False) -> Any:
+def from_graph(nodes: Sequence[dict], weights: Sequence[np.ndarray]) -> Any:
     """The PyTorch module (eval mode, NCHW inputs) computing the network of `graph_of`'s
     `nodes` with `weights`: each node's module in order on the outputs of the nodes it reads;
     the last node's output is the model's. Its modules are a PyTorch network's: one per Keras
@@ -119,8 +117,7 @@ def from_graph(nodes: Sequence[dict], weights: Sequence[np.ndarray],
                 found = getattr(self, name)(*inputs)
                 outputs[node["name"]] = found if activation is None else getattr(
                     self, activation)(found)
-            found = outputs[nodes[-1]["name"]]
-            return torch.softmax(found, dim=1) if softmax else found
+            return outputs[nodes[-1]["name"]]
 
     return Twin().eval()
 

@@ -231,7 +231,7 @@ def measure(widths, config, model=None, done=None):
             if not hasattr(np, "trapz"):
                 np.trapz = np.trapezoid  # type: ignore[attr-defined]  # NumPy 2.4 removed it
             torch.set_num_threads(os.cpu_count())
-            twin = torch_twin.twin(model, softmax=True)
+            twin = torch_twin.twin(model)  # its softmax layer too
         except ImportError:
             pass
     rows = []
