@@ -4,6 +4,7 @@ deletion, and the peers' measures under Quantus's names (`faithfulness.measures`
 scoring one method on the same images with `faithfulness.evaluate.per_image`, the computation
 the binary and Beam call too."""
 import dataclasses
+import math
 from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
@@ -46,15 +47,26 @@ def card_settings(name: str, height: int, width: int) -> dict:
     """The card's settings of the measure `name` on images of `height` x `width` pixels:
     `CARD_SETTINGS`, with steps of H W / 16 values (48 steps of an RGB image), infidelity's
     patches a quarter of the side (16 patches) and 64 patches for the patch measures (the
-    defaults where those are the defaults: 64-px images keep Quantus's patch of 8)."""
+    defaults where those are the defaults: 64-px images keep Quantus's patch of 8). Steps and
+    infidelity's patches must divide the image: at sizes where a sixteenth or a quarter does
+    not, the largest divisor below it (299 px: steps of 3,887 values, patches of 23 px)."""
     found = dict(CARD_SETTINGS.get(name, {}))
-    if name in STEPPED and (height * width) % 16 == 0:
-        found["features_in_step"] = height * width // 16
+    if name in STEPPED:
+        found["features_in_step"] = largest_divisor(height * width, height * width // 16)
     side = min(height, width)
-    if name == "infidelity" and height % 4 == 0 and width % 4 == 0:
-        found["perturb_patch_sizes"] = (side // 4,)
+    if name == "infidelity":
+        found["perturb_patch_sizes"] = (largest_divisor(math.gcd(height, width), side // 4),)
     if name in PATCHED and side // 8 not in (0, 8):
         found["patch_size"] = side // 8
+    return found
+
+
+def largest_divisor(number: int, bound: int) -> int:
+    """The largest divisor of `number` not above `bound` (1 at least)."""
+    found = 1
+    for low in range(1, math.isqrt(number) + 1):
+        if number % low == 0:
+            found = max([found] + [d for d in (low, number // low) if d <= bound])
     return found
 
 

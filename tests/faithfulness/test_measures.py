@@ -456,6 +456,24 @@ def test_every_measure_is_a_protocol_of_the_binary():
         evaluate.check_flags(evaluate.Config(evaluation_protocol="deletion", k=4))
 
 
+def test_the_cards_steps_and_infidelity_patches_divide_the_image_at_any_size():
+    """A sixteenth of the pixels a step and a quarter of the side a patch where they divide the
+    image (the settings of square sizes a multiple of 4 as before); elsewhere the largest divisor
+    below, where Quantus's defaults (steps of 1 value, patches of 4 px) would take 89,401
+    passes an image at 299 px, or fail."""
+    from faithfulness import card
+
+    def chosen(height, width):
+        return (card.card_settings("pixel_flipping", height, width)["features_in_step"],
+                card.card_settings("infidelity", height, width)["perturb_patch_sizes"])
+
+    assert chosen(64, 64) == (256, (16,)) and chosen(224, 224) == (3136, (56,))
+    assert chosen(299, 299) == (3887, (23,))  # 89,401 = 13^2 x 23^2: 23 steps, 13 x 13 patches
+    assert chosen(99, 99) == (363, (11,))
+    assert chosen(40, 48) == (120, (8,))  # a patch of min side / 4 = 10 px divides 40, not 48
+    assert card.largest_divisor(97 * 97, 588) == 97 and card.largest_divisor(7, 0) == 1
+
+
 def test_the_card_takes_measures_and_families():
     """--benchmarks names a family for all of its measures; a localisation measure's cells are
     blank without object masks, and with them score the oracle (the mask); the cells of
