@@ -16,6 +16,28 @@ def test_measures_by_name_family_and_all_once_each_without_those_it_cannot_bound
     assert {"mprt", "road", "pointing_game", "average_stability"} <= set(every)
     with pytest.raises(UserError, match="no measure or family named 'nope'"):
         bench_measures.chosen_measures("sparseness,nope")
+    with pytest.raises(UserError, match="--size=64: efficientnet_lite0 takes 224 px images"):
+        bench_measures.benchmark_network(bench_measures.Config(network="efficientnet_lite0"))
+
+
+def test_quantus_gets_the_network_as_its_layer_graph():
+    """The PyTorch twin on Quantus's side is built from plain data (`torch_twin.graph_of`):
+    each layer's kind, settings and inputs, and the weights in Keras's order."""
+    import json
+
+    from faithfulness import torch_twin
+
+    model = bench_measures.network(16, 0)
+    nodes, weights = torch_twin.graph_of(model)
+    assert [node["kind"] for node in nodes] == ["Conv2D"] * 3 + ["GlobalAveragePooling2D",
+                                                                  "Dense"]
+    assert nodes[0]["config"] == {"kernel_size": [3, 3], "strides": [2, 2], "padding": "valid",
+                                  "activation": "relu", "use_bias": True,
+                                  "dilation_rate": [1, 1], "groups": 1,
+                                  "data_format": "channels_last"}
+    assert [node["inputs"] for node in nodes[1:]] == [[node["name"]] for node in nodes[:-1]]
+    assert [w.shape for w in weights] == [w.shape for w in model.get_weights()]
+    assert json.loads(json.dumps(nodes)) == nodes  # plain data, for the .npz payload
 
 
 def test_the_ceiling_counts_the_passes_the_measure_asked_for():
