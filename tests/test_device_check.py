@@ -50,3 +50,13 @@ def test_the_device_probe_reads_cuda_majors_and_the_cards_pass_time():
             {"model": "resnet50", "precision": "float32", "forward": 9e9, "gradient": 9e9}]
     config = device_probe.Config(card_forwards=5000, card_gradients=1000)
     assert device_probe.card_seconds(rows, config)["seconds"] == 5000 / 1000 + 1000 / 250
+
+
+def test_the_engine_benchmark_tries_the_call_size_when_every_batch_size_exceeds_it():
+    """scripts/bench_saliency.py scales its image counts by the pixels (64 images at 64 px are
+    8 at 224 px): batch sizes above the call's images are left out, and where that leaves none
+    the ceiling tries the call's own size (it had ended in a TypeError)."""
+    from scripts import bench_saliency
+
+    assert bench_saliency.ceiling_batch_sizes("16,32,64", 20) == [16]
+    assert bench_saliency.ceiling_batch_sizes("16,32,64", 8) == [8]
