@@ -12,6 +12,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from models.architectures.padding import same_padding
+
 # Keras layer class (or a base class of it) -> what the twin does; the config keys it reads
 LAYERS = {
     "InputLayer": (), "Dropout": (), "Identity": (),
@@ -71,12 +73,6 @@ def graph_of(keras_model: Any) -> tuple[list, list]:
 def twin(keras_model: Any) -> Any:
     """The PyTorch twin of `keras_model` from its layer graph (`graph_of`, `from_graph`)."""
     return from_graph(*graph_of(keras_model))
-
-
-def _same_padding(size: int, kernel: int, stride: int, dilation: int) -> tuple[int, int]:
-    """TensorFlow's "same" padding of one axis: (before, after), the odd pixel after."""
-    total = max((-(-size // stride) - 1) * stride + (kernel - 1) * dilation + 1 - size, 0)
-    return total // 2, total - total // 2
 
 
 def from_graph(nodes: Sequence[dict], weights: Sequence[np.ndarray]) -> Any:
@@ -205,9 +201,9 @@ def _convolution(kind: str, config: dict, own: list) -> Any:
     class Convolution(torch.nn.Conv2d):
         def forward(self, x: Any) -> Any:
             if same:
-                top, bottom = _same_padding(x.shape[2], rows, self.stride[0],
+                top, bottom = same_padding(x.shape[2], rows, self.stride[0],
                                             self.dilation[0])
-                left, right = _same_padding(x.shape[3], cols, self.stride[1],
+                left, right = same_padding(x.shape[3], cols, self.stride[1],
                                             self.dilation[1])
                 x = functional.pad(x, (left, right, top, bottom))
             return super().forward(x)

@@ -20,6 +20,7 @@ import keras
 from keras import layers
 
 from models.architectures.layers import FEATURE_LAYER
+from models.architectures.padding import same_padding
 
 # (repeats, kernel, stride, expansion, output channels) of each stage.
 STAGES = ((1, 3, 1, 1, 16), (2, 3, 2, 6, 24), (2, 5, 2, 6, 40), (3, 3, 2, 6, 80),
@@ -51,9 +52,7 @@ def _pad(x, kernel: int, stride: int, padding: str, name: str):
     if padding == "symmetric":
         amounts = ((kernel // 2, kernel // 2),) * 2
     else:
-        amounts = tuple((total // 2, total - total // 2) for total in (
-            max((-(-size // stride) - 1) * stride + kernel - size, 0)
-            for size in (int(x.shape[1]), int(x.shape[2]))))
+        amounts = tuple(same_padding(int(size), kernel, stride) for size in x.shape[1:3])
     if amounts == ((0, 0), (0, 0)):
         return x
     return layers.ZeroPadding2D(amounts, name=f"{name}_pad")(x)

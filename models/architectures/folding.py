@@ -26,6 +26,8 @@ from typing import Any, Callable, Optional
 import keras
 import tensorflow as tf
 
+from models.architectures.padding import same_padding
+
 CONVOLUTIONS = (keras.layers.Conv2D, keras.layers.DepthwiseConv2D)
 
 
@@ -126,11 +128,8 @@ def _same_amounts(conv: Any, shape: tuple) -> Optional[tuple]:
     size or a dilated convolution)."""
     if tuple(conv.dilation_rate) != (1, 1) or None in tuple(shape[1:3]):
         return None
-    found = []
-    for size, kernel, stride in zip(shape[1:3], conv.kernel_size, conv.strides):
-        total = max((-(-int(size) // stride) - 1) * stride + kernel - int(size), 0)
-        found.append((total // 2, total - total // 2))
-    return tuple(found)
+    return tuple(same_padding(int(size), kernel, stride)
+                 for size, kernel, stride in zip(shape[1:3], conv.kernel_size, conv.strides))
 
 
 def _convolved(conv: Any, x: tf.Tensor, norm: Any, same: bool) -> tf.Tensor:
