@@ -63,11 +63,9 @@ def card_settings(name: str, height: int, width: int) -> dict:
 
 def largest_divisor(number: int, bound: int) -> int:
     """The largest divisor of `number` not above `bound` (1 at least)."""
-    found = 1
-    for low in range(1, math.isqrt(number) + 1):
-        if number % low == 0:
-            found = max([found] + [d for d in (low, number // low) if d <= bound])
-    return found
+    divisors = (divisor for low in range(1, math.isqrt(number) + 1) if number % low == 0
+                for divisor in (low, number // low))
+    return max((divisor for divisor in divisors if divisor <= bound), default=1)
 
 
 def benchmarks(loaded: Any, images: np.ndarray, labels: np.ndarray, ids: np.ndarray, *,
