@@ -342,7 +342,7 @@ def quantus_seconds(model: Any, arrays: dict, config: Config, chosen: dict) -> d
     with tempfile.TemporaryDirectory() as folder:
         stored, result = os.path.join(folder, "inputs.npz"), os.path.join(folder, "out.json")
         payload: dict[str, Any] = {
-            **arrays, "gradient": arrays["maps"], "weight_count": len(weights),
+            **arrays, "gradient": arrays["maps"],
             "graph": json.dumps(nodes),
             "settings": json.dumps({name: dict(own) for name, (own, _) in chosen.items()
                                     if name not in NOT_IN_QUANTUS}),

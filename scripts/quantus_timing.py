@@ -73,8 +73,10 @@ def run(config: Config) -> dict:
         arrays = {key: stored[key] for key in stored.files}
     settings = json.loads(str(arrays.pop("settings")))
     inputs = json.loads(str(arrays.pop("inputs")))  # {measure: [maps key, masks or not]}
-    weights = [arrays[f"weight_{index}"] for index in range(int(arrays["weight_count"]))]
-    model = torch_twin.from_graph(json.loads(str(arrays.pop("graph"))), weights)
+    nodes = json.loads(str(arrays.pop("graph")))  # each layer says how many weights it holds
+    weights = [arrays[f"weight_{index}"]
+               for index in range(sum(node["weights"] for node in nodes))]
+    model = torch_twin.from_graph(nodes, weights)
     x = np.transpose(arrays["x"], (0, 3, 1, 2))
     with torch.no_grad():
         model(torch.tensor(x))
