@@ -345,21 +345,22 @@ def representation_reader(model: Any, layer_names: Optional[Sequence[str]] = Non
                     reduce_retracing=True))  # traced: 1.3x an eager read
 
 
-REPRESENTED_VALUES = 1 << 26  # layer-output values held at once (float32: 256 MiB)
+LAYER_VALUES = 1 << 25  # one layer's output values over the rows read at once (128 MiB)
 
 
 def representation_change(reader: Any, x: np.ndarray, moved: np.ndarray,
                           eps_min: float = 1e-6) -> np.ndarray:
     """float64 [S, N]: ||(L - L') / L|| of every sample-major row of `moved` ([S x N, H, W,
     C]: sample s of image n at row s N + n), L the outputs of `reader`'s layers for the image
-    x[n] ([N, H, W, C]), L' for the row, over every layer's values. Images are taken in blocks
-    whose clean and noisy rows' outputs together hold at most `REPRESENTED_VALUES` values (a
-    real network's layers hold millions per image, so there a block is one image and its rows
-    are read in chunks, its clean image read again with each chunk); each read is one traced
-    call that compares the layers in float64 (`_traced_change`)."""
+    x[n] ([N, H, W, C]), L' for the row, over every layer's values. Each read is one traced
+    call that compares every layer in float64 as soon as the forward pass has it
+    (`_traced_change`), so a read holds about what a forward pass holds. Images are taken in
+    blocks whose clean and noisy rows give the largest layer at most `LAYER_VALUES` values;
+    where one image's rows give more, its rows are read in chunks, its clean image read again
+    with each chunk."""
     images = len(x)
     samples = len(moved) // images
-    at_once = max(2, REPRESENTED_VALUES // _values_per_image(reader))  # rows read at once
+    at_once = max(2, LAYER_VALUES // _largest_layer_values(reader))  # rows read at once
     per_block = max(1, at_once // (samples + 1))  # images whose rows are read together
     change = kept(reader, ("representation change", eps_min),
                   lambda: _traced_change(reader, eps_min))
@@ -377,33 +378,35 @@ def representation_change(reader: Any, x: np.ndarray, moved: np.ndarray,
     return np.sqrt(squares).reshape(samples, images)
 
 
-def _values_per_image(reader: Any) -> int:
-    """The values of one image's outputs of every layer `reader` reads."""
-    return sum(int(np.prod(output.shape[1:])) for output in reader.python_function.outputs)
+def _largest_layer_values(reader: Any) -> int:
+    """The values of one image's output of the largest layer `reader` reads."""
+    return max(int(np.prod(output.shape[1:])) for output in reader.python_function.outputs)
 
 
 def _traced_change(reader: Any, eps_min: float) -> Any:
     """The traced (clean [b, ...], noisy [r, ...], owner int32 [r]) -> float64 [r]: the sum over
     `reader`'s layers of ||(L - L') / L||^2, L the layer's output for clean[owner] and L' for
-    the noisy row (a zero of L read as `eps_min`), every image read in one pass, then the layers
-    compared in one XLA program (the comparison's float64 temporaries fused: 0.79 -> 0.87 of the
-    ceiling)."""
+    the noisy row (a zero of L read as `eps_min`). Every image is read in one pass; each
+    layer's comparison is its own XLA program (its float64 temporaries fused) in the pass's
+    graph, so the runtime frees a layer's output once the next layers and its comparison have
+    read it, where one program over every layer held all of them."""
     @tf.function(jit_compile=True, reduce_retracing=True)
-    def compare(outputs: list, own: tf.Tensor, owner: tf.Tensor) -> tf.Tensor:
-        total = tf.zeros([tf.shape(owner)[0]], tf.float64)
-        for output in outputs:
-            flat = tf.cast(tf.reshape(output, [tf.shape(output)[0], -1]), tf.float64)
-            first = tf.gather(flat[:own], owner)
-            relative = (first - flat[own:]) / (
-                first + tf.cast(tf.equal(first, 0.0), tf.float64) * eps_min)
-            total += tf.reduce_sum(tf.square(relative), axis=1)
-        return total
+    def compare(output: tf.Tensor, own: tf.Tensor, owner: tf.Tensor) -> tf.Tensor:
+        flat = tf.cast(tf.reshape(output, [tf.shape(output)[0], -1]), tf.float64)
+        first = tf.gather(flat[:own], owner)
+        relative = (first - flat[own:]) / (
+            first + tf.cast(tf.equal(first, 0.0), tf.float64) * eps_min)
+        return tf.reduce_sum(tf.square(relative), axis=1)
 
     @tf.function(reduce_retracing=True)
     def change(clean: tf.Tensor, noisy: tf.Tensor, owner: tf.Tensor) -> tf.Tensor:
-        found = reader(tf.concat([clean, noisy], axis=0), training=False)
+        found = reader.python_function(tf.concat([clean, noisy], axis=0), training=False)
         found = found if isinstance(found, (list, tuple)) else [found]
-        return compare(list(found), tf.shape(clean)[0], owner)
+        own = tf.shape(clean)[0]
+        total = tf.zeros([tf.shape(owner)[0]], tf.float64)
+        for output in found:  # in the layers' order, as one program summed them
+            total += compare(output, own, owner)
+        return total
     return change
 
 

@@ -197,7 +197,8 @@ def test_relative_representation_stability_reads_the_chosen_layers(monkeypatch):
                               axis=1)
     one_block = robustness_family.representation_change(every, x, moved)
     np.testing.assert_allclose(one_block.ravel(), expected, rtol=1e-12)
-    monkeypatch.setattr(robustness_family, "REPRESENTED_VALUES", 3 * clean.shape[1])
+    largest = max(int(np.prod(output.shape[1:])) for output in every.python_function.outputs)
+    monkeypatch.setattr(robustness_family, "LAYER_VALUES", 3 * largest)
     np.testing.assert_allclose(robustness_family.representation_change(every, x, moved),
                                one_block, rtol=1e-14)
     with pytest.raises(UserError, match="^layer_names: the model has no layer nowhere"):
