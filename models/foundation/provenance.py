@@ -13,6 +13,7 @@ import json
 import os
 from typing import Any, Iterable, Optional
 
+from models.foundation import file_digests
 from models.foundation.errors import UserError
 from models.foundation.files import read_json, temporary_name
 
@@ -98,11 +99,14 @@ def canonical(value: Any) -> Any:
 
 
 def listing_digest(paths: Iterable[str]) -> str:
-    """A short digest of a data listing: the files' names and sizes, in order."""
+    """A short digest of a data listing: the files' names, sizes and bytes (their SHA-256, kept
+    between runs by `file_digests`), in order, so a file rewritten at the same size is another
+    listing. A path that is not a local file counts by its name alone."""
+    paths = list(paths)
     digest = hashlib.sha256()
-    for path in paths:
+    for path, content in zip(paths, file_digests.contents_sha256(paths)):
         size = os.path.getsize(path) if os.path.exists(path) else -1
-        digest.update(f"{os.path.basename(path)}\0{size}\n".encode())
+        digest.update(f"{os.path.basename(path)}\0{size}\0{content or '-'}\n".encode())
     return digest.hexdigest()[:16]
 
 

@@ -10,12 +10,11 @@ being scored in part. The ledger folder is hidden: globs over the shards never m
 import os
 from typing import Iterable, Optional
 
+from models.foundation import file_digests
 from models.foundation.errors import UserError
-from models.foundation.files import ensure_directory, file_sha256, read_json, write_json
+from models.foundation.files import ensure_directory, read_json, write_json
 
 LEDGER = ".ledger"
-# (path, size, mtime_ns) -> sha256: each file is hashed once per process
-_DIGESTS: dict[tuple, str] = {}
 
 
 _FINGERPRINT = {"type": "object", "required": ["bytes", "sha256"],
@@ -27,11 +26,8 @@ SEAL_SCHEMA = {"type": "object", "required": ["records", "bytes", "sha256", "inp
 
 
 def _sha256(path: str) -> str:
-    status = os.stat(path)
-    key = (os.path.abspath(path), status.st_size, status.st_mtime_ns)
-    if key not in _DIGESTS:
-        _DIGESTS[key] = file_sha256(path)
-    return _DIGESTS[key]
+    """The SHA-256 of the file's bytes, taken once while it is unchanged (`file_digests`)."""
+    return file_digests.contents_sha256([path])[0]
 
 
 def identity(path: str) -> dict:

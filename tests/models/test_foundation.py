@@ -1,6 +1,7 @@
 """The shared foundation: the chunked executor, the model adapter and the command-line
 convention (config dataclass -> flags -> config -> run)."""
 import dataclasses
+import json
 import os
 import subprocess
 import sys
@@ -528,3 +529,38 @@ def test_overlapped_keeps_the_order_holds_two_items_at_most_and_raises_the_calls
     assert max(ahead) <= 2  # the next item is made while one call runs, no further ahead
     with pytest.raises(ZeroDivisionError):
         cluster.overlapped(lambda item: 1 / (item - 3), iter(range(6)))
+
+
+
+def test_a_data_listing_is_fingerprinted_by_its_bytes_kept_per_file_state(tmp_path, monkeypatch):
+    from models.foundation import file_digests, provenance
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(file_digests, "_KEPT", {})
+    shard = tmp_path / "train-00000.tfrecord"
+
+    def write(content, second):  # a write at a later time (file times are coarse)
+        shard.write_bytes(content)
+        os.utime(shard, ns=(second * 10 ** 9, second * 10 ** 9))
+
+    write(b"a" * 1000, 1)
+    first = provenance.listing_digest([str(shard)])
+    write(b"b" * 1000, 2)  # the same name and size, other bytes: other data
+    rewritten = provenance.listing_digest([str(shard)])
+    assert rewritten != first
+    # a digest is kept under the file's state, in the project cache too: a kept value is
+    # served while the file is unchanged (here a planted one), and taken again once it changes
+    real, state = os.path.realpath(shard), file_digests.state_of(str(shard))
+    with open(file_digests.kept_path(real), encoding="utf-8") as handle:
+        assert json.load(handle)["sha256"] == file_digests.file_sha256(str(shard))
+    file_digests._keep(real, state, "planted")
+    monkeypatch.setattr(file_digests, "_KEPT", {})
+    assert file_digests.contents_sha256([str(shard)]) == ["planted"]
+    write(b"b" * 1000, 3)  # the same bytes again, written later
+    assert provenance.listing_digest([str(shard)]) == rewritten
+    # a damaged kept digest is the project's own cache: ignored and taken again
+    with open(file_digests.kept_path(real), "w", encoding="utf-8") as handle:
+        handle.write("[1, 2")
+    monkeypatch.setattr(file_digests, "_KEPT", {})
+    assert provenance.listing_digest([str(shard)]) == rewritten
+    assert provenance.listing_digest([str(tmp_path / "gone")]) != rewritten
