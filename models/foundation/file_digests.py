@@ -3,12 +3,12 @@ provenance": data fingerprints).
 
 An output's origin fingerprints its data by the files' bytes, and a saliency shard's seal holds
 its bytes' digest, so a file rewritten at the same size is other data. Reading every byte of a
-large listing is a pass over the data, so each file's digest is kept, in this process and in the
-project cache (`file_digests/<digest of the file's real path>.json`), with what the file system
-says of the file: its device, inode, size, and modification and change times in nanoseconds.
-Writing a file moves its change time, which no user can set back, so a kept digest serves only
-the bytes it was taken of. The kept digests are this project's own cache: a damaged or
-unwritable one is ignored and taken again.
+large listing is a pass over the data, so each file's digest is kept, in this process and (for
+files of `KEPT_FROM` bytes or more) in the project cache (`file_digests/<digest of the file's
+real path>.json`), with what the file system says of the file: its device, inode, size, and
+modification and change times in nanoseconds. Writing a file moves its change time, which no
+user can set back, so a kept digest serves only the bytes it was taken of. The kept digests are
+this project's own cache: a damaged or unwritable one is ignored and taken again.
 """
 import contextlib
 import hashlib
@@ -22,6 +22,9 @@ from models.foundation.errors import UserError
 from models.foundation.files import file_sha256, project_cache_dir, temporary_name
 
 SHOWN_FROM = 1 << 30  # bytes to read before the reading shows progress
+# Smaller files are read again in each process: reading one costs about what reading its kept
+# digest does, and an image folder would leave a file in the cache for every image.
+KEPT_FROM = 1 << 20
 _KEPT: dict[str, tuple[list, str]] = {}  # real path -> (state, digest), this process's
 
 
@@ -66,6 +69,8 @@ def _kept(real: str, state: list) -> Optional[str]:
     cache's), or None."""
     if real in _KEPT and _KEPT[real][0] == state:
         return _KEPT[real][1]
+    if state[2] < KEPT_FROM:
+        return None
     try:
         with open(kept_path(real), encoding="utf-8") as handle:
             value: Any = json.load(handle)
@@ -93,7 +98,8 @@ def _read_all(unread: dict) -> dict:
                             ) from None
         if state_of(real) == state:  # (not written meanwhile)
             _KEPT[real] = (state, digest)
-            _keep(real, state, digest)
+            if state[2] >= KEPT_FROM:
+                _keep(real, state, digest)
         if shown is not None:
             shown.update(state[2] / 2 ** 20)
     if shown is not None:

@@ -537,6 +537,7 @@ def test_a_data_listing_is_fingerprinted_by_its_bytes_kept_per_file_state(tmp_pa
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setattr(file_digests, "_KEPT", {})
+    monkeypatch.setattr(file_digests, "KEPT_FROM", 1000)  # (1 MiB: smaller files read again)
     shard = tmp_path / "train-00000.tfrecord"
 
     def write(content, second):  # a write at a later time (file times are coarse)
@@ -564,3 +565,7 @@ def test_a_data_listing_is_fingerprinted_by_its_bytes_kept_per_file_state(tmp_pa
     monkeypatch.setattr(file_digests, "_KEPT", {})
     assert provenance.listing_digest([str(shard)]) == rewritten
     assert provenance.listing_digest([str(tmp_path / "gone")]) != rewritten
+    small = tmp_path / "small.tfrecord"
+    small.write_bytes(b"c" * 999)
+    assert file_digests.contents_sha256([str(small)]) == [file_digests.file_sha256(str(small))]
+    assert not os.path.exists(file_digests.kept_path(os.path.realpath(small)))
