@@ -3,11 +3,11 @@ re-run of the main job computes only what it has not computed before (docs/bam.m
 
 One JSON file per (model, validation set, sampled images, noise seed) under
 `<world cache>/bam_scores/`, named by a digest of that origin (the model's content-derived id,
-the set's listing of names and sizes, the indices, the noise seed, the package version and
-`FORMAT`): the model's predictions and, per method, the region scores g and the count of
-constant maps, in their own dtype (a re-run gives the same bytes). Only BAM's eight methods
-are kept (a user's method may change between runs); results do not depend on the batch size,
-so it is not part of the origin. Files are written atomically; an unreadable one is
+the sampled images' names and bytes and their masks and boxes, the indices, the noise seed,
+the package version and `FORMAT`): the model's predictions and, per method, the region scores g
+and the count of constant maps, in their own dtype (a re-run gives the same bytes). Only BAM's
+eight methods are kept (a user's method may change between runs); results do not depend on the
+batch size, so it is not part of the origin. Files are written atomically; an unreadable one is
 recomputed.
 """
 import hashlib
@@ -29,11 +29,23 @@ FORMAT = 1  # bump when a change to the methods or the region score changes the 
 
 def _path(folder: str, model_id: str, val_set, indices, noise_seed: int) -> str:
     origin = {"format": FORMAT, "model": model_id, "set": val_set.name,
-              "listing": provenance.listing_digest(val_set.paths),
+              # what the scores read: the sampled images' names and bytes, masks and boxes
+              "listing": provenance.listing_digest([val_set.paths[i] for i in indices]),
+              "regions": _regions_digest(val_set, indices),
               "indices": [int(i) for i in indices], "noise_seed": int(noise_seed),
               "version": provenance.package_version()}
     digest = hashlib.sha256(json.dumps(origin, sort_keys=True).encode()).hexdigest()[:24]
     return os.path.join(folder, f"{val_set.name}-{digest}.json")
+
+
+def _regions_digest(val_set: "ValSet", indices: Sequence[int]) -> str:
+    """A short digest of the sampled images' object masks and boxes."""
+    digest = hashlib.sha256()
+    for index in indices:
+        mask = np.ascontiguousarray(val_set.masks[index])
+        digest.update(f"{mask.dtype}{mask.shape}{list(val_set.boxes[index])}".encode())
+        digest.update(mask.tobytes())
+    return digest.hexdigest()[:16]
 
 
 def _read(path: str) -> dict:

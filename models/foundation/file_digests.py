@@ -25,7 +25,7 @@ SHOWN_FROM = 1 << 30  # bytes to read before the reading shows progress
 # Smaller files are read again in each process: reading one costs about what reading its kept
 # digest does, and an image folder would leave a file in the cache for every image.
 KEPT_FROM = 1 << 20
-_KEPT: dict[str, tuple[list, str]] = {}  # real path -> (state, digest), this process's
+_KEPT: dict[str, tuple[list, str]] = {}  # absolute path -> (state, digest), this process's
 
 
 def state_of(path: str) -> Optional[list]:
@@ -51,26 +51,26 @@ def contents_sha256(paths: Sequence[str]) -> list:
     file), taken once and then kept (see the module's note); reading more than `SHOWN_FROM`
     bytes shows progress. An unreadable file is one line naming it."""
     found: list = []
-    unread: dict[str, list] = {}  # real path -> state
+    unread: dict[str, list] = {}  # absolute path -> state
     for path in paths:
-        state = state_of(path)
-        real = os.path.realpath(path)
-        digest = None if state is None else _kept(real, state)
+        where, state = os.path.abspath(path), state_of(path)
+        digest = None if state is None else _kept(where, state)
         if state is not None and digest is None:
-            unread[real] = state
-        found.append((real, state, digest))
+            unread[where] = state
+        found.append((where, state, digest))
     taken = _read_all(unread) if unread else {}
-    return [taken.get(real) if state is not None and digest is None else digest
-            for real, state, digest in found]
+    return [taken.get(where) if state is not None and digest is None else digest
+            for where, state, digest in found]
 
 
-def _kept(real: str, state: list) -> Optional[str]:
-    """The digest kept for the file at `real` in its `state` (this process's, else the project
-    cache's), or None."""
-    if real in _KEPT and _KEPT[real][0] == state:
-        return _KEPT[real][1]
+def _kept(where: str, state: list) -> Optional[str]:
+    """The digest kept for the file at the absolute path `where` in its `state` (this
+    process's, else the project cache's), or None."""
+    if where in _KEPT and _KEPT[where][0] == state:
+        return _KEPT[where][1]
     if state[2] < KEPT_FROM:
         return None
+    real = os.path.realpath(where)  # (resolving costs some 30 us a file: only where it pays)
     try:
         with open(kept_path(real), encoding="utf-8") as handle:
             value: Any = json.load(handle)
@@ -79,27 +79,27 @@ def _kept(real: str, state: list) -> Optional[str]:
     if not (isinstance(value, dict) and value.get("path") == real and value.get("state") == state
             and isinstance(value.get("sha256"), str)):
         return None
-    _KEPT[real] = (state, value["sha256"])
+    _KEPT[where] = (state, value["sha256"])
     return value["sha256"]
 
 
 def _read_all(unread: dict) -> dict:
-    """{real path: digest} of the files `unread` ({real path: state}), kept unless a file was
-    written while it was read."""
+    """{absolute path: digest} of the files `unread` ({absolute path: state}), kept unless a
+    file was written while it was read."""
     total = sum(state[2] for state in unread.values())
     shown = (progress.bar(total / 2 ** 20, "data files read for their digests", "MiB")
              if total >= SHOWN_FROM else None)
     taken = {}
-    for real, state in unread.items():
+    for where, state in unread.items():
         try:
-            taken[real] = digest = file_sha256(real)
+            taken[where] = digest = file_sha256(where)
         except OSError as error:
-            raise UserError(f"data file {real} cannot be read ({error.strerror or error})"
+            raise UserError(f"data file {where} cannot be read ({error.strerror or error})"
                             ) from None
-        if state_of(real) == state:  # (not written meanwhile)
-            _KEPT[real] = (state, digest)
+        if state_of(where) == state:  # (not written meanwhile)
+            _KEPT[where] = (state, digest)
             if state[2] >= KEPT_FROM:
-                _keep(real, state, digest)
+                _keep(os.path.realpath(where), state, digest)
         if shown is not None:
             shown.update(state[2] / 2 ** 20)
     if shown is not None:

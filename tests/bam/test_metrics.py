@@ -254,3 +254,32 @@ def test_precomputed_g_vectors_are_matched_by_stem(tiny_world, tmp_path):
                                      f"{val_set_scores.load_val_set(root, 'scene').labels[5]}")
     with pytest.raises(models.UserError, match="scene-scene has no g vector for image backpack-bedroom-0004"):
         metrics.compute(dataclasses.replace(precomputed, methods=("GC",)))
+
+
+def test_kept_region_scores_are_keyed_by_the_sampled_images_bytes_and_regions(tmp_path):
+    from bam import score_cache
+    from bam.val_set_scores import ValSet
+
+    paths = [str(tmp_path / f"{index}.jpg") for index in range(4)]
+    for path in paths:
+        with open(path, "wb") as handle:
+            handle.write(b"x" * 100)
+    masks = [np.zeros((3, 3), np.uint8) for _ in paths]
+    val_set = ValSet("obj", paths, np.zeros(4, np.int64), [(0, 0, 3, 3)] * 4, masks, 3)
+
+    def key():
+        return score_cache._path(str(tmp_path), "model-1", val_set, [0, 2], 0)
+
+    def rewrite(path):  # at its size, later (file times are coarse)
+        with open(path, "wb") as handle:
+            handle.write(b"y" * 100)
+        os.utime(path, ns=(10 ** 9, 10 ** 9))
+
+    first = key()
+    rewrite(paths[1])  # an image not sampled: the same scores
+    assert key() == first
+    rewrite(paths[2])  # a sampled image
+    rewritten = key()
+    assert rewritten != first
+    masks[0][1, 1] = 1  # a sampled image's object mask
+    assert key() != rewritten
