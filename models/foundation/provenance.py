@@ -101,7 +101,7 @@ def canonical(value: Any) -> Any:
 def listing_digest(paths: Iterable[str]) -> str:
     """A short digest of a data listing: the files' names, sizes and bytes (their SHA-256, kept
     between runs by `file_digests`), in order, so a file rewritten at the same size is another
-    listing. A path that is not a local file counts by its name alone."""
+    listing. A path that is not a file (one gone since it was listed) counts by its name."""
     paths = list(paths)
     digest = hashlib.sha256()
     for path, content in zip(paths, file_digests.contents_sha256(paths)):
