@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import stat
+import time
 from typing import Any, Optional, Sequence
 
 from models.foundation import progress
@@ -25,6 +26,10 @@ SHOWN_FROM = 1 << 30  # bytes to read before the reading shows progress
 # Smaller files are read again in each process: reading one costs about what reading its kept
 # digest does, and an image folder would leave a file in the cache for every image.
 KEPT_FROM = 1 << 20
+# A file written this recently is read again at every call, its digest not kept: file times
+# are coarse (a few ms), so a rewrite within one tick of the digest would keep the state it had
+# (git's "racily clean" files). Data are seldom rewritten within two seconds of being read.
+RECENT_NS = 2 * 10 ** 9
 _KEPT: dict[str, tuple[list, str]] = {}  # absolute path -> (state, digest), this process's
 
 
@@ -85,7 +90,7 @@ def _kept(where: str, state: list) -> Optional[str]:
 
 def _read_all(unread: dict) -> dict:
     """{absolute path: digest} of the files `unread` ({absolute path: state}), kept unless a
-    file was written while it was read."""
+    file was written while it was read or within `RECENT_NS` of it."""
     total = sum(state[2] for state in unread.values())
     shown = (progress.bar(total / 2 ** 20, "data files read for their digests", "MiB")
              if total >= SHOWN_FROM else None)
@@ -96,7 +101,8 @@ def _read_all(unread: dict) -> dict:
         except OSError as error:
             raise UserError(f"data file {where} cannot be read ({error.strerror or error})"
                             ) from None
-        if state_of(where) == state:  # (not written meanwhile)
+        recent = time.time_ns() - max(state[3], state[4]) < RECENT_NS
+        if state_of(where) == state and not recent:  # (not written meanwhile, nor just now)
             _KEPT[where] = (state, digest)
             if state[2] >= KEPT_FROM:
                 _keep(os.path.realpath(where), state, digest)

@@ -538,6 +538,7 @@ def test_a_data_listing_is_fingerprinted_by_its_bytes_kept_per_file_state(tmp_pa
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setattr(file_digests, "_KEPT", {})
     monkeypatch.setattr(file_digests, "KEPT_FROM", 1000)  # (1 MiB: smaller files read again)
+    monkeypatch.setattr(file_digests, "RECENT_NS", 0)  # (the files below are written just now)
     shard = tmp_path / "train-00000.tfrecord"
 
     def write(content, second):  # a write at a later time (file times are coarse)
@@ -569,3 +570,11 @@ def test_a_data_listing_is_fingerprinted_by_its_bytes_kept_per_file_state(tmp_pa
     small.write_bytes(b"c" * 999)
     assert file_digests.contents_sha256([str(small)]) == [file_digests.file_sha256(str(small))]
     assert not os.path.exists(file_digests.kept_path(os.path.realpath(small)))
+    # a file written within RECENT_NS of its digest is read again at every call: its state
+    # may not yet show a rewrite within the file system's time resolution
+    monkeypatch.setattr(file_digests, "RECENT_NS", 10 ** 12)
+    fresh = tmp_path / "fresh.tfrecord"
+    fresh.write_bytes(b"d" * 1000)
+    assert file_digests.contents_sha256([str(fresh)]) == [file_digests.file_sha256(str(fresh))]
+    assert str(fresh) not in file_digests._KEPT
+    assert not os.path.exists(file_digests.kept_path(os.path.realpath(fresh)))
