@@ -55,17 +55,16 @@ def contents_sha256(paths: Sequence[str]) -> list:
     """The SHA-256 hex digest of each file's bytes, in order (None for a path that is not a
     file), taken once and then kept (see the module's note); reading more than `SHOWN_FROM`
     bytes shows progress. An unreadable file is one line naming it."""
-    found: list = []
+    found: list = []  # (absolute path, kept digest or None)
     unread: dict[str, list] = {}  # absolute path -> state
     for path in paths:
         where, state = os.path.abspath(path), state_of(path)
         digest = None if state is None else _kept(where, state)
         if state is not None and digest is None:
             unread[where] = state
-        found.append((where, state, digest))
+        found.append((where, digest))
     taken = _read_all(unread) if unread else {}
-    return [taken.get(where) if state is not None and digest is None else digest
-            for where, state, digest in found]
+    return [taken.get(where) if digest is None else digest for where, digest in found]
 
 
 def _kept(where: str, state: list) -> Optional[str]:
