@@ -26,9 +26,9 @@ SHOWN_FROM = 1 << 30  # bytes to read before the reading shows progress
 # Smaller files are read again in each process: reading one costs about what reading its kept
 # digest does, and an image folder would leave a file in the cache for every image.
 KEPT_FROM = 1 << 20
-# A file written this recently is read again at every call, its digest not kept: file times
-# are coarse (a few ms), so a rewrite within one tick of the digest would keep the state it had
-# (git's "racily clean" files). Data are seldom rewritten within two seconds of being read.
+# A file written this recently is read again at every call, its digest not kept: a file system
+# may stamp files with a coarse clock, so a rewrite within one tick of the digest would keep the
+# state it had (git's "racily clean" files). Data are seldom rewritten within 2 s of being read.
 RECENT_NS = 2 * 10 ** 9
 _KEPT: dict[str, tuple[list, str]] = {}  # absolute path -> (state, digest), this process's
 
