@@ -4,7 +4,7 @@
         [--repeats=40]
 
 Times one call of a one-gradient method (`--method`, default the plain gradient) on
-`--images` images in five ways, best of --repeats each, taken in turn
+`--images` images in six ways, best of --repeats each, taken in turn
 (`scripts.bench_faithfulness.best_times`):
 
 * bare: a bare traced input gradient of exactly those images (`scripts.bench_saliency`'s
@@ -14,7 +14,10 @@ Times one call of a one-gradient method (`--method`, default the plain gradient)
   copy of the images into a tensor, its argument tensors and the maps' read-back (which turns
   -0.0 into 0.0);
 * attribute: the whole `saliency_gen.attribute` call (the group, the argument checks, the
-  images' finiteness check, the targets);
+  images' finiteness check, the targets), its method resolved once beforehand;
+* named: the same call naming the method, as a user's call does (the name resolved at each
+  call, a researcher's method checked for an edit of its files: docs/saliency.md, "Your own
+  method");
 * predicted targets: the same call without targets, which predicts them first (a forward pass
   of the images through the model's kept, traced predictor).
 
@@ -94,6 +97,8 @@ def run(args: Config) -> None:
                                                args.method),
             "attribute": lambda: saliency_gen.attribute(model, images, chosen, targets,
                                                         batch_size=args.batch_size),
+            "named": lambda: saliency_gen.attribute(model, images, args.method, targets,
+                                                    batch_size=args.batch_size),
             "predicted targets": lambda: saliency_gen.attribute(model, images, chosen,
                                                                 batch_size=args.batch_size)}
     seconds = dict(zip(ways, best_times(list(ways.values()), args.repeats)))

@@ -45,6 +45,12 @@ def state_of(path: str) -> Optional[list]:
     return [found.st_dev, found.st_ino, found.st_size, found.st_mtime_ns, found.st_ctime_ns]
 
 
+def written_recently(state: list) -> bool:
+    """Whether the file of `state` (`state_of`) was written less than `RECENT_NS` ago: what is
+    read of it now is not kept under that state."""
+    return time.time_ns() - max(state[3], state[4]) < RECENT_NS
+
+
 def kept_path(real_path: str) -> str:
     """Where the digest of the file at `real_path` is kept in the project cache."""
     name = hashlib.sha256(real_path.encode("utf-8", "surrogateescape")).hexdigest()[:32]
@@ -100,8 +106,7 @@ def _read_all(unread: dict) -> dict:
         except OSError as error:
             raise UserError(f"data file {where} cannot be read ({error.strerror or error})"
                             ) from None
-        recent = time.time_ns() - max(state[3], state[4]) < RECENT_NS
-        if state_of(where) == state and not recent:  # (not written meanwhile, nor just now)
+        if state_of(where) == state and not written_recently(state):  # (nor just now)
             _KEPT[where] = (state, digest)
             if state[2] >= KEPT_FROM:
                 _keep(os.path.realpath(where), state, digest)

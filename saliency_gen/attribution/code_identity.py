@@ -5,6 +5,8 @@
 behind it (`user_modules`: its own module and every module of the user's it reaches through its
 globals, not installed libraries, not this project's packages), or, for code without a module
 file (a notebook's cells), the helpers and constants of its module that it reads.
+`digest_on_disk(obj)` is the same digest for code from files, taken again only when one of
+those files changed.
 """
 import hashlib
 import inspect
@@ -17,6 +19,8 @@ import types
 from typing import Any
 
 import numpy as np
+
+from models.foundation import file_digests
 
 
 def _source_of(obj: Any) -> bytes:
@@ -166,3 +170,41 @@ def code_digest(obj: Any) -> str:
     if used:  # (code from a file digests as it did before these were read)
         digest.update(b"\0fileless\0" + used)
     return digest.hexdigest()[:16]
+
+
+# id(code object) -> (the object, the files its digest read, their states, the digest)
+_ON_DISK: dict[int, tuple[Any, list, list, str]] = {}
+
+
+def _files_read(obj: Any) -> list:
+    """The files `code_digest(obj)` reads: those of `user_modules(obj)` and the file its
+    source comes from (another one for a function wrapped by a decorator of another module)."""
+    files = [path for _, path in user_modules(obj)]
+    try:
+        source = inspect.getsourcefile(inspect.unwrap(obj))
+    except (OSError, TypeError, ValueError):
+        source = None
+    return files + [source] if source and source not in files else files
+
+
+def digest_on_disk(obj: Any) -> str:
+    """`code_digest(obj)` of code from module files, kept with the state of each file it read
+    (`file_digests.state_of`: device, inode, size, modification and change times) and taken
+    again only when one of them changed: checking a method for an edit at each call
+    (`plugins.warn_if_edited`) then costs a `stat` a file, where a digest walks the user's
+    modules and reads their files again, a visible share of a cheap model's call
+    (docs/saliency.md, "Your own method"). As for data fingerprints (docs/architecture.md,
+    "Outputs and provenance"), none is kept while one of its files is younger than
+    `file_digests.RECENT_NS`."""
+    kept = _ON_DISK.get(id(obj))
+    if kept is not None and kept[0] is obj and \
+            [file_digests.state_of(path) for path in kept[1]] == kept[2]:
+        return kept[3]
+    files = _files_read(obj)
+    states = [file_digests.state_of(path) for path in files]
+    digest = code_digest(obj)
+    settled = all(state is not None and not file_digests.written_recently(state)
+                  for state in states)
+    if settled and [file_digests.state_of(path) for path in files] == states:
+        _ON_DISK[id(obj)] = (obj, files, states, digest)
+    return digest

@@ -31,7 +31,12 @@ import tensorflow as tf
 
 from models.foundation.errors import UserError, first_non_finite
 from saliency_gen.attribution import units
-from saliency_gen.attribution.code_identity import code_digest, has_module_file, user_modules
+from saliency_gen.attribution.code_identity import (
+    code_digest,
+    digest_on_disk,
+    has_module_file,
+    user_modules,
+)
 from saliency_gen.attribution.units import Context, HostPlan, Method, Param, Plan
 
 
@@ -199,7 +204,7 @@ def warn_if_edited(unit: Method, name: str, code: str) -> None:
     target = unit.fn if isinstance(unit, FunctionMethod) else type(unit)
     if not has_module_file(target):  # (a notebook's code is digested as it runs)
         return
-    now = code_digest(target)
+    now = digest_on_disk(target)  # (a `stat` a file while none changed)
     if now == code or (name, now) in _WARNED:
         return
     _WARNED.add((name, now))

@@ -12,6 +12,7 @@ import tensorflow as tf
 
 import models
 import saliency_gen
+from models.foundation import file_digests
 from saliency_gen.attribution import code_identity, noise, plugins, units
 from tests import REPO
 from tests.saliency_gen import linear_model
@@ -330,3 +331,37 @@ def test_an_edit_after_the_import_is_one_warning_the_imported_code_runs(tmp_path
         "imported; this process files its results under the code as imported, so a re-run here "
         "can show that code's results: start a new process, or reload the module and register "
         "the method again, to run the edit under its own digest"]
+
+
+def test_the_check_for_an_edit_reads_the_files_again_only_once_one_changed(tmp_path, monkeypatch,
+                                                                          caplog):
+    """Naming a method checks its files for an edit at every call: their digest is kept with the
+    files' states and taken again only when one of them changed (before: taken again at every
+    call, 1.3-2.0 ms of a cheap CNN's 24-image call of some 6 ms); a same-size edit of a helper in
+    another file is still seen, and said once; a file written just now is read at every call."""
+    helpers = tmp_path / "edit_checked_helpers.py"
+    helpers.write_text("def post(maps):\n    return maps * 1\n")
+    (tmp_path / "edit_checked_method.py").write_text(
+        "from edit_checked_helpers import post\n\n\n"
+        "def saliency(model, images, targets):\n    return post(images)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    name = "edit_checked_method:saliency"
+    unit = plugins.FunctionMethod(name, importlib.import_module("edit_checked_method").saliency)
+    loaded = unit.code
+    taken = []
+    digest = code_identity.code_digest
+    monkeypatch.setattr(code_identity, "code_digest", lambda obj: taken.append(obj) or digest(obj))
+    for _ in range(2):  # written just now: read again
+        plugins.warn_if_edited(unit, name, loaded)
+    assert len(taken) == 2
+    monkeypatch.setattr(file_digests, "RECENT_NS", 0)
+    for _ in range(3):  # taken once more, then kept
+        plugins.warn_if_edited(unit, name, loaded)
+    assert len(taken) == 3 and not caplog.records
+    helpers.write_text("def post(maps):\n    return maps * 2\n")  # the same size
+    for _ in range(3):
+        plugins.warn_if_edited(unit, name, loaded)
+    assert len(taken) == 4
+    assert [record.getMessage().split(";")[0] for record in caplog.records] == [
+        "the files of method edit_checked_method:saliency (edit_checked_method.py, "
+        "edit_checked_helpers.py) changed since it was imported"]
