@@ -348,9 +348,9 @@ def test_the_check_for_an_edit_reads_the_files_again_only_once_one_changed(tmp_p
     name = "edit_checked_method:saliency"
     unit = plugins.FunctionMethod(name, importlib.import_module("edit_checked_method").saliency)
     loaded = unit.code
-    taken = []
-    digest = code_identity.code_digest
-    monkeypatch.setattr(code_identity, "code_digest", lambda obj: taken.append(obj) or digest(obj))
+    taken = []  # each digest reads the module files once
+    read = code_identity._module_bytes
+    monkeypatch.setattr(code_identity, "_module_bytes", lambda obj: taken.append(obj) or read(obj))
     for _ in range(2):  # written just now: read again
         plugins.warn_if_edited(unit, name, loaded)
     assert len(taken) == 2
