@@ -172,7 +172,7 @@ def code_digest(obj: Any) -> str:
     return digest.hexdigest()[:16]
 
 
-# id(code object) -> (the object, the files its digest read, their states, the digest)
+# id(function or class) -> (it, the files its digest read, their states, the digest)
 _ON_DISK: dict[int, tuple[Any, list, list, str]] = {}
 
 
