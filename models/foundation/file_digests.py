@@ -45,10 +45,12 @@ def state_of(path: str) -> Optional[list]:
     return [found.st_dev, found.st_ino, found.st_size, found.st_mtime_ns, found.st_ctime_ns]
 
 
-def written_recently(state: list) -> bool:
-    """Whether the file of `state` (`state_of`) was written less than `RECENT_NS` ago: what is
-    read of it now is not kept under that state."""
-    return time.time_ns() - max(state[3], state[4]) < RECENT_NS
+def settled(path: str, state: Optional[list]) -> bool:
+    """Whether what was read of the file at `path` may be kept under `state` (`state_of`, taken
+    before the read): the file still has that state (it was not written meanwhile) and was
+    written at least `RECENT_NS` before now."""
+    return state is not None and state_of(path) == state and \
+        time.time_ns() - max(state[3], state[4]) >= RECENT_NS
 
 
 def kept_path(real_path: str) -> str:
@@ -106,7 +108,7 @@ def _read_all(unread: dict) -> dict:
         except OSError as error:
             raise UserError(f"data file {where} cannot be read ({error.strerror or error})"
                             ) from None
-        if state_of(where) == state and not written_recently(state):  # (nor just now)
+        if settled(where, state):
             _KEPT[where] = (state, digest)
             if state[2] >= KEPT_FROM:
                 _keep(os.path.realpath(where), state, digest)

@@ -203,8 +203,6 @@ def digest_on_disk(obj: Any) -> str:
     files = _files_read(obj)
     states = [file_digests.state_of(path) for path in files]
     digest = code_digest(obj)
-    settled = all(state is not None and not file_digests.written_recently(state)
-                  for state in states)
-    if settled and [file_digests.state_of(path) for path in files] == states:
+    if all(map(file_digests.settled, files, states)):
         _ON_DISK[id(obj)] = (obj, files, states, digest)
     return digest
