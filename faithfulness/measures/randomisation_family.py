@@ -197,7 +197,8 @@ def efficient_mprt(model: Any, x_batch: Any, y_batch: Any, a_batch: Any, s_batch
         return (discrete_entropy(randomised, n_bins) - before) / before
 
 
-SSIM_ROWS = 16  # `ssim_rows` compiles one program per multiple of this many rows
+SSIM_ROWS = 16  # `ssim_rows` compiles one program per multiple of this many rows (and per
+# power of two from 2 below it)
 
 
 def ssim_rows(a: np.ndarray, b: np.ndarray, win_size: int = 7) -> np.ndarray:
@@ -208,12 +209,17 @@ def ssim_rows(a: np.ndarray, b: np.ndarray, win_size: int = 7) -> np.ndarray:
     program in float64 (`_traced_ssim`) rather than scikit-image's filters on the host, the
     same values to about 1e-13 relative (a window's sum is taken in another order); a pair of
     rows with no range (one constant) is NaN, the formula's 0 / 0. The rows are padded with
-    zeros to a multiple of `SSIM_ROWS`, so calls of 1-16 images share one compiled program."""
+    zeros to a power of two from 2 up to `SSIM_ROWS`, then to a multiple of it, so calls of
+    1-16 images share four compiled programs and a call pads at most as many rows as it has
+    (4 rows padded to 16 took 4.3 times as long, docs/measures.md, "Speed"); a row's value is
+    the same bytes at every padding but one row alone, whose program sums in another order."""
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
     if a.shape[1] < win_size:
         raise UserError(f"the maps have {a.shape[1]} values, fewer than the SSIM window "
                         f"{win_size}")
-    padding = [(0, -len(a) % SSIM_ROWS), (0, 0)]
+    rows = max(2, 1 << (len(a) - 1).bit_length()) if len(a) <= SSIM_ROWS \
+        else -(-len(a) // SSIM_ROWS) * SSIM_ROWS  # not 1: XLA's program for one row rounds
+    padding = [(0, rows - len(a)), (0, 0)]
     return _traced_ssim(int(win_size))(tf.constant(np.pad(a, padding)),
                                        tf.constant(np.pad(b, padding))).numpy()[:len(a)]
 
