@@ -211,8 +211,8 @@ def ssim_rows(a: np.ndarray, b: np.ndarray, win_size: int = 7) -> np.ndarray:
     rows with no range (one constant) is NaN, the formula's 0 / 0. The rows are padded with
     zeros to a power of two from 2 up to `SSIM_ROWS`, then to a multiple of it, so calls of
     1-16 images share four compiled programs and a call pads at most as many rows as it has
-    (4 rows padded to 16 took 4.3 times as long, docs/measures.md, "Speed"); a row's value is
-    the same bytes at every padding but one row alone, whose program sums in another order."""
+    (random_logit on Lite0's 4 maps, padded to 16 before: docs/measures.md, "Speed"); a row's
+    value is the same bytes at these paddings but one row alone, which rounds otherwise."""
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
     if a.shape[1] < win_size:
         raise UserError(f"the maps have {a.shape[1]} values, fewer than the SSIM window "

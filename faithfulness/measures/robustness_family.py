@@ -393,8 +393,8 @@ def _traced_change(reader: Any, eps_min: float) -> Any:
     @tf.function(jit_compile=True, reduce_retracing=True)
     def compare(output: tf.Tensor, own: tf.Tensor, owner: tf.Tensor) -> tf.Tensor:
         flat = tf.reshape(output, [tf.shape(output)[0], -1])
-        # cast once the rows are picked: a cast of the whole output first took 2.6x as long
-        # on the CPU (docs/measures.md, "Speed"), with the same values
+        # cast once the rows are picked: a cast of the whole output first was a pass of its
+        # own (docs/measures.md, "Speed"), with the same values
         first = tf.cast(tf.gather(flat[:own], owner), tf.float64)
         relative = (first - tf.cast(flat[own:], tf.float64)) / (
             first + tf.cast(tf.equal(first, 0.0), tf.float64) * eps_min)
