@@ -182,7 +182,8 @@ def benchmark(model_path: str, images: np.ndarray, labels: np.ndarray, ids: np.n
               maps_of: Optional[Callable[[str], np.ndarray]] = None,
               methods: Optional[dict] = None, precision: str = "float32",
               randomised_maps_of: Optional[Callable[[str], np.ndarray]] = None,
-              rebuilt: Optional[Callable[[], keras.Model]] = None) -> Benchmark:
+              rebuilt: Optional[Callable[[], keras.Model]] = None,
+              holder: Optional[exporting.LoadedModel] = None) -> Benchmark:
     """The cascading check of the exported zoo model `model_path` on `images` (its input
     space), explaining `labels`: one metric per stage, the mean Spearman correlation (lower is
     better). `maps_of(method)`, when given, supplies the trained model's maps of at least
@@ -193,7 +194,10 @@ def benchmark(model_path: str, images: np.ndarray, labels: np.ndarray, ids: np.n
     re-initialised (`randomise_top` with `seed`: the last stage's model, the same weights), so
     that the card computes them once for this check and its meta-evaluation. `rebuilt()`, when
     given, is the rebuilt model to cascade (in `precision`; a caller that randomises the same copy
-    elsewhere, restoring it, gets each method traced once)."""
+    elsewhere, restoring it, gets each method traced once). The randomised maps are computed by
+    `holder` (the caller's loaded export of `model_path`; without it, the check's own) holding the
+    cascaded copy's weights (`LoadedModel.holding`), so the methods' traces on it serve them:
+    the same bytes as the copy's own maps (docs/report_card.md, "Sanity check")."""
     info = models.read_info(model_path)
     # the trained maps' source
     loaded = (models.load(exporting.export_in_precision(model_path, precision))
@@ -205,11 +209,20 @@ def benchmark(model_path: str, images: np.ndarray, labels: np.ndarray, ids: np.n
                   else in_precision(lambda: models.rebuild(model_path), precision))
     count = len(weighted_layers(randomised))
     chosen = stages(count)
+    holder = holder or loaded
+    if holder is not None and not holder.can_hold(randomised):
+        holder = None  # (an export without the list of its variables: the copy explains)
 
     def explain(model, method):
         chosen = methods.get(method, method) if methods else method
         return saliency_gen.attribute(model, images, chosen, labels, batch_size=batch_size,
                                       seed=seed, ids=ids, preprocessing=info["preprocessing"])
+
+    def explain_randomised(method):  # with the copy's weights as they are now
+        if holder is None:
+            return explain(randomised, method)
+        with holder.holding(randomised):
+            return explain(holder, method)
 
     def score(method):  # MPRT top-down at the chosen stages, on |maps| summed over channels
         trained = explain(loaded, method) if maps_of is None else maps_of(method)[:len(images)]
@@ -217,13 +230,13 @@ def benchmark(model_path: str, images: np.ndarray, labels: np.ndarray, ids: np.n
         if model_free(methods.get(method, method) if methods else method, images.shape[1:]):
             # Its maps do not read the model, so every stage's are the same bytes: computed
             # once, and no weights re-initialised for it (docs/report_card.md, "Sanity check").
-            same = stats.spearman_ranked(original, flat_abs(explain(randomised, method)))
+            same = stats.spearman_ranked(original, flat_abs(explain_randomised(method)))
             return {f"top {k}": same.copy() for k in chosen}
 
         def randomised_maps(step):
             if step + 1 == count and randomised_maps_of is not None:
                 return randomised_maps_of(method)[:len(images)]
-            return explain(randomised, method)
+            return explain_randomised(method)
 
         return {f"top {step + 1}":
                 stats.spearman_ranked(original, flat_abs(randomised_maps(step)))

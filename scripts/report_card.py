@@ -279,9 +279,11 @@ class CardImages:
     methods: dict  # the run's resolved methods (`resolved_methods`)
     maps_of: Any = None  # method -> its maps of `images`, computed once per card run
     map_set: str = "card images"  # what `maps_of` computes, for the progress bar's estimate
-    # an export of the same network whose weights `loaded` holds in this set's cells
-    # (`LoadedModel.holding`): the traces kept with `loaded` serve it
+    # a Keras model of the same network whose weights `loaded` holds in this set's cells
+    # (`LoadedModel.holding`), so that the traces kept with `loaded` serve it, and the model id
+    # its export would record (`exporting.content_id`), which these cells' origin names
     weights_of: Any = None
+    weights_id: Optional[str] = None
 
     def explains(self, own: tuple = ()) -> tuple:
         """`Benchmark.explains` of a benchmark taking its maps from `maps_of`, besides `own`."""
@@ -508,19 +510,23 @@ def perturbed_inputs(config: ResolvedConfig, inputs: CardImages,
               f"{error}")
         return found
     randomisation.perturb_weights(weight_noise, WEIGHT_NOISE, config.seed)
-    folder = exporting_folder()
-    models.export(weight_noise, folder, preprocessing=inputs.loaded.preprocessing)
-    noisy_model = models.load(folder)
     # the card's own loaded model computes with the noisy weights in these cells, so that its
-    # traces serve them (a second loaded model meant every method and scorer traced again)
-    held = noisy_model if inputs.loaded.can_hold(noisy_model) else None
-    scoring = inputs.loaded if held is not None else noisy_model
+    # traces serve them (a second loaded model meant every method and scorer traced again);
+    # an export of them only where it cannot hold them (an export without its variables' list)
+    held = weight_noise if inputs.loaded.can_hold(weight_noise) else None
+    # (a set's model_path is read by the retraining benchmark alone, which this one leaves out)
+    noisy_path, scoring = inputs.model_path, inputs.loaded
+    if held is None:
+        noisy_path = exporting_folder()
+        models.export(weight_noise, noisy_path, preprocessing=inputs.loaded.preprocessing)
+        scoring = models.load(noisy_path)
     trained = np.argmax(inputs.loaded(images), 1)
     changed = int(np.sum(holding(scoring, held, lambda: np.argmax(scoring(images), 1))()
                          != trained))
     print(f"meta-evaluation: the weight noise changes {changed} of {count} predictions")
     found["weight noise"] = dataclasses.replace(
-        inputs, map_set="weight noise", loaded=scoring, model_path=folder, weights_of=held,
+        inputs, map_set="weight noise", loaded=scoring, model_path=noisy_path, weights_of=held,
+        weights_id=exporting.content_id(weight_noise),
         data={**inputs.data, "perturbation": f"multiplicative weight noise, sd {WEIGHT_NOISE}"},
         maps_of=holding(scoring, held, map_memo(
             scoring, inputs.images, inputs.labels, inputs.ids, inputs.methods, config.seed,
@@ -547,13 +553,13 @@ def holding(loaded: Any, source: Any, function: Callable) -> Callable:
 def held_by(benchmark: card_engine.Benchmark,
             perturbed: CardImages) -> card_engine.Benchmark:
     """`benchmark` of `perturbed`'s images, its cells computed while the card's loaded model
-    holds the weights of `perturbed.weights_of`, whose model id their origin names (as it did
-    when that export was scored as a model of its own)."""
+    holds the weights of `perturbed.weights_of`, whose model id (`weights_id`) their origin
+    names (as it did when an export of them was scored as a model of its own)."""
     if perturbed.weights_of is None:
         return benchmark
     settings = dict(benchmark.settings)
     if "model_id" in settings:
-        settings["model_id"] = perturbed.weights_of.model_id
+        settings["model_id"] = perturbed.weights_id
     return dataclasses.replace(benchmark, settings=settings, score=holding(
         perturbed.loaded, perturbed.weights_of, benchmark.score))
 
@@ -571,14 +577,21 @@ def fully_randomised_maps(config: ResolvedConfig, inputs: CardImages, count: int
                           rebuilt: Callable[[], Any]) -> Callable[[str], np.ndarray]:
     """`maps_of(method)`: the maps of the first `count` images by the model with every weighted
     layer re-initialised (`randomisation.cascade` to its last step: `randomise_top`'s weights,
-    the card's seed), computed once per method with the `rebuilt` copy, whose trained weights are
-    back afterwards. They are the meta-evaluation's disruptive maps and the sanity check's last
-    stage (the same weights, images, targets and keys: the same bytes), so a card with both
-    computes them once."""
+    the card's seed), computed once per method by the card's loaded model holding the weights of
+    the `rebuilt` copy (whose trained weights are back afterwards), so that the methods' traces
+    on the loaded model serve them (or by the copy, where the export cannot hold them). They are
+    the meta-evaluation's disruptive maps and the sanity check's last stage (the same weights,
+    images, targets and keys: the same bytes), so a card with both computes them once."""
     memo: dict = {}
-    explainer = functools.cache(lambda: map_memo(  # (made once, with the rebuilt copy)
-        rebuilt(), inputs.images[:count], inputs.labels[:count], inputs.ids[:count],
-        inputs.methods, config.seed, config.batch_size, inputs.loaded.preprocessing))
+
+    @functools.cache
+    def explainer():  # (made once)
+        model = rebuilt()
+        held = model if inputs.loaded.can_hold(model) else None
+        return holding(inputs.loaded, held, map_memo(
+            inputs.loaded if held is not None else model, inputs.images[:count],
+            inputs.labels[:count], inputs.ids[:count], inputs.methods, config.seed,
+            config.batch_size, inputs.loaded.preprocessing))
 
     def maps_of(method: str) -> np.ndarray:
         if method not in memo:
@@ -685,7 +698,7 @@ def sanity_benchmark(config: ResolvedConfig, inputs: CardImages,
         inputs.model_path, inputs.images[:count], inputs.labels[:count], inputs.ids[:count],
         data=inputs.data, seed=config.seed, batch_size=config.batch_size,
         maps_of=inputs.maps_of, methods=inputs.methods, precision=config.precision,
-        randomised_maps_of=randomised_maps_of, rebuilt=rebuilt)
+        randomised_maps_of=randomised_maps_of, rebuilt=rebuilt, holder=inputs.loaded)
     return dataclasses.replace(checked, supports=lambda method: (
         method != card_engine.ORACLE and card_engine.unblurred(method) is None))
 

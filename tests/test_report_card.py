@@ -370,6 +370,8 @@ def test_the_fully_randomised_maps_leave_the_shared_copy_trained(tmp_path):
         fresh, images, "gradient", labels, ids=ids, preprocessing=loaded.preprocessing))
     for kept, trained in zip(rebuilt().get_weights(), models.rebuild(path).get_weights()):
         np.testing.assert_array_equal(kept, trained)
+    # computed by the card's loaded model holding the copy's weights, on its own traces
+    assert ("weights of", rebuilt()) in vars(loaded)["_kept_builds"]
 
 
 def test_the_gallery_explains_only_its_images_while_the_maps_of_all_are_not_computed():

@@ -22,10 +22,14 @@ def keras_of(model: Any, what: str) -> Any:
     """`model` as a Keras model the measure may wrap or change: a live Keras model as it is,
     or the zoo model an export holds (`models.rebuild`, once per loaded model: callers copy it
     before they change it); of the export whose weights a loaded model holds while it holds
-    them (`LoadedModel.holding`); else one line naming `what` needs."""
+    them (`LoadedModel.holding`), or the Keras model it holds; else one line naming `what`
+    needs."""
+    held = getattr(model, "held", None)
     if isinstance(model, keras.Model):
         return model
-    path = getattr(getattr(model, "held", None) or model, "path", None)
+    if isinstance(held, keras.Model):
+        return held
+    path = getattr(held or model, "path", None)
     if path is None:
         raise UserError(f"{what}: pass a Keras model or an exported zoo model (models.load)")
     return kept(model, ("rebuilt Keras model", path), lambda: models.rebuild(path))

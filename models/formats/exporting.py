@@ -26,6 +26,7 @@ export never looks finished.
 `tf.GradientTape`), or use `.features_and_logits(images)`.
 """
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -62,6 +63,24 @@ def weights_digest(model: Any) -> str:
     return digest.hexdigest()[:12]
 
 
+def content_id(model: keras.Model) -> str:
+    """The `model_id` an export of the Keras `model` records by default: `<name>-<weights
+    digest>` of its logits view, `-folded` added when its endpoints fold its batch norms."""
+    return _logits_id(guided_views.logits_model(model))
+
+
+def _logits_id(model: keras.Model) -> str:
+    """`content_id` of a logits view."""
+    # a model whose endpoints fold its batch norms (docs/models.md, "Folded inference") has an
+    # id of its own: an export made before they did computed otherwise with the same weights
+    return f"{model.name}-{weights_digest(model)}" + ("-folded" if folding.folds(model) else "")
+
+
+def _endpoint_variables(variables: list) -> list:
+    """The TensorFlow variables under Keras's, as an export lists what its endpoints read."""
+    return [variable.value if hasattr(variable, "value") else variable for variable in variables]
+
+
 def _model_info(model, preprocessing, feature_layer, model_id, extra):
     if len(model.inputs) != 1 or len(model.inputs[0].shape) != 4:
         raise UserError(f"model {model.name!r} must take one NHWC image input to be exported")
@@ -73,15 +92,11 @@ def _model_info(model, preprocessing, feature_layer, model_id, extra):
     input_space(preprocessing)  # validates the name
     feature_layer = feature_layer or zoo.feature_layer_name(model)
     features_model = zoo.features_and_logits_model(model, feature_layer)
-    # a model whose endpoints fold its batch norms (docs/models.md, "Folded inference") has an
-    # id of its own: an export made before they did computed otherwise with the same weights
-    folded = folding.folds(model)
     return features_model, {
         "format": FORMAT,
         "name": model.name,
-        "model_id": model_id or f"{model.name}-{weights_digest(model)}"
-                                + ("-folded" if folded else ""),
-        "inference": "folded batch norms" if folded else "keras",
+        "model_id": model_id or _logits_id(model),
+        "inference": "folded batch norms" if folding.folds(model) else "keras",
         "input_shape": [int(d) for d in model.inputs[0].shape[1:]],
         "num_classes": int(model.outputs[0].shape[-1]),
         "feature_layer": feature_layer,
@@ -150,7 +165,7 @@ def export(model: Any, path: Union[str, os.PathLike], *, preprocessing: Optional
             [image_spec, target_spec])
     info["native"] = list(offered)
     archive = tf.Module()
-    archive.model_variables = [v.value if hasattr(v, "value") else v for v in variables]
+    archive.model_variables = _endpoint_variables(variables)
     signatures = {}
     for name, (function, signature) in endpoints.items():
         # traced once, inside the save (a trace made before it would be made again there)
@@ -330,15 +345,43 @@ def _exchange(own: list, theirs: list) -> tuple:
     return take, give_back
 
 
+def _variables_of(source: Any) -> Optional[list]:
+    """The variables a holder takes from `source`: an export's (`LoadedModel._variables`), a
+    Keras model's logits view's in the order its export lists them, or None."""
+    if isinstance(source, LoadedModel):
+        return source._variables()
+    if isinstance(source, keras.Model):
+        return _endpoint_variables(guided_views.logits_model(source).variables)
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Description:
+    """What `can_hold` compares of a Keras model (as its export would record it)."""
+
+    name: str
+    input_shape: tuple
+    num_classes: int
+
+
+def _described(source: Any) -> Any:
+    """`source` itself (an export), or a Keras model's `_Description`."""
+    if isinstance(source, LoadedModel):
+        return source
+    logits = guided_views.logits_model(source)
+    return _Description(logits.name, tuple(int(d) for d in logits.inputs[0].shape[1:]),
+                        int(logits.outputs[0].shape[-1]))
+
+
 class LoadedModel:
     """A model exported by `export`, reloaded: images -> logits, plus the Grad-CAM feature map.
 
     Attributes: `name`, `model_id`, `input_shape` (H, W, C), `num_classes`, `feature_layer`,
-    `preprocessing`, `info` (the whole model_info.json), `path`, and `held`: the export whose
-    weights it computes with inside `holding` (None outside).
+    `preprocessing`, `info` (the whole model_info.json), `path`, and `held`: the export or Keras
+    model whose weights it computes with inside `holding` (None outside).
     """
 
-    held: Optional["LoadedModel"] = None
+    held: Any = None
 
     def __init__(self, path: Union[str, os.PathLike]):
         self.info = read_info(path)
@@ -419,31 +462,40 @@ class LoadedModel:
         found = getattr(self._saved, "model_variables", None)
         return None if found is None else list(found)
 
-    def can_hold(self, source: "LoadedModel") -> bool:
-        """Whether `source` is an export of the same network as this one (name, input, classes
-        and every variable's shape and dtype, in order), so that `holding(source)` applies."""
-        own, theirs = self._variables(), getattr(source, "_variables", lambda: None)()
-        if own is None or theirs is None or len(own) != len(theirs):
+    def can_hold(self, source: Any) -> bool:
+        """Whether `source` is the same network as this export, so that `holding(source)`
+        applies: another export of it (name, input, classes, input space and every variable's
+        shape and dtype, in order), or a Keras model of it (a rebuilt copy: name, input,
+        classes and the variables of its logits view, in the export's order)."""
+        own, theirs = self._variables(), _variables_of(source)
+        if own is None or theirs is None or len(theirs) > len(own):
             return False
-        return all(getattr(self, key) == getattr(source, key)
-                   for key in ("name", "input_shape", "num_classes", "preprocessing")) and all(
+        if isinstance(source, LoadedModel):
+            same = len(own) == len(theirs) and self.preprocessing == source.preprocessing
+        else:  # an export lists the guided view's variables again after the model's own
+            same = {v.ref() for v in own[len(theirs):]} <= {v.ref() for v in own[:len(theirs)]}
+        return same and all(getattr(self, key) == getattr(_described(source), key)
+                            for key in ("name", "input_shape", "num_classes")) and all(
             a.shape == b.shape and a.dtype == b.dtype for a, b in zip(own, theirs))
 
     @contextlib.contextmanager
-    def holding(self, source: "LoadedModel") -> Iterator[None]:
-        """Inside the block this model computes with `source`'s weights (`can_hold`), its own
-        after: the traced functions kept with this model (the engine's methods, the scorers)
-        serve `source`'s values too, where a second loaded model was traced again for each
-        (docs/report_card.md, "Where the card's time goes"). Holding the source it already
-        holds is a no-op; holding another is an error."""
+    def holding(self, source: Any) -> Iterator[None]:
+        """Inside the block this model computes with `source`'s weights (`can_hold`: another
+        export of the same network, or a Keras model of it), its own after: the traced
+        functions kept with this model (the engine's methods, the scorers) serve `source`'s
+        values too, where a second model was traced again for each (docs/report_card.md,
+        "Where the card's time goes"). The weights are copied in when the block opens: a Keras
+        source changed inside it is not followed. Holding the source it already holds is a
+        no-op; holding another is an error."""
         if self.held is source:
             yield
             return
         if self.held is not None or not self.can_hold(source):
-            raise ValueError(f"{self.path} cannot hold the weights of {source.path}")
+            raise ValueError(f"{self.path} cannot hold the weights of "
+                             f"{getattr(source, 'path', None) or getattr(source, 'name', source)}")
         take, give_back = kept_builds(self, ("weights of", source),
                                       lambda: _exchange(self._variables() or [],
-                                                        source._variables() or []))
+                                                        _variables_of(source) or []))
         take()
         self.held = source
         try:

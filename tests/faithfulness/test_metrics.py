@@ -4,6 +4,7 @@ and correlations are known exactly, tie semantics, reference quirks and invarian
 import os
 from unittest import mock
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -539,17 +540,20 @@ def test_the_randomisation_check_equals_a_fresh_model_per_stage(tmp_path):
                                        preprocessing=trained.preprocessing)))
             assert scores[f"top {k}"] == pytest.approx(expected, abs=1e-6), (method, k)
     # The last stage's maps taken from a model randomised at once (the card's meta-evaluation
-    # model, computed once for both): the same scores, to the bit.
+    # model, computed once for both), the other stages' by a loaded model of the caller's
+    # holding the cascaded copy's weights: the same scores, to the bit.
     full = models.rebuild(path)
     randomisation.randomise_top(full, len(randomisation.weighted_layers(full)))
     shared = randomisation.benchmark(
-        path, images, labels, ids, data={}, batch_size=8,
+        path, images, labels, ids, data={}, batch_size=8, holder=trained,
         randomised_maps_of=lambda method: saliency_gen.attribute(
             full, images, method, labels, ids=ids, preprocessing=trained.preprocessing))
     again = shared.score("gradient")
     assert again.keys() == first.keys()
     for stage, values in first.items():
         np.testing.assert_array_equal(again[stage], values)
+    assert [key for key in vars(trained)["_kept_builds"]
+            if key[0] == "weights of" and isinstance(key[1], keras.Model)]  # it held the copy
 
 
 def test_a_cascade_inside_another_on_one_model_gives_each_its_own_weights_back():

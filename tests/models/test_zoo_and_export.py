@@ -8,7 +8,7 @@ import tensorflow as tf
 
 import models
 from models.architectures import folding, resnet_v15
-from models.formats import torch_checkpoints
+from models.formats import exporting, torch_checkpoints
 from tests.models import round_trip, test_torch_conversion
 
 SIZE = 32
@@ -275,9 +275,20 @@ def test_a_loaded_model_holding_another_exports_weights_computes_as_that_export(
     assert trained.held is None
     for found, expected in zip(outputs(trained), own):  # its own weights back
         np.testing.assert_array_equal(found, expected)
+    # a Keras model of the network (the noisy weights, not exported): the same as its export
+    assert trained.can_hold(model)
+    with trained.holding(model):
+        assert explaining.keras_of(trained, "test") is model
+        held = outputs(trained)
+    assert set(vars(trained)["_kept_builds"]) - traces == {
+        ("weights of", noisy), ("rebuilt Keras model", noisy.path), ("weights of", model)}
+    for found, expected in zip(held, theirs):
+        np.testing.assert_array_equal(found, expected)
+    assert exporting.content_id(model) == noisy.model_id
     models.export(models.build("small_resnet", 4, (16, 16, 3)), tmp_path / "other")
     other = models.load(tmp_path / "other")  # other classes: not the same network
     assert not trained.can_hold(other)
+    assert not trained.can_hold(models.build("small_resnet", 4, (16, 16, 3)))
     with pytest.raises(ValueError, match="cannot hold the weights"):
         with trained.holding(other):
             pass
