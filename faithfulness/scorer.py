@@ -84,12 +84,11 @@ class Scorer:
         if int(batch_size) < 1:
             raise UserError(f"batch_size must be at least 1; got {batch_size}")
         self.model = model
-        adapter = adapt(model, output_key=output_key)
-        self.call, self.num_classes = adapter.outputs, adapter.num_classes
+        self.adapter = adapt(model, output_key=output_key)
+        self.call, self.num_classes = self.adapter.outputs, self.adapter.num_classes
         self.output_activation = output_activation
         self.batch_size = int(batch_size)
         self.jit_compile = jit_compile
-        self._functions: dict = {}
         self._probed = False
 
     # -- traced pieces -----------------------------------------------------------------------
@@ -120,11 +119,15 @@ class Scorer:
         return executor.collect(count, chunk, compute, per_item)
 
     def _function(self, key, build):
-        """The traced function of `key` (which names the chunk it streams in)."""
-        if key not in self._functions:
-            self._functions[key] = quiet_retracing(tf.function(
-                build(), jit_compile=self.jit_compile, reduce_retracing=True))
-        return self._functions[key]
+        """The traced function of `key` (which names the chunk it streams in), kept with the
+        model's adapter (`Adapter.traced`), so every scorer of the model with the same output
+        and compilation shares its traces: the card's benchmarks and each of their perturbed
+        sets made a scorer of their own, each traced again (docs/report_card.md, "Where the
+        card's time goes")."""
+        return self.adapter.traced(
+            ("scorer", self.output_activation, self.jit_compile, *key),
+            lambda: quiet_retracing(tf.function(build(), jit_compile=self.jit_compile,
+                                                reduce_retracing=True)))
 
     # -- public entry points -----------------------------------------------------------------
 

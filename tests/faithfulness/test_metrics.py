@@ -556,6 +556,27 @@ def test_the_randomisation_check_equals_a_fresh_model_per_stage(tmp_path):
             if key[0] == "weights of" and isinstance(key[1], keras.Model)]  # it held the copy
 
 
+def test_scorers_of_one_model_share_their_traces(tmp_path):
+    """Every scorer of a model keeps its traced functions with the model's adapter: a second
+    call that makes a scorer of its own (as each of the card's benchmarks and perturbed sets
+    does) runs on the first one's trace, with the same values."""
+    import models
+    from models.formats.adapter import adapt
+
+    path = str(tmp_path / "cnn")
+    models.export(models.build("small_cnn", 3, (16, 16, 3)), path)
+    loaded = models.load(path)
+    images = np.random.default_rng(0).uniform(size=(3, 16, 16, 3)).astype(np.float32)
+    maps = np.random.default_rng(1).normal(size=(3, 16, 16, 3)).astype(np.float32)
+    first = faithfulness.single_deletion(loaded, images, [0, 1, 2], maps)
+    second = faithfulness.single_deletion(loaded, images, [0, 1, 2], maps)
+    np.testing.assert_array_equal(first["rho"], second["rho"])
+    traced = {key: function for key, function in vars(adapt(loaded))["_kept_builds"].items()
+              if key[0] == "scorer"}
+    assert traced and all(function.experimental_get_tracing_count() == 1
+                          for function in traced.values())
+
+
 def test_a_cascade_inside_another_on_one_model_gives_each_its_own_weights_back():
     """The cascade sets the trained weights aside in variables kept with the model; a second
     cascade started while the first is at a step sets that step's weights aside on its own, so
