@@ -526,7 +526,7 @@ def perturbed_inputs(config: ResolvedConfig, inputs: CardImages,
     print(f"meta-evaluation: the weight noise changes {changed} of {count} predictions")
     found["weight noise"] = dataclasses.replace(
         inputs, map_set="weight noise", loaded=scoring, model_path=noisy_path, weights_of=held,
-        weights_id=exporting.content_id(weight_noise),
+        weights_id=None if held is None else exporting.content_id(weight_noise),
         data={**inputs.data, "perturbation": f"multiplicative weight noise, sd {WEIGHT_NOISE}"},
         maps_of=holding(scoring, held, map_memo(
             scoring, inputs.images, inputs.labels, inputs.ids, inputs.methods, config.seed,
