@@ -209,9 +209,8 @@ def benchmark(model_path: str, images: np.ndarray, labels: np.ndarray, ids: np.n
                   else in_precision(lambda: models.rebuild(model_path), precision))
     count = len(weighted_layers(randomised))
     chosen = stages(count)
-    holder = holder or loaded
-    if holder is not None and not holder.can_hold(randomised):
-        holder = None  # (an export without the list of its variables: the copy explains)
+    # (an export without the list of its variables cannot hold them: the copy explains)
+    explaining, within = exporting.stand_in(holder or loaded, randomised)
 
     def explain(model, method):
         chosen = methods.get(method, method) if methods else method
@@ -219,10 +218,7 @@ def benchmark(model_path: str, images: np.ndarray, labels: np.ndarray, ids: np.n
                                       seed=seed, ids=ids, preprocessing=info["preprocessing"])
 
     def explain_randomised(method):  # with the copy's weights as they are now
-        if holder is None:
-            return explain(randomised, method)
-        with holder.holding(randomised):
-            return explain(holder, method)
+        return within(lambda: explain(explaining, method))()
 
     def score(method):  # MPRT top-down at the chosen stages, on |maps| summed over channels
         trained = explain(loaded, method) if maps_of is None else maps_of(method)[:len(images)]

@@ -513,22 +513,22 @@ def perturbed_inputs(config: ResolvedConfig, inputs: CardImages,
     # the card's own loaded model computes with the noisy weights in these cells, so that its
     # traces serve them (a second loaded model meant every method and scorer traced again);
     # an export of them only where it cannot hold them (an export without its variables' list)
-    held = weight_noise if inputs.loaded.can_hold(weight_noise) else None
+    scoring, within = exporting.stand_in(inputs.loaded, weight_noise)
+    held = weight_noise if scoring is inputs.loaded else None
     # (a set's model_path is read by the retraining benchmark alone, which this one leaves out)
-    noisy_path, scoring = inputs.model_path, inputs.loaded
+    noisy_path = inputs.model_path
     if held is None:
         noisy_path = exporting_folder()
         models.export(weight_noise, noisy_path, preprocessing=inputs.loaded.preprocessing)
         scoring = models.load(noisy_path)
     trained = np.argmax(inputs.loaded(images), 1)
-    changed = int(np.sum(holding(scoring, held, lambda: np.argmax(scoring(images), 1))()
-                         != trained))
+    changed = int(np.sum(within(lambda: np.argmax(scoring(images), 1))() != trained))
     print(f"meta-evaluation: the weight noise changes {changed} of {count} predictions")
     found["weight noise"] = dataclasses.replace(
         inputs, map_set="weight noise", loaded=scoring, model_path=noisy_path, weights_of=held,
         weights_id=None if held is None else exporting.content_id(weight_noise),
         data={**inputs.data, "perturbation": f"multiplicative weight noise, sd {WEIGHT_NOISE}"},
-        maps_of=holding(scoring, held, map_memo(
+        maps_of=within(map_memo(
             scoring, inputs.images, inputs.labels, inputs.ids, inputs.methods, config.seed,
             config.batch_size)))
     found["randomised-model maps"] = dataclasses.replace(
@@ -536,18 +536,6 @@ def perturbed_inputs(config: ResolvedConfig, inputs: CardImages,
         data={**inputs.data, "perturbation": "maps of the fully randomised model"},
         maps_of=lambda method: randomised_maps_of(method)[:count])
     return found
-
-
-def holding(loaded: Any, source: Any, function: Callable) -> Callable:
-    """`function`, run while `loaded` holds `source`'s weights (`LoadedModel.holding`); as it
-    is when `source` is None."""
-    if source is None:
-        return function
-
-    def held(*args, **kwargs):
-        with loaded.holding(source):
-            return function(*args, **kwargs)
-    return held
 
 
 def held_by(benchmark: card_engine.Benchmark,
@@ -560,7 +548,7 @@ def held_by(benchmark: card_engine.Benchmark,
     settings = dict(benchmark.settings)
     if "model_id" in settings:
         settings["model_id"] = perturbed.weights_id
-    return dataclasses.replace(benchmark, settings=settings, score=holding(
+    return dataclasses.replace(benchmark, settings=settings, score=exporting.while_holding(
         perturbed.loaded, perturbed.weights_of, benchmark.score))
 
 
@@ -586,10 +574,9 @@ def fully_randomised_maps(config: ResolvedConfig, inputs: CardImages, count: int
 
     @functools.cache
     def explainer():  # (made once)
-        model = rebuilt()
-        held = model if inputs.loaded.can_hold(model) else None
-        return holding(inputs.loaded, held, map_memo(
-            inputs.loaded if held is not None else model, inputs.images[:count],
+        explaining, within = exporting.stand_in(inputs.loaded, rebuilt())
+        return within(map_memo(
+            explaining, inputs.images[:count],
             inputs.labels[:count], inputs.ids[:count], inputs.methods, config.seed,
             config.batch_size, inputs.loaded.preprocessing))
 

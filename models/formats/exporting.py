@@ -31,7 +31,7 @@ import hashlib
 import json
 import os
 import warnings
-from typing import Any, Iterator, Optional, Union
+from typing import Any, Callable, Iterator, Optional, Union
 
 import keras
 import numpy as np
@@ -508,3 +508,22 @@ class LoadedModel:
         return (f"LoadedModel({self.path!r}, name={self.name!r}, input_shape={self.input_shape}, "
                 f"num_classes={self.num_classes})")
 
+
+
+def while_holding(loaded: LoadedModel, source: Any, function: Callable) -> Callable:
+    """`function`, run while `loaded` holds `source`'s weights (`LoadedModel.holding`)."""
+    def held(*args, **kwargs):
+        with loaded.holding(source):
+            return function(*args, **kwargs)
+    return held
+
+
+def stand_in(loaded: Optional[LoadedModel], source: Any) -> tuple[Any, Callable[[Callable],
+                                                                                 Callable]]:
+    """(model, within): the model that computes as `source` does, and `within(function)`, the
+    `function` run so that it does: `loaded` holding `source`'s weights where it can hold them
+    (its traced functions serve `source`: docs/report_card.md, "Sanity check"), else `source`
+    itself with `within` leaving functions as they are."""
+    if loaded is None or not loaded.can_hold(source):
+        return source, lambda function: function
+    return loaded, lambda function: while_holding(loaded, source, function)

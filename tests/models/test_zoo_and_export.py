@@ -277,9 +277,11 @@ def test_a_loaded_model_holding_another_exports_weights_computes_as_that_export(
         np.testing.assert_array_equal(found, expected)
     # a Keras model of the network (the noisy weights, not exported): the same as its export
     assert trained.can_hold(model)
-    with trained.holding(model):
-        assert explaining.keras_of(trained, "test") is model
-        held = outputs(trained)
+    computing, within = exporting.stand_in(trained, model)
+    assert computing is trained
+    held = within(lambda: (explaining.keras_of(trained, "test"), *outputs(trained)))()
+    assert held[0] is model and trained.held is None
+    held = held[1:]
     assert set(vars(trained)["_kept_builds"]) - traces == {
         ("weights of", noisy), ("rebuilt Keras model", noisy.path), ("weights of", model)}
     for found, expected in zip(held, theirs):
@@ -288,7 +290,10 @@ def test_a_loaded_model_holding_another_exports_weights_computes_as_that_export(
     models.export(models.build("small_resnet", 4, (16, 16, 3)), tmp_path / "other")
     other = models.load(tmp_path / "other")  # other classes: not the same network
     assert not trained.can_hold(other)
-    assert not trained.can_hold(models.build("small_resnet", 4, (16, 16, 3)))
+    wider = models.build("small_resnet", 4, (16, 16, 3))
+    assert not trained.can_hold(wider)
+    computing, within = exporting.stand_in(trained, wider)  # the source computes itself
+    assert computing is wider and within(outputs) is outputs
     with pytest.raises(ValueError, match="cannot hold the weights"):
         with trained.holding(other):
             pass
