@@ -30,13 +30,15 @@ class _BasicBlock(torch.nn.Module):
 
 
 class _Bottleneck(torch.nn.Module):
+    """torchvision's bottleneck block; BagNet's (`kernel` of its own, no padding) crops the
+    residual to the block's smaller output."""
     expansion = 4
 
-    def __init__(self, inplanes, planes, stride):
+    def __init__(self, inplanes, planes, stride, kernel=3, padding=1):
         super().__init__()
         nn = torch.nn
         self.conv1, self.bn1 = nn.Conv2d(inplanes, planes, 1, bias=False), nn.BatchNorm2d(planes)
-        self.conv2 = nn.Conv2d(planes, planes, 3, stride, 1, bias=False)
+        self.conv2 = nn.Conv2d(planes, planes, kernel, stride, padding, bias=False)
         self.bn2 = nn.BatchNorm2d(planes)
         self.conv3 = nn.Conv2d(planes, planes * 4, 1, bias=False)
         self.bn3 = nn.BatchNorm2d(planes * 4)
@@ -48,7 +50,11 @@ class _Bottleneck(torch.nn.Module):
         out = torch.relu(self.bn1(self.conv1(x)))
         out = torch.relu(self.bn2(self.conv2(out)))
         out = self.bn3(self.conv3(out))
-        return torch.relu(out + (x if self.downsample is None else self.downsample(x)))
+        residual = x if self.downsample is None else self.downsample(x)
+        excess = residual.size(-1) - out.size(-1)
+        if excess:
+            residual = residual[:, :, :-excess, :-excess]
+        return torch.relu(out + residual)
 
 
 class TorchvisionResNet(torch.nn.Module):
@@ -162,30 +168,6 @@ class FixupResNet50(torch.nn.Module):
         return self.fc(x if self.bias_free else x + self.bias2)
 
 
-class _BagNetBottleneck(torch.nn.Module):
-    def __init__(self, inplanes, planes, stride, kernel):
-        super().__init__()
-        nn = torch.nn
-        self.conv1, self.bn1 = nn.Conv2d(inplanes, planes, 1, bias=False), nn.BatchNorm2d(planes)
-        self.conv2 = nn.Conv2d(planes, planes, kernel, stride, 0, bias=False)
-        self.bn2 = nn.BatchNorm2d(planes)
-        self.conv3 = nn.Conv2d(planes, planes * 4, 1, bias=False)
-        self.bn3 = nn.BatchNorm2d(planes * 4)
-        self.downsample = (nn.Sequential(nn.Conv2d(inplanes, planes * 4, 1, stride, bias=False),
-                                         nn.BatchNorm2d(planes * 4))
-                           if stride != 1 or inplanes != planes * 4 else None)
-
-    def forward(self, x):
-        out = torch.relu(self.bn1(self.conv1(x)))
-        out = torch.relu(self.bn2(self.conv2(out)))
-        out = self.bn3(self.conv3(out))
-        residual = x if self.downsample is None else self.downsample(x)
-        excess = residual.size(-1) - out.size(-1)
-        if excess:
-            residual = residual[:, :, :-excess, :-excess]
-        return torch.relu(out + residual)
-
-
 class BagNet33(torch.nn.Module):
     """BagNet-33 after the PyTorch release (kernel-3 convolution in each stage's first block)."""
 
@@ -199,8 +181,8 @@ class BagNet33(torch.nn.Module):
         for index, (blocks, stride) in enumerate(zip((3, 4, 6, 3), (2, 2, 2, 1))):
             planes, stage = width * 2 ** index, []
             for block in range(blocks):
-                stage.append(_BagNetBottleneck(inplanes, planes, stride if block == 0 else 1,
-                                               3 if block == 0 else 1))
+                stage.append(_Bottleneck(inplanes, planes, stride if block == 0 else 1,
+                                         3 if block == 0 else 1, padding=0))
                 inplanes = planes * 4
             setattr(self, f"layer{index + 1}", nn.Sequential(*stage))
         self.fc = nn.Linear(inplanes, num_classes)
