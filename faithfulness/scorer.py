@@ -27,7 +27,7 @@ from faithfulness import ranking, substrates
 from models.formats.adapter import adapt
 from models.foundation import executor, workload
 from models.foundation.errors import ShapeError, UserError
-from models.foundation.tracing import quiet_retracing
+from models.foundation.tracing import open_batch, quiet_retracing
 
 OUTPUT_ACTIVATIONS = (None, "softmax")
 
@@ -126,8 +126,8 @@ class Scorer:
         card's time goes")."""
         return self.adapter.traced(
             ("scorer", self.output_activation, self.jit_compile, *key),
-            lambda: quiet_retracing(tf.function(build(), jit_compile=self.jit_compile,
-                                                reduce_retracing=True)))
+            lambda: open_batch(quiet_retracing(tf.function(build(),
+                                                           jit_compile=self.jit_compile))))
 
     # -- public entry points -----------------------------------------------------------------
 

@@ -44,6 +44,30 @@ def flat_call(concrete: Any) -> Callable[..., Any]:
     return lambda *tensors: flat(list(tensors), concrete.captured_inputs)
 
 
+def open_batch(function: Any) -> Callable[..., Any]:
+    """`function` (a `tf.function` of tensors returning one structure) called through one
+    trace whose every argument has an open first axis, so that calls of other batch sizes
+    reuse it: the card scores 20 images, then the meta-evaluation's 16, where a trace of the
+    exact shapes was made again for the second size (docs/report_card.md, "Where the card's
+    time goes"). The other axes and the dtypes choose the trace; each trace is called with its
+    flat tensors (`flat_call`)."""
+    import tensorflow as tf  # here: importing the foundation loads no TensorFlow
+
+    concretes: dict = {}
+
+    def call(*args: Any) -> Any:
+        tensors = [tf.convert_to_tensor(arg) for arg in args]
+        key = tuple((tensor.dtype, tuple(tensor.shape[1:]) if tensor.shape.rank else None)
+                    for tensor in tensors)
+        if key not in concretes:
+            concretes[key] = flat_call(function.get_concrete_function(*(
+                tf.TensorSpec([None, *tensor.shape[1:]] if tensor.shape.rank else [],
+                              tensor.dtype) for tensor in tensors)))
+        return concretes[key](*tensors)
+    call.function = function  # type: ignore[attr-defined]
+    return call
+
+
 def assigner(targets: Sequence[Any], sources: Sequence[Any]) -> Callable[[], None]:
     """One traced call that assigns each of `sources` (variables or tensors) to the variable of
     `targets` beside it, in order (a target may be a later pair's source), where an eager

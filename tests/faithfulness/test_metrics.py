@@ -559,7 +559,8 @@ def test_the_randomisation_check_equals_a_fresh_model_per_stage(tmp_path):
 def test_scorers_of_one_model_share_their_traces(tmp_path):
     """Every scorer of a model keeps its traced functions with the model's adapter: a second
     call that makes a scorer of its own (as each of the card's benchmarks and perturbed sets
-    does) runs on the first one's trace, with the same values."""
+    does) runs on the first one's trace, with the same values; so does a call of fewer images
+    in chunks of the same size (the card's meta-evaluation after its benchmarks)."""
     import models
     from models.formats.adapter import adapt
 
@@ -568,13 +569,19 @@ def test_scorers_of_one_model_share_their_traces(tmp_path):
     loaded = models.load(path)
     images = np.random.default_rng(0).uniform(size=(3, 16, 16, 3)).astype(np.float32)
     maps = np.random.default_rng(1).normal(size=(3, 16, 16, 3)).astype(np.float32)
-    first = faithfulness.single_deletion(loaded, images, [0, 1, 2], maps)
-    second = faithfulness.single_deletion(loaded, images, [0, 1, 2], maps)
+    first = faithfulness.single_deletion(loaded, images, [0, 1, 2], maps, batch_size=4)
+    second = faithfulness.single_deletion(loaded, images, [0, 1, 2], maps, batch_size=4)
     np.testing.assert_array_equal(first["rho"], second["rho"])
-    traced = {key: function for key, function in vars(adapt(loaded))["_kept_builds"].items()
-              if key[0] == "scorer"}
-    assert traced and all(function.experimental_get_tracing_count() == 1
-                          for function in traced.values())
+
+    def traced():
+        return {key: function.function for key, function
+                in vars(adapt(loaded))["_kept_builds"].items() if key[0] == "scorer"}
+
+    kept = traced()
+    fewer = faithfulness.single_deletion(loaded, images[:2], [0, 1], maps[:2], batch_size=4)
+    np.testing.assert_array_equal(fewer["rho"], first["rho"][:2])
+    assert traced() == kept and all(function.experimental_get_tracing_count() == 1
+                                    for function in kept.values())
 
 
 def test_a_cascade_inside_another_on_one_model_gives_each_its_own_weights_back():
