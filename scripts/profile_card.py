@@ -10,16 +10,17 @@ Runs `scripts/report_card.py`'s `run` in this process, from no card cell (a fres
 as usual), and follows every cell: its wall time, the forward and gradient passes it ran (counted
 by `models.foundation.workload`: images x model evaluations) and the work of ROAD's imputation
 solver (part of ROAD's definition, no model pass: a set-up per image imputed, and images x solver
-iterations). Before and after the card, it measures at the card's batch size the forward rate (a
-bare traced call of the card's classifier), the gradient rate (a bare traced input gradient of the
-target logits) and, for a card with ROAD, the solver's two rates (the compiled solve alone: images
-set up per second, and image iterations per second beyond the set-up; its compilation alone takes
-seconds), each the best of --repeats timings of about --timing_seconds (2 s), and
-takes the better of the two measurements of each (a shared machine's speed drifts: one measurement
-before the card alone once read a gradient ceiling 18% below the next run's, for the same card
-time). A cell's unavoidable time is the sum of its counts over those rates, and its efficiency is
-that over its wall time; the card's efficiency is the sum over everything over the card's wall
-time, and "passes only" leaves the solver's work out
+iterations), and the Python traces TensorFlow made in it (their count and seconds, `Traces`: work a
+card of any size repeats, not a pass it needs). Before and after the card, it measures at the
+card's batch size the forward rate (a bare traced call of the card's classifier), the gradient rate
+(a bare traced input gradient of the target logits) and, for a card with ROAD, the solver's two
+rates (the compiled solve alone: images set up per second, and image iterations per second beyond
+the set-up; its compilation alone takes seconds), each the best of --repeats timings of about
+--timing_seconds (2 s), and takes the better of the two measurements of each (a shared machine's
+speed drifts: one measurement before the card alone once read a gradient ceiling 18% below the next
+run's, for the same card time). A cell's unavoidable time is the sum of its counts over those
+rates, and its efficiency is that over its wall time; the card's efficiency is the sum over
+everything over the card's wall time, and "passes only" leaves the solver's work out
 (docs/report_card.md, "Where the card's time goes"). Counts every model evaluation of a method as a
 gradient pass (RISE's forwards too, an overestimate of the work it needs). Prints the phase table
 and the costliest cells, what the card's progress bar estimated was left as the card went against
@@ -76,6 +77,8 @@ class Config:
     nr_images: Optional[int] = option(None, "The card's --nr_images (default: the card's).",
                                       rule=at_least(1))
     meta_evaluation: bool = option(True, "The card's --meta_evaluation.")
+    meta_images: Optional[int] = option(None, "The card's --meta_images (default: the card's).",
+                                        rule=at_least(1))
     methods: Optional[tuple] = option(None, "The card's --methods (default: the card's).")
     benchmarks: Optional[tuple] = option(None, "The card's --benchmarks (default: the card's).")
     sanity: bool = option(True, "The card's --sanity.")
@@ -148,11 +151,63 @@ def _seconds(run, calls: int = 1) -> float:
     return time.perf_counter() - started
 
 
+class Traces:
+    """TensorFlow's Python traces while installed (each a `tf.function`'s graph built from its
+    Python code, a trace inside another's counted too) and the seconds of the outermost ones,
+    through TensorFlow's internal `tracing_compilation._create_concrete_function`: where the
+    installed TensorFlow has none, nothing is counted (`installed` False) and the profile says
+    so. The graph's optimisation at a trace's first run is not in these seconds."""
+
+    def __init__(self):
+        self.count, self.seconds, self.installed = 0, 0.0, False
+        self._depth = 0
+        self._original: Optional[tuple] = None
+
+    def install(self) -> "Traces":
+        try:
+            from tensorflow.python.eager.polymorphic_function import tracing_compilation
+        except ImportError:
+            return self
+        original = getattr(tracing_compilation, "_create_concrete_function", None)
+        if original is None:
+            return self
+
+        def counted(*args, **kwargs):
+            started = time.perf_counter()
+            self._depth += 1
+            try:
+                return original(*args, **kwargs)
+            finally:
+                self._depth -= 1
+                self.count += 1
+                if not self._depth:
+                    self.seconds += time.perf_counter() - started
+
+        tracing_compilation._create_concrete_function = counted
+        self.installed = True
+        self._original = (tracing_compilation, original)
+        return self
+
+    def uninstall(self) -> None:
+        """TensorFlow's own function back (the counts stay)."""
+        if self.installed and self._original is not None:
+            module, original = self._original
+            module._create_concrete_function = original
+            self.installed = False
+
+    def snapshot(self) -> tuple:
+        return self.count, self.seconds
+
+    def since(self, before: tuple) -> dict:
+        return {"traces": self.count - before[0], "tracing_s": self.seconds - before[1]}
+
+
 class Recorder:
     """Times and counts every cell the card computes, and the card's phases; and what the
     card's progress bar estimated was left each time a cell finished."""
 
-    def __init__(self):
+    def __init__(self, traces: Traces):
+        self.traces = traces
         self.cells: list = []
         self.group = "benchmarks"
         self.estimates: list = []  # (seconds since the bar opened, estimated seconds left)
@@ -185,11 +240,12 @@ class Recorder:
 
     def _scored(self, group, benchmark):
         def score(method):
-            before, started = workload.snapshot(), time.perf_counter()
+            before, traced = workload.snapshot(), self.traces.snapshot()
+            started = time.perf_counter()
             values = benchmark.score(method)
             self.cells.append({"phase": group, "benchmark": benchmark.name, "method": method,
                                "seconds": time.perf_counter() - started,
-                               **workload.since(before)})
+                               **workload.since(before), **self.traces.since(traced)})
             return values
         return score
 
@@ -203,12 +259,14 @@ def run(config: Config) -> dict:
     options = {"pretrained": config.pretrained, "meta_evaluation": config.meta_evaluation,
                "sanity": config.sanity,
                "output_dir": config.card_dir or os.path.join(output_dir, "card")}
-    options.update({name: getattr(config, name) for name in ("nr_images", "methods", "benchmarks",
+    options.update({name: getattr(config, name) for name in ("nr_images", "meta_images",
+                                                             "methods", "benchmarks",
                                                              "batch_size")
                     if getattr(config, name)})
     requested = card.Config(**options)
     card_config = card.resolved(requested)
-    recorder = Recorder()
+    traces = Traces().install()
+    recorder = Recorder(traces)
     card.card_engine.run_cells = recorder.wrap_run_cells(card.card_engine.run_cells)
     card.progress.CostBar = recorder.follow_bar()
     try:
@@ -216,20 +274,23 @@ def run(config: Config) -> dict:
         # the solver's rates only for a card that solves (its compilation costs seconds)
         kinds = KINDS if "ROAD" in card_config.benchmarks else PASSES
         measured = [ceiling_of(inputs, card_config, config, "before the card", kinds)]
-        before, started = workload.snapshot(), time.perf_counter()
+        before, traced, started = workload.snapshot(), traces.snapshot(), time.perf_counter()
         card.run(requested)
         wall, passes = time.perf_counter() - started, workload.since(before)
+        passes.update(traces.since(traced))
         measured.append(ceiling_of(inputs, card_config, config, "after the card", kinds))
         ceiling = {kind: max(found[kind] for found in measured) for kind in measured[0]}
     finally:
         shutil.rmtree(output_dir, ignore_errors=True)
     report = summarise(recorder.cells, wall, passes, ceiling, card_config, config)
+    report["traces_counted"] = traces.installed
+    traces.uninstall()
     report["eta"] = eta_honesty(recorder.estimates)
     print_report(report)
     write_json(config.output + ".json", report, indent=1)
     results.write_csv(config.output + ".csv", report["cells"],
-                      ["phase", "benchmark", "method", "seconds", *KINDS, "needed",
-                       "efficiency"])
+                      ["phase", "benchmark", "method", "seconds", *KINDS, *TRACING,
+                       "needed", "efficiency"])
     print(f"wrote {config.output}.json and .csv")
     return report
 
@@ -250,6 +311,7 @@ def ceiling_of(inputs, card_config, config: Config, when: str, kinds: tuple) -> 
 
 KINDS = ("forward", "gradient", "setup", "solve")
 PASSES = ("forward", "gradient")  # the model's passes alone
+TRACING = ("traces", "tracing_s")  # Python traces (`Traces`), not work
 
 
 def _needed(row: dict, ceiling: dict, kinds=KINDS) -> float:
@@ -268,11 +330,11 @@ def summarise(cells: list, wall: float, passes: dict, ceiling: dict, card_config
     for phase in dict.fromkeys(cell["phase"] for cell in cells):
         rows = [cell for cell in cells if cell["phase"] == phase]
         totals = {key: sum(cell[key] for cell in rows)
-                  for key in ("seconds", *KINDS)}
+                  for key in ("seconds", *KINDS, *TRACING)}
         phases.append({"phase": phase, "cells": len(rows), **totals,
                        "needed": _needed(totals, ceiling)})
-    inside = {key: sum(cell[key] for cell in cells) for key in ("seconds", *KINDS)}
-    outside = {kind: passes[kind] - inside[kind] for kind in KINDS}
+    inside = {key: sum(cell[key] for cell in cells) for key in ("seconds", *KINDS, *TRACING)}
+    outside = {kind: passes[kind] - inside[kind] for kind in (*KINDS, *TRACING)}
     phases.append({"phase": "outside the cells (inputs, models, summary, pages)", "cells": 0,
                    "seconds": wall - inside["seconds"], **outside,
                    "needed": _needed(outside, ceiling)})
@@ -317,20 +379,24 @@ def _seconds_text(seconds: float) -> str:
 
 
 def print_report(report: dict) -> None:
+    counted = report.get("traces_counted", False)
+
+    def tracing(row):  # (not counted: this TensorFlow lacks the function `Traces` wraps)
+        return [row["traces"], f"{row['tracing_s']:.1f}"] if counted else ["-", "-"]
+
     rows = [[phase["phase"], phase["cells"], f"{phase['seconds']:.1f}", phase["forward"],
-             phase["gradient"], phase["setup"], phase["solve"], f"{phase['needed']:.1f}",
-             _ratio(phase["needed"], phase["seconds"]),
+             phase["gradient"], phase["setup"], phase["solve"], *tracing(phase),
+             f"{phase['needed']:.1f}", _ratio(phase["needed"], phase["seconds"]),
              _ratio(phase["passes_needed"], phase["seconds"])]
             for phase in report["phases"]]
     passes = report["passes"]
     rows.append(["card", len(report["cells"]), f"{report['seconds']:.1f}", passes["forward"],
-                 passes["gradient"], passes["setup"], passes["solve"],
+                 passes["gradient"], passes["setup"], passes["solve"], *tracing(passes),
                  f"{report['needed']:.1f}",
                  f"{report['efficiency']:.2f}", f"{report['passes_efficiency']:.2f}"])
     print(results.text_table(["phase", "cells", "wall s", "forwards", "gradients",
-                              "solver set-ups", "solver image-iterations", "needed s",
-                              "efficiency",
-                              "passes only"], rows))
+                              "solver set-ups", "solver image-iterations", "traces",
+                              "tracing s", "needed s", "efficiency", "passes only"], rows))
     costly = sorted(report["cells"], key=lambda cell: -cell["seconds"])[:12]
     print("\nthe costliest cells\n" + results.text_table(
         ["phase", "benchmark", "method", "wall s", "forwards", "gradients", "set-ups", "solves",

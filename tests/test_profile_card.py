@@ -43,3 +43,27 @@ def test_the_solver_is_timed_as_a_set_up_and_iterations(monkeypatch):
     assert set(found) == {"setup", "solve"}
     assert 4 / 0.040 * 0.8 < found["setup"] < 4 / 0.040 * 1.02  # images a second
     assert 4 / 0.008 * 0.8 < found["solve"] < 4 / 0.008 * 1.25  # image iterations a second
+
+
+def test_traces_counts_each_new_trace_and_the_outermost_seconds():
+    """`Traces` counts a `tf.function`'s trace for each new input shape and none for a call
+    that reuses one; a function traced inside another's trace counts as a trace of its own."""
+    import tensorflow as tf
+
+    profile = script_module(os.path.join(REPO, "scripts", "profile_card.py"))
+    traces = profile.Traces().install()
+    assert traces.installed  # (TensorFlow 2.21 has the function it wraps)
+    try:
+        inner = tf.function(lambda x: x * 2)
+        outer = tf.function(lambda x: inner(x) + 1)
+        before = traces.snapshot()
+        outer(tf.constant([1.0]))
+        outer(tf.constant([2.0]))  # the same shape: no trace
+        found = traces.since(before)
+        assert found["traces"] == 2 and found["tracing_s"] > 0
+        outer(tf.constant([1.0, 2.0]))  # a new shape: both trace again
+        assert traces.since(before)["traces"] == 4
+    finally:
+        traces.uninstall()
+    outer(tf.constant([1.0, 2.0, 3.0]))  # TensorFlow's own function back: not counted
+    assert traces.since(before)["traces"] == 4
