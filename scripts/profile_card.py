@@ -400,9 +400,10 @@ def print_report(report: dict) -> None:
     costly = sorted(report["cells"], key=lambda cell: -cell["seconds"])[:12]
     print("\nthe costliest cells\n" + results.text_table(
         ["phase", "benchmark", "method", "wall s", "forwards", "gradients", "set-ups", "solves",
-         "efficiency"],
+         "traces", "efficiency"],
         [[c["phase"], c["benchmark"], c["method"], f"{c['seconds']:.1f}", c["forward"],
-          c["gradient"], c["setup"], c["solve"], f"{c['efficiency']:.2f}"] for c in costly]))
+          c["gradient"], c["setup"], c["solve"], c["traces"] if counted else "-",
+          f"{c['efficiency']:.2f}"] for c in costly]))
     if report.get("eta"):
         print("\nthe progress bar's estimate of the seconds left, at the last cell finished "
               "by each share of the cells' time\n" + results.text_table(
