@@ -509,7 +509,6 @@ class LoadedModel:
                 f"num_classes={self.num_classes})")
 
 
-
 def while_holding(loaded: LoadedModel, source: Any, function: Callable) -> Callable:
     """`function`, run while `loaded` holds `source`'s weights (`LoadedModel.holding`)."""
     def held(*args, **kwargs):
