@@ -75,35 +75,40 @@ def _randomised_maps(model: Any, found: Any, classes: np.ndarray, ids: np.ndarra
     explain = explainer(randomised, explain_func, explain_func_kwargs, abs=abs,
                         normalise=normalise, map_shape=found.map_shape,
                         batch_size=batch_size, seed=seed)
-    if smoothing is not None:
-        explain = _smoothed(explain, *smoothing, seed=seed, abs=abs, normalise=normalise)
+    # every image in one batched explanation; the noisy copies drawn once for every model
+    maps = (functools.partial(explain, found.x, classes, ids) if smoothing is None else
+            _smoothed(explain, found.x, classes, ids, *smoothing, seed=seed, abs=abs,
+                      normalise=normalise))
     count = len(randomisation.weighted_layers(randomised))
     steps = [count - 1] if last_only else None
     for _ in randomisation.cascade(randomised, layer_order, seed, steps):
-        yield explain(found.x, classes, ids)  # every image in one batched explanation
+        yield maps()
 
 
-def _smoothed(explain: Callable, nr_samples: int, noise_magnitude: float, *, seed: int,
-              abs: bool, normalise: bool) -> Callable:  # noqa: A002
-    """`explain` averaged over `nr_samples` copies of the images, the last one clean, the
-    others plus N(0, (noise_magnitude (max - min))^2) per image (Quantus's
+def _smoothed(explain: Callable, x: np.ndarray, classes: np.ndarray, ids: np.ndarray,
+              nr_samples: int, noise_magnitude: float, *, seed: int, abs: bool,  # noqa: A002
+              normalise: bool) -> Callable[[], np.ndarray]:
+    """`maps()`: `explain` of the images `x` averaged over `nr_samples` copies of each, the
+    last one clean, the others plus N(0, (noise_magnitude (max - min))^2) per image (Quantus's
     `explain_smooth_batch`), keyed by (seed, sample, image id); normalised and made absolute
-    after the mean, as Quantus."""
-    def smooth(x: np.ndarray, classes: np.ndarray, ids: np.ndarray) -> np.ndarray:
-        if nr_samples == 1:  # the clean image alone
-            return explain(x, classes, ids)
-        spread = noise_magnitude * (x.max(axis=(1, 2, 3)) - x.min(axis=(1, 2, 3)))
-        unit = robustness_family.noisy_copies(  # N(0, 1) draws: copies of zero images
-            np.zeros_like(x), ids, range(nr_samples - 1), seed=seed,
-            noise=robustness_family.Noise(mean=0.0, std=1.0))
-        noisy = np.tile(x, (nr_samples - 1, 1, 1, 1)) + unit * np.tile(
-            spread, nr_samples - 1)[:, None, None, None]
-        images = np.concatenate([noisy, x]).astype(np.float32)
-        raw = explain(images, np.tile(classes, nr_samples), np.tile(ids, nr_samples),
-                      unscaled=True)
+    after the mean, as Quantus. The copies are drawn once, here: every model of the cascade
+    explains the same ones (the draws do not read the model)."""
+    if nr_samples == 1:  # the clean image alone
+        return functools.partial(explain, x, classes, ids)
+    spread = noise_magnitude * (x.max(axis=(1, 2, 3)) - x.min(axis=(1, 2, 3)))
+    unit = robustness_family.noisy_copies(  # N(0, 1) draws: copies of zero images
+        np.zeros_like(x), ids, range(nr_samples - 1), seed=seed,
+        noise=robustness_family.Noise(mean=0.0, std=1.0))
+    noisy = np.tile(x, (nr_samples - 1, 1, 1, 1)) + unit * np.tile(
+        spread, nr_samples - 1)[:, None, None, None]
+    images = np.concatenate([noisy, x]).astype(np.float32)
+    targets, keys = np.tile(classes, nr_samples), np.tile(ids, nr_samples)
+
+    def maps() -> np.ndarray:
+        raw = explain(images, targets, keys, unscaled=True)
         mean = raw.reshape(nr_samples, len(x), -1).mean(axis=0)
         return scaled(mean, abs=abs, normalise=normalise)
-    return smooth
+    return maps
 
 
 def _check_reduction(average: bool, last: bool) -> None:

@@ -205,9 +205,16 @@ def test_relative_representation_stability_reads_the_chosen_layers(monkeypatch):
         robustness_family.representation_reader(model, layer_names=["nowhere"])
 
 
-def test_smooth_mprt_with_one_sample_is_bottom_up_mprt():
+def test_smooth_mprt_with_one_sample_is_bottom_up_mprt(monkeypatch):
     """The last of smooth_mprt's samples is the clean image: with one sample it is mprt
-    bottom-up; more samples give other (reproducible) values."""
+    bottom-up; more samples give other (reproducible) values, from noisy copies drawn once for
+    every randomised model."""
+    from faithfulness.measures import robustness_family
+
+    draws = []
+    original = robustness_family.noisy_copies
+    monkeypatch.setattr(robustness_family, "noisy_copies",
+                        lambda *args, **kwargs: draws.append(1) or original(*args, **kwargs))
     x, model = ARRAYS["x"], MODELS[8]
     classes = ARRAYS["y"].astype(np.int64)
     gradient = ARRAYS["gradient"]
@@ -219,6 +226,7 @@ def test_smooth_mprt_with_one_sample_is_bottom_up_mprt():
     several = measures.smooth_mprt(model, x, classes, gradient, explain_func="gradient",
                                    nr_samples=4, return_average_correlation=True)
     assert several.shape == (5,) and not np.allclose(several, one.mean(axis=1))
+    assert len(draws) == 1  # not one draw per model: the five models explain the same copies
     np.testing.assert_array_equal(several, measures.smooth_mprt(
         model, x, classes, gradient, explain_func="gradient", nr_samples=4,
         return_average_correlation=True))
