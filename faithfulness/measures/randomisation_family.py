@@ -92,7 +92,7 @@ def _smoothed(explain: Callable, x: np.ndarray, classes: np.ndarray, ids: np.nda
     last one clean, the others plus N(0, (noise_magnitude (max - min))^2) per image (Quantus's
     `explain_smooth_batch`), keyed by (seed, sample, image id); normalised and made absolute
     after the mean, as Quantus. The copies are drawn once, here: every model of the cascade
-    explains the same ones (the draws do not read the model)."""
+    explains the same ones (the draws do not read the model; docs/measures.md, "Speed")."""
     if nr_samples == 1:  # the clean image alone
         return functools.partial(explain, x, classes, ids)
     spread = noise_magnitude * (x.max(axis=(1, 2, 3)) - x.min(axis=(1, 2, 3)))
