@@ -281,10 +281,11 @@ def run(config: Config) -> dict:
         measured.append(ceiling_of(inputs, card_config, config, "after the card", kinds))
         ceiling = {kind: max(found[kind] for found in measured) for kind in measured[0]}
     finally:
+        counted = traces.installed  # TensorFlow's own function back, even after an error
+        traces.uninstall()
         shutil.rmtree(output_dir, ignore_errors=True)
     report = summarise(recorder.cells, wall, passes, ceiling, card_config, config)
-    report["traces_counted"] = traces.installed
-    traces.uninstall()
+    report["traces_counted"] = counted
     report["eta"] = eta_honesty(recorder.estimates)
     print_report(report)
     write_json(config.output + ".json", report, indent=1)
